@@ -1,0 +1,101 @@
+"""Plain-torch fp32 reference of every op -- the oracle for tests, the `torch` runtime mode and
+the benchmarks. Same contracts (shapes, in-place cache writes) as the Triton launchers."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def rmsnorm(x, w, eps, residual=None):
+    """Returns fp32 rmsnorm(x (+ residual)); residual (if given) is updated in place to x+residual,
+    rounded to its dtype, as the kernels keep the residual stream."""
+    h = x.float()
+    if residual is not None:
+        residual.copy_((h + residual.float()).to(residual.dtype))
+        h = residual.float()
+    return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps) * w.float()
+
+
+def gemv(x, w, *, norm_w=None, eps=1e-6, bias=None, residual=None, swiglu=False):
+    """fp32 [T, N]: epilogue(prologue(x) @ w.T)."""
+    xf = rmsnorm(x, norm_w, eps) if norm_w is not None else x.float()
+    y = xf @ w.float().t()
+    if bias is not None:
+        y = y + bias.float()
+    if swiglu:
+        g, u = y.chunk(2, dim=-1)
+        y = F.silu(g) * u
+    if residual is not None:
+        y = y + residual.float()
+    return y
+
+
+def rope(y, cos, sin):
+    """y [T, n, hd] fp32, cos/sin [T, hd/2]: y*cos + rotate_half(y)*sin (HF convention)."""
+    lo, hi = y.chunk(2, dim=-1)
+    c, s = cos[:, None, :], sin[:, None, :]
+    return torch.cat([lo * c - hi * s, hi * c + lo * s], dim=-1)
+
+
+def qkv_rope(x, w_qkv, norm_w, cos, sin, pos, k_cache, v_cache, *, n_heads, eps, bias=None,
+             qk_norm=None):
+    """Writes k/v of the T tokens at positions pos..pos+T-1 into the layer's cache; returns q fp32
+    [T, H, hd]."""
+    T = x.shape[0]
+    KVH, S, HD = k_cache.shape
+    p = int(pos)
+    y = gemv(x, w_qkv, norm_w=norm_w, eps=eps, bias=bias).view(T, n_heads + 2 * KVH, HD)
+    q, k, v = y.split([n_heads, KVH, KVH], dim=1)
+    if qk_norm is not None:
+        q = rmsnorm(q, qk_norm[0], eps)
+        k = rmsnorm(k, qk_norm[1], eps)
+    c, s = cos[p:p + T].float(), sin[p:p + T].float()
+    q, k = rope(q, c, s), rope(k, c, s)
+    k_cache[:, p:p + T] = k.transpose(0, 1).to(k_cache.dtype)
+    v_cache[:, p:p + T] = v.transpose(0, 1).to(v_cache.dtype)
+    return q
+
+
+def attention(q, k_cache, v_cache, pos, *, window=0, scale=None):
+    """q [T, H, hd] (queries at positions pos..pos+T-1) -> fp32 [T, H*hd]; causal, optional window."""
+    T, H, HD = q.shape
+    KVH = k_cache.shape[0]
+    p = int(pos)
+    L = p + T
+    scale = HD ** -0.5 if scale is None else scale
+    k = k_cache[:, :L].float().repeat_interleave(H // KVH, dim=0)   # [H, L, hd]
+    v = v_cache[:, :L].float().repeat_interleave(H // KVH, dim=0)
+    s = torch.einsum("thd,hld->htl", q.float(), k) * scale
+    qp = torch.arange(p, L, device=q.device)[:, None]
+    kp = torch.arange(L, device=q.device)[None, :]
+    ok = kp <= qp
+    if window:
+        ok = ok & (kp > qp - window)
+    s = s.masked_fill(~ok[None], float("-inf"))
+    o = torch.einsum("htl,hld->thd", s.softmax(-1), v)
+    return o.reshape(T, H * HD)
+
+
+def filter_logits(logits, top_k=None, top_p=None):
+    """HF's TopKLogitsWarper then TopPLogitsWarper (min_tokens_to_keep=1); removed -> -inf."""
+    out = logits
+    if top_k is not None and top_k > 0:
+        k = min(int(top_k), out.shape[-1])
+        kth = torch.topk(out, k, dim=-1).values[..., -1:]
+        out = out.masked_fill(out < kth, float("-inf"))
+    if top_p is not None and top_p < 1.0:
+        srt, idx = torch.sort(out, descending=False, dim=-1)
+        cum = srt.softmax(-1).cumsum(-1)
+        remove = cum <= (1 - top_p)
+        remove[..., -1:] = False
+        out = out.masked_fill(remove.scatter(-1, idx, remove), float("-inf"))
+    return out
+
+
+def choose(logits, *, temperature=1.0, sample=False, generator=None):
+    """Greedy argmax (lowest id on ties) or Gumbel-max sample of softmax(logits / temperature)."""
+    if not sample:
+        return int(torch.argmax(logits.float(), dim=-1).reshape(-1)[0])
+    u = torch.rand(logits.shape, generator=generator, device=logits.device,
+                   dtype=torch.float32).clamp_min(1e-20)
+    return int(torch.argmax(logits.float() / temperature - torch.log(-torch.log(u))).reshape(-1)[0])

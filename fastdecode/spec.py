@@ -1,0 +1,168 @@
+"""ModelSpec: every size of a decoder read from its Hugging Face config, in one dataclass.
+
+One family table says how Llama, Mistral, Qwen2 and Qwen3 differ (qkv bias, q/k norm, sliding
+window, which rope scalings). Anything the kernels do not implement raises
+:class:`UnsupportedModelError` naming the model_type or the field, before any weight is touched.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+
+class UnsupportedModelError(ValueError):
+    """The model (architecture, activation, rope scaling, ...) is not one fastdecode implements."""
+
+
+@dataclass(frozen=True)
+class Family:
+    qkv_bias: bool          # q/k/v projections carry a bias regardless of `attention_bias`
+    qk_norm: bool           # RMSNorm over head_dim on q and k before RoPE (Qwen3)
+    window_field: str | None  # config field that switches the sliding window on, None: always on if set
+
+
+FAMILIES: dict[str, Family] = {
+    "llama": Family(qkv_bias=False, qk_norm=False, window_field=None),
+    "mistral": Family(qkv_bias=False, qk_norm=False, window_field=None),
+    "qwen2": Family(qkv_bias=True, qk_norm=False, window_field="use_sliding_window"),
+    "qwen3": Family(qkv_bias=False, qk_norm=True, window_field="use_sliding_window"),
+}
+ROPE_TYPES = ("default", "linear", "llama3")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    family: str
+    n_layers: int
+    d_model: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    ffn_dim: int
+    vocab_size: int
+    rms_eps: float
+    rope_theta: float
+    rope: dict = field(default_factory=lambda: {"rope_type": "default"})
+    attn_bias: bool = False   # bias on q, k, v
+    o_bias: bool = False      # bias on o_proj
+    mlp_bias: bool = False    # bias on gate, up, down
+    qk_norm: bool = False
+    tied: bool = False
+    layer_windows: tuple = ()  # per layer: 0 full attention; W keys in (p - W, p]
+    max_position: int = 1 << 30
+
+    @property
+    def group(self) -> int:
+        """Query heads per KV head (GQA ratio)."""
+        return self.n_heads // self.n_kv_heads
+
+    @property
+    def q_dim(self) -> int:
+        return self.n_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.n_kv_heads * self.head_dim
+
+    @property
+    def qkv_dim(self) -> int:
+        return self.q_dim + 2 * self.kv_dim
+
+    def weight_bytes_per_token(self, elt: int = 2) -> int:
+        """Bytes a decode step must stream: every layer matrix, the lm_head, norms (embedding row ignored)."""
+        per_layer = (self.qkv_dim * self.d_model + self.d_model * self.q_dim
+                     + 3 * self.ffn_dim * self.d_model + 2 * self.d_model)
+        return elt * (self.n_layers * per_layer + self.vocab_size * self.d_model + self.d_model)
+
+    def kv_bytes(self, seq_len: int, elt: int = 2) -> int:
+        """Bytes of KV cache attention reads at context length seq_len."""
+        return elt * 2 * self.n_layers * self.kv_dim * seq_len
+
+    def rope_inv_freq(self) -> torch.Tensor:
+        """Inverse frequencies [head_dim/2] (fp64 math, returned fp32), with the config's scaling."""
+        hd = self.head_dim
+        inv = 1.0 / (self.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+        kind = self.rope.get("rope_type", "default")
+        if kind == "linear":
+            inv = inv / float(self.rope["factor"])
+        elif kind == "llama3":
+            factor = float(self.rope["factor"])
+            lo, hi = float(self.rope["low_freq_factor"]), float(self.rope["high_freq_factor"])
+            old = float(self.rope["original_max_position_embeddings"])
+            wavelen = 2 * math.pi / inv
+            scaled = torch.where(wavelen > old / lo, inv / factor, inv)
+            smooth = (old / wavelen - lo) / (hi - lo)
+            mid = (1 - smooth) * scaled / factor + smooth * scaled
+            is_mid = (wavelen >= old / hi) & (wavelen <= old / lo)
+            inv = torch.where(is_mid, mid, scaled)
+        return inv.to(torch.float32)
+
+    def rope_table(self, max_seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin tables [max_seq_len, head_dim/2] fp32, computed as HF does (fp32 outer product)."""
+        inv = self.rope_inv_freq()
+        pos = torch.arange(max_seq_len, dtype=torch.float32)
+        freqs = torch.outer(pos, inv)
+        return freqs.cos(), freqs.sin()
+
+    @classmethod
+    def from_hf_config(cls, cfg) -> "ModelSpec":
+        mt = getattr(cfg, "model_type", None)
+        if mt not in FAMILIES:
+            raise UnsupportedModelError(
+                f"model_type {mt!r} is not supported; fastdecode supports {sorted(FAMILIES)}")
+        fam = FAMILIES[mt]
+        act = getattr(cfg, "hidden_act", "silu")
+        if act not in ("silu", "swish"):
+            raise UnsupportedModelError(f"{mt}: hidden_act={act!r} is not supported (only silu)")
+        rope = _rope_params(cfg)
+        kind = rope.get("rope_type", rope.get("type", "default"))
+        if kind not in ROPE_TYPES:
+            raise UnsupportedModelError(f"{mt}: rope_type={kind!r} is not supported ({ROPE_TYPES})")
+        rope = dict(rope, rope_type=kind)
+        if float(getattr(cfg, "partial_rotary_factor", 1.0) or 1.0) != 1.0:
+            raise UnsupportedModelError(f"{mt}: partial_rotary_factor != 1 is not supported")
+        n_heads = int(cfg.num_attention_heads)
+        n_kv = int(getattr(cfg, "num_key_value_heads", None) or n_heads)
+        d = int(cfg.hidden_size)
+        hd = int(getattr(cfg, "head_dim", None) or d // n_heads)
+        if n_heads % n_kv:
+            raise UnsupportedModelError(f"{mt}: num_attention_heads={n_heads} is not a multiple of "
+                                        f"num_key_value_heads={n_kv}")
+        if hd % 2:
+            raise UnsupportedModelError(f"{mt}: head_dim={hd} is odd; RoPE needs an even head_dim")
+        n_layers = int(cfg.num_hidden_layers)
+        window = int(getattr(cfg, "sliding_window", None) or 0)
+        if fam.window_field is not None and not getattr(cfg, fam.window_field, False):
+            window = 0
+        types = getattr(cfg, "layer_types", None) or ["sliding_attention" if window else
+                                                      "full_attention"] * n_layers
+        for t in set(types) - {"full_attention", "sliding_attention"}:
+            raise UnsupportedModelError(f"{mt}: layer type {t!r} is not supported")
+        windows = tuple(window if t == "sliding_attention" else 0 for t in types)
+        attn_bias = bool(getattr(cfg, "attention_bias", False))
+        return cls(
+            family=mt, n_layers=n_layers, d_model=d, n_heads=n_heads,
+            n_kv_heads=n_kv, head_dim=hd, ffn_dim=int(cfg.intermediate_size),
+            vocab_size=int(cfg.vocab_size), rms_eps=float(cfg.rms_norm_eps),
+            rope_theta=float(rope.get("rope_theta", getattr(cfg, "rope_theta", 10000.0) or 10000.0)),
+            rope=rope, attn_bias=attn_bias or fam.qkv_bias,
+            o_bias=attn_bias, mlp_bias=bool(getattr(cfg, "mlp_bias", False)),
+            qk_norm=fam.qk_norm, tied=bool(getattr(cfg, "tie_word_embeddings", False)),
+            layer_windows=windows,
+            max_position=int(getattr(cfg, "max_position_embeddings", 1 << 30) or (1 << 30)))
+
+
+def _rope_params(cfg) -> dict:
+    """transformers >= 5 keeps rope_parameters (with rope_theta inside); 4.x kept rope_scaling."""
+    params = getattr(cfg, "rope_parameters", None)
+    if params:
+        if isinstance(params, dict) and "rope_type" not in params and "type" not in params \
+                and all(isinstance(v, dict) for v in params.values()):
+            raise UnsupportedModelError("per-layer-type rope_parameters are not supported")
+        return dict(params)
+    scaling = getattr(cfg, "rope_scaling", None) or {}
+    out = dict(scaling)
+    out.setdefault("rope_theta", getattr(cfg, "rope_theta", 10000.0))
+    return out

@@ -1,0 +1,78 @@
+"""Device helpers shared by every op body: the streaming GEMV loop, row RMS statistics, matmul tiles.
+
+Nothing here owns a launch; every function is @triton.jit and inlined into the op bodies, which in
+turn are called by the standalone kernels and (next) the megakernel.
+"""
+import os
+
+import triton
+import triton.language as tl
+
+# Triton's CPU interpreter cannot do bf16 arithmetic or bf16 tl.dot correctly (KNOWLEDGE.md):
+# on that path every tile is converted to fp32 first and dots run in IEEE fp32.
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+@triton.jit
+def row_rstd(x_ptr, stride_x, offs_t, mask_t, K, eps, BLOCK_K: tl.constexpr):
+    """1 / sqrt(mean(x[t, :K]^2) + eps) for each row t of a [T, K] activation (fp32 math) -> [BLOCK_T]."""
+    ss = tl.zeros([offs_t.shape[0]], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        m = mask_t[:, None] & (offs_k[None, :] < K)
+        x = tl.load(x_ptr + offs_t[:, None] * stride_x + offs_k[None, :], mask=m, other=0.0)
+        x = x.to(tl.float32)
+        ss += tl.sum(x * x, axis=1)
+    return 1.0 / tl.sqrt(ss / K + eps)
+
+
+@triton.jit
+def mm_tile(a, b, F32: tl.constexpr):
+    """a [M, K] @ b [K, N] with fp32 accumulation; bf16/fp16 operands on the GPU, IEEE fp32 under
+    the interpreter (F32)."""
+    if F32:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    else:
+        return tl.dot(a, b.to(a.dtype))
+
+
+@triton.jit
+def gemv_acc(x_ptr, stride_x, offs_t, mask_t, rstd, norm_ptr, w_ptr, rows, rows2, mask_r, K,
+             NORM: tl.constexpr, TWO: tl.constexpr, BLOCK_K: tl.constexpr,
+             F32: tl.constexpr):
+    """Stream W[rows, :K] (and W[rows2, :K] if TWO) against the T activation rows.
+
+    acc[t, r] = sum_k xn[t, k] * W[rows[r], k], xn = x * rstd * norm_w if NORM else x.
+    Returns (acc, acc2), each [BLOCK_T, BLOCK_R] fp32 (acc2 is zeros unless TWO).
+    T == 1 (BLOCK_T == 1) multiplies and reduces in fp32 registers (decode: a pure weight stream);
+    BLOCK_T >= 16 uses tl.dot tiles with M padded to BLOCK_T (prefill / verify chunks).
+    Weights are row-major [N, K]: each program reads BLOCK_R contiguous rows, BLOCK_K at a time.
+    """
+    BLOCK_T: tl.constexpr = offs_t.shape[0]
+    BLOCK_R: tl.constexpr = rows.shape[0]
+    acc = tl.zeros([BLOCK_T, BLOCK_R], dtype=tl.float32)
+    acc2 = tl.zeros([BLOCK_T, BLOCK_R], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        mask_k = offs_k < K
+        wm = mask_r[:, None] & mask_k[None, :]
+        w = tl.load(w_ptr + rows[:, None].to(tl.int64) * K + offs_k[None, :], mask=wm, other=0.0,
+                    eviction_policy="evict_first")
+        if TWO:
+            w2 = tl.load(w_ptr + rows2[:, None].to(tl.int64) * K + offs_k[None, :], mask=wm,
+                         other=0.0, eviction_policy="evict_first")
+        x = tl.load(x_ptr + offs_t[:, None] * stride_x + offs_k[None, :],
+                    mask=mask_t[:, None] & mask_k[None, :], other=0.0).to(tl.float32)
+        if NORM:
+            nw = tl.load(norm_ptr + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+            x = x * rstd[:, None] * nw[None, :]
+        if BLOCK_T == 1:
+            acc += tl.sum(w.to(tl.float32) * x, axis=1)[None, :]
+            if TWO:
+                acc2 += tl.sum(w2.to(tl.float32) * x, axis=1)[None, :]
+        else:
+            xd = x.to(w.dtype)
+            acc += mm_tile(xd, tl.trans(w), F32)
+            if TWO:
+                acc2 += mm_tile(xd, tl.trans(w2), F32)
+    return acc, acc2

@@ -1,0 +1,150 @@
+"""Split-KV grouped-query decode attention with a log-sum-exp merge.
+
+For query token t (position qp = pos + t) and query head h (KV head h // G):
+    o[t, h] = softmax_j( q[t,h] . k[j] * scale ) @ v[j],  keys j <= qp (causal),
+              and j > qp - window when the layer has a sliding window.
+Phase 1 (attention_body), one program per (KV head, split of CHUNK keys, block of tokens): every key
+and value row of the split is read ONCE for all G query heads of its group (rows of the score tile
+are (token, group member) pairs, M padded to >= 16 for tl.dot), online softmax in fp32, writes a
+normalised partial o [split, t, h, hd] (fp32) and its lse.
+Phase 2 (attn_merge_body), one program per (t, h): o = sum_i exp(lse_i - M) o_i / sum_i exp(lse_i - M)
+over the active splits in ascending order (fixed order: deterministic).
+Bytes (decode): 2 * KVH * L_ctx * hd * 2 -- e.g. 8 KV heads x 4096 keys x 128 x 2 x 2 = 16.8 MB/layer.
+"""
+import torch
+import triton
+import triton.language as tl
+
+from ._common import INTERPRET, mm_tile
+from .config import attention_config
+
+
+@triton.jit
+def attention_body(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos_ptr, T, TM, S, H, HD, window, scale,
+                   CHUNK, kvh, split, pid_t,
+                   GROUP: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_TOK: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+                   F32: tl.constexpr):
+    offs_m = tl.arange(0, BLOCK_M)
+    tloc = offs_m // BLOCK_G
+    g = offs_m % BLOCK_G
+    t = pid_t * BLOCK_TOK + tloc
+    h = kvh * GROUP + g
+    valid = (g < GROUP) & (tloc < BLOCK_TOK) & (t < T)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_d = offs_d < HD
+    pos = tl.load(pos_ptr)
+    qp = pos + t
+    q = tl.load(q_ptr + (t[:, None] * H + h[:, None]) * HD + offs_d[None, :],
+                mask=valid[:, None] & mask_d[None, :], other=0.0)
+    # keys this program may need: [first, last] over its tokens, clipped to its split
+    t_hi = tl.minimum(T, (pid_t + 1) * BLOCK_TOK)
+    start = split * CHUNK
+    end = tl.minimum(start + CHUNK, pos + t_hi)
+    if window > 0:
+        start = tl.maximum(start, pos + pid_t * BLOCK_TOK - window + 1)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    kv_base = kvh.to(tl.int64) * S * HD
+    for s0 in range(start, end, BLOCK_S):
+        offs_s = s0 + tl.arange(0, BLOCK_S)
+        mask_s = offs_s < end
+        kv_off = kv_base + offs_s[:, None] * HD + offs_d[None, :]
+        kvm = mask_s[:, None] & mask_d[None, :]
+        k = tl.load(k_ptr + kv_off, mask=kvm, other=0.0)
+        v = tl.load(v_ptr + kv_off, mask=kvm, other=0.0)
+        sc = mm_tile(q, tl.trans(k), F32) * scale
+        ok = mask_s[None, :] & (offs_s[None, :] <= qp[:, None])
+        if window > 0:
+            ok = ok & (offs_s[None, :] > qp[:, None] - window)
+        sc = tl.where(ok, sc, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(sc, axis=1))
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.exp(sc - m_use[:, None])
+        alpha = tl.exp(m_i - m_use)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + mm_tile(p.to(v.dtype), v, F32)
+        m_i = m_new
+    has = l_i > 0
+    out = acc / tl.where(has, l_i, 1.0)[:, None]
+    lse = tl.where(has, m_i + tl.log(tl.where(has, l_i, 1.0)), float("-inf"))
+    row = (split * TM + t) * H + h
+    tl.store(o_ptr + row[:, None] * HD + offs_d[None, :], out, mask=valid[:, None] & mask_d[None, :])
+    tl.store(lse_ptr + row, lse, mask=valid)
+
+
+@triton.jit
+def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos_ptr, T, TM, S, H, HD, window, scale,
+                     CHUNK, GROUP: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_TOK: tl.constexpr,
+                     BLOCK_M: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+                     F32: tl.constexpr):
+    attention_body(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos_ptr, T, TM, S, H, HD, window, scale,
+                   CHUNK, tl.program_id(0), tl.program_id(1), tl.program_id(2),
+                   GROUP, BLOCK_G, BLOCK_TOK, BLOCK_M, BLOCK_S, BLOCK_D, F32)
+
+
+@triton.jit
+def attn_merge_body(o_ptr, lse_ptr, out_ptr, pos_ptr, T, TM, H, HD, CHUNK, n_splits, t, h,
+                    BLOCK_SP: tl.constexpr, BLOCK_D: tl.constexpr):
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_d = offs_d < HD
+    n_act = tl.minimum(n_splits, tl.cdiv(tl.load(pos_ptr) + T, CHUNK))
+    sp = tl.arange(0, BLOCK_SP)
+    lse = tl.load(lse_ptr + (sp * TM + t) * H + h, mask=sp < n_act, other=float("-inf"))
+    m = tl.max(lse, axis=0)
+    m = tl.where(m == float("-inf"), 0.0, m)
+    den = tl.sum(tl.exp(lse - m), axis=0)
+    acc = tl.zeros([BLOCK_D], dtype=tl.float32)
+    for i in range(0, n_act):
+        row = (i * TM + t) * H + h
+        w = tl.exp(tl.load(lse_ptr + row) - m)
+        acc += w * tl.load(o_ptr + row * HD + offs_d, mask=mask_d, other=0.0)
+    tl.store(out_ptr + (t * H + h) * HD + offs_d, (acc / den).to(out_ptr.dtype.element_ty),
+             mask=mask_d)
+
+
+@triton.jit
+def attn_merge_kernel(o_ptr, lse_ptr, out_ptr, pos_ptr, T, TM, H, HD, CHUNK, n_splits,
+                      BLOCK_SP: tl.constexpr, BLOCK_D: tl.constexpr):
+    attn_merge_body(o_ptr, lse_ptr, out_ptr, pos_ptr, T, TM, H, HD, CHUNK, n_splits,
+                    tl.program_id(0), tl.program_id(1), BLOCK_SP, BLOCK_D)
+
+
+def split_plan(max_seq_len: int, n_kv_heads: int, block_s: int = 64, sms: int = 132):
+    """(CHUNK, n_splits): about 2 programs per SM at full context; CHUNK a multiple of block_s."""
+    want = max(1, (2 * sms) // n_kv_heads)
+    chunk = triton.cdiv(triton.cdiv(max_seq_len, want), block_s) * block_s
+    return chunk, triton.cdiv(max_seq_len, chunk)
+
+
+def attention(q, k_cache, v_cache, pos, *, window: int = 0, scale=None, out=None,
+              chunk=None, scratch=None):
+    """q [T, H, hd]; k_cache/v_cache [KVH, S, hd] (one layer, positions < pos+T filled); pos int32
+    [1] device tensor. Returns out [T, H*hd] in q's dtype."""
+    T, H, HD = q.shape
+    KVH, S, _ = k_cache.shape
+    G = H // KVH
+    scale = HD ** -0.5 if scale is None else scale
+    block_s, block_tok = attention_config(HD, G, T)
+    if chunk is None:
+        chunk, _ = split_plan(S, KVH, block_s)
+    n_splits = triton.cdiv(S, chunk)
+    if scratch is None:
+        o_part = torch.empty(n_splits, T, H, HD, device=q.device, dtype=torch.float32)
+        lse = torch.empty(n_splits, T, H, device=q.device, dtype=torch.float32)
+    else:
+        o_part, lse = scratch
+    TM = o_part.shape[1]
+    if out is None:
+        out = torch.empty(T, H * HD, device=q.device, dtype=q.dtype)
+    BLOCK_G = triton.next_power_of_2(G)
+    BLOCK_M = max(16, BLOCK_G * block_tok)
+    BLOCK_D = max(16, triton.next_power_of_2(HD))
+    grid = (KVH, n_splits, triton.cdiv(T, block_tok))
+    attention_kernel[grid](q, k_cache, v_cache, o_part, lse, pos, T, TM, S, H, HD, window, scale,
+                           chunk, GROUP=G, BLOCK_G=BLOCK_G, BLOCK_TOK=block_tok, BLOCK_M=BLOCK_M,
+                           BLOCK_S=block_s, BLOCK_D=BLOCK_D, F32=INTERPRET, num_warps=4)
+    attn_merge_kernel[(T, H)](o_part, lse, out, pos, T, TM, H, HD, chunk, n_splits,
+                              BLOCK_SP=triton.next_power_of_2(n_splits), BLOCK_D=BLOCK_D)
+    return out

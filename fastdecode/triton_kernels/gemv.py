@@ -1,0 +1,97 @@
+"""GEMV / skinny GEMM with fused prologue and epilogue.
+
+    y[t, n] = epilogue( sum_k prologue(x)[t, k] * W[n, k] )
+    prologue: RMSNorm of the input row (NORM):  x * rsqrt(mean(x^2) + eps) * norm_w
+    epilogue: + bias[n] (BIAS);  silu(y_gate) * y_up with W = [gate; up] stacked [2N, K] (SWIGLU);
+              + residual[t, n] (RESIDUAL, may alias the output: the residual stream updated in place)
+
+Shapes: x [T, K] (bf16/fp16/fp32), W [N or 2N, K] row-major, y [T, N]. fp32 accumulation.
+Roofline (decode, T=1): bytes = N*K*2 (weights, bf16) + small; at the ~4.46 TB/s a read-only stream
+reaches on an H200 (KNOWLEDGE.md), e.g. 2048x8192 gate|up of Llama-3.2-1B = 67 MB -> 15 us.
+"""
+import torch
+import triton
+import triton.language as tl
+
+from ._common import INTERPRET, gemv_acc, row_rstd
+from .config import gemv_config
+
+
+@triton.jit
+def gemv_tile(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, T, N, K, stride_x, stride_res, eps,
+              pid_n, pid_t,
+              NORM: tl.constexpr, BIAS: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
+              BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+              F32: tl.constexpr):
+    """One [BLOCK_T, BLOCK_N] output tile in fp32 registers, epilogue applied. Returns (y, offs_t,
+    mask_t, offs_n, mask_n)."""
+    offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    mask_t = offs_t < T
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_n = offs_n < N
+    if NORM:
+        rstd = row_rstd(x_ptr, stride_x, offs_t, mask_t, K, eps, BLOCK_K)
+    else:
+        rstd = tl.zeros([BLOCK_T], dtype=tl.float32)
+    acc, acc2 = gemv_acc(x_ptr, stride_x, offs_t, mask_t, rstd, norm_ptr, w_ptr, offs_n, offs_n + N,
+                         mask_n, K, NORM, SWIGLU, BLOCK_K, F32)
+    if BIAS:
+        acc += tl.load(bias_ptr + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
+        if SWIGLU:
+            acc2 += tl.load(bias_ptr + N + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
+    if SWIGLU:
+        acc = acc / (1.0 + tl.exp(-acc)) * acc2
+    if RESIDUAL:
+        r = tl.load(res_ptr + offs_t[:, None] * stride_res + offs_n[None, :],
+                    mask=mask_t[:, None] & mask_n[None, :], other=0.0)
+        acc += r.to(tl.float32)
+    return acc, offs_t, mask_t, offs_n, mask_n
+
+
+@triton.jit
+def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, stride_x, stride_res,
+              stride_out, eps, pid_n, pid_t,
+              NORM: tl.constexpr, BIAS: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
+              BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+              F32: tl.constexpr):
+    y, offs_t, mask_t, offs_n, mask_n = gemv_tile(
+        x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, T, N, K, stride_x, stride_res, eps, pid_n, pid_t,
+        NORM, BIAS, SWIGLU, RESIDUAL, BLOCK_T, BLOCK_N, BLOCK_K, F32)
+    tl.store(out_ptr + offs_t[:, None] * stride_out + offs_n[None, :],
+             y.to(out_ptr.dtype.element_ty), mask=mask_t[:, None] & mask_n[None, :])
+
+
+@triton.jit
+def gemv_kernel(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, stride_x, stride_res,
+                stride_out, eps,
+                NORM: tl.constexpr, BIAS: tl.constexpr, SWIGLU: tl.constexpr,
+                RESIDUAL: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr,
+                BLOCK_K: tl.constexpr, F32: tl.constexpr):
+    gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, stride_x, stride_res,
+              stride_out, eps, tl.program_id(0), tl.program_id(1),
+              NORM, BIAS, SWIGLU, RESIDUAL, BLOCK_T, BLOCK_N, BLOCK_K, F32)
+
+
+def block_t(T: int) -> int:
+    """Decode (T=1) streams with a register reduction; T>1 uses tl.dot tiles of M=16 (its minimum)."""
+    return 1 if T == 1 else 16
+
+
+def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bias=None,
+         residual=None, swiglu: bool = False, out=None) -> torch.Tensor:
+    """Launcher: x [T, K], w [N, K] (or [2N, K] with swiglu) -> out [T, N] in x's dtype."""
+    T, K = x.shape
+    N = w.shape[0] // 2 if swiglu else w.shape[0]
+    assert w.shape[1] == K and x.stride(1) == 1 and w.is_contiguous()
+    if out is None:
+        out = torch.empty(T, N, device=x.device, dtype=x.dtype)
+    res = residual if residual is not None else out
+    cfg = gemv_config(N, K, T, x.device)
+    BT = block_t(T)
+    grid = (triton.cdiv(N, cfg.block_n), triton.cdiv(T, BT))
+    gemv_kernel[grid](x, w, norm_w if norm_w is not None else w, bias if bias is not None else w,
+                      res, out, T, N, K, x.stride(0), res.stride(0), out.stride(0), eps,
+                      NORM=norm_w is not None, BIAS=bias is not None, SWIGLU=swiglu,
+                      RESIDUAL=residual is not None, BLOCK_T=BT, BLOCK_N=cfg.block_n,
+                      BLOCK_K=cfg.block_k, F32=INTERPRET, num_warps=cfg.num_warps)
+    return out

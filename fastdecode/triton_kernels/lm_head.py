@@ -1,0 +1,156 @@
+"""lm_head with the final RMSNorm prologue and an in-kernel token choice (argmax or Gumbel-max).
+
+Phase 1 (lm_head_body), one program per (BLOCK_N slice of the vocab, token block):
+    logits[t, n] = W[n] . rmsnorm(x[t]) * final_norm          (fp32; stored if WRITE_LOGITS)
+    score[t, n]  = logits[t, n]                                (greedy)
+                 = logits[t, n] / temperature + Gumbel(u)      (SAMPLE; u = philox(seed, t*V + n))
+    partial max and argmax of score over its slice -> pval/pidx [T, n_tiles]
+Phase 2 (choose_merge_body), one program: the max over slices in ascending slice order (ties go to
+the lowest token id), written as the next input token and to the token history; it advances the
+device-side position, step and RNG counter, so a CUDA graph of the step can be replayed as is.
+argmax_i(l_i / T + G_i), G_i ~ Gumbel(0, 1) i.i.d., is a sample of softmax(l / T) (Gumbel-max trick).
+Bytes (decode): V * d * 2 -- e.g. 128256 x 2048 x 2 = 525 MB for Llama-3.2-1B's tied head, 118 us
+at 4.46 TB/s: the largest single matrix of that model.
+"""
+import torch
+import triton
+import triton.language as tl
+
+from ._common import INTERPRET
+from .config import gemv_config
+from .gemv import block_t, gemv_tile
+
+
+@triton.jit
+def choose_tile(vals, offs_t, mask_t, offs_n, mask_n, V, seed_ptr, temp_ptr, pval_ptr, pidx_ptr,
+                n_tiles, pid_n, SAMPLE: tl.constexpr):
+    """Partial argmax of vals (or of vals/temperature + Gumbel noise) over this vocab slice."""
+    if SAMPLE:
+        seed = tl.load(seed_ptr)
+        u = tl.rand(seed, offs_t[:, None] * V + offs_n[None, :])
+        u = tl.maximum(u, 1e-20)
+        vals = vals / tl.load(temp_ptr) - tl.log(-tl.log(u))
+    vals = tl.where(mask_n[None, :], vals, float("-inf"))
+    best = tl.max(vals, axis=1)
+    idx = tl.argmax(vals, axis=1, tie_break_left=True) + pid_n * offs_n.shape[0]
+    tl.store(pval_ptr + offs_t * n_tiles + pid_n, best, mask=mask_t)
+    tl.store(pidx_ptr + offs_t * n_tiles + pid_n, idx.to(tl.int32), mask=mask_t)
+
+
+@triton.jit
+def lm_head_body(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_ptr, temp_ptr,
+                 T, V, K, stride_x, stride_logits, eps, n_tiles, pid_n, pid_t,
+                 WRITE_LOGITS: tl.constexpr, CHOOSE: tl.constexpr, SAMPLE: tl.constexpr,
+                 BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                 F32: tl.constexpr):
+    y, offs_t, mask_t, offs_n, mask_n = gemv_tile(
+        x_ptr, w_ptr, norm_ptr, w_ptr, x_ptr, T, V, K, stride_x, stride_x, eps, pid_n, pid_t,
+        True, False, False, False, BLOCK_T, BLOCK_N, BLOCK_K, F32)
+    if WRITE_LOGITS:
+        tl.store(logits_ptr + offs_t[:, None] * stride_logits + offs_n[None, :], y,
+                 mask=mask_t[:, None] & mask_n[None, :])
+    if CHOOSE:
+        choose_tile(y, offs_t, mask_t, offs_n, mask_n, V, seed_ptr, temp_ptr, pval_ptr, pidx_ptr,
+                    n_tiles, pid_n, SAMPLE)
+
+
+@triton.jit
+def lm_head_kernel(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_ptr, temp_ptr,
+                   T, V, K, stride_x, stride_logits, eps, n_tiles,
+                   WRITE_LOGITS: tl.constexpr, CHOOSE: tl.constexpr, SAMPLE: tl.constexpr,
+                   BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                   F32: tl.constexpr):
+    lm_head_body(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_ptr, temp_ptr,
+                 T, V, K, stride_x, stride_logits, eps, n_tiles, tl.program_id(0),
+                 tl.program_id(1), WRITE_LOGITS, CHOOSE, SAMPLE, BLOCK_T, BLOCK_N, BLOCK_K, F32)
+
+
+@triton.jit
+def sample_logits_kernel(logits_ptr, pval_ptr, pidx_ptr, seed_ptr, temp_ptr, T, V, stride_logits,
+                         n_tiles, SAMPLE: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Phase 1 on precomputed (e.g. top-k / top-p filtered) logits [T, V]."""
+    pid_n = tl.program_id(0)
+    t = tl.program_id(1)
+    offs_t = t + tl.arange(0, 1)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_n = offs_n < V
+    vals = tl.load(logits_ptr + offs_t[:, None] * stride_logits + offs_n[None, :],
+                   mask=mask_n[None, :], other=float("-inf"))
+    choose_tile(vals, offs_t, offs_t < T, offs_n, mask_n, V, seed_ptr, temp_ptr, pval_ptr,
+                pidx_ptr, n_tiles, pid_n, SAMPLE)
+
+
+@triton.jit
+def choose_merge_body(pval_ptr, pidx_ptr, n_tiles, row, tok_ptr, hist_ptr, pos_ptr, step_ptr,
+                      seed_ptr, advance, BLOCK: tl.constexpr):
+    best = tl.full([BLOCK], float("-inf"), dtype=tl.float32)
+    bidx = tl.zeros([BLOCK], dtype=tl.int32)
+    for i0 in range(0, n_tiles, BLOCK):
+        offs = i0 + tl.arange(0, BLOCK)
+        v = tl.load(pval_ptr + row * n_tiles + offs, mask=offs < n_tiles, other=float("-inf"))
+        ix = tl.load(pidx_ptr + row * n_tiles + offs, mask=offs < n_tiles, other=0)
+        better = v > best  # strict: earlier slices win ties
+        best = tl.where(better, v, best)
+        bidx = tl.where(better, ix, bidx)
+    top = tl.max(best, axis=0)
+    # lowest token id among lanes holding the max (lane order != slice order across lanes)
+    tok = tl.min(tl.where(best == top, bidx, 2147483647), axis=0)
+    step = tl.load(step_ptr)
+    tl.store(tok_ptr, tok)
+    tl.store(hist_ptr + step, tok.to(tl.int64))
+    tl.store(step_ptr, step + 1)
+    tl.store(pos_ptr, tl.load(pos_ptr) + advance)
+    tl.store(seed_ptr, tl.load(seed_ptr) + 1)
+
+
+@triton.jit
+def choose_merge_kernel(pval_ptr, pidx_ptr, n_tiles, row, tok_ptr, hist_ptr, pos_ptr, step_ptr,
+                        seed_ptr, advance, BLOCK: tl.constexpr):
+    choose_merge_body(pval_ptr, pidx_ptr, n_tiles, row, tok_ptr, hist_ptr, pos_ptr, step_ptr,
+                      seed_ptr, advance, BLOCK)
+
+
+def lm_head_tiles(V: int, K: int, T: int, device) -> int:
+    return gemv_config(V, K, T, device).block_n
+
+
+def lm_head(x, w, norm_w, eps, *, logits=None, choose=True, sample=False, seed=None, temp=None,
+            partials=None):
+    """x [T, d] -> (logits [T, V] fp32 or None, pval, pidx [T, n_tiles]) with the token choice."""
+    T, K = x.shape
+    V = w.shape[0]
+    cfg = gemv_config(V, K, T, x.device)
+    n_tiles = triton.cdiv(V, cfg.block_n)
+    if partials is None:
+        partials = (torch.empty(T, n_tiles, device=x.device, dtype=torch.float32),
+                    torch.empty(T, n_tiles, device=x.device, dtype=torch.int32))
+    pval, pidx = partials
+    dummy = pval
+    BT = block_t(T)
+    lm_head_kernel[(n_tiles, triton.cdiv(T, BT))](
+        x, w, norm_w, logits if logits is not None else dummy, pval, pidx,
+        seed if seed is not None else pidx, temp if temp is not None else pval,
+        T, V, K, x.stride(0), logits.stride(0) if logits is not None else 0, eps, n_tiles,
+        WRITE_LOGITS=logits is not None, CHOOSE=choose, SAMPLE=sample, BLOCK_T=BT,
+        BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, F32=INTERPRET, num_warps=cfg.num_warps)
+    return logits, pval, pidx
+
+
+def sample_logits(logits, seed, temp, *, sample=True, block_n=1024, partials=None):
+    """Phase 1 over given logits [T, V] -> (pval, pidx) partials."""
+    T, V = logits.shape
+    n_tiles = triton.cdiv(V, block_n)
+    if partials is None:
+        partials = (torch.empty(T, n_tiles, device=logits.device, dtype=torch.float32),
+                    torch.empty(T, n_tiles, device=logits.device, dtype=torch.int32))
+    pval, pidx = partials
+    sample_logits_kernel[(n_tiles, T)](logits, pval, pidx, seed, temp, T, V, logits.stride(0),
+                                       n_tiles, SAMPLE=sample, BLOCK_N=block_n)
+    return pval, pidx
+
+
+def choose_merge(pval, pidx, row, tok, hist, pos, step, seed, advance):
+    """Phase 2: tok[0] = argmax over partials of `row`; hist[step] = tok; pos += advance; step += 1."""
+    n_tiles = pval.shape[1]
+    choose_merge_kernel[(1,)](pval, pidx, n_tiles, row, tok, hist, pos, step, seed, advance,
+                              BLOCK=min(1024, triton.next_power_of_2(n_tiles)))
