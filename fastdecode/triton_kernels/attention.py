@@ -144,7 +144,8 @@ def attention(q, k_cache, v_cache, pos, *, window: int = 0, scale=None, out=None
     grid = (KVH, n_splits, triton.cdiv(T, block_tok))
     attention_kernel[grid](q, k_cache, v_cache, o_part, lse, pos, T, TM, S, H, HD, window, scale,
                            chunk, GROUP=G, BLOCK_G=BLOCK_G, BLOCK_TOK=block_tok, BLOCK_M=BLOCK_M,
-                           BLOCK_S=block_s, BLOCK_D=BLOCK_D, F32=INTERPRET, num_warps=4)
+                           BLOCK_S=block_s, BLOCK_D=BLOCK_D,
+                           F32=INTERPRET or q.dtype == torch.float32, num_warps=4)
     attn_merge_kernel[(T, H)](o_part, lse, out, pos, T, TM, H, HD, chunk, n_splits,
                               BLOCK_SP=triton.next_power_of_2(n_splits), BLOCK_D=BLOCK_D)
     return out

@@ -93,5 +93,6 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
                       res, out, T, N, K, x.stride(0), res.stride(0), out.stride(0), eps,
                       NORM=norm_w is not None, BIAS=bias is not None, SWIGLU=swiglu,
                       RESIDUAL=residual is not None, BLOCK_T=BT, BLOCK_N=cfg.block_n,
-                      BLOCK_K=cfg.block_k, F32=INTERPRET, num_warps=cfg.num_warps)
+                      BLOCK_K=cfg.block_k, F32=INTERPRET or w.dtype == torch.float32,
+                      num_warps=cfg.num_warps)
     return out

@@ -110,8 +110,17 @@ def choose_merge_kernel(pval_ptr, pidx_ptr, n_tiles, row, tok_ptr, hist_ptr, pos
                       seed_ptr, advance, BLOCK)
 
 
-def lm_head_tiles(V: int, K: int, T: int, device) -> int:
-    return gemv_config(V, K, T, device).block_n
+def n_vocab_tiles(V: int, K: int, T: int, device, block_n=None) -> int:
+    return triton.cdiv(V, block_n or gemv_config(V, K, T, device).block_n)
+
+
+def _partials(partials, T, n_tiles, device):
+    """Views [T, n_tiles] of caller-owned flat (fp32, int32) buffers, or fresh ones."""
+    if partials is None:
+        return (torch.empty(T, n_tiles, device=device, dtype=torch.float32),
+                torch.empty(T, n_tiles, device=device, dtype=torch.int32))
+    pval, pidx = partials
+    return pval[:T * n_tiles].view(T, n_tiles), pidx[:T * n_tiles].view(T, n_tiles)
 
 
 def lm_head(x, w, norm_w, eps, *, logits=None, choose=True, sample=False, seed=None, temp=None,
@@ -120,11 +129,8 @@ def lm_head(x, w, norm_w, eps, *, logits=None, choose=True, sample=False, seed=N
     T, K = x.shape
     V = w.shape[0]
     cfg = gemv_config(V, K, T, x.device)
-    n_tiles = triton.cdiv(V, cfg.block_n)
-    if partials is None:
-        partials = (torch.empty(T, n_tiles, device=x.device, dtype=torch.float32),
-                    torch.empty(T, n_tiles, device=x.device, dtype=torch.int32))
-    pval, pidx = partials
+    n_tiles = n_vocab_tiles(V, K, T, x.device)
+    pval, pidx = _partials(partials, T, n_tiles, x.device)
     dummy = pval
     BT = block_t(T)
     lm_head_kernel[(n_tiles, triton.cdiv(T, BT))](
@@ -132,7 +138,8 @@ def lm_head(x, w, norm_w, eps, *, logits=None, choose=True, sample=False, seed=N
         seed if seed is not None else pidx, temp if temp is not None else pval,
         T, V, K, x.stride(0), logits.stride(0) if logits is not None else 0, eps, n_tiles,
         WRITE_LOGITS=logits is not None, CHOOSE=choose, SAMPLE=sample, BLOCK_T=BT,
-        BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, F32=INTERPRET, num_warps=cfg.num_warps)
+        BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, F32=INTERPRET or w.dtype == torch.float32,
+        num_warps=cfg.num_warps)
     return logits, pval, pidx
 
 
@@ -140,10 +147,7 @@ def sample_logits(logits, seed, temp, *, sample=True, block_n=1024, partials=Non
     """Phase 1 over given logits [T, V] -> (pval, pidx) partials."""
     T, V = logits.shape
     n_tiles = triton.cdiv(V, block_n)
-    if partials is None:
-        partials = (torch.empty(T, n_tiles, device=logits.device, dtype=torch.float32),
-                    torch.empty(T, n_tiles, device=logits.device, dtype=torch.int32))
-    pval, pidx = partials
+    pval, pidx = _partials(partials, T, n_tiles, logits.device)
     sample_logits_kernel[(n_tiles, T)](logits, pval, pidx, seed, temp, T, V, logits.stride(0),
                                        n_tiles, SAMPLE=sample, BLOCK_N=block_n)
     return pval, pidx

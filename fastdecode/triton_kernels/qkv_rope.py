@@ -88,5 +88,6 @@ def qkv_rope(x, w_qkv, norm_w, cos, sin, pos, k_cache, v_cache, *, n_heads, eps,
                           qk_norm if qk_norm is not None else norm_w, cos, sin, pos,
                           q_out, k_cache, v_cache, T, K, x.stride(0), S, eps, n_heads, KVH, HD,
                           BIAS=bias is not None, QK_NORM=qk_norm is not None, BLOCK_T=BT,
-                          BLOCK_H=BLOCK_H, BLOCK_K=cfg.block_k, F32=INTERPRET, num_warps=4)
+                          BLOCK_H=BLOCK_H, BLOCK_K=cfg.block_k,
+                          F32=INTERPRET or w_qkv.dtype == torch.float32, num_warps=4)
     return q_out

