@@ -30,7 +30,7 @@ def _pow2_floor(v: int) -> int:
 
 def gemv_config(N: int, K: int, T: int, device) -> TileConfig:
     if INTERPRET or getattr(device, "type", str(device)) == "cpu":
-        return TileConfig(block_n=min(64, triton.next_power_of_2(N)),
+        return TileConfig(block_n=min(1024, triton.next_power_of_2(N)),
                           block_k=min(1024, triton.next_power_of_2(K)), num_warps=4)
     if T > 1:
         return TileConfig(block_n=64, block_k=64, num_warps=4)

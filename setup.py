@@ -1,0 +1,27 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="fastdecode",
+    version="0.1.0",
+    description="Batch-1 LLM decoding at the speed of GPU memory: fused Triton kernels, a drop-in "
+                "nn.Module for Hugging Face Llama / Mistral / Qwen2 / Qwen3 models",
+    long_description=open("README.md").read(),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["fastdecode", "fastdecode.*"]),
+    python_requires=">=3.10",
+    install_requires=[
+        "torch>=2.4",
+        "triton>=3.0",
+        "safetensors",
+        "einops",
+        "transformers>=4.45",
+        # triton 3.6's CPU interpreter (the CPU path of every kernel) calls int() on 1-element
+        # arrays, which numpy >= 2.4 rejects
+        "numpy<2.4",
+    ],
+    extras_require={
+        "test": ["pytest", "hypothesis"],
+        "demo": ["gguf", "accelerate"],
+    },
+    entry_points={"console_scripts": ["fastdecode=fastdecode.__main__:main"]},
+)

@@ -1,0 +1,28 @@
+import os
+
+import pytest
+import torch
+from hypothesis import HealthCheck, settings
+
+import fastdecode  # noqa: F401  (sets TRITON_INTERPRET on CPU-only machines before kernels load)
+
+settings.register_profile("ci", deadline=None, max_examples=25, derandomize=True,
+                          suppress_health_check=[HealthCheck.too_slow,
+                                                 HealthCheck.function_scoped_fixture])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+HAS_CUDA = torch.cuda.is_available()
+DEVICE = torch.device("cuda" if HAS_CUDA else "cpu")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU (compiled Triton)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if HAS_CUDA:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

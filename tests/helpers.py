@@ -1,0 +1,32 @@
+"""Shared test helpers: tolerances derived from dtype and reduction length, tiny HF models."""
+import math
+
+import torch
+
+# Unit roundoff u = 2^-(mantissa bits + 1) of each dtype.
+U = {torch.float32: 2.0 ** -24, torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}
+
+
+def rel_tol(dtype, K: int = 1) -> float:
+    """Relative L2 tolerance for an op whose output is stored in `dtype` after an fp32 reduction of
+    length K, compared with an fp32 reference on the same inputs.
+    - storing: the interpreter truncates instead of rounding, so up to 2u relative per element;
+    - the T>1 tl.dot path rounds the normalised input to `dtype` (another u, relative rms);
+    - the fp32 reduction: random-walk error ~ sqrt(K) * 2^-24, kept with a 16x margin.
+    For fp32 outputs the first two terms are fp32's own."""
+    return 2 * U[dtype] + U[dtype] + 16 * math.sqrt(K) * U[torch.float32]
+
+
+def rel_err(out, ref) -> float:
+    out, ref = out.double(), ref.double()
+    return float((out - ref).norm() / ref.norm().clamp_min(1e-30))
+
+
+def assert_close(out, ref, dtype, K=1, what=""):
+    assert torch.isfinite(out.float()).all(), f"{what}: non-finite output"
+    err, tol = rel_err(out, ref), rel_tol(dtype, K)
+    assert err <= tol, f"{what}: relative L2 error {err:.3g} > tolerance {tol:.3g} ({dtype}, K={K})"
+
+
+def close(out, ref, dtype, K=1) -> bool:
+    return rel_err(out, ref) <= rel_tol(dtype, K)

@@ -1,0 +1,49 @@
+"""Tiny random Hugging Face models of every supported family, with odd sizes (head dims, vocab,
+GQA ratios, tied and untied heads, biases, sliding windows) that do not divide any tile size."""
+import torch
+import transformers as tf
+
+FAMILIES = {
+    # llama: Llama-3 rope scaling, GQA 3:1, head_dim 8, untied
+    "llama": (tf.LlamaConfig, tf.LlamaForCausalLM, dict(
+        hidden_size=48, intermediate_size=72, num_attention_heads=6, num_key_value_heads=2,
+        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                      "high_freq_factor": 4.0, "original_max_position_embeddings": 16},
+        max_position_embeddings=256)),
+    # llama with biases everywhere and tied embeddings, MHA, head_dim 12
+    "llama_bias_tied": (tf.LlamaConfig, tf.LlamaForCausalLM, dict(
+        hidden_size=48, intermediate_size=40, num_attention_heads=4, num_key_value_heads=4,
+        attention_bias=True, mlp_bias=True, tie_word_embeddings=True)),
+    # mistral: MQA (8 query heads, 1 KV head), sliding window of 5 keys
+    "mistral": (tf.MistralConfig, tf.MistralForCausalLM, dict(
+        hidden_size=64, intermediate_size=88, num_attention_heads=8, num_key_value_heads=1,
+        sliding_window=5)),
+    # qwen2: q/k/v bias, tied, head_dim 10 (half 5), GQA 2:1
+    "qwen2": (tf.Qwen2Config, tf.Qwen2ForCausalLM, dict(
+        hidden_size=60, intermediate_size=52, num_attention_heads=6, num_key_value_heads=3,
+        tie_word_embeddings=True)),
+    # qwen3: q/k RMSNorm, explicit head_dim 14 with hidden 40 (H*hd != d), untied
+    "qwen3": (tf.Qwen3Config, tf.Qwen3ForCausalLM, dict(
+        hidden_size=40, intermediate_size=68, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=14, tie_word_embeddings=False)),
+}
+
+
+def tiny_model(family: str, vocab: int = 101, layers: int = 2, seed: int = 0,
+               dtype=torch.float32):
+    cfg_cls, model_cls, kw = FAMILIES[family]
+    kw = dict(kw)
+    kw.setdefault("tie_word_embeddings", False)
+    kw.setdefault("max_position_embeddings", 512)
+    cfg = cfg_cls(vocab_size=vocab, num_hidden_layers=layers, rms_norm_eps=1e-5, **kw)
+    torch.manual_seed(seed)
+    model = model_cls(cfg).eval()
+    with torch.no_grad():  # HF's init is tiny (std 0.02): use weights that exercise the math
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.copy_(1 + 0.2 * torch.randn_like(p))
+            elif name.endswith("bias"):
+                p.copy_(0.3 * torch.randn_like(p))
+            else:
+                p.copy_(torch.randn_like(p) / p.shape[-1] ** 0.5)
+    return model.to(dtype)

@@ -1,0 +1,65 @@
+"""Checkpoints without an HF model object: safetensors folders (one file and sharded with an
+index) give the same model as from_hf; the packed layout concatenates back to HF's weights."""
+import pytest
+import torch
+
+import fastdecode
+from fastdecode.packing import pack
+from fastdecode.spec import ModelSpec
+from models import tiny_model
+
+
+@pytest.mark.parametrize("shard", [None, "30KB"])
+@pytest.mark.parametrize("family", ["llama_bias_tied", "qwen3"])
+def test_safetensors_folder_matches_from_hf(tmp_path, family, shard):
+    model = tiny_model(family)
+    kw = {"max_shard_size": shard} if shard else {}
+    model.save_pretrained(tmp_path, **kw)
+    if shard:
+        assert (tmp_path / "model.safetensors.index.json").exists()
+    fm = fastdecode.from_pretrained(str(tmp_path), max_seq_len=32, device="cpu",
+                                    dtype=torch.float32, mode="torch")
+    ref = fastdecode.from_hf(model, max_seq_len=32, mode="torch")
+    for name, t in ref.weights.tensors().items():
+        got = fm.weights.tensors()[name]
+        assert (t is None) == (got is None), name
+        if t is not None:
+            assert torch.equal(got, t), name
+    ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
+    assert torch.equal(fm(ids), ref(ids))
+
+
+def test_packing_round_trip():
+    model = tiny_model("qwen2")
+    sd = model.state_dict()
+    spec = ModelSpec.from_hf_config(model.config)
+    pw = pack(spec, sd.get, device="cpu", dtype=torch.float32)
+    s = spec
+    for i in range(s.n_layers):
+        q, k, v = pw.w_qkv[i].split([s.q_dim, s.kv_dim, s.kv_dim])
+        assert torch.equal(q, sd[f"model.layers.{i}.self_attn.q_proj.weight"])
+        assert torch.equal(k, sd[f"model.layers.{i}.self_attn.k_proj.weight"])
+        assert torch.equal(v, sd[f"model.layers.{i}.self_attn.v_proj.weight"])
+        assert torch.equal(pw.b_qkv[i], torch.cat([sd[f"model.layers.{i}.self_attn.{x}_proj.bias"]
+                                                   for x in "qkv"]))
+        g, u = pw.w_gu[i].chunk(2)
+        assert torch.equal(g, sd[f"model.layers.{i}.mlp.gate_proj.weight"])
+        assert torch.equal(u, sd[f"model.layers.{i}.mlp.up_proj.weight"])
+    assert pw.lm_head.data_ptr() == pw.embed.data_ptr()  # tied: one tensor, streamed once
+
+
+def test_missing_tensor_and_bad_dtype_raise():
+    model = tiny_model("llama")
+    sd = dict(model.state_dict())
+    spec = ModelSpec.from_hf_config(model.config)
+    del sd["model.layers.1.mlp.up_proj.weight"]
+    with pytest.raises(KeyError, match="up_proj"):
+        pack(spec, sd.get, device="cpu", dtype=torch.float32)
+    sd = {k: (v.to(torch.int8) if "o_proj" in k else v) for k, v in model.state_dict().items()}
+    with pytest.raises(TypeError, match="float"):
+        pack(spec, sd.get, device="cpu", dtype=torch.float32)
+
+
+def test_missing_checkpoint_raises():
+    with pytest.raises(FileNotFoundError):
+        fastdecode.from_pretrained("/nonexistent/model", device="cpu")

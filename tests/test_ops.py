@@ -1,0 +1,162 @@
+"""Every fused op against reference.py (fp32 math on the same inputs), with hypothesis-drawn odd
+sizes, positions and seeds; and for each tolerance, a deliberately wrong kernel that it rejects."""
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fastdecode import ops
+from fastdecode import reference as R
+from helpers import assert_close, close
+from conftest import DEVICE
+
+DTYPES = st.sampled_from([torch.float32, torch.bfloat16])
+TOKENS = st.sampled_from([1, 1, 2, 5, 17])  # decode (register GEMV) and tl.dot (M padded) paths
+
+
+def rnd(*shape, dtype, seed_gen, scale=1.0, shift=0.0):
+    return (torch.randn(*shape, generator=seed_gen) * scale + shift).to(DEVICE, dtype)
+
+
+@given(T=TOKENS, K=st.integers(1, 300), seed=st.integers(0, 2**31 - 1), dtype=DTYPES,
+       has_res=st.booleans())
+def test_rmsnorm(T, K, seed, dtype, has_res):
+    g = torch.Generator().manual_seed(seed)
+    x, w = rnd(T, K, dtype=dtype, seed_gen=g), rnd(K, dtype=dtype, seed_gen=g, shift=1)
+    res = rnd(T, K, dtype=dtype, seed_gen=g) if has_res else None
+    res_ref = res.clone() if has_res else None
+    y = ops.rmsnorm(x, w, 1e-5, residual=res)
+    ref = R.rmsnorm(x, w, 1e-5, residual=res_ref)
+    assert_close(y, ref, dtype, K, "rmsnorm")
+    if has_res:
+        assert torch.equal(res, res_ref) or close(res, res_ref, dtype)
+
+
+@given(T=TOKENS, K=st.integers(1, 300), N=st.integers(1, 150), seed=st.integers(0, 2**31 - 1),
+       dtype=DTYPES, norm=st.booleans(), bias=st.booleans(), swiglu=st.booleans(),
+       residual=st.booleans())
+def test_gemv(T, K, N, seed, dtype, norm, bias, swiglu, residual):
+    g = torch.Generator().manual_seed(seed)
+    rows = 2 * N if swiglu else N
+    x = rnd(T, K, dtype=dtype, seed_gen=g)
+    w = rnd(rows, K, dtype=dtype, seed_gen=g, scale=K ** -0.5)
+    kw = dict(norm_w=rnd(K, dtype=dtype, seed_gen=g, shift=1) if norm else None, eps=1e-5,
+              bias=rnd(rows, dtype=dtype, seed_gen=g) if bias else None, swiglu=swiglu)
+    res = rnd(T, N, dtype=dtype, seed_gen=g) if residual else None
+    ref = R.gemv(x, w, residual=res, **kw)
+    out = ops.gemv(x, w, residual=res, out=res, **kw)  # residual updated in place when given
+    assert_close(out, ref, dtype, K, "gemv")
+
+
+def _qkv_case(T, H, KVH, HD, K, pos, S, dtype, g, bias, qk):
+    x = rnd(T, K, dtype=dtype, seed_gen=g)
+    w = rnd((H + 2 * KVH) * HD, K, dtype=dtype, seed_gen=g, scale=K ** -0.5)
+    nw = rnd(K, dtype=dtype, seed_gen=g, shift=1)
+    inv = 1.0 / (1e4 ** (torch.arange(0, HD, 2).double() / HD))
+    f = torch.outer(torch.arange(S).double(), inv)
+    cos, sin = f.cos().float().to(DEVICE), f.sin().float().to(DEVICE)
+    b = rnd((H + 2 * KVH) * HD, dtype=dtype, seed_gen=g) if bias else None
+    qkn = rnd(2, HD, dtype=dtype, seed_gen=g, shift=1) if qk else None
+    kc = rnd(KVH, S, HD, dtype=dtype, seed_gen=g)
+    return x, w, nw, cos, sin, b, qkn, kc, rnd(KVH, S, HD, dtype=dtype, seed_gen=g)
+
+
+@given(T=TOKENS, group=st.sampled_from([1, 2, 3, 4]), KVH=st.integers(1, 3),
+       HD=st.sampled_from([2, 6, 10, 16, 24, 40]), K=st.integers(2, 120), pos=st.integers(0, 30),
+       seed=st.integers(0, 2**31 - 1), dtype=DTYPES, bias=st.booleans(), qk=st.booleans())
+def test_qkv_rope(T, group, KVH, HD, K, pos, seed, dtype, bias, qk):
+    g = torch.Generator().manual_seed(seed)
+    H, S = group * KVH, pos + T + 3
+    x, w, nw, cos, sin, b, qkn, kc, vc = _qkv_case(T, H, KVH, HD, K, pos, S, dtype, g, bias, qk)
+    kc2, vc2 = kc.clone(), vc.clone()
+    p = torch.tensor([pos], dtype=torch.int32, device=DEVICE)
+    kw = dict(n_heads=H, eps=1e-5, bias=b, qk_norm=qkn)
+    q = ops.qkv_rope(x, w, nw, cos, sin, p, kc, vc, **kw)
+    q_ref = R.qkv_rope(x, w, nw, cos, sin, pos, kc2, vc2, **kw)
+    assert_close(q, q_ref, dtype, K, "q")
+    assert_close(kc, kc2, dtype, K, "k cache")   # untouched rows must be bit-equal: both clones
+    assert_close(vc, vc2, dtype, K, "v cache")
+    assert torch.equal(kc[:, :pos], kc2[:, :pos]) and torch.equal(kc[:, pos + T:], kc2[:, pos + T:])
+
+
+@given(T=TOKENS, group=st.sampled_from([1, 2, 3, 4, 7]), KVH=st.integers(1, 3),
+       HD=st.sampled_from([4, 10, 16, 24, 40, 64]), pos=st.integers(0, 150),
+       window=st.sampled_from([0, 0, 1, 5, 33]), seed=st.integers(0, 2**31 - 1), dtype=DTYPES,
+       chunk=st.sampled_from([None, 64, 128]))
+def test_attention(T, group, KVH, HD, pos, window, seed, dtype, chunk):
+    g = torch.Generator().manual_seed(seed)
+    H, S = group * KVH, pos + T + 5
+    q = rnd(T, H, HD, dtype=dtype, seed_gen=g)
+    kc, vc = rnd(KVH, S, HD, dtype=dtype, seed_gen=g), rnd(KVH, S, HD, dtype=dtype, seed_gen=g)
+    p = torch.tensor([pos], dtype=torch.int32, device=DEVICE)
+    out = ops.attention(q, kc, vc, p, window=window, chunk=chunk)
+    ref = R.attention(q, kc, vc, pos, window=window)
+    assert_close(out, ref, dtype, pos + T, "attention")
+
+
+@given(T=TOKENS, K=st.integers(1, 200), V=st.integers(2, 700), seed=st.integers(0, 2**31 - 1),
+       dtype=DTYPES)
+def test_lm_head_argmax(T, K, V, seed, dtype):
+    g = torch.Generator().manual_seed(seed)
+    x, w = rnd(T, K, dtype=dtype, seed_gen=g), rnd(V, K, dtype=dtype, seed_gen=g)
+    nw = rnd(K, dtype=dtype, seed_gen=g, shift=1)
+    logits = torch.empty(T, V, device=DEVICE)
+    _, pval, pidx = ops.lm_head(x, w, nw, 1e-5, logits=logits)
+    ref = R.gemv(x, w, norm_w=nw, eps=1e-5)
+    assert_close(logits, ref, torch.float32 if T == 1 else dtype, K, "logits")
+    tok, hist = torch.zeros(1, dtype=torch.int32, device=DEVICE), torch.zeros(4, dtype=torch.long,
+                                                                               device=DEVICE)
+    pos, step = torch.tensor([7], dtype=torch.int32, device=DEVICE), torch.zeros(1, dtype=torch.int32,
+                                                                               device=DEVICE)
+    seedb = torch.zeros(1, dtype=torch.long, device=DEVICE)
+    for row in {0, T - 1}:
+        step.zero_()
+        ops.choose_merge(pval, pidx, row, tok, hist, pos, step, seedb, T)
+        # the kernel's own logits decide: exact argmax with the lowest id on ties
+        assert int(tok) == int(torch.argmax(logits[row])) == int(hist[0])
+    assert int(pos) == 7 + 2 * T if len({0, T - 1}) == 2 else int(pos) == 7 + T
+    assert int(step) == 1
+
+
+@given(T=st.integers(1, 5), D=st.integers(1, 300), seed=st.integers(0, 2**31 - 1), dtype=DTYPES)
+def test_embedding(T, D, seed, dtype):
+    g = torch.Generator().manual_seed(seed)
+    emb = rnd(50, D, dtype=dtype, seed_gen=g)
+    ids = torch.randint(0, 50, (T,), generator=g).to(DEVICE, torch.int32)
+    assert torch.equal(ops.embedding(ids, emb), emb[ids.long()])
+
+
+# ---- each tolerance rejects a deliberately wrong kernel ---------------------------------------
+# The wrong kernels are our kernels driven with one plausible bug each (an off-by-one position,
+# window or norm epsilon, swapped halves, a missing bias); the same assertion must fail on them.
+
+def test_tolerances_reject_wrong_kernels():
+    g = torch.Generator().manual_seed(1)
+    for dtype in (torch.float32, torch.bfloat16):
+        T, H, KVH, HD, K, pos = 3, 4, 2, 16, 96, 9
+        S = pos + T + 2
+        x, w, nw, cos, sin, b, qkn, kc, vc = _qkv_case(T, H, KVH, HD, K, pos, S, dtype, g, True,
+                                                        True)
+        kw = dict(n_heads=H, eps=1e-5, qk_norm=qkn)
+        q_ref = R.qkv_rope(x, w, nw, cos, sin, pos, kc.clone(), vc.clone(), bias=b, **kw)
+        off = torch.tensor([pos + 1], dtype=torch.int32, device=DEVICE)   # rope at the wrong position
+        assert not close(ops.qkv_rope(x, w, nw, cos, sin, off, kc.clone(), vc.clone(), bias=b, **kw),
+                         q_ref, dtype, K)
+        p = torch.tensor([pos], dtype=torch.int32, device=DEVICE)         # bias forgotten
+        assert not close(ops.qkv_rope(x, w, nw, cos, sin, p, kc.clone(), vc.clone(), **kw),
+                         q_ref, dtype, K)
+        assert not close(ops.qkv_rope(x, w, nw, sin, cos, p, kc.clone(), vc.clone(), bias=b,
+                                      **kw), q_ref, dtype, K)               # cos and sin swapped
+        # attention: window off by one; causal limit off by one (a query seeing one future key)
+        q = rnd(T, H, HD, dtype=dtype, seed_gen=g)
+        ref = R.attention(q, kc, vc, pos, window=4)
+        assert not close(ops.attention(q, kc, vc, p, window=5), ref, dtype, pos + T)
+        assert not close(ops.attention(q[1:], kc, vc, p), R.attention(q[1:], kc, vc, pos + 1),
+                         dtype, pos + T)
+        # gemv: norm epsilon 1e-5 -> 1e-1 (rows of unit scale), gate/up swapped
+        w2 = rnd(2 * 40, K, dtype=dtype, seed_gen=g, scale=K ** -0.5)
+        ref = R.gemv(x, w2, norm_w=nw, eps=1e-5, swiglu=True)
+        assert not close(ops.gemv(x, w2, norm_w=nw, eps=1e-1, swiglu=True), ref, dtype, K)
+        assert not close(ops.gemv(x, torch.cat([w2[40:], w2[:40]]), norm_w=nw, eps=1e-5,
+                                  swiglu=True), ref, dtype, K)
+        # and the right kernel passes the same check
+        assert close(ops.gemv(x, w2, norm_w=nw, eps=1e-5, swiglu=True), ref, dtype, K)
