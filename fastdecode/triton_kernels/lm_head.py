@@ -67,16 +67,17 @@ def lm_head_kernel(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_
 
 @triton.jit
 def sample_logits_kernel(logits_ptr, pval_ptr, pidx_ptr, seed_ptr, temp_ptr, T, V, stride_logits,
-                         n_tiles, SAMPLE: tl.constexpr, BLOCK_N: tl.constexpr):
+                         n_tiles, SAMPLE: tl.constexpr, BLOCK_T: tl.constexpr,
+                         BLOCK_N: tl.constexpr):
     """Phase 1 on precomputed (e.g. top-k / top-p filtered) logits [T, V]."""
     pid_n = tl.program_id(0)
-    t = tl.program_id(1)
-    offs_t = t + tl.arange(0, 1)
+    offs_t = tl.program_id(1) * BLOCK_T + tl.arange(0, BLOCK_T)
+    mask_t = offs_t < T
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_n = offs_n < V
     vals = tl.load(logits_ptr + offs_t[:, None] * stride_logits + offs_n[None, :],
-                   mask=mask_n[None, :], other=float("-inf"))
-    choose_tile(vals, offs_t, offs_t < T, offs_n, mask_n, V, seed_ptr, temp_ptr, pval_ptr,
+                   mask=mask_t[:, None] & mask_n[None, :], other=float("-inf"))
+    choose_tile(vals, offs_t, mask_t, offs_n, mask_n, V, seed_ptr, temp_ptr, pval_ptr,
                 pidx_ptr, n_tiles, pid_n, SAMPLE)
 
 
@@ -148,8 +149,10 @@ def sample_logits(logits, seed, temp, *, sample=True, block_n=1024, partials=Non
     T, V = logits.shape
     n_tiles = triton.cdiv(V, block_n)
     pval, pidx = _partials(partials, T, n_tiles, logits.device)
-    sample_logits_kernel[(n_tiles, T)](logits, pval, pidx, seed, temp, T, V, logits.stride(0),
-                                       n_tiles, SAMPLE=sample, BLOCK_N=block_n)
+    BT = min(64, triton.next_power_of_2(T))
+    sample_logits_kernel[(n_tiles, triton.cdiv(T, BT))](
+        logits, pval, pidx, seed, temp, T, V, logits.stride(0), n_tiles, SAMPLE=sample,
+        BLOCK_T=BT, BLOCK_N=block_n)
     return pval, pidx
 
 

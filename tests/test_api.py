@@ -1,0 +1,144 @@
+"""Public API: forward/reset/generate contracts, streamers, patch/unpatch, and every bad input
+raising a clear error before any kernel runs."""
+import threading
+
+import pytest
+import torch
+
+import fastdecode
+from conftest import DEVICE
+from models import tiny_model
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_model("llama").to(DEVICE)
+
+
+@pytest.fixture(scope="module")
+def fm(model):
+    return fastdecode.from_hf(model, max_seq_len=48, mode="torch")
+
+
+def test_forward_contract(fm, model):
+    ids = torch.tensor([[5, 6, 7, 8]], device=DEVICE)
+    fm.reset()
+    a = fm(ids)
+    assert a.shape == (1, 4, 101) and a.dtype == torch.float32
+    assert fm.position == 4
+    b = fm(ids[:, :2])  # appended after what the cache holds: positions 4, 5
+    with torch.no_grad():
+        ref = model(torch.cat([ids, ids[:, :2]], 1)).logits[0, 4:].float()
+    assert torch.allclose(b[0], ref, atol=1e-4, rtol=1e-4)
+    fm.reset()
+    assert fm.position == 0 and torch.equal(fm(ids), a)
+    assert fm.config is model.config and isinstance(fm, torch.nn.Module)
+
+
+def test_generate_like_hf(fm, model):
+    ids = torch.tensor([[1, 2, 3]], device=DEVICE)
+    out = fm.generate(ids, max_new_tokens=9, attention_mask=torch.ones_like(ids))
+    with torch.no_grad():
+        ref = model.generate(ids, max_new_tokens=9, do_sample=False)
+    assert out.dtype == torch.long and torch.equal(out, ref)
+
+
+def test_eos_stops(fm):
+    ids = torch.tensor([[1, 2, 3]], device=DEVICE)
+    full = fm.generate(ids, max_new_tokens=9)
+    eos = int(full[0, 6])           # the 4th generated token
+    out = fm.generate(ids, max_new_tokens=9, eos_token_id=[1000, eos])
+    first = (full[0, 3:] == eos).nonzero()[0].item()
+    assert torch.equal(out, full[:, :3 + first + 1])   # ends with the EOS token, like HF
+
+
+def test_streamers(fm, model):
+    from transformers import TextIteratorStreamer
+
+    class Tok:  # the smallest tokenizer TextIteratorStreamer needs
+        def decode(self, ids, **kw):
+            return "".join(f"<{i}>" for i in ids)
+
+    class Collect:
+        def __init__(self):
+            self.puts, self.ended = [], False
+
+        def put(self, value):
+            self.puts.append(value.tolist())
+
+        def end(self):
+            self.ended = True
+    ids = torch.tensor([[4, 5]], device=DEVICE)
+    s = Collect()
+    out = fm.generate(ids, max_new_tokens=5, streamer=s)
+    assert s.ended and s.puts[0] == [[4, 5]] and [p[0] for p in s.puts[1:]] == out[0, 2:].tolist()
+    it = TextIteratorStreamer(Tok(), skip_prompt=True)
+    th = threading.Thread(target=fm.generate, args=(ids,), kwargs=dict(max_new_tokens=5,
+                                                                       streamer=it))
+    th.start()
+    text = "".join(it)
+    th.join()
+    assert text == "".join(f"<{i}>" for i in out[0, 2:].tolist())
+
+
+def test_patch_unpatch_round_trip(model):
+    ids = torch.tensor([[7, 8, 9]], device=DEVICE)
+    with torch.no_grad():
+        before = model.generate(ids, max_new_tokens=6, do_sample=False)
+    fastdecode.patch(model, max_seq_len=32, mode="torch")
+    assert "generate" in model.__dict__
+    assert "_fastdecode" not in dict(model.named_modules())  # not registered as a submodule
+    out = model.generate(ids, max_new_tokens=6, do_sample=False)
+    assert torch.equal(out, before)
+    fastdecode.unpatch(model)
+    assert "generate" not in model.__dict__ and "_fastdecode" not in model.__dict__
+    with torch.no_grad():
+        assert torch.equal(model.generate(ids, max_new_tokens=6, do_sample=False), before)
+
+
+def test_bad_inputs_raise(fm):
+    ok = torch.tensor([[1, 2]], device=DEVICE)
+    with pytest.raises(ValueError, match="batch size"):
+        fm.generate(torch.ones(2, 3, dtype=torch.long, device=DEVICE), max_new_tokens=2)
+    with pytest.raises(ValueError, match="batch size"):
+        fm(torch.ones(2, 3, dtype=torch.long, device=DEVICE))
+    with pytest.raises(ValueError, match="attention_mask has zeros"):
+        fm.generate(ok, attention_mask=torch.tensor([[0, 1]], device=DEVICE), max_new_tokens=2)
+    with pytest.raises(ValueError, match="max_seq_len"):
+        fm.generate(ok, max_new_tokens=47)
+    fm.reset()
+    with pytest.raises(ValueError, match="max_seq_len"):
+        fm(torch.ones(1, 49, dtype=torch.long, device=DEVICE))
+    with pytest.raises(ValueError, match="outside"):
+        fm(torch.tensor([[1, 101]], device=DEVICE))
+    with pytest.raises(TypeError, match="integer"):
+        fm(torch.ones(1, 2, device=DEVICE))
+    with pytest.raises(ValueError, match="is on meta"):
+        fm(torch.ones(1, 2, dtype=torch.long, device="meta"))
+    with pytest.raises(ValueError, match="beam"):
+        fm.generate(ok, num_beams=4)
+    with pytest.raises(TypeError, match="unsupported arguments"):
+        fm.generate(ok, max_new_tokens=2, penalty_alpha=0.6)
+    with pytest.raises(ValueError, match="temperature"):
+        fm.generate(ok, max_new_tokens=2, do_sample=True, temperature=0.0)
+    assert fm.position == 0  # nothing ran
+
+
+def test_model_level_errors(model):
+    other = "cpu" if DEVICE.type == "cuda" else "cuda"
+    with pytest.raises(ValueError, match="move the model"):
+        fastdecode.from_hf(model, device=other)
+    with pytest.raises(ValueError, match="mode"):
+        fastdecode.from_hf(model, mode="warp")
+    import transformers as tf
+    gpt2 = tf.GPT2LMHeadModel(tf.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50))
+    with pytest.raises(fastdecode.UnsupportedModelError, match="gpt2"):
+        fastdecode.from_hf(gpt2)
+    q = tiny_model("qwen2")
+    q.model.layers[0].mlp.up_proj.weight = torch.nn.Parameter(
+        q.model.layers[0].mlp.up_proj.weight.data.to(torch.int8), requires_grad=False)
+    with pytest.raises(TypeError, match="int8"):
+        fastdecode.from_hf(q)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            fastdecode.from_pretrained("smollm2", device="cuda")
