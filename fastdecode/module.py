@@ -29,7 +29,7 @@ class FastModel(nn.Module):
     """
 
     def __init__(self, weights, config, *, max_seq_len: int = 4096, mode: str | None = None,
-                 generation_config=None):
+                 generation_config=None, cuda_graph: bool = True):
         super().__init__()
         self.config = config
         self.spec: ModelSpec = weights.spec
@@ -40,7 +40,7 @@ class FastModel(nn.Module):
         if max_seq_len < 1:
             raise ValueError(f"max_seq_len must be >= 1, got {max_seq_len}")
         self.max_seq_len = int(max_seq_len)
-        self.runtime = Runtime(weights, self.max_seq_len, self.mode)
+        self.runtime = Runtime(weights, self.max_seq_len, self.mode, cuda_graph=cuda_graph)
         if generation_config is None:
             from transformers import GenerationConfig
             generation_config = GenerationConfig.from_model_config(config)
@@ -119,7 +119,8 @@ def _check_float_params(model):
                             "float16 or bfloat16 weights (quantized models are not supported)")
 
 
-def from_hf(model, max_seq_len: int = 4096, mode: str | None = None, device=None) -> FastModel:
+def from_hf(model, max_seq_len: int = 4096, mode: str | None = None, device=None,
+            cuda_graph: bool = True) -> FastModel:
     """FastModel from a loaded HF causal LM (weights are copied into the packed layout)."""
     config = getattr(model, "config", None)
     if config is None:
@@ -134,7 +135,7 @@ def from_hf(model, max_seq_len: int = 4096, mode: str | None = None, device=None
     dtype = params[0].dtype
     state = dict(model.state_dict())
     pw = pack(spec, state.get, device=where, dtype=dtype)
-    return FastModel(pw, config, max_seq_len=max_seq_len, mode=mode,
+    return FastModel(pw, config, max_seq_len=max_seq_len, mode=mode, cuda_graph=cuda_graph,
                      generation_config=getattr(model, "generation_config", None))
 
 

@@ -80,11 +80,13 @@ class DecodeState:
 
 
 class Runtime:
-    def __init__(self, pw: PackedWeights, max_seq_len: int, mode: str, max_chunk: int | None = None):
+    def __init__(self, pw: PackedWeights, max_seq_len: int, mode: str, max_chunk: int | None = None,
+                 cuda_graph: bool = True):
         if mode not in MODES:
             raise ValueError(f"mode={mode!r}: expected one of {MODES}")
         self.pw, self.spec, self.mode = pw, pw.spec, mode
         self.cuda = pw.device.type == "cuda"
+        self.cuda_graph = cuda_graph and self.cuda and mode == "ops"
         self.max_chunk = max_chunk or (64 if self.cuda else 16)
         self.state = DecodeState(pw, max_seq_len, self.max_chunk)
         self.max_seq_len = max_seq_len
@@ -138,7 +140,7 @@ class Runtime:
     def decode(self, n: int, sampling: Sampling):
         """n decode steps, each feeding back the token the previous step chose. No host sync."""
         self._check_room(n)
-        if self.cuda and self.mode == "ops":
+        if self.cuda_graph:
             g = self._graph(sampling)
             for _ in range(n):
                 g.replay()

@@ -1,0 +1,238 @@
+"""End-to-end batch-1 decode benchmark: HF eager, HF static cache + torch.compile, fastdecode ops
+(+ CUDA graph), on random-weight bf16 models of published shapes.
+
+Decode rate = (t(N new) - t(32 new)) / (N - 32): prefill and set-up cancel. Each time is the median
+of --repeats runs. Roofline: bytes a step must read (every weight once + the KV cache at the mean
+context) over the best read-only streaming bandwidth measured in this run (a GEMV over a 2 GB
+matrix, which reads faster than a device copy moves data). Prints a table, writes CSV + PNG under
+bench/results/ and appends rows to bench/RESULTS.md.
+
+    python bench/bench_decode.py --models 1b,8b
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fastdecode  # noqa: E402
+from fastdecode.spec import ModelSpec  # noqa: E402
+from shapes import random_model  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def read_bandwidth() -> dict:
+    """Read-only stream: our GEMV over a [131072, 8192] bf16 matrix (2.1 GB, 35x the 60 MB L2);
+    and a device-to-device copy (bytes read + written) for reference."""
+    import triton
+    w = torch.randn(131072, 8192, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(1, 8192, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty(1, 131072, device="cuda", dtype=torch.bfloat16)
+    t = triton.testing.do_bench(lambda: fastdecode.ops.gemv(x, w, out=out), warmup=50, rep=300,
+                                return_mode="median") * 1e-3
+    gemv_bw = w.numel() * 2 / t
+    src = torch.empty(2 * 1024**3, device="cuda", dtype=torch.uint8)
+    dst = torch.empty_like(src)
+    t = triton.testing.do_bench(lambda: dst.copy_(src), warmup=20, rep=200,
+                                return_mode="median") * 1e-3
+    del w, src, dst
+    torch.cuda.empty_cache()
+    return {"gemv_read": gemv_bw, "copy": 2 * 2 * 1024**3 / t}
+
+
+def timed(fn, repeats):
+    ts = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def decode_rate(gen, n_lo, n_hi, repeats):
+    t_lo = timed(lambda: gen(n_lo), repeats)
+    t_hi = timed(lambda: gen(n_hi), repeats)
+    return (n_hi - n_lo) / (t_hi - t_lo)
+
+
+def bench_model(key, args, bw):
+    name, model = random_model(key)
+    spec = ModelSpec.from_hf_config(model.config)
+    ids = torch.randint(0, spec.vocab_size, (1, args.prompt_len), device="cuda",
+                        generator=torch.Generator("cuda").manual_seed(0))
+    n_lo, n_hi = 32, args.new_tokens
+    mean_ctx = args.prompt_len + (n_lo + n_hi) / 2
+    step_bytes = spec.weight_bytes_per_token() + spec.kv_bytes(int(mean_ctx))
+    roof = bw / step_bytes
+    rows = []
+
+    def add(peer, rate, first_call=None):
+        rows.append(dict(model=name, peer=peer, tok_s=rate, roofline_pct=100 * rate / roof,
+                         first_call_s=first_call))
+        print(f"  {name:14s} {peer:28s} {rate:8.1f} tok/s  {100 * rate / roof:5.1f}% of roofline",
+              flush=True)
+
+    def hf_gen(n):
+        with torch.no_grad():
+            model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False)
+
+    if "fastdecode" in args.peers:
+        t0 = time.perf_counter()
+        fm = fastdecode.from_hf(model, max_seq_len=args.prompt_len + n_hi + 8, mode="ops")
+        fm.generate(ids, max_new_tokens=2, eos_token_id=[])
+        torch.cuda.synchronize()
+        first = time.perf_counter() - t0
+        rate = decode_rate(lambda n: fm.generate(ids, max_new_tokens=n, eos_token_id=[]),
+                           n_lo, n_hi, args.repeats)
+        add("fastdecode ops+graph", rate, first)
+        del fm
+        torch.cuda.empty_cache()
+    if "hf_eager" in args.peers:
+        add("HF eager", decode_rate(hf_gen, n_lo, n_hi, args.repeats))
+    if "hf_compile" in args.peers:
+        model.generation_config.cache_implementation = "static"
+        model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+        t0 = time.perf_counter()
+        hf_gen(4)
+        torch.cuda.synchronize()
+        first = time.perf_counter() - t0
+        add("HF static+torch.compile", decode_rate(hf_gen, n_lo, n_hi, args.repeats), first)
+    del model
+    torch.cuda.empty_cache()
+    base = {r["peer"]: r["tok_s"] for r in rows}
+    for r in rows:
+        r["vs_compile"] = r["tok_s"] / base["HF static+torch.compile"] \
+            if "HF static+torch.compile" in base else None
+        r.update(step_gb=step_bytes / 1e9, roofline_tok_s=roof)
+    return rows
+
+
+def first_token_latency(key, cache_dir):
+    """Process start -> first token of fastdecode (build + pack + compile + prefill + 1 token),
+    in a fresh process, with the given Triton cache dir (empty = cold)."""
+    code = ("import time,torch;t0=time.time();import sys;sys.path.insert(0,'bench');"
+            "import fastdecode;from shapes import random_model;"
+            f"_,m=random_model('{key}');t1=time.time();"
+            "fm=fastdecode.from_hf(m,max_seq_len=64);ids=torch.tensor([[1,2,3]],device='cuda');"
+            "fm.generate(ids,max_new_tokens=1);torch.cuda.synchronize();"
+            "print('FIRST',time.time()-t0,time.time()-t1)")
+    env = dict(os.environ, TRITON_CACHE_DIR=cache_dir)
+    t0 = time.time()
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         cwd=os.path.dirname(HERE))
+    wall = time.time() - t0
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("FIRST")]
+    if not line:
+        print(out.stderr[-2000:])
+        return None
+    _, in_proc, after_model = line[0].split()
+    return wall, float(after_model)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--models", default="1b,8b")
+    p.add_argument("--peers", default="fastdecode,hf_eager,hf_compile")
+    p.add_argument("--prompt-len", type=int, default=32)
+    p.add_argument("--new-tokens", type=int, default=256)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--first-call", action="store_true", help="also time process start -> token")
+    p.add_argument("--results-md", default=os.path.join(HERE, "RESULTS.md"))
+    args = p.parse_args()
+    args.peers = args.peers.split(",")
+    gpu = torch.cuda.get_device_name()
+    print(f"{gpu} | torch {torch.__version__} | triton "
+          f"{__import__('triton').__version__}", flush=True)
+    bw = read_bandwidth()
+    print(f"read-only GEMV stream {bw['gemv_read'] / 1e12:.2f} TB/s | d2d copy "
+          f"{bw['copy'] / 1e12:.2f} TB/s (read+write)", flush=True)
+    roof_bw = max(bw.values())
+    rows = []
+    for key in args.models.split(","):
+        rows += bench_model(key, args, roof_bw)
+    lat = {}
+    if args.first_call:
+        import tempfile
+        d = tempfile.mkdtemp()
+        lat["cold"] = first_token_latency("1b", d)
+        lat["warm"] = first_token_latency("1b", d)
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    commit = os.environ.get("FASTDECODE_COMMIT") or _git_commit()
+    cmd = "python bench/bench_decode.py " + " ".join(sys.argv[1:])
+    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
+    csv_path = os.path.join(HERE, "results", f"decode_{stamp}.csv")
+    with open(csv_path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    _plot(rows, os.path.join(HERE, "results", f"decode_{stamp}.png"), gpu)
+    print(f"\n{'model':14s} {'peer':26s} {'tok/s':>8s} {'%roof':>6s} {'x compile':>9s} "
+          f"{'1st call s':>10s}")
+    for r in rows:
+        vs = f"{r['vs_compile']:.2f}" if r["vs_compile"] else "-"
+        fc = f"{r['first_call_s']:.1f}" if r["first_call_s"] else "-"
+        print(f"{r['model']:14s} {r['peer']:26s} {r['tok_s']:8.1f} {r['roofline_pct']:6.1f} "
+              f"{vs:>9s} {fc:>10s}")
+    for k, v in lat.items():
+        if v:
+            print(f"first token, {k} Triton cache: {v[0]:.1f} s from process start "
+                  f"({v[1]:.1f} s after the random model was built)")
+    with open(args.results_md, "a") as f:
+        for r in rows:
+            vs = f"{r['vs_compile']:.2f}x" if r["vs_compile"] else "-"
+            fc = f"{r['first_call_s']:.1f}" if r["first_call_s"] else "-"
+            f.write(f"| {stamp} | {gpu} | {commit} | {r['model']} | {r['peer']} | "
+                    f"{r['tok_s']:.1f} | {r['roofline_pct']:.1f}% of {r['roofline_tok_s']:.0f} | "
+                    f"{vs} | {fc} | `{cmd}` |\n")
+        for k, v in lat.items():
+            if v:
+                f.write(f"| {stamp} | {gpu} | {commit} | Llama-3.2-1B | first token, {k} Triton "
+                        f"cache | - | - | - | {v[0]:.1f} (process start) | `{cmd}` |\n")
+
+
+def _git_commit():
+    try:
+        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=HERE,
+                                       text=True).strip()
+    except Exception:
+        return "unknown"
+
+
+def _plot(rows, path, gpu):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    models = sorted({r["model"] for r in rows}, key=[r["model"] for r in rows].index)
+    peers = sorted({r["peer"] for r in rows}, key=[r["peer"] for r in rows].index)
+    fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 4), squeeze=False)
+    for ax, m in zip(axes[0], models):
+        rs = [next((r for r in rows if r["model"] == m and r["peer"] == p), None) for p in peers]
+        ax.bar(range(len(peers)), [r["tok_s"] if r else 0 for r in rs],
+               color=["C0", "C1", "C2", "C3"][:len(peers)])
+        roof = next(r["roofline_tok_s"] for r in rows if r["model"] == m)
+        ax.axhline(roof, color="k", ls="--", lw=1, label=f"roofline {roof:.0f}")
+        ax.set_xticks(range(len(peers)), peers, rotation=20, ha="right", fontsize=8)
+        ax.set_title(f"{m} batch-1 decode, {gpu}", fontsize=9)
+        ax.set_ylabel("tokens/s")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+if __name__ == "__main__":
+    main()

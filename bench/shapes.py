@@ -1,0 +1,35 @@
+"""Model shapes the benchmarks use (random bf16 weights): sizes of the published configs."""
+import transformers as tf
+
+SHAPES = {
+    "1b": ("Llama-3.2-1B", lambda: tf.LlamaConfig(
+        hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+        num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=True, head_dim=64,
+        rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+        rope_theta=500000.0, max_position_embeddings=131072, rms_norm_eps=1e-5)),
+    "8b": ("Llama-3.1-8B", lambda: tf.LlamaConfig(
+        hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+        num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=False,
+        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+        rope_theta=500000.0, max_position_embeddings=131072, rms_norm_eps=1e-5)),
+    "qwen3-8b": ("Qwen3-8B", lambda: tf.Qwen3Config(
+        hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
+        num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=False,
+        rope_theta=1000000.0, max_position_embeddings=40960, rms_norm_eps=1e-6)),
+}
+
+
+def random_model(key, device="cuda"):
+    import torch
+    from transformers import AutoModelForCausalLM
+    name, make = SHAPES[key]
+    cfg = make()
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).eval()
+    with torch.no_grad():  # weights of realistic scale (HF's init is std 0.02; fine for speed too)
+        for n, p in model.named_parameters():
+            if p.dim() > 1:
+                p.normal_(0, p.shape[-1] ** -0.5)
+    return name, model
