@@ -26,3 +26,10 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+# on the GPU every new shape / flag combination is a Triton compile (~1 s): fewer examples there
+settings.register_profile("gpu", deadline=None, max_examples=8, derandomize=True,
+                          suppress_health_check=[HealthCheck.too_slow,
+                                                 HealthCheck.function_scoped_fixture])
+if HAS_CUDA and "HYPOTHESIS_PROFILE" not in os.environ:
+    settings.load_profile("gpu")
