@@ -78,7 +78,7 @@ def block_t(T: int) -> int:
 
 
 def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bias=None,
-         residual=None, swiglu: bool = False, out=None) -> torch.Tensor:
+         residual=None, swiglu: bool = False, out=None, config=None) -> torch.Tensor:
     """Launcher: x [T, K], w [N, K] (or [2N, K] with swiglu) -> out [T, N] in x's dtype."""
     T, K = x.shape
     N = w.shape[0] // 2 if swiglu else w.shape[0]
@@ -86,7 +86,7 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
     if out is None:
         out = torch.empty(T, N, device=x.device, dtype=x.dtype)
     res = residual if residual is not None else out
-    cfg = gemv_config(N, K, T, x.device)
+    cfg = config or gemv_config(N, K, T, x.device)
     BT = block_t(T)
     grid = (triton.cdiv(N, cfg.block_n), triton.cdiv(T, BT))
     gemv_kernel[grid](x, w, norm_w if norm_w is not None else w, bias if bias is not None else w,

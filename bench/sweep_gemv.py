@@ -1,0 +1,76 @@
+"""Sweep the decode GEMV tile (BLOCK_N, BLOCK_K, num_warps) per matrix shape, cold L2.
+
+Each config is timed as a CUDA graph of R launches over R distinct weight copies (> 4x the 60 MB
+L2 in total), so neither launch overhead nor L2 hits flatter it. Prints GB/s per config and the
+best per shape; the winners feed the table in fastdecode/triton_kernels/config.py.
+
+    python bench/sweep_gemv.py
+"""
+import itertools
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from fastdecode.ops import gemv  # noqa: E402
+from fastdecode.triton_kernels.config import TileConfig, gemv_config  # noqa: E402
+
+# [K, N] of the decode GEMVs of Llama-3.2-1B and Llama-3.1-8B (gate|up counted as 2N rows)
+SHAPES = {"1b o": (2048, 2048), "1b gate|up": (2048, 2 * 8192), "1b down": (8192, 2048),
+          "1b lm_head": (2048, 128256), "8b o": (4096, 4096), "8b gate|up": (4096, 2 * 14336),
+          "8b down": (14336, 4096), "8b lm_head": (4096, 128256)}
+GRID = list(itertools.product([4, 8, 16, 32], [256, 512, 1024], [4, 8]))
+
+
+def time_config(K, N, cfg):
+    nbytes = N * K * 2
+    R = max(4, min(64, (256 * 2**20) // nbytes + 1))
+    ws = [torch.randn(N, K, device="cuda", dtype=torch.bfloat16) for _ in range(R)]
+    x = torch.randn(1, K, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty(1, N, device="cuda", dtype=torch.bfloat16)
+    gemv(x, ws[0], out=out, config=cfg)  # compile
+    ref = (x.float() @ ws[0].float().t())
+    assert torch.allclose(out.float(), ref, rtol=2e-2, atol=2e-2 * ref.abs().max().item())
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for w in ws:
+            gemv(x, w, out=out, config=cfg)
+    g.replay()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(5):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b) / 1e3 / R)
+    ts.sort()
+    del ws
+    return nbytes / ts[len(ts) // 2], ts[len(ts) // 2]
+
+
+def main():
+    best = {}
+    for name, (K, N) in SHAPES.items():
+        cur = gemv_config(N, K, 1, torch.device("cuda"))
+        rows = []
+        for bn, bk, nw in GRID:
+            bw, t = time_config(K, N, TileConfig(bn, bk, nw))
+            rows.append((bw, t, bn, bk, nw))
+        rows.sort(reverse=True)
+        bw_cur = next(r[0] for r in rows if (r[2], r[3], r[4]) == (cur.block_n, cur.block_k,
+                                                                   cur.num_warps)) \
+            if cur.block_k in (256, 512, 1024) else float("nan")
+        best[name] = rows[0]
+        top = ", ".join(f"{bn}x{bk}/{nw}w {bw / 1e12:.2f}" for bw, _, bn, bk, nw in rows[:4])
+        print(f"{name:12s} K={K:6d} N={N:6d} | current {cur.block_n}x{cur.block_k}/"
+              f"{cur.num_warps}w {bw_cur / 1e12:.2f} TB/s | best {top}", flush=True)
+    print("\nshape          best BLOCK_N x BLOCK_K / warps    TB/s     us")
+    for name, (bw, t, bn, bk, nw) in best.items():
+        print(f"{name:14s} {bn:3d} x {bk:5d} / {nw}          {bw / 1e12:5.2f}  {t * 1e6:7.1f}")
+
+
+if __name__ == "__main__":
+    main()
