@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 from ._common import INTERPRET, mm_tile
-from .config import attention_config
+from .config import GPU_SMS, attention_config
 
 
 @triton.jit
@@ -111,7 +111,7 @@ def attn_merge_kernel(o_ptr, lse_ptr, out_ptr, pos_ptr, T, TM, H, HD, CHUNK, n_s
                     tl.program_id(0), tl.program_id(1), BLOCK_SP, BLOCK_D)
 
 
-def split_plan(max_seq_len: int, n_kv_heads: int, block_s: int = 64, sms: int = 132):
+def split_plan(max_seq_len: int, n_kv_heads: int, block_s: int = 64, sms: int = GPU_SMS):
     """(CHUNK, n_splits): about 2 programs per SM at full context; CHUNK a multiple of block_s."""
     want = max(1, (2 * sms) // n_kv_heads)
     chunk = triton.cdiv(triton.cdiv(max_seq_len, want), block_s) * block_s
