@@ -102,13 +102,17 @@ def bench_model(key, args, bw):
     if "hf_eager" in args.peers:
         add("HF eager", decode_rate(hf_gen, n_lo, n_hi, args.repeats))
     if "hf_compile" in args.peers:
+        # what a notebook user does: a static cache, and generate() compiles the forward itself
+        # (transformers' compile_config: torch.compile, fullgraph, CUDA graphs)
         model.generation_config.cache_implementation = "static"
-        model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
-        t0 = time.perf_counter()
-        hf_gen(4)
-        torch.cuda.synchronize()
-        first = time.perf_counter() - t0
-        add("HF static+torch.compile", decode_rate(hf_gen, n_lo, n_hi, args.repeats), first)
+        try:
+            t0 = time.perf_counter()
+            hf_gen(4)
+            torch.cuda.synchronize()
+            first = time.perf_counter() - t0
+            add("HF static+torch.compile", decode_rate(hf_gen, n_lo, n_hi, args.repeats), first)
+        except Exception as e:  # record the failure, keep the other numbers
+            print(f"  HF static+torch.compile failed: {type(e).__name__}: {str(e)[:300]}")
     del model
     torch.cuda.empty_cache()
     base = {r["peer"]: r["tok_s"] for r in rows}
