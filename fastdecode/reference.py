@@ -99,3 +99,29 @@ def choose(logits, *, temperature=1.0, sample=False, generator=None):
     u = torch.rand(logits.shape, generator=generator, device=logits.device,
                    dtype=torch.float32).clamp_min(1e-20)
     return int(torch.argmax(logits.float() / temperature - torch.log(-torch.log(u))).reshape(-1)[0])
+
+
+def attention_partial(q, k, v, qpos, key0, key1, window=0, scale=None):
+    """Partial attention of queries q [n, G, hd] at positions qpos [n] over keys [key0, key1) of
+    one KV head (k, v [S, hd]), causal (+ window). Returns (o normalised [n, G, hd], lse [n, G]);
+    rows with no visible key get o = 0, lse = -inf (as the kernel's split phase)."""
+    n, G, HD = q.shape
+    scale = HD ** -0.5 if scale is None else scale
+    kp = torch.arange(key0, max(key0, key1), device=q.device)
+    s = torch.einsum("ngd,ld->ngl", q.float(), k[kp].float()) * scale
+    ok = kp[None, :] <= qpos[:, None]
+    if window:
+        ok = ok & (kp[None, :] > qpos[:, None] - window)
+    s = s.masked_fill(~ok[:, None, :], float("-inf"))
+    lse = torch.logsumexp(s, -1)
+    p = torch.where(torch.isfinite(lse)[..., None], torch.exp(s - lse[..., None]), 0.0)
+    o = torch.einsum("ngl,ld->ngd", p, v[kp].float())
+    return o, lse
+
+
+def merge_partials(o, lse):
+    """o [splits, ..., hd], lse [splits, ...] -> softmax-weighted sum over splits (fp32)."""
+    m = lse.max(0).values
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    w = torch.exp(lse - m)
+    return (w[..., None] * o).sum(0) / w.sum(0)[..., None]

@@ -22,7 +22,8 @@ from .triton_kernels.attention import split_plan
 from .triton_kernels.config import attention_config, gemv_config
 from .triton_kernels.lm_head import n_vocab_tiles
 
-MODES = ("torch", "ops")
+MODES = ("torch", "vm", "ops", "mega")
+TASK_MODES = ("vm", "mega")  # modes that run the scheduled task stream
 
 
 @dataclass(frozen=True)
@@ -79,9 +80,13 @@ class DecodeState:
         self.n_pos = 0  # host mirror of pos
 
 
+def _sm_count(device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
 class Runtime:
     def __init__(self, pw: PackedWeights, max_seq_len: int, mode: str, max_chunk: int | None = None,
-                 cuda_graph: bool = True):
+                 cuda_graph: bool = True, n_programs: int | None = None):
         if mode not in MODES:
             raise ValueError(f"mode={mode!r}: expected one of {MODES}")
         self.pw, self.spec, self.mode = pw, pw.spec, mode
@@ -92,6 +97,11 @@ class Runtime:
         self.max_seq_len = max_seq_len
         self._graphs: dict = {}
         self._gen = None
+        self._schedules: dict = {}
+        # task-stream modes: programs of the schedule (mega: one per SM; vm/serial: as asked)
+        self.n_programs = n_programs or (_sm_count(pw.device) if mode == "mega" and self.cuda
+                                         else 1 if mode == "mega" else 4)
+        self.vm_rng = None  # random.Random -> the VM runs a random legal interleaving
 
     # ---- sequence control -------------------------------------------------------------------
     def reset(self):
@@ -135,6 +145,8 @@ class Runtime:
         self._check_room(T)
         for c0 in range(0, T, self.max_chunk):
             last = c0 + self.max_chunk >= T  # earlier chunks only fill the KV cache
+            if last:
+                self.state.step.zero_()  # the token after the prompt is step 0 of the history
             self._run(ids[c0:c0 + self.max_chunk], all_logits=False, sampling=sampling, head=last)
 
     def decode(self, n: int, sampling: Sampling):
@@ -163,8 +175,11 @@ class Runtime:
             T = 1
         if self.mode == "torch":
             self._step_torch(T, all_logits, sampling, head)
-        else:
+        elif self.mode == "ops":
             self._step_ops(T, all_logits, sampling, head)
+        else:  # the task stream always runs whole steps (its last task advances the position)
+            self._step_tasks(T, sampling)
+            head = True
         if not head:
             st.pos += T
         st.n_pos += T
@@ -237,6 +252,24 @@ class Runtime:
         st.hist[step] = tok
         st.step += 1
         st.pos += T
+
+    def schedule(self, T: int):
+        """The (cached) task schedule of a step of T tokens."""
+        if T not in self._schedules:
+            from .graph import build_step, make_tiling
+            from .schedule import build_schedule
+            tiling = make_tiling(self.spec, T, self.max_seq_len, self.pw.device)
+            graph = build_step(self.spec, tiling, self.n_programs)
+            self._schedules[T] = build_schedule(graph, self.n_programs)
+        return self._schedules[T]
+
+    def _step_tasks(self, T, sampling):
+        sched = self.schedule(T)
+        if self.mode == "vm":
+            from .vm import VM
+            VM(self).run_step(sched, sampling, self.vm_rng)
+        else:
+            raise NotImplementedError("mega")
 
     # ---- CUDA graph of one decode step (ops mode) --------------------------------------------
     def _graph(self, sampling: Sampling):

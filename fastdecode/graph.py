@@ -1,0 +1,143 @@
+"""ModelSpec -> the DAG of Tasks of one step of T tokens (T=1 decode; T<=16 prefill chunk).
+
+Tiles are the same tiles the standalone kernels use (triton_kernels/config.py); a task is a
+contiguous range of tiles of one op, sized so each op has about one task per program. Dependencies
+are counters, one per (op, layer[, KV group]):
+
+    EMBED(s)   waits tok       >= s-1        (the previous step chose the token it embeds)
+    QKV(l, g)  waits down[l-1] (emb for l=0) (it reads the whole residual vector: RMSNorm prologue)
+    ATTN(l, g) waits qkv[l, g]               (only its own KV head's q, k, v tiles)
+    MERGE(l,g) waits attn[l, g]
+    O(l)       waits merge[l]                (it reads the whole attention output)
+    GATE_UP(l) waits o[l];  DOWN(l) waits gu[l];  LM_HEAD waits down[L-1];  CHOOSE waits lm
+Each wait also protects the buffers it overwrites (write-after-read): e.g. O(l) rewrites the
+residual only after merge[l], which implies every QKV(l) tile that read it has finished.
+RMSNorm is never its own task: the consumers recompute it (row_rstd prologue).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import triton
+
+from .opcodes import COST, Op
+from .spec import ModelSpec
+from .triton_kernels.attention import split_plan
+from .triton_kernels.config import attention_config, gemv_config
+from .triton_kernels.gemv import block_t
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """Every tile size of one step of T tokens, derived from the model dims and config.py."""
+    T: int
+    block_t: int
+    gemv_bn: int
+    gemv_bk: int
+    num_warps: int
+    qkv_pairs: int        # rotation pairs per QKV tile (BLOCK_H)
+    qkv_chunks: int       # tiles per head
+    attn_block_s: int
+    attn_block_tok: int
+    attn_chunk: int       # keys per split
+    n_splits: int
+    emb_block: int
+
+    def n_t(self, block=None):
+        return triton.cdiv(self.T, block or self.block_t)
+
+    def gemv_tiles(self, N):
+        return triton.cdiv(N, self.gemv_bn) * self.n_t()
+
+
+def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device) -> Tiling:
+    bt = block_t(T)
+    cfg = gemv_config(spec.d_model * 4, spec.d_model, T, device)  # a large-N decode shape
+    half = spec.head_dim // 2
+    if spec.qk_norm or T > 1:
+        pairs = max(16, triton.next_power_of_2(half)) if T > 1 else triton.next_power_of_2(half)
+    else:
+        pairs = min(triton.next_power_of_2(half), cfg.block_n)
+    block_s, block_tok = attention_config(spec.head_dim, spec.group, T)
+    chunk, n_splits = split_plan(max_seq_len, spec.n_kv_heads, block_s)
+    return Tiling(T=T, block_t=bt, gemv_bn=cfg.block_n, gemv_bk=cfg.block_k,
+                  num_warps=cfg.num_warps, qkv_pairs=pairs,
+                  qkv_chunks=triton.cdiv(half, pairs), attn_block_s=block_s,
+                  attn_block_tok=block_tok, attn_chunk=chunk, n_splits=n_splits,
+                  emb_block=min(1024, triton.next_power_of_2(spec.d_model)))
+
+
+@dataclass
+class Task:
+    op: Op
+    layer: int
+    args: tuple           # (a0, a1, a2)
+    wait: tuple           # counter key
+    signal: tuple         # counter key
+    cost: int
+    wait_off: int = 0     # target = (epoch + wait_off) * producers(wait)
+
+
+@dataclass
+class StepGraph:
+    spec: ModelSpec
+    tiling: Tiling
+    tasks: list = field(default_factory=list)
+    counters: dict = field(default_factory=dict)   # key -> index
+    producers: dict = field(default_factory=dict)  # key -> number of tasks that signal it
+
+    def counter(self, key):
+        if key not in self.counters:
+            self.counters[key] = len(self.counters)
+        return self.counters[key]
+
+    def add(self, task: Task):
+        self.counter(task.wait)
+        self.counter(task.signal)
+        self.producers[task.signal] = self.producers.get(task.signal, 0) + 1
+        self.tasks.append(task)
+
+
+def ranges(total: int, parts: int):
+    """Split [0, total) into at most `parts` contiguous non-empty ranges of near-equal size."""
+    parts = max(1, min(parts, total))
+    step = triton.cdiv(total, parts)
+    return [(a, min(a + step, total)) for a in range(0, total, step)]
+
+
+def build_step(spec: ModelSpec, tiling: Tiling, n_programs: int) -> StepGraph:
+    g = StepGraph(spec, tiling)
+    s, tg = spec, tiling
+    T = tg.T
+    elt = 2
+    g.add(Task(Op.EMBED, 0, (0, T, 0), ("tok",), ("emb",), COST.task_overhead_bytes, -1))
+    qkv_tile_bytes = 2 * tg.qkv_pairs * s.d_model * elt
+    per_group = (s.group + 2) * tg.qkv_chunks * tg.n_t()
+    qkv_parts = max(1, n_programs // s.n_kv_heads)
+    gemv_tile_bytes = tg.gemv_bn * elt
+    for l in range(s.n_layers):
+        prev = ("down", l - 1) if l else ("emb",)
+        for kv in range(s.n_kv_heads):
+            for a, b in ranges(per_group, qkv_parts):
+                g.add(Task(Op.QKV, l, (kv, a, b), prev, ("qkv", l, kv),
+                           COST.task_overhead_bytes + (b - a) * qkv_tile_bytes))
+        kv_bytes = 2 * tg.attn_chunk * s.head_dim * elt
+        for kv in range(s.n_kv_heads):
+            for sp in range(tg.n_splits):
+                for tb in range(tg.n_t(tg.attn_block_tok)):
+                    g.add(Task(Op.ATTN, l, (kv, sp, tb), ("qkv", l, kv), ("attn", l, kv),
+                               COST.task_overhead_bytes + kv_bytes))
+        for kv in range(s.n_kv_heads):
+            g.add(Task(Op.MERGE, l, (kv, 0, 0), ("attn", l, kv), ("merge", l),
+                       COST.task_overhead_bytes))
+        for op, key, wait, N, K in ((Op.O_PROJ, "o", ("merge", l), s.d_model, s.q_dim),
+                                    (Op.GATE_UP, "gu", ("o", l), s.ffn_dim, 2 * s.d_model),
+                                    (Op.DOWN, "down", ("gu", l), s.d_model, s.ffn_dim)):
+            for a, b in ranges(tg.gemv_tiles(N), n_programs):
+                g.add(Task(op, l, (0, a, b), wait, (key, l),
+                           COST.task_overhead_bytes + (b - a) * gemv_tile_bytes * K))
+    for a, b in ranges(tg.gemv_tiles(s.vocab_size), n_programs):
+        g.add(Task(Op.LM_HEAD, 0, (0, a, b), ("down", s.n_layers - 1), ("lm",),
+                   COST.task_overhead_bytes + (b - a) * gemv_tile_bytes * s.d_model))
+    g.add(Task(Op.CHOOSE, 0, (0, 0, 0), ("lm",), ("tok",), COST.task_overhead_bytes))
+    return g

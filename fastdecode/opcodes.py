@@ -1,0 +1,42 @@
+"""THE table of megakernel task opcodes: names, values, instruction words and cost model.
+
+The kernel's constexpr opcode values, the graph builder, the scheduler, the VM and the trace all
+read this one table; nothing else spells an opcode number.
+
+An instruction is WORDS int32s:
+    [opcode, layer, arg0, arg1, arg2, wait_counter, wait_producers, wait_epoch_offset, signal_counter]
+The task waits until counters[wait_counter] >= (epoch + wait_epoch_offset) * wait_producers (counters
+only grow: nothing is reset between steps or launches), runs, then adds 1 to counters[signal_counter]
+with release semantics.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+
+class Op(IntEnum):
+    EMBED = 1      # arg0 = first token row, arg1 = last row (exclusive): h[t] = E[ids[t]]
+    QKV = 2        # arg0 = KV group g, [arg1, arg2) = tile range in the group: QKV + RoPE + append
+    ATTN = 3       # arg0 = KV head, arg1 = split, arg2 = token block: split-KV partial attention
+    MERGE = 4      # arg0 = KV head: LSE merge of its splits for its q heads and all tokens
+    O_PROJ = 5     # [arg1, arg2) = tile range: h += attn @ Wo^T
+    GATE_UP = 6    # [arg1, arg2) = tile range: act = silu(g) * u, RMSNorm prologue
+    DOWN = 7       # [arg1, arg2) = tile range: h += act @ Wd^T
+    LM_HEAD = 8    # [arg1, arg2) = tile range: logits / partial argmax with final RMSNorm
+    CHOOSE = 9     # the token choice: merge partials, write token, advance position / step
+
+
+WORDS = 9
+F_OP, F_LAYER, F_A0, F_A1, F_A2, F_WAIT, F_WAIT_N, F_WAIT_OFF, F_SIGNAL = range(WORDS)
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Relative cost of a tile: bytes streamed (weights) plus a fixed per-task overhead in bytes
+    equivalents (wait + barrier + release, ~1 us at ~4 TB/s ~ 4 MB is pessimistic; 64 KB keeps
+    many-tile tasks dominant). Used only to balance queues."""
+    task_overhead_bytes: int = 64 * 1024
+
+
+COST = Cost()

@@ -1,0 +1,134 @@
+"""The task stream executed with torch ops: the same encoded queues the megakernel runs, in queue
+order or in a random legal interleaving of the per-program queues. Each task computes exactly its
+tiles from what the buffers hold when it runs, so a missing or mis-ordered dependency shows up as a
+wrong result (DESIGN.md: the `vm` rung of the debugging ladder)."""
+from __future__ import annotations
+
+import random
+
+import torch
+import triton
+
+from . import reference as R
+from .opcodes import Op
+from .schedule import Schedule, interleave
+
+
+def qkv_tile(spec, tiling, g, u):
+    """Group-local QKV tile index u -> (head slot j, pair chunk c, token block tb)."""
+    tb = u % tiling.n_t()
+    rest = u // tiling.n_t()
+    c = rest % tiling.qkv_chunks
+    sg = rest // tiling.qkv_chunks
+    H, KVH, G = spec.n_heads, spec.n_kv_heads, spec.group
+    j = g * G + sg if sg < G else (H + g if sg == G else H + KVH + g)
+    return j, c, tb
+
+
+class VM:
+    def __init__(self, runtime):
+        self.rt = runtime
+        self.pw, self.st, self.spec = runtime.pw, runtime.state, runtime.spec
+
+    def run_step(self, sched: Schedule, sampling, rng: random.Random | None = None):
+        tasks = sched.graph.tasks
+        self.tiling = sched.graph.tiling
+        self.pos = int(self.st.pos)
+        for p, k, _ in interleave(sched, 1, rng):
+            self.execute(tasks[sched.queues[p][k]], sampling)
+
+    def _tokens(self, tb, block):
+        T = self.tiling.T
+        return torch.arange(tb * block, min(T, (tb + 1) * block))
+
+    def execute(self, task, sampling):
+        s, pw, st, tg = self.spec, self.pw, self.st, self.tiling
+        l, (a0, a1, a2) = task.layer, task.args
+        dt = pw.dtype
+        pick = lambda t: None if t is None else t[l]  # noqa: E731
+        if task.op == Op.EMBED:
+            for t in range(a0, a1):
+                st.h[t] = pw.embed[int(st.ids[t])]
+        elif task.op == Op.QKV:
+            HD, half = s.head_dim, s.head_dim // 2
+            for u in range(a1, a2):
+                j, c, tb = qkv_tile(s, tg, a0, u)
+                toks = self._tokens(tb, tg.block_t)
+                rows = slice(j * HD, (j + 1) * HD)
+                b = pick(pw.b_qkv)
+                y = R.gemv(st.h[toks], pw.w_qkv[l, rows], norm_w=pw.attn_norm[l], eps=s.rms_eps,
+                           bias=None if b is None else b[rows])[:, None]
+                is_q, is_k = j < s.n_heads, s.n_heads <= j < s.n_heads + s.n_kv_heads
+                if is_q or is_k:
+                    if pw.qk_norm is not None:
+                        y = R.rmsnorm(y, pw.qk_norm[l, 0 if is_q else 1], s.rms_eps)
+                    p = self.pos + toks
+                    y = R.rope(y, st.cos[p], st.sin[p])
+                y = y[:, 0]
+                sel = torch.arange(c * tg.qkv_pairs, min(half, (c + 1) * tg.qkv_pairs))
+                cols = torch.cat([sel, sel + half])
+                if is_q:
+                    st.q[toks[:, None], j, cols[None]] = y[:, cols].to(dt)
+                else:
+                    cache = st.k_cache if is_k else st.v_cache
+                    kv = j - s.n_heads - (0 if is_k else s.n_kv_heads)
+                    cache[l, kv, (self.pos + toks)[:, None], cols[None]] = y[:, cols].to(dt)
+        elif task.op == Op.ATTN:
+            kv, split, tb = a0, a1, a2
+            toks = self._tokens(tb, tg.attn_block_tok)
+            if len(toks) == 0:
+                return
+            heads = slice(kv * s.group, (kv + 1) * s.group)
+            k0 = split * tg.attn_chunk
+            k1 = min(k0 + tg.attn_chunk, self.pos + int(toks[-1]) + 1)
+            o, lse = R.attention_partial(st.q[toks, heads], st.k_cache[l, kv], st.v_cache[l, kv],
+                                         self.pos + toks, k0, k1, s.layer_windows[l])
+            st.o_part[split, toks, heads] = o
+            st.lse[split, toks, heads] = lse
+        elif task.op == Op.MERGE:
+            heads = slice(a0 * s.group, (a0 + 1) * s.group)
+            T = tg.T
+            n_act = min(tg.n_splits, triton.cdiv(self.pos + T, tg.attn_chunk))
+            o = R.merge_partials(st.o_part[:n_act, :T, heads], st.lse[:n_act, :T, heads])
+            st.attn[:T].view(T, s.n_heads, s.head_dim)[:, heads] = o.to(dt)
+        elif task.op in (Op.O_PROJ, Op.GATE_UP, Op.DOWN, Op.LM_HEAD):
+            N = {Op.O_PROJ: s.d_model, Op.GATE_UP: s.ffn_dim, Op.DOWN: s.d_model,
+                 Op.LM_HEAD: s.vocab_size}[task.op]
+            n_n = triton.cdiv(N, tg.gemv_bn)
+            for u in range(a1, a2):
+                toks = self._tokens(u // n_n, tg.block_t)
+                rows = torch.arange((u % n_n) * tg.gemv_bn, min(N, (u % n_n + 1) * tg.gemv_bn))
+                self._gemv_tile(task.op, l, toks, rows)
+        elif task.op == Op.CHOOSE:
+            T = tg.T
+            last = st.logits[T - 1:T]
+            if sampling.do_sample:
+                last = R.filter_logits(last / sampling.temperature, sampling.top_k, sampling.top_p)
+            tok = R.choose(last, sample=sampling.do_sample, generator=self.rt._gen)
+            st.ids[0] = tok
+            st.hist[int(st.step)] = tok
+            st.step += 1
+            st.pos += T
+
+    def _gemv_tile(self, op, l, toks, rows):
+        s, pw, st = self.spec, self.pw, self.st
+        dt = pw.dtype
+        pick = lambda t: None if t is None else t[l]  # noqa: E731
+        ix = (toks[:, None], rows[None])
+        if op == Op.O_PROJ:
+            b = pick(pw.b_o)
+            st.h[ix] = R.gemv(st.attn[toks], pw.w_o[l, rows], bias=None if b is None else b[rows],
+                              residual=st.h[ix]).to(dt)
+        elif op == Op.GATE_UP:
+            both = torch.cat([rows, rows + s.ffn_dim])
+            b = pick(pw.b_gu)
+            st.act[ix] = R.gemv(st.h[toks], pw.w_gu[l, both], norm_w=pw.mlp_norm[l],
+                                eps=s.rms_eps, bias=None if b is None else b[both],
+                                swiglu=True).to(dt)
+        elif op == Op.DOWN:
+            b = pick(pw.b_down)
+            st.h[ix] = R.gemv(st.act[toks], pw.w_down[l, rows],
+                              bias=None if b is None else b[rows], residual=st.h[ix]).to(dt)
+        else:
+            st.logits[ix] = R.gemv(st.h[toks], pw.lm_head[rows], norm_w=pw.final_norm,
+                                   eps=s.rms_eps)
