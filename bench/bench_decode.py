@@ -88,15 +88,18 @@ def bench_model(key, args, bw):
         with torch.no_grad():
             model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False)
 
-    if "fastdecode" in args.peers:
+    for peer, mode in (("fastdecode", "ops"), ("mega", "mega")):
+        if peer not in args.peers:
+            continue
         t0 = time.perf_counter()
-        fm = fastdecode.from_hf(model, max_seq_len=args.prompt_len + n_hi + 8, mode="ops")
+        fm = fastdecode.from_hf(model, max_seq_len=args.prompt_len + n_hi + 8, mode=mode)
+        fm.runtime.decode_chunk = args.chunk
         fm.generate(ids, max_new_tokens=2, eos_token_id=[])
         torch.cuda.synchronize()
         first = time.perf_counter() - t0
         rate = decode_rate(lambda n: fm.generate(ids, max_new_tokens=n, eos_token_id=[]),
                            n_lo, n_hi, args.repeats)
-        add("fastdecode ops+graph", rate, first)
+        add("fastdecode ops+graph" if mode == "ops" else "fastdecode mega", rate, first)
         del fm
         torch.cuda.empty_cache()
     if "hf_eager" in args.peers:
@@ -148,7 +151,8 @@ def first_token_latency(key, cache_dir):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--models", default="1b,8b")
-    p.add_argument("--peers", default="fastdecode,hf_eager,hf_compile")
+    p.add_argument("--peers", default="fastdecode,mega,hf_eager,hf_compile")
+    p.add_argument("--chunk", type=int, default=16, help="decode steps per host round trip")
     p.add_argument("--prompt-len", type=int, default=32)
     p.add_argument("--new-tokens", type=int, default=256)
     p.add_argument("--repeats", type=int, default=3)

@@ -7,8 +7,9 @@
 from . import _env  # noqa: F401  (must precede every Triton kernel definition)
 from . import ops
 from .module import FastModel, from_hf, from_pretrained, patch, unpatch
+from .runtime import MegakernelTimeout
 from .spec import ModelSpec, UnsupportedModelError
 
 __version__ = "0.1.0"
-__all__ = ["FastModel", "ModelSpec", "UnsupportedModelError", "from_hf", "from_pretrained", "ops",
+__all__ = ["FastModel", "MegakernelTimeout", "ModelSpec", "UnsupportedModelError", "from_hf", "from_pretrained", "ops",
            "patch", "unpatch"]

@@ -73,8 +73,9 @@ def run_generate(rt: Runtime, ids: torch.Tensor, *, max_new_tokens: int, samplin
     if max_new_tokens > 0:
         rt.reset()
         rt.set_sampling(sampling, seed)
+        rt.set_stop(eos, max_new_tokens)
         rt.prefill(ids, sampling)
-        chunk = chunk or (16 if rt.cuda else 1)
+        chunk = chunk or rt.decode_chunk
         out = _stream_tokens(rt, max_new_tokens, sampling, eos, streamer, chunk)
     if streamer is not None:
         streamer.end()
@@ -104,6 +105,7 @@ def _stream_tokens(rt, max_new, sampling, eos, streamer, chunk):
         a, b, ev = pending
         if ev is not None:
             ev.synchronize()
+        rt.check_status()
         for tok in buf[a:b].tolist():
             out.append(tok)
             if streamer is not None:

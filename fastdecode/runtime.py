@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import triton
 
 from . import _env  # noqa: F401
 from . import ops
@@ -23,6 +24,11 @@ from .triton_kernels.config import attention_config, gemv_config
 from .triton_kernels.lm_head import n_vocab_tiles
 
 MODES = ("torch", "vm", "ops", "mega")
+
+
+class MegakernelTimeout(RuntimeError):
+    """A megakernel wait exceeded its bound (a missing producer or a kernel bug); the kernel
+    exited instead of hanging the GPU. The message names the program, task, counter and step."""
 TASK_MODES = ("vm", "mega")  # modes that run the scheduled task stream
 
 
@@ -102,13 +108,36 @@ class Runtime:
         self.n_programs = n_programs or (_sm_count(pw.device) if mode == "mega" and self.cuda
                                          else 1 if mode == "mega" else 4)
         self.vm_rng = None  # random.Random -> the VM runs a random legal interleaving
+        # decode steps per host round trip (mega: per launch); the host reads chunk i's tokens
+        # while chunk i+1 runs
+        self.decode_chunk = 16 if self.cuda else 1
+        # megakernel: spin bound per wait (GPU: ~0.5 s of acquire polls; interpreter: serial
+        # mode never needs to wait, so a short bound turns a missing producer into an error fast)
+        self.max_spin = 1 << 20 if self.cuda else 64
+        st = self.state
+        st.done = torch.zeros(1, device=pw.device, dtype=torch.int32)
+        st.eos = torch.zeros(16, device=pw.device, dtype=torch.int32)
+        st.n_eos, st.max_step = 0, 1 << 30
+        st.status = torch.zeros(7, device=pw.device, dtype=torch.int64)
+        st.windows = torch.tensor(list(self.spec.layer_windows), device=pw.device,
+                                  dtype=torch.int32)
+        self._counters: dict = {}
 
     # ---- sequence control -------------------------------------------------------------------
     def reset(self):
         st = self.state
         st.pos.zero_()
         st.step.zero_()
+        st.done.zero_()
         st.n_pos = 0
+
+    def set_stop(self, eos_ids, max_steps: int):
+        """In-kernel stop conditions of the task modes: EOS ids and the number of chosen tokens."""
+        st = self.state
+        eos = sorted(eos_ids)[:st.eos.numel()]
+        if eos:
+            st.eos[:len(eos)].copy_(torch.tensor(eos, dtype=torch.int32))
+        st.n_eos, st.max_step = len(eos), int(max_steps)
 
     @property
     def position(self) -> int:
@@ -132,9 +161,11 @@ class Runtime:
         """Append ids [T] to the cache; return fp32 logits [T, V] of every new token."""
         T = ids.shape[0]
         self._check_room(T)
+        self.set_stop([], 1 << 30)
         out = []
         for c0 in range(0, T, self.max_chunk):
             chunk = ids[c0:c0 + self.max_chunk]
+            self.state.done.zero_()
             self._run(chunk, all_logits=True, sampling=Sampling())
             out.append(self.state.logits[:chunk.shape[0]].clone())
         return torch.cat(out, 0)
@@ -147,12 +178,16 @@ class Runtime:
             last = c0 + self.max_chunk >= T  # earlier chunks only fill the KV cache
             if last:
                 self.state.step.zero_()  # the token after the prompt is step 0 of the history
+            self.state.done.zero_()      # a chunk's token choice is not a stop
             self._run(ids[c0:c0 + self.max_chunk], all_logits=False, sampling=sampling, head=last)
 
     def decode(self, n: int, sampling: Sampling):
         """n decode steps, each feeding back the token the previous step chose. No host sync."""
         self._check_room(n)
-        if self.cuda_graph:
+        if self.mode == "mega":
+            self._launch_mega(self.schedule(1), n, sampling)
+            self.state.n_pos += n
+        elif self.cuda_graph:
             g = self._graph(sampling)
             for _ in range(n):
                 g.replay()
@@ -269,7 +304,68 @@ class Runtime:
             from .vm import VM
             VM(self).run_step(sched, sampling, self.vm_rng)
         else:
-            raise NotImplementedError("mega")
+            self._launch_mega(sched, 1, sampling)
+            self.check_status()
+
+    def _launch_mega(self, sched, n_steps, sampling):
+        from .triton_kernels._common import INTERPRET
+        from .triton_kernels.megakernel import megakernel
+        if sampling.filtered:
+            raise ValueError("mode='mega' samples with temperature only; top_k / top_p run in "
+                             "mode='ops'")
+        st, pw, s, tg = self.state, self.pw, self.spec, sched.graph.tiling
+        key = id(sched)
+        if key not in self._counters:
+            self._counters[key] = (torch.zeros(sched.n_counters, device=pw.device,
+                                               dtype=torch.int32),
+                                   sched.words.to(pw.device), sched.lengths.to(pw.device))
+        ctr, words, lengths = self._counters[key]
+        self._last_sched = sched
+        dummy = pw.final_norm
+        opt = lambda t: t if t is not None else dummy  # noqa: E731
+        n_vtiles = triton.cdiv(s.vocab_size, tg.gemv_bn)
+        G = s.group
+        block_g = triton.next_power_of_2(G)
+        block_d = max(16, triton.next_power_of_2(s.head_dim))
+        kw = dict(launch_cooperative_grid=True) if self.cuda else {}
+        megakernel[(sched.n_programs,)](
+            words, lengths, words.shape[1], ctr, sched.graph.counters[("tok",)], st.status,
+            self.max_spin, n_steps, st.done, st.eos, st.n_eos, st.max_step,
+            st.ids, st.pos, st.step, st.seed, st.temp, st.hist,
+            st.h, st.q, st.attn, st.act, st.o_part, st.lse, st.logits, st.pval, st.pidx,
+            st.k_cache, st.v_cache, st.cos, st.sin, st.windows,
+            pw.embed, pw.lm_head, pw.final_norm, pw.attn_norm, pw.mlp_norm, pw.w_qkv,
+            opt(pw.b_qkv), opt(pw.qk_norm), pw.w_o, opt(pw.b_o), pw.w_gu, opt(pw.b_gu),
+            pw.w_down, opt(pw.b_down),
+            tg.T, st.h.shape[0], s.d_model, s.n_heads, s.n_kv_heads, s.head_dim, s.ffn_dim,
+            s.vocab_size, self.max_seq_len, s.rms_eps, s.head_dim ** -0.5, tg.attn_chunk,
+            tg.n_splits, n_vtiles,
+            BIAS_QKV=pw.b_qkv is not None, QK_NORM=pw.qk_norm is not None,
+            BIAS_O=pw.b_o is not None, BIAS_MLP=pw.b_gu is not None,
+            SAMPLE=sampling.do_sample, BLOCK_T=tg.block_t, BLOCK_N=tg.gemv_bn,
+            BLOCK_K=tg.gemv_bk, BLOCK_H=tg.qkv_pairs, QKV_CHUNKS=tg.qkv_chunks, GROUP=G,
+            BLOCK_G=block_g, BLOCK_TOK=tg.attn_block_tok,
+            BLOCK_M=max(16, block_g * tg.attn_block_tok), BLOCK_S=tg.attn_block_s,
+            BLOCK_D=block_d, BLOCK_SP=triton.next_power_of_2(tg.n_splits),
+            EMB_BLOCK=tg.emb_block, MERGE_BLOCK=min(8192, triton.next_power_of_2(n_vtiles)),
+            F32=INTERPRET or pw.dtype == torch.float32, USE_ASM=not INTERPRET,
+            num_warps=4, **kw)
+
+    def check_status(self):
+        """Raise MegakernelTimeout if the last megakernel launch timed out (syncs)."""
+        st = self.state
+        if self.mode != "mega" or int(st.status[0]) == 0:
+            return
+        prog, qi, ctr, val, target, step = st.status[1:].tolist()
+        names = {v: k for k, v in self._last_sched.graph.counters.items()}
+        for c, _, _ in self._counters.values():
+            c.zero_()
+        st.status.zero_()
+        where = "a step boundary" if qi < 0 else f"queue position {qi}"
+        raise MegakernelTimeout(
+            f"megakernel wait timed out: program {prog} at {where} (step {step} of the launch) "
+            f"waited on counter {ctr} {names.get(ctr)} = {val}, target {target}. The kernel "
+            "exited; counters were reset.")
 
     # ---- CUDA graph of one decode step (ops mode) --------------------------------------------
     def _graph(self, sampling: Sampling):

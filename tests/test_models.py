@@ -25,9 +25,10 @@ def hf_logits(model, ids):
         return model(ids).logits[0].float()
 
 
-@pytest.mark.parametrize("mode", ["torch", "ops"])
+@pytest.mark.parametrize("mode", ["torch", "vm", "ops", "mega"])
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_family_fp32_matches_hf(family, mode):
+    """mega on CPU: the persistent kernel in serial mode (one program, topological queue)."""
     model = tiny_model(family).to(DEVICE)
     ids = torch.randint(0, 101, (1, PROMPT + STEPS), generator=torch.Generator().manual_seed(3))
     ids = ids.to(DEVICE)

@@ -102,6 +102,7 @@ def choose_merge_body(pval_ptr, pidx_ptr, n_tiles, row, tok_ptr, hist_ptr, pos_p
     tl.store(step_ptr, step + 1)
     tl.store(pos_ptr, tl.load(pos_ptr) + advance)
     tl.store(seed_ptr, tl.load(seed_ptr) + 1)
+    return tok, step
 
 
 @triton.jit

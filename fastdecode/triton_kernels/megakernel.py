@@ -1,0 +1,177 @@
+"""The persistent megakernel: whole decode steps, then many steps, in one launch.
+
+One program per SM (cooperative launch: an oversubscribed grid fails at launch instead of hanging).
+Program p walks its static queue (schedule.py) once per step; for each instruction (opcodes.py):
+    wait:     spin on an acquire load of counters[wait] until >= (epoch + off) * producers
+    run:      dispatch on the opcode to the same *_body functions the `ops` mode launches
+    publish:  fence, block barrier, one release add to counters[signal]
+Counters only grow. The epoch is read from the token counter at launch (it counts completed
+steps), so nothing is reset between steps or launches. Between steps every program waits for the
+previous step's token and stops when the CHOOSE task raised the done flag (EOS, or max steps).
+Every spin is bounded: on timeout the first program to notice records (program, queue position,
+counter, value, target, step) in the status buffer, raises the abort flag and all programs exit;
+the host raises MegakernelTimeout. With one program (serial mode) the queue is a topological order
+and no wait can block: that is how it runs under Triton's CPU interpreter.
+"""
+import triton
+import triton.language as tl
+
+from ..opcodes import WORDS, Op
+from ..ptx_inline.flags import fence_acq_rel_gpu, ld_acquire_gpu
+from .attention import attention_body, attn_merge_body
+from .embedding import embedding_body
+from .gemv import gemv_body
+from .lm_head import choose_merge_body, lm_head_body
+from .qkv_rope import qkv_rope_body
+
+OP_EMBED: tl.constexpr = tl.constexpr(int(Op.EMBED))
+OP_QKV: tl.constexpr = tl.constexpr(int(Op.QKV))
+OP_ATTN: tl.constexpr = tl.constexpr(int(Op.ATTN))
+OP_MERGE: tl.constexpr = tl.constexpr(int(Op.MERGE))
+OP_O: tl.constexpr = tl.constexpr(int(Op.O_PROJ))
+OP_GU: tl.constexpr = tl.constexpr(int(Op.GATE_UP))
+OP_DOWN: tl.constexpr = tl.constexpr(int(Op.DOWN))
+OP_LM: tl.constexpr = tl.constexpr(int(Op.LM_HEAD))
+OP_CHOOSE: tl.constexpr = tl.constexpr(int(Op.CHOOSE))
+NW: tl.constexpr = tl.constexpr(WORDS)
+
+# status buffer layout (int64): [abort, program, queue position, counter, value, target, step]
+STATUS_WORDS = 7
+
+
+@triton.jit
+def wait_counter(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step,
+                 USE_ASM: tl.constexpr):
+    """Spin until counters[ctr] >= target; returns 1 if met, 0 on timeout or abort."""
+    v = ld_acquire_gpu(ctr_ptr + ctr, USE_ASM)
+    n = 0
+    aborted = 0
+    while (v < target) & (n < max_spin) & (aborted == 0):
+        v = ld_acquire_gpu(ctr_ptr + ctr, USE_ASM)
+        aborted = tl.load(status_ptr, volatile=True).to(tl.int32)
+        n += 1
+    ok = (v >= target).to(tl.int32)
+    if (ok == 0) & (aborted == 0):
+        if tl.atomic_cas(status_ptr, 0, 1) == 0:  # first to time out reports
+            tl.store(status_ptr + 1, pid.to(tl.int64))
+            tl.store(status_ptr + 2, qi.to(tl.int64))
+            tl.store(status_ptr + 3, ctr.to(tl.int64))
+            tl.store(status_ptr + 4, v.to(tl.int64))
+            tl.store(status_ptr + 5, target.to(tl.int64))
+            tl.store(status_ptr + 6, step.to(tl.int64))
+    tl.debug_barrier()
+    return ok
+
+
+@triton.jit
+def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin, n_steps,
+               done_ptr, eos_ptr, n_eos, max_step,
+               ids_ptr, pos_ptr, step_ptr, seed_ptr, temp_ptr, hist_ptr,
+               h_ptr, q_ptr, attn_ptr, act_ptr, opart_ptr, lse_ptr, logits_ptr, pval_ptr, pidx_ptr,
+               kc_ptr, vc_ptr, cos_ptr, sin_ptr, win_ptr,
+               emb_ptr, lm_ptr, fnorm_ptr, anorm_ptr, mnorm_ptr, wqkv_ptr, bqkv_ptr, qkn_ptr,
+               wo_ptr, bo_ptr, wgu_ptr, bgu_ptr, wd_ptr, bd_ptr,
+               T, TM, D, H, KVH, HD, FFN, V, S, eps, scale, CHUNK, n_splits, n_vtiles,
+               BIAS_QKV: tl.constexpr, QK_NORM: tl.constexpr, BIAS_O: tl.constexpr,
+               BIAS_MLP: tl.constexpr, SAMPLE: tl.constexpr,
+               BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+               BLOCK_H: tl.constexpr, QKV_CHUNKS: tl.constexpr, GROUP: tl.constexpr,
+               BLOCK_G: tl.constexpr, BLOCK_TOK: tl.constexpr, BLOCK_M: tl.constexpr,
+               BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_SP: tl.constexpr,
+               EMB_BLOCK: tl.constexpr, MERGE_BLOCK: tl.constexpr, F32: tl.constexpr,
+               USE_ASM: tl.constexpr):
+    pid = tl.program_id(0)
+    qlen = tl.load(qlen_ptr + pid)
+    QKVN = (H + 2 * KVH) * HD
+    QD = H * HD
+    n_t = tl.cdiv(T, BLOCK_T)
+    e0 = tl.load(ctr_ptr + tok_ctr)  # steps completed before this launch (previous launch done)
+    run = 1
+    s = 0
+    while (s < n_steps) & (run == 1):
+        if s > 0:  # the previous step's token must be chosen before we look at the done flag
+            run = wait_counter(ctr_ptr, e0 + s, status_ptr, max_spin, pid, pid * 0 - 1, tok_ctr,
+                               s, USE_ASM)
+        if run == 1:
+            run = (tl.load(done_ptr, volatile=True) == 0).to(tl.int32)
+        epoch = e0 + s + 1
+        i = 0
+        while (i < qlen) & (run == 1):
+            w = queue_ptr + (pid * LMAX + i) * NW
+            op = tl.load(w)
+            layer = tl.load(w + 1).to(tl.int64)
+            a0 = tl.load(w + 2)
+            a1 = tl.load(w + 3)
+            a2 = tl.load(w + 4)
+            wc = tl.load(w + 5)
+            target = (epoch + tl.load(w + 7)) * tl.load(w + 6)
+            sig = tl.load(w + 8)
+            run = wait_counter(ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, USE_ASM)
+            if run == 1:
+                if op == OP_EMBED:
+                    for t in range(a0, a1):
+                        for c in range(0, tl.cdiv(D, EMB_BLOCK)):
+                            embedding_body(ids_ptr, emb_ptr, h_ptr, D, D, t, c, EMB_BLOCK)
+                elif op == OP_QKV:
+                    for u in range(a1, a2):
+                        tb = u % n_t
+                        rest = u // n_t
+                        c = rest % QKV_CHUNKS
+                        sg = rest // QKV_CHUNKS
+                        j = tl.where(sg < GROUP, a0 * GROUP + sg,
+                                     tl.where(sg == GROUP, H + a0, H + KVH + a0))
+                        qkv_rope_body(h_ptr, wqkv_ptr + layer * QKVN * D, anorm_ptr + layer * D,
+                                      bqkv_ptr + layer * QKVN, qkn_ptr + layer * 2 * HD, cos_ptr,
+                                      sin_ptr, pos_ptr, q_ptr, kc_ptr + layer * KVH * S * HD,
+                                      vc_ptr + layer * KVH * S * HD, T, D, D, S, eps, H, KVH, HD,
+                                      j, c, tb, BIAS_QKV, QK_NORM, BLOCK_T, BLOCK_H, BLOCK_K, F32)
+                elif op == OP_ATTN:
+                    attention_body(q_ptr, kc_ptr + layer * KVH * S * HD,
+                                   vc_ptr + layer * KVH * S * HD, opart_ptr, lse_ptr, pos_ptr,
+                                   T, TM, S, H, HD, tl.load(win_ptr + layer), scale, CHUNK,
+                                   a0, a1, a2, GROUP, BLOCK_G, BLOCK_TOK, BLOCK_M, BLOCK_S,
+                                   BLOCK_D, F32)
+                elif op == OP_MERGE:
+                    for t in range(0, T):
+                        for g in range(0, GROUP):
+                            attn_merge_body(opart_ptr, lse_ptr, attn_ptr, pos_ptr, T, TM, H, HD,
+                                            CHUNK, n_splits, t, a0 * GROUP + g, BLOCK_SP,
+                                            BLOCK_D)
+                elif op == OP_O:
+                    n_n = tl.cdiv(D, BLOCK_N)
+                    for u in range(a1, a2):
+                        gemv_body(attn_ptr, wo_ptr + layer * D * QD, fnorm_ptr, bo_ptr + layer * D,
+                                  h_ptr, h_ptr, T, D, QD, QD, D, D, eps, u % n_n, u // n_n,
+                                  False, BIAS_O, False, True, BLOCK_T, BLOCK_N, BLOCK_K, F32)
+                elif op == OP_GU:
+                    n_n = tl.cdiv(FFN, BLOCK_N)
+                    for u in range(a1, a2):
+                        gemv_body(h_ptr, wgu_ptr + layer * 2 * FFN * D, mnorm_ptr + layer * D,
+                                  bgu_ptr + layer * 2 * FFN, h_ptr, act_ptr, T, FFN, D, D, D, FFN,
+                                  eps, u % n_n, u // n_n,
+                                  True, BIAS_MLP, True, False, BLOCK_T, BLOCK_N, BLOCK_K, F32)
+                elif op == OP_DOWN:
+                    n_n = tl.cdiv(D, BLOCK_N)
+                    for u in range(a1, a2):
+                        gemv_body(act_ptr, wd_ptr + layer * D * FFN, fnorm_ptr, bd_ptr + layer * D,
+                                  h_ptr, h_ptr, T, D, FFN, FFN, D, D, eps, u % n_n, u // n_n,
+                                  False, BIAS_MLP, False, True, BLOCK_T, BLOCK_N, BLOCK_K, F32)
+                elif op == OP_LM:
+                    for u in range(a1, a2):
+                        lm_head_body(h_ptr, lm_ptr, fnorm_ptr, logits_ptr, pval_ptr, pidx_ptr,
+                                     seed_ptr, temp_ptr, T, V, D, D, V, eps, n_vtiles,
+                                     u % n_vtiles, u // n_vtiles, True, True, SAMPLE, BLOCK_T,
+                                     BLOCK_N, BLOCK_K, F32)
+                elif op == OP_CHOOSE:
+                    tok, step = choose_merge_body(pval_ptr, pidx_ptr, n_vtiles, T - 1, ids_ptr,
+                                                  hist_ptr, pos_ptr, step_ptr, seed_ptr, T,
+                                                  MERGE_BLOCK)
+                    stop = (step + 1 >= max_step).to(tl.int32)
+                    for k in range(0, n_eos):
+                        stop = stop | (tl.load(eos_ptr + k) == tok).to(tl.int32)
+                    tl.store(done_ptr, stop)
+                fence_acq_rel_gpu(op, USE_ASM)
+                tl.debug_barrier()
+                tl.atomic_add(ctr_ptr + sig, 1, sem="release", scope="gpu")
+            i += 1
+        s += 1

@@ -1,0 +1,98 @@
+"""The task stream: schedule properties, the VM under random legal interleavings, and the
+megakernel (serial mode on CPU, all SMs on GPU): multi-step launches, in-kernel EOS, watchdog."""
+import random
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import fastdecode
+from conftest import DEVICE
+from fastdecode.graph import build_step, make_tiling
+from fastdecode.schedule import ScheduleError, build_schedule, validate
+from fastdecode.spec import ModelSpec
+from models import tiny_model
+
+
+@st.composite
+def specs(draw):
+    kv = draw(st.integers(1, 3))
+    group = draw(st.integers(1, 4))
+    hd = 2 * draw(st.integers(1, 12))
+    L = draw(st.integers(1, 3))
+    return ModelSpec(family="llama", n_layers=L, d_model=draw(st.integers(4, 96)),
+                     n_heads=kv * group, n_kv_heads=kv, head_dim=hd,
+                     ffn_dim=draw(st.integers(3, 120)), vocab_size=draw(st.integers(5, 300)),
+                     rms_eps=1e-5, rope_theta=1e4, qk_norm=draw(st.booleans()),
+                     layer_windows=(0,) * L)
+
+
+@given(spec=specs(), T=st.sampled_from([1, 3, 16]), P=st.integers(1, 17),
+       max_seq=st.integers(20, 300), seed=st.integers(0, 1000))
+def test_schedule_properties(spec, T, P, max_seq, seed):
+    graph = build_step(spec, make_tiling(spec, T, max_seq, DEVICE), P)
+    sched = build_schedule(graph, P)
+    assert sorted(i for q in sched.queues for i in q) == list(range(len(graph.tasks)))
+    assert sched.words.shape[0] == P and int(sched.lengths.sum()) == len(graph.tasks)
+    order = validate(sched, steps=2, rng=random.Random(seed))  # a random legal interleaving
+    assert len(order) == 2 * len(graph.tasks)
+    for key, n in graph.producers.items():
+        assert n == sum(1 for t in graph.tasks if t.signal == key)
+
+
+def test_validator_rejects_missing_producer():
+    spec = ModelSpec.from_hf_config(tiny_model("qwen2").config)
+    graph = build_step(spec, make_tiling(spec, 1, 64, DEVICE), 5)
+    victim = next(i for i, t in enumerate(graph.tasks) if t.op.name == "DOWN")
+    graph.tasks.pop(victim)  # its counter still expects it
+    with pytest.raises(ScheduleError, match="stuck"):
+        build_schedule(graph, 5)
+
+
+@pytest.mark.parametrize("family", ["llama", "mistral", "qwen3"])
+def test_vm_random_interleavings_match_torch(family):
+    model = tiny_model(family)
+    ids = torch.randint(0, 101, (1, 24), generator=torch.Generator().manual_seed(9))
+    ref = fastdecode.from_hf(model, max_seq_len=48, mode="torch")
+    want = torch.cat([ref(ids[:, :19])[0]] + [ref(ids[:, t:t + 1])[0] for t in range(19, 24)])
+    for seed in range(3):
+        fm = fastdecode.from_hf(model, max_seq_len=48, mode="vm")
+        fm.runtime.n_programs = 3 + seed
+        fm.runtime.vm_rng = random.Random(seed)
+        got = torch.cat([fm(ids[:, :19])[0]] + [fm(ids[:, t:t + 1])[0] for t in range(19, 24)])
+        assert float((got - want).norm() / want.norm()) < 1e-6
+
+
+def test_multi_step_launch_and_eos_inside_chunk():
+    model = tiny_model("llama").to(DEVICE)
+    ids = torch.tensor([[5, 17, 33]], device=DEVICE)
+    ref = fastdecode.from_hf(model, max_seq_len=48, mode="torch").generate(ids, max_new_tokens=12,
+                                                                          eos_token_id=[])
+    fm = fastdecode.from_hf(model, max_seq_len=48, mode="mega")
+    fm.runtime.decode_chunk = 5  # 1 token from the prefill, then launches of 5, 5 and 1 steps
+    out = fm.generate(ids, max_new_tokens=12, eos_token_id=[])
+    assert torch.equal(out, ref)
+    assert int(fm.runtime.state.step) == 12
+    eos = int(ref[0, 3 + 7])  # the 8th new token: in the middle of the second 5-step launch
+    first = int((ref[0, 3:] == eos).nonzero()[0])
+    out = fm.generate(ids, max_new_tokens=12, eos_token_id=eos)
+    assert torch.equal(out, ref[:, :3 + first + 1])
+    # the kernel itself stopped at the EOS: no step ran past it
+    assert int(fm.runtime.state.step) == first + 1
+
+
+def test_forced_missing_producer_times_out():
+    model = tiny_model("qwen3").to(DEVICE)
+    fm = fastdecode.from_hf(model, max_seq_len=32, mode="mega")
+    rt = fm.runtime
+    sched = rt.schedule(1)
+    # drop one DOWN task from the encoded queues (its counter keeps expecting it)
+    p = next(p for p, q in enumerate(sched.queues)
+             if any(sched.graph.tasks[i].op.name == "DOWN" for i in q))
+    k = next(k for k, i in enumerate(sched.queues[p]) if sched.graph.tasks[i].op.name == "DOWN")
+    w = sched.words[p]
+    sched.words[p] = torch.cat([w[:k], w[k + 1:], w[-1:]])
+    sched.lengths[p] -= 1
+    with pytest.raises(fastdecode.MegakernelTimeout, match="down"):
+        fm(torch.tensor([[1]], device=DEVICE))
