@@ -52,7 +52,8 @@ def wait_counter(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step,
         n += 1
     ok = (v >= target).to(tl.int32)
     if (ok == 0) & (aborted == 0):
-        if tl.atomic_cas(status_ptr, 0, 1) == 0:  # first to time out reports
+        zero = (pid * 0).to(tl.int64)
+        if tl.atomic_cas(status_ptr, zero, zero + 1) == 0:  # first to time out reports
             tl.store(status_ptr + 1, pid.to(tl.int64))
             tl.store(status_ptr + 2, qi.to(tl.int64))
             tl.store(status_ptr + 3, ctr.to(tl.int64))
