@@ -64,7 +64,9 @@ def wait_counter(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step,
     return ok
 
 
-@triton.jit
+# run-time values that change between launches must not trigger Triton's integer specialisation
+# (== 1, % 16): a recompile of this kernel costs seconds
+@triton.jit(do_not_specialize=["tok_ctr", "max_spin", "n_steps", "n_eos", "max_step"])
 def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin, n_steps,
                done_ptr, eos_ptr, n_eos, max_step,
                ids_ptr, pos_ptr, step_ptr, seed_ptr, temp_ptr, hist_ptr,
