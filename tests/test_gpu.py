@@ -102,7 +102,7 @@ def test_mega_matches_ops_1b_and_is_deterministic(llama1b):
 def test_mega_timeout_is_fast(llama1b):
     import time
     fm = fastdecode.from_hf(llama1b, max_seq_len=64, mode="mega")
-    fm(torch.tensor([[1, 2]], device="cuda"))  # compile
+    fm(torch.tensor([[1]], device="cuda"))  # compile the T=1 step outside the timed region
     sched = fm.runtime.schedule(1)
     p = next(p for p, q in enumerate(sched.queues)
              if any(sched.graph.tasks[i].op.name == "GATE_UP" for i in q))
