@@ -1,4 +1,5 @@
-"""python -m fastdecode generate --model smollm2|PATH --prompt "..." --max-new-tokens N"""
+"""python -m fastdecode generate --model smollm2|PATH --prompt "..." --max-new-tokens N
+python -m fastdecode trace --model smollm2|PATH --steps 1 --out trace   (megakernel timeline)"""
 from __future__ import annotations
 
 import argparse
@@ -43,6 +44,33 @@ def _generate(args):
           f"load {load_s:.1f} s | mode {fm.mode} on {fm.device}]", file=sys.stderr)
 
 
+def _trace(args):
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+
+    import fastdecode
+    from fastdecode import trace as tr
+
+    fm = fastdecode.from_pretrained(args.model, max_seq_len=args.prompt_len + args.steps + 8,
+                                    device=args.device, mode="mega")
+    ids = torch.randint(0, fm.spec.vocab_size, (1, args.prompt_len), device=fm.device,
+                        generator=torch.Generator().manual_seed(0)).to(fm.device)
+    fm(ids)
+    sched, trace = fm.runtime.trace_decode(args.steps)
+    evs = tr.events(sched, trace)
+    tr.chrome_json(evs, args.out + ".json")
+    try:
+        tr.timeline_png(evs, args.out + ".png", f"{fm.spec.family} decode, {args.steps} step(s), "
+                        f"{sched.n_programs} programs")
+    except ImportError:
+        pass
+    unit = "ns" if fm.device.type == "cuda" else "ticks"
+    print(f"{'op':10s} {'tasks':>6s} {'wait ' + unit:>14s} {'work ' + unit:>14s}")
+    for op, r in tr.breakdown(evs).items():
+        print(f"{op:10s} {r['tasks']:6d} {r['wait']:14d} {r['work']:14d}")
+    print(f"wrote {args.out}.json (chrome://tracing) and {args.out}.png")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m fastdecode")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -59,9 +87,17 @@ def main(argv=None):
     g.add_argument("--device", default=None)
     g.add_argument("--mode", default=None, choices=["torch", "ops"])
     g.add_argument("--no-chat-template", action="store_true")
+    t = sub.add_parser("trace", help="per-task timeline of megakernel decode steps")
+    t.add_argument("--model", default="smollm2")
+    t.add_argument("--steps", type=int, default=1)
+    t.add_argument("--prompt-len", type=int, default=16)
+    t.add_argument("--device", default=None)
+    t.add_argument("--out", default="trace")
     args = p.parse_args(argv)
     if args.cmd == "generate":
         _generate(args)
+    elif args.cmd == "trace":
+        _trace(args)
 
 
 if __name__ == "__main__":

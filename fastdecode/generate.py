@@ -86,7 +86,7 @@ def run_generate(rt: Runtime, ids: torch.Tensor, *, max_new_tokens: int, samplin
 def _stream_tokens(rt, max_new, sampling, eos, streamer, chunk):
     pinned = rt.cuda
     buf = torch.empty(max_new, dtype=torch.int64, pin_memory=pinned)
-    out, done, queued = [], 1, 0   # step 0's token comes from the prefill
+    out, done = [], 1   # step 0's token comes from the prefill
 
     def enqueue(a, b):
         buf[a:b].copy_(rt.tokens(a, b), non_blocking=pinned)

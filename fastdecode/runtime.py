@@ -1,8 +1,10 @@
 """DecodeState (KV cache, activations, device-side counters) and the decode step in each mode.
 
 Modes (the debugging ladder, DESIGN.md): `torch` runs reference.py ops on the packed weights (the
-oracle); `ops` runs one Triton launch per fused op, and on CUDA replays a decode step captured once
-in a CUDA graph. The megakernel (`mega`) is the next rung.
+oracle); `vm` runs the scheduled task stream with torch ops (optionally in a random legal
+interleaving); `ops` runs one Triton launch per fused op, and on CUDA replays a decode step captured
+once in a CUDA graph; `mega` runs whole steps, and many steps per launch, in the persistent
+megakernel (serial, one program, under the CPU interpreter).
 
 Everything a step needs is on the device -- input token ids, position, step counter, RNG counter,
 temperature -- so a captured step replays unchanged: its last kernel writes the chosen token into
@@ -20,8 +22,10 @@ from . import ops
 from . import reference as R
 from .packing import PackedWeights
 from .triton_kernels.attention import split_plan
-from .triton_kernels.config import attention_config, gemv_config
+from .triton_kernels.config import attention_config
 from .triton_kernels.lm_head import n_vocab_tiles
+from .triton_kernels._common import INTERPRET
+from .triton_kernels.megakernel import STATUS_WORDS, megakernel
 
 MODES = ("torch", "vm", "ops", "mega")
 
@@ -29,7 +33,7 @@ MODES = ("torch", "vm", "ops", "mega")
 class MegakernelTimeout(RuntimeError):
     """A megakernel wait exceeded its bound (a missing producer or a kernel bug); the kernel
     exited instead of hanging the GPU. The message names the program, task, counter and step."""
-TASK_MODES = ("vm", "mega")  # modes that run the scheduled task stream
+MAX_EOS = 16
 
 
 @dataclass(frozen=True)
@@ -83,7 +87,13 @@ class DecodeState:
         self.hist = torch.zeros(max_seq_len + 1, device=dev, dtype=torch.int64)
         cos, sin = s.rope_table(max_seq_len)
         self.cos, self.sin = cos.to(dev), sin.to(dev)
+        self.windows = torch.tensor(list(s.layer_windows), device=dev, dtype=torch.int32)
         self.n_pos = 0  # host mirror of pos
+        # megakernel stop conditions and watchdog status (see triton_kernels/megakernel.py)
+        self.done = torch.zeros(1, device=dev, dtype=torch.int32)
+        self.eos = torch.zeros(MAX_EOS, device=dev, dtype=torch.int32)
+        self.n_eos, self.max_step = 0, 1 << 30
+        self.status = torch.zeros(STATUS_WORDS, device=dev, dtype=torch.int64)
 
 
 def _sm_count(device) -> int:
@@ -98,7 +108,8 @@ class Runtime:
         self.pw, self.spec, self.mode = pw, pw.spec, mode
         self.cuda = pw.device.type == "cuda"
         self.cuda_graph = cuda_graph and self.cuda and mode == "ops"
-        self.max_chunk = max_chunk or (64 if self.cuda else 16)
+        # tokens per prefill step: the megakernel's T>1 tiles pad M to 16 (one tl.dot row block)
+        self.max_chunk = max_chunk or (64 if self.cuda and mode == "ops" else 16)
         self.state = DecodeState(pw, max_seq_len, self.max_chunk)
         self.max_seq_len = max_seq_len
         self._graphs: dict = {}
@@ -114,14 +125,7 @@ class Runtime:
         # megakernel: spin bound per wait (GPU: well under 1 s of acquire polls; interpreter: serial
         # mode never needs to wait, so a short bound turns a missing producer into an error fast)
         self.max_spin = 1 << 17 if self.cuda else 64  # H200: ~3 us per poll -> ~0.4 s
-        st = self.state
-        st.done = torch.zeros(1, device=pw.device, dtype=torch.int32)
-        st.eos = torch.zeros(16, device=pw.device, dtype=torch.int32)
-        st.n_eos, st.max_step = 0, 1 << 30
-        st.status = torch.zeros(7, device=pw.device, dtype=torch.int64)
-        st.windows = torch.tensor(list(self.spec.layer_windows), device=pw.device,
-                                  dtype=torch.int32)
-        self._counters: dict = {}
+        self._counters: dict = {}  # per schedule: (counters, encoded queues, queue lengths)
 
     # ---- sequence control -------------------------------------------------------------------
     def reset(self):
@@ -134,7 +138,9 @@ class Runtime:
     def set_stop(self, eos_ids, max_steps: int):
         """In-kernel stop conditions of the task modes: EOS ids and the number of chosen tokens."""
         st = self.state
-        eos = sorted(eos_ids)[:st.eos.numel()]
+        eos = sorted(eos_ids)
+        if len(eos) > MAX_EOS:
+            raise ValueError(f"at most {MAX_EOS} eos_token_id values are supported, got {len(eos)}")
         if eos:
             st.eos[:len(eos)].copy_(torch.tensor(eos, dtype=torch.int32))
         st.n_eos, st.max_step = len(eos), int(max_steps)
@@ -307,9 +313,7 @@ class Runtime:
             self._launch_mega(sched, 1, sampling)
             self.check_status()
 
-    def _launch_mega(self, sched, n_steps, sampling):
-        from .triton_kernels._common import INTERPRET
-        from .triton_kernels.megakernel import megakernel
+    def _launch_mega(self, sched, n_steps, sampling, trace=None, clock=None):
         if sampling.filtered:
             raise ValueError("mode='mega' samples with temperature only; top_k / top_p run in "
                              "mode='ops'")
@@ -330,7 +334,8 @@ class Runtime:
         kw = dict(launch_cooperative_grid=True) if self.cuda else {}
         megakernel[(sched.n_programs,)](
             words, lengths, words.shape[1], ctr, sched.graph.counters[("tok",)], st.status,
-            self.max_spin, n_steps, st.done, st.eos, st.n_eos, st.max_step,
+            self.max_spin, n_steps, trace if trace is not None else st.status,
+            clock if clock is not None else st.status, st.done, st.eos, st.n_eos, st.max_step,
             st.ids, st.pos, st.step, st.seed, st.temp, st.hist,
             st.h, st.q, st.attn, st.act, st.o_part, st.lse, st.logits, st.pval, st.pidx,
             st.k_cache, st.v_cache, st.cos, st.sin, st.windows,
@@ -349,7 +354,23 @@ class Runtime:
             BLOCK_D=block_d, BLOCK_SP=triton.next_power_of_2(tg.n_splits),
             EMB_BLOCK=tg.emb_block, MERGE_BLOCK=min(8192, triton.next_power_of_2(n_vtiles)),
             F32=INTERPRET or pw.dtype == torch.float32, USE_ASM=not INTERPRET,
-            num_warps=4, **kw)
+            TRACE=trace is not None, num_warps=4, **kw)
+
+    def trace_decode(self, n_steps: int = 1):
+        """Run n_steps decode steps of the megakernel with per-task timestamps (continuing the
+        current sequence). Returns (schedule, trace [P, n_steps, max_len, 3] int64 on the CPU)."""
+        if self.mode != "mega":
+            raise ValueError("tracing needs mode='mega'")
+        self._check_room(n_steps)
+        sched = self.schedule(1)
+        P, L = sched.words.shape[:2]
+        trace = torch.zeros(P, n_steps, L, 3, device=self.pw.device, dtype=torch.int64)
+        clock = torch.ones(1, device=self.pw.device, dtype=torch.int64)  # interpreter's clock
+        self.state.done.zero_()
+        self._launch_mega(sched, n_steps, Sampling(), trace=trace, clock=clock)
+        self.check_status()
+        self.state.n_pos += n_steps
+        return sched, trace.cpu()
 
     def check_status(self):
         """Raise MegakernelTimeout if the last megakernel launch timed out (syncs)."""

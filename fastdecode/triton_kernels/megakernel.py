@@ -12,12 +12,15 @@ Every spin is bounded: on timeout the first program to notice records (program, 
 counter, value, target, step) in the status buffer, raises the abort flag and all programs exit;
 the host raises MegakernelTimeout. With one program (serial mode) the queue is a topological order
 and no wait can block: that is how it runs under Triton's CPU interpreter.
+TRACE: each task records [start, ready (wait over), end (published)] timestamps in
+trace[program, step * LMAX + position] (globaltimer ns on the GPU; a logical clock interpreted).
 """
 import triton
 import triton.language as tl
 
 from ..opcodes import WORDS, Op
 from ..ptx_inline.flags import fence_acq_rel_gpu, ld_acquire_gpu
+from ..ptx_inline.timers import globaltimer_ns
 from .attention import attention_body, attn_merge_body
 from .embedding import embedding_body
 from .gemv import gemv_body
@@ -68,6 +71,7 @@ def wait_counter(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step,
 # (== 1, % 16): a recompile of this kernel costs seconds
 @triton.jit(do_not_specialize=["tok_ctr", "max_spin", "n_steps", "n_eos", "max_step"])
 def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin, n_steps,
+               trace_ptr, clock_ptr,
                done_ptr, eos_ptr, n_eos, max_step,
                ids_ptr, pos_ptr, step_ptr, seed_ptr, temp_ptr, hist_ptr,
                h_ptr, q_ptr, attn_ptr, act_ptr, opart_ptr, lse_ptr, logits_ptr, pval_ptr, pidx_ptr,
@@ -82,7 +86,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                BLOCK_G: tl.constexpr, BLOCK_TOK: tl.constexpr, BLOCK_M: tl.constexpr,
                BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_SP: tl.constexpr,
                EMB_BLOCK: tl.constexpr, MERGE_BLOCK: tl.constexpr, F32: tl.constexpr,
-               USE_ASM: tl.constexpr):
+               USE_ASM: tl.constexpr, TRACE: tl.constexpr):
     pid = tl.program_id(0)
     qlen = tl.load(qlen_ptr + pid)
     QKVN = (H + 2 * KVH) * HD
@@ -109,7 +113,12 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
             wc = tl.load(w + 5)
             target = (epoch + tl.load(w + 7)) * tl.load(w + 6)
             sig = tl.load(w + 8)
+            if TRACE:
+                tr = trace_ptr + ((pid * n_steps + s) * LMAX + i) * 3
+                tl.store(tr, globaltimer_ns(op, clock_ptr, USE_ASM))
             run = wait_counter(ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, USE_ASM)
+            if TRACE:
+                tl.store(tr + 1, globaltimer_ns(op, clock_ptr, USE_ASM))
             if run == 1:
                 if op == OP_EMBED:
                     for t in range(a0, a1):
@@ -176,5 +185,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                 fence_acq_rel_gpu(op, USE_ASM)
                 tl.debug_barrier()
                 tl.atomic_add(ctr_ptr + sig, 1, sem="release", scope="gpu")
+                if TRACE:
+                    tl.store(tr + 2, globaltimer_ns(op, clock_ptr, USE_ASM))
             i += 1
         s += 1

@@ -1,0 +1,78 @@
+"""Megakernel traces: per-task [start, ready, end] timestamps -> Chrome trace JSON, a PNG timeline
+and a per-op breakdown of time working vs waiting (how we see bubbles)."""
+from __future__ import annotations
+
+import json
+
+from .opcodes import F_LAYER, F_OP, Op
+
+
+def events(sched, trace):
+    """-> list of dicts (program, step, op, layer, start, ready, end), times relative to the first
+    start. trace: [P, steps, max_len, 3] from Runtime.trace_decode."""
+    P, steps = trace.shape[:2]
+    out = []
+    for p in range(P):
+        n = int(sched.lengths[p])
+        for s in range(steps):
+            for i in range(n):
+                start, ready, end = (int(x) for x in trace[p, s, i])
+                if end == 0:  # not executed (stopped early)
+                    continue
+                w = sched.words[p, i]
+                out.append(dict(program=p, step=s, op=Op(int(w[F_OP])).name,
+                                layer=int(w[F_LAYER]), start=start, ready=ready, end=end))
+    t0 = min(e["start"] for e in out)
+    for e in out:
+        for k in ("start", "ready", "end"):
+            e[k] -= t0
+    return out
+
+
+def breakdown(evs):
+    """Per op: total time waiting (start -> ready) and working (ready -> end), summed over tasks."""
+    rows = {}
+    for e in evs:
+        r = rows.setdefault(e["op"], dict(tasks=0, wait=0, work=0))
+        r["tasks"] += 1
+        r["wait"] += e["ready"] - e["start"]
+        r["work"] += e["end"] - e["ready"]
+    return rows
+
+
+def chrome_json(evs, path, scale_us=1e-3):
+    """Chrome trace (chrome://tracing, Perfetto): one row per program; waits and work as slices."""
+    out = []
+    for e in evs:
+        name = f"{e['op']} L{e['layer']}"
+        if e["ready"] > e["start"]:
+            out.append(dict(name="wait", cat="wait", ph="X", pid=0, tid=e["program"],
+                            ts=e["start"] * scale_us, dur=(e["ready"] - e["start"]) * scale_us))
+        out.append(dict(name=name, cat=e["op"], ph="X", pid=0, tid=e["program"],
+                        ts=e["ready"] * scale_us, dur=max(e["end"] - e["ready"], 1) * scale_us,
+                        args=dict(step=e["step"])))
+    with open(path, "w") as f:
+        json.dump({"traceEvents": out, "displayTimeUnit": "ns"}, f)
+
+
+def timeline_png(evs, path, title=""):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    ops = [o.name for o in Op]
+    colors = {o: f"C{i % 10}" for i, o in enumerate(ops)}
+    P = 1 + max(e["program"] for e in evs)
+    fig, ax = plt.subplots(figsize=(14, max(3, P * 0.06 + 1)))
+    for e in evs:
+        ax.broken_barh([(e["start"], e["ready"] - e["start"])], (e["program"], 0.9),
+                       color="lightgrey")
+        ax.broken_barh([(e["ready"], max(e["end"] - e["ready"], 1))], (e["program"], 0.9),
+                       color=colors[e["op"]])
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colors[o]) for o in ops] + \
+        [plt.Rectangle((0, 0), 1, 1, color="lightgrey")]
+    ax.legend(handles, ops + ["wait"], fontsize=6, ncol=5, loc="upper right")
+    ax.set_xlabel("time (ns on the GPU; logical ticks in the interpreter)")
+    ax.set_ylabel("program")
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
