@@ -50,9 +50,10 @@ class Tiling:
         return triton.cdiv(N, self.gemv_bn) * self.n_t()
 
 
-def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device) -> Tiling:
+def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device, gemv_tile=None) -> Tiling:
+    """gemv_tile: a TileConfig overriding config.py's decode tile (bench/sweep_mega.py)."""
     bt = block_t(T)
-    cfg = gemv_config(spec.d_model * 4, spec.d_model, T, device)  # a large-N decode shape
+    cfg = gemv_tile or gemv_config(spec.d_model * 4, spec.d_model, T, device)  # large-N shape
     half = spec.head_dim // 2
     if spec.qk_norm or T > 1:
         pairs = max(16, triton.next_power_of_2(half)) if T > 1 else triton.next_power_of_2(half)

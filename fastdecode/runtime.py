@@ -126,6 +126,7 @@ class Runtime:
         # mode never needs to wait, so a short bound turns a missing producer into an error fast)
         self.max_spin = 1 << 17 if self.cuda else 64  # H200: ~3 us per poll -> ~0.4 s
         self._counters: dict = {}  # per schedule: (counters, encoded queues, queue lengths)
+        self.mega_tile = None      # TileConfig overriding the task tiles (tile sweeps)
 
     # ---- sequence control -------------------------------------------------------------------
     def reset(self):
@@ -299,7 +300,11 @@ class Runtime:
         if T not in self._schedules:
             from .graph import build_step, make_tiling
             from .schedule import build_schedule
-            tiling = make_tiling(self.spec, T, self.max_seq_len, self.pw.device)
+            tiling = make_tiling(self.spec, T, self.max_seq_len, self.pw.device,
+                                 self.mega_tile if T == 1 else None)
+            if triton.cdiv(self.spec.vocab_size, tiling.gemv_bn) * T > self.state.pval.numel():
+                raise ValueError(f"tile of {tiling.gemv_bn} rows leaves more vocab partials than "
+                                 "the state holds; use a wider tile")
             graph = build_step(self.spec, tiling, self.n_programs)
             self._schedules[T] = build_schedule(graph, self.n_programs)
         return self._schedules[T]
@@ -354,7 +359,7 @@ class Runtime:
             BLOCK_D=block_d, BLOCK_SP=triton.next_power_of_2(tg.n_splits),
             EMB_BLOCK=tg.emb_block, MERGE_BLOCK=min(8192, triton.next_power_of_2(n_vtiles)),
             F32=INTERPRET or pw.dtype == torch.float32, USE_ASM=not INTERPRET,
-            TRACE=trace is not None, num_warps=4, **kw)
+            TRACE=trace is not None, num_warps=tg.num_warps, **kw)
 
     def trace_decode(self, n_steps: int = 1):
         """Run n_steps decode steps of the megakernel with per-task timestamps (continuing the
