@@ -20,7 +20,7 @@ FAMILIES = {
         sliding_window=5)),
     # qwen2: q/k/v bias, tied, head_dim 10 (half 5), GQA 2:1
     "qwen2": (tf.Qwen2Config, tf.Qwen2ForCausalLM, dict(
-        hidden_size=60, intermediate_size=52, num_attention_heads=6, num_key_value_heads=3,
+        hidden_size=60, intermediate_size=54, num_attention_heads=6, num_key_value_heads=3,
         tie_word_embeddings=True)),
     # qwen3: q/k RMSNorm, explicit head_dim 14 with hidden 40 (H*hd != d), untied
     "qwen3": (tf.Qwen3Config, tf.Qwen3ForCausalLM, dict(
@@ -30,9 +30,9 @@ FAMILIES = {
 
 
 def tiny_model(family: str, vocab: int = 101, layers: int = 2, seed: int = 0,
-               dtype=torch.float32):
+               dtype=torch.float32, **overrides):
     cfg_cls, model_cls, kw = FAMILIES[family]
-    kw = dict(kw)
+    kw = dict(kw, **overrides)
     kw.setdefault("tie_word_embeddings", False)
     kw.setdefault("max_position_embeddings", 512)
     cfg = cfg_cls(vocab_size=vocab, num_hidden_layers=layers, rms_norm_eps=1e-5, **kw)

@@ -1,0 +1,95 @@
+"""Tensor-parallel sharding and the step over N virtual ranks (fp32 all-reduce in rank order)
+against the tp=1 model, for every family and for 2, 4 and 8 ranks."""
+import pytest
+import torch
+import transformers as tf
+
+import fastdecode
+from fastdecode.distributed import (TensorParallelError, VirtualTP, check_tp, shard,
+                                    vocab_range)
+from helpers import rel_err
+from models import FAMILIES, tiny_model
+
+# (family, world) pairs the tiny models allow (tp must divide KV heads, heads and ffn)
+CASES = [("llama", 2), ("llama_bias_tied", 2), ("llama_bias_tied", 4), ("qwen2", 3),
+         ("qwen3", 2), ("mistral_gqa", 2)]
+
+
+def model_for(family):
+    if family == "wide":
+        return wide_llama()
+    if family == "mistral_gqa":  # the tiny mistral is MQA (one KV head): give it two
+        return tiny_model("mistral", num_key_value_heads=2)
+    return tiny_model(family)
+
+
+def wide_llama():
+    """8 KV heads, so 4 and 8 ranks are possible; odd vocab (not a multiple of 8)."""
+    cfg = tf.LlamaConfig(vocab_size=203, hidden_size=64, intermediate_size=96,
+                         num_hidden_layers=2, num_attention_heads=16, num_key_value_heads=8,
+                         tie_word_embeddings=True, rms_norm_eps=1e-5)
+    torch.manual_seed(0)
+    m = tf.LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            p.copy_(1 + 0.2 * torch.randn_like(p) if "norm" in name
+                    else torch.randn_like(p) / p.shape[-1] ** 0.5)
+    return m
+
+
+def packed(model):
+    return fastdecode.from_hf(model, max_seq_len=64, mode="torch").weights
+
+
+@pytest.mark.parametrize("family,world", CASES)
+def test_shards_concatenate_back(family, world):
+    pw = packed(model_for(family))
+    s = pw.spec
+    shards = [shard(pw, r, world) for r in range(world)]
+    hd = s.head_dim
+    qs = [sh.w_qkv[:, :sh.spec.q_dim] for sh in shards]
+    ks = [sh.w_qkv[:, sh.spec.q_dim:sh.spec.q_dim + sh.spec.kv_dim] for sh in shards]
+    vs = [sh.w_qkv[:, sh.spec.q_dim + sh.spec.kv_dim:] for sh in shards]
+    assert torch.equal(torch.cat(qs + ks + vs, 1), pw.w_qkv)
+    assert torch.equal(torch.cat([sh.w_o for sh in shards], 2), pw.w_o)
+    assert torch.equal(torch.cat([sh.w_down for sh in shards], 2), pw.w_down)
+    f = s.ffn_dim // world
+    gates = [sh.w_gu[:, :f] for sh in shards]
+    ups = [sh.w_gu[:, f:] for sh in shards]
+    assert torch.equal(torch.cat(gates + ups, 1), pw.w_gu)
+    assert torch.equal(torch.cat([sh.lm_head for sh in shards], 0), pw.lm_head)
+    assert sum(sh.spec.vocab_size for sh in shards) == s.vocab_size
+    assert all(sh.spec.head_dim == hd and sh.spec.group == s.group for sh in shards)
+
+
+def teacher_forced(run, ids, prompt=9):
+    return torch.cat([run(ids[:prompt])] + [run(ids[t:t + 1]) for t in range(prompt, len(ids))])
+
+
+@pytest.mark.parametrize("family,world", CASES + [("wide", 4), ("wide", 8)])
+def test_virtual_ranks_match_tp1(family, world):
+    model = model_for(family)
+    ids = torch.randint(0, model.config.vocab_size, (17,),
+                        generator=torch.Generator().manual_seed(1))
+    fm = fastdecode.from_hf(model, max_seq_len=64, mode="torch")
+    want = teacher_forced(lambda x: fm(x[None])[0], ids)
+    tp = VirtualTP(fm.weights, world, max_seq_len=64)
+    got = teacher_forced(tp.forward, ids)
+    # fp32 everywhere; only the order of the fp32 sums differs (per rank, then across ranks):
+    # ~sqrt(K) 2^-24 per reduction, 1e-5 leaves 20x margin and catches any wrong shard (O(1))
+    assert rel_err(got, want) < 1e-5
+    for row in got:  # the cross-rank argmax picks the full model's token
+        shards = row.split([vocab_range(fm.spec, r, world)[1] - vocab_range(fm.spec, r, world)[0]
+                            for r in range(world)])
+        assert VirtualTP.choose(shards) == int(row.argmax())
+
+
+def test_bad_tp_sizes_raise():
+    spec = packed(tiny_model("llama")).spec          # 6 heads, 2 KV heads, ffn 72
+    for world in (0, -1, 3, 4):
+        with pytest.raises(TensorParallelError):
+            check_tp(spec, world)
+    with pytest.raises(TensorParallelError, match="key_value"):
+        check_tp(packed(tiny_model("mistral")).spec, 2)  # MQA: one KV head
+    check_tp(spec, 1)
+    check_tp(spec, 2)
