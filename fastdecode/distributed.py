@@ -2,7 +2,7 @@
 all-reduces, run here over N virtual ranks in one process (the reference the in-kernel NVLink
 all-reduce will be tested against).
 
-Sharding (Megatron-style, sized from the config):
+Sharding (Megatron-style, sizes from ModelSpec.shard; packing.pack reads a rank's slices):
     QKV      column-parallel by KV-head groups: rank r holds KV heads [r*KVH/W, (r+1)*KVH/W) and
              their q heads (GQA groups never split), so attention needs no communication
     gate|up  column-parallel: rows [r*F/W, (r+1)*F/W) of gate and of up (SwiGLU stays local)
@@ -14,64 +14,11 @@ activations (DESIGN.md). KV heads are not replicated: tp must divide num_key_val
 """
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 
 from . import reference as R
-from .packing import PackedWeights
-from .spec import ModelSpec
-
-
-class TensorParallelError(ValueError):
-    """A tensor-parallel size the model's dimensions do not allow."""
-
-
-def check_tp(spec: ModelSpec, world: int):
-    if not isinstance(world, int) or world < 1:
-        raise TensorParallelError(f"tensor-parallel size must be a positive integer, got {world!r}")
-    for what, n in (("num_key_value_heads", spec.n_kv_heads), ("num_attention_heads", spec.n_heads),
-                    ("intermediate_size", spec.ffn_dim)):
-        if n % world:
-            raise TensorParallelError(
-                f"tp={world} does not divide {what}={n}"
-                + (" (KV heads are not replicated across ranks)" if "key_value" in what else ""))
-
-
-def vocab_range(spec: ModelSpec, rank: int, world: int) -> tuple[int, int]:
-    per = -(-spec.vocab_size // world)
-    return min(rank * per, spec.vocab_size), min((rank + 1) * per, spec.vocab_size)
-
-
-def shard_spec(spec: ModelSpec, rank: int, world: int) -> ModelSpec:
-    v0, v1 = vocab_range(spec, rank, world)
-    return dataclasses.replace(spec, n_heads=spec.n_heads // world,
-                               n_kv_heads=spec.n_kv_heads // world,
-                               ffn_dim=spec.ffn_dim // world, vocab_size=v1 - v0)
-
-
-def shard(pw: PackedWeights, rank: int, world: int) -> PackedWeights:
-    """Rank `rank`'s slice of every weight (copies, contiguous)."""
-    s = pw.spec
-    check_tp(s, world)
-    hd, kvh, h = s.head_dim, s.n_kv_heads // world, s.n_heads // world
-    q_rows = torch.arange(rank * h * hd, (rank + 1) * h * hd)
-    k_rows = s.q_dim + torch.arange(rank * kvh * hd, (rank + 1) * kvh * hd)
-    qkv_rows = torch.cat([q_rows, k_rows, k_rows + s.kv_dim]).to(pw.device)
-    f = s.ffn_dim // world
-    gu_rows = torch.cat([torch.arange(rank * f, (rank + 1) * f),
-                         s.ffn_dim + torch.arange(rank * f, (rank + 1) * f)]).to(pw.device)
-    v0, v1 = vocab_range(s, rank, world)
-    c = lambda t: None if t is None else t.contiguous()  # noqa: E731
-    first = lambda b: None if b is None else (b if rank == 0 else torch.zeros_like(b))  # noqa
-    return PackedWeights(
-        spec=shard_spec(s, rank, world), embed=pw.embed, lm_head=c(pw.lm_head[v0:v1]),
-        final_norm=pw.final_norm, attn_norm=pw.attn_norm, mlp_norm=pw.mlp_norm,
-        w_qkv=c(pw.w_qkv[:, qkv_rows]), w_o=c(pw.w_o[:, :, rank * h * hd:(rank + 1) * h * hd]),
-        w_gu=c(pw.w_gu[:, gu_rows]), w_down=c(pw.w_down[:, :, rank * f:(rank + 1) * f]),
-        b_qkv=c(None if pw.b_qkv is None else pw.b_qkv[:, qkv_rows]), b_o=first(pw.b_o),
-        b_gu=c(None if pw.b_gu is None else pw.b_gu[:, gu_rows]), b_down=first(pw.b_down),
-        qk_norm=pw.qk_norm)
+from .packing import PackedWeights, pack
+from .spec import ModelSpec, TensorParallelError  # noqa: F401  (re-exported)
 
 
 def all_reduce_fp32(parts):
@@ -115,13 +62,17 @@ class RankModel:
 
 
 class VirtualTP:
-    """N ranks in one process, run in lockstep: every phase on every rank, then the all-reduce."""
+    """N ranks in one process, run in lockstep: every phase on every rank, then the all-reduce.
+    Each rank packs only its own shard from get(hf_name, index) (packing.pack)."""
 
-    def __init__(self, pw: PackedWeights, world: int, max_seq_len: int = 256):
-        check_tp(pw.spec, world)
-        self.world, self.spec, self.dtype = world, pw.spec, pw.dtype
-        self.ranks = [RankModel(shard(pw, r, world), max_seq_len) for r in range(world)]
-        self.embed = pw.embed
+    def __init__(self, spec: ModelSpec, get, world: int, *, device="cpu", dtype=torch.float32,
+                 max_seq_len: int = 256):
+        spec.check_tp(world)
+        self.world, self.spec, self.dtype = world, spec, dtype
+        shards = [pack(spec, get, device=device, dtype=dtype, rank=r, world=world)
+                  for r in range(world)]
+        self.ranks = [RankModel(pw, max_seq_len) for pw in shards]
+        self.embed = shards[0].embed
         self.pos = 0
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:

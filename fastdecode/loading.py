@@ -11,7 +11,7 @@ import torch
 
 from .spec import UnsupportedModelError
 
-Getter = Callable[[str], "torch.Tensor | None"]
+Getter = Callable[..., "torch.Tensor | None"]  # get(hf_name, index=None)
 
 
 def load_config(path: str, gguf_file: str | None = None):
@@ -53,13 +53,15 @@ def safetensors_getter(folder: str) -> Getter:
                 weight_map.update({k: fn for k in f.keys()})
     handles = {}
 
-    def get(name):
+    def get(name, index=None):
         for key in (name, name.removeprefix("model."), "model." + name):
             fn = weight_map.get(key)
             if fn is not None:
                 if fn not in handles:
                     handles[fn] = safe_open(os.path.join(folder, fn), framework="pt")
-                return handles[fn].get_tensor(key)
+                if index is None:
+                    return handles[fn].get_tensor(key)
+                return handles[fn].get_slice(key)[index]  # reads only the slice
         return None
     return get
 
@@ -103,7 +105,7 @@ def gguf_getter(path: str, config) -> Getter:
         return w.reshape(heads, w.shape[0] // heads // 2, 2, *w.shape[1:]).transpose(1, 2) \
                 .reshape(w.shape)
 
-    def get(name):
+    def get(name, index=None):
         gname = _GGUF_NAMES.get(name)
         if gname is None and name.startswith("model.layers."):
             _, _, i, rest = name.split(".", 3)
@@ -117,7 +119,7 @@ def gguf_getter(path: str, config) -> Getter:
             w = unpermute(w, n_heads)
         elif arch == "llama" and gname.endswith(("attn_k.weight", "attn_k.bias")):
             w = unpermute(w, n_kv)
-        return w
+        return w if index is None else w[index].contiguous()
     return get
 
 

@@ -9,7 +9,7 @@ from torch import nn
 
 from .generate import _HARMLESS, run_generate, validate_ids
 from .loading import open_checkpoint, resolve_model_path
-from .packing import FLOAT_DTYPES, pack
+from .packing import FLOAT_DTYPES, dict_getter, pack
 from .runtime import MODES, Runtime, Sampling
 from .spec import ModelSpec
 
@@ -134,8 +134,7 @@ def from_hf(model, max_seq_len: int = 4096, mode: str | None = None, device=None
         raise ValueError(f"the model's weights are on {where} but device={device!r} was asked; "
                          f"move the model first (model.to({str(device)!r}))")
     dtype = params[0].dtype
-    state = dict(model.state_dict())
-    pw = pack(spec, state.get, device=where, dtype=dtype)
+    pw = pack(spec, dict_getter(dict(model.state_dict())), device=where, dtype=dtype)
     return FastModel(pw, config, max_seq_len=max_seq_len, mode=mode, cuda_graph=cuda_graph,
                      generation_config=getattr(model, "generation_config", None))
 

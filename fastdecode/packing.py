@@ -51,10 +51,21 @@ class PackedWeights:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "spec"}
 
 
-def pack(spec: ModelSpec, get, *, device, dtype) -> PackedWeights:
-    """Build PackedWeights from get(hf_name) -> tensor | None (HF state-dict names)."""
-    def need(name):
-        t = get(name)
+def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) -> PackedWeights:
+    """Build PackedWeights (of tensor-parallel rank `rank` of `world`) from
+    get(hf_name, index=None) -> tensor | None, HF state-dict names; `index` is a tuple of slices,
+    so a rank reads only its shard (safetensors slices lazily). Sharding: distributed.py."""
+    sp = spec.shard(rank, world)
+    every = slice(None)
+
+    def rows(n):
+        return (slice(rank * n, (rank + 1) * n),)
+
+    def cols(n):
+        return (every, slice(rank * n, (rank + 1) * n))
+
+    def need(name, index=None):
+        t = get(name, index)
         if t is None:
             raise KeyError(f"checkpoint has no tensor {name!r}")
         if not t.is_floating_point():
@@ -62,47 +73,56 @@ def pack(spec: ModelSpec, get, *, device, dtype) -> PackedWeights:
                             "(dequantize first)")
         return t.to(device=device, dtype=dtype)
 
-    def stack(fmt, *, cat=None, optional=False):
-        out = []
-        for i in range(spec.n_layers):
-            names = [f"model.layers.{i}.{f}" for f in (cat or [fmt])]
-            if optional and get(names[0]) is None:
-                return None
-            parts = [need(n) for n in names]
-            out.append(torch.cat(parts, 0) if len(parts) > 1 else parts[0])
+    def stack(*parts):
+        """parts: (name within the layer, index); concatenated along dim 0, stacked over layers."""
+        out = [torch.cat([need(f"model.layers.{i}.{f}", ix) for f, ix in parts], 0)
+               for i in range(spec.n_layers)]
         return torch.stack(out).contiguous()
 
-    attn = "self_attn.{}_proj"
-    qkv_w = [attn.format(x) + ".weight" for x in "qkv"]
-    qkv_b = [attn.format(x) + ".bias" for x in "qkv"]
+    def on_first_rank(t):  # a bias added after a row-parallel sum is added once
+        return t if rank == 0 or t is None else torch.zeros_like(t)
+
+    attn = "self_attn.{}_proj.{}"
+    q, kv, f = rows(sp.q_dim), rows(sp.kv_dim), rows(sp.ffn_dim)
     embed = need("model.embed_tokens.weight").contiguous()
-    head = get("lm_head.weight")
-    if spec.tied or head is None:
-        lm_head = embed
-    else:
-        lm_head = need("lm_head.weight").contiguous()
+    v0, v1 = spec.vocab_range(rank, world)
+    head = "model.embed_tokens.weight" if spec.tied or get("lm_head.weight") is None \
+        else "lm_head.weight"
+    lm_head = embed if (world == 1 and head != "lm_head.weight") else \
+        need(head, (slice(v0, v1),)).contiguous()
     pw = PackedWeights(
-        spec=spec, embed=embed, lm_head=lm_head, final_norm=need("model.norm.weight"),
-        attn_norm=stack("input_layernorm.weight"),
-        mlp_norm=stack("post_attention_layernorm.weight"),
-        w_qkv=stack(None, cat=qkv_w), w_o=stack(attn.format("o") + ".weight"),
-        w_gu=stack(None, cat=["mlp.gate_proj.weight", "mlp.up_proj.weight"]),
-        w_down=stack("mlp.down_proj.weight"),
-        b_qkv=stack(None, cat=qkv_b) if spec.attn_bias else None,
-        b_o=stack(attn.format("o") + ".bias") if spec.o_bias else None,
-        b_gu=stack(None, cat=["mlp.gate_proj.bias", "mlp.up_proj.bias"]) if spec.mlp_bias else None,
-        b_down=stack("mlp.down_proj.bias") if spec.mlp_bias else None,
-        qk_norm=stack(None, cat=["self_attn.q_norm.weight", "self_attn.k_norm.weight"])
+        spec=sp, embed=embed, lm_head=lm_head, final_norm=need("model.norm.weight"),
+        attn_norm=stack(("input_layernorm.weight", None)),
+        mlp_norm=stack(("post_attention_layernorm.weight", None)),
+        w_qkv=stack((attn.format("q", "weight"), q), (attn.format("k", "weight"), kv),
+                    (attn.format("v", "weight"), kv)),
+        w_o=stack((attn.format("o", "weight"), cols(sp.q_dim))),
+        w_gu=stack(("mlp.gate_proj.weight", f), ("mlp.up_proj.weight", f)),
+        w_down=stack(("mlp.down_proj.weight", cols(sp.ffn_dim))),
+        b_qkv=stack((attn.format("q", "bias"), q), (attn.format("k", "bias"), kv),
+                    (attn.format("v", "bias"), kv)) if spec.attn_bias else None,
+        b_o=on_first_rank(stack((attn.format("o", "bias"), None)) if spec.o_bias else None),
+        b_gu=stack(("mlp.gate_proj.bias", f), ("mlp.up_proj.bias", f)) if spec.mlp_bias else None,
+        b_down=on_first_rank(stack(("mlp.down_proj.bias", None)) if spec.mlp_bias else None),
+        qk_norm=stack(("self_attn.q_norm.weight", None), ("self_attn.k_norm.weight", None))
         .view(spec.n_layers, 2, spec.head_dim) if spec.qk_norm else None,
     )
-    _check_shapes(pw)
+    _check_shapes(pw, spec.vocab_size)
     return pw
 
 
-def _check_shapes(pw: PackedWeights):
-    s = pw.spec
+def dict_getter(state: dict):
+    """get(name, index=None) over an in-memory state dict."""
+    def get(name, index=None):
+        t = state.get(name)
+        return t if t is None or index is None else t[index]
+    return get
+
+
+def _check_shapes(pw: PackedWeights, full_vocab: int):
+    s = pw.spec  # a rank's shard sizes; the embedding is replicated (full vocabulary)
     want = {
-        "embed": (s.vocab_size, s.d_model), "lm_head": (s.vocab_size, s.d_model),
+        "embed": (full_vocab, s.d_model), "lm_head": (s.vocab_size, s.d_model),
         "w_qkv": (s.n_layers, s.qkv_dim, s.d_model), "w_o": (s.n_layers, s.d_model, s.q_dim),
         "w_gu": (s.n_layers, 2 * s.ffn_dim, s.d_model),
         "w_down": (s.n_layers, s.d_model, s.ffn_dim),
@@ -113,5 +133,5 @@ def _check_shapes(pw: PackedWeights):
             raise ValueError(f"{name}: checkpoint shape {got} does not match the config {shape}")
 
 
-def from_state_dict(spec: ModelSpec, state: dict, *, device, dtype) -> PackedWeights:
-    return pack(spec, state.get, device=device, dtype=dtype)
+def from_state_dict(spec: ModelSpec, state: dict, *, device, dtype, rank=0, world=1):
+    return pack(spec, dict_getter(state), device=device, dtype=dtype, rank=rank, world=world)

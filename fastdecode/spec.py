@@ -6,6 +6,7 @@ window, which rope scalings). Anything the kernels do not implement raises
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -14,6 +15,10 @@ import torch
 
 class UnsupportedModelError(ValueError):
     """The model (architecture, activation, rope scaling, ...) is not one fastdecode implements."""
+
+
+class TensorParallelError(ValueError):
+    """A tensor-parallel size the model's dimensions do not allow."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,29 @@ class ModelSpec:
     def kv_bytes(self, seq_len: int, elt: int = 2) -> int:
         """Bytes of KV cache attention reads at context length seq_len."""
         return elt * 2 * self.n_layers * self.kv_dim * seq_len
+
+    # ---- tensor parallelism: the sizes of one rank's shard (distributed.py says how it shards)
+    def check_tp(self, world: int):
+        if not isinstance(world, int) or world < 1:
+            raise TensorParallelError(f"tensor-parallel size must be a positive integer, got "
+                                      f"{world!r}")
+        for what, n in (("num_key_value_heads", self.n_kv_heads),
+                        ("num_attention_heads", self.n_heads), ("intermediate_size", self.ffn_dim)):
+            if n % world:
+                raise TensorParallelError(
+                    f"tp={world} does not divide {what}={n}"
+                    + (" (KV heads are not replicated across ranks)" if "key_value" in what else ""))
+
+    def vocab_range(self, rank: int, world: int) -> tuple[int, int]:
+        per = -(-self.vocab_size // world)
+        return min(rank * per, self.vocab_size), min((rank + 1) * per, self.vocab_size)
+
+    def shard(self, rank: int, world: int) -> "ModelSpec":
+        self.check_tp(world)
+        v0, v1 = self.vocab_range(rank, world)
+        return dataclasses.replace(self, n_heads=self.n_heads // world,
+                                   n_kv_heads=self.n_kv_heads // world,
+                                   ffn_dim=self.ffn_dim // world, vocab_size=v1 - v0)
 
     def rope_inv_freq(self) -> torch.Tensor:
         """Inverse frequencies [head_dim/2] (fp64 math, returned fp32), with the config's scaling."""

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import fastdecode
-from fastdecode.packing import pack
+from fastdecode.packing import dict_getter, pack
 from fastdecode.spec import ModelSpec
 from models import tiny_model
 
@@ -33,7 +33,7 @@ def test_packing_round_trip():
     model = tiny_model("qwen2")
     sd = model.state_dict()
     spec = ModelSpec.from_hf_config(model.config)
-    pw = pack(spec, sd.get, device="cpu", dtype=torch.float32)
+    pw = pack(spec, dict_getter(sd), device="cpu", dtype=torch.float32)
     s = spec
     for i in range(s.n_layers):
         q, k, v = pw.w_qkv[i].split([s.q_dim, s.kv_dim, s.kv_dim])
@@ -54,10 +54,10 @@ def test_missing_tensor_and_bad_dtype_raise():
     spec = ModelSpec.from_hf_config(model.config)
     del sd["model.layers.1.mlp.up_proj.weight"]
     with pytest.raises(KeyError, match="up_proj"):
-        pack(spec, sd.get, device="cpu", dtype=torch.float32)
+        pack(spec, dict_getter(sd), device="cpu", dtype=torch.float32)
     sd = {k: (v.to(torch.int8) if "o_proj" in k else v) for k, v in model.state_dict().items()}
     with pytest.raises(TypeError, match="float"):
-        pack(spec, sd.get, device="cpu", dtype=torch.float32)
+        pack(spec, dict_getter(sd), device="cpu", dtype=torch.float32)
 
 
 def test_missing_checkpoint_raises():

@@ -5,8 +5,10 @@ import torch
 import transformers as tf
 
 import fastdecode
-from fastdecode.distributed import (TensorParallelError, VirtualTP, check_tp, shard,
-                                    vocab_range)
+from fastdecode.distributed import TensorParallelError, VirtualTP
+from fastdecode.loading import safetensors_getter
+from fastdecode.packing import dict_getter, pack
+from fastdecode.spec import ModelSpec
 from helpers import rel_err
 from models import FAMILIES, tiny_model
 
@@ -37,15 +39,21 @@ def wide_llama():
     return m
 
 
-def packed(model):
-    return fastdecode.from_hf(model, max_seq_len=64, mode="torch").weights
+def spec_and_getter(model):
+    return ModelSpec.from_hf_config(model.config), dict_getter(dict(model.state_dict()))
+
+
+def packed(model, rank=0, world=1):
+    spec, get = spec_and_getter(model)
+    return pack(spec, get, device="cpu", dtype=torch.float32, rank=rank, world=world)
 
 
 @pytest.mark.parametrize("family,world", CASES)
 def test_shards_concatenate_back(family, world):
-    pw = packed(model_for(family))
+    model = model_for(family)
+    pw = packed(model)
     s = pw.spec
-    shards = [shard(pw, r, world) for r in range(world)]
+    shards = [packed(model, r, world) for r in range(world)]
     hd = s.head_dim
     qs = [sh.w_qkv[:, :sh.spec.q_dim] for sh in shards]
     ks = [sh.w_qkv[:, sh.spec.q_dim:sh.spec.q_dim + sh.spec.kv_dim] for sh in shards]
@@ -73,14 +81,13 @@ def test_virtual_ranks_match_tp1(family, world):
                         generator=torch.Generator().manual_seed(1))
     fm = fastdecode.from_hf(model, max_seq_len=64, mode="torch")
     want = teacher_forced(lambda x: fm(x[None])[0], ids)
-    tp = VirtualTP(fm.weights, world, max_seq_len=64)
+    tp = VirtualTP(*spec_and_getter(model), world, max_seq_len=64)
     got = teacher_forced(tp.forward, ids)
     # fp32 everywhere; only the order of the fp32 sums differs (per rank, then across ranks):
     # ~sqrt(K) 2^-24 per reduction, 1e-5 leaves 20x margin and catches any wrong shard (O(1))
     assert rel_err(got, want) < 1e-5
     for row in got:  # the cross-rank argmax picks the full model's token
-        shards = row.split([vocab_range(fm.spec, r, world)[1] - vocab_range(fm.spec, r, world)[0]
-                            for r in range(world)])
+        shards = row.split([fm.spec.shard(r, world).vocab_size for r in range(world)])
         assert VirtualTP.choose(shards) == int(row.argmax())
 
 
@@ -88,8 +95,23 @@ def test_bad_tp_sizes_raise():
     spec = packed(tiny_model("llama")).spec          # 6 heads, 2 KV heads, ffn 72
     for world in (0, -1, 3, 4):
         with pytest.raises(TensorParallelError):
-            check_tp(spec, world)
+            spec.check_tp(world)
     with pytest.raises(TensorParallelError, match="key_value"):
-        check_tp(packed(tiny_model("mistral")).spec, 2)  # MQA: one KV head
-    check_tp(spec, 1)
-    check_tp(spec, 2)
+        packed(tiny_model("mistral"), 0, 2)            # MQA: one KV head
+    spec.check_tp(1)
+    spec.check_tp(2)
+
+
+@pytest.mark.parametrize("family,world", [("qwen3", 2), ("llama_bias_tied", 4)])
+def test_rank_reads_its_shard_from_safetensors(tmp_path, family, world):
+    model = model_for(family)
+    model.save_pretrained(tmp_path, max_shard_size="40KB")
+    spec = ModelSpec.from_hf_config(model.config)
+    for r in range(world):
+        a = pack(spec, safetensors_getter(str(tmp_path)), device="cpu", dtype=torch.float32,
+                 rank=r, world=world)
+        b = packed(model, r, world)
+        for name, t in b.tensors().items():
+            assert (t is None) == (a.tensors()[name] is None)
+            if t is not None:
+                assert torch.equal(a.tensors()[name], t), (name, r)
