@@ -30,3 +30,18 @@ def assert_close(out, ref, dtype, K=1, what=""):
 
 def close(out, ref, dtype, K=1) -> bool:
     return rel_err(out, ref) <= rel_tol(dtype, K)
+
+
+def drop_encoded_task(runtime, T: int, op_name: str):
+    """Remove the first `op_name` task from the encoded queues of the T-token schedule (its
+    counter still expects it: a forced missing producer), and make the runtime re-upload them."""
+    sched = runtime.schedule(T)
+    for p, q in enumerate(sched.queues):
+        ks = [k for k, i in enumerate(q) if sched.graph.tasks[i].op.name == op_name]
+        if ks:
+            w = sched.words[p]
+            sched.words[p] = torch.cat([w[:ks[0]], w[ks[0] + 1:], w[-1:]])
+            sched.lengths[p] -= 1
+            runtime._counters.clear()
+            return
+    raise ValueError(f"no {op_name} task")

@@ -103,14 +103,8 @@ def test_mega_timeout_is_fast(llama1b):
     import time
     fm = fastdecode.from_hf(llama1b, max_seq_len=64, mode="mega")
     fm(torch.tensor([[1]], device="cuda"))  # compile the T=1 step outside the timed region
-    sched = fm.runtime.schedule(1)
-    p = next(p for p, q in enumerate(sched.queues)
-             if any(sched.graph.tasks[i].op.name == "GATE_UP" for i in q))
-    k = next(k for k, i in enumerate(sched.queues[p]) if sched.graph.tasks[i].op.name == "GATE_UP")
-    w = sched.words[p]
-    sched.words[p] = torch.cat([w[:k], w[k + 1:], w[-1:]])
-    sched.lengths[p] -= 1
-    fm.runtime._counters.clear()  # re-upload the damaged queues
+    from helpers import drop_encoded_task
+    drop_encoded_task(fm.runtime, 1, "GATE_UP")
     fm.reset()
     t0 = time.perf_counter()
     with pytest.raises(fastdecode.MegakernelTimeout, match="gu"):

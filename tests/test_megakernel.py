@@ -12,6 +12,7 @@ from conftest import DEVICE
 from fastdecode.graph import build_step, make_tiling
 from fastdecode.schedule import ScheduleError, build_schedule, validate
 from fastdecode.spec import ModelSpec
+from helpers import drop_encoded_task
 from models import tiny_model
 
 
@@ -85,15 +86,7 @@ def test_multi_step_launch_and_eos_inside_chunk():
 def test_forced_missing_producer_times_out():
     model = tiny_model("qwen3").to(DEVICE)
     fm = fastdecode.from_hf(model, max_seq_len=32, mode="mega")
-    rt = fm.runtime
-    sched = rt.schedule(1)
-    # drop one DOWN task from the encoded queues (its counter keeps expecting it)
-    p = next(p for p, q in enumerate(sched.queues)
-             if any(sched.graph.tasks[i].op.name == "DOWN" for i in q))
-    k = next(k for k, i in enumerate(sched.queues[p]) if sched.graph.tasks[i].op.name == "DOWN")
-    w = sched.words[p]
-    sched.words[p] = torch.cat([w[:k], w[k + 1:], w[-1:]])
-    sched.lengths[p] -= 1
+    drop_encoded_task(fm.runtime, 1, "DOWN")
     with pytest.raises(fastdecode.MegakernelTimeout, match="down"):
         fm(torch.tensor([[1]], device=DEVICE))
 
