@@ -9,7 +9,7 @@ from fastdecode import reference as R
 from helpers import assert_close, close
 from conftest import DEVICE
 
-DTYPES = st.sampled_from([torch.float32, torch.bfloat16])
+DTYPES = st.sampled_from([torch.float32, torch.bfloat16, torch.float16])
 TOKENS = st.sampled_from([1, 1, 2, 5, 17])  # decode (register GEMV) and tl.dot (M padded) paths
 
 
