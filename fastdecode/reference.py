@@ -125,3 +125,24 @@ def merge_partials(o, lse):
     m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
     w = torch.exp(lse - m)
     return (w[..., None] * o).sum(0) / w.sum(0)[..., None]
+
+
+def attention_block(pw, l, h, pos, k_cache, v_cache, cos, sin):
+    """Layer l's attention output projection, fp32 [T, d], without the residual: o_proj(attention(
+    qkv_rope(rmsnorm(h)))) + o bias. On a tensor-parallel shard it is this rank's partial sum.
+    Writes the T new keys / values into the layer's cache."""
+    s = pw.spec
+    pick = lambda t: None if t is None else t[l]  # noqa: E731
+    q = qkv_rope(h, pw.w_qkv[l], pw.attn_norm[l], cos, sin, pos, k_cache, v_cache,
+                 n_heads=s.n_heads, eps=s.rms_eps, bias=pick(pw.b_qkv), qk_norm=pick(pw.qk_norm))
+    o = attention(q.to(pw.dtype), k_cache, v_cache, pos, window=s.layer_windows[l])
+    return gemv(o.to(pw.dtype), pw.w_o[l], bias=pick(pw.b_o))
+
+
+def mlp_block(pw, l, h):
+    """Layer l's MLP, fp32 [T, d], without the residual: down(silu(gate) * up)(rmsnorm(h))."""
+    s = pw.spec
+    pick = lambda t: None if t is None else t[l]  # noqa: E731
+    act = gemv(h, pw.w_gu[l], norm_w=pw.mlp_norm[l], eps=s.rms_eps, bias=pick(pw.b_gu),
+               swiglu=True).to(pw.dtype)
+    return gemv(act, pw.w_down[l], bias=pick(pw.b_down))

@@ -57,8 +57,10 @@ class Sampling:
 class DecodeState:
     """Buffers of one sequence. Activations hold up to max_chunk tokens per step."""
 
-    def __init__(self, pw: PackedWeights, max_seq_len: int, max_chunk: int):
+    def __init__(self, pw: PackedWeights, max_seq_len: int, max_chunk: int,
+                 vocab_size: int | None = None):
         s, dev, dt = pw.spec, pw.device, pw.dtype
+        V = vocab_size or s.vocab_size
         self.max_seq_len, self.max_chunk = max_seq_len, max_chunk
         kv_shape = (s.n_layers, s.n_kv_heads, max_seq_len, s.head_dim)
         self.k_cache = torch.zeros(kv_shape, device=dev, dtype=dt)
@@ -73,7 +75,7 @@ class DecodeState:
         self.o_part = torch.zeros(n_splits, T, s.n_heads, s.head_dim, device=dev,
                                   dtype=torch.float32)
         self.lse = torch.zeros(n_splits, T, s.n_heads, device=dev, dtype=torch.float32)
-        self.logits = torch.zeros(T, s.vocab_size, device=dev, dtype=torch.float32)
+        self.logits = torch.zeros(T, V, device=dev, dtype=torch.float32)
         tiles = max(n_vocab_tiles(s.vocab_size, s.d_model, t, dev) * t for t in (1, T))
         tiles = max(tiles, n_vocab_tiles(s.vocab_size, 0, 1, dev, block_n=1024))
         self.pval = torch.zeros(tiles, device=dev, dtype=torch.float32)
@@ -96,21 +98,41 @@ class DecodeState:
         self.status = torch.zeros(STATUS_WORDS, device=dev, dtype=torch.int64)
 
 
+class SingleRank:
+    """The collectives of a single rank: nothing to reduce or gather."""
+    world, rank = 1, 0
+
+    @staticmethod
+    def all_reduce(x):
+        return x
+
+    @staticmethod
+    def gather_vocab(x):
+        return x
+
+
 def _sm_count(device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 class Runtime:
     def __init__(self, pw: PackedWeights, max_seq_len: int, mode: str, max_chunk: int | None = None,
-                 cuda_graph: bool = True, n_programs: int | None = None):
+                 cuda_graph: bool = True, n_programs: int | None = None, collectives=None,
+                 vocab_size: int | None = None):
+        """collectives: tensor-parallel all_reduce / gather_vocab (distributed.py); vocab_size:
+        the full vocabulary when pw is a vocab shard."""
         if mode not in MODES:
             raise ValueError(f"mode={mode!r}: expected one of {MODES}")
+        self.collectives = collectives or SingleRank()
+        if self.collectives.world > 1 and mode != "torch":
+            raise ValueError(f"tensor parallelism runs in mode='torch' for now (got {mode!r}); "
+                             "the in-kernel NVLink all-reduce is not built yet")
         self.pw, self.spec, self.mode = pw, pw.spec, mode
         self.cuda = pw.device.type == "cuda"
         self.cuda_graph = cuda_graph and self.cuda and mode == "ops"
         # tokens per prefill step: the megakernel's T>1 tiles pad M to 16 (one tl.dot row block)
         self.max_chunk = max_chunk or (64 if self.cuda and mode == "ops" else 16)
-        self.state = DecodeState(pw, max_seq_len, self.max_chunk)
+        self.state = DecodeState(pw, max_seq_len, self.max_chunk, vocab_size)
         self.max_seq_len = max_seq_len
         self._graphs: dict = {}
         self._gen = None
@@ -265,25 +287,21 @@ class Runtime:
         ops.choose_merge(pval, pidx, row, st.ids, st.hist, st.pos, st.step, st.seed, T)
 
     def _step_torch(self, T, all_logits, sampling, head=True):
-        st, pw, s = self.state, self.pw, self.spec
+        """Reference ops; with tensor parallelism each block's partial sum is all-reduced (fp32,
+        rank order) before the residual add and the vocab shards of the logits are gathered."""
+        st, pw, s, tp = self.state, self.pw, self.spec, self.collectives
         dt = pw.dtype
         p = st.n_pos
         h = st.h[:T]
         h.copy_(pw.embed[st.ids[:T].long()])
         for l in range(s.n_layers):
-            b_qkv, qk_norm, b_o, b_gu, b_down = self._layer_args(l)
-            q = R.qkv_rope(h, pw.w_qkv[l], pw.attn_norm[l], st.cos, st.sin, p, st.k_cache[l],
-                           st.v_cache[l], n_heads=s.n_heads, eps=s.rms_eps, bias=b_qkv,
-                           qk_norm=qk_norm)
-            o = R.attention(q.to(dt), st.k_cache[l], st.v_cache[l], p, window=s.layer_windows[l])
-            h.copy_(R.gemv(o.to(dt), pw.w_o[l], bias=b_o, residual=h).to(dt))
-            act = R.gemv(h, pw.w_gu[l], norm_w=pw.mlp_norm[l], eps=s.rms_eps, bias=b_gu,
-                         swiglu=True).to(dt)
-            h.copy_(R.gemv(act, pw.w_down[l], bias=b_down, residual=h).to(dt))
+            o = R.attention_block(pw, l, h, p, st.k_cache[l], st.v_cache[l], st.cos, st.sin)
+            h.copy_((h.float() + tp.all_reduce(o)).to(dt))
+            h.copy_((h.float() + tp.all_reduce(R.mlp_block(pw, l, h))).to(dt))
         if not head:
             return
         x = h if all_logits else h[T - 1:]
-        logits = R.gemv(x, pw.lm_head, norm_w=pw.final_norm, eps=s.rms_eps)
+        logits = tp.gather_vocab(R.gemv(x, pw.lm_head, norm_w=pw.final_norm, eps=s.rms_eps))
         st.logits[:x.shape[0]].copy_(logits)
         last = logits[-1:]
         if sampling.do_sample:
