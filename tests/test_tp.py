@@ -10,7 +10,7 @@ from fastdecode.loading import safetensors_getter
 from fastdecode.packing import dict_getter, pack
 from fastdecode.spec import ModelSpec
 from helpers import rel_err
-from models import FAMILIES, tiny_model
+from models import tiny_model
 
 # (family, world) pairs the tiny models allow (tp must divide KV heads, heads and ffn)
 CASES = [("llama", 2), ("llama_bias_tied", 2), ("llama_bias_tied", 4), ("qwen2", 3),
