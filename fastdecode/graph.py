@@ -23,7 +23,7 @@ import triton
 from .opcodes import COST, Op
 from .spec import ModelSpec
 from .triton_kernels.attention import split_plan
-from .triton_kernels.config import attention_config, gemv_config
+from .triton_kernels.config import attention_config, gemv_config, qkv_pairs
 from .triton_kernels.gemv import block_t
 
 
@@ -55,10 +55,7 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device, gemv_tile=Non
     bt = block_t(T)
     cfg = gemv_tile or gemv_config(spec.d_model * 4, spec.d_model, T, device)  # large-N shape
     half = spec.head_dim // 2
-    if spec.qk_norm or T > 1:
-        pairs = max(16, triton.next_power_of_2(half)) if T > 1 else triton.next_power_of_2(half)
-    else:
-        pairs = min(triton.next_power_of_2(half), cfg.block_n)
+    pairs = qkv_pairs(spec.head_dim, spec.qk_norm, T, cfg.block_n)
     block_s, block_tok = attention_config(spec.head_dim, spec.group, T)
     chunk, n_splits = split_plan(max_seq_len, spec.n_kv_heads, block_s)
     return Tiling(T=T, block_t=bt, gemv_bn=cfg.block_n, gemv_bk=cfg.block_k,

@@ -22,7 +22,7 @@ from . import ops
 from . import reference as R
 from .packing import PackedWeights
 from .triton_kernels.attention import split_plan
-from .triton_kernels.config import attention_config
+from .triton_kernels.config import attention_blocks, attention_config, merge_block
 from .triton_kernels.lm_head import n_vocab_tiles
 from .triton_kernels._common import INTERPRET
 from .triton_kernels.megakernel import STATUS_WORDS, megakernel
@@ -33,7 +33,9 @@ MODES = ("torch", "vm", "ops", "mega")
 class MegakernelTimeout(RuntimeError):
     """A megakernel wait exceeded its bound (a missing producer or a kernel bug); the kernel
     exited instead of hanging the GPU. The message names the program, task, counter and step."""
-MAX_EOS = 16
+
+
+MAX_EOS = 16  # EOS ids the megakernel checks in-kernel
 
 
 @dataclass(frozen=True)
@@ -352,8 +354,7 @@ class Runtime:
         opt = lambda t: t if t is not None else dummy  # noqa: E731
         n_vtiles = triton.cdiv(s.vocab_size, tg.gemv_bn)
         G = s.group
-        block_g = triton.next_power_of_2(G)
-        block_d = max(16, triton.next_power_of_2(s.head_dim))
+        block_g, block_m, block_d = attention_blocks(s.head_dim, G, tg.attn_block_tok)
         kw = dict(launch_cooperative_grid=True) if self.cuda else {}
         megakernel[(sched.n_programs,)](
             words, lengths, words.shape[1], ctr, sched.graph.counters[("tok",)], st.status,
@@ -373,9 +374,9 @@ class Runtime:
             SAMPLE=sampling.do_sample, BLOCK_T=tg.block_t, BLOCK_N=tg.gemv_bn,
             BLOCK_K=tg.gemv_bk, BLOCK_H=tg.qkv_pairs, QKV_CHUNKS=tg.qkv_chunks, GROUP=G,
             BLOCK_G=block_g, BLOCK_TOK=tg.attn_block_tok,
-            BLOCK_M=max(16, block_g * tg.attn_block_tok), BLOCK_S=tg.attn_block_s,
+            BLOCK_M=block_m, BLOCK_S=tg.attn_block_s,
             BLOCK_D=block_d, BLOCK_SP=triton.next_power_of_2(tg.n_splits),
-            EMB_BLOCK=tg.emb_block, MERGE_BLOCK=min(8192, triton.next_power_of_2(n_vtiles)),
+            EMB_BLOCK=tg.emb_block, MERGE_BLOCK=merge_block(n_vtiles),
             F32=INTERPRET or pw.dtype == torch.float32, USE_ASM=not INTERPRET,
             TRACE=trace is not None, num_warps=tg.num_warps, **kw)
 

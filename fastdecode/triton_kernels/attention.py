@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 from ._common import INTERPRET, mm_tile
-from .config import GPU_SMS, attention_config
+from .config import GPU_SMS, attention_blocks, attention_config
 
 
 @triton.jit
@@ -138,9 +138,7 @@ def attention(q, k_cache, v_cache, pos, *, window: int = 0, scale=None, out=None
     TM = o_part.shape[1]
     if out is None:
         out = torch.empty(T, H * HD, device=q.device, dtype=q.dtype)
-    BLOCK_G = triton.next_power_of_2(G)
-    BLOCK_M = max(16, BLOCK_G * block_tok)
-    BLOCK_D = max(16, triton.next_power_of_2(HD))
+    BLOCK_G, BLOCK_M, BLOCK_D = attention_blocks(HD, G, block_tok)
     grid = (KVH, n_splits, triton.cdiv(T, block_tok))
     attention_kernel[grid](q, k_cache, v_cache, o_part, lse, pos, T, TM, S, H, HD, window, scale,
                            chunk, GROUP=G, BLOCK_G=BLOCK_G, BLOCK_TOK=block_tok, BLOCK_M=BLOCK_M,

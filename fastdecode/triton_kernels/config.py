@@ -39,3 +39,25 @@ def attention_config(head_dim: int, group: int, T: int):
     padded to >= 16 for tl.dot; BLOCK_S=64 keys x head_dim<=256 bf16 stays in registers."""
     block_tok = 1 if T == 1 else max(1, 16 // triton.next_power_of_2(group))
     return 64, block_tok
+
+
+def qkv_pairs(head_dim: int, qk_norm: bool, T: int, block_n: int) -> int:
+    """Rotation pairs per QKV + RoPE tile (BLOCK_H): the decode GEMV tile's rows, except that q/k
+    RMSNorm needs the whole head in one program and T>1 tl.dot tiles need >= 16 rows."""
+    half = triton.next_power_of_2(head_dim // 2)
+    if T > 1:
+        return max(16, half)
+    return half if qk_norm else min(half, block_n)
+
+
+def attention_blocks(head_dim: int, group: int, block_tok: int):
+    """(BLOCK_G, BLOCK_M, BLOCK_D): group padded to a power of two, the score tile's rows
+    (tokens x group members, >= 16 for tl.dot) and head_dim padded (>= 16)."""
+    block_g = triton.next_power_of_2(group)
+    return block_g, max(16, block_g * block_tok), max(16, triton.next_power_of_2(head_dim))
+
+
+def merge_block(n_tiles: int) -> int:
+    """Lanes of the one-program token-choice merge: 8192 lanes take the 32K partials of a 128K
+    vocabulary at BLOCK_N=4 in 4 iterations instead of 32."""
+    return min(8192, triton.next_power_of_2(n_tiles))

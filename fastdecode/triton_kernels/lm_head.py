@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 
 from ._common import INTERPRET
-from .config import gemv_config
+from .config import gemv_config, merge_block
 from .gemv import block_t, gemv_tile
 
 
@@ -160,8 +160,7 @@ def sample_logits(logits, seed, temp, *, sample=True, block_n=1024, partials=Non
 def choose_merge(pval, pidx, row, tok, hist, pos, step, seed, advance):
     """Phase 2: tok[0] = argmax over partials of `row`; hist[step] = tok; pos += advance; step += 1."""
     n_tiles = pval.shape[1]
-    # one program; 8192 lanes x 16 warps keep ~4 loads per thread in flight: the 32K partials of a
-    # 128K vocab at BLOCK_N=4 take 4 iterations instead of 32
+    # one program; 16 warps keep ~4 loads per thread in flight over merge_block's lanes
     choose_merge_kernel[(1,)](pval, pidx, n_tiles, row, tok, hist, pos, step, seed, advance,
-                              BLOCK=min(8192, triton.next_power_of_2(n_tiles)),
+                              BLOCK=merge_block(n_tiles),
                               num_warps=16 if n_tiles > 4096 else 4)

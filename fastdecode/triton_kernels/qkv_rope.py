@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from ._common import INTERPRET, gemv_acc, row_rstd
-from .config import gemv_config
+from .config import gemv_config, qkv_pairs
 from .gemv import block_t
 
 
@@ -90,12 +90,8 @@ def qkv_rope(x, w_qkv, norm_w, cos, sin, pos, k_cache, v_cache, *, n_heads, eps,
     cfg = gemv_config(w_qkv.shape[0], K, T, x.device)
     if pairs is not None and qk_norm is None and T == 1:
         BLOCK_H = triton.next_power_of_2(pairs)
-    elif qk_norm is not None or T > 1 or INTERPRET or x.device.type == "cpu":
-        # whole head per program (the norm needs it; tl.dot needs >= 16 rows; fewer programs
-        # for the interpreter)
-        BLOCK_H = max(16, triton.next_power_of_2(half)) if T > 1 else triton.next_power_of_2(half)
     else:
-        BLOCK_H = min(triton.next_power_of_2(half), cfg.block_n)
+        BLOCK_H = qkv_pairs(HD, qk_norm is not None, T, cfg.block_n)
     n_chunks = triton.cdiv(half, BLOCK_H)
     grid = ((n_heads + 2 * KVH) * n_chunks, triton.cdiv(T, BT))
     qkv_rope_kernel[grid](x, w_qkv, norm_w, bias if bias is not None else w_qkv,
