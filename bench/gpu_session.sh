@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device-tool call that checks and measures everything GPU-side, shortest first; each stage is
 # time-boxed so a failure or a slow stage cannot eat the call. Outputs land in $OUT (or /tmp/out).
-#   device run:  bash bench/gpu_session.sh  [stages...]   stages: tests sweep bench trace
+#   device run:  bash bench/gpu_session.sh  [stages...]   stages: tests kernels sweep bench trace
+#   (kernels: only the test files that compile kernels -- ops, megakernel, models, GPU-only)
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=. NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -11,7 +12,10 @@ for s in $stages; do
   case $s in
     tests) timeout 300 python3 -m pytest -q tests --ignore=tests/test_smollm2.py \
              -p no:cacheprovider 2>&1 | tee "$OUT/pytest.log" | tail -15 ;;
-    sweep) timeout 420 python3 bench/sweep_mega.py --model 1b 2>&1 | grep -v -i warn \
+    kernels) timeout 300 python3 -m pytest -q tests/test_gpu.py tests/test_megakernel.py \
+             tests/test_ops.py tests/test_models.py -p no:cacheprovider 2>&1 \
+             | tee "$OUT/pytest_kernels.log" | tail -15 ;;
+    sweep) timeout 420 python3 bench/sweep_mega.py --model 1b ${SWEEP_ARGS:-} 2>&1 | grep -v -i warn \
              | tee "$OUT/sweep_mega.log" | tail -20 ;;
     bench) FASTDECODE_COMMIT=$COMMIT timeout 480 python3 bench/bench_decode.py --models 1b,8b \
              --first-call 2>&1 | grep -v -i "warn\|cudagraph" | tail -16

@@ -1,10 +1,9 @@
-"""Megakernel decode rate for a grid of task tiles (rows per iteration, columns, warps per program),
-in one run: the first megakernel streamed the ops-mode tile (4 x 1024, 4 warps) at ~19% of the
-roofline (bench/RESULTS.md); one program per SM needs ~32-40 KB of loads in flight (4.8 TB/s x
-~1 us / 132 SMs), and 4 x 1024 bf16 is 8 KB per iteration. Each variant is checked against ops
-mode (same greedy tokens) before it is timed.
+"""Megakernel decode rate for a grid of decode stream tiles (config.StreamConfig: elements per
+weight tile, warps per program), in one run. One program per SM needs ~32-40 KB of loads in
+flight (4.8 TB/s x ~1 us / 132 SMs); the stream keeps two tiles in flight. Each variant is checked
+against ops mode (same greedy tokens) before it is timed.
 
-    python bench/sweep_mega.py --model 1b
+    python bench/sweep_mega.py --model 1b --elems 4096,8192,16384 --warps 4,8,16
 """
 import argparse
 import itertools
@@ -17,16 +16,15 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fastdecode  # noqa: E402
 from bench_decode import decode_rate  # noqa: E402
-from fastdecode.triton_kernels.config import TileConfig  # noqa: E402
+from fastdecode.triton_kernels.config import StreamConfig  # noqa: E402
 from shapes import random_model  # noqa: E402
 
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="1b")
-    p.add_argument("--rows", default="4,8,16,32")
-    p.add_argument("--cols", default="512,1024")
-    p.add_argument("--warps", default="4,8")
+    p.add_argument("--elems", default="8192,16384")
+    p.add_argument("--warps", default="8,16")
     p.add_argument("--new-tokens", type=int, default=160)
     args = p.parse_args()
     name, model = random_model(args.model)
@@ -39,25 +37,25 @@ def main():
     del ref
     print(f"{name}: ops + CUDA graph {base:.1f} tok/s", flush=True)
     rows = []
-    grid = itertools.product(*(map(int, a.split(",")) for a in (args.rows, args.cols, args.warps)))
-    for bn, bk, nw in grid:
+    grid = itertools.product(*(map(int, a.split(",")) for a in (args.elems, args.warps)))
+    for elems, nw in grid:
         fm = fastdecode.from_hf(model, max_seq_len=256, mode="mega")
-        fm.runtime.mega_tile = TileConfig(bn, bk, nw)
+        fm.runtime.mega_stream = StreamConfig(elems, nw)
         try:
             ok = torch.equal(fm.generate(ids, max_new_tokens=24, eos_token_id=[]), want)
             rate = decode_rate(lambda n: fm.generate(ids, max_new_tokens=n, eos_token_id=[]), 32,
                                args.new_tokens, 3)
         except Exception as e:
-            print(f"  {bn}x{bk}/{nw}w failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
+            print(f"  {elems}/{nw}w failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
             continue
-        rows.append((rate, bn, bk, nw, ok))
-        print(f"  {bn:3d} x {bk:5d} / {nw} warps: {rate:8.1f} tok/s  tokens == ops: {ok}",
+        rows.append((rate, elems, nw, ok))
+        print(f"  {elems:6d} elements / {nw:2d} warps: {rate:8.1f} tok/s  tokens == ops: {ok}",
               flush=True)
         del fm
         torch.cuda.empty_cache()
     print(f"\n{name} megakernel tiles, best first (ops + CUDA graph: {base:.1f} tok/s)")
-    for rate, bn, bk, nw, ok in sorted(rows, reverse=True):
-        print(f"  {bn:3d} x {bk:5d} / {nw}w  {rate:8.1f} tok/s  {rate / base:5.2f}x ops  "
+    for rate, elems, nw, ok in sorted(rows, reverse=True):
+        print(f"  {elems:6d} el / {nw:2d}w  {rate:8.1f} tok/s  {rate / base:5.2f}x ops  "
               f"{'ok' if ok else 'TOKENS DIFFER'}")
 
 

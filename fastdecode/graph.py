@@ -1,7 +1,8 @@
 """ModelSpec -> the DAG of Tasks of one step of T tokens (T=1 decode; T<=16 prefill chunk).
 
-Tiles are the same tiles the standalone kernels use (triton_kernels/config.py); a task is a
-contiguous range of tiles of one op, sized so each op has about one task per program. Dependencies
+Tiles are those of the op bodies (triton_kernels/config.py; decode uses the resident-x stream
+tile); a task is a contiguous range of tiles of one op, sized so each op has about one task per
+program, and streams its whole range without a per-tile prologue. Dependencies
 are counters, one per (op, layer[, KV group]):
 
     EMBED(s)   waits tok       >= s-1        (the previous step chose the token it embeds)
@@ -12,7 +13,7 @@ are counters, one per (op, layer[, KV group]):
     GATE_UP(l) waits o[l];  DOWN(l) waits gu[l];  LM_HEAD waits down[L-1];  CHOOSE waits lm
 Each wait also protects the buffers it overwrites (write-after-read): e.g. O(l) rewrites the
 residual only after merge[l], which implies every QKV(l) tile that read it has finished.
-RMSNorm is never its own task: the consumers recompute it (row_rstd prologue).
+RMSNorm is never its own task: each consumer task recomputes it once (resident_x / row_rstd).
 """
 from __future__ import annotations
 
@@ -23,20 +24,33 @@ import triton
 from .opcodes import COST, Op
 from .spec import ModelSpec
 from .triton_kernels.attention import split_plan
-from .triton_kernels.config import attention_config, gemv_config, qkv_pairs
+from .triton_kernels.config import StreamConfig, attention_config, gemv_config, stream_config
 from .triton_kernels.gemv import block_t
+from .triton_kernels.qkv_rope import qkv_tile
 
 
 @dataclass(frozen=True)
 class Tiling:
-    """Every tile size of one step of T tokens, derived from the model dims and config.py."""
+    """Every tile size of one step of T tokens, derived from the model dims and config.py.
+
+    Decode (T=1) is RESIDENT: each GEMV task keeps its normalised activation row in registers
+    and streams whole weight rows, `rows_*` rows per tile for rows of q_dim / d_model / ffn_dim
+    elements (block K = the row padded to a power of two). T>1 tiles loop over K in tl.dot tiles.
+    """
     T: int
     block_t: int
-    gemv_bn: int
-    gemv_bk: int
+    resident: bool
+    rows_q: int           # rows per tile, K = q_dim (o_proj)
+    rows_d: int           # rows per tile, K = d_model (gate|up, lm_head)
+    rows_f: int           # rows per tile, K = ffn_dim (down_proj)
+    bk_q: int
+    bk_d: int
+    bk_f: int
     num_warps: int
     qkv_pairs: int        # rotation pairs per QKV tile (BLOCK_H)
     qkv_chunks: int       # tiles per head
+    qkv_bk: int
+    qkv_resident: bool
     attn_block_s: int
     attn_block_tok: int
     attn_chunk: int       # keys per split
@@ -46,22 +60,37 @@ class Tiling:
     def n_t(self, block=None):
         return triton.cdiv(self.T, block or self.block_t)
 
-    def gemv_tiles(self, N):
-        return triton.cdiv(N, self.gemv_bn) * self.n_t()
+    def gemv_rows(self, op: Op) -> int:
+        return {Op.O_PROJ: self.rows_q, Op.DOWN: self.rows_f}.get(op, self.rows_d)
+
+    def gemv_tiles(self, op: Op, N: int) -> int:
+        """Tiles of N output rows per token block."""
+        return triton.cdiv(N, self.gemv_rows(op))
 
 
-def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device, gemv_tile=None) -> Tiling:
-    """gemv_tile: a TileConfig overriding config.py's decode tile (bench/sweep_mega.py)."""
+def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
+                stream: StreamConfig | None = None) -> Tiling:
+    """stream: the decode tile (default config.stream_config; bench/sweep_mega.py varies it)."""
     bt = block_t(T)
-    cfg = gemv_tile or gemv_config(spec.d_model * 4, spec.d_model, T, device)  # large-N shape
     half = spec.head_dim // 2
-    pairs = qkv_pairs(spec.head_dim, spec.qk_norm, T, cfg.block_n)
+    dims = (spec.q_dim, spec.d_model, spec.ffn_dim)
+    if T == 1:
+        st = stream or stream_config(device)
+        rows = [st.rows(k) for k in dims]
+        bks = [triton.next_power_of_2(k) for k in dims]
+        warps = st.num_warps
+    else:
+        cfg = gemv_config(spec.d_model * 4, spec.d_model, T, device)
+        rows, bks, warps, st = [cfg.block_n] * 3, [cfg.block_k] * 3, cfg.num_warps, None
+    pairs, qkv_bk, _, qkv_res = qkv_tile(spec.head_dim, spec.qk_norm, T, spec.d_model, device,
+                                         stream=st)
     block_s, block_tok = attention_config(spec.head_dim, spec.group, T)
     chunk, n_splits = split_plan(max_seq_len, spec.n_kv_heads, block_s)
-    return Tiling(T=T, block_t=bt, gemv_bn=cfg.block_n, gemv_bk=cfg.block_k,
-                  num_warps=cfg.num_warps, qkv_pairs=pairs,
-                  qkv_chunks=triton.cdiv(half, pairs), attn_block_s=block_s,
-                  attn_block_tok=block_tok, attn_chunk=chunk, n_splits=n_splits,
+    return Tiling(T=T, block_t=bt, resident=T == 1, rows_q=rows[0], rows_d=rows[1],
+                  rows_f=rows[2], bk_q=bks[0], bk_d=bks[1], bk_f=bks[2], num_warps=warps,
+                  qkv_pairs=pairs, qkv_chunks=triton.cdiv(half, pairs), qkv_bk=qkv_bk,
+                  qkv_resident=qkv_res, attn_block_s=block_s, attn_block_tok=block_tok,
+                  attn_chunk=chunk, n_splits=n_splits,
                   emb_block=min(1024, triton.next_power_of_2(spec.d_model)))
 
 
@@ -83,6 +112,7 @@ class StepGraph:
     tasks: list = field(default_factory=list)
     counters: dict = field(default_factory=dict)   # key -> index
     producers: dict = field(default_factory=dict)  # key -> number of tasks that signal it
+    n_vparts: int = 0     # lm_head tasks per token block: partial choices per token row
 
     def counter(self, key):
         if key not in self.counters:
@@ -112,7 +142,6 @@ def build_step(spec: ModelSpec, tiling: Tiling, n_programs: int) -> StepGraph:
     qkv_tile_bytes = 2 * tg.qkv_pairs * s.d_model * elt
     per_group = (s.group + 2) * tg.qkv_chunks * tg.n_t()
     qkv_parts = max(1, n_programs // s.n_kv_heads)
-    gemv_tile_bytes = tg.gemv_bn * elt
     for l in range(s.n_layers):
         prev = ("down", l - 1) if l else ("emb",)
         for kv in range(s.n_kv_heads):
@@ -131,11 +160,18 @@ def build_step(spec: ModelSpec, tiling: Tiling, n_programs: int) -> StepGraph:
         for op, key, wait, N, K in ((Op.O_PROJ, "o", ("merge", l), s.d_model, s.q_dim),
                                     (Op.GATE_UP, "gu", ("o", l), s.ffn_dim, 2 * s.d_model),
                                     (Op.DOWN, "down", ("gu", l), s.d_model, s.ffn_dim)):
-            for a, b in ranges(tg.gemv_tiles(N), n_programs):
-                g.add(Task(op, l, (0, a, b), wait, (key, l),
-                           COST.task_overhead_bytes + (b - a) * gemv_tile_bytes * K))
-    for a, b in ranges(tg.gemv_tiles(s.vocab_size), n_programs):
-        g.add(Task(Op.LM_HEAD, 0, (0, a, b), ("down", s.n_layers - 1), ("lm",),
-                   COST.task_overhead_bytes + (b - a) * gemv_tile_bytes * s.d_model))
-    g.add(Task(Op.CHOOSE, 0, (0, 0, 0), ("lm",), ("tok",), COST.task_overhead_bytes))
+            tile_bytes = tg.gemv_rows(op) * K * elt
+            for tb in range(tg.n_t()):
+                for a, b in ranges(tg.gemv_tiles(op, N), n_programs):
+                    g.add(Task(op, l, (tb, a, b), wait, (key, l),
+                               COST.task_overhead_bytes + (b - a) * tile_bytes))
+    # lm_head: one partial choice per task and token row: arg0 = token block * n_vparts + part
+    parts = ranges(tg.gemv_tiles(Op.LM_HEAD, s.vocab_size), n_programs)
+    tile_bytes = tg.gemv_rows(Op.LM_HEAD) * s.d_model * elt
+    for tb in range(tg.n_t()):
+        for part, (a, b) in enumerate(parts):
+            g.add(Task(Op.LM_HEAD, 0, (tb * len(parts) + part, a, b), ("down", s.n_layers - 1),
+                       ("lm",), COST.task_overhead_bytes + (b - a) * tile_bytes))
+    g.n_vparts = len(parts)
+    g.add(Task(Op.CHOOSE, 0, (len(parts), 0, 0), ("lm",), ("tok",), COST.task_overhead_bytes))
     return g

@@ -20,11 +20,12 @@ class Op(IntEnum):
     QKV = 2        # arg0 = KV group g, [arg1, arg2) = tile range in the group: QKV + RoPE + append
     ATTN = 3       # arg0 = KV head, arg1 = split, arg2 = token block: split-KV partial attention
     MERGE = 4      # arg0 = KV head: LSE merge of its splits for its q heads and all tokens
-    O_PROJ = 5     # [arg1, arg2) = tile range: h += attn @ Wo^T
-    GATE_UP = 6    # [arg1, arg2) = tile range: act = silu(g) * u, RMSNorm prologue
-    DOWN = 7       # [arg1, arg2) = tile range: h += act @ Wd^T
-    LM_HEAD = 8    # [arg1, arg2) = tile range: logits / partial argmax with final RMSNorm
-    CHOOSE = 9     # the token choice: merge partials, write token, advance position / step
+    O_PROJ = 5     # arg0 = token block, [arg1, arg2) = row tiles: h += attn @ Wo^T
+    GATE_UP = 6    # arg0 = token block, [arg1, arg2) = row tiles: act = silu(g) * u, RMSNorm prologue
+    DOWN = 7       # arg0 = token block, [arg1, arg2) = row tiles: h += act @ Wd^T
+    LM_HEAD = 8    # arg0 = token block * n_vparts + part, [arg1, arg2) = vocab tiles: logits and
+                   # one partial argmax per token row, final RMSNorm prologue
+    CHOOSE = 9     # arg0 = n_vparts: merge the partials, write token, advance position / step
 
 
 WORDS = 9

@@ -150,7 +150,7 @@ class Runtime:
         # mode never needs to wait, so a short bound turns a missing producer into an error fast)
         self.max_spin = 1 << 17 if self.cuda else 64  # H200: ~3 us per poll -> ~0.4 s
         self._counters: dict = {}  # per schedule: (counters, encoded queues, queue lengths)
-        self.mega_tile = None      # TileConfig overriding the task tiles (tile sweeps)
+        self.mega_stream = None    # StreamConfig overriding the decode task tiles (tile sweeps)
 
     # ---- sequence control -------------------------------------------------------------------
     def reset(self):
@@ -320,12 +320,11 @@ class Runtime:
         if T not in self._schedules:
             from .graph import build_step, make_tiling
             from .schedule import build_schedule
-            tiling = make_tiling(self.spec, T, self.max_seq_len, self.pw.device,
-                                 self.mega_tile if T == 1 else None)
-            if triton.cdiv(self.spec.vocab_size, tiling.gemv_bn) * T > self.state.pval.numel():
-                raise ValueError(f"tile of {tiling.gemv_bn} rows leaves more vocab partials than "
-                                 "the state holds; use a wider tile")
+            tiling = make_tiling(self.spec, T, self.max_seq_len, self.pw.device, self.mega_stream)
             graph = build_step(self.spec, tiling, self.n_programs)
+            if graph.n_vparts * T > self.state.pval.numel():
+                raise ValueError(f"{graph.n_vparts} lm_head tasks leave more vocab partials than "
+                                 "the state holds")
             self._schedules[T] = build_schedule(graph, self.n_programs)
         return self._schedules[T]
 
@@ -352,7 +351,7 @@ class Runtime:
         self._last_sched = sched
         dummy = pw.final_norm
         opt = lambda t: t if t is not None else dummy  # noqa: E731
-        n_vtiles = triton.cdiv(s.vocab_size, tg.gemv_bn)
+        n_vparts = sched.graph.n_vparts
         G = s.group
         block_g, block_m, block_d = attention_blocks(s.head_dim, G, tg.attn_block_tok)
         kw = dict(launch_cooperative_grid=True) if self.cuda else {}
@@ -368,15 +367,17 @@ class Runtime:
             pw.w_down, opt(pw.b_down),
             tg.T, st.h.shape[0], s.d_model, s.n_heads, s.n_kv_heads, s.head_dim, s.ffn_dim,
             s.vocab_size, self.max_seq_len, s.rms_eps, s.head_dim ** -0.5, tg.attn_chunk,
-            tg.n_splits, n_vtiles,
+            tg.n_splits, n_vparts,
             BIAS_QKV=pw.b_qkv is not None, QK_NORM=pw.qk_norm is not None,
             BIAS_O=pw.b_o is not None, BIAS_MLP=pw.b_gu is not None,
-            SAMPLE=sampling.do_sample, BLOCK_T=tg.block_t, BLOCK_N=tg.gemv_bn,
-            BLOCK_K=tg.gemv_bk, BLOCK_H=tg.qkv_pairs, QKV_CHUNKS=tg.qkv_chunks, GROUP=G,
+            SAMPLE=sampling.do_sample, BLOCK_T=tg.block_t, RES=tg.resident, RQ=tg.rows_q,
+            RD=tg.rows_d, RF=tg.rows_f, KQ=tg.bk_q, KD=tg.bk_d, KF=tg.bk_f,
+            BLOCK_H=tg.qkv_pairs, QKV_CHUNKS=tg.qkv_chunks, QKV_BK=tg.qkv_bk,
+            QKV_RES=tg.qkv_resident, GROUP=G,
             BLOCK_G=block_g, BLOCK_TOK=tg.attn_block_tok,
             BLOCK_M=block_m, BLOCK_S=tg.attn_block_s,
             BLOCK_D=block_d, BLOCK_SP=triton.next_power_of_2(tg.n_splits),
-            EMB_BLOCK=tg.emb_block, MERGE_BLOCK=merge_block(n_vtiles),
+            EMB_BLOCK=tg.emb_block, MERGE_BLOCK=merge_block(n_vparts),
             F32=INTERPRET or pw.dtype == torch.float32, USE_ASM=not INTERPRET,
             TRACE=trace is not None, num_warps=tg.num_warps, **kw)
 

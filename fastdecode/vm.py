@@ -14,7 +14,7 @@ from .opcodes import Op
 from .schedule import Schedule, interleave
 
 
-def qkv_tile(spec, tiling, g, u):
+def qkv_slot(spec, tiling, g, u):
     """Group-local QKV tile index u -> (head slot j, pair chunk c, token block tb)."""
     tb = u % tiling.n_t()
     rest = u // tiling.n_t()
@@ -33,6 +33,7 @@ class VM:
     def run_step(self, sched: Schedule, sampling, rng: random.Random | None = None):
         tasks = sched.graph.tasks
         self.tiling = sched.graph.tiling
+        self.n_vparts = sched.graph.n_vparts
         self.pos = int(self.st.pos)
         for p, k, _ in interleave(sched, 1, rng):
             self.execute(tasks[sched.queues[p][k]], sampling)
@@ -52,7 +53,7 @@ class VM:
         elif task.op == Op.QKV:
             HD, half = s.head_dim, s.head_dim // 2
             for u in range(a1, a2):
-                j, c, tb = qkv_tile(s, tg, a0, u)
+                j, c, tb = qkv_slot(s, tg, a0, u)
                 toks = self._tokens(tb, tg.block_t)
                 rows = slice(j * HD, (j + 1) * HD)
                 b = pick(pw.b_qkv)
@@ -94,11 +95,10 @@ class VM:
         elif task.op in (Op.O_PROJ, Op.GATE_UP, Op.DOWN, Op.LM_HEAD):
             N = {Op.O_PROJ: s.d_model, Op.GATE_UP: s.ffn_dim, Op.DOWN: s.d_model,
                  Op.LM_HEAD: s.vocab_size}[task.op]
-            n_n = triton.cdiv(N, tg.gemv_bn)
-            for u in range(a1, a2):
-                toks = self._tokens(u // n_n, tg.block_t)
-                rows = torch.arange((u % n_n) * tg.gemv_bn, min(N, (u % n_n + 1) * tg.gemv_bn))
-                self._gemv_tile(task.op, l, toks, rows)
+            tb = a0 // self.n_vparts if task.op == Op.LM_HEAD else a0
+            r = tg.gemv_rows(task.op)
+            rows = torch.arange(a1 * r, min(N, a2 * r))
+            self._gemv_tile(task.op, l, self._tokens(tb, tg.block_t), rows)
         elif task.op == Op.CHOOSE:
             T = tg.T
             last = st.logits[T - 1:T]

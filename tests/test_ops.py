@@ -6,11 +6,16 @@ from hypothesis import strategies as st
 
 from fastdecode import ops
 from fastdecode import reference as R
+from fastdecode.triton_kernels.config import StreamConfig
 from helpers import assert_close, close
 from conftest import DEVICE
 
 DTYPES = st.sampled_from([torch.float32, torch.bfloat16, torch.float16])
 TOKENS = st.sampled_from([1, 1, 2, 5, 17])  # decode (register GEMV) and tl.dot (M padded) paths
+# the megakernel's decode tiles (resident activation row, whole weight rows, next tile prefetched):
+# 1 to 128 rows per tile, one or several tiles per program (T=1 only)
+STREAMS = st.sampled_from([None, StreamConfig(64, 4, 1), StreamConfig(256, 4, 3),
+                           StreamConfig(8192, 8, 2)])
 
 
 def rnd(*shape, dtype, seed_gen, scale=1.0, shift=0.0):
@@ -33,8 +38,8 @@ def test_rmsnorm(T, K, seed, dtype, has_res):
 
 @given(T=TOKENS, K=st.integers(1, 300), N=st.integers(1, 150), seed=st.integers(0, 2**31 - 1),
        dtype=DTYPES, norm=st.booleans(), bias=st.booleans(), swiglu=st.booleans(),
-       residual=st.booleans())
-def test_gemv(T, K, N, seed, dtype, norm, bias, swiglu, residual):
+       residual=st.booleans(), stream=STREAMS)
+def test_gemv(T, K, N, seed, dtype, norm, bias, swiglu, residual, stream):
     g = torch.Generator().manual_seed(seed)
     rows = 2 * N if swiglu else N
     x = rnd(T, K, dtype=dtype, seed_gen=g)
@@ -43,7 +48,8 @@ def test_gemv(T, K, N, seed, dtype, norm, bias, swiglu, residual):
               bias=rnd(rows, dtype=dtype, seed_gen=g) if bias else None, swiglu=swiglu)
     res = rnd(T, N, dtype=dtype, seed_gen=g) if residual else None
     ref = R.gemv(x, w, residual=res, **kw)
-    out = ops.gemv(x, w, residual=res, out=res, **kw)  # residual updated in place when given
+    # residual updated in place when given
+    out = ops.gemv(x, w, residual=res, out=res, stream=stream if T == 1 else None, **kw)
     assert_close(out, ref, dtype, K, "gemv")
 
 
@@ -63,8 +69,8 @@ def _qkv_case(T, H, KVH, HD, K, pos, S, dtype, g, bias, qk):
 @given(T=TOKENS, group=st.sampled_from([1, 2, 3, 4]), KVH=st.integers(1, 3),
        HD=st.sampled_from([2, 6, 10, 16, 24, 40]), K=st.integers(2, 120), pos=st.integers(0, 30),
        seed=st.integers(0, 2**31 - 1), dtype=DTYPES, bias=st.booleans(), qk=st.booleans(),
-       pairs=st.sampled_from([None, 1, 2, 4]))
-def test_qkv_rope(T, group, KVH, HD, K, pos, seed, dtype, bias, qk, pairs):
+       pairs=st.sampled_from([None, 1, 2, 4]), stream=STREAMS)
+def test_qkv_rope(T, group, KVH, HD, K, pos, seed, dtype, bias, qk, pairs, stream):
     """pairs: rotation pairs per program (the GPU decode tile splits a head over programs)."""
     g = torch.Generator().manual_seed(seed)
     H, S = group * KVH, pos + T + 3
@@ -72,7 +78,7 @@ def test_qkv_rope(T, group, KVH, HD, K, pos, seed, dtype, bias, qk, pairs):
     kc2, vc2 = kc.clone(), vc.clone()
     p = torch.tensor([pos], dtype=torch.int32, device=DEVICE)
     kw = dict(n_heads=H, eps=1e-5, bias=b, qk_norm=qkn)
-    q = ops.qkv_rope(x, w, nw, cos, sin, p, kc, vc, pairs=pairs, **kw)
+    q = ops.qkv_rope(x, w, nw, cos, sin, p, kc, vc, pairs=pairs, stream=stream, **kw)
     q_ref = R.qkv_rope(x, w, nw, cos, sin, pos, kc2, vc2, **kw)
     assert_close(q, q_ref, dtype, K, "q")
     assert_close(kc, kc2, dtype, K, "k cache")   # untouched rows must be bit-equal: both clones
@@ -96,13 +102,14 @@ def test_attention(T, group, KVH, HD, pos, window, seed, dtype, chunk):
 
 
 @given(T=TOKENS, K=st.integers(1, 200), V=st.integers(2, 700), seed=st.integers(0, 2**31 - 1),
-       dtype=DTYPES)
-def test_lm_head_argmax(T, K, V, seed, dtype):
+       dtype=DTYPES, stream=STREAMS)
+def test_lm_head_argmax(T, K, V, seed, dtype, stream):
     g = torch.Generator().manual_seed(seed)
     x, w = rnd(T, K, dtype=dtype, seed_gen=g), rnd(V, K, dtype=dtype, seed_gen=g)
     nw = rnd(K, dtype=dtype, seed_gen=g, shift=1)
     logits = torch.empty(T, V, device=DEVICE)
-    _, pval, pidx = ops.lm_head(x, w, nw, 1e-5, logits=logits)
+    _, pval, pidx = ops.lm_head(x, w, nw, 1e-5, logits=logits,
+                                stream=stream if T == 1 else None)
     ref = R.gemv(x, w, norm_w=nw, eps=1e-5)
     assert_close(logits, ref, torch.float32 if T == 1 else dtype, K, "logits")
     tok, hist = torch.zeros(1, dtype=torch.int32, device=DEVICE), torch.zeros(4, dtype=torch.long,

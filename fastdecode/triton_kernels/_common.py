@@ -27,6 +27,37 @@ def row_rstd(x_ptr, stride_x, offs_t, mask_t, K, eps, BLOCK_K: tl.constexpr):
 
 
 @triton.jit
+def resident_x(x_ptr, norm_ptr, K, eps, NORM: tl.constexpr, BLOCK_K: tl.constexpr):
+    """One activation row x[:K] as fp32 registers [1, BLOCK_K >= K], RMS-normalised
+    (x * rsqrt(mean(x^2) + eps) * norm_w) if NORM. Decode (T=1) tasks load it once and stream every
+    weight row of the task against it: no per-tile prologue, no activation loads in the loop."""
+    offs = tl.arange(0, BLOCK_K)
+    m = offs < K
+    x = tl.load(x_ptr + offs, mask=m, other=0.0).to(tl.float32)
+    if NORM:
+        rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / K + eps)
+        x = x * rstd * tl.load(norm_ptr + offs, mask=m, other=0.0).to(tl.float32)
+    return x[None, :]
+
+
+@triton.jit
+def weight_rows(w_ptr, rows, mask_r, K, BLOCK_K: tl.constexpr):
+    """W[rows, :K] as one [BLOCK_R, BLOCK_K] tile (whole rows, BLOCK_K >= K), streamed past L1
+    (evict_first): the decode weight stream of a resident-x task. Masked rows cost no traffic,
+    so a prefetch past the task's last tile is a no-op."""
+    offs_k = tl.arange(0, BLOCK_K)
+    return tl.load(w_ptr + rows[:, None].to(tl.int64) * K + offs_k[None, :],
+                   mask=mask_r[:, None] & (offs_k[None, :] < K), other=0.0,
+                   eviction_policy="evict_first")
+
+
+@triton.jit
+def row_dot(w, xn):
+    """[BLOCK_R, BLOCK_K] weight tile . resident row [1, BLOCK_K] -> [1, BLOCK_R] fp32."""
+    return tl.sum(w.to(tl.float32) * xn, axis=1)[None, :]
+
+
+@triton.jit
 def mm_tile(a, b, F32: tl.constexpr):
     """a [M, K] @ b [K, N] with fp32 accumulation; bf16/fp16 operands on the GPU, IEEE fp32 under
     the interpreter (F32)."""

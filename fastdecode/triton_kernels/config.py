@@ -25,6 +25,30 @@ class TileConfig:
     num_warps: int
 
 
+@dataclass(frozen=True)
+class StreamConfig:
+    """Decode (T=1) tiles of the megakernel's resident-x weight stream (gemv_body RESIDENT): each
+    tile is whole weight rows, about tile_elems elements; num_warps per program (one program per
+    SM); tiles: tiles per program when the stream is launched standalone (ops.gemv(stream=...)).
+    Default: 8192 elements = 16 KB bf16 per tile, two tiles in flight = 32 KB per SM, the
+    Little's-law need (4.8 TB/s x ~1 us / 132 SMs); bench/sweep_mega.py measures the neighbours."""
+    tile_elems: int = 8192
+    num_warps: int = 8
+    tiles: int = 1
+
+    def rows(self, K: int) -> int:
+        """Rows per tile for rows of K elements: a power of two, at least 1, at most 128."""
+        r = max(1, self.tile_elems // triton.next_power_of_2(K))
+        return min(128, 1 << (r.bit_length() - 1))
+
+    def tile(self, K: int) -> TileConfig:
+        return TileConfig(self.rows(K), triton.next_power_of_2(K), self.num_warps)
+
+
+def stream_config(device) -> StreamConfig:
+    return StreamConfig()
+
+
 def gemv_config(N: int, K: int, T: int, device) -> TileConfig:
     if INTERPRET or getattr(device, "type", str(device)) == "cpu":
         return TileConfig(block_n=min(1024, triton.next_power_of_2(N)),

@@ -1,11 +1,11 @@
 """lm_head with the final RMSNorm prologue and an in-kernel token choice (argmax or Gumbel-max).
 
-Phase 1 (lm_head_body), one program per (BLOCK_N slice of the vocab, token block):
+Phase 1 (lm_head_body), one program (or megakernel task) per (range of BLOCK_N vocab slices, token block):
     logits[t, n] = W[n] . rmsnorm(x[t]) * final_norm          (fp32; stored if WRITE_LOGITS)
     score[t, n]  = logits[t, n]                                (greedy)
                  = logits[t, n] / temperature + Gumbel(u)      (SAMPLE; u = philox(seed, t*V + n))
-    partial max and argmax of score over its slice -> pval/pidx [T, n_tiles]
-Phase 2 (choose_merge_body), one program: the max over slices in ascending slice order (ties go to
+    partial max and argmax of score over its slices -> pval/pidx [T, n_parts]
+Phase 2 (choose_merge_body), one program: the max over parts in ascending part order (ties go to
 the lowest token id), written as the next input token and to the token history; it advances the
 device-side position, step and RNG counter, so a CUDA graph of the step can be replayed as is.
 argmax_i(l_i / T + G_i), G_i ~ Gumbel(0, 1) i.i.d., is a sample of softmax(l / T) (Gumbel-max trick).
@@ -16,15 +16,15 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import INTERPRET
-from .config import gemv_config, merge_block
+from ._common import INTERPRET, resident_x, row_dot, weight_rows
+from .config import StreamConfig, gemv_config, merge_block
 from .gemv import block_t, gemv_tile
 
 
 @triton.jit
-def choose_tile(vals, offs_t, mask_t, offs_n, mask_n, V, seed_ptr, temp_ptr, pval_ptr, pidx_ptr,
-                n_tiles, pid_n, SAMPLE: tl.constexpr):
-    """Partial argmax of vals (or of vals/temperature + Gumbel noise) over this vocab slice."""
+def tile_choice(vals, offs_t, offs_n, mask_n, V, seed_ptr, temp_ptr, SAMPLE: tl.constexpr):
+    """(max, argmax) per token row of vals [BLOCK_T, BLOCK_N] over this vocab slice, or of
+    vals / temperature + Gumbel noise (SAMPLE); ties go to the lowest token id."""
     if SAMPLE:
         seed = tl.load(seed_ptr)
         u = tl.rand(seed, offs_t[:, None] * V + offs_n[None, :])
@@ -32,37 +32,76 @@ def choose_tile(vals, offs_t, mask_t, offs_n, mask_n, V, seed_ptr, temp_ptr, pva
         vals = vals / tl.load(temp_ptr) - tl.log(-tl.log(u))
     vals = tl.where(mask_n[None, :], vals, float("-inf"))
     best = tl.max(vals, axis=1)
-    idx = tl.argmax(vals, axis=1, tie_break_left=True) + pid_n * offs_n.shape[0]
-    tl.store(pval_ptr + offs_t * n_tiles + pid_n, best, mask=mask_t)
-    tl.store(pidx_ptr + offs_t * n_tiles + pid_n, idx.to(tl.int32), mask=mask_t)
+    idx = tl.argmax(vals, axis=1, tie_break_left=True) + tl.min(offs_n, axis=0)
+    return best, idx.to(tl.int32)
+
+
+@triton.jit
+def keep_best(best, bidx, vals, offs_t, offs_n, mask_n, V, seed_ptr, temp_ptr,
+              SAMPLE: tl.constexpr):
+    """Running choice over a task's slices, visited in ascending order (strict >: ties keep the
+    earlier, lower token id)."""
+    v, i = tile_choice(vals, offs_t, offs_n, mask_n, V, seed_ptr, temp_ptr, SAMPLE)
+    better = v > best
+    return tl.where(better, v, best), tl.where(better, i, bidx)
 
 
 @triton.jit
 def lm_head_body(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_ptr, temp_ptr,
-                 T, V, K, stride_x, stride_logits, eps, n_tiles, pid_n, pid_t,
+                 T, V, K, stride_x, stride_logits, eps, n_parts, tile_lo, tile_hi, part, pid_t,
                  WRITE_LOGITS: tl.constexpr, CHOOSE: tl.constexpr, SAMPLE: tl.constexpr,
                  BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 F32: tl.constexpr):
-    y, offs_t, mask_t, offs_n, mask_n = gemv_tile(
-        x_ptr, w_ptr, norm_ptr, w_ptr, x_ptr, T, V, K, stride_x, stride_x, eps, pid_n, pid_t,
-        True, False, False, False, BLOCK_T, BLOCK_N, BLOCK_K, F32)
-    if WRITE_LOGITS:
-        tl.store(logits_ptr + offs_t[:, None] * stride_logits + offs_n[None, :], y,
-                 mask=mask_t[:, None] & mask_n[None, :])
+                 RESIDENT: tl.constexpr, F32: tl.constexpr):
+    """Vocab tiles [tile_lo, tile_hi) of BLOCK_N rows for token block pid_t; one partial choice
+    per token row at pval/pidx[t, part]. RESIDENT: the decode stream of gemv_body."""
+    offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    mask_t = offs_t < T
+    best = tl.full([BLOCK_T], float("-inf"), dtype=tl.float32)
+    bidx = tl.zeros([BLOCK_T], dtype=tl.int32)
+    if RESIDENT:
+        xn = resident_x(x_ptr, norm_ptr, K, eps, True, BLOCK_K)
+        rows = tile_lo * BLOCK_N + tl.arange(0, BLOCK_N)
+        w = weight_rows(w_ptr, rows, rows < V, K, BLOCK_K)
+        for tile in range(tile_lo, tile_hi):
+            offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+            mask_n = offs_n < V
+            nxt = offs_n + BLOCK_N
+            w_next = weight_rows(w_ptr, nxt, (nxt < V) & (tile + 1 < tile_hi), K, BLOCK_K)
+            y = row_dot(w, xn)
+            if WRITE_LOGITS:
+                tl.store(logits_ptr + offs_n[None, :], y, mask=mask_t[:, None] & mask_n[None, :])
+            if CHOOSE:
+                best, bidx = keep_best(best, bidx, y, offs_t, offs_n, mask_n, V, seed_ptr,
+                                       temp_ptr, SAMPLE)
+            w = w_next
+    else:
+        for tile in range(tile_lo, tile_hi):
+            y, offs_t, mask_t, offs_n, mask_n = gemv_tile(
+                x_ptr, w_ptr, norm_ptr, w_ptr, x_ptr, T, V, K, stride_x, stride_x, eps, tile,
+                pid_t, True, False, False, False, BLOCK_T, BLOCK_N, BLOCK_K, F32)
+            if WRITE_LOGITS:
+                tl.store(logits_ptr + offs_t[:, None] * stride_logits + offs_n[None, :], y,
+                         mask=mask_t[:, None] & mask_n[None, :])
+            if CHOOSE:
+                best, bidx = keep_best(best, bidx, y, offs_t, offs_n, mask_n, V, seed_ptr,
+                                       temp_ptr, SAMPLE)
     if CHOOSE:
-        choose_tile(y, offs_t, mask_t, offs_n, mask_n, V, seed_ptr, temp_ptr, pval_ptr, pidx_ptr,
-                    n_tiles, pid_n, SAMPLE)
+        tl.store(pval_ptr + offs_t * n_parts + part, best, mask=mask_t)
+        tl.store(pidx_ptr + offs_t * n_parts + part, bidx, mask=mask_t)
 
 
 @triton.jit
 def lm_head_kernel(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_ptr, temp_ptr,
-                   T, V, K, stride_x, stride_logits, eps, n_tiles,
+                   T, V, K, stride_x, stride_logits, eps, tiles_per_program,
                    WRITE_LOGITS: tl.constexpr, CHOOSE: tl.constexpr, SAMPLE: tl.constexpr,
                    BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                   F32: tl.constexpr):
+                   RESIDENT: tl.constexpr, F32: tl.constexpr):
+    pid = tl.program_id(0)
+    lo = pid * tiles_per_program
     lm_head_body(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_ptr, temp_ptr,
-                 T, V, K, stride_x, stride_logits, eps, n_tiles, tl.program_id(0),
-                 tl.program_id(1), WRITE_LOGITS, CHOOSE, SAMPLE, BLOCK_T, BLOCK_N, BLOCK_K, F32)
+                 T, V, K, stride_x, stride_logits, eps, tl.num_programs(0), lo,
+                 tl.minimum(lo + tiles_per_program, tl.cdiv(V, BLOCK_N)), pid, tl.program_id(1),
+                 WRITE_LOGITS, CHOOSE, SAMPLE, BLOCK_T, BLOCK_N, BLOCK_K, RESIDENT, F32)
 
 
 @triton.jit
@@ -77,8 +116,9 @@ def sample_logits_kernel(logits_ptr, pval_ptr, pidx_ptr, seed_ptr, temp_ptr, T, 
     mask_n = offs_n < V
     vals = tl.load(logits_ptr + offs_t[:, None] * stride_logits + offs_n[None, :],
                    mask=mask_t[:, None] & mask_n[None, :], other=float("-inf"))
-    choose_tile(vals, offs_t, mask_t, offs_n, mask_n, V, seed_ptr, temp_ptr, pval_ptr,
-                pidx_ptr, n_tiles, pid_n, SAMPLE)
+    best, idx = tile_choice(vals, offs_t, offs_n, mask_n, V, seed_ptr, temp_ptr, SAMPLE)
+    tl.store(pval_ptr + offs_t * n_tiles + pid_n, best, mask=mask_t)
+    tl.store(pidx_ptr + offs_t * n_tiles + pid_n, idx, mask=mask_t)
 
 
 @triton.jit
@@ -126,22 +166,28 @@ def _partials(partials, T, n_tiles, device):
 
 
 def lm_head(x, w, norm_w, eps, *, logits=None, choose=True, sample=False, seed=None, temp=None,
-            partials=None):
-    """x [T, d] -> (logits [T, V] fp32 or None, pval, pidx [T, n_tiles]) with the token choice."""
+            partials=None, stream: StreamConfig | None = None):
+    """x [T, d] -> (logits [T, V] fp32 or None, pval, pidx [T, n_parts]) with the token choice:
+    one partial per program. stream (T=1): the megakernel's resident-x tile, `stream.tiles`
+    tiles per program."""
     T, K = x.shape
     V = w.shape[0]
-    cfg = gemv_config(V, K, T, x.device)
-    n_tiles = n_vocab_tiles(V, K, T, x.device)
-    pval, pidx = _partials(partials, T, n_tiles, x.device)
+    if stream is not None:
+        assert T == 1, "the resident-x stream is the decode (T=1) path"
+        cfg, per = stream.tile(K), stream.tiles
+    else:
+        cfg, per = gemv_config(V, K, T, x.device), 1
+    n_parts = triton.cdiv(triton.cdiv(V, cfg.block_n), per)
+    pval, pidx = _partials(partials, T, n_parts, x.device)
     dummy = pval
     BT = block_t(T)
-    lm_head_kernel[(n_tiles, triton.cdiv(T, BT))](
+    lm_head_kernel[(n_parts, triton.cdiv(T, BT))](
         x, w, norm_w, logits if logits is not None else dummy, pval, pidx,
         seed if seed is not None else pidx, temp if temp is not None else pval,
-        T, V, K, x.stride(0), logits.stride(0) if logits is not None else 0, eps, n_tiles,
+        T, V, K, x.stride(0), logits.stride(0) if logits is not None else 0, eps, per,
         WRITE_LOGITS=logits is not None, CHOOSE=choose, SAMPLE=sample, BLOCK_T=BT,
-        BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, F32=INTERPRET or w.dtype == torch.float32,
-        num_warps=cfg.num_warps)
+        BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, RESIDENT=stream is not None,
+        F32=INTERPRET or w.dtype == torch.float32, num_warps=cfg.num_warps)
     return logits, pval, pidx
 
 

@@ -4,7 +4,7 @@ One program per SM (cooperative launch: an oversubscribed grid fails at launch i
 Program p walks its static queue (schedule.py) once per step; for each instruction (opcodes.py):
     wait:     spin on an acquire load of counters[wait] until >= (epoch + off) * producers
     run:      dispatch on the opcode to the same *_body functions the `ops` mode launches
-    publish:  fence, block barrier, one release add to counters[signal]
+    publish:  block barrier, one release add (GPU scope) to counters[signal]
 Counters only grow. The epoch is read from the token counter at launch (it counts completed
 steps), so nothing is reset between steps or launches. Between steps every program waits for the
 previous step's token and stops when the CHOOSE task raised the done flag (EOS, or max steps).
@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from ..opcodes import WORDS, Op
-from ..ptx_inline.flags import fence_acq_rel_gpu, ld_acquire_gpu
+from ..ptx_inline.flags import ld_acquire_gpu
 from ..ptx_inline.timers import globaltimer_ns
 from .attention import attention_body, attn_merge_body
 from .embedding import embedding_body
@@ -67,6 +67,15 @@ def wait_counter(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step,
     return ok
 
 
+@triton.jit
+def residual_proj(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
+                  BIAS: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr,
+                  BLOCK_K: tl.constexpr, RESIDENT: tl.constexpr, F32: tl.constexpr):
+    """h[:, tiles lo..hi] += x @ W^T (+ bias): o_proj and down_proj, the residual stream in place."""
+    gemv_body(x_ptr, w_ptr, w_ptr, b_ptr, h_ptr, h_ptr, T, D, K, K, D, D, eps, lo, hi, tb,
+              False, BIAS, False, True, BLOCK_T, BLOCK_N, BLOCK_K, RESIDENT, F32)
+
+
 # run-time values that change between launches must not trigger Triton's integer specialisation
 # (== 1, % 16): a recompile of this kernel costs seconds
 @triton.jit(do_not_specialize=["tok_ctr", "max_spin", "n_steps", "n_eos", "max_step"])
@@ -78,20 +87,23 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                kc_ptr, vc_ptr, cos_ptr, sin_ptr, win_ptr,
                emb_ptr, lm_ptr, fnorm_ptr, anorm_ptr, mnorm_ptr, wqkv_ptr, bqkv_ptr, qkn_ptr,
                wo_ptr, bo_ptr, wgu_ptr, bgu_ptr, wd_ptr, bd_ptr,
-               T, TM, D, H, KVH, HD, FFN, V, S, eps, scale, CHUNK, n_splits, n_vtiles,
+               T, TM, D, H, KVH, HD, FFN, V, S, eps, scale, CHUNK, n_splits, n_vparts,
                BIAS_QKV: tl.constexpr, QK_NORM: tl.constexpr, BIAS_O: tl.constexpr,
-               BIAS_MLP: tl.constexpr, SAMPLE: tl.constexpr,
-               BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-               BLOCK_H: tl.constexpr, QKV_CHUNKS: tl.constexpr, GROUP: tl.constexpr,
+               BIAS_MLP: tl.constexpr, SAMPLE: tl.constexpr, BLOCK_T: tl.constexpr,
+               RES: tl.constexpr, RQ: tl.constexpr, RD: tl.constexpr, RF: tl.constexpr,
+               KQ: tl.constexpr, KD: tl.constexpr, KF: tl.constexpr,
+               BLOCK_H: tl.constexpr, QKV_CHUNKS: tl.constexpr, QKV_BK: tl.constexpr,
+               QKV_RES: tl.constexpr, GROUP: tl.constexpr,
                BLOCK_G: tl.constexpr, BLOCK_TOK: tl.constexpr, BLOCK_M: tl.constexpr,
                BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_SP: tl.constexpr,
                EMB_BLOCK: tl.constexpr, MERGE_BLOCK: tl.constexpr, F32: tl.constexpr,
                USE_ASM: tl.constexpr, TRACE: tl.constexpr):
+    """RES: decode tiles (resident activation row, whole weight rows: gemv_body); RQ/RD/RF rows
+    and KQ/KD/KF block K of the GEMV tiles whose rows have q_dim / d_model / ffn_dim elements."""
     pid = tl.program_id(0)
     qlen = tl.load(qlen_ptr + pid)
     QKVN = (H + 2 * KVH) * HD
     QD = H * HD
-    n_t = tl.cdiv(T, BLOCK_T)
     e0 = tl.load(ctr_ptr + tok_ctr)  # steps completed before this launch (previous launch done)
     run = 1
     s = 0
@@ -125,18 +137,12 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                         for c in range(0, tl.cdiv(D, EMB_BLOCK)):
                             embedding_body(ids_ptr, emb_ptr, h_ptr, D, D, t, c, EMB_BLOCK)
                 elif op == OP_QKV:
-                    for u in range(a1, a2):
-                        tb = u % n_t
-                        rest = u // n_t
-                        c = rest % QKV_CHUNKS
-                        sg = rest // QKV_CHUNKS
-                        j = tl.where(sg < GROUP, a0 * GROUP + sg,
-                                     tl.where(sg == GROUP, H + a0, H + KVH + a0))
-                        qkv_rope_body(h_ptr, wqkv_ptr + layer * QKVN * D, anorm_ptr + layer * D,
-                                      bqkv_ptr + layer * QKVN, qkn_ptr + layer * 2 * HD, cos_ptr,
-                                      sin_ptr, pos_ptr, q_ptr, kc_ptr + layer * KVH * S * HD,
-                                      vc_ptr + layer * KVH * S * HD, T, D, D, S, eps, H, KVH, HD,
-                                      j, c, tb, BIAS_QKV, QK_NORM, BLOCK_T, BLOCK_H, BLOCK_K, F32)
+                    qkv_rope_body(h_ptr, wqkv_ptr + layer * QKVN * D, anorm_ptr + layer * D,
+                                  bqkv_ptr + layer * QKVN, qkn_ptr + layer * 2 * HD, cos_ptr,
+                                  sin_ptr, pos_ptr, q_ptr, kc_ptr + layer * KVH * S * HD,
+                                  vc_ptr + layer * KVH * S * HD, T, D, D, S, eps, H, KVH, HD,
+                                  a0, a1, a2, GROUP, QKV_CHUNKS, BIAS_QKV, QK_NORM, BLOCK_T,
+                                  BLOCK_H, QKV_BK, QKV_RES, F32)
                 elif op == OP_ATTN:
                     attention_body(q_ptr, kc_ptr + layer * KVH * S * HD,
                                    vc_ptr + layer * KVH * S * HD, opart_ptr, lse_ptr, pos_ptr,
@@ -150,39 +156,31 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                             CHUNK, n_splits, t, a0 * GROUP + g, BLOCK_SP,
                                             BLOCK_D)
                 elif op == OP_O:
-                    n_n = tl.cdiv(D, BLOCK_N)
-                    for u in range(a1, a2):
-                        gemv_body(attn_ptr, wo_ptr + layer * D * QD, fnorm_ptr, bo_ptr + layer * D,
-                                  h_ptr, h_ptr, T, D, QD, QD, D, D, eps, u % n_n, u // n_n,
-                                  False, BIAS_O, False, True, BLOCK_T, BLOCK_N, BLOCK_K, F32)
-                elif op == OP_GU:
-                    n_n = tl.cdiv(FFN, BLOCK_N)
-                    for u in range(a1, a2):
-                        gemv_body(h_ptr, wgu_ptr + layer * 2 * FFN * D, mnorm_ptr + layer * D,
-                                  bgu_ptr + layer * 2 * FFN, h_ptr, act_ptr, T, FFN, D, D, D, FFN,
-                                  eps, u % n_n, u // n_n,
-                                  True, BIAS_MLP, True, False, BLOCK_T, BLOCK_N, BLOCK_K, F32)
+                    residual_proj(attn_ptr, wo_ptr + layer * D * QD, bo_ptr + layer * D, h_ptr,
+                                  T, D, QD, eps, a1, a2, a0, BIAS_O, BLOCK_T, RQ, KQ, RES, F32)
                 elif op == OP_DOWN:
-                    n_n = tl.cdiv(D, BLOCK_N)
-                    for u in range(a1, a2):
-                        gemv_body(act_ptr, wd_ptr + layer * D * FFN, fnorm_ptr, bd_ptr + layer * D,
-                                  h_ptr, h_ptr, T, D, FFN, FFN, D, D, eps, u % n_n, u // n_n,
-                                  False, BIAS_MLP, False, True, BLOCK_T, BLOCK_N, BLOCK_K, F32)
+                    residual_proj(act_ptr, wd_ptr + layer * D * FFN, bd_ptr + layer * D, h_ptr,
+                                  T, D, FFN, eps, a1, a2, a0, BIAS_MLP, BLOCK_T, RF, KF, RES, F32)
+                elif op == OP_GU:
+                    gemv_body(h_ptr, wgu_ptr + layer * 2 * FFN * D, mnorm_ptr + layer * D,
+                              bgu_ptr + layer * 2 * FFN, h_ptr, act_ptr, T, FFN, D, D, D, FFN,
+                              eps, a1, a2, a0, True, BIAS_MLP, True, False, BLOCK_T, RD, KD, RES,
+                              F32)
                 elif op == OP_LM:
-                    for u in range(a1, a2):
-                        lm_head_body(h_ptr, lm_ptr, fnorm_ptr, logits_ptr, pval_ptr, pidx_ptr,
-                                     seed_ptr, temp_ptr, T, V, D, D, V, eps, n_vtiles,
-                                     u % n_vtiles, u // n_vtiles, True, True, SAMPLE, BLOCK_T,
-                                     BLOCK_N, BLOCK_K, F32)
+                    lm_head_body(h_ptr, lm_ptr, fnorm_ptr, logits_ptr, pval_ptr, pidx_ptr,
+                                 seed_ptr, temp_ptr, T, V, D, D, V, eps, n_vparts, a1, a2,
+                                 a0 % n_vparts, a0 // n_vparts, True, True, SAMPLE, BLOCK_T, RD,
+                                 KD, RES, F32)
                 elif op == OP_CHOOSE:
-                    tok, step = choose_merge_body(pval_ptr, pidx_ptr, n_vtiles, T - 1, ids_ptr,
+                    tok, step = choose_merge_body(pval_ptr, pidx_ptr, a0, T - 1, ids_ptr,
                                                   hist_ptr, pos_ptr, step_ptr, seed_ptr, T,
                                                   MERGE_BLOCK)
                     stop = (step + 1 >= max_step).to(tl.int32)
                     for k in range(0, n_eos):
                         stop = stop | (tl.load(eos_ptr + k) == tok).to(tl.int32)
                     tl.store(done_ptr, stop)
-                fence_acq_rel_gpu(op, USE_ASM)
+                # publish: every thread's stores precede the barrier; the one release add after
+                # it makes them visible at GPU scope to any program that acquires the counter
                 tl.debug_barrier()
                 tl.atomic_add(ctr_ptr + sig, 1, sem="release", scope="gpu")
                 if TRACE:

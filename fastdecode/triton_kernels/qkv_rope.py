@@ -8,36 +8,86 @@ each new token t at position p = pos + t:
     y       = y*cos(p) + rotate_half(y)*sin(p)                (q and k heads; rotate_half pairs
                                                                element i with i + hd/2, as HF)
     q[t, j] = y | k_cache[j-H, p] = y | v_cache[j-H-KVH, p] = y
-A program owns BLOCK_H rotation pairs (row i of the lo half [0, hd/2) with row i of the hi half
-[hd/2, hd)) of one head, so the rotation needs no cross-thread shuffle: with 4 pairs per program
-the 1B model's 3072 rows are 384 programs (the decode GEMV tile of config.py). With q/k RMSNorm
-(Qwen3) a program owns the whole head, since the norm sums over all of it. Any even head_dim.
+A tile is BLOCK_H rotation pairs (row i of the lo half [0, hd/2) with row i of the hi half
+[hd/2, hd)) of one head, so the rotation needs no cross-thread shuffle: with 4 pairs per tile
+the 1B model's 3072 rows are 384 tiles (the decode GEMV tile of config.py). With q/k RMSNorm
+(Qwen3) a tile is the whole head, since the norm sums over all of it. Any even head_dim.
+Tiles are numbered per KV group (qkv_slot) so a megakernel task covers a range of one group's
+tiles and signals only that group's attention.
 Roofline (decode): bytes = (H + 2 KVH) * hd * d * 2 -- e.g. 12.6 MB for Llama-3.2-1B, 2.8 us.
 """
 import torch
 import triton
 import triton.language as tl
 
-from ._common import INTERPRET, gemv_acc, row_rstd
-from .config import gemv_config, qkv_pairs
+from ._common import INTERPRET, gemv_acc, resident_x, row_dot, row_rstd, weight_rows
+from .config import StreamConfig, gemv_config, qkv_pairs
 from .gemv import block_t
 
 
 @triton.jit
+def qkv_slot(g, u, n_t, H, KVH, GROUP, N_CHUNKS):
+    """Tile u of KV group g's (GROUP + 2) head slots -> (head slot j, pair chunk, token block):
+    the group's q heads, then its k head, then its v head; token blocks fastest."""
+    tb = u % n_t
+    rest = u // n_t
+    c = rest % N_CHUNKS
+    sg = rest // N_CHUNKS
+    j = tl.where(sg < GROUP, g * GROUP + sg, tl.where(sg == GROUP, H + g, H + KVH + g))
+    return j, c, tb
+
+
+@triton.jit
 def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_ptr, pos_ptr,
-                  q_ptr, k_ptr, v_ptr, T, K, stride_x, S, eps, H, KVH, HD, j, chunk, pid_t,
+                  q_ptr, k_ptr, v_ptr, T, K, stride_x, S, eps, H, KVH, HD, g, u_lo, u_hi,
+                  GROUP, N_CHUNKS,
                   BIAS: tl.constexpr, QK_NORM: tl.constexpr, BLOCK_T: tl.constexpr,
-                  BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, F32: tl.constexpr):
-    """Head slot j (q heads, k heads, v heads), pairs [chunk*BLOCK_H, (chunk+1)*BLOCK_H)."""
+                  BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, RESIDENT: tl.constexpr,
+                  F32: tl.constexpr):
+    """Tiles [u_lo, u_hi) of KV group g (qkv_slot): each is pairs [c*BLOCK_H, (c+1)*BLOCK_H) of
+    one head slot for one token block. RESIDENT (T=1, BLOCK_K >= K): the normalised row stays in
+    registers and the next tile's weight rows load before this tile is reduced (gemv_body)."""
     half = HD // 2
-    offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
-    mask_t = offs_t < T
-    offs_h = chunk * BLOCK_H + tl.arange(0, BLOCK_H)
-    mask_h = offs_h < half
-    rows = j * HD + offs_h
-    rstd = row_rstd(x_ptr, stride_x, offs_t, mask_t, K, eps, BLOCK_K)
-    lo, hi = gemv_acc(x_ptr, stride_x, offs_t, mask_t, rstd, norm_ptr, w_ptr, rows, rows + half,
-                      mask_h, K, True, True, BLOCK_K, F32)
+    n_t = tl.cdiv(T, BLOCK_T)
+    if RESIDENT:
+        xn = resident_x(x_ptr, norm_ptr, K, eps, True, BLOCK_K)
+        j0, c0, _ = qkv_slot(g, u_lo, n_t, H, KVH, GROUP, N_CHUNKS)
+        offs0 = c0 * BLOCK_H + tl.arange(0, BLOCK_H)
+        m0 = (offs0 < half) & (u_lo < u_hi)
+        w_lo = weight_rows(w_ptr, j0 * HD + offs0, m0, K, BLOCK_K)
+        w_hi = weight_rows(w_ptr, j0 * HD + half + offs0, m0, K, BLOCK_K)
+    for u in range(u_lo, u_hi):
+        j, c, tb = qkv_slot(g, u, n_t, H, KVH, GROUP, N_CHUNKS)
+        offs_t = tb * BLOCK_T + tl.arange(0, BLOCK_T)
+        mask_t = offs_t < T
+        offs_h = c * BLOCK_H + tl.arange(0, BLOCK_H)
+        mask_h = offs_h < half
+        rows = j * HD + offs_h
+        if RESIDENT:
+            jn, cn, _ = qkv_slot(g, u + 1, n_t, H, KVH, GROUP, N_CHUNKS)
+            offs_n = cn * BLOCK_H + tl.arange(0, BLOCK_H)
+            mn = (offs_n < half) & (u + 1 < u_hi)
+            nxt_lo = weight_rows(w_ptr, jn * HD + offs_n, mn, K, BLOCK_K)
+            nxt_hi = weight_rows(w_ptr, jn * HD + half + offs_n, mn, K, BLOCK_K)
+            lo = row_dot(w_lo, xn)
+            hi = row_dot(w_hi, xn)
+            w_lo = nxt_lo
+            w_hi = nxt_hi
+        else:
+            rstd = row_rstd(x_ptr, stride_x, offs_t, mask_t, K, eps, BLOCK_K)
+            lo, hi = gemv_acc(x_ptr, stride_x, offs_t, mask_t, rstd, norm_ptr, w_ptr, rows,
+                              rows + half, mask_h, K, True, True, BLOCK_K, F32)
+        qkv_rope_epilogue(lo, hi, j, rows, offs_t, mask_t, offs_h, mask_h, bias_ptr, qk_norm_ptr,
+                          cos_ptr, sin_ptr, pos_ptr, q_ptr, k_ptr, v_ptr, S, eps, H, KVH, HD,
+                          BIAS, QK_NORM)
+
+
+@triton.jit
+def qkv_rope_epilogue(lo, hi, j, rows, offs_t, mask_t, offs_h, mask_h, bias_ptr, qk_norm_ptr,
+                      cos_ptr, sin_ptr, pos_ptr, q_ptr, k_ptr, v_ptr, S, eps, H, KVH, HD,
+                      BIAS: tl.constexpr, QK_NORM: tl.constexpr):
+    """bias, q/k RMSNorm, RoPE and the store of one tile's lo/hi halves [BLOCK_T, BLOCK_H]."""
+    half = HD // 2
     if BIAS:
         lo += tl.load(bias_ptr + rows, mask=mask_h, other=0.0).to(tl.float32)[None, :]
         hi += tl.load(bias_ptr + rows + half, mask=mask_h, other=0.0).to(tl.float32)[None, :]
@@ -66,39 +116,63 @@ def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_pt
 
 @triton.jit
 def qkv_rope_kernel(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_ptr, pos_ptr,
-                    q_ptr, k_ptr, v_ptr, T, K, stride_x, S, eps, H, KVH, HD,
-                    n_chunks, BIAS: tl.constexpr, QK_NORM: tl.constexpr, BLOCK_T: tl.constexpr,
-                    BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, F32: tl.constexpr):
-    pid = tl.program_id(0)
+                    q_ptr, k_ptr, v_ptr, T, K, stride_x, S, eps, H, KVH, HD, GROUP, n_chunks,
+                    tiles_per_program,
+                    BIAS: tl.constexpr, QK_NORM: tl.constexpr, BLOCK_T: tl.constexpr,
+                    BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, RESIDENT: tl.constexpr,
+                    F32: tl.constexpr):
+    """Grid (KV groups, tile ranges of the group)."""
+    per_group = (GROUP + 2) * n_chunks * tl.cdiv(T, BLOCK_T)
+    lo = tl.program_id(1) * tiles_per_program
     qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_ptr, pos_ptr,
-                  q_ptr, k_ptr, v_ptr, T, K, stride_x, S, eps, H, KVH, HD,
-                  pid // n_chunks, pid % n_chunks, tl.program_id(1),
-                  BIAS, QK_NORM, BLOCK_T, BLOCK_H, BLOCK_K, F32)
+                  q_ptr, k_ptr, v_ptr, T, K, stride_x, S, eps, H, KVH, HD, tl.program_id(0), lo,
+                  tl.minimum(lo + tiles_per_program, per_group), GROUP, n_chunks,
+                  BIAS, QK_NORM, BLOCK_T, BLOCK_H, BLOCK_K, RESIDENT, F32)
+
+
+def qkv_tile(head_dim: int, qk_norm: bool, T: int, K: int, device, pairs=None,
+             stream: StreamConfig | None = None):
+    """(BLOCK_H rotation pairs, BLOCK_K, num_warps, resident) of a QKV + RoPE tile.
+    stream (T=1): the megakernel's resident-x tile, 2 * BLOCK_H rows of about stream.tile_elems
+    elements, except with q/k norm (whole heads) where K is chunked to the same tile elements."""
+    if stream is not None and T == 1:
+        rows = stream.rows(K)
+        bh = qkv_pairs(head_dim, qk_norm, T, max(1, rows // 2))
+        if qk_norm:
+            bk = max(16, min(triton.next_power_of_2(K), stream.tile_elems // (2 * bh)))
+            return bh, bk, stream.num_warps, False
+        return bh, triton.next_power_of_2(K), stream.num_warps, True
+    cfg = gemv_config(K * 4, K, T, device)
+    if pairs is not None and not qk_norm and T == 1:
+        bh = triton.next_power_of_2(pairs)
+    else:
+        bh = qkv_pairs(head_dim, qk_norm, T, cfg.block_n)
+    # the tuned GEMV tile's elements (config.py) over both halves' rows
+    bk = max(16, min(cfg.block_k, cfg.block_n * cfg.block_k // bh))
+    return bh, bk, cfg.num_warps, False
 
 
 def qkv_rope(x, w_qkv, norm_w, cos, sin, pos, k_cache, v_cache, *, n_heads, eps, bias=None,
-             qk_norm=None, q_out=None, pairs=None):
+             qk_norm=None, q_out=None, pairs=None, stream: StreamConfig | None = None):
     """x [T, d]; w_qkv [(H+2KVH)*hd, d]; cos/sin [S, hd/2] fp32; pos int32 [1] on device;
     k_cache/v_cache [KVH, S, hd] of one layer (written at rows pos..pos+T-1); qk_norm [2, hd] or
-    None; pairs: rotation pairs per program (default: config.py's tile). Returns q [T, H, hd]."""
+    None; pairs: rotation pairs per program (default: config.py's tile); stream: the megakernel's
+    decode tile (qkv_tile). Returns q [T, H, hd]."""
     T, K = x.shape
     KVH, S, HD = k_cache.shape
     if q_out is None:
         q_out = torch.empty(T, n_heads, HD, device=x.device, dtype=k_cache.dtype)
     BT = block_t(T)
-    half = HD // 2
-    cfg = gemv_config(w_qkv.shape[0], K, T, x.device)
-    if pairs is not None and qk_norm is None and T == 1:
-        BLOCK_H = triton.next_power_of_2(pairs)
-    else:
-        BLOCK_H = qkv_pairs(HD, qk_norm is not None, T, cfg.block_n)
-    n_chunks = triton.cdiv(half, BLOCK_H)
-    grid = ((n_heads + 2 * KVH) * n_chunks, triton.cdiv(T, BT))
+    BLOCK_H, BLOCK_K, warps, resident = qkv_tile(HD, qk_norm is not None, T, K, x.device, pairs,
+                                                 stream)
+    n_chunks = triton.cdiv(HD // 2, BLOCK_H)
+    G = n_heads // KVH
+    per = stream.tiles if stream is not None else 1
+    grid = (KVH, triton.cdiv((G + 2) * n_chunks * triton.cdiv(T, BT), per))
     qkv_rope_kernel[grid](x, w_qkv, norm_w, bias if bias is not None else w_qkv,
                           qk_norm if qk_norm is not None else norm_w, cos, sin, pos,
                           q_out, k_cache, v_cache, T, K, x.stride(0), S, eps, n_heads, KVH, HD,
-                          n_chunks, BIAS=bias is not None, QK_NORM=qk_norm is not None, BLOCK_T=BT,
-                          BLOCK_H=BLOCK_H, BLOCK_K=cfg.block_k,
-                          F32=INTERPRET or w_qkv.dtype == torch.float32,
-                          num_warps=cfg.num_warps)
+                          G, n_chunks, per, BIAS=bias is not None, QK_NORM=qk_norm is not None,
+                          BLOCK_T=BT, BLOCK_H=BLOCK_H, BLOCK_K=BLOCK_K, RESIDENT=resident,
+                          F32=INTERPRET or w_qkv.dtype == torch.float32, num_warps=warps)
     return q_out
