@@ -21,11 +21,14 @@ SHAPES = {
 }
 
 
-def random_model(key, device="cuda"):
+def random_model(key, device="cuda", n_layers=None):
+    """n_layers: fewer layers than the published model (same matrix sizes), e.g. to compile."""
     import torch
     from transformers import AutoModelForCausalLM
     name, make = SHAPES[key]
     cfg = make()
+    if n_layers:
+        cfg.num_hidden_layers = n_layers
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).eval()
     with torch.no_grad():  # weights of realistic scale (HF's init is std 0.02; fine for speed too)

@@ -40,6 +40,7 @@ class Tiling:
     T: int
     block_t: int
     resident: bool
+    ahead: int            # L2 prefetch distance of the decode stream, in tiles (0: off)
     rows_q: int           # rows per tile, K = q_dim (o_proj)
     rows_d: int           # rows per tile, K = d_model (gate|up, lm_head)
     rows_f: int           # rows per tile, K = ffn_dim (down_proj)
@@ -78,15 +79,16 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
         st = stream or stream_config(device)
         rows = [st.rows(k) for k in dims]
         bks = [triton.next_power_of_2(k) for k in dims]
-        warps = st.num_warps
+        warps, ahead = st.num_warps, st.ahead
     else:
         cfg = gemv_config(spec.d_model * 4, spec.d_model, T, device)
         rows, bks, warps, st = [cfg.block_n] * 3, [cfg.block_k] * 3, cfg.num_warps, None
+        ahead = 0
     pairs, qkv_bk, _, qkv_res = qkv_tile(spec.head_dim, spec.qk_norm, T, spec.d_model, device,
                                          stream=st)
     block_s, block_tok = attention_config(spec.head_dim, spec.group, T)
     chunk, n_splits = split_plan(max_seq_len, spec.n_kv_heads, block_s)
-    return Tiling(T=T, block_t=bt, resident=T == 1, rows_q=rows[0], rows_d=rows[1],
+    return Tiling(T=T, block_t=bt, resident=T == 1, ahead=ahead, rows_q=rows[0], rows_d=rows[1],
                   rows_f=rows[2], bk_q=bks[0], bk_d=bks[1], bk_f=bks[2], num_warps=warps,
                   qkv_pairs=pairs, qkv_chunks=triton.cdiv(half, pairs), qkv_bk=qkv_bk,
                   qkv_resident=qkv_res, attn_block_s=block_s, attn_block_tok=block_tok,
@@ -127,10 +129,12 @@ class StepGraph:
 
 
 def ranges(total: int, parts: int):
-    """Split [0, total) into at most `parts` contiguous non-empty ranges of near-equal size."""
+    """Split [0, total) into min(parts, total) contiguous non-empty ranges whose sizes differ by at
+    most one (2048 tiles over 132 programs: 68 x 16 + 64 x 15, not 128 x 16 leaving 4 idle)."""
     parts = max(1, min(parts, total))
-    step = triton.cdiv(total, parts)
-    return [(a, min(a + step, total)) for a in range(0, total, step)]
+    q, r = divmod(total, parts)
+    bounds = [i * q + min(i, r) for i in range(parts + 1)]
+    return list(zip(bounds[:-1], bounds[1:]))
 
 
 def build_step(spec: ModelSpec, tiling: Tiling, n_programs: int) -> StepGraph:
@@ -141,11 +145,12 @@ def build_step(spec: ModelSpec, tiling: Tiling, n_programs: int) -> StepGraph:
     g.add(Task(Op.EMBED, 0, (0, T, 0), ("tok",), ("emb",), COST.task_overhead_bytes, -1))
     qkv_tile_bytes = 2 * tg.qkv_pairs * s.d_model * elt
     per_group = (s.group + 2) * tg.qkv_chunks * tg.n_t()
-    qkv_parts = max(1, n_programs // s.n_kv_heads)
     for l in range(s.n_layers):
         prev = ("down", l - 1) if l else ("emb",)
         for kv in range(s.n_kv_heads):
-            for a, b in ranges(per_group, qkv_parts):
+            # all programs share the QKV phase: group kv gets its share of the n_programs tasks
+            parts = n_programs // s.n_kv_heads + (kv < n_programs % s.n_kv_heads)
+            for a, b in ranges(per_group, max(1, parts)):
                 g.add(Task(Op.QKV, l, (kv, a, b), prev, ("qkv", l, kv),
                            COST.task_overhead_bytes + (b - a) * qkv_tile_bytes))
         kv_bytes = 2 * tg.attn_chunk * s.head_dim * elt

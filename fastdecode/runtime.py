@@ -22,7 +22,7 @@ from . import ops
 from . import reference as R
 from .packing import PackedWeights
 from .triton_kernels.attention import split_plan
-from .triton_kernels.config import attention_blocks, attention_config, merge_block
+from .triton_kernels.config import attention_blocks, attention_config, merge_block, merge_splits
 from .triton_kernels.lm_head import n_vocab_tiles
 from .triton_kernels._common import INTERPRET
 from .triton_kernels.megakernel import STATUS_WORDS, megakernel
@@ -370,13 +370,14 @@ class Runtime:
             tg.n_splits, n_vparts,
             BIAS_QKV=pw.b_qkv is not None, QK_NORM=pw.qk_norm is not None,
             BIAS_O=pw.b_o is not None, BIAS_MLP=pw.b_gu is not None,
-            SAMPLE=sampling.do_sample, BLOCK_T=tg.block_t, RES=tg.resident, RQ=tg.rows_q,
+            SAMPLE=sampling.do_sample, BLOCK_T=tg.block_t, RES=tg.resident, AHEAD=tg.ahead,
+            RQ=tg.rows_q,
             RD=tg.rows_d, RF=tg.rows_f, KQ=tg.bk_q, KD=tg.bk_d, KF=tg.bk_f,
             BLOCK_H=tg.qkv_pairs, QKV_CHUNKS=tg.qkv_chunks, QKV_BK=tg.qkv_bk,
             QKV_RES=tg.qkv_resident, GROUP=G,
             BLOCK_G=block_g, BLOCK_TOK=tg.attn_block_tok,
             BLOCK_M=block_m, BLOCK_S=tg.attn_block_s,
-            BLOCK_D=block_d, BLOCK_SP=triton.next_power_of_2(tg.n_splits),
+            BLOCK_D=block_d, BLOCK_SP=merge_splits(tg.n_splits),
             EMB_BLOCK=tg.emb_block, MERGE_BLOCK=merge_block(n_vparts),
             F32=INTERPRET or pw.dtype == torch.float32, USE_ASM=not INTERPRET,
             TRACE=trace is not None, num_warps=tg.num_warps, **kw)

@@ -1,10 +1,15 @@
 """StepGraph -> static per-program queues, encoded as one int32 tensor, and a validator.
 
-Assignment: tasks are taken in the graph's order (a topological order: every producer precedes its
-consumers) and each goes to the program with the least accumulated cost. Every queue is then a
-subsequence of one global topological order, which is what makes the schedule deadlock-free when
-all programs are resident: the earliest unfinished task is at the head of its queue and all of its
-producers come before it. validate() does not trust that argument: it simulates the counters.
+Assignment is list scheduling on the cost model: tasks are taken in the graph's order (a
+topological order: every producer precedes its consumers); a task is ready when the last producer
+of the counter it waits on finishes, and goes to the program on which it would start earliest
+(ties: the program that became free first). The tasks of one phase -- one (op, layer) -- so land
+on distinct programs, which run them side by side; a program never gets a second task of a phase
+while another program idles (the cumulative-cost rule did that, and every consumer then waited
+for the doubled program). Every queue is a subsequence of one global topological order, which is
+what makes the schedule deadlock-free when all programs are resident: the earliest unfinished task
+is at the head of its queue and all of its producers come before it. validate() does not trust
+that argument: it simulates the counters.
 """
 from __future__ import annotations
 
@@ -39,12 +44,18 @@ class Schedule:
 
 
 def assign(graph: StepGraph, n_programs: int) -> list:
-    heap = [(0, p) for p in range(n_programs)]
+    free = [(0, p) for p in range(n_programs)]  # heap of (time the program becomes free, p)
+    done: dict = {}                             # counter key -> finish time of its last producer
     queues = [[] for _ in range(n_programs)]
     for i, t in enumerate(graph.tasks):
-        load, p = heapq.heappop(heap)
+        ready = done.get(t.wait, 0) if t.wait_off == 0 else 0  # previous-step waits: at 0
+        # earliest start = max(free, ready): among programs free by `ready` any starts at
+        # `ready` (take the one free longest); otherwise the one that frees first
+        at, p = heapq.heappop(free)
+        start = max(at, ready)
         queues[p].append(i)
-        heapq.heappush(heap, (load + t.cost, p))
+        heapq.heappush(free, (start + t.cost, p))
+        done[t.signal] = max(done.get(t.signal, 0), start + t.cost)
     return queues
 
 

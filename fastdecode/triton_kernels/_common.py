@@ -8,9 +8,12 @@ import os
 import triton
 import triton.language as tl
 
+from ..ptx_inline.memory import prefetch_l2
+
 # Triton's CPU interpreter cannot do bf16 arithmetic or bf16 tl.dot correctly (KNOWLEDGE.md):
 # on that path every tile is converted to fp32 first and dots run in IEEE fp32.
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+INTERPRET_C = tl.constexpr(INTERPRET)
 
 
 @triton.jit
@@ -49,6 +52,22 @@ def weight_rows(w_ptr, rows, mask_r, K, BLOCK_K: tl.constexpr):
     return tl.load(w_ptr + rows[:, None].to(tl.int64) * K + offs_k[None, :],
                    mask=mask_r[:, None] & (offs_k[None, :] < K), other=0.0,
                    eviction_policy="evict_first")
+
+
+@triton.jit
+def prefetch_rows(w_ptr, rows, mask_r, K, BLOCK_K: tl.constexpr, AHEAD: tl.constexpr):
+    """L2 prefetch of W[rows, :K], one request per 128-byte line (no registers held): the decode
+    stream asks for the tile AHEAD tiles past the one loading into registers. AHEAD == 0: off
+    (and always off under the interpreter, which has no L2)."""
+    if AHEAD > 0:
+        LINE: tl.constexpr = 1024 // w_ptr.dtype.element_ty.primitive_bitwidth  # elements/line
+        if BLOCK_K >= LINE:
+            offs_k = tl.arange(0, BLOCK_K // LINE) * LINE
+        else:
+            offs_k = tl.arange(0, 1)
+        ok = mask_r[:, None] & (offs_k[None, :] < K)
+        ptrs = w_ptr + rows[:, None].to(tl.int64) * K + offs_k[None, :]
+        prefetch_l2(tl.where(ok, ptrs, w_ptr), not INTERPRET_C)
 
 
 @triton.jit

@@ -7,8 +7,9 @@ Phase 1 (attention_body), one program per (KV head, split of CHUNK keys, block o
 and value row of the split is read ONCE for all G query heads of its group (rows of the score tile
 are (token, group member) pairs, M padded to >= 16 for tl.dot), online softmax in fp32, writes a
 normalised partial o [split, t, h, hd] (fp32) and its lse.
-Phase 2 (attn_merge_body), one program per (t, h): o = sum_i exp(lse_i - M) o_i / sum_i exp(lse_i - M)
-over the active splits in ascending order (fixed order: deterministic).
+Phase 2 (attn_merge_body), one program per (t, KV head), all G heads of the group at once:
+o = sum_i exp(lse_i - M) o_i / sum_i exp(lse_i - M) over the active splits in ascending order
+(fixed order: deterministic).
 Bytes (decode): 2 * KVH * L_ctx * hd * 2 -- e.g. 8 KV heads x 4096 keys x 128 x 2 x 2 = 16.8 MB/layer.
 """
 import torch
@@ -16,7 +17,7 @@ import triton
 import triton.language as tl
 
 from ._common import INTERPRET, mm_tile
-from .config import GPU_SMS, attention_blocks, attention_config
+from .config import GPU_SMS, attention_blocks, attention_config, merge_splits
 
 
 @triton.jit
@@ -85,30 +86,47 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos_ptr, T, TM, S, H, 
 
 
 @triton.jit
-def attn_merge_body(o_ptr, lse_ptr, out_ptr, pos_ptr, T, TM, H, HD, CHUNK, n_splits, t, h,
-                    BLOCK_SP: tl.constexpr, BLOCK_D: tl.constexpr):
+def attn_merge_body(o_ptr, lse_ptr, out_ptr, pos_ptr, T, TM, H, HD, CHUNK, n_splits, t, kvh,
+                    GROUP: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_SP: tl.constexpr,
+                    BLOCK_D: tl.constexpr):
+    """Token t, the GROUP query heads of KV head kvh, all at once: [BLOCK_SP splits, BLOCK_G
+    heads, BLOCK_D] tiles, so a merge of up to BLOCK_SP splits is one round of loads (the
+    megakernel waits on it between attention and o_proj). Splits in ascending order."""
+    offs_g = tl.arange(0, BLOCK_G)
+    mask_g = offs_g < GROUP
+    h = kvh * GROUP + offs_g
     offs_d = tl.arange(0, BLOCK_D)
-    mask_d = offs_d < HD
+    mask_gd = mask_g[:, None] & (offs_d < HD)[None, :]
     n_act = tl.minimum(n_splits, tl.cdiv(tl.load(pos_ptr) + T, CHUNK))
     sp = tl.arange(0, BLOCK_SP)
-    lse = tl.load(lse_ptr + (sp * TM + t) * H + h, mask=sp < n_act, other=float("-inf"))
-    m = tl.max(lse, axis=0)
+    m = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
+    for s0 in range(0, n_act, BLOCK_SP):  # max lse over the active splits
+        lse = tl.load(lse_ptr + ((s0 + sp[:, None]) * TM + t) * H + h[None, :],
+                      mask=((s0 + sp) < n_act)[:, None] & mask_g[None, :], other=float("-inf"))
+        m = tl.maximum(m, tl.max(lse, axis=0))
     m = tl.where(m == float("-inf"), 0.0, m)
-    den = tl.sum(tl.exp(lse - m), axis=0)
-    acc = tl.zeros([BLOCK_D], dtype=tl.float32)
-    for i in range(0, n_act):
-        row = (i * TM + t) * H + h
-        w = tl.exp(tl.load(lse_ptr + row) - m)
-        acc += w * tl.load(o_ptr + row * HD + offs_d, mask=mask_d, other=0.0)
-    tl.store(out_ptr + (t * H + h) * HD + offs_d, (acc / den).to(out_ptr.dtype.element_ty),
-             mask=mask_d)
+    den = tl.zeros([BLOCK_G], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
+    for s0 in range(0, n_act, BLOCK_SP):
+        ms = (s0 + sp) < n_act
+        rows = ((s0 + sp[:, None]) * TM + t) * H + h[None, :]  # [SP, G]
+        lse = tl.load(lse_ptr + rows, mask=ms[:, None] & mask_g[None, :], other=float("-inf"))
+        o = tl.load(o_ptr + rows[:, :, None] * HD + offs_d[None, None, :],
+                    mask=ms[:, None, None] & mask_gd[None, :, :], other=0.0)
+        w = tl.exp(lse - m[None, :])
+        den += tl.sum(w, axis=0)
+        acc += tl.sum(w[:, :, None] * o, axis=0)
+    out = acc / tl.where(den > 0, den, 1.0)[:, None]
+    tl.store(out_ptr + (t * H + h[:, None]) * HD + offs_d[None, :],
+             out.to(out_ptr.dtype.element_ty), mask=mask_gd)
 
 
 @triton.jit
 def attn_merge_kernel(o_ptr, lse_ptr, out_ptr, pos_ptr, T, TM, H, HD, CHUNK, n_splits,
-                      BLOCK_SP: tl.constexpr, BLOCK_D: tl.constexpr):
+                      GROUP: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_SP: tl.constexpr,
+                      BLOCK_D: tl.constexpr):
     attn_merge_body(o_ptr, lse_ptr, out_ptr, pos_ptr, T, TM, H, HD, CHUNK, n_splits,
-                    tl.program_id(0), tl.program_id(1), BLOCK_SP, BLOCK_D)
+                    tl.program_id(0), tl.program_id(1), GROUP, BLOCK_G, BLOCK_SP, BLOCK_D)
 
 
 def split_plan(max_seq_len: int, n_kv_heads: int, block_s: int = 64, sms: int = GPU_SMS):
@@ -144,6 +162,7 @@ def attention(q, k_cache, v_cache, pos, *, window: int = 0, scale=None, out=None
                            chunk, GROUP=G, BLOCK_G=BLOCK_G, BLOCK_TOK=block_tok, BLOCK_M=BLOCK_M,
                            BLOCK_S=block_s, BLOCK_D=BLOCK_D,
                            F32=INTERPRET or q.dtype == torch.float32, num_warps=4)
-    attn_merge_kernel[(T, H)](o_part, lse, out, pos, T, TM, H, HD, chunk, n_splits,
-                              BLOCK_SP=triton.next_power_of_2(n_splits), BLOCK_D=BLOCK_D)
+    attn_merge_kernel[(T, KVH)](o_part, lse, out, pos, T, TM, H, HD, chunk, n_splits, GROUP=G,
+                                BLOCK_G=BLOCK_G, BLOCK_SP=merge_splits(n_splits),
+                                BLOCK_D=BLOCK_D)
     return out

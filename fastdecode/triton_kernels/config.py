@@ -30,11 +30,14 @@ class StreamConfig:
     """Decode (T=1) tiles of the megakernel's resident-x weight stream (gemv_body RESIDENT): each
     tile is whole weight rows, about tile_elems elements; num_warps per program (one program per
     SM); tiles: tiles per program when the stream is launched standalone (ops.gemv(stream=...)).
-    Default: 8192 elements = 16 KB bf16 per tile, two tiles in flight = 32 KB per SM, the
-    Little's-law need (4.8 TB/s x ~1 us / 132 SMs); bench/sweep_mega.py measures the neighbours."""
-    tile_elems: int = 8192
+    Default 16384 elements = 32 KB bf16 per tile (two tiles in flight = 64 KB per SM; Little's law
+    asks >= 32 KB: 4.8 TB/s x ~1 us / 132 SMs) at 8 warps: bench/sweep_mega.py on an H200
+    (2026-11-30, 1B shape, 8508bc5) ranked 16384/8w 782 tok/s > 16384/16w 747 > 8192/8w 709 >
+    4096/8w 593; 32768 spills registers (bench/compile_check.py: 255 regs + 668 B at 8 warps)."""
+    tile_elems: int = 16384
     num_warps: int = 8
     tiles: int = 1
+    ahead: int = 1  # L2 prefetch of the tile this many past the one loading into registers
 
     def rows(self, K: int) -> int:
         """Rows per tile for rows of K elements: a power of two, at least 1, at most 128."""
@@ -79,6 +82,12 @@ def attention_blocks(head_dim: int, group: int, block_tok: int):
     (tokens x group members, >= 16 for tl.dot) and head_dim padded (>= 16)."""
     block_g = triton.next_power_of_2(group)
     return block_g, max(16, block_g * block_tok), max(16, triton.next_power_of_2(head_dim))
+
+
+def merge_splits(n_splits: int) -> int:
+    """Splits per round of the attention merge: all of them up to 16 (one round of loads: 16 x
+    group 8 x head_dim 128 fp32 is 64 registers per thread at 8 warps), rounds of 16 beyond."""
+    return min(16, triton.next_power_of_2(n_splits))
 
 
 def merge_block(n_tiles: int) -> int:

@@ -13,25 +13,35 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import INTERPRET, gemv_acc, resident_x, row_dot, row_rstd, weight_rows
+from ._common import INTERPRET, gemv_acc, prefetch_rows, resident_x, row_dot, row_rstd, weight_rows
 from .config import StreamConfig, gemv_config
 
 
 @triton.jit
-def gemv_epilogue(acc, acc2, bias_ptr, res_ptr, offs_t, mask_t, offs_n, mask_n, N, stride_res,
-                  BIAS: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr):
-    """+ bias, silu(gate) * up, + residual on a [BLOCK_T, BLOCK_N] fp32 tile."""
+def epilogue_operands(bias_ptr, res_ptr, offs_t, mask_t, offs_n, mask_n, N, stride_res,
+                      BIAS: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr):
+    """(bias, up-bias, residual) of a [BLOCK_T, BLOCK_N] tile as fp32 (zeros where unused).
+    Loaded a tile ahead in the decode stream: a load here costs an L2 round trip per tile."""
+    b = tl.zeros([1, offs_n.shape[0]], dtype=tl.float32)
+    b2 = b
+    r = tl.zeros([offs_t.shape[0], offs_n.shape[0]], dtype=tl.float32)
     if BIAS:
-        acc += tl.load(bias_ptr + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
+        b = tl.load(bias_ptr + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
         if SWIGLU:
-            acc2 += tl.load(bias_ptr + N + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
-    if SWIGLU:
-        acc = acc / (1.0 + tl.exp(-acc)) * acc2
+            b2 = tl.load(bias_ptr + N + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
     if RESIDUAL:
         r = tl.load(res_ptr + offs_t[:, None] * stride_res + offs_n[None, :],
-                    mask=mask_t[:, None] & mask_n[None, :], other=0.0)
-        acc += r.to(tl.float32)
-    return acc
+                    mask=mask_t[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
+    return b, b2, r
+
+
+@triton.jit
+def gemv_epilogue(acc, acc2, b, b2, r, SWIGLU: tl.constexpr):
+    """(acc + bias) [silu(gate) * (up + up-bias)] + residual on fp32 tiles."""
+    acc += b
+    if SWIGLU:
+        acc = acc / (1.0 + tl.exp(-acc)) * (acc2 + b2)
+    return acc + r
 
 
 @triton.jit
@@ -52,9 +62,9 @@ def gemv_tile(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, T, N, K, stride_x, stri
         rstd = tl.zeros([BLOCK_T], dtype=tl.float32)
     acc, acc2 = gemv_acc(x_ptr, stride_x, offs_t, mask_t, rstd, norm_ptr, w_ptr, offs_n, offs_n + N,
                          mask_n, K, NORM, SWIGLU, BLOCK_K, F32)
-    acc = gemv_epilogue(acc, acc2, bias_ptr, res_ptr, offs_t, mask_t, offs_n, mask_n, N,
-                        stride_res, BIAS, SWIGLU, RESIDUAL)
-    return acc, offs_t, mask_t, offs_n, mask_n
+    b, b2, r = epilogue_operands(bias_ptr, res_ptr, offs_t, mask_t, offs_n, mask_n, N, stride_res,
+                                 BIAS, SWIGLU, RESIDUAL)
+    return gemv_epilogue(acc, acc2, b, b2, r, SWIGLU), offs_t, mask_t, offs_n, mask_n
 
 
 @triton.jit
@@ -62,42 +72,53 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
               stride_out, eps, tile_lo, tile_hi, pid_t,
               NORM: tl.constexpr, BIAS: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
               BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-              RESIDENT: tl.constexpr, F32: tl.constexpr):
+              RESIDENT: tl.constexpr, AHEAD: tl.constexpr, F32: tl.constexpr):
     """Output tiles [tile_lo, tile_hi) of BLOCK_N rows for token block pid_t.
 
     RESIDENT (decode, T=1, BLOCK_K >= K): the normalised activation row stays in registers and
-    whole weight rows stream through, the next tile's loads issued before this tile is reduced
-    (two tiles in flight per program: the megakernel runs one program per SM and needs ~32 KB of
-    loads in flight per SM to cover HBM latency). Otherwise each tile loops over K (ops mode: many
-    programs per SM supply the loads in flight; T>1: tl.dot tiles)."""
+    whole weight rows stream through; everything a tile needs (weights, bias, residual) is loaded
+    one tile ahead, so no load waits inside the loop except for data already in flight (two
+    tiles per program: the megakernel runs one program per SM and needs ~32 KB of loads in flight
+    per SM to cover HBM latency), and the tile AHEAD tiles further is prefetched into L2 (more
+    bytes in flight without registers). The first tile is requested before the activation row. Other
+    cases loop over K per tile (ops mode: many programs per SM supply the loads in flight; T>1:
+    tl.dot tiles)."""
     if RESIDENT:
         offs_t = tl.arange(0, 1)
         mask_t = offs_t < T
-        xn = resident_x(x_ptr, norm_ptr, K, eps, NORM, BLOCK_K)
-        rows = tile_lo * BLOCK_N + tl.arange(0, BLOCK_N)
-        w = weight_rows(w_ptr, rows, rows < N, K, BLOCK_K)
+        offs_n = tile_lo * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask_n = (offs_n < N) & (tile_lo < tile_hi)
+        w = weight_rows(w_ptr, offs_n, mask_n, K, BLOCK_K)
         w2 = w
         if SWIGLU:
-            w2 = weight_rows(w_ptr, rows + N, rows < N, K, BLOCK_K)
+            w2 = weight_rows(w_ptr, offs_n + N, mask_n, K, BLOCK_K)
+        b, b2, r = epilogue_operands(bias_ptr, res_ptr, offs_t, mask_t, offs_n, mask_n, N,
+                                     stride_res, BIAS, SWIGLU, RESIDUAL)
+        xn = resident_x(x_ptr, norm_ptr, K, eps, NORM, BLOCK_K)
         for tile in range(tile_lo, tile_hi):
-            offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-            mask_n = offs_n < N
             nxt = offs_n + BLOCK_N
             mask_nxt = (nxt < N) & (tile + 1 < tile_hi)
             w_next = weight_rows(w_ptr, nxt, mask_nxt, K, BLOCK_K)
+            pf = nxt + AHEAD * BLOCK_N
+            mask_pf = (pf < N) & (tile + 1 + AHEAD < tile_hi)
+            prefetch_rows(w_ptr, pf, mask_pf, K, BLOCK_K, AHEAD)
+            if SWIGLU:
+                prefetch_rows(w_ptr, pf + N, mask_pf, K, BLOCK_K, AHEAD)
             w2_next = w_next
             if SWIGLU:
                 w2_next = weight_rows(w_ptr, nxt + N, mask_nxt, K, BLOCK_K)
+            b_next, b2_next, r_next = epilogue_operands(bias_ptr, res_ptr, offs_t, mask_t, nxt,
+                                                        mask_nxt, N, stride_res, BIAS, SWIGLU,
+                                                        RESIDUAL)
             acc = row_dot(w, xn)
             acc2 = acc
             if SWIGLU:
                 acc2 = row_dot(w2, xn)
-            y = gemv_epilogue(acc, acc2, bias_ptr, res_ptr, offs_t, mask_t, offs_n, mask_n, N,
-                              stride_res, BIAS, SWIGLU, RESIDUAL)
+            y = gemv_epilogue(acc, acc2, b, b2, r, SWIGLU)
             tl.store(out_ptr + offs_n[None, :], y.to(out_ptr.dtype.element_ty),
                      mask=mask_t[:, None] & mask_n[None, :])
-            w = w_next
-            w2 = w2_next
+            offs_n, mask_n = nxt, mask_nxt
+            w, w2, b, b2, r = w_next, w2_next, b_next, b2_next, r_next
     else:
         for tile in range(tile_lo, tile_hi):
             y, offs_t, mask_t, offs_n, mask_n = gemv_tile(
@@ -112,12 +133,13 @@ def gemv_kernel(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, str
                 stride_out, eps, tiles_per_program,
                 NORM: tl.constexpr, BIAS: tl.constexpr, SWIGLU: tl.constexpr,
                 RESIDUAL: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr,
-                BLOCK_K: tl.constexpr, RESIDENT: tl.constexpr, F32: tl.constexpr):
+                BLOCK_K: tl.constexpr, RESIDENT: tl.constexpr, AHEAD: tl.constexpr,
+                F32: tl.constexpr):
     lo = tl.program_id(0) * tiles_per_program
     gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, stride_x, stride_res,
               stride_out, eps, lo, tl.minimum(lo + tiles_per_program, tl.cdiv(N, BLOCK_N)),
               tl.program_id(1), NORM, BIAS, SWIGLU, RESIDUAL, BLOCK_T, BLOCK_N, BLOCK_K, RESIDENT,
-              F32)
+              AHEAD, F32)
 
 
 def block_t(T: int) -> int:
@@ -151,5 +173,6 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
                       NORM=norm_w is not None, BIAS=bias is not None, SWIGLU=swiglu,
                       RESIDUAL=residual is not None, BLOCK_T=BT, BLOCK_N=cfg.block_n,
                       BLOCK_K=cfg.block_k, RESIDENT=stream is not None,
+                      AHEAD=stream.ahead if stream is not None else 0,
                       F32=INTERPRET or w.dtype == torch.float32, num_warps=cfg.num_warps)
     return out

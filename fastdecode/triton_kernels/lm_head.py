@@ -16,20 +16,19 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import INTERPRET, resident_x, row_dot, weight_rows
+from ._common import INTERPRET, prefetch_rows, resident_x, row_dot, weight_rows
 from .config import StreamConfig, gemv_config, merge_block
 from .gemv import block_t, gemv_tile
 
 
 @triton.jit
-def tile_choice(vals, offs_t, offs_n, mask_n, V, seed_ptr, temp_ptr, SAMPLE: tl.constexpr):
+def tile_choice(vals, offs_t, offs_n, mask_n, V, seed, temp, SAMPLE: tl.constexpr):
     """(max, argmax) per token row of vals [BLOCK_T, BLOCK_N] over this vocab slice, or of
-    vals / temperature + Gumbel noise (SAMPLE); ties go to the lowest token id."""
+    vals / temperature + Gumbel noise (SAMPLE; seed, temp: scalars); ties go to the lowest id."""
     if SAMPLE:
-        seed = tl.load(seed_ptr)
         u = tl.rand(seed, offs_t[:, None] * V + offs_n[None, :])
         u = tl.maximum(u, 1e-20)
-        vals = vals / tl.load(temp_ptr) - tl.log(-tl.log(u))
+        vals = vals / temp - tl.log(-tl.log(u))
     vals = tl.where(mask_n[None, :], vals, float("-inf"))
     best = tl.max(vals, axis=1)
     idx = tl.argmax(vals, axis=1, tie_break_left=True) + tl.min(offs_n, axis=0)
@@ -37,11 +36,10 @@ def tile_choice(vals, offs_t, offs_n, mask_n, V, seed_ptr, temp_ptr, SAMPLE: tl.
 
 
 @triton.jit
-def keep_best(best, bidx, vals, offs_t, offs_n, mask_n, V, seed_ptr, temp_ptr,
-              SAMPLE: tl.constexpr):
+def keep_best(best, bidx, vals, offs_t, offs_n, mask_n, V, seed, temp, SAMPLE: tl.constexpr):
     """Running choice over a task's slices, visited in ascending order (strict >: ties keep the
     earlier, lower token id)."""
-    v, i = tile_choice(vals, offs_t, offs_n, mask_n, V, seed_ptr, temp_ptr, SAMPLE)
+    v, i = tile_choice(vals, offs_t, offs_n, mask_n, V, seed, temp, SAMPLE)
     better = v > best
     return tl.where(better, v, best), tl.where(better, i, bidx)
 
@@ -51,28 +49,35 @@ def lm_head_body(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_pt
                  T, V, K, stride_x, stride_logits, eps, n_parts, tile_lo, tile_hi, part, pid_t,
                  WRITE_LOGITS: tl.constexpr, CHOOSE: tl.constexpr, SAMPLE: tl.constexpr,
                  BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 RESIDENT: tl.constexpr, F32: tl.constexpr):
+                 RESIDENT: tl.constexpr, AHEAD: tl.constexpr, F32: tl.constexpr):
     """Vocab tiles [tile_lo, tile_hi) of BLOCK_N rows for token block pid_t; one partial choice
     per token row at pval/pidx[t, part]. RESIDENT: the decode stream of gemv_body."""
     offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
     mask_t = offs_t < T
     best = tl.full([BLOCK_T], float("-inf"), dtype=tl.float32)
     bidx = tl.zeros([BLOCK_T], dtype=tl.int32)
+    seed = 0
+    temp = 1.0
+    if SAMPLE:  # loaded once: a load inside the loop would wait an L2 round trip per tile
+        seed = tl.load(seed_ptr)
+        temp = tl.load(temp_ptr)
     if RESIDENT:
-        xn = resident_x(x_ptr, norm_ptr, K, eps, True, BLOCK_K)
         rows = tile_lo * BLOCK_N + tl.arange(0, BLOCK_N)
-        w = weight_rows(w_ptr, rows, rows < V, K, BLOCK_K)
+        w = weight_rows(w_ptr, rows, rows < V, K, BLOCK_K)  # requested before the activations
+        xn = resident_x(x_ptr, norm_ptr, K, eps, True, BLOCK_K)
         for tile in range(tile_lo, tile_hi):
             offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
             mask_n = offs_n < V
             nxt = offs_n + BLOCK_N
             w_next = weight_rows(w_ptr, nxt, (nxt < V) & (tile + 1 < tile_hi), K, BLOCK_K)
+            pf = nxt + AHEAD * BLOCK_N
+            prefetch_rows(w_ptr, pf, (pf < V) & (tile + 1 + AHEAD < tile_hi), K, BLOCK_K, AHEAD)
             y = row_dot(w, xn)
             if WRITE_LOGITS:
                 tl.store(logits_ptr + offs_n[None, :], y, mask=mask_t[:, None] & mask_n[None, :])
             if CHOOSE:
-                best, bidx = keep_best(best, bidx, y, offs_t, offs_n, mask_n, V, seed_ptr,
-                                       temp_ptr, SAMPLE)
+                best, bidx = keep_best(best, bidx, y, offs_t, offs_n, mask_n, V, seed, temp,
+                                       SAMPLE)
             w = w_next
     else:
         for tile in range(tile_lo, tile_hi):
@@ -83,8 +88,8 @@ def lm_head_body(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_pt
                 tl.store(logits_ptr + offs_t[:, None] * stride_logits + offs_n[None, :], y,
                          mask=mask_t[:, None] & mask_n[None, :])
             if CHOOSE:
-                best, bidx = keep_best(best, bidx, y, offs_t, offs_n, mask_n, V, seed_ptr,
-                                       temp_ptr, SAMPLE)
+                best, bidx = keep_best(best, bidx, y, offs_t, offs_n, mask_n, V, seed, temp,
+                                       SAMPLE)
     if CHOOSE:
         tl.store(pval_ptr + offs_t * n_parts + part, best, mask=mask_t)
         tl.store(pidx_ptr + offs_t * n_parts + part, bidx, mask=mask_t)
@@ -95,13 +100,13 @@ def lm_head_kernel(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_
                    T, V, K, stride_x, stride_logits, eps, tiles_per_program,
                    WRITE_LOGITS: tl.constexpr, CHOOSE: tl.constexpr, SAMPLE: tl.constexpr,
                    BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                   RESIDENT: tl.constexpr, F32: tl.constexpr):
+                   RESIDENT: tl.constexpr, AHEAD: tl.constexpr, F32: tl.constexpr):
     pid = tl.program_id(0)
     lo = pid * tiles_per_program
     lm_head_body(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_ptr, temp_ptr,
                  T, V, K, stride_x, stride_logits, eps, tl.num_programs(0), lo,
                  tl.minimum(lo + tiles_per_program, tl.cdiv(V, BLOCK_N)), pid, tl.program_id(1),
-                 WRITE_LOGITS, CHOOSE, SAMPLE, BLOCK_T, BLOCK_N, BLOCK_K, RESIDENT, F32)
+                 WRITE_LOGITS, CHOOSE, SAMPLE, BLOCK_T, BLOCK_N, BLOCK_K, RESIDENT, AHEAD, F32)
 
 
 @triton.jit
@@ -116,7 +121,12 @@ def sample_logits_kernel(logits_ptr, pval_ptr, pidx_ptr, seed_ptr, temp_ptr, T, 
     mask_n = offs_n < V
     vals = tl.load(logits_ptr + offs_t[:, None] * stride_logits + offs_n[None, :],
                    mask=mask_t[:, None] & mask_n[None, :], other=float("-inf"))
-    best, idx = tile_choice(vals, offs_t, offs_n, mask_n, V, seed_ptr, temp_ptr, SAMPLE)
+    seed = 0
+    temp = 1.0
+    if SAMPLE:
+        seed = tl.load(seed_ptr)
+        temp = tl.load(temp_ptr)
+    best, idx = tile_choice(vals, offs_t, offs_n, mask_n, V, seed, temp, SAMPLE)
     tl.store(pval_ptr + offs_t * n_tiles + pid_n, best, mask=mask_t)
     tl.store(pidx_ptr + offs_t * n_tiles + pid_n, idx, mask=mask_t)
 
@@ -187,6 +197,7 @@ def lm_head(x, w, norm_w, eps, *, logits=None, choose=True, sample=False, seed=N
         T, V, K, x.stride(0), logits.stride(0) if logits is not None else 0, eps, per,
         WRITE_LOGITS=logits is not None, CHOOSE=choose, SAMPLE=sample, BLOCK_T=BT,
         BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, RESIDENT=stream is not None,
+        AHEAD=stream.ahead if stream is not None else 0,
         F32=INTERPRET or w.dtype == torch.float32, num_warps=cfg.num_warps)
     return logits, pval, pidx
 

@@ -46,63 +46,89 @@ def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_pt
                   F32: tl.constexpr):
     """Tiles [u_lo, u_hi) of KV group g (qkv_slot): each is pairs [c*BLOCK_H, (c+1)*BLOCK_H) of
     one head slot for one token block. RESIDENT (T=1, BLOCK_K >= K): the normalised row stays in
-    registers and the next tile's weight rows load before this tile is reduced (gemv_body)."""
+    registers; the next tile's weight rows, bias, norm weights and cos/sin load before this tile
+    is reduced (gemv_body)."""
     half = HD // 2
     n_t = tl.cdiv(T, BLOCK_T)
+    pos = tl.load(pos_ptr)
     if RESIDENT:
-        xn = resident_x(x_ptr, norm_ptr, K, eps, True, BLOCK_K)
-        j0, c0, _ = qkv_slot(g, u_lo, n_t, H, KVH, GROUP, N_CHUNKS)
-        offs0 = c0 * BLOCK_H + tl.arange(0, BLOCK_H)
-        m0 = (offs0 < half) & (u_lo < u_hi)
-        w_lo = weight_rows(w_ptr, j0 * HD + offs0, m0, K, BLOCK_K)
-        w_hi = weight_rows(w_ptr, j0 * HD + half + offs0, m0, K, BLOCK_K)
-    for u in range(u_lo, u_hi):
-        j, c, tb = qkv_slot(g, u, n_t, H, KVH, GROUP, N_CHUNKS)
-        offs_t = tb * BLOCK_T + tl.arange(0, BLOCK_T)
+        offs_t = tl.arange(0, BLOCK_T)
         mask_t = offs_t < T
+        j, c, _ = qkv_slot(g, u_lo, n_t, H, KVH, GROUP, N_CHUNKS)
         offs_h = c * BLOCK_H + tl.arange(0, BLOCK_H)
-        mask_h = offs_h < half
-        rows = j * HD + offs_h
-        if RESIDENT:
+        mask_h = (offs_h < half) & (u_lo < u_hi)
+        w_lo = weight_rows(w_ptr, j * HD + offs_h, mask_h, K, BLOCK_K)
+        w_hi = weight_rows(w_ptr, j * HD + half + offs_h, mask_h, K, BLOCK_K)
+        opnd = qkv_operands(j, offs_t, mask_t, offs_h, mask_h, pos, bias_ptr, qk_norm_ptr, cos_ptr,
+                            sin_ptr, H, HD, BIAS, QK_NORM)
+        xn = resident_x(x_ptr, norm_ptr, K, eps, True, BLOCK_K)
+        for u in range(u_lo, u_hi):
             jn, cn, _ = qkv_slot(g, u + 1, n_t, H, KVH, GROUP, N_CHUNKS)
-            offs_n = cn * BLOCK_H + tl.arange(0, BLOCK_H)
-            mn = (offs_n < half) & (u + 1 < u_hi)
-            nxt_lo = weight_rows(w_ptr, jn * HD + offs_n, mn, K, BLOCK_K)
-            nxt_hi = weight_rows(w_ptr, jn * HD + half + offs_n, mn, K, BLOCK_K)
-            lo = row_dot(w_lo, xn)
-            hi = row_dot(w_hi, xn)
-            w_lo = nxt_lo
-            w_hi = nxt_hi
-        else:
+            offs_hn = cn * BLOCK_H + tl.arange(0, BLOCK_H)
+            mask_hn = (offs_hn < half) & (u + 1 < u_hi)
+            nxt_lo = weight_rows(w_ptr, jn * HD + offs_hn, mask_hn, K, BLOCK_K)
+            nxt_hi = weight_rows(w_ptr, jn * HD + half + offs_hn, mask_hn, K, BLOCK_K)
+            opnd_n = qkv_operands(jn, offs_t, mask_t, offs_hn, mask_hn, pos, bias_ptr,
+                                  qk_norm_ptr, cos_ptr, sin_ptr, H, HD, BIAS, QK_NORM)
+            qkv_rope_finish(row_dot(w_lo, xn), row_dot(w_hi, xn), opnd, j, offs_t, mask_t,
+                            offs_h, mask_h, pos, q_ptr, k_ptr, v_ptr, S, eps, H, KVH, HD, QK_NORM)
+            j, offs_h, mask_h, opnd = jn, offs_hn, mask_hn, opnd_n
+            w_lo, w_hi = nxt_lo, nxt_hi
+    else:
+        for u in range(u_lo, u_hi):
+            j, c, tb = qkv_slot(g, u, n_t, H, KVH, GROUP, N_CHUNKS)
+            offs_t = tb * BLOCK_T + tl.arange(0, BLOCK_T)
+            mask_t = offs_t < T
+            offs_h = c * BLOCK_H + tl.arange(0, BLOCK_H)
+            mask_h = offs_h < half
+            rows = j * HD + offs_h
             rstd = row_rstd(x_ptr, stride_x, offs_t, mask_t, K, eps, BLOCK_K)
             lo, hi = gemv_acc(x_ptr, stride_x, offs_t, mask_t, rstd, norm_ptr, w_ptr, rows,
                               rows + half, mask_h, K, True, True, BLOCK_K, F32)
-        qkv_rope_epilogue(lo, hi, j, rows, offs_t, mask_t, offs_h, mask_h, bias_ptr, qk_norm_ptr,
-                          cos_ptr, sin_ptr, pos_ptr, q_ptr, k_ptr, v_ptr, S, eps, H, KVH, HD,
-                          BIAS, QK_NORM)
+            opnd = qkv_operands(j, offs_t, mask_t, offs_h, mask_h, pos, bias_ptr, qk_norm_ptr,
+                                cos_ptr, sin_ptr, H, HD, BIAS, QK_NORM)
+            qkv_rope_finish(lo, hi, opnd, j, offs_t, mask_t, offs_h, mask_h, pos, q_ptr, k_ptr,
+                            v_ptr, S, eps, H, KVH, HD, QK_NORM)
 
 
 @triton.jit
-def qkv_rope_epilogue(lo, hi, j, rows, offs_t, mask_t, offs_h, mask_h, bias_ptr, qk_norm_ptr,
-                      cos_ptr, sin_ptr, pos_ptr, q_ptr, k_ptr, v_ptr, S, eps, H, KVH, HD,
-                      BIAS: tl.constexpr, QK_NORM: tl.constexpr):
-    """bias, q/k RMSNorm, RoPE and the store of one tile's lo/hi halves [BLOCK_T, BLOCK_H]."""
+def qkv_operands(j, offs_t, mask_t, offs_h, mask_h, pos, bias_ptr, qk_norm_ptr, cos_ptr, sin_ptr,
+                 H, HD, BIAS: tl.constexpr, QK_NORM: tl.constexpr):
+    """Everything a tile's epilogue reads besides its dot products, fp32: (bias lo, bias hi,
+    q/k-norm weight lo, hi, cos, sin) -- loaded a tile ahead in the decode stream."""
     half = HD // 2
+    rows = j * HD + offs_h
+    zero = tl.zeros([1, offs_h.shape[0]], dtype=tl.float32)
+    blo, bhi, nlo, nhi = zero, zero, zero + 1.0, zero + 1.0
     if BIAS:
-        lo += tl.load(bias_ptr + rows, mask=mask_h, other=0.0).to(tl.float32)[None, :]
-        hi += tl.load(bias_ptr + rows + half, mask=mask_h, other=0.0).to(tl.float32)[None, :]
-    pos = tl.load(pos_ptr)
+        blo = tl.load(bias_ptr + rows, mask=mask_h, other=0.0).to(tl.float32)[None, :]
+        bhi = tl.load(bias_ptr + rows + half, mask=mask_h, other=0.0).to(tl.float32)[None, :]
+    if QK_NORM:
+        nrm = qk_norm_ptr + (j >= H).to(tl.int32) * HD
+        nlo = tl.load(nrm + offs_h, mask=mask_h, other=0.0).to(tl.float32)[None, :]
+        nhi = tl.load(nrm + half + offs_h, mask=mask_h, other=0.0).to(tl.float32)[None, :]
+    p = pos + offs_t
+    mask = mask_t[:, None] & mask_h[None, :]
+    c = tl.load(cos_ptr + p[:, None] * half + offs_h[None, :], mask=mask, other=1.0)
+    s = tl.load(sin_ptr + p[:, None] * half + offs_h[None, :], mask=mask, other=0.0)
+    return blo, bhi, nlo, nhi, c, s
+
+
+@triton.jit
+def qkv_rope_finish(lo, hi, opnd, j, offs_t, mask_t, offs_h, mask_h, pos, q_ptr, k_ptr, v_ptr,
+                    S, eps, H, KVH, HD, QK_NORM: tl.constexpr):
+    """bias, q/k RMSNorm, RoPE and the store of one tile's lo/hi halves [BLOCK_T, BLOCK_H]."""
+    blo, bhi, nlo, nhi, c, s = opnd
+    half = HD // 2
+    lo += blo
+    hi += bhi
     p = pos + offs_t
     mask = mask_t[:, None] & mask_h[None, :]
     if j < H + KVH:  # q or k head: per-head norm (Qwen3) then rotary embedding
         if QK_NORM:
-            nrm = qk_norm_ptr + (j >= H).to(tl.int32) * HD
             r = 1.0 / tl.sqrt((tl.sum(lo * lo, axis=1) + tl.sum(hi * hi, axis=1)) / HD + eps)
-            lo = lo * r[:, None] * tl.load(nrm + offs_h, mask=mask_h, other=0.0).to(tl.float32)[None, :]
-            hi = hi * r[:, None] * tl.load(nrm + half + offs_h, mask=mask_h,
-                                           other=0.0).to(tl.float32)[None, :]
-        c = tl.load(cos_ptr + p[:, None] * half + offs_h[None, :], mask=mask, other=1.0)
-        s = tl.load(sin_ptr + p[:, None] * half + offs_h[None, :], mask=mask, other=0.0)
+            lo = lo * r[:, None] * nlo
+            hi = hi * r[:, None] * nhi
         lo, hi = lo * c - hi * s, hi * c + lo * s
     if j < H:
         dst = q_ptr + (offs_t[:, None] * H + j) * HD + offs_h[None, :]
