@@ -22,7 +22,8 @@ from . import ops
 from . import reference as R
 from .packing import PackedWeights
 from .triton_kernels.attention import split_plan
-from .triton_kernels.config import attention_blocks, attention_config, merge_block, merge_splits
+from .triton_kernels.config import (attention_blocks, attention_config, merge_block, merge_splits,
+                                    stream_config)
 from .triton_kernels.lm_head import n_vocab_tiles
 from .triton_kernels._common import INTERPRET
 from .triton_kernels.megakernel import STATUS_WORDS, megakernel
@@ -139,9 +140,9 @@ class Runtime:
         self._graphs: dict = {}
         self._gen = None
         self._schedules: dict = {}
-        # task-stream modes: programs of the schedule (mega: one per SM; vm/serial: as asked)
-        self.n_programs = n_programs or (_sm_count(pw.device) if mode == "mega" and self.cuda
-                                         else 1 if mode == "mega" else 4)
+        # task-stream modes: programs of the schedule (mega on a GPU: StreamConfig.per_sm per SM,
+        # all resident; serial mode on the CPU: one; vm: 4 unless asked)
+        self._n_programs = n_programs
         self.vm_rng = None  # random.Random -> the VM runs a random legal interleaving
         # decode steps per host round trip (mega: per launch); the host reads chunk i's tokens
         # while chunk i+1 runs
@@ -151,6 +152,19 @@ class Runtime:
         self.max_spin = 1 << 17 if self.cuda else 64  # H200: ~3 us per poll -> ~0.4 s
         self._counters: dict = {}  # per schedule: (counters, encoded queues, queue lengths)
         self.mega_stream = None    # StreamConfig overriding the decode task tiles (tile sweeps)
+
+    @property
+    def n_programs(self) -> int:
+        if self._n_programs:
+            return self._n_programs
+        if self.mode == "mega" and self.cuda:
+            return _sm_count(self.pw.device) * (self.mega_stream or stream_config(None)).per_sm
+        return 1 if self.mode == "mega" else 4
+
+    @n_programs.setter
+    def n_programs(self, n: int):
+        self._n_programs = n
+        self._schedules.clear()
 
     # ---- sequence control -------------------------------------------------------------------
     def reset(self):

@@ -33,11 +33,14 @@ class StreamConfig:
     Default 16384 elements = 32 KB bf16 per tile (two tiles in flight = 64 KB per SM; Little's law
     asks >= 32 KB: 4.8 TB/s x ~1 us / 132 SMs) at 8 warps: bench/sweep_mega.py on an H200
     (2026-11-30, 1B shape, 8508bc5) ranked 16384/8w 782 tok/s > 16384/16w 747 > 8192/8w 709 >
-    4096/8w 593; 32768 spills registers (bench/compile_check.py: 255 regs + 668 B at 8 warps)."""
+    4096/8w 593; 32768 spills registers (bench/compile_check.py: 255 regs + 668 B at 8 warps).
+    L2 prefetch ahead of the register stream measured slower (fa53434, 16384/8w: ahead 0 1002
+    tok/s, 1 934, 2 865), so it is off."""
     tile_elems: int = 16384
     num_warps: int = 8
     tiles: int = 1
-    ahead: int = 1  # L2 prefetch of the tile this many past the one loading into registers
+    ahead: int = 0  # L2 prefetch of the tile this many past the one loading into registers
+    per_sm: int = 1  # megakernel programs per SM (all resident: cooperative launch)
 
     def rows(self, K: int) -> int:
         """Rows per tile for rows of K elements: a power of two, at least 1, at most 128."""
