@@ -15,11 +15,11 @@ from .spec import ModelSpec
 
 
 def _default_mode(device: torch.device) -> str:
-    # On CUDA: one Triton launch per op, a decode step replayed as a CUDA graph -- measured 3x
-    # faster than the first megakernel (bench/RESULTS.md), which stays opt-in (mode="mega") until
-    # it wins. On CPU the Triton interpreter is exact but slow, so the default is the torch
-    # reference ops (mode="ops" / "mega" still run every kernel there, for tests).
-    return "ops" if device.type == "cuda" else "torch"
+    # On CUDA: the megakernel (every decode step of a chunk in one persistent launch), faster
+    # than one launch per op replayed as a CUDA graph (bench/RESULTS.md). On CPU the Triton
+    # interpreter is exact but slow, so the default is the torch reference ops (mode="ops" /
+    # "mega" still run every kernel there, for tests).
+    return "mega" if device.type == "cuda" else "torch"
 
 
 class FastModel(nn.Module):

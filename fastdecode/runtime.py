@@ -229,7 +229,7 @@ class Runtime:
     def decode(self, n: int, sampling: Sampling):
         """n decode steps, each feeding back the token the previous step chose. No host sync."""
         self._check_room(n)
-        if self.mode == "mega":
+        if self.mode == "mega" and not sampling.filtered:
             self._launch_mega(self.schedule(1), n, sampling)
             self.state.n_pos += n
         elif self.cuda_graph:
@@ -255,7 +255,9 @@ class Runtime:
             T = 1
         if self.mode == "torch":
             self._step_torch(T, all_logits, sampling, head)
-        elif self.mode == "ops":
+        elif self.mode == "ops" or sampling.filtered:
+            # top-k / top-p need the logits filtered on the host side of the step: the task
+            # stream samples with temperature only, so those steps run the same bodies as ops
             self._step_ops(T, all_logits, sampling, head)
         else:  # the task stream always runs whole steps (its last task advances the position)
             self._step_tasks(T, sampling)
@@ -352,9 +354,7 @@ class Runtime:
             self.check_status()
 
     def _launch_mega(self, sched, n_steps, sampling, trace=None, clock=None):
-        if sampling.filtered:
-            raise ValueError("mode='mega' samples with temperature only; top_k / top_p run in "
-                             "mode='ops'")
+        assert not sampling.filtered, "top-k / top-p steps run through _step_ops"
         st, pw, s, tg = self.state, self.pw, self.spec, sched.graph.tiling
         key = id(sched)
         if key not in self._counters:

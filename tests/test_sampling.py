@@ -69,8 +69,10 @@ def test_filter_logits_matches_hf_warpers():
         assert torch.equal(R.filter_logits(logits, k, p), ref)
 
 
-@pytest.mark.parametrize("mode", ["torch", "ops"])
+@pytest.mark.parametrize("mode", ["torch", "ops", "mega"])
 def test_top_k_top_p_never_emit_excluded_tokens(mode):
+    """mega: filtered sampling steps fall back to the ops bodies (the task stream samples with
+    temperature only), the rest of the sequence stays in the megakernel."""
     model = tiny_model("llama", vocab=61).to(DEVICE)
     fm = fastdecode.from_hf(model, max_seq_len=64, mode=mode)
     ids = torch.randint(0, 61, (1, 5), generator=torch.Generator().manual_seed(2)).to(DEVICE)
@@ -83,7 +85,7 @@ def test_top_k_top_p_never_emit_excluded_tokens(mode):
             assert torch.isfinite(allowed[0, out[0, t]]), (kw, t)
 
 
-@pytest.mark.parametrize("mode", ["torch", "ops"])
+@pytest.mark.parametrize("mode", ["torch", "ops", "mega"])
 def test_seed_reproducible(mode):
     model = tiny_model("qwen3", vocab=61).to(DEVICE)
     fm = fastdecode.from_hf(model, max_seq_len=64, mode=mode)

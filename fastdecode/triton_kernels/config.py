@@ -28,19 +28,21 @@ class TileConfig:
 @dataclass(frozen=True)
 class StreamConfig:
     """Decode (T=1) tiles of the megakernel's resident-x weight stream (gemv_body RESIDENT): each
-    tile is whole weight rows, about tile_elems elements; num_warps per program (one program per
-    SM); tiles: tiles per program when the stream is launched standalone (ops.gemv(stream=...)).
-    Default 16384 elements = 32 KB bf16 per tile (two tiles in flight = 64 KB per SM; Little's law
-    asks >= 32 KB: 4.8 TB/s x ~1 us / 132 SMs) at 8 warps: bench/sweep_mega.py on an H200
-    (2026-11-30, 1B shape, 8508bc5) ranked 16384/8w 782 tok/s > 16384/16w 747 > 8192/8w 709 >
-    4096/8w 593; 32768 spills registers (bench/compile_check.py: 255 regs + 668 B at 8 warps).
-    L2 prefetch ahead of the register stream measured slower (fa53434, 16384/8w: ahead 0 1002
-    tok/s, 1 934, 2 865), so it is off."""
-    tile_elems: int = 16384
-    num_warps: int = 8
+    tile is whole weight rows, about tile_elems elements; num_warps and per_sm programs per SM
+    (all resident: cooperative launch); tiles: tiles per program when the stream is launched
+    standalone (ops.gemv(stream=...)); ahead: L2 prefetch distance in tiles (0: off).
+    Default 8192 elements (16 KB bf16) at 4 warps, 2 programs per SM: bench/sweep_mega.py on an
+    H200 (2026-11-30, Llama-3.2-1B shape, a808606): 8192/4w/2 per SM 1098 tok/s > 16384/8w/1
+    998 > 8192/8w/1 938 > 8192/4w/1 868 > 16384/4w/2 732 (spills: bench/compile_check.py 772 B).
+    Two programs per SM overlap one's reductions with the other's loads; each keeps two tiles in
+    flight (Little's law asks >= 32 KB per SM: 4.8 TB/s x ~1 us / 132 SMs). 32768 elements spill
+    at 8 warps. L2 prefetch ahead of the register stream measured slower (fa53434, 16384/8w:
+    ahead 0 1002 tok/s, 1 934, 2 865)."""
+    tile_elems: int = 8192
+    num_warps: int = 4
     tiles: int = 1
-    ahead: int = 0  # L2 prefetch of the tile this many past the one loading into registers
-    per_sm: int = 1  # megakernel programs per SM (all resident: cooperative launch)
+    ahead: int = 0
+    per_sm: int = 2
 
     def rows(self, K: int) -> int:
         """Rows per tile for rows of K elements: a power of two, at least 1, at most 128."""
