@@ -55,6 +55,24 @@ def chrome_json(evs, path, scale_us=1e-3):
         json.dump({"traceEvents": out, "displayTimeUnit": "ns"}, f)
 
 
+def load_chrome_json(path, scale_us=1e-3):
+    """The events of a trace written by chrome_json (for analysis away from the GPU)."""
+    with open(path) as f:
+        out = json.load(f)["traceEvents"]
+    waits = {(e["tid"], round(e["ts"] + e["dur"], 6)): e for e in out if e["name"] == "wait"}
+    evs = []
+    for e in out:
+        if e["name"] == "wait":
+            continue
+        op, layer = e["name"].split(" L")
+        w = waits.get((e["tid"], round(e["ts"], 6)))
+        ready = round(e["ts"] / scale_us)
+        evs.append(dict(program=e["tid"], step=e["args"]["step"], op=op, layer=int(layer),
+                        start=round(w["ts"] / scale_us) if w else ready, ready=ready,
+                        end=ready + round(e["dur"] / scale_us)))
+    return evs
+
+
 def timeline_png(evs, path, title=""):
     import matplotlib
     matplotlib.use("Agg")
@@ -63,11 +81,14 @@ def timeline_png(evs, path, title=""):
     colors = {o: f"C{i % 10}" for i, o in enumerate(ops)}
     P = 1 + max(e["program"] for e in evs)
     fig, ax = plt.subplots(figsize=(14, max(3, P * 0.06 + 1)))
+    bars = {}  # (program, colour) -> spans: one draw call per row and colour
     for e in evs:
-        ax.broken_barh([(e["start"], e["ready"] - e["start"])], (e["program"], 0.9),
-                       color="lightgrey")
-        ax.broken_barh([(e["ready"], max(e["end"] - e["ready"], 1))], (e["program"], 0.9),
-                       color=colors[e["op"]])
+        bars.setdefault((e["program"], "lightgrey"), []).append(
+            (e["start"], e["ready"] - e["start"]))
+        bars.setdefault((e["program"], colors[e["op"]]), []).append(
+            (e["ready"], max(e["end"] - e["ready"], 1)))
+    for (p, c), spans in bars.items():
+        ax.broken_barh(spans, (p, 0.9), color=c)
     handles = [plt.Rectangle((0, 0), 1, 1, color=colors[o]) for o in ops] + \
         [plt.Rectangle((0, 0), 1, 1, color="lightgrey")]
     ax.legend(handles, ops + ["wait"], fontsize=6, ncol=5, loc="upper right")
