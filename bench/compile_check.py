@@ -3,7 +3,7 @@ GPU: Triton's front end, its NVIDIA backend and the bundled ptxas all run on the
 registers, spill bytes and compile time per kernel -- catches compile errors and register spills
 before device time is spent. Kernels are compiled, never launched (outputs are garbage).
 
-    python bench/compile_check.py --model 1b [--elems 16384 --warps 8 --ahead 1]
+    python bench/compile_check.py --model 8b [--elems 8192 --warps 4 --max-k 4096]
 """
 import argparse
 import os
@@ -73,7 +73,7 @@ def main():
     p.add_argument("--model", default="1b")
     p.add_argument("--elems", type=int, default=None)
     p.add_argument("--warps", type=int, default=None)
-    p.add_argument("--ahead", type=int, default=None)
+    p.add_argument("--max-k", type=int, default=None)
     p.add_argument("--programs", type=int, default=132)
     args = p.parse_args()
     driver.set_active(CompileOnlyDriver())
@@ -86,7 +86,7 @@ def main():
     fm.runtime.n_programs = args.programs  # one per SM, as on the GPU (schedules build lazily)
     d = StreamConfig()
     fm.runtime.mega_stream = StreamConfig(args.elems or d.tile_elems, args.warps or d.num_warps,
-                                          ahead=d.ahead if args.ahead is None else args.ahead)
+                                          max_k=args.max_k or d.max_k)
     ids = torch.randint(0, 1000, (1, 3))
     fm.runtime.forward(ids[0, :1].clone())  # T=1 step: the decode megakernel
     print(f"{name} (2 layers; sizes as the real model), sm_90a:")

@@ -1,10 +1,10 @@
 """Megakernel decode rate for a grid of decode stream tiles (config.StreamConfig: elements per
-weight tile, warps per program, L2 prefetch distance in tiles, programs per SM), in one run. One program per SM needs ~32-40 KB of loads in
+weight tile, warps per program, longest K chunk, programs per SM), in one run. One program per SM needs ~32-40 KB of loads in
 flight (4.8 TB/s x ~1 us / 132 SMs); the stream keeps two tiles in flight. Each variant is checked
 against ops mode before it is timed: teacher-forced decode logits (rel. error; the tiles reduce in
 another order than ops mode's, so greedy tokens may part at a near-tie) and the greedy tokens.
 
-    python bench/sweep_mega.py --model 1b --elems 8192,16384 --warps 8 --ahead 0,1,2
+    python bench/sweep_mega.py --model 8b --elems 8192,16384 --warps 4,8 --max-k 2048,4096 --per-sm 1,2
 """
 import argparse
 import itertools
@@ -35,7 +35,7 @@ def main():
     p.add_argument("--model", default="1b")
     p.add_argument("--elems", default="8192,16384")
     p.add_argument("--warps", default="8")
-    p.add_argument("--ahead", default="0")
+    p.add_argument("--max-k", default="4096")
     p.add_argument("--per-sm", default="1")
     p.add_argument("--new-tokens", type=int, default=160)
     args = p.parse_args()
@@ -51,10 +51,10 @@ def main():
     print(f"{name}: ops + CUDA graph {base:.1f} tok/s", flush=True)
     rows = []
     grid = itertools.product(*(map(int, a.split(",")) for a in (args.elems, args.warps,
-                                                                 args.ahead, args.per_sm)))
-    for elems, nw, ahead, per_sm in grid:
+                                                                 args.max_k, args.per_sm)))
+    for elems, nw, max_k, per_sm in grid:
         fm = fastdecode.from_hf(model, max_seq_len=256, mode="mega")
-        fm.runtime.mega_stream = StreamConfig(elems, nw, ahead=ahead, per_sm=per_sm)
+        fm.runtime.mega_stream = StreamConfig(elems, nw, per_sm=per_sm, max_k=max_k)
         try:
             err = float((teacher_forced(fm, ids, 24) - want_logits).norm() / want_logits.norm())
             same = fm.generate(ids, max_new_tokens=24, eos_token_id=[]) == want
@@ -63,17 +63,17 @@ def main():
             rate = decode_rate(lambda n: fm.generate(ids, max_new_tokens=n, eos_token_id=[]), 32,
                                args.new_tokens, 3)
         except Exception as e:
-            print(f"  {elems}/{nw}w/{ahead}/{per_sm} failed: {type(e).__name__}: "
+            print(f"  {elems}/{nw}w/{max_k}/{per_sm} failed: {type(e).__name__}: "
                   f"{str(e)[:200]}", flush=True)
             continue
-        rows.append((rate, elems, nw, ahead, per_sm, ok))
-        print(f"  {elems:6d} elements / {nw:2d} warps / L2 ahead {ahead} / {per_sm} per SM: "
+        rows.append((rate, elems, nw, max_k, per_sm, ok))
+        print(f"  {elems:6d} elements / {nw:2d} warps / max K {max_k} / {per_sm} per SM: "
               f"{rate:8.1f} tok/s  {ok}", flush=True)
         del fm
         torch.cuda.empty_cache()
     print(f"\n{name} megakernel tiles, best first (ops + CUDA graph: {base:.1f} tok/s)")
-    for rate, elems, nw, ahead, per_sm, ok in sorted(rows, reverse=True):
-        print(f"  {elems:6d} el / {nw:2d}w / ahead {ahead} / {per_sm}/SM  {rate:8.1f} tok/s  "
+    for rate, elems, nw, max_k, per_sm, ok in sorted(rows, reverse=True):
+        print(f"  {elems:6d} el / {nw:2d}w / max K {max_k} / {per_sm}/SM  {rate:8.1f} tok/s  "
               f"{rate / base:5.2f}x ops  {ok}")
 
 

@@ -1,7 +1,6 @@
 """ModelSpec -> the DAG of Tasks of one step of T tokens (T=1 decode; T<=16 prefill chunk).
 
-Tiles are those of the op bodies (triton_kernels/config.py; decode uses the resident-x stream
-tile); a task is a contiguous range of tiles of one op, sized so each op has about one task per
+Tiles are those of the op bodies (triton_kernels/config.py; decode uses the stream tiles); a task is a contiguous range of tiles of one op, sized so each op has about one task per
 program, and streams its whole range without a per-tile prologue. Dependencies
 are counters, one per (op, layer[, KV group]):
 
@@ -13,7 +12,7 @@ are counters, one per (op, layer[, KV group]):
     GATE_UP(l) waits o[l];  DOWN(l) waits gu[l];  LM_HEAD waits down[L-1];  CHOOSE waits lm
 Each wait also protects the buffers it overwrites (write-after-read): e.g. O(l) rewrites the
 residual only after merge[l], which implies every QKV(l) tile that read it has finished.
-RMSNorm is never its own task: each consumer task recomputes it once (resident_x / row_rstd).
+RMSNorm is never its own task: each consumer task recomputes it once (row_rstd prologue).
 """
 from __future__ import annotations
 
@@ -33,14 +32,13 @@ from .triton_kernels.qkv_rope import qkv_tile
 class Tiling:
     """Every tile size of one step of T tokens, derived from the model dims and config.py.
 
-    Decode (T=1) is RESIDENT: each GEMV task keeps its normalised activation row in registers
-    and streams whole weight rows, `rows_*` rows per tile for rows of q_dim / d_model / ffn_dim
-    elements (block K = the row padded to a power of two). T>1 tiles loop over K in tl.dot tiles.
+    Decode (T=1) is a STREAM: each task streams its tiles' (rows x K chunk) pieces back to back
+    (gemv_body), `rows_*` rows per tile and `bk_*` per chunk for rows of q_dim / d_model /
+    ffn_dim elements (config.StreamConfig). T>1 tiles loop over K in tl.dot tiles.
     """
     T: int
     block_t: int
-    resident: bool
-    ahead: int            # L2 prefetch distance of the decode stream, in tiles (0: off)
+    stream: bool
     rows_q: int           # rows per tile, K = q_dim (o_proj)
     rows_d: int           # rows per tile, K = d_model (gate|up, lm_head)
     rows_f: int           # rows per tile, K = ffn_dim (down_proj)
@@ -51,7 +49,6 @@ class Tiling:
     qkv_pairs: int        # rotation pairs per QKV tile (BLOCK_H)
     qkv_chunks: int       # tiles per head
     qkv_bk: int
-    qkv_resident: bool
     attn_block_s: int
     attn_block_tok: int
     attn_chunk: int       # keys per split
@@ -77,21 +74,19 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
     dims = (spec.q_dim, spec.d_model, spec.ffn_dim)
     if T == 1:
         st = stream or stream_config(device)
-        rows = [st.rows(k) for k in dims]
-        bks = [triton.next_power_of_2(k) for k in dims]
-        warps, ahead = st.num_warps, st.ahead
+        tiles = [st.tile(k) for k in dims]
+        rows, bks, warps = [t.block_n for t in tiles], [t.block_k for t in tiles], st.num_warps
     else:
         cfg = gemv_config(spec.d_model * 4, spec.d_model, T, device)
         rows, bks, warps, st = [cfg.block_n] * 3, [cfg.block_k] * 3, cfg.num_warps, None
-        ahead = 0
-    pairs, qkv_bk, _, qkv_res = qkv_tile(spec.head_dim, spec.qk_norm, T, spec.d_model, device,
-                                         stream=st)
+    pairs, qkv_bk, _, _ = qkv_tile(spec.head_dim, spec.qk_norm, T, spec.d_model, device,
+                                   stream=st)
     block_s, block_tok = attention_config(spec.head_dim, spec.group, T)
     chunk, n_splits = split_plan(max_seq_len, spec.n_kv_heads, block_s)
-    return Tiling(T=T, block_t=bt, resident=T == 1, ahead=ahead, rows_q=rows[0], rows_d=rows[1],
+    return Tiling(T=T, block_t=bt, stream=T == 1, rows_q=rows[0], rows_d=rows[1],
                   rows_f=rows[2], bk_q=bks[0], bk_d=bks[1], bk_f=bks[2], num_warps=warps,
                   qkv_pairs=pairs, qkv_chunks=triton.cdiv(half, pairs), qkv_bk=qkv_bk,
-                  qkv_resident=qkv_res, attn_block_s=block_s, attn_block_tok=block_tok,
+                  attn_block_s=block_s, attn_block_tok=block_tok,
                   attn_chunk=chunk, n_splits=n_splits,
                   emb_block=min(1024, triton.next_power_of_2(spec.d_model)))
 

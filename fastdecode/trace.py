@@ -49,7 +49,7 @@ def chrome_json(evs, path, scale_us=1e-3):
             out.append(dict(name="wait", cat="wait", ph="X", pid=0, tid=e["program"],
                             ts=e["start"] * scale_us, dur=(e["ready"] - e["start"]) * scale_us))
         out.append(dict(name=name, cat=e["op"], ph="X", pid=0, tid=e["program"],
-                        ts=e["ready"] * scale_us, dur=max(e["end"] - e["ready"], 1) * scale_us,
+                        ts=e["ready"] * scale_us, dur=(e["end"] - e["ready"]) * scale_us,
                         args=dict(step=e["step"])))
     with open(path, "w") as f:
         json.dump({"traceEvents": out, "displayTimeUnit": "ns"}, f)

@@ -12,10 +12,10 @@ from conftest import DEVICE
 
 DTYPES = st.sampled_from([torch.float32, torch.bfloat16, torch.float16])
 TOKENS = st.sampled_from([1, 1, 2, 5, 17])  # decode (register GEMV) and tl.dot (M padded) paths
-# the megakernel's decode tiles (resident activation row, whole weight rows, next tile prefetched):
-# 1 to 128 rows per tile, one or several tiles per program, L2 prefetch 0-2 tiles ahead (T=1)
-STREAMS = st.sampled_from([None, StreamConfig(64, 4, 1, 0), StreamConfig(256, 4, 3, 1),
-                           StreamConfig(8192, 8, 2, 2)])
+# the megakernel's decode stream (T=1): 1 to 128 rows per tile, whole rows or K chunks of 16-64
+# (odd K ends mid-chunk), one or several tiles per program
+STREAMS = st.sampled_from([None, StreamConfig(64, 4, 1, max_k=16), StreamConfig(256, 4, 3, max_k=64),
+                           StreamConfig(8192, 8, 2), StreamConfig(512, 4, 4, max_k=32)])
 
 
 def rnd(*shape, dtype, seed_gen, scale=1.0, shift=0.0):

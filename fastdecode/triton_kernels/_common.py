@@ -8,12 +8,9 @@ import os
 import triton
 import triton.language as tl
 
-from ..ptx_inline.memory import prefetch_l2
-
 # Triton's CPU interpreter cannot do bf16 arithmetic or bf16 tl.dot correctly (KNOWLEDGE.md):
 # on that path every tile is converted to fp32 first and dots run in IEEE fp32.
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
-INTERPRET_C = tl.constexpr(INTERPRET)
 
 
 @triton.jit
@@ -30,50 +27,31 @@ def row_rstd(x_ptr, stride_x, offs_t, mask_t, K, eps, BLOCK_K: tl.constexpr):
 
 
 @triton.jit
-def resident_x(x_ptr, norm_ptr, K, eps, NORM: tl.constexpr, BLOCK_K: tl.constexpr):
-    """One activation row x[:K] as fp32 registers [1, BLOCK_K >= K], RMS-normalised
-    (x * rsqrt(mean(x^2) + eps) * norm_w) if NORM. Decode (T=1) tasks load it once and stream every
-    weight row of the task against it: no per-tile prologue, no activation loads in the loop."""
-    offs = tl.arange(0, BLOCK_K)
+def x_chunk(x_ptr, norm_ptr, k0, K, rstd, NORM: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Activation row x[k0 : k0 + BLOCK_K] as fp32 [1, BLOCK_K], times rstd [1, 1] * norm_w if
+    NORM (the RMSNorm prologue). A few KB, served by L1 after the first tile of a decode task."""
+    offs = k0 + tl.arange(0, BLOCK_K)
     m = offs < K
-    x = tl.load(x_ptr + offs, mask=m, other=0.0).to(tl.float32)
+    x = tl.load(x_ptr + offs, mask=m, other=0.0).to(tl.float32)[None, :]
     if NORM:
-        rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / K + eps)
-        x = x * rstd * tl.load(norm_ptr + offs, mask=m, other=0.0).to(tl.float32)
-    return x[None, :]
+        x = x * rstd * tl.load(norm_ptr + offs, mask=m, other=0.0).to(tl.float32)[None, :]
+    return x
 
 
 @triton.jit
-def weight_rows(w_ptr, rows, mask_r, K, BLOCK_K: tl.constexpr):
-    """W[rows, :K] as one [BLOCK_R, BLOCK_K] tile (whole rows, BLOCK_K >= K), streamed past L1
-    (evict_first): the decode weight stream of a resident-x task. Masked rows cost no traffic,
-    so a prefetch past the task's last tile is a no-op."""
-    offs_k = tl.arange(0, BLOCK_K)
+def weight_chunk(w_ptr, rows, mask_r, k0, K, BLOCK_K: tl.constexpr):
+    """W[rows, k0 : k0 + BLOCK_K] as one [BLOCK_R, BLOCK_K] tile, streamed past L1 (evict_first):
+    the decode weight stream. Masked rows cost no traffic, so a load past a task's end is free."""
+    offs_k = k0 + tl.arange(0, BLOCK_K)
     return tl.load(w_ptr + rows[:, None].to(tl.int64) * K + offs_k[None, :],
                    mask=mask_r[:, None] & (offs_k[None, :] < K), other=0.0,
                    eviction_policy="evict_first")
 
 
 @triton.jit
-def prefetch_rows(w_ptr, rows, mask_r, K, BLOCK_K: tl.constexpr, AHEAD: tl.constexpr):
-    """L2 prefetch of W[rows, :K], one request per 128-byte line (no registers held): the decode
-    stream asks for the tile AHEAD tiles past the one loading into registers. AHEAD == 0: off
-    (and always off under the interpreter, which has no L2)."""
-    if AHEAD > 0:
-        LINE: tl.constexpr = 1024 // w_ptr.dtype.element_ty.primitive_bitwidth  # elements/line
-        if BLOCK_K >= LINE:
-            offs_k = tl.arange(0, BLOCK_K // LINE) * LINE
-        else:
-            offs_k = tl.arange(0, 1)
-        ok = mask_r[:, None] & (offs_k[None, :] < K)
-        ptrs = w_ptr + rows[:, None].to(tl.int64) * K + offs_k[None, :]
-        prefetch_l2(tl.where(ok, ptrs, w_ptr), not INTERPRET_C)
-
-
-@triton.jit
-def row_dot(w, xn):
-    """[BLOCK_R, BLOCK_K] weight tile . resident row [1, BLOCK_K] -> [1, BLOCK_R] fp32."""
-    return tl.sum(w.to(tl.float32) * xn, axis=1)[None, :]
+def row_dot(w, x):
+    """[BLOCK_R, BLOCK_K] weight tile . activation chunk [1, BLOCK_K] -> [1, BLOCK_R] fp32."""
+    return tl.sum(w.to(tl.float32) * x, axis=1)[None, :]
 
 
 @triton.jit

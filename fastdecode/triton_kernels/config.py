@@ -27,30 +27,30 @@ class TileConfig:
 
 @dataclass(frozen=True)
 class StreamConfig:
-    """Decode (T=1) tiles of the megakernel's resident-x weight stream (gemv_body RESIDENT): each
-    tile is whole weight rows, about tile_elems elements; num_warps and per_sm programs per SM
-    (all resident: cooperative launch); tiles: tiles per program when the stream is launched
-    standalone (ops.gemv(stream=...)); ahead: L2 prefetch distance in tiles (0: off).
+    """Decode (T=1) tiles of the megakernel's weight stream (gemv_body STREAM): each tile is
+    rows x block_k weights, about tile_elems elements, block_k = the row padded to a power of two
+    up to max_k (longer rows stream in chunks, so the activation chunk costs max_k / (32 x warps)
+    registers); num_warps and per_sm programs per SM (all resident: cooperative launch); tiles:
+    tiles per program when the stream is launched standalone (ops.gemv(stream=...)).
     Default 8192 elements (16 KB bf16) at 4 warps, 2 programs per SM: bench/sweep_mega.py on an
-    H200 (2026-11-30, Llama-3.2-1B shape, a808606): 8192/4w/2 per SM 1098 tok/s > 16384/8w/1
-    998 > 8192/8w/1 938 > 8192/4w/1 868 > 16384/4w/2 732 (spills: bench/compile_check.py 772 B).
-    Two programs per SM overlap one's reductions with the other's loads; each keeps two tiles in
-    flight (Little's law asks >= 32 KB per SM: 4.8 TB/s x ~1 us / 132 SMs). 32768 elements spill
-    at 8 warps. L2 prefetch ahead of the register stream measured slower (fa53434, 16384/8w:
-    ahead 0 1002 tok/s, 1 934, 2 865)."""
+    H200 (2026-11-30, Llama-3.2-1B shape, a808606, whole rows): 8192/4w/2 per SM 1098 tok/s >
+    16384/8w/1 998 > 8192/8w/1 938 > 8192/4w/1 868 > 16384/4w/2 732 (spills: bench/compile_check.py
+    772 B). Two programs per SM overlap one's reductions with the other's loads; each keeps two
+    pieces in flight (Little's law asks >= 32 KB per SM: 4.8 TB/s x ~1 us / 132 SMs). Whole rows
+    of 14336 (Llama-3.1-8B down_proj) at 4 warps held 128 registers of activations and ran that
+    op at 1.9 TB/s (trace at 7cc6fae): hence max_k. An L2 prefetch of the tile after next
+    measured slower (fa53434, 16384/8w: 1002 tok/s without, 934 with)."""
     tile_elems: int = 8192
     num_warps: int = 4
     tiles: int = 1
-    ahead: int = 0
     per_sm: int = 2
-
-    def rows(self, K: int) -> int:
-        """Rows per tile for rows of K elements: a power of two, at least 1, at most 128."""
-        r = max(1, self.tile_elems // triton.next_power_of_2(K))
-        return min(128, 1 << (r.bit_length() - 1))
+    max_k: int = 4096
 
     def tile(self, K: int) -> TileConfig:
-        return TileConfig(self.rows(K), triton.next_power_of_2(K), self.num_warps)
+        """rows (a power of two, 1 to 128) x block_k of a tile over rows of K elements."""
+        bk = min(triton.next_power_of_2(K), self.max_k)
+        r = max(1, self.tile_elems // bk)
+        return TileConfig(min(128, 1 << (r.bit_length() - 1)), bk, self.num_warps)
 
 
 def stream_config(device) -> StreamConfig:

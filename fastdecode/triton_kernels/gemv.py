@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import INTERPRET, gemv_acc, prefetch_rows, resident_x, row_dot, row_rstd, weight_rows
+from ._common import INTERPRET, gemv_acc, row_dot, row_rstd, weight_chunk, x_chunk
 from .config import StreamConfig, gemv_config
 
 
@@ -72,53 +72,60 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
               stride_out, eps, tile_lo, tile_hi, pid_t,
               NORM: tl.constexpr, BIAS: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
               BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-              RESIDENT: tl.constexpr, AHEAD: tl.constexpr, F32: tl.constexpr):
+              STREAM: tl.constexpr, F32: tl.constexpr):
     """Output tiles [tile_lo, tile_hi) of BLOCK_N rows for token block pid_t.
 
-    RESIDENT (decode, T=1, BLOCK_K >= K): the normalised activation row stays in registers and
-    whole weight rows stream through; everything a tile needs (weights, bias, residual) is loaded
-    one tile ahead, so no load waits inside the loop except for data already in flight (two
-    tiles per program: the megakernel runs one program per SM and needs ~32 KB of loads in flight
-    per SM to cover HBM latency), and the tile AHEAD tiles further is prefetched into L2 (more
-    bytes in flight without registers). The first tile is requested before the activation row. Other
-    cases loop over K per tile (ops mode: many programs per SM supply the loads in flight; T>1:
-    tl.dot tiles)."""
-    if RESIDENT:
+    STREAM (decode, T=1): the task is one continuous weight stream of (tile, K chunk) pieces;
+    each iteration first requests the next piece (weights, activation chunk, and at a tile's
+    last chunk the next tile's bias/residual), then reduces the current one, so the loads of
+    two pieces are in flight per program (the megakernel runs one or two programs per SM and
+    needs ~32 KB of loads in flight per SM to cover HBM latency). BLOCK_K < K chunks long rows
+    so the activation chunk stays a few registers. Otherwise each tile loops over K on its own
+    (ops mode: many programs per SM supply the loads in flight; T>1: tl.dot tiles)."""
+    if STREAM:
         offs_t = tl.arange(0, 1)
         mask_t = offs_t < T
-        offs_n = tile_lo * BLOCK_N + tl.arange(0, BLOCK_N)
-        mask_n = (offs_n < N) & (tile_lo < tile_hi)
-        w = weight_rows(w_ptr, offs_n, mask_n, K, BLOCK_K)
+        n_k = tl.cdiv(K, BLOCK_K)
+        n_it = (tile_hi - tile_lo) * n_k
+        rows = tile_lo * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask_r = (rows < N) & (n_it > 0)
+        w = weight_chunk(w_ptr, rows, mask_r, 0, K, BLOCK_K)  # requested before the activations
         w2 = w
         if SWIGLU:
-            w2 = weight_rows(w_ptr, offs_n + N, mask_n, K, BLOCK_K)
-        b, b2, r = epilogue_operands(bias_ptr, res_ptr, offs_t, mask_t, offs_n, mask_n, N,
+            w2 = weight_chunk(w_ptr, rows + N, mask_r, 0, K, BLOCK_K)
+        b, b2, r = epilogue_operands(bias_ptr, res_ptr, offs_t, mask_t, rows, mask_r, N,
                                      stride_res, BIAS, SWIGLU, RESIDUAL)
-        xn = resident_x(x_ptr, norm_ptr, K, eps, NORM, BLOCK_K)
-        for tile in range(tile_lo, tile_hi):
-            nxt = offs_n + BLOCK_N
-            mask_nxt = (nxt < N) & (tile + 1 < tile_hi)
-            w_next = weight_rows(w_ptr, nxt, mask_nxt, K, BLOCK_K)
-            pf = nxt + AHEAD * BLOCK_N
-            mask_pf = (pf < N) & (tile + 1 + AHEAD < tile_hi)
-            prefetch_rows(w_ptr, pf, mask_pf, K, BLOCK_K, AHEAD)
+        if NORM:
+            rstd = row_rstd(x_ptr, stride_x, offs_t, mask_t, K, eps, BLOCK_K)[:, None]
+        else:
+            rstd = tl.zeros([1, 1], dtype=tl.float32)
+        x = x_chunk(x_ptr, norm_ptr, 0, K, rstd, NORM, BLOCK_K)
+        acc = tl.zeros([1, BLOCK_N], dtype=tl.float32)
+        acc2 = acc
+        for i in range(0, n_it):
+            i1 = i + 1
+            rows1 = (tile_lo + i1 // n_k) * BLOCK_N + tl.arange(0, BLOCK_N)
+            mask1 = (rows1 < N) & (i1 < n_it)
+            k1 = (i1 % n_k) * BLOCK_K
+            w_n = weight_chunk(w_ptr, rows1, mask1, k1, K, BLOCK_K)
+            w2_n = w_n
             if SWIGLU:
-                prefetch_rows(w_ptr, pf + N, mask_pf, K, BLOCK_K, AHEAD)
-            w2_next = w_next
+                w2_n = weight_chunk(w_ptr, rows1 + N, mask1, k1, K, BLOCK_K)
+            x_n = x_chunk(x_ptr, norm_ptr, k1, K, rstd, NORM, BLOCK_K)
+            acc += row_dot(w, x)
             if SWIGLU:
-                w2_next = weight_rows(w_ptr, nxt + N, mask_nxt, K, BLOCK_K)
-            b_next, b2_next, r_next = epilogue_operands(bias_ptr, res_ptr, offs_t, mask_t, nxt,
-                                                        mask_nxt, N, stride_res, BIAS, SWIGLU,
-                                                        RESIDUAL)
-            acc = row_dot(w, xn)
-            acc2 = acc
-            if SWIGLU:
-                acc2 = row_dot(w2, xn)
-            y = gemv_epilogue(acc, acc2, b, b2, r, SWIGLU)
-            tl.store(out_ptr + offs_n[None, :], y.to(out_ptr.dtype.element_ty),
-                     mask=mask_t[:, None] & mask_n[None, :])
-            offs_n, mask_n = nxt, mask_nxt
-            w, w2, b, b2, r = w_next, w2_next, b_next, b2_next, r_next
+                acc2 += row_dot(w2, x)
+            if i % n_k == n_k - 1:  # the tile's last chunk: epilogue, store, next tile's operands
+                b_n, b2_n, r_n = epilogue_operands(bias_ptr, res_ptr, offs_t, mask_t, rows1,
+                                                   mask1, N, stride_res, BIAS, SWIGLU, RESIDUAL)
+                y = gemv_epilogue(acc, acc2, b, b2, r, SWIGLU)
+                offs_n = (tile_lo + i // n_k) * BLOCK_N + tl.arange(0, BLOCK_N)
+                tl.store(out_ptr + offs_n[None, :], y.to(out_ptr.dtype.element_ty),
+                         mask=mask_t[:, None] & (offs_n < N)[None, :])
+                acc = tl.zeros([1, BLOCK_N], dtype=tl.float32)
+                acc2 = acc
+                b, b2, r = b_n, b2_n, r_n
+            w, w2, x = w_n, w2_n, x_n
     else:
         for tile in range(tile_lo, tile_hi):
             y, offs_t, mask_t, offs_n, mask_n = gemv_tile(
@@ -133,13 +140,12 @@ def gemv_kernel(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, str
                 stride_out, eps, tiles_per_program,
                 NORM: tl.constexpr, BIAS: tl.constexpr, SWIGLU: tl.constexpr,
                 RESIDUAL: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr,
-                BLOCK_K: tl.constexpr, RESIDENT: tl.constexpr, AHEAD: tl.constexpr,
-                F32: tl.constexpr):
+                BLOCK_K: tl.constexpr, STREAM: tl.constexpr, F32: tl.constexpr):
     lo = tl.program_id(0) * tiles_per_program
     gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, stride_x, stride_res,
               stride_out, eps, lo, tl.minimum(lo + tiles_per_program, tl.cdiv(N, BLOCK_N)),
-              tl.program_id(1), NORM, BIAS, SWIGLU, RESIDUAL, BLOCK_T, BLOCK_N, BLOCK_K, RESIDENT,
-              AHEAD, F32)
+              tl.program_id(1), NORM, BIAS, SWIGLU, RESIDUAL, BLOCK_T, BLOCK_N, BLOCK_K, STREAM,
+              F32)
 
 
 def block_t(T: int) -> int:
@@ -151,8 +157,8 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
          residual=None, swiglu: bool = False, out=None, config=None,
          stream: StreamConfig | None = None) -> torch.Tensor:
     """Launcher: x [T, K], w [N, K] (or [2N, K] with swiglu) -> out [T, N] in x's dtype.
-    stream (T=1 only): the megakernel's resident-x tile streaming `stream.tiles` tiles per
-    program, for testing and timing that path standalone."""
+    stream (T=1 only): the megakernel's decode stream, `stream.tiles` tiles per program, for
+    testing and timing that path standalone."""
     T, K = x.shape
     N = w.shape[0] // 2 if swiglu else w.shape[0]
     assert w.shape[1] == K and x.stride(1) == 1 and w.is_contiguous()
@@ -161,7 +167,7 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
     res = residual if residual is not None else out
     BT = block_t(T)
     if stream is not None:
-        assert T == 1, "the resident-x stream is the decode (T=1) path"
+        assert T == 1, "the stream is the decode (T=1) path"
         cfg = stream.tile(K)
         per = stream.tiles
     else:
@@ -172,7 +178,6 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
                       res, out, T, N, K, x.stride(0), res.stride(0), out.stride(0), eps, per,
                       NORM=norm_w is not None, BIAS=bias is not None, SWIGLU=swiglu,
                       RESIDUAL=residual is not None, BLOCK_T=BT, BLOCK_N=cfg.block_n,
-                      BLOCK_K=cfg.block_k, RESIDENT=stream is not None,
-                      AHEAD=stream.ahead if stream is not None else 0,
+                      BLOCK_K=cfg.block_k, STREAM=stream is not None,
                       F32=INTERPRET or w.dtype == torch.float32, num_warps=cfg.num_warps)
     return out

@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import INTERPRET, prefetch_rows, resident_x, row_dot, weight_rows
+from ._common import INTERPRET, row_dot, row_rstd, weight_chunk, x_chunk
 from .config import StreamConfig, gemv_config, merge_block
 from .gemv import block_t, gemv_tile
 
@@ -49,9 +49,9 @@ def lm_head_body(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_pt
                  T, V, K, stride_x, stride_logits, eps, n_parts, tile_lo, tile_hi, part, pid_t,
                  WRITE_LOGITS: tl.constexpr, CHOOSE: tl.constexpr, SAMPLE: tl.constexpr,
                  BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 RESIDENT: tl.constexpr, AHEAD: tl.constexpr, F32: tl.constexpr):
+                 STREAM: tl.constexpr, F32: tl.constexpr):
     """Vocab tiles [tile_lo, tile_hi) of BLOCK_N rows for token block pid_t; one partial choice
-    per token row at pval/pidx[t, part]. RESIDENT: the decode stream of gemv_body."""
+    per token row at pval/pidx[t, part]. STREAM (T=1): the decode stream of gemv_body."""
     offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
     mask_t = offs_t < T
     best = tl.full([BLOCK_T], float("-inf"), dtype=tl.float32)
@@ -61,24 +61,32 @@ def lm_head_body(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_pt
     if SAMPLE:  # loaded once: a load inside the loop would wait an L2 round trip per tile
         seed = tl.load(seed_ptr)
         temp = tl.load(temp_ptr)
-    if RESIDENT:
+    if STREAM:
+        n_k = tl.cdiv(K, BLOCK_K)
+        n_it = (tile_hi - tile_lo) * n_k
         rows = tile_lo * BLOCK_N + tl.arange(0, BLOCK_N)
-        w = weight_rows(w_ptr, rows, rows < V, K, BLOCK_K)  # requested before the activations
-        xn = resident_x(x_ptr, norm_ptr, K, eps, True, BLOCK_K)
-        for tile in range(tile_lo, tile_hi):
-            offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-            mask_n = offs_n < V
-            nxt = offs_n + BLOCK_N
-            w_next = weight_rows(w_ptr, nxt, (nxt < V) & (tile + 1 < tile_hi), K, BLOCK_K)
-            pf = nxt + AHEAD * BLOCK_N
-            prefetch_rows(w_ptr, pf, (pf < V) & (tile + 1 + AHEAD < tile_hi), K, BLOCK_K, AHEAD)
-            y = row_dot(w, xn)
-            if WRITE_LOGITS:
-                tl.store(logits_ptr + offs_n[None, :], y, mask=mask_t[:, None] & mask_n[None, :])
-            if CHOOSE:
-                best, bidx = keep_best(best, bidx, y, offs_t, offs_n, mask_n, V, seed, temp,
-                                       SAMPLE)
-            w = w_next
+        w = weight_chunk(w_ptr, rows, (rows < V) & (n_it > 0), 0, K, BLOCK_K)  # before x
+        rstd = row_rstd(x_ptr, stride_x, offs_t, mask_t, K, eps, BLOCK_K)[:, None]
+        x = x_chunk(x_ptr, norm_ptr, 0, K, rstd, True, BLOCK_K)
+        acc = tl.zeros([1, BLOCK_N], dtype=tl.float32)
+        for i in range(0, n_it):
+            i1 = i + 1
+            rows1 = (tile_lo + i1 // n_k) * BLOCK_N + tl.arange(0, BLOCK_N)
+            k1 = (i1 % n_k) * BLOCK_K
+            w_n = weight_chunk(w_ptr, rows1, (rows1 < V) & (i1 < n_it), k1, K, BLOCK_K)
+            x_n = x_chunk(x_ptr, norm_ptr, k1, K, rstd, True, BLOCK_K)
+            acc += row_dot(w, x)
+            if i % n_k == n_k - 1:
+                offs_n = (tile_lo + i // n_k) * BLOCK_N + tl.arange(0, BLOCK_N)
+                mask_n = offs_n < V
+                if WRITE_LOGITS:
+                    tl.store(logits_ptr + offs_n[None, :], acc,
+                             mask=mask_t[:, None] & mask_n[None, :])
+                if CHOOSE:
+                    best, bidx = keep_best(best, bidx, acc, offs_t, offs_n, mask_n, V, seed, temp,
+                                           SAMPLE)
+                acc = tl.zeros([1, BLOCK_N], dtype=tl.float32)
+            w, x = w_n, x_n
     else:
         for tile in range(tile_lo, tile_hi):
             y, offs_t, mask_t, offs_n, mask_n = gemv_tile(
@@ -100,13 +108,13 @@ def lm_head_kernel(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_
                    T, V, K, stride_x, stride_logits, eps, tiles_per_program,
                    WRITE_LOGITS: tl.constexpr, CHOOSE: tl.constexpr, SAMPLE: tl.constexpr,
                    BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                   RESIDENT: tl.constexpr, AHEAD: tl.constexpr, F32: tl.constexpr):
+                   STREAM: tl.constexpr, F32: tl.constexpr):
     pid = tl.program_id(0)
     lo = pid * tiles_per_program
     lm_head_body(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_ptr, temp_ptr,
                  T, V, K, stride_x, stride_logits, eps, tl.num_programs(0), lo,
                  tl.minimum(lo + tiles_per_program, tl.cdiv(V, BLOCK_N)), pid, tl.program_id(1),
-                 WRITE_LOGITS, CHOOSE, SAMPLE, BLOCK_T, BLOCK_N, BLOCK_K, RESIDENT, AHEAD, F32)
+                 WRITE_LOGITS, CHOOSE, SAMPLE, BLOCK_T, BLOCK_N, BLOCK_K, STREAM, F32)
 
 
 @triton.jit
@@ -178,12 +186,12 @@ def _partials(partials, T, n_tiles, device):
 def lm_head(x, w, norm_w, eps, *, logits=None, choose=True, sample=False, seed=None, temp=None,
             partials=None, stream: StreamConfig | None = None):
     """x [T, d] -> (logits [T, V] fp32 or None, pval, pidx [T, n_parts]) with the token choice:
-    one partial per program. stream (T=1): the megakernel's resident-x tile, `stream.tiles`
-    tiles per program."""
+    one partial per program. stream (T=1): the megakernel's decode stream, `stream.tiles` tiles
+    per program."""
     T, K = x.shape
     V = w.shape[0]
     if stream is not None:
-        assert T == 1, "the resident-x stream is the decode (T=1) path"
+        assert T == 1, "the stream is the decode (T=1) path"
         cfg, per = stream.tile(K), stream.tiles
     else:
         cfg, per = gemv_config(V, K, T, x.device), 1
@@ -196,8 +204,7 @@ def lm_head(x, w, norm_w, eps, *, logits=None, choose=True, sample=False, seed=N
         seed if seed is not None else pidx, temp if temp is not None else pval,
         T, V, K, x.stride(0), logits.stride(0) if logits is not None else 0, eps, per,
         WRITE_LOGITS=logits is not None, CHOOSE=choose, SAMPLE=sample, BLOCK_T=BT,
-        BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, RESIDENT=stream is not None,
-        AHEAD=stream.ahead if stream is not None else 0,
+        BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, STREAM=stream is not None,
         F32=INTERPRET or w.dtype == torch.float32, num_warps=cfg.num_warps)
     return logits, pval, pidx
 

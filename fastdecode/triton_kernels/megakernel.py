@@ -70,11 +70,10 @@ def wait_counter(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step,
 @triton.jit
 def residual_proj(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
                   BIAS: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr,
-                  BLOCK_K: tl.constexpr, RESIDENT: tl.constexpr, AHEAD: tl.constexpr,
-                  F32: tl.constexpr):
+                  BLOCK_K: tl.constexpr, STREAM: tl.constexpr, F32: tl.constexpr):
     """h[:, tiles lo..hi] += x @ W^T (+ bias): o_proj and down_proj, the residual stream in place."""
     gemv_body(x_ptr, w_ptr, w_ptr, b_ptr, h_ptr, h_ptr, T, D, K, K, D, D, eps, lo, hi, tb,
-              False, BIAS, False, True, BLOCK_T, BLOCK_N, BLOCK_K, RESIDENT, AHEAD, F32)
+              False, BIAS, False, True, BLOCK_T, BLOCK_N, BLOCK_K, STREAM, F32)
 
 
 # run-time values that change between launches must not trigger Triton's integer specialisation
@@ -91,16 +90,15 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                T, TM, D, H, KVH, HD, FFN, V, S, eps, scale, CHUNK, n_splits, n_vparts,
                BIAS_QKV: tl.constexpr, QK_NORM: tl.constexpr, BIAS_O: tl.constexpr,
                BIAS_MLP: tl.constexpr, SAMPLE: tl.constexpr, BLOCK_T: tl.constexpr,
-               RES: tl.constexpr, AHEAD: tl.constexpr, RQ: tl.constexpr, RD: tl.constexpr, RF: tl.constexpr,
+               STREAM: tl.constexpr, RQ: tl.constexpr, RD: tl.constexpr, RF: tl.constexpr,
                KQ: tl.constexpr, KD: tl.constexpr, KF: tl.constexpr,
                BLOCK_H: tl.constexpr, QKV_CHUNKS: tl.constexpr, QKV_BK: tl.constexpr,
-               QKV_RES: tl.constexpr, GROUP: tl.constexpr,
+               GROUP: tl.constexpr,
                BLOCK_G: tl.constexpr, BLOCK_TOK: tl.constexpr, BLOCK_M: tl.constexpr,
                BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_SP: tl.constexpr,
                EMB_BLOCK: tl.constexpr, MERGE_BLOCK: tl.constexpr, F32: tl.constexpr,
                USE_ASM: tl.constexpr, TRACE: tl.constexpr):
-    """RES: decode tiles (resident activation row, whole weight rows: gemv_body), AHEAD: their L2
-    prefetch distance in tiles; RQ/RD/RF rows
+    """STREAM: decode tiles (each task one stream of weight pieces: gemv_body); RQ/RD/RF rows
     and KQ/KD/KF block K of the GEMV tiles whose rows have q_dim / d_model / ffn_dim elements."""
     pid = tl.program_id(0)
     qlen = tl.load(qlen_ptr + pid)
@@ -144,7 +142,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                   sin_ptr, pos_ptr, q_ptr, kc_ptr + layer * KVH * S * HD,
                                   vc_ptr + layer * KVH * S * HD, T, D, D, S, eps, H, KVH, HD,
                                   a0, a1, a2, GROUP, QKV_CHUNKS, BIAS_QKV, QK_NORM, BLOCK_T,
-                                  BLOCK_H, QKV_BK, QKV_RES, F32)
+                                  BLOCK_H, QKV_BK, STREAM, F32)
                 elif op == OP_ATTN:
                     attention_body(q_ptr, kc_ptr + layer * KVH * S * HD,
                                    vc_ptr + layer * KVH * S * HD, opart_ptr, lse_ptr, pos_ptr,
@@ -157,21 +155,20 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                         CHUNK, n_splits, t, a0, GROUP, BLOCK_G, BLOCK_SP, BLOCK_D)
                 elif op == OP_O:
                     residual_proj(attn_ptr, wo_ptr + layer * D * QD, bo_ptr + layer * D, h_ptr,
-                                  T, D, QD, eps, a1, a2, a0, BIAS_O, BLOCK_T, RQ, KQ, RES, AHEAD, F32)
+                                  T, D, QD, eps, a1, a2, a0, BIAS_O, BLOCK_T, RQ, KQ, STREAM, F32)
                 elif op == OP_DOWN:
                     residual_proj(act_ptr, wd_ptr + layer * D * FFN, bd_ptr + layer * D, h_ptr,
-                                  T, D, FFN, eps, a1, a2, a0, BIAS_MLP, BLOCK_T, RF, KF, RES, AHEAD,
-                                  F32)
+                                  T, D, FFN, eps, a1, a2, a0, BIAS_MLP, BLOCK_T, RF, KF, STREAM, F32)
                 elif op == OP_GU:
                     gemv_body(h_ptr, wgu_ptr + layer * 2 * FFN * D, mnorm_ptr + layer * D,
                               bgu_ptr + layer * 2 * FFN, h_ptr, act_ptr, T, FFN, D, D, D, FFN,
-                              eps, a1, a2, a0, True, BIAS_MLP, True, False, BLOCK_T, RD, KD, RES,
-                              AHEAD, F32)
+                              eps, a1, a2, a0, True, BIAS_MLP, True, False, BLOCK_T, RD, KD, STREAM,
+                              F32)
                 elif op == OP_LM:
                     lm_head_body(h_ptr, lm_ptr, fnorm_ptr, logits_ptr, pval_ptr, pidx_ptr,
                                  seed_ptr, temp_ptr, T, V, D, D, V, eps, n_vparts, a1, a2,
                                  a0 % n_vparts, a0 // n_vparts, True, True, SAMPLE, BLOCK_T, RD,
-                                 KD, RES, AHEAD, F32)
+                                 KD, STREAM, F32)
                 elif op == OP_CHOOSE:
                     tok, step = choose_merge_body(pval_ptr, pidx_ptr, a0, T - 1, ids_ptr,
                                                   hist_ptr, pos_ptr, step_ptr, seed_ptr, T,

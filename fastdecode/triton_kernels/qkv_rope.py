@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import INTERPRET, gemv_acc, resident_x, row_dot, row_rstd, weight_rows
+from ._common import INTERPRET, gemv_acc, row_dot, row_rstd, weight_chunk, x_chunk
 from .config import StreamConfig, gemv_config, qkv_pairs
 from .gemv import block_t
 
@@ -42,38 +42,51 @@ def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_pt
                   q_ptr, k_ptr, v_ptr, T, K, stride_x, S, eps, H, KVH, HD, g, u_lo, u_hi,
                   GROUP, N_CHUNKS,
                   BIAS: tl.constexpr, QK_NORM: tl.constexpr, BLOCK_T: tl.constexpr,
-                  BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, RESIDENT: tl.constexpr,
+                  BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, STREAM: tl.constexpr,
                   F32: tl.constexpr):
     """Tiles [u_lo, u_hi) of KV group g (qkv_slot): each is pairs [c*BLOCK_H, (c+1)*BLOCK_H) of
-    one head slot for one token block. RESIDENT (T=1, BLOCK_K >= K): the normalised row stays in
-    registers; the next tile's weight rows, bias, norm weights and cos/sin load before this tile
-    is reduced (gemv_body)."""
+    one head slot for one token block. STREAM (T=1): the decode stream of gemv_body -- the next
+    (tile, K chunk) piece and, at a tile's end, the next tile's bias, norm weights and cos/sin
+    are requested before the current piece is reduced."""
     half = HD // 2
     n_t = tl.cdiv(T, BLOCK_T)
     pos = tl.load(pos_ptr)
-    if RESIDENT:
+    if STREAM:
         offs_t = tl.arange(0, BLOCK_T)
         mask_t = offs_t < T
+        n_k = tl.cdiv(K, BLOCK_K)
+        n_it = (u_hi - u_lo) * n_k
         j, c, _ = qkv_slot(g, u_lo, n_t, H, KVH, GROUP, N_CHUNKS)
         offs_h = c * BLOCK_H + tl.arange(0, BLOCK_H)
-        mask_h = (offs_h < half) & (u_lo < u_hi)
-        w_lo = weight_rows(w_ptr, j * HD + offs_h, mask_h, K, BLOCK_K)
-        w_hi = weight_rows(w_ptr, j * HD + half + offs_h, mask_h, K, BLOCK_K)
+        mask_h = (offs_h < half) & (n_it > 0)
+        w_lo = weight_chunk(w_ptr, j * HD + offs_h, mask_h, 0, K, BLOCK_K)  # before x
+        w_hi = weight_chunk(w_ptr, j * HD + half + offs_h, mask_h, 0, K, BLOCK_K)
         opnd = qkv_operands(j, offs_t, mask_t, offs_h, mask_h, pos, bias_ptr, qk_norm_ptr, cos_ptr,
                             sin_ptr, H, HD, BIAS, QK_NORM)
-        xn = resident_x(x_ptr, norm_ptr, K, eps, True, BLOCK_K)
-        for u in range(u_lo, u_hi):
-            jn, cn, _ = qkv_slot(g, u + 1, n_t, H, KVH, GROUP, N_CHUNKS)
+        rstd = row_rstd(x_ptr, stride_x, offs_t, mask_t, K, eps, BLOCK_K)[:, None]
+        x = x_chunk(x_ptr, norm_ptr, 0, K, rstd, True, BLOCK_K)
+        lo = tl.zeros([1, BLOCK_H], dtype=tl.float32)
+        hi = lo
+        for i in range(0, n_it):
+            i1 = i + 1
+            jn, cn, _ = qkv_slot(g, u_lo + i1 // n_k, n_t, H, KVH, GROUP, N_CHUNKS)
             offs_hn = cn * BLOCK_H + tl.arange(0, BLOCK_H)
-            mask_hn = (offs_hn < half) & (u + 1 < u_hi)
-            nxt_lo = weight_rows(w_ptr, jn * HD + offs_hn, mask_hn, K, BLOCK_K)
-            nxt_hi = weight_rows(w_ptr, jn * HD + half + offs_hn, mask_hn, K, BLOCK_K)
-            opnd_n = qkv_operands(jn, offs_t, mask_t, offs_hn, mask_hn, pos, bias_ptr,
-                                  qk_norm_ptr, cos_ptr, sin_ptr, H, HD, BIAS, QK_NORM)
-            qkv_rope_finish(row_dot(w_lo, xn), row_dot(w_hi, xn), opnd, j, offs_t, mask_t,
-                            offs_h, mask_h, pos, q_ptr, k_ptr, v_ptr, S, eps, H, KVH, HD, QK_NORM)
-            j, offs_h, mask_h, opnd = jn, offs_hn, mask_hn, opnd_n
-            w_lo, w_hi = nxt_lo, nxt_hi
+            mask_hn = (offs_hn < half) & (i1 < n_it)
+            k1 = (i1 % n_k) * BLOCK_K
+            nxt_lo = weight_chunk(w_ptr, jn * HD + offs_hn, mask_hn, k1, K, BLOCK_K)
+            nxt_hi = weight_chunk(w_ptr, jn * HD + half + offs_hn, mask_hn, k1, K, BLOCK_K)
+            x_n = x_chunk(x_ptr, norm_ptr, k1, K, rstd, True, BLOCK_K)
+            lo += row_dot(w_lo, x)
+            hi += row_dot(w_hi, x)
+            if i % n_k == n_k - 1:  # the tile's last chunk: epilogue, next tile's operands
+                opnd_n = qkv_operands(jn, offs_t, mask_t, offs_hn, mask_hn, pos, bias_ptr,
+                                      qk_norm_ptr, cos_ptr, sin_ptr, H, HD, BIAS, QK_NORM)
+                qkv_rope_finish(lo, hi, opnd, j, offs_t, mask_t, offs_h, offs_h < half, pos,
+                                q_ptr, k_ptr, v_ptr, S, eps, H, KVH, HD, QK_NORM)
+                lo = tl.zeros([1, BLOCK_H], dtype=tl.float32)
+                hi = lo
+                j, offs_h, opnd = jn, offs_hn, opnd_n
+            w_lo, w_hi, x = nxt_lo, nxt_hi, x_n
     else:
         for u in range(u_lo, u_hi):
             j, c, tb = qkv_slot(g, u, n_t, H, KVH, GROUP, N_CHUNKS)
@@ -145,7 +158,7 @@ def qkv_rope_kernel(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_
                     q_ptr, k_ptr, v_ptr, T, K, stride_x, S, eps, H, KVH, HD, GROUP, n_chunks,
                     tiles_per_program,
                     BIAS: tl.constexpr, QK_NORM: tl.constexpr, BLOCK_T: tl.constexpr,
-                    BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, RESIDENT: tl.constexpr,
+                    BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, STREAM: tl.constexpr,
                     F32: tl.constexpr):
     """Grid (KV groups, tile ranges of the group)."""
     per_group = (GROUP + 2) * n_chunks * tl.cdiv(T, BLOCK_T)
@@ -153,21 +166,19 @@ def qkv_rope_kernel(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_
     qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_ptr, pos_ptr,
                   q_ptr, k_ptr, v_ptr, T, K, stride_x, S, eps, H, KVH, HD, tl.program_id(0), lo,
                   tl.minimum(lo + tiles_per_program, per_group), GROUP, n_chunks,
-                  BIAS, QK_NORM, BLOCK_T, BLOCK_H, BLOCK_K, RESIDENT, F32)
+                  BIAS, QK_NORM, BLOCK_T, BLOCK_H, BLOCK_K, STREAM, F32)
 
 
 def qkv_tile(head_dim: int, qk_norm: bool, T: int, K: int, device, pairs=None,
              stream: StreamConfig | None = None):
-    """(BLOCK_H rotation pairs, BLOCK_K, num_warps, resident) of a QKV + RoPE tile.
-    stream (T=1): the megakernel's resident-x tile, 2 * BLOCK_H rows of about stream.tile_elems
-    elements, except with q/k norm (whole heads) where K is chunked to the same tile elements."""
+    """(BLOCK_H rotation pairs, BLOCK_K, num_warps, stream) of a QKV + RoPE tile.
+    stream (T=1): the megakernel's decode stream, lo + hi rows of about stream.tile_elems
+    elements (q/k norm: whole heads, K chunked to the same tile elements)."""
     if stream is not None and T == 1:
-        rows = stream.rows(K)
-        bh = qkv_pairs(head_dim, qk_norm, T, max(1, rows // 2))
-        if qk_norm:
-            bk = max(16, min(triton.next_power_of_2(K), stream.tile_elems // (2 * bh)))
-            return bh, bk, stream.num_warps, False
-        return bh, triton.next_power_of_2(K), stream.num_warps, True
+        cfg = stream.tile(K)
+        bh = qkv_pairs(head_dim, qk_norm, T, max(1, cfg.block_n // 2))
+        bk = max(16, min(cfg.block_k, stream.tile_elems // (2 * bh)))
+        return bh, bk, stream.num_warps, True
     cfg = gemv_config(K * 4, K, T, device)
     if pairs is not None and not qk_norm and T == 1:
         bh = triton.next_power_of_2(pairs)
@@ -189,7 +200,7 @@ def qkv_rope(x, w_qkv, norm_w, cos, sin, pos, k_cache, v_cache, *, n_heads, eps,
     if q_out is None:
         q_out = torch.empty(T, n_heads, HD, device=x.device, dtype=k_cache.dtype)
     BT = block_t(T)
-    BLOCK_H, BLOCK_K, warps, resident = qkv_tile(HD, qk_norm is not None, T, K, x.device, pairs,
+    BLOCK_H, BLOCK_K, warps, streamed = qkv_tile(HD, qk_norm is not None, T, K, x.device, pairs,
                                                  stream)
     n_chunks = triton.cdiv(HD // 2, BLOCK_H)
     G = n_heads // KVH
@@ -199,6 +210,6 @@ def qkv_rope(x, w_qkv, norm_w, cos, sin, pos, k_cache, v_cache, *, n_heads, eps,
                           qk_norm if qk_norm is not None else norm_w, cos, sin, pos,
                           q_out, k_cache, v_cache, T, K, x.stride(0), S, eps, n_heads, KVH, HD,
                           G, n_chunks, per, BIAS=bias is not None, QK_NORM=qk_norm is not None,
-                          BLOCK_T=BT, BLOCK_H=BLOCK_H, BLOCK_K=BLOCK_K, RESIDENT=resident,
+                          BLOCK_T=BT, BLOCK_H=BLOCK_H, BLOCK_K=BLOCK_K, STREAM=streamed,
                           F32=INTERPRET or w_qkv.dtype == torch.float32, num_warps=warps)
     return q_out
