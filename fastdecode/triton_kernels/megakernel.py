@@ -87,7 +87,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                kc_ptr, vc_ptr, cos_ptr, sin_ptr, win_ptr,
                emb_ptr, lm_ptr, fnorm_ptr, anorm_ptr, mnorm_ptr, wqkv_ptr, bqkv_ptr, qkn_ptr,
                wo_ptr, bo_ptr, wgu_ptr, bgu_ptr, wd_ptr, bd_ptr,
-               T, TM, D, H, KVH, HD, FFN, V, S, eps, scale, CHUNK, n_splits, n_vparts,
+               T, TM, KVH, V, S, eps, scale, CHUNK, n_splits, n_vparts,
+               D: tl.constexpr, FFN: tl.constexpr, H: tl.constexpr, HD: tl.constexpr,
                BIAS_QKV: tl.constexpr, QK_NORM: tl.constexpr, BIAS_O: tl.constexpr,
                BIAS_MLP: tl.constexpr, SAMPLE: tl.constexpr, BLOCK_T: tl.constexpr,
                STREAM: tl.constexpr, RQ: tl.constexpr, RD: tl.constexpr, RF: tl.constexpr,
@@ -98,7 +99,11 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_SP: tl.constexpr,
                EMB_BLOCK: tl.constexpr, MERGE_BLOCK: tl.constexpr, F32: tl.constexpr,
                USE_ASM: tl.constexpr, TRACE: tl.constexpr):
-    """STREAM: decode tiles (each task one stream of weight pieces: gemv_body); RQ/RD/RF rows
+    """Model sizes D, FFN, H, HD are constexpr (one compile per model): a decode tile over whole
+    rows then folds its chunk loop away and keeps the activation row in registers, which spares
+    registers (bench/compile_check.py: 1B shape 255 registers with 48 B of spills when they were
+    run-time values, 4 B as constexprs).
+    STREAM: decode tiles (each task one stream of weight pieces: gemv_body); RQ/RD/RF rows
     and KQ/KD/KF block K of the GEMV tiles whose rows have q_dim / d_model / ffn_dim elements."""
     pid = tl.program_id(0)
     qlen = tl.load(qlen_ptr + pid)

@@ -75,7 +75,9 @@ def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_pt
             k1 = (i1 % n_k) * BLOCK_K
             nxt_lo = weight_chunk(w_ptr, jn * HD + offs_hn, mask_hn, k1, K, BLOCK_K)
             nxt_hi = weight_chunk(w_ptr, jn * HD + half + offs_hn, mask_hn, k1, K, BLOCK_K)
-            x_n = x_chunk(x_ptr, norm_ptr, k1, K, rstd, True, BLOCK_K)
+            x_n = x  # whole rows (one chunk): the activation row stays in registers
+            if n_k > 1:
+                x_n = x_chunk(x_ptr, norm_ptr, k1, K, rstd, True, BLOCK_K)
             lo += row_dot(w_lo, x)
             hi += row_dot(w_hi, x)
             if i % n_k == n_k - 1:  # the tile's last chunk: epilogue, next tile's operands
