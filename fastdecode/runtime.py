@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import triton
 
 from . import _env  # noqa: F401
 from . import ops
@@ -277,30 +276,18 @@ class Runtime:
         pick = lambda t: None if t is None else t[l]  # noqa: E731
         return pick(pw.b_qkv), pick(pw.qk_norm), pick(pw.b_o), pick(pw.b_gu), pick(pw.b_down)
 
+    def _add_reduced(self, h, part):
+        """h += the all-reduced partial sums (fp32, rank order; one rank: part itself), the
+        residual add of both modes under tensor parallelism."""
+        h.copy_((h.float() + self.collectives.all_reduce(part)).to(h.dtype))
+
     def _residual_gemv(self, x, w, bias, h):
         """h += x @ w^T (+ bias): fused in the GEMV epilogue on one rank; with tensor parallelism
         the row-parallel partial sums (fp32) are all-reduced first, as in torch mode."""
         if not self.tp:
             ops.gemv(x, w, bias=bias, residual=h, out=h)
             return
-        part = ops.gemv(x, w, bias=bias, out=self.state.part[:x.shape[0]])
-        h.copy_((h.float() + self.collectives.all_reduce(part)).to(h.dtype))
-
-    def _choose_tp(self, x, sampling, T):
-        """Vocab-parallel lm_head: each rank's logit rows, gathered in rank order, then the token
-        choice over the whole vocabulary -- the same bits and seed on every rank, so every rank
-        picks the same token (Gumbel noise is keyed on global token ids)."""
-        st, pw, s = self.state, self.pw, self.spec
-        n = x.shape[0]
-        ops.lm_head(x, pw.lm_head, pw.final_norm, s.rms_eps, logits=st.logits_shard[:n],
-                    choose=False, partials=(st.pval, st.pidx))
-        st.logits[:n].copy_(self.collectives.gather_vocab(st.logits_shard[:n]))
-        last, temp = st.logits[n - 1:n], st.temp
-        if sampling.filtered:
-            last, temp = R.filter_logits(last / st.temp, sampling.top_k, sampling.top_p), st.one
-        pval, pidx = ops.sample_logits(last, st.seed, temp, sample=sampling.do_sample,
-                                       partials=(st.pval, st.pidx))
-        ops.choose_merge(pval, pidx, 0, st.ids, st.hist, st.pos, st.step, st.seed, T)
+        self._add_reduced(h, ops.gemv(x, w, bias=bias, out=self.state.part[:x.shape[0]]))
 
     def _step_ops(self, T, all_logits, sampling, head=True):
         st, pw, s = self.state, self.pw, self.spec
@@ -322,34 +309,38 @@ class Runtime:
             return
         x = h if all_logits else h[T - 1:]
         n = x.shape[0]
-        if self.tp:
-            self._choose_tp(x, sampling, T)
+        if not (self.tp or sampling.filtered):  # the token choice fused into the lm_head
+            _, pval, pidx = ops.lm_head(x, pw.lm_head, pw.final_norm, s.rms_eps,
+                                        logits=st.logits[:n] if all_logits else None,
+                                        sample=sampling.do_sample, seed=st.seed, temp=st.temp,
+                                        partials=(st.pval, st.pidx))
+            ops.choose_merge(pval, pidx, n - 1, st.ids, st.hist, st.pos, st.step, st.seed, T)
             return
-        need_logits = all_logits or sampling.filtered
-        _, pval, pidx = ops.lm_head(x, pw.lm_head, pw.final_norm, s.rms_eps,
-                                    logits=st.logits[:n] if need_logits else None,
-                                    choose=not sampling.filtered, sample=sampling.do_sample,
-                                    seed=st.seed, temp=st.temp, partials=(st.pval, st.pidx))
+        # the whole last row of logits first: top-k / top-p filter it on the host side, and a
+        # vocab-parallel lm_head gathers the ranks' rows (rank order; the same bits and seed on
+        # every rank, Gumbel noise keyed on global token ids, so every rank picks the same token)
+        ops.lm_head(x, pw.lm_head, pw.final_norm, s.rms_eps, logits=st.logits_shard[:n],
+                    choose=False, partials=(st.pval, st.pidx))
+        if self.tp:
+            st.logits[:n].copy_(self.collectives.gather_vocab(st.logits_shard[:n]))
+        last, temp = st.logits[n - 1:n], st.temp
         if sampling.filtered:
-            scaled = R.filter_logits(st.logits[n - 1:n] / st.temp, sampling.top_k, sampling.top_p)
-            pval, pidx = ops.sample_logits(scaled, st.seed, st.one, partials=(st.pval, st.pidx))
-            row = 0
-        else:
-            row = n - 1
-        ops.choose_merge(pval, pidx, row, st.ids, st.hist, st.pos, st.step, st.seed, T)
+            last, temp = R.filter_logits(last / st.temp, sampling.top_k, sampling.top_p), st.one
+        pval, pidx = ops.sample_logits(last, st.seed, temp, sample=sampling.do_sample,
+                                       partials=(st.pval, st.pidx))
+        ops.choose_merge(pval, pidx, 0, st.ids, st.hist, st.pos, st.step, st.seed, T)
 
     def _step_torch(self, T, all_logits, sampling, head=True):
         """Reference ops; with tensor parallelism each block's partial sum is all-reduced (fp32,
         rank order) before the residual add and the vocab shards of the logits are gathered."""
         st, pw, s, tp = self.state, self.pw, self.spec, self.collectives
-        dt = pw.dtype
         p = st.n_pos
         h = st.h[:T]
         h.copy_(pw.embed[st.ids[:T].long()])
         for l in range(s.n_layers):
-            o = R.attention_block(pw, l, h, p, st.k_cache[l], st.v_cache[l], st.cos, st.sin)
-            h.copy_((h.float() + tp.all_reduce(o)).to(dt))
-            h.copy_((h.float() + tp.all_reduce(R.mlp_block(pw, l, h))).to(dt))
+            self._add_reduced(h, R.attention_block(pw, l, h, p, st.k_cache[l], st.v_cache[l],
+                                                   st.cos, st.sin))
+            self._add_reduced(h, R.mlp_block(pw, l, h))
         if not head:
             return
         x = h if all_logits else h[T - 1:]
