@@ -39,6 +39,17 @@ def x_chunk(x_ptr, norm_ptr, k0, K, rstd, NORM: tl.constexpr, BLOCK_K: tl.conste
 
 
 @triton.jit
+def next_x_chunk(x, x_ptr, norm_ptr, k0, K, n_k, rstd, NORM: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The activation chunk at k0 for the next piece of a decode stream: loaded when rows span
+    n_k > 1 chunks; with whole rows the row x already in registers (n_k is a constexpr when K is,
+    as in the megakernel, and the branch folds away)."""
+    x_n = x
+    if n_k > 1:
+        x_n = x_chunk(x_ptr, norm_ptr, k0, K, rstd, NORM, BLOCK_K)
+    return x_n
+
+
+@triton.jit
 def weight_chunk(w_ptr, rows, mask_r, k0, K, BLOCK_K: tl.constexpr):
     """W[rows, k0 : k0 + BLOCK_K] as one [BLOCK_R, BLOCK_K] tile, streamed past L1 (evict_first):
     the decode weight stream. Masked rows cost no traffic, so a load past a task's end is free."""

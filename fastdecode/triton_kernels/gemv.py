@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import INTERPRET, gemv_acc, row_dot, row_rstd, weight_chunk, x_chunk
+from ._common import INTERPRET, gemv_acc, next_x_chunk, row_dot, row_rstd, weight_chunk, x_chunk
 from .config import StreamConfig, gemv_config
 
 
@@ -111,9 +111,7 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
             w2_n = w_n
             if SWIGLU:
                 w2_n = weight_chunk(w_ptr, rows1 + N, mask1, k1, K, BLOCK_K)
-            x_n = x  # whole rows (one chunk): the activation row stays in registers
-            if n_k > 1:
-                x_n = x_chunk(x_ptr, norm_ptr, k1, K, rstd, NORM, BLOCK_K)
+            x_n = next_x_chunk(x, x_ptr, norm_ptr, k1, K, n_k, rstd, NORM, BLOCK_K)
             acc += row_dot(w, x)
             if SWIGLU:
                 acc2 += row_dot(w2, x)

@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import INTERPRET, row_dot, row_rstd, weight_chunk, x_chunk
+from ._common import INTERPRET, next_x_chunk, row_dot, row_rstd, weight_chunk, x_chunk
 from .config import StreamConfig, gemv_config, merge_block
 from .gemv import block_t, gemv_tile
 
@@ -74,9 +74,7 @@ def lm_head_body(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_pt
             rows1 = (tile_lo + i1 // n_k) * BLOCK_N + tl.arange(0, BLOCK_N)
             k1 = (i1 % n_k) * BLOCK_K
             w_n = weight_chunk(w_ptr, rows1, (rows1 < V) & (i1 < n_it), k1, K, BLOCK_K)
-            x_n = x  # whole rows (one chunk): the activation row stays in registers
-            if n_k > 1:
-                x_n = x_chunk(x_ptr, norm_ptr, k1, K, rstd, True, BLOCK_K)
+            x_n = next_x_chunk(x, x_ptr, norm_ptr, k1, K, n_k, rstd, True, BLOCK_K)
             acc += row_dot(w, x)
             if i % n_k == n_k - 1:
                 offs_n = (tile_lo + i // n_k) * BLOCK_N + tl.arange(0, BLOCK_N)

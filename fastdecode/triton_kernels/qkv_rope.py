@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import INTERPRET, gemv_acc, row_dot, row_rstd, weight_chunk, x_chunk
+from ._common import INTERPRET, gemv_acc, next_x_chunk, row_dot, row_rstd, weight_chunk, x_chunk
 from .config import StreamConfig, gemv_config, qkv_pairs
 from .gemv import block_t
 
@@ -75,9 +75,7 @@ def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_pt
             k1 = (i1 % n_k) * BLOCK_K
             nxt_lo = weight_chunk(w_ptr, jn * HD + offs_hn, mask_hn, k1, K, BLOCK_K)
             nxt_hi = weight_chunk(w_ptr, jn * HD + half + offs_hn, mask_hn, k1, K, BLOCK_K)
-            x_n = x  # whole rows (one chunk): the activation row stays in registers
-            if n_k > 1:
-                x_n = x_chunk(x_ptr, norm_ptr, k1, K, rstd, True, BLOCK_K)
+            x_n = next_x_chunk(x, x_ptr, norm_ptr, k1, K, n_k, rstd, True, BLOCK_K)
             lo += row_dot(w_lo, x)
             hi += row_dot(w_hi, x)
             if i % n_k == n_k - 1:  # the tile's last chunk: epilogue, next tile's operands
