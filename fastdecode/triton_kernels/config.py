@@ -39,16 +39,36 @@ class StreamConfig:
     pieces in flight (Little's law asks >= 32 KB per SM: 4.8 TB/s x ~1 us / 132 SMs). Whole rows
     of 14336 (Llama-3.1-8B down_proj) at 4 warps held 128 registers of activations and ran that
     op at 1.9 TB/s (trace at 7cc6fae): hence max_k. An L2 prefetch of the tile after next
-    measured slower (fa53434, 16384/8w: 1002 tok/s without, 934 with)."""
+    measured slower (fa53434, 16384/8w: 1002 tok/s without, 934 with).
+    prefetch_kb: KB of each megakernel task's first weights requested into L2 before its
+    dependency wait (a power of two, 0 = off): the waits between phases (O_PROJ on attention,
+    QKV on down_proj) then keep HBM busy."""
     tile_elems: int = 8192
     num_warps: int = 4
     tiles: int = 1
     per_sm: int = 2
     max_k: int = 4096
+    prefetch_kb: int = 0
+
+    def __post_init__(self):
+        if self.prefetch_kb and self.prefetch_kb & (self.prefetch_kb - 1):
+            raise ValueError(f"prefetch_kb={self.prefetch_kb}: a power of two or 0")
+
+    @property
+    def prefetch_lines(self) -> int:
+        """128-byte L2 lines prefetched per task."""
+        return self.prefetch_kb * 8
 
     def tile(self, K: int) -> TileConfig:
-        """rows (a power of two, 1 to 128) x block_k of a tile over rows of K elements."""
-        bk = min(triton.next_power_of_2(K), self.max_k)
+        """rows (a power of two, 1 to 128) x block_k of a tile over rows of K elements: whole rows
+        up to max_k, else the largest power-of-two chunk <= max_k that pads the row by <= 1/16:
+        14336 = 7 x 2048 streams in 2048-chunks, not in 4 x 4096 with a half-masked last one
+        (masked lanes cost no bandwidth, but registers and FMAs)."""
+        bk = triton.next_power_of_2(K)
+        if bk > self.max_k:
+            bk = self.max_k
+            while bk > 16 and (triton.cdiv(K, bk) * bk - K) * 16 > K:
+                bk //= 2
         r = max(1, self.tile_elems // bk)
         return TileConfig(min(128, 1 << (r.bit_length() - 1)), bk, self.num_warps)
 

@@ -2,6 +2,8 @@
 
 One program per SM (cooperative launch: an oversubscribed grid fails at launch instead of hanging).
 Program p walks its static queue (schedule.py) once per step; for each instruction (opcodes.py):
+    prefetch: (PF_LINES > 0) ask L2 for the first bytes of the task's weights (they never depend
+              on the wait: HBM keeps streaming while the program waits)
     wait:     spin on an acquire load of counters[wait] until >= (epoch + off) * producers
     run:      dispatch on the opcode to the same *_body functions the `ops` mode launches
     publish:  block barrier, one release add (GPU scope) to counters[signal]
@@ -20,12 +22,13 @@ import triton.language as tl
 
 from ..opcodes import WORDS, Op
 from ..ptx_inline.flags import ld_acquire_gpu
+from ..ptx_inline.memory import prefetch_l2
 from ..ptx_inline.timers import globaltimer_ns
 from .attention import attention_body, attn_merge_body
 from .embedding import embedding_body
 from .gemv import gemv_body
 from .lm_head import choose_merge_body, lm_head_body
-from .qkv_rope import qkv_rope_body
+from .qkv_rope import qkv_rope_body, qkv_slot
 
 OP_EMBED: tl.constexpr = tl.constexpr(int(Op.EMBED))
 OP_QKV: tl.constexpr = tl.constexpr(int(Op.QKV))
@@ -76,6 +79,49 @@ def residual_proj(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
               False, BIAS, False, True, BLOCK_T, BLOCK_N, BLOCK_K, STREAM, F32)
 
 
+@triton.jit
+def prefetch_rows(w_ptr, row0, row1, K, LINES: tl.constexpr, USE_ASM: tl.constexpr):
+    """Prefetch into L2 the first LINES 128-byte lines of rows [row0, row1) of a row-major
+    [*, K] matrix (one contiguous byte range; shorter ranges prefetch what they have)."""
+    EL: tl.constexpr = 1024 // w_ptr.dtype.element_ty.primitive_bitwidth  # elements per line
+    n = (row1 - row0).to(tl.int64) * K
+    if n > 0:
+        offs = tl.minimum(tl.arange(0, LINES).to(tl.int64) * EL, n - 1)
+        prefetch_l2(w_ptr + row0.to(tl.int64) * K + offs, USE_ASM)
+
+
+@triton.jit
+def prefetch_task(op, layer, a0, a1, a2, wqkv_ptr, wo_ptr, wgu_ptr, wd_ptr, lm_ptr, T, KVH, V,
+                  D: tl.constexpr, FFN: tl.constexpr, H: tl.constexpr, HD: tl.constexpr,
+                  GROUP, QKV_CHUNKS, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr,
+                  RQ: tl.constexpr, RD: tl.constexpr, RF: tl.constexpr,
+                  LINES: tl.constexpr, USE_ASM: tl.constexpr):
+    """Request the first LINES x 128 B of a task's weights into L2 (its first rows: a task is a
+    contiguous range of row tiles; gate|up and the QKV lo|hi halves are two ranges of LINES / 2).
+    Issued before the task's dependency wait: the weights never depend on it, so HBM streams
+    through the wait and the task's first pieces come from L2."""
+    QD = H * HD
+    if op == OP_O:
+        prefetch_rows(wo_ptr + layer * D * QD, a1 * RQ, tl.minimum(a2 * RQ, D), QD, LINES, USE_ASM)
+    elif op == OP_DOWN:
+        prefetch_rows(wd_ptr + layer * D * FFN, a1 * RF, tl.minimum(a2 * RF, D), FFN, LINES,
+                      USE_ASM)
+    elif op == OP_GU:
+        w = wgu_ptr + layer * 2 * FFN * D
+        hi = tl.minimum(a2 * RD, FFN)
+        prefetch_rows(w, a1 * RD, hi, D, LINES // 2, USE_ASM)
+        prefetch_rows(w + FFN * D, a1 * RD, hi, D, LINES // 2, USE_ASM)
+    elif op == OP_LM:
+        prefetch_rows(lm_ptr, a1 * RD, tl.minimum(a2 * RD, V), D, LINES, USE_ASM)
+    elif op == OP_QKV:
+        j, c, _ = qkv_slot(a0, a1, tl.cdiv(T, BLOCK_T), H, KVH, GROUP, QKV_CHUNKS)
+        w = wqkv_ptr + (layer * (H + 2 * KVH) + j) * HD * D
+        lo = c * BLOCK_H
+        hi = tl.minimum(HD // 2, lo + (a2 - a1) * BLOCK_H)  # the rest of this head slot
+        prefetch_rows(w, lo, hi, D, LINES // 2, USE_ASM)
+        prefetch_rows(w + (HD // 2) * D, lo, hi, D, LINES // 2, USE_ASM)
+
+
 # run-time values that change between launches must not trigger Triton's integer specialisation
 # (== 1, % 16): a recompile of this kernel costs seconds
 @triton.jit(do_not_specialize=["tok_ctr", "max_spin", "n_steps", "n_eos", "max_step"])
@@ -98,13 +144,14 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                BLOCK_G: tl.constexpr, BLOCK_TOK: tl.constexpr, BLOCK_M: tl.constexpr,
                BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_SP: tl.constexpr,
                EMB_BLOCK: tl.constexpr, MERGE_BLOCK: tl.constexpr, F32: tl.constexpr,
-               USE_ASM: tl.constexpr, TRACE: tl.constexpr):
+               PF_LINES: tl.constexpr, USE_ASM: tl.constexpr, TRACE: tl.constexpr):
     """Model sizes D, FFN, H, HD are constexpr (one compile per model): a decode tile over whole
     rows then folds its chunk loop away and keeps the activation row in registers, which spares
     registers (bench/compile_check.py: 1B shape 255 registers with 48 B of spills when they were
     run-time values, 4 B as constexprs).
     STREAM: decode tiles (each task one stream of weight pieces: gemv_body); RQ/RD/RF rows
-    and KQ/KD/KF block K of the GEMV tiles whose rows have q_dim / d_model / ffn_dim elements."""
+    and KQ/KD/KF block K of the GEMV tiles whose rows have q_dim / d_model / ffn_dim elements.
+    PF_LINES: 128-byte lines of each task's weights prefetched into L2 before its wait (0: off)."""
     pid = tl.program_id(0)
     qlen = tl.load(qlen_ptr + pid)
     QKVN = (H + 2 * KVH) * HD
@@ -133,6 +180,10 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
             if TRACE:
                 tr = trace_ptr + ((pid * n_steps + s) * LMAX + i) * 3
                 tl.store(tr, globaltimer_ns(op, clock_ptr, USE_ASM))
+            if PF_LINES > 0:
+                prefetch_task(op, layer, a0, a1, a2, wqkv_ptr, wo_ptr, wgu_ptr, wd_ptr, lm_ptr, T,
+                              KVH, V, D, FFN, H, HD, GROUP, QKV_CHUNKS, BLOCK_T, BLOCK_H, RQ, RD,
+                              RF, PF_LINES, USE_ASM)
             run = wait_counter(ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, USE_ASM)
             if TRACE:
                 tl.store(tr + 1, globaltimer_ns(op, clock_ptr, USE_ASM))
