@@ -16,7 +16,7 @@ for s in $stages; do
              tests/test_megakernel.py tests/test_ops.py tests/test_models.py -p no:cacheprovider 2>&1 \
              | tee "$OUT/pytest_kernels.log" | tail -15 ;;
     sweep) timeout ${SWEEP_TIMEOUT:-420} python3 bench/sweep_mega.py ${SWEEP_ARGS:---model 1b} 2>&1 | grep -v -i warn \
-             | tee "$OUT/sweep_mega.log" | tail -20 ;;
+             | tee -a "$OUT/sweep_mega.log" | tail -20 ;;
     bench) FASTDECODE_COMMIT=$COMMIT timeout ${BENCH_TIMEOUT:-480} python3 bench/bench_decode.py \
              --models ${BENCH_MODELS:-1b,8b} --peers ${BENCH_PEERS:-fastdecode,mega,hf_eager,hf_compile} \
              --first-call 2>&1 | grep -v -i "warn\|cudagraph" | tail -16
