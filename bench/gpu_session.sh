@@ -21,27 +21,7 @@ for s in $stages; do
              --models ${BENCH_MODELS:-1b,8b} --peers ${BENCH_PEERS:-fastdecode,mega,hf_eager,hf_compile} \
              --first-call 2>&1 | grep -v -i "warn\|cudagraph" | tail -16
            cp bench/RESULTS.md bench/results/*.csv bench/results/*.png "$OUT/" ;;
-    trace) for m in ${TRACE_MODELS:-1b}; do timeout 150 python3 - $m <<'PY' 2>&1 | tail -12
-import os, sys, torch
-sys.path.insert(0, "bench")
-import fastdecode
-from fastdecode import trace as tr
-from shapes import random_model
-key = sys.argv[1]
-name, m = random_model(key)
-fm = fastdecode.from_hf(m, max_seq_len=256, mode="mega")
-fm(torch.randint(0, 1000, (1, 32), device="cuda"))
-fm.runtime.trace_decode(2)
-sched, trace = fm.runtime.trace_decode(1)
-evs = tr.events(sched, trace)
-out = os.environ.get("OUT", "/tmp/out")
-tr.chrome_json(evs, f"{out}/trace_{key}.json")
-tr.timeline_png(evs, f"{out}/trace_{key}.png", f"{name} decode step")
-span = max(e["end"] for e in evs) - min(e["start"] for e in evs)
-print(f"{name}: step span {span / 1e3:.1f} us over {sched.n_programs} programs")
-for op, r in tr.breakdown(evs).items():
-    print(f"{op:8s} tasks {r['tasks']:5d}  wait {r['wait'] / 1e3:9.1f} us  work {r['work'] / 1e3:9.1f} us")
-PY
-    done ;;
+    trace) for m in ${TRACE_MODELS:-1b}; do timeout 150 python3 bench/trace_step.py --model $m \
+             ${TRACE_ARGS:-} 2>&1 | grep -v -i warn | tail -40; done ;;
   esac
 done

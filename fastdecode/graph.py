@@ -42,9 +42,11 @@ class Tiling:
     rows_q: int           # rows per tile, K = q_dim (o_proj)
     rows_d: int           # rows per tile, K = d_model (gate|up, lm_head)
     rows_f: int           # rows per tile, K = ffn_dim (down_proj)
+    rows_g: int           # rows per tile of each of gate and up, K = d_model
     bk_q: int
     bk_d: int
     bk_f: int
+    bk_g: int
     num_warps: int
     qkv_pairs: int        # rotation pairs per QKV tile (BLOCK_H)
     qkv_chunks: int       # tiles per head
@@ -60,7 +62,8 @@ class Tiling:
         return triton.cdiv(self.T, block or self.block_t)
 
     def gemv_rows(self, op: Op) -> int:
-        return {Op.O_PROJ: self.rows_q, Op.DOWN: self.rows_f}.get(op, self.rows_d)
+        return {Op.O_PROJ: self.rows_q, Op.DOWN: self.rows_f,
+                Op.GATE_UP: self.rows_g}.get(op, self.rows_d)
 
     def gemv_tiles(self, op: Op, N: int) -> int:
         """Tiles of N output rows per token block."""
@@ -75,17 +78,18 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
     dims = (spec.q_dim, spec.d_model, spec.ffn_dim)
     if T == 1:
         st = stream or stream_config(device)
-        tiles = [st.tile(k) for k in dims]
+        tiles = [st.tile(k) for k in dims] + [st.tile(spec.d_model, 2)]
         rows, bks, warps = [t.block_n for t in tiles], [t.block_k for t in tiles], st.num_warps
     else:
         cfg = gemv_config(spec.d_model * 4, spec.d_model, T, device)
-        rows, bks, warps, st = [cfg.block_n] * 3, [cfg.block_k] * 3, cfg.num_warps, None
+        rows, bks, warps, st = [cfg.block_n] * 4, [cfg.block_k] * 4, cfg.num_warps, None
     pairs, qkv_bk, _, _ = qkv_tile(spec.head_dim, spec.qk_norm, T, spec.d_model, device,
                                    stream=st)
     block_s, block_tok = attention_config(spec.head_dim, spec.group, T)
     chunk, n_splits = split_plan(max_seq_len, spec.n_kv_heads, block_s)
     return Tiling(T=T, block_t=bt, stream=T == 1, rows_q=rows[0], rows_d=rows[1],
-                  rows_f=rows[2], bk_q=bks[0], bk_d=bks[1], bk_f=bks[2], num_warps=warps,
+                  rows_f=rows[2], rows_g=rows[3], bk_q=bks[0], bk_d=bks[1], bk_f=bks[2],
+                  bk_g=bks[3], num_warps=warps,
                   qkv_pairs=pairs, qkv_chunks=triton.cdiv(half, pairs), qkv_bk=qkv_bk,
                   attn_block_s=block_s, attn_block_tok=block_tok,
                   attn_chunk=chunk, n_splits=n_splits,

@@ -40,6 +40,23 @@ def breakdown(evs):
     return rows
 
 
+def phases(evs, layer: int, step: int = 0):
+    """Per op of one layer: how its tasks overlap in time -- (op, tasks, span from the first start
+    to the last end, spread of the start times, min / median / max task duration). A phase whose
+    span exceeds its bytes / bandwidth while its durations spread widely loses time to its
+    slowest program (the next phase waits for all of them)."""
+    rows = []
+    for op in [o.name for o in Op]:
+        es = [e for e in evs if e["op"] == op and e["layer"] == layer and e["step"] == step]
+        if not es or op in ("EMBED", "LM_HEAD", "CHOOSE") and layer != 0:
+            continue
+        d = sorted(e["end"] - e["ready"] for e in es)
+        st = [e["ready"] for e in es]
+        rows.append((op, len(es), max(e["end"] for e in es) - min(st), max(st) - min(st),
+                     d[0], d[len(d) // 2], d[-1]))
+    return rows
+
+
 def chrome_json(evs, path, scale_us=1e-3):
     """Chrome trace (chrome://tracing, Perfetto): one row per program; waits and work as slices."""
     out = []

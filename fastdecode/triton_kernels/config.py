@@ -59,8 +59,10 @@ class StreamConfig:
         """128-byte L2 lines prefetched per task."""
         return self.prefetch_kb * 8
 
-    def tile(self, K: int) -> TileConfig:
-        """rows (a power of two, 1 to 128) x block_k of a tile over rows of K elements: whole rows
+    def tile(self, K: int, parts: int = 1) -> TileConfig:
+        """rows (a power of two, 1 to 128) x block_k of a tile over rows of K elements, of
+        tile_elems / parts elements (parts=2: gate|up streams two matrices per piece, so every
+        op keeps the same bytes -- and registers -- in flight per piece): whole rows
         up to max_k, else the largest power-of-two chunk <= max_k that pads the row by <= 1/16:
         14336 = 7 x 2048 streams in 2048-chunks, not in 4 x 4096 with a half-masked last one
         (masked lanes cost no bandwidth, but registers and FMAs)."""
@@ -69,7 +71,7 @@ class StreamConfig:
             bk = self.max_k
             while bk > 16 and (triton.cdiv(K, bk) * bk - K) * 16 > K:
                 bk //= 2
-        r = max(1, self.tile_elems // bk)
+        r = max(1, self.tile_elems // parts // bk)
         return TileConfig(min(128, 1 << (r.bit_length() - 1)), bk, self.num_warps)
 
 

@@ -168,7 +168,7 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
     BT = block_t(T)
     if stream is not None:
         assert T == 1, "the stream is the decode (T=1) path"
-        cfg = stream.tile(K)
+        cfg = stream.tile(K, 2 if swiglu else 1)
         per = stream.tiles
     else:
         cfg = config or gemv_config(N, K, T, x.device)

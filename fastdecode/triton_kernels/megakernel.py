@@ -94,7 +94,7 @@ def prefetch_rows(w_ptr, row0, row1, K, LINES: tl.constexpr, USE_ASM: tl.constex
 def prefetch_task(op, layer, a0, a1, a2, wqkv_ptr, wo_ptr, wgu_ptr, wd_ptr, lm_ptr, T, KVH, V,
                   D: tl.constexpr, FFN: tl.constexpr, H: tl.constexpr, HD: tl.constexpr,
                   GROUP, QKV_CHUNKS, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr,
-                  RQ: tl.constexpr, RD: tl.constexpr, RF: tl.constexpr,
+                  RQ: tl.constexpr, RD: tl.constexpr, RF: tl.constexpr, RG: tl.constexpr,
                   LINES: tl.constexpr, USE_ASM: tl.constexpr):
     """Request the first LINES x 128 B of a task's weights into L2 (its first rows: a task is a
     contiguous range of row tiles; gate|up and the QKV lo|hi halves are two ranges of LINES / 2).
@@ -108,9 +108,9 @@ def prefetch_task(op, layer, a0, a1, a2, wqkv_ptr, wo_ptr, wgu_ptr, wd_ptr, lm_p
                       USE_ASM)
     elif op == OP_GU:
         w = wgu_ptr + layer * 2 * FFN * D
-        hi = tl.minimum(a2 * RD, FFN)
-        prefetch_rows(w, a1 * RD, hi, D, LINES // 2, USE_ASM)
-        prefetch_rows(w + FFN * D, a1 * RD, hi, D, LINES // 2, USE_ASM)
+        hi = tl.minimum(a2 * RG, FFN)
+        prefetch_rows(w, a1 * RG, hi, D, LINES // 2, USE_ASM)
+        prefetch_rows(w + FFN * D, a1 * RG, hi, D, LINES // 2, USE_ASM)
     elif op == OP_LM:
         prefetch_rows(lm_ptr, a1 * RD, tl.minimum(a2 * RD, V), D, LINES, USE_ASM)
     elif op == OP_QKV:
@@ -138,7 +138,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                BIAS_QKV: tl.constexpr, QK_NORM: tl.constexpr, BIAS_O: tl.constexpr,
                BIAS_MLP: tl.constexpr, SAMPLE: tl.constexpr, BLOCK_T: tl.constexpr,
                STREAM: tl.constexpr, RQ: tl.constexpr, RD: tl.constexpr, RF: tl.constexpr,
-               KQ: tl.constexpr, KD: tl.constexpr, KF: tl.constexpr,
+               RG: tl.constexpr, KQ: tl.constexpr, KD: tl.constexpr, KF: tl.constexpr,
+               KG: tl.constexpr,
                BLOCK_H: tl.constexpr, QKV_CHUNKS: tl.constexpr, QKV_BK: tl.constexpr,
                GROUP: tl.constexpr,
                BLOCK_G: tl.constexpr, BLOCK_TOK: tl.constexpr, BLOCK_M: tl.constexpr,
@@ -150,7 +151,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     registers (bench/compile_check.py: 1B shape 255 registers with 48 B of spills when they were
     run-time values, 4 B as constexprs).
     STREAM: decode tiles (each task one stream of weight pieces: gemv_body); RQ/RD/RF rows
-    and KQ/KD/KF block K of the GEMV tiles whose rows have q_dim / d_model / ffn_dim elements.
+    and KQ/KD/KF block K of the GEMV tiles whose rows have q_dim / d_model / ffn_dim elements,
+    RG/KG those of gate and up (half a tile each: config.StreamConfig.tile).
     PF_LINES: 128-byte lines of each task's weights prefetched into L2 before its wait (0: off)."""
     pid = tl.program_id(0)
     qlen = tl.load(qlen_ptr + pid)
@@ -183,7 +185,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
             if PF_LINES > 0:
                 prefetch_task(op, layer, a0, a1, a2, wqkv_ptr, wo_ptr, wgu_ptr, wd_ptr, lm_ptr, T,
                               KVH, V, D, FFN, H, HD, GROUP, QKV_CHUNKS, BLOCK_T, BLOCK_H, RQ, RD,
-                              RF, PF_LINES, USE_ASM)
+                              RF, RG, PF_LINES, USE_ASM)
             run = wait_counter(ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, USE_ASM)
             if TRACE:
                 tl.store(tr + 1, globaltimer_ns(op, clock_ptr, USE_ASM))
@@ -218,7 +220,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                 elif op == OP_GU:
                     gemv_body(h_ptr, wgu_ptr + layer * 2 * FFN * D, mnorm_ptr + layer * D,
                               bgu_ptr + layer * 2 * FFN, h_ptr, act_ptr, T, FFN, D, D, D, FFN,
-                              eps, a1, a2, a0, True, BIAS_MLP, True, False, BLOCK_T, RD, KD, STREAM,
+                              eps, a1, a2, a0, True, BIAS_MLP, True, False, BLOCK_T, RG, KG, STREAM,
                               F32)
                 elif op == OP_LM:
                     lm_head_body(h_ptr, lm_ptr, fnorm_ptr, logits_ptr, pval_ptr, pidx_ptr,

@@ -1,0 +1,64 @@
+"""Trace one megakernel decode step of a random model shape and print where the time goes: per op
+the wait / work time per program over the step, then one layer's phases (span, start spread,
+task durations: see trace.phases). Saves the Chrome JSON and PNG timeline to --out.
+
+    python bench/trace_step.py --model 8b --layer 10 [--configs 8192/4/4096/2/0,8192/4/4096/2/128]
+"""
+import argparse
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fastdecode  # noqa: E402
+from fastdecode import trace as tr  # noqa: E402
+from fastdecode.triton_kernels.config import StreamConfig  # noqa: E402
+from shapes import random_model  # noqa: E402
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", default="1b")
+    p.add_argument("--layer", type=int, default=None, help="layer of the phase table (middle)")
+    p.add_argument("--configs", default=None,
+                   help="elements/warps/max K/per SM/prefetch KB,... (default: config.py's)")
+    p.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
+    args = p.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    name, model = random_model(args.model)
+    streams = [StreamConfig(*map(int, c.split("/")[:2]), per_sm=int(c.split("/")[3]),
+                            max_k=int(c.split("/")[2]), prefetch_kb=int(c.split("/")[4]))
+               for c in args.configs.split(",")] if args.configs else [None]
+    for stream in streams:
+        fm = fastdecode.from_hf(model, max_seq_len=256, mode="mega")
+        fm.runtime.mega_stream = stream
+        fm(torch.randint(0, 1000, (1, 32), device="cuda"))
+        fm.runtime.trace_decode(2)  # compile and warm
+        sched, trace = fm.runtime.trace_decode(1)
+        evs = tr.events(sched, trace)
+        tag = f"{args.model}" + (f"_pf{stream.prefetch_kb}" if stream else "")
+        tr.chrome_json(evs, f"{args.out}/trace_{tag}.json")
+        try:
+            tr.timeline_png(evs, f"{args.out}/trace_{tag}.png", f"{name} decode step")
+        except ImportError:
+            pass
+        span = max(e["end"] for e in evs) - min(e["start"] for e in evs)
+        P = sched.n_programs
+        print(f"{name} {stream or 'default stream'}: step span {span / 1e3:.1f} us, {P} programs")
+        print("  per program over the step (us):")
+        for op, r in tr.breakdown(evs).items():
+            print(f"    {op:8s} tasks {r['tasks']:5d}  wait {r['wait'] / 1e3 / P:7.1f}  "
+                  f"work {r['work'] / 1e3 / P:7.1f}")
+        layer = args.layer if args.layer is not None else fm.spec.n_layers // 2
+        print(f"  layer {layer} phases (us): span, start spread, task duration min/median/max")
+        for op, n, sp, spread, d0, dm, d1 in tr.phases(evs, layer):
+            print(f"    {op:8s} tasks {n:4d}  span {sp / 1e3:6.1f}  spread {spread / 1e3:5.1f}  "
+                  f"dur {d0 / 1e3:5.1f} / {dm / 1e3:5.1f} / {d1 / 1e3:5.1f}")
+        del fm
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
