@@ -6,7 +6,7 @@ before device time is spent. Kernels are compiled, never launched (outputs are g
 CI, where the interpreter would not notice code that only the compiler rejects): the megakernel
 for a decode step (T=1) and a prefill chunk (T=3), and the ops-mode kernels of both.
 
-    python bench/compile_check.py --model 8b [--elems 8192 --warps 4 --max-k 4096 --prefetch-kb 64]
+    python bench/compile_check.py --model 8b [--elems 8192 --warps 4 --max-k 4096]
     python bench/compile_check.py --family qwen3
 """
 import argparse
@@ -79,7 +79,6 @@ def main():
     p.add_argument("--elems", type=int, default=None)
     p.add_argument("--warps", type=int, default=None)
     p.add_argument("--max-k", type=int, default=None)
-    p.add_argument("--prefetch-kb", type=int, default=None)
     p.add_argument("--programs", type=int, default=132)
     args = p.parse_args()
     driver.set_active(CompileOnlyDriver())
@@ -98,8 +97,7 @@ def main():
         name += " (2 layers; sizes as the real model)"
     d = StreamConfig()
     stream = StreamConfig(args.elems or d.tile_elems, args.warps or d.num_warps,
-                          max_k=args.max_k or d.max_k,
-                          prefetch_kb=d.prefetch_kb if args.prefetch_kb is None else args.prefetch_kb)
+                          max_k=args.max_k or d.max_k)
     ids = torch.randint(0, 100, (4,))
     for mode in ("mega",) + (("ops",) if args.family else ()):
         fm = fastdecode.from_hf(model, max_seq_len=64, mode=mode)

@@ -1,13 +1,12 @@
 """Megakernel decode rate for a grid of decode stream tiles (config.StreamConfig: elements per
-weight tile, warps per program, longest K chunk, programs per SM, KB of each task's weights
-prefetched into L2 before its wait), in one run. One program per SM needs ~32-40 KB of loads in
+weight tile, warps per program, longest K chunk, programs per SM), in one run. One program per SM needs ~32-40 KB of loads in
 flight (4.8 TB/s x ~1 us / 132 SMs); the stream keeps two tiles in flight. Each variant is checked
 against ops mode before it is timed: teacher-forced decode logits (rel. error; the tiles reduce in
 another order than ops mode's, so greedy tokens may part at a near-tie) and the greedy tokens.
 
-    python bench/sweep_mega.py --model 8b --elems 8192,16384 --warps 4,8 --max-k 2048,4096 --per-sm 1,2 --prefetch-kb 0,64
-    python bench/sweep_mega.py --model 8b --configs 8192/4/4096/2/0,16384/8/4096/1/64   (a list
-        of elements/warps/max K/per SM/prefetch KB instead of the grid)
+    python bench/sweep_mega.py --model 8b --elems 8192,16384 --warps 4,8 --max-k 2048,4096 --per-sm 1,2
+    python bench/sweep_mega.py --model 8b --configs 8192/4/4096/2,16384/8/4096/1   (a list of
+        elements/warps/max K/per SM instead of the grid)
 """
 import argparse
 import itertools
@@ -40,8 +39,7 @@ def main():
     p.add_argument("--warps", default="8")
     p.add_argument("--max-k", default="4096")
     p.add_argument("--per-sm", default="1")
-    p.add_argument("--prefetch-kb", default="0")
-    p.add_argument("--configs", default=None, help="e/w/k/p/pf,... instead of the grid")
+    p.add_argument("--configs", default=None, help="e/w/k/p,... instead of the grid")
     p.add_argument("--new-tokens", type=int, default=160)
     args = p.parse_args()
     name, model = random_model(args.model)
@@ -59,11 +57,10 @@ def main():
         grid = [tuple(map(int, c.split("/"))) for c in args.configs.split(",")]
     else:
         grid = itertools.product(*(map(int, a.split(",")) for a in (
-            args.elems, args.warps, args.max_k, args.per_sm, args.prefetch_kb)))
-    for elems, nw, max_k, per_sm, pf in grid:
+            args.elems, args.warps, args.max_k, args.per_sm)))
+    for elems, nw, max_k, per_sm in grid:
         fm = fastdecode.from_hf(model, max_seq_len=256, mode="mega")
-        fm.runtime.mega_stream = StreamConfig(elems, nw, per_sm=per_sm, max_k=max_k,
-                                               prefetch_kb=pf)
+        fm.runtime.mega_stream = StreamConfig(elems, nw, per_sm=per_sm, max_k=max_k)
         try:
             err = float((teacher_forced(fm, ids, 24) - want_logits).norm() / want_logits.norm())
             same = fm.generate(ids, max_new_tokens=24, eos_token_id=[]) == want
@@ -72,18 +69,17 @@ def main():
             rate = decode_rate(lambda n: fm.generate(ids, max_new_tokens=n, eos_token_id=[]), 32,
                                args.new_tokens, 3)
         except Exception as e:
-            print(f"  {elems}/{nw}w/{max_k}/{per_sm}/pf {pf} failed: {type(e).__name__}: "
+            print(f"  {elems}/{nw}w/{max_k}/{per_sm} failed: {type(e).__name__}: "
                   f"{str(e)[:200]}", flush=True)
             continue
-        rows.append((rate, elems, nw, max_k, per_sm, pf, ok))
-        print(f"  {elems:6d} elements / {nw:2d} warps / max K {max_k} / {per_sm} per SM / "
-              f"prefetch {pf} KB: "
+        rows.append((rate, elems, nw, max_k, per_sm, ok))
+        print(f"  {elems:6d} elements / {nw:2d} warps / max K {max_k} / {per_sm} per SM: "
               f"{rate:8.1f} tok/s  {ok}", flush=True)
         del fm
         torch.cuda.empty_cache()
     print(f"\n{name} megakernel tiles, best first (ops + CUDA graph: {base:.1f} tok/s)")
-    for rate, elems, nw, max_k, per_sm, pf, ok in sorted(rows, reverse=True):
-        print(f"  {elems:6d} el / {nw:2d}w / max K {max_k} / {per_sm}/SM / pf {pf:3d} KB  {rate:8.1f} tok/s  "
+    for rate, elems, nw, max_k, per_sm, ok in sorted(rows, reverse=True):
+        print(f"  {elems:6d} el / {nw:2d}w / max K {max_k} / {per_sm}/SM  {rate:8.1f} tok/s  "
               f"{rate / base:5.2f}x ops  {ok}")
 
 

@@ -2,7 +2,7 @@
 the wait / work time per program over the step, then one layer's phases (span, start spread,
 task durations: see trace.phases). Saves the Chrome JSON and PNG timeline to --out.
 
-    python bench/trace_step.py --model 8b --layer 10 [--configs 8192/4/4096/2/0,8192/4/4096/2/128]
+    python bench/trace_step.py --model 8b --layer 10 [--configs 8192/4/4096/2,16384/4/4096/2]
 """
 import argparse
 import os
@@ -23,14 +23,15 @@ def main():
     p.add_argument("--model", default="1b")
     p.add_argument("--layer", type=int, default=None, help="layer of the phase table (middle)")
     p.add_argument("--configs", default=None,
-                   help="elements/warps/max K/per SM/prefetch KB,... (default: config.py's)")
+                   help="elements/warps/max K/per SM,... (default: config.py's)")
     p.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
     name, model = random_model(args.model)
-    streams = [StreamConfig(*map(int, c.split("/")[:2]), per_sm=int(c.split("/")[3]),
-                            max_k=int(c.split("/")[2]), prefetch_kb=int(c.split("/")[4]))
-               for c in args.configs.split(",")] if args.configs else [None]
+    streams = [None]
+    if args.configs:
+        streams = [StreamConfig(e, w, per_sm=p, max_k=k) for e, w, k, p in
+                   (map(int, c.split("/")) for c in args.configs.split(","))]
     for stream in streams:
         fm = fastdecode.from_hf(model, max_seq_len=256, mode="mega")
         fm.runtime.mega_stream = stream
@@ -38,7 +39,7 @@ def main():
         fm.runtime.trace_decode(2)  # compile and warm
         sched, trace = fm.runtime.trace_decode(1)
         evs = tr.events(sched, trace)
-        tag = f"{args.model}" + (f"_pf{stream.prefetch_kb}" if stream else "")
+        tag = args.model + (f"_{stream.tile_elems}_{stream.num_warps}w" if stream else "")
         tr.chrome_json(evs, f"{args.out}/trace_{tag}.json")
         try:
             tr.timeline_png(evs, f"{args.out}/trace_{tag}.png", f"{name} decode step")

@@ -56,7 +56,6 @@ class Tiling:
     attn_chunk: int       # keys per split
     n_splits: int
     emb_block: int
-    prefetch_lines: int = 0  # L2 lines of a task's weights requested before its wait
 
     def n_t(self, block=None):
         return triton.cdiv(self.T, block or self.block_t)
@@ -93,8 +92,7 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
                   qkv_pairs=pairs, qkv_chunks=triton.cdiv(half, pairs), qkv_bk=qkv_bk,
                   attn_block_s=block_s, attn_block_tok=block_tok,
                   attn_chunk=chunk, n_splits=n_splits,
-                  emb_block=min(1024, triton.next_power_of_2(spec.d_model)),
-                  prefetch_lines=st.prefetch_lines if st is not None else 0)
+                  emb_block=min(1024, triton.next_power_of_2(spec.d_model)))
 
 
 @dataclass

@@ -418,8 +418,8 @@ class Runtime:
             BLOCK_M=block_m, BLOCK_S=tg.attn_block_s,
             BLOCK_D=block_d, BLOCK_SP=merge_splits(tg.n_splits),
             EMB_BLOCK=tg.emb_block, MERGE_BLOCK=merge_block(n_vparts),
-            F32=INTERPRET or pw.dtype == torch.float32, PF_LINES=tg.prefetch_lines,
-            USE_ASM=not INTERPRET, TRACE=trace is not None, num_warps=tg.num_warps, **kw)
+            F32=INTERPRET or pw.dtype == torch.float32, USE_ASM=not INTERPRET,
+            TRACE=trace is not None, num_warps=tg.num_warps, **kw)
 
     def trace_decode(self, n_steps: int = 1):
         """Run n_steps decode steps of the megakernel with per-task timestamps (continuing the

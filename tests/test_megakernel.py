@@ -68,12 +68,11 @@ def test_vm_random_interleavings_match_torch(family):
 
 @pytest.mark.parametrize("family", ["qwen2", "qwen3"])
 @pytest.mark.parametrize("stream", [StreamConfig(64, 4, max_k=16),
-                                    StreamConfig(2048, 4, prefetch_kb=1)])
+                                    StreamConfig(2048, 4)])
 def test_decode_stream_tiles_match_torch(family, stream):
     """The decode tasks' stream tiles: K chunked (max_k=16 < every K of the tiny models: several
-    pieces per tile, odd K ends mid-chunk) and whole rows with many rows per tile, with each
-    task's first weights prefetched before its wait (the address arithmetic runs; the prefetch
-    itself is a GPU instruction); qkv bias and q/k norm epilogues. fp32 weights: only the summation order differs from torch mode."""
+    pieces per tile, odd K ends mid-chunk) and whole rows with many rows per tile; qkv bias and
+    q/k norm epilogues. fp32 weights: only the summation order differs from torch mode."""
     model = tiny_model(family)
     ids = torch.randint(0, 101, (1, 12), generator=torch.Generator().manual_seed(4))
     ref = fastdecode.from_hf(model, max_seq_len=32, mode="torch")

@@ -3,10 +3,11 @@
 prefetch_l2(ptrs, USE_ASM): `prefetch.global.L2 [a];` for every address of the tensor -- asks the
     memory system to bring the 128-byte line holding `a` into L2. It returns nothing the program
     waits for, holds no register after issue and is a hint only: no memory-ordering meaning (a
-    later ordinary load returns the current value whatever the prefetch saw). The megakernel
-    issues it for the first bytes of a task's weights *before* the task's dependency wait (the
-    weights never depend on it), so HBM keeps streaming through the wait and the task starts from
-    L2. Fallback (USE_ASM False, the interpreter): nothing.
+    later ordinary load returns the current value whatever the prefetch saw). Measured in the
+    megakernel twice -- the tile after next, and a task's first 32-128 KB before its dependency
+    wait -- and slower both times (config.StreamConfig says by how much); the megakernel holds
+    the first weight piece in registers before the wait instead. Kept, with its test, as the
+    hint to try where a stream has no registers to spare. Fallback (the interpreter): nothing.
 """
 import triton
 import triton.language as tl

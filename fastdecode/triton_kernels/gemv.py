@@ -68,12 +68,31 @@ def gemv_tile(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, T, N, K, stride_x, stri
 
 
 @triton.jit
+def stream_start(w_ptr, N, K, tile_lo, tile_hi, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                 TWO: tl.constexpr, STREAM: tl.constexpr):
+    """The first piece of a decode-stream task over row tiles [tile_lo, tile_hi) of W [N (x2 if
+    TWO: gate|up), K]: its weights only. They depend on nothing, so the megakernel requests them
+    before the task's dependency wait and the wait hides their latency. (0, 0) unless STREAM."""
+    if STREAM:
+        rows = tile_lo * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask_r = (rows < N) & (tile_hi > tile_lo)
+        w = weight_chunk(w_ptr, rows, mask_r, 0, K, BLOCK_K)
+        w2 = w
+        if TWO:
+            w2 = weight_chunk(w_ptr, rows + N, mask_r, 0, K, BLOCK_K)
+        return w, w2
+    else:
+        return 0, 0
+
+
+@triton.jit
 def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, stride_x, stride_res,
-              stride_out, eps, tile_lo, tile_hi, pid_t,
+              stride_out, eps, tile_lo, tile_hi, pid_t, w0, w20,
               NORM: tl.constexpr, BIAS: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
               BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
               STREAM: tl.constexpr, F32: tl.constexpr):
-    """Output tiles [tile_lo, tile_hi) of BLOCK_N rows for token block pid_t.
+    """Output tiles [tile_lo, tile_hi) of BLOCK_N rows for token block pid_t; (w0, w20): the
+    first piece from stream_start (STREAM) or ignored.
 
     STREAM (decode, T=1): the task is one continuous weight stream of (tile, K chunk) pieces;
     each iteration first requests the next piece (weights, activation chunk, and at a tile's
@@ -89,10 +108,7 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
         n_it = (tile_hi - tile_lo) * n_k
         rows = tile_lo * BLOCK_N + tl.arange(0, BLOCK_N)
         mask_r = (rows < N) & (n_it > 0)
-        w = weight_chunk(w_ptr, rows, mask_r, 0, K, BLOCK_K)  # requested before the activations
-        w2 = w
-        if SWIGLU:
-            w2 = weight_chunk(w_ptr, rows + N, mask_r, 0, K, BLOCK_K)
+        w, w2 = w0, w20  # requested before the activations (before the dependency wait)
         b, b2, r = epilogue_operands(bias_ptr, res_ptr, offs_t, mask_t, rows, mask_r, N,
                                      stride_res, BIAS, SWIGLU, RESIDUAL)
         if NORM:
@@ -142,9 +158,10 @@ def gemv_kernel(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, str
                 RESIDUAL: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr,
                 BLOCK_K: tl.constexpr, STREAM: tl.constexpr, F32: tl.constexpr):
     lo = tl.program_id(0) * tiles_per_program
+    hi = tl.minimum(lo + tiles_per_program, tl.cdiv(N, BLOCK_N))
+    w0, w20 = stream_start(w_ptr, N, K, lo, hi, BLOCK_N, BLOCK_K, SWIGLU, STREAM)
     gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, stride_x, stride_res,
-              stride_out, eps, lo, tl.minimum(lo + tiles_per_program, tl.cdiv(N, BLOCK_N)),
-              tl.program_id(1), NORM, BIAS, SWIGLU, RESIDUAL, BLOCK_T, BLOCK_N, BLOCK_K, STREAM,
+              stride_out, eps, lo, hi, tl.program_id(1), w0, w20, NORM, BIAS, SWIGLU, RESIDUAL, BLOCK_T, BLOCK_N, BLOCK_K, STREAM,
               F32)
 
 

@@ -18,7 +18,7 @@ import triton.language as tl
 
 from ._common import INTERPRET, next_x_chunk, row_dot, row_rstd, weight_chunk, x_chunk
 from .config import StreamConfig, gemv_config, merge_block
-from .gemv import block_t, gemv_tile
+from .gemv import block_t, gemv_tile, stream_start
 
 
 @triton.jit
@@ -46,12 +46,13 @@ def keep_best(best, bidx, vals, offs_t, offs_n, mask_n, V, seed, temp, SAMPLE: t
 
 @triton.jit
 def lm_head_body(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_ptr, temp_ptr,
-                 T, V, K, stride_x, stride_logits, eps, n_parts, tile_lo, tile_hi, part, pid_t,
+                 T, V, K, stride_x, stride_logits, eps, n_parts, tile_lo, tile_hi, part, pid_t, w0,
                  WRITE_LOGITS: tl.constexpr, CHOOSE: tl.constexpr, SAMPLE: tl.constexpr,
                  BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                  STREAM: tl.constexpr, F32: tl.constexpr):
     """Vocab tiles [tile_lo, tile_hi) of BLOCK_N rows for token block pid_t; one partial choice
-    per token row at pval/pidx[t, part]. STREAM (T=1): the decode stream of gemv_body."""
+    per token row at pval/pidx[t, part]. STREAM (T=1): the decode stream of gemv_body, w0 its
+    first piece (gemv.stream_start)."""
     offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
     mask_t = offs_t < T
     best = tl.full([BLOCK_T], float("-inf"), dtype=tl.float32)
@@ -64,8 +65,7 @@ def lm_head_body(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_pt
     if STREAM:
         n_k = tl.cdiv(K, BLOCK_K)
         n_it = (tile_hi - tile_lo) * n_k
-        rows = tile_lo * BLOCK_N + tl.arange(0, BLOCK_N)
-        w = weight_chunk(w_ptr, rows, (rows < V) & (n_it > 0), 0, K, BLOCK_K)  # before x
+        w = w0  # requested before x (before the dependency wait)
         rstd = row_rstd(x_ptr, stride_x, offs_t, mask_t, K, eps, BLOCK_K)[:, None]
         x = x_chunk(x_ptr, norm_ptr, 0, K, rstd, True, BLOCK_K)
         acc = tl.zeros([1, BLOCK_N], dtype=tl.float32)
@@ -111,10 +111,11 @@ def lm_head_kernel(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_
                    STREAM: tl.constexpr, F32: tl.constexpr):
     pid = tl.program_id(0)
     lo = pid * tiles_per_program
+    hi = tl.minimum(lo + tiles_per_program, tl.cdiv(V, BLOCK_N))
+    w0, _ = stream_start(w_ptr, V, K, lo, hi, BLOCK_N, BLOCK_K, False, STREAM)
     lm_head_body(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_ptr, temp_ptr,
-                 T, V, K, stride_x, stride_logits, eps, tl.num_programs(0), lo,
-                 tl.minimum(lo + tiles_per_program, tl.cdiv(V, BLOCK_N)), pid, tl.program_id(1),
-                 WRITE_LOGITS, CHOOSE, SAMPLE, BLOCK_T, BLOCK_N, BLOCK_K, STREAM, F32)
+                 T, V, K, stride_x, stride_logits, eps, tl.num_programs(0), lo, hi, pid,
+                 tl.program_id(1), w0, WRITE_LOGITS, CHOOSE, SAMPLE, BLOCK_T, BLOCK_N, BLOCK_K, STREAM, F32)
 
 
 @triton.jit

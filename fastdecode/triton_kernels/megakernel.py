@@ -2,8 +2,8 @@
 
 One program per SM (cooperative launch: an oversubscribed grid fails at launch instead of hanging).
 Program p walks its static queue (schedule.py) once per step; for each instruction (opcodes.py):
-    prefetch: (PF_LINES > 0) ask L2 for the first bytes of the task's weights (they never depend
-              on the wait: HBM keeps streaming while the program waits)
+    start:    a weight task (GEMV, QKV, lm_head) requests its first weight piece: weights never
+              depend on the wait, so their latency hides behind it
     wait:     spin on an acquire load of counters[wait] until >= (epoch + off) * producers
     run:      dispatch on the opcode to the same *_body functions the `ops` mode launches
     publish:  block barrier, one release add (GPU scope) to counters[signal]
@@ -22,13 +22,12 @@ import triton.language as tl
 
 from ..opcodes import WORDS, Op
 from ..ptx_inline.flags import ld_acquire_gpu
-from ..ptx_inline.memory import prefetch_l2
 from ..ptx_inline.timers import globaltimer_ns
 from .attention import attention_body, attn_merge_body
 from .embedding import embedding_body
-from .gemv import gemv_body
+from .gemv import gemv_body, stream_start
 from .lm_head import choose_merge_body, lm_head_body
-from .qkv_rope import qkv_rope_body, qkv_slot
+from .qkv_rope import qkv_rope_body, qkv_start
 
 OP_EMBED: tl.constexpr = tl.constexpr(int(Op.EMBED))
 OP_QKV: tl.constexpr = tl.constexpr(int(Op.QKV))
@@ -71,55 +70,23 @@ def wait_counter(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step,
 
 
 @triton.jit
-def residual_proj(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
+def ready(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, tr, clock_ptr, op,
+          USE_ASM: tl.constexpr, TRACE: tl.constexpr):
+    """A task's dependency wait (wait_counter), then its 'ready' timestamp."""
+    ok = wait_counter(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, USE_ASM)
+    if TRACE:
+        tl.store(tr + 1, globaltimer_ns(op, clock_ptr, USE_ASM))
+    return ok
+
+
+@triton.jit
+def residual_proj(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb, w0,
                   BIAS: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr,
                   BLOCK_K: tl.constexpr, STREAM: tl.constexpr, F32: tl.constexpr):
-    """h[:, tiles lo..hi] += x @ W^T (+ bias): o_proj and down_proj, the residual stream in place."""
-    gemv_body(x_ptr, w_ptr, w_ptr, b_ptr, h_ptr, h_ptr, T, D, K, K, D, D, eps, lo, hi, tb,
+    """h[:, tiles lo..hi] += x @ W^T (+ bias): o_proj and down_proj, the residual stream in place;
+    w0: the first weight piece (stream_start)."""
+    gemv_body(x_ptr, w_ptr, w_ptr, b_ptr, h_ptr, h_ptr, T, D, K, K, D, D, eps, lo, hi, tb, w0, w0,
               False, BIAS, False, True, BLOCK_T, BLOCK_N, BLOCK_K, STREAM, F32)
-
-
-@triton.jit
-def prefetch_rows(w_ptr, row0, row1, K, LINES: tl.constexpr, USE_ASM: tl.constexpr):
-    """Prefetch into L2 the first LINES 128-byte lines of rows [row0, row1) of a row-major
-    [*, K] matrix (one contiguous byte range; shorter ranges prefetch what they have)."""
-    EL: tl.constexpr = 1024 // w_ptr.dtype.element_ty.primitive_bitwidth  # elements per line
-    n = (row1 - row0).to(tl.int64) * K
-    if n > 0:
-        offs = tl.minimum(tl.arange(0, LINES).to(tl.int64) * EL, n - 1)
-        prefetch_l2(w_ptr + row0.to(tl.int64) * K + offs, USE_ASM)
-
-
-@triton.jit
-def prefetch_task(op, layer, a0, a1, a2, wqkv_ptr, wo_ptr, wgu_ptr, wd_ptr, lm_ptr, T, KVH, V,
-                  D: tl.constexpr, FFN: tl.constexpr, H: tl.constexpr, HD: tl.constexpr,
-                  GROUP, QKV_CHUNKS, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr,
-                  RQ: tl.constexpr, RD: tl.constexpr, RF: tl.constexpr, RG: tl.constexpr,
-                  LINES: tl.constexpr, USE_ASM: tl.constexpr):
-    """Request the first LINES x 128 B of a task's weights into L2 (its first rows: a task is a
-    contiguous range of row tiles; gate|up and the QKV lo|hi halves are two ranges of LINES / 2).
-    Issued before the task's dependency wait: the weights never depend on it, so HBM streams
-    through the wait and the task's first pieces come from L2."""
-    QD = H * HD
-    if op == OP_O:
-        prefetch_rows(wo_ptr + layer * D * QD, a1 * RQ, tl.minimum(a2 * RQ, D), QD, LINES, USE_ASM)
-    elif op == OP_DOWN:
-        prefetch_rows(wd_ptr + layer * D * FFN, a1 * RF, tl.minimum(a2 * RF, D), FFN, LINES,
-                      USE_ASM)
-    elif op == OP_GU:
-        w = wgu_ptr + layer * 2 * FFN * D
-        hi = tl.minimum(a2 * RG, FFN)
-        prefetch_rows(w, a1 * RG, hi, D, LINES // 2, USE_ASM)
-        prefetch_rows(w + FFN * D, a1 * RG, hi, D, LINES // 2, USE_ASM)
-    elif op == OP_LM:
-        prefetch_rows(lm_ptr, a1 * RD, tl.minimum(a2 * RD, V), D, LINES, USE_ASM)
-    elif op == OP_QKV:
-        j, c, _ = qkv_slot(a0, a1, tl.cdiv(T, BLOCK_T), H, KVH, GROUP, QKV_CHUNKS)
-        w = wqkv_ptr + (layer * (H + 2 * KVH) + j) * HD * D
-        lo = c * BLOCK_H
-        hi = tl.minimum(HD // 2, lo + (a2 - a1) * BLOCK_H)  # the rest of this head slot
-        prefetch_rows(w, lo, hi, D, LINES // 2, USE_ASM)
-        prefetch_rows(w + (HD // 2) * D, lo, hi, D, LINES // 2, USE_ASM)
 
 
 # run-time values that change between launches must not trigger Triton's integer specialisation
@@ -145,15 +112,14 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                BLOCK_G: tl.constexpr, BLOCK_TOK: tl.constexpr, BLOCK_M: tl.constexpr,
                BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_SP: tl.constexpr,
                EMB_BLOCK: tl.constexpr, MERGE_BLOCK: tl.constexpr, F32: tl.constexpr,
-               PF_LINES: tl.constexpr, USE_ASM: tl.constexpr, TRACE: tl.constexpr):
+               USE_ASM: tl.constexpr, TRACE: tl.constexpr):
     """Model sizes D, FFN, H, HD are constexpr (one compile per model): a decode tile over whole
     rows then folds its chunk loop away and keeps the activation row in registers, which spares
     registers (bench/compile_check.py: 1B shape 255 registers with 48 B of spills when they were
     run-time values, 4 B as constexprs).
     STREAM: decode tiles (each task one stream of weight pieces: gemv_body); RQ/RD/RF rows
     and KQ/KD/KF block K of the GEMV tiles whose rows have q_dim / d_model / ffn_dim elements,
-    RG/KG those of gate and up (half a tile each: config.StreamConfig.tile).
-    PF_LINES: 128-byte lines of each task's weights prefetched into L2 before its wait (0: off)."""
+    RG/KG those of gate and up (half a tile each: config.StreamConfig.tile)."""
     pid = tl.program_id(0)
     qlen = tl.load(qlen_ptr + pid)
     QKVN = (H + 2 * KVH) * HD
@@ -179,62 +145,85 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
             wc = tl.load(w + 5)
             target = (epoch + tl.load(w + 7)) * tl.load(w + 6)
             sig = tl.load(w + 8)
+            tr = trace_ptr + ((pid * n_steps + s) * LMAX + i) * 3
             if TRACE:
-                tr = trace_ptr + ((pid * n_steps + s) * LMAX + i) * 3
                 tl.store(tr, globaltimer_ns(op, clock_ptr, USE_ASM))
-            if PF_LINES > 0:
-                prefetch_task(op, layer, a0, a1, a2, wqkv_ptr, wo_ptr, wgu_ptr, wd_ptr, lm_ptr, T,
-                              KVH, V, D, FFN, H, HD, GROUP, QKV_CHUNKS, BLOCK_T, BLOCK_H, RQ, RD,
-                              RF, RG, PF_LINES, USE_ASM)
-            run = wait_counter(ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, USE_ASM)
-            if TRACE:
-                tl.store(tr + 1, globaltimer_ns(op, clock_ptr, USE_ASM))
-            if run == 1:
-                if op == OP_EMBED:
-                    for t in range(a0, a1):
-                        for c in range(0, tl.cdiv(D, EMB_BLOCK)):
-                            embedding_body(ids_ptr, emb_ptr, h_ptr, D, D, t, c, EMB_BLOCK)
-                elif op == OP_QKV:
-                    qkv_rope_body(h_ptr, wqkv_ptr + layer * QKVN * D, anorm_ptr + layer * D,
-                                  bqkv_ptr + layer * QKVN, qkn_ptr + layer * 2 * HD, cos_ptr,
-                                  sin_ptr, pos_ptr, q_ptr, kc_ptr + layer * KVH * S * HD,
-                                  vc_ptr + layer * KVH * S * HD, T, D, D, S, eps, H, KVH, HD,
-                                  a0, a1, a2, GROUP, QKV_CHUNKS, BIAS_QKV, QK_NORM, BLOCK_T,
-                                  BLOCK_H, QKV_BK, STREAM, F32)
-                elif op == OP_ATTN:
-                    attention_body(q_ptr, kc_ptr + layer * KVH * S * HD,
-                                   vc_ptr + layer * KVH * S * HD, opart_ptr, lse_ptr, pos_ptr,
-                                   T, TM, S, H, HD, tl.load(win_ptr + layer), scale, CHUNK,
-                                   a0, a1, a2, GROUP, BLOCK_G, BLOCK_TOK, BLOCK_M, BLOCK_S,
-                                   BLOCK_D, F32)
-                elif op == OP_MERGE:
-                    for t in range(0, T):
-                        attn_merge_body(opart_ptr, lse_ptr, attn_ptr, pos_ptr, T, TM, H, HD,
-                                        CHUNK, n_splits, t, a0, GROUP, BLOCK_G, BLOCK_SP, BLOCK_D)
-                elif op == OP_O:
-                    residual_proj(attn_ptr, wo_ptr + layer * D * QD, bo_ptr + layer * D, h_ptr,
-                                  T, D, QD, eps, a1, a2, a0, BIAS_O, BLOCK_T, RQ, KQ, STREAM, F32)
-                elif op == OP_DOWN:
-                    residual_proj(act_ptr, wd_ptr + layer * D * FFN, bd_ptr + layer * D, h_ptr,
-                                  T, D, FFN, eps, a1, a2, a0, BIAS_MLP, BLOCK_T, RF, KF, STREAM, F32)
-                elif op == OP_GU:
-                    gemv_body(h_ptr, wgu_ptr + layer * 2 * FFN * D, mnorm_ptr + layer * D,
-                              bgu_ptr + layer * 2 * FFN, h_ptr, act_ptr, T, FFN, D, D, D, FFN,
-                              eps, a1, a2, a0, True, BIAS_MLP, True, False, BLOCK_T, RG, KG, STREAM,
-                              F32)
-                elif op == OP_LM:
+            # weight tasks: first weight piece, then the wait; the others: the wait
+            if op == OP_QKV:
+                w_qkv = wqkv_ptr + layer * QKVN * D
+                lo0, hi0 = qkv_start(w_qkv, D, H, KVH, HD, a0, a1, a2, GROUP, QKV_CHUNKS,
+                                     BLOCK_H, QKV_BK, STREAM)
+                run = ready(ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, tr, clock_ptr,
+                            op, USE_ASM, TRACE)
+                if run == 1:
+                    qkv_rope_body(h_ptr, w_qkv, anorm_ptr + layer * D, bqkv_ptr + layer * QKVN,
+                                  qkn_ptr + layer * 2 * HD, cos_ptr, sin_ptr, pos_ptr, q_ptr,
+                                  kc_ptr + layer * KVH * S * HD, vc_ptr + layer * KVH * S * HD,
+                                  T, D, D, S, eps, H, KVH, HD, a0, a1, a2, lo0, hi0, GROUP,
+                                  QKV_CHUNKS, BIAS_QKV, QK_NORM, BLOCK_T, BLOCK_H, QKV_BK, STREAM,
+                                  F32)
+            elif op == OP_O:
+                w_o = wo_ptr + layer * D * QD
+                w0, _ = stream_start(w_o, D, QD, a1, a2, RQ, KQ, False, STREAM)
+                run = ready(ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, tr, clock_ptr,
+                            op, USE_ASM, TRACE)
+                if run == 1:
+                    residual_proj(attn_ptr, w_o, bo_ptr + layer * D, h_ptr, T, D, QD, eps, a1, a2,
+                                  a0, w0, BIAS_O, BLOCK_T, RQ, KQ, STREAM, F32)
+            elif op == OP_GU:
+                w_gu = wgu_ptr + layer * 2 * FFN * D
+                w0, w20 = stream_start(w_gu, FFN, D, a1, a2, RG, KG, True, STREAM)
+                run = ready(ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, tr, clock_ptr,
+                            op, USE_ASM, TRACE)
+                if run == 1:
+                    gemv_body(h_ptr, w_gu, mnorm_ptr + layer * D, bgu_ptr + layer * 2 * FFN,
+                              h_ptr, act_ptr, T, FFN, D, D, D, FFN, eps, a1, a2, a0, w0, w20,
+                              True, BIAS_MLP, True, False, BLOCK_T, RG, KG, STREAM, F32)
+            elif op == OP_DOWN:
+                w_d = wd_ptr + layer * D * FFN
+                w0, _ = stream_start(w_d, D, FFN, a1, a2, RF, KF, False, STREAM)
+                run = ready(ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, tr, clock_ptr,
+                            op, USE_ASM, TRACE)
+                if run == 1:
+                    residual_proj(act_ptr, w_d, bd_ptr + layer * D, h_ptr, T, D, FFN, eps, a1, a2,
+                                  a0, w0, BIAS_MLP, BLOCK_T, RF, KF, STREAM, F32)
+            elif op == OP_LM:
+                w0, _ = stream_start(lm_ptr, V, D, a1, a2, RD, KD, False, STREAM)
+                run = ready(ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, tr, clock_ptr,
+                            op, USE_ASM, TRACE)
+                if run == 1:
                     lm_head_body(h_ptr, lm_ptr, fnorm_ptr, logits_ptr, pval_ptr, pidx_ptr,
                                  seed_ptr, temp_ptr, T, V, D, D, V, eps, n_vparts, a1, a2,
-                                 a0 % n_vparts, a0 // n_vparts, True, True, SAMPLE, BLOCK_T, RD,
-                                 KD, STREAM, F32)
-                elif op == OP_CHOOSE:
-                    tok, step = choose_merge_body(pval_ptr, pidx_ptr, a0, T - 1, ids_ptr,
-                                                  hist_ptr, pos_ptr, step_ptr, seed_ptr, T,
-                                                  MERGE_BLOCK)
-                    stop = (step + 1 >= max_step).to(tl.int32)
-                    for k in range(0, n_eos):
-                        stop = stop | (tl.load(eos_ptr + k) == tok).to(tl.int32)
-                    tl.store(done_ptr, stop)
+                                 a0 % n_vparts, a0 // n_vparts, w0, True, True, SAMPLE, BLOCK_T,
+                                 RD, KD, STREAM, F32)
+            else:
+                run = ready(ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, tr, clock_ptr,
+                            op, USE_ASM, TRACE)
+                if run == 1:
+                    if op == OP_EMBED:
+                        for t in range(a0, a1):
+                            for c in range(0, tl.cdiv(D, EMB_BLOCK)):
+                                embedding_body(ids_ptr, emb_ptr, h_ptr, D, D, t, c, EMB_BLOCK)
+                    elif op == OP_ATTN:
+                        attention_body(q_ptr, kc_ptr + layer * KVH * S * HD,
+                                       vc_ptr + layer * KVH * S * HD, opart_ptr, lse_ptr, pos_ptr,
+                                       T, TM, S, H, HD, tl.load(win_ptr + layer), scale, CHUNK,
+                                       a0, a1, a2, GROUP, BLOCK_G, BLOCK_TOK, BLOCK_M, BLOCK_S,
+                                       BLOCK_D, F32)
+                    elif op == OP_MERGE:
+                        for t in range(0, T):
+                            attn_merge_body(opart_ptr, lse_ptr, attn_ptr, pos_ptr, T, TM, H, HD,
+                                            CHUNK, n_splits, t, a0, GROUP, BLOCK_G, BLOCK_SP,
+                                            BLOCK_D)
+                    elif op == OP_CHOOSE:
+                        tok, step = choose_merge_body(pval_ptr, pidx_ptr, a0, T - 1, ids_ptr,
+                                                      hist_ptr, pos_ptr, step_ptr, seed_ptr, T,
+                                                      MERGE_BLOCK)
+                        stop = (step + 1 >= max_step).to(tl.int32)
+                        for k in range(0, n_eos):
+                            stop = stop | (tl.load(eos_ptr + k) == tok).to(tl.int32)
+                        tl.store(done_ptr, stop)
+            if run == 1:
                 # publish: every thread's stores precede the barrier; the one release add after
                 # it makes them visible at GPU scope to any program that acquires the counter
                 tl.debug_barrier()

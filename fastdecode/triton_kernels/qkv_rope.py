@@ -38,14 +38,33 @@ def qkv_slot(g, u, n_t, H, KVH, GROUP, N_CHUNKS):
 
 
 @triton.jit
+def qkv_start(w_ptr, K, H, KVH, HD, g, u_lo, u_hi, GROUP, N_CHUNKS, BLOCK_H: tl.constexpr,
+              BLOCK_K: tl.constexpr, STREAM: tl.constexpr):
+    """The first piece of a decode-stream QKV task (tiles [u_lo, u_hi) of group g): the lo and hi
+    rows of its first tile, weights only -- requested before the task's dependency wait
+    (gemv.stream_start). (0, 0) unless STREAM (T=1: one token block)."""
+    if STREAM:
+        half = HD // 2
+        j, c, _ = qkv_slot(g, u_lo, 1, H, KVH, GROUP, N_CHUNKS)
+        offs_h = c * BLOCK_H + tl.arange(0, BLOCK_H)
+        mask_h = (offs_h < half) & (u_hi > u_lo)
+        w_lo = weight_chunk(w_ptr, j * HD + offs_h, mask_h, 0, K, BLOCK_K)
+        w_hi = weight_chunk(w_ptr, j * HD + half + offs_h, mask_h, 0, K, BLOCK_K)
+        return w_lo, w_hi
+    else:
+        return 0, 0
+
+
+@triton.jit
 def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_ptr, pos_ptr,
                   q_ptr, k_ptr, v_ptr, T, K, stride_x, S, eps, H, KVH, HD, g, u_lo, u_hi,
-                  GROUP, N_CHUNKS,
+                  w_lo0, w_hi0, GROUP, N_CHUNKS,
                   BIAS: tl.constexpr, QK_NORM: tl.constexpr, BLOCK_T: tl.constexpr,
                   BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, STREAM: tl.constexpr,
                   F32: tl.constexpr):
     """Tiles [u_lo, u_hi) of KV group g (qkv_slot): each is pairs [c*BLOCK_H, (c+1)*BLOCK_H) of
-    one head slot for one token block. STREAM (T=1): the decode stream of gemv_body -- the next
+    one head slot for one token block. STREAM (T=1): the decode stream of gemv_body (its first
+    piece w_lo0 / w_hi0 from qkv_start) -- the next
     (tile, K chunk) piece and, at a tile's end, the next tile's bias, norm weights and cos/sin
     are requested before the current piece is reduced."""
     half = HD // 2
@@ -59,8 +78,7 @@ def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_pt
         j, c, _ = qkv_slot(g, u_lo, n_t, H, KVH, GROUP, N_CHUNKS)
         offs_h = c * BLOCK_H + tl.arange(0, BLOCK_H)
         mask_h = (offs_h < half) & (n_it > 0)
-        w_lo = weight_chunk(w_ptr, j * HD + offs_h, mask_h, 0, K, BLOCK_K)  # before x
-        w_hi = weight_chunk(w_ptr, j * HD + half + offs_h, mask_h, 0, K, BLOCK_K)
+        w_lo, w_hi = w_lo0, w_hi0  # requested before x (before the dependency wait)
         opnd = qkv_operands(j, offs_t, mask_t, offs_h, mask_h, pos, bias_ptr, qk_norm_ptr, cos_ptr,
                             sin_ptr, H, HD, BIAS, QK_NORM)
         rstd = row_rstd(x_ptr, stride_x, offs_t, mask_t, K, eps, BLOCK_K)[:, None]
@@ -163,9 +181,12 @@ def qkv_rope_kernel(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_
     """Grid (KV groups, tile ranges of the group)."""
     per_group = (GROUP + 2) * n_chunks * tl.cdiv(T, BLOCK_T)
     lo = tl.program_id(1) * tiles_per_program
+    hi = tl.minimum(lo + tiles_per_program, per_group)
+    w_lo, w_hi = qkv_start(w_ptr, K, H, KVH, HD, tl.program_id(0), lo, hi, GROUP, n_chunks,
+                           BLOCK_H, BLOCK_K, STREAM)
     qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_ptr, pos_ptr,
                   q_ptr, k_ptr, v_ptr, T, K, stride_x, S, eps, H, KVH, HD, tl.program_id(0), lo,
-                  tl.minimum(lo + tiles_per_program, per_group), GROUP, n_chunks,
+                  hi, w_lo, w_hi, GROUP, n_chunks,
                   BIAS, QK_NORM, BLOCK_T, BLOCK_H, BLOCK_K, STREAM, F32)
 
 
