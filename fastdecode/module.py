@@ -15,12 +15,12 @@ from .spec import ModelSpec
 
 
 def _default_mode(device: torch.device) -> str:
-    # On CUDA: one Triton launch per op, a decode step replayed as a CUDA graph. The megakernel
-    # (mode="mega") beat it on the Llama-3.2-1B shape (1032 vs 986 tok/s at 7cc6fae) but not on
-    # Llama-3.1-8B (180 vs 211; bench/RESULTS.md), so it stays opt-in until it wins on both.
-    # On CPU the Triton interpreter is exact but slow, so the default is the torch reference
-    # ops (mode="ops" / "mega" still run every kernel there, for tests).
-    return "ops" if device.type == "cuda" else "torch"
+    # On CUDA: the persistent megakernel, faster than one launch per op replayed as a CUDA graph
+    # (mode="ops") on both shapes measured (H200, bench/sweep_mega.py at 7f52662: Llama-3.2-1B
+    # 1129 vs 997 tok/s, Llama-3.1-8B 225 vs 214; bench/RESULTS.md). On CPU the Triton interpreter
+    # is exact but slow, so the default is the torch reference ops (mode="ops" / "mega" still run
+    # every kernel there, for tests).
+    return "mega" if device.type == "cuda" else "torch"
 
 
 class FastModel(nn.Module):

@@ -27,24 +27,28 @@ class TileConfig:
 
 @dataclass(frozen=True)
 class StreamConfig:
-    """Decode (T=1) tiles of the megakernel's weight stream (gemv_body STREAM): each tile is
-    rows x block_k weights, about tile_elems elements, block_k = the row padded to a power of two
-    up to max_k (longer rows stream in chunks, so the activation chunk costs max_k / (32 x warps)
-    registers); num_warps and per_sm programs per SM (all resident: cooperative launch); tiles:
-    tiles per program when the stream is launched standalone (ops.gemv(stream=...)).
-    Default 8192 elements (16 KB bf16) at 4 warps, 2 programs per SM: bench/sweep_mega.py on an
-    H200 (2026-11-30, Llama-3.2-1B shape, a808606, whole rows): 8192/4w/2 per SM 1098 tok/s >
-    16384/8w/1 998 > 8192/8w/1 938 > 8192/4w/1 868 > 16384/4w/2 732 (spills: bench/compile_check.py
-    772 B). Two programs per SM overlap one's reductions with the other's loads; each keeps two
-    pieces in flight (Little's law asks >= 32 KB per SM: 4.8 TB/s x ~1 us / 132 SMs). Whole rows
-    of 14336 (Llama-3.1-8B down_proj) at 4 warps held 128 registers of activations and ran that
-    op at 1.9 TB/s (trace at 7cc6fae): hence max_k. An L2 prefetch of the tile after next
-    measured slower (fa53434, 16384/8w: 1002 tok/s without, 934 with).
-    Prefetching each task's first 32-128 KB of weights into L2 (prefetch.global.L2) before its
-    dependency wait measured slower (ddb7ef0, Llama-3.1-8B 197.3 / 197.3 / 195.4 tok/s at 0 /
-    32 / 128 KB; 7721f60 16384 elements: 218.0 without, 207.1 with 128 KB): the megakernel
-    instead holds the first piece in registers before the wait (gemv.stream_start)."""
-    tile_elems: int = 8192
+    """Decode (T=1) tiles of the megakernel's weight stream (gemv_body STREAM): each piece is
+    rows x block_k weights, about tile_elems elements (gate|up: two matrices of half as many),
+    block_k = the row padded to a power of two up to max_k (longer rows stream in chunks, so the
+    activation chunk costs max_k / (32 x warps) registers); num_warps and per_sm programs per SM
+    (all resident: cooperative launch); tiles: tiles per program when the stream is launched
+    standalone (ops.gemv(stream=...)).
+    Default 16384 elements (32 KB bf16) at 4 warps, 2 programs per SM, max K 4096:
+    bench/sweep_mega.py on an H200 (2026-11-30, 7f52662): Llama-3.1-8B 16384/4w/2 225.2 tok/s >
+    32768/8w/1 206.7 > 8192/4w/2 198.5; Llama-3.2-1B 16384/4w/2 1128.6 > 8192/4w/2 1091.4
+    (ops + CUDA graph 213.9 / 997.3). Bigger pieces keep more bytes in flight per SM (two
+    programs x two pieces = 128 KB, Little's law at ~4.5 TB/s and ~3 us loaded latency) and
+    amortize each piece's cross-warp reduction; compile_check: 255 registers, 40-72 B spills.
+    Two programs per SM overlap one's reductions with the other's loads. Whole rows of 14336
+    (Llama-3.1-8B down_proj) at 4 warps held 128 registers of activations and ran that op at
+    1.9 TB/s (trace at 7cc6fae): hence max_k (2048 instead measured slower: 199.8 vs 218.0 at
+    7721f60). Earlier (a808606, whole rows, gate|up pieces of two full tiles): 1B 8192/4w/2 1098
+    > 16384/8w/1 998 > 8192/8w/1 938 > 8192/4w/1 868 > 16384/4w/2 732 (772 B of spills).
+    L2 prefetches measured slower: the tile after next (fa53434, 16384/8w: 1002 tok/s without,
+    934 with) and each task's first 32-128 KB before its dependency wait (ddb7ef0 8B 197.3 /
+    197.3 / 195.4 at 0 / 32 / 128 KB; 7721f60: 218.0 without, 207.1 with 128 KB); the megakernel
+    instead holds each task's first piece in registers across the wait (gemv.stream_start)."""
+    tile_elems: int = 16384
     num_warps: int = 4
     tiles: int = 1
     per_sm: int = 2
