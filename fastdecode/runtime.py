@@ -136,6 +136,11 @@ class Runtime:
                              f"{mode!r}); the megakernel's in-kernel all-reduce is not built yet")
         self.pw, self.spec, self.mode = pw, pw.spec, mode
         self.cuda = pw.device.type == "cuda"
+        if mode in ("ops", "mega") and not self.cuda and not INTERPRET:
+            raise ValueError(f"mode={mode!r} runs Triton kernels, which need the weights on a CUDA "
+                             f"device (they are on {pw.device}); move the model to the GPU, or "
+                             "use mode='torch' (Triton's CPU interpreter, TRITON_INTERPRET=1 "
+                             "before importing fastdecode, runs them exactly but slowly)")
         # (not yet with tensor parallelism: the collectives would have to be captured too)
         self.cuda_graph = cuda_graph and self.cuda and mode == "ops" and not self.tp
         # tokens per prefill step: the megakernel's T>1 tiles pad M to 16 (one tl.dot row block)
@@ -363,9 +368,10 @@ class Runtime:
             from .schedule import build_schedule
             tiling = make_tiling(self.spec, T, self.max_seq_len, self.pw.device, self.mega_stream)
             graph = build_step(self.spec, tiling, self.n_programs)
-            if graph.n_vparts * T > self.state.pval.numel():
-                raise ValueError(f"{graph.n_vparts} lm_head tasks leave more vocab partials than "
-                                 "the state holds")
+            st, need = self.state, graph.n_vparts * T  # one partial choice per lm_head task and row
+            if need > st.pval.numel():
+                st.pval = torch.zeros(need, device=st.pval.device, dtype=st.pval.dtype)
+                st.pidx = torch.zeros(need, device=st.pidx.device, dtype=st.pidx.dtype)
             self._schedules[T] = build_schedule(graph, self.n_programs)
         return self._schedules[T]
 

@@ -73,8 +73,8 @@ def test_decode_stream_tiles_match_torch(family, stream):
     """The decode tasks' stream tiles: K chunked (max_k=16 < every K of the tiny models: several
     pieces per tile, odd K ends mid-chunk) and whole rows with many rows per tile; qkv bias and
     q/k norm epilogues. fp32 weights: only the summation order differs from torch mode."""
-    model = tiny_model(family)
-    ids = torch.randint(0, 101, (1, 12), generator=torch.Generator().manual_seed(4))
+    model = tiny_model(family).to(DEVICE)
+    ids = torch.randint(0, 101, (1, 12), generator=torch.Generator().manual_seed(4)).to(DEVICE)
     ref = fastdecode.from_hf(model, max_seq_len=32, mode="torch")
     want = torch.cat([ref(ids[:, :8])[0]] + [ref(ids[:, t:t + 1])[0] for t in range(8, 12)])
     fm = fastdecode.from_hf(model, max_seq_len=32, mode="mega")
@@ -102,8 +102,11 @@ def test_multi_step_launch_and_eos_inside_chunk():
 
 
 def test_forced_missing_producer_times_out():
+    """Serial mode (one program, also on a GPU): its first blocked wait is on the dropped task's
+    counter. (With many programs, one that has no task before it may time out first elsewhere.)"""
     model = tiny_model("qwen3").to(DEVICE)
     fm = fastdecode.from_hf(model, max_seq_len=32, mode="mega")
+    fm.runtime.n_programs = 1
     drop_encoded_task(fm.runtime, 1, "DOWN")
     with pytest.raises(fastdecode.MegakernelTimeout, match="down"):
         fm(torch.tensor([[1]], device=DEVICE))

@@ -30,7 +30,7 @@ def _prefetch_copy_kernel(src, dst, n, BLOCK: tl.constexpr, USE_ASM: tl.constexp
 @triton.jit
 def _timer_kernel(out, clock, spins, USE_ASM: tl.constexpr):
     t0 = globaltimer_ns(spins, clock, USE_ASM)
-    acc = 0
+    acc = tl.load(out + 2)  # int64, as the loop's loads
     for i in range(0, spins):
         acc += tl.load(out + 2 + (i % 2), volatile=True)
     t1 = globaltimer_ns(spins + acc * 0, clock, USE_ASM)
