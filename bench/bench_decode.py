@@ -140,24 +140,17 @@ def save_checkpoint(key, path):
 
 
 def first_token_latency(ckpt, cache_dir, mode):
-    """What a user waits for in a fresh process: start -> first generated token of
-    fastdecode.from_pretrained(ckpt) (imports, reading the safetensors, packing, compiling or
-    loading the kernels from the Triton cache dir, prefill, one token). -> (seconds, seconds
-    after the imports)."""
-    code = ("import time;t0=time.time();import torch,fastdecode;t1=time.time();"
-            f"fm=fastdecode.from_pretrained({ckpt!r},max_seq_len=64,mode={mode!r});"
-            "ids=torch.tensor([[1,2,3]],device='cuda');"
-            "fm.generate(ids,max_new_tokens=1);torch.cuda.synchronize();"
-            "print('FIRST',time.time()-t0,time.time()-t1)")
+    """bench/first_call.py in a fresh process with TRITON_CACHE_DIR=cache_dir -> (seconds from
+    process start, seconds after importing torch + fastdecode, its stage breakdown)."""
     env = dict(os.environ, TRITON_CACHE_DIR=cache_dir)
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         cwd=os.path.dirname(HERE))
+    out = subprocess.run([sys.executable, os.path.join(HERE, "first_call.py"), ckpt, mode],
+                         env=env, capture_output=True, text=True, cwd=os.path.dirname(HERE))
     line = [ln for ln in out.stdout.splitlines() if ln.startswith("FIRST")]
     if not line:
         print(out.stderr[-2000:])
         return None
-    _, total, after_imports = line[0].split()
-    return float(total), float(after_imports)
+    _, total, after_imports, stages = line[0].split(" ", 3)
+    return float(total), float(after_imports), stages
 
 
 def main():
@@ -211,7 +204,7 @@ def main():
     for (mode, cache), v in lat.items():
         if v:
             print(f"first token, {mode}, {cache} Triton cache: {v[0]:.1f} s from process start "
-                  f"({v[1]:.1f} s after importing torch + fastdecode)")
+                  f"({v[1]:.1f} s after importing torch + fastdecode: {v[2]})")
     with open(args.results_md, "a") as f:
         for r in rows:
             vs = f"{r['vs_compile']:.2f}x" if r["vs_compile"] else "-"

@@ -40,7 +40,7 @@ class VM:
 
     def _tokens(self, tb, block):
         T = self.tiling.T
-        return torch.arange(tb * block, min(T, (tb + 1) * block))
+        return torch.arange(tb * block, min(T, (tb + 1) * block), device=self.st.h.device)
 
     def execute(self, task, sampling):
         s, pw, st, tg = self.spec, self.pw, self.st, self.tiling
@@ -66,7 +66,8 @@ class VM:
                     p = self.pos + toks
                     y = R.rope(y, st.cos[p], st.sin[p])
                 y = y[:, 0]
-                sel = torch.arange(c * tg.qkv_pairs, min(half, (c + 1) * tg.qkv_pairs))
+                sel = torch.arange(c * tg.qkv_pairs, min(half, (c + 1) * tg.qkv_pairs),
+                                   device=st.h.device)
                 cols = torch.cat([sel, sel + half])
                 if is_q:
                     st.q[toks[:, None], j, cols[None]] = y[:, cols].to(dt)
@@ -97,7 +98,7 @@ class VM:
                  Op.LM_HEAD: s.vocab_size}[task.op]
             tb = a0 // self.n_vparts if task.op == Op.LM_HEAD else a0
             r = tg.gemv_rows(task.op)
-            rows = torch.arange(a1 * r, min(N, a2 * r))
+            rows = torch.arange(a1 * r, min(N, a2 * r), device=st.h.device)
             self._gemv_tile(task.op, l, self._tokens(tb, tg.block_t), rows)
         elif task.op == Op.CHOOSE:
             T = tg.T
