@@ -14,11 +14,54 @@ from .spec import UnsupportedModelError
 Getter = Callable[..., "torch.Tensor | None"]  # get(hf_name, index=None)
 
 
+class JsonConfig:
+    """A checkpoint's config.json as attributes, read without importing transformers (whose import
+    is seconds of a fresh process's first token: bench/first_call.py). A missing key raises
+    AttributeError, so ModelSpec.from_hf_config's getattr defaults apply -- the model classes'
+    defaults for the four supported families. transformers' save_pretrained writes every
+    model-specific key; load_config falls back to AutoConfig where a default would be derived
+    from other keys (layer_types from a sliding window) or differs by class (rms_norm_eps)."""
+
+    def __init__(self, d: dict):
+        self.__dict__.update(d)
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+    def __repr__(self):
+        return f"JsonConfig({json.dumps(self.__dict__, sort_keys=True)})"
+
+
+def _json_config_suffices(d: dict) -> bool:
+    windowed = d.get("sliding_window") and d.get("use_sliding_window", d["model_type"] == "mistral")
+    return "rms_norm_eps" in d and not (windowed and "layer_types" not in d)
+
+
 def load_config(path: str, gguf_file: str | None = None):
+    if gguf_file is None:
+        with open(os.path.join(path, "config.json")) as f:
+            d = json.load(f)
+        if isinstance(d, dict) and "model_type" in d and _json_config_suffices(d):
+            return JsonConfig(d)
     from transformers import AutoConfig
     if gguf_file is not None:
         return AutoConfig.from_pretrained(path, gguf_file=gguf_file)
     return AutoConfig.from_pretrained(path)
+
+
+def generation_defaults(config, path: str | None = None):
+    """The generation settings generate() falls back on, as transformers' GenerationConfig
+    (from_model_config, then generation_config.json over it) gives them, without importing
+    transformers: the model's EOS / BOS / PAD, everything else unset (None: generate() then
+    uses max_length 20, greedy decoding, temperature 1, no top-k / top-p, as transformers 5)."""
+    d = dict(max_length=None, max_new_tokens=None, do_sample=None, temperature=None, top_k=None,
+             top_p=None, eos_token_id=getattr(config, "eos_token_id", None),
+             bos_token_id=getattr(config, "bos_token_id", None),
+             pad_token_id=getattr(config, "pad_token_id", None))
+    if path is not None and os.path.exists(os.path.join(path, "generation_config.json")):
+        with open(os.path.join(path, "generation_config.json")) as f:
+            d.update(json.load(f))
+    return JsonConfig(d)
 
 
 def split_gguf_path(path: str) -> tuple[str, str | None]:
@@ -37,7 +80,9 @@ def split_gguf_path(path: str) -> tuple[str, str | None]:
     raise FileNotFoundError(f"{path}: neither a checkpoint folder nor a .gguf file")
 
 
-def safetensors_getter(folder: str) -> Getter:
+def safetensors_getter(folder: str, device="cpu") -> Getter:
+    """device: where safetensors puts each tensor it reads (a CUDA device: straight to the GPU,
+    no pageable host copy)."""
     from safetensors import safe_open
     index = os.path.join(folder, "model.safetensors.index.json")
     if os.path.exists(index):
@@ -58,7 +103,8 @@ def safetensors_getter(folder: str) -> Getter:
             fn = weight_map.get(key)
             if fn is not None:
                 if fn not in handles:
-                    handles[fn] = safe_open(os.path.join(folder, fn), framework="pt")
+                    handles[fn] = safe_open(os.path.join(folder, fn), framework="pt",
+                                            device=str(device))
                 if index is None:
                     return handles[fn].get_tensor(key)
                 return handles[fn].get_slice(key)[index]  # reads only the slice
@@ -123,13 +169,14 @@ def gguf_getter(path: str, config) -> Getter:
     return get
 
 
-def open_checkpoint(path: str):
-    """-> (hf_config, getter, default_dtype or None) for a safetensors folder or a GGUF file."""
+def open_checkpoint(path: str, device="cpu"):
+    """-> (config, getter, default_dtype or None) for a safetensors folder (tensors read onto
+    `device`) or a GGUF file (dequantized on the CPU)."""
     folder, gguf_file = split_gguf_path(path)
     config = load_config(folder, gguf_file)
     if gguf_file is not None:
         return config, gguf_getter(os.path.join(folder, gguf_file), config), None
-    return config, safetensors_getter(folder), getattr(config, "torch_dtype", None) \
+    return config, safetensors_getter(folder, device), getattr(config, "torch_dtype", None) \
         or getattr(config, "dtype", None)
 
 

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from .generate import _HARMLESS, run_generate, validate_ids
-from .loading import open_checkpoint, resolve_model_path
+from .loading import generation_defaults, open_checkpoint, resolve_model_path
 from .packing import FLOAT_DTYPES, dict_getter, pack
 from .runtime import MODES, Runtime, Sampling
 from .spec import ModelSpec
@@ -45,10 +45,7 @@ class FastModel(nn.Module):
         self.runtime = Runtime(weights, self.max_seq_len, self.mode, cuda_graph=cuda_graph,
                                collectives=collectives, vocab_size=self.spec.vocab_size)
         self.rank = 0 if collectives is None else collectives.rank
-        if generation_config is None:
-            from transformers import GenerationConfig
-            generation_config = GenerationConfig.from_model_config(config)
-        self.generation_config = generation_config
+        self.generation_config = generation_config or generation_defaults(config)
 
     @property
     def device(self) -> torch.device:
@@ -159,7 +156,7 @@ def from_pretrained(path_or_gguf: str, max_seq_len: int = 4096, device=None, mod
         "cuda" if torch.cuda.is_available() else "cpu")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("device='cuda' was asked but CUDA is not available on this machine")
-    config, get, ckpt_dtype = open_checkpoint(path)
+    config, get, ckpt_dtype = open_checkpoint(path, device)
     spec = ModelSpec.from_hf_config(config)
     if dtype is None:
         if isinstance(ckpt_dtype, str):
@@ -174,10 +171,7 @@ def from_pretrained(path_or_gguf: str, max_seq_len: int = 4096, device=None, mod
     if world > 1:
         from .distributed import TorchCollectives
         collectives = TorchCollectives(spec)
-    gen = None
-    if os.path.isdir(path) and os.path.exists(os.path.join(path, "generation_config.json")):
-        from transformers import GenerationConfig
-        gen = GenerationConfig.from_pretrained(path)
+    gen = generation_defaults(config, path if os.path.isdir(path) else None)
     return FastModel(pw, config, max_seq_len=max_seq_len, mode=mode, generation_config=gen,
                      collectives=collectives)
 

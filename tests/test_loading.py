@@ -63,3 +63,36 @@ def test_missing_tensor_and_bad_dtype_raise():
 def test_missing_checkpoint_raises():
     with pytest.raises(FileNotFoundError):
         fastdecode.from_pretrained("/nonexistent/model", device="cpu")
+
+
+QWEN2_WINDOWED = dict(use_sliding_window=True, sliding_window=6, max_window_layers=1)
+
+
+@pytest.mark.parametrize("family,overrides", [(f, {}) for f in
+                                              ["llama", "llama_bias_tied", "mistral", "qwen2",
+                                               "qwen3"]] + [("qwen2", QWEN2_WINDOWED)])
+def test_json_config_gives_the_autoconfig_spec(tmp_path, family, overrides):
+    """from_pretrained reads config.json without transformers (JsonConfig): every ModelSpec field
+    equals the one from transformers' AutoConfig, and so do the generation defaults generate()
+    falls back on. A Qwen2 sliding window derives its layer types from max_window_layers: when
+    config.json lacks layer_types, load_config uses AutoConfig."""
+    from transformers import AutoConfig, GenerationConfig
+
+    from fastdecode.loading import JsonConfig, generation_defaults, load_config
+    model = tiny_model(family, eos_token_id=7, **overrides)
+    model.save_pretrained(tmp_path)
+    got = load_config(str(tmp_path))
+    want = AutoConfig.from_pretrained(str(tmp_path))
+    assert ModelSpec.from_hf_config(got) == ModelSpec.from_hf_config(want)
+    if family == "llama":
+        assert isinstance(got, JsonConfig)
+    if overrides:  # what AutoConfig derives must survive a config.json without layer_types
+        assert ModelSpec.from_hf_config(want).layer_windows == (0, 6)
+    # what a transformers model loaded from the folder holds: its generation_config.json, else
+    # the settings derived from the model config
+    hf = GenerationConfig.from_pretrained(tmp_path) if (
+        tmp_path / "generation_config.json").exists() else GenerationConfig.from_model_config(want)
+    ours = generation_defaults(got, str(tmp_path))
+    for name in ("max_length", "max_new_tokens", "do_sample", "temperature", "top_k", "top_p",
+                 "eos_token_id"):
+        assert getattr(ours, name) == getattr(hf, name), name
