@@ -136,7 +136,8 @@ class Runtime:
                              f"{mode!r}); the megakernel's in-kernel all-reduce is not built yet")
         self.pw, self.spec, self.mode = pw, pw.spec, mode
         self.cuda = pw.device.type == "cuda"
-        if mode in ("ops", "mega") and not self.cuda and not INTERPRET:
+        if mode in ("ops", "mega") and not self.cuda and not INTERPRET and \
+                torch.cuda.is_available():
             raise ValueError(f"mode={mode!r} runs Triton kernels, which need the weights on a CUDA "
                              f"device (they are on {pw.device}); move the model to the GPU, or "
                              "use mode='torch' (Triton's CPU interpreter, TRITON_INTERPRET=1 "

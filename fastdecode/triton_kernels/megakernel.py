@@ -80,13 +80,20 @@ def ready(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, tr, clock_p
 
 
 @triton.jit
-def residual_proj(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb, w0,
+def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
+                  ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, tr, clock_ptr, op,
                   BIAS: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr,
-                  BLOCK_K: tl.constexpr, STREAM: tl.constexpr, F32: tl.constexpr):
-    """h[:, tiles lo..hi] += x @ W^T (+ bias): o_proj and down_proj, the residual stream in place;
-    w0: the first weight piece (stream_start)."""
-    gemv_body(x_ptr, w_ptr, w_ptr, b_ptr, h_ptr, h_ptr, T, D, K, K, D, D, eps, lo, hi, tb, w0, w0,
-              False, BIAS, False, True, BLOCK_T, BLOCK_N, BLOCK_K, STREAM, F32)
+                  BLOCK_K: tl.constexpr, STREAM: tl.constexpr, F32: tl.constexpr,
+                  USE_ASM: tl.constexpr, TRACE: tl.constexpr):
+    """o_proj / down_proj task: h[:, tiles lo..hi] += x @ W^T (+ bias), the residual stream in
+    place -- its first weight piece requested, then its wait (ready), then the stream."""
+    w0, _ = stream_start(w_ptr, D, K, lo, hi, BLOCK_N, BLOCK_K, False, STREAM)
+    run = ready(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, tr, clock_ptr, op,
+                USE_ASM, TRACE)
+    if run == 1:
+        gemv_body(x_ptr, w_ptr, w_ptr, b_ptr, h_ptr, h_ptr, T, D, K, K, D, D, eps, lo, hi, tb, w0,
+                  w0, False, BIAS, False, True, BLOCK_T, BLOCK_N, BLOCK_K, STREAM, F32)
+    return run
 
 
 # run-time values that change between launches must not trigger Triton's integer specialisation
@@ -163,13 +170,10 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                   QKV_CHUNKS, BIAS_QKV, QK_NORM, BLOCK_T, BLOCK_H, QKV_BK, STREAM,
                                   F32)
             elif op == OP_O:
-                w_o = wo_ptr + layer * D * QD
-                w0, _ = stream_start(w_o, D, QD, a1, a2, RQ, KQ, False, STREAM)
-                run = ready(ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, tr, clock_ptr,
-                            op, USE_ASM, TRACE)
-                if run == 1:
-                    residual_proj(attn_ptr, w_o, bo_ptr + layer * D, h_ptr, T, D, QD, eps, a1, a2,
-                                  a0, w0, BIAS_O, BLOCK_T, RQ, KQ, STREAM, F32)
+                run = residual_task(attn_ptr, wo_ptr + layer * D * QD, bo_ptr + layer * D, h_ptr,
+                                    T, D, QD, eps, a1, a2, a0, ctr_ptr, target, status_ptr,
+                                    max_spin, pid, i, wc, s, tr, clock_ptr, op, BIAS_O, BLOCK_T,
+                                    RQ, KQ, STREAM, F32, USE_ASM, TRACE)
             elif op == OP_GU:
                 w_gu = wgu_ptr + layer * 2 * FFN * D
                 w0, w20 = stream_start(w_gu, FFN, D, a1, a2, RG, KG, True, STREAM)
@@ -180,13 +184,10 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                               h_ptr, act_ptr, T, FFN, D, D, D, FFN, eps, a1, a2, a0, w0, w20,
                               True, BIAS_MLP, True, False, BLOCK_T, RG, KG, STREAM, F32)
             elif op == OP_DOWN:
-                w_d = wd_ptr + layer * D * FFN
-                w0, _ = stream_start(w_d, D, FFN, a1, a2, RF, KF, False, STREAM)
-                run = ready(ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, tr, clock_ptr,
-                            op, USE_ASM, TRACE)
-                if run == 1:
-                    residual_proj(act_ptr, w_d, bd_ptr + layer * D, h_ptr, T, D, FFN, eps, a1, a2,
-                                  a0, w0, BIAS_MLP, BLOCK_T, RF, KF, STREAM, F32)
+                run = residual_task(act_ptr, wd_ptr + layer * D * FFN, bd_ptr + layer * D, h_ptr,
+                                    T, D, FFN, eps, a1, a2, a0, ctr_ptr, target, status_ptr,
+                                    max_spin, pid, i, wc, s, tr, clock_ptr, op, BIAS_MLP, BLOCK_T,
+                                    RF, KF, STREAM, F32, USE_ASM, TRACE)
             elif op == OP_LM:
                 w0, _ = stream_start(lm_ptr, V, D, a1, a2, RD, KD, False, STREAM)
                 run = ready(ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, tr, clock_ptr,
