@@ -36,7 +36,8 @@ def main():
     if prof is not None:
         import pstats
         prof.disable()
-        pstats.Stats(prof).sort_stats("cumulative").print_stats(30)
+        pstats.Stats(prof).sort_stats("cumulative").print_stats(
+            "fastdecode|safetensors|cuda/__init__|triton/runtime", 30)
 
 
 if __name__ == "__main__":

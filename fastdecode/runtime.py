@@ -12,6 +12,8 @@ the next step's input and advances the position.
 """
 from __future__ import annotations
 
+import dataclasses
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -386,6 +388,23 @@ class Runtime:
             self.check_status()
 
     def _launch_mega(self, sched, n_steps, sampling, trace=None, clock=None):
+        """One launch of n_steps steps of `sched`. If the GPU cannot hold per_sm programs of this
+        kernel on every SM at once (registers or shared memory of another GPU or model), CUDA
+        refuses the cooperative launch before anything runs: retry with one program per SM."""
+        try:
+            self._launch_mega_once(sched, n_steps, sampling, trace, clock)
+        except RuntimeError as e:
+            stream = self.mega_stream or stream_config(None)
+            if "cooperative" not in str(e) or stream.per_sm == 1 or trace is not None or \
+                    self._n_programs:
+                raise
+            warnings.warn(f"megakernel: {e}; falling back to one program per SM")
+            self.mega_stream = dataclasses.replace(stream, per_sm=1)
+            self._schedules.clear()
+            self._counters.clear()
+            self._launch_mega(self.schedule(sched.graph.tiling.T), n_steps, sampling)
+
+    def _launch_mega_once(self, sched, n_steps, sampling, trace, clock):
         assert not sampling.filtered, "top-k / top-p steps run through _step_ops"
         st, pw, s, tg = self.state, self.pw, self.spec, sched.graph.tiling
         key = id(sched)

@@ -113,3 +113,21 @@ def test_mega_timeout_is_fast(llama1b):
     with pytest.raises(fastdecode.MegakernelTimeout, match="gu"):
         fm(torch.tensor([[1]], device="cuda"))
     assert time.perf_counter() - t0 < 1.0
+
+
+def test_mega_falls_back_to_one_program_per_sm(llama1b):
+    """Four 4-warp programs per SM need 4 x 128 x 255 registers, twice an SM's 64K: CUDA refuses
+    the cooperative launch before it runs, and the runtime retries with one program per SM. Its
+    tiles are the same, only spread over fewer programs, so the tokens equal a per_sm=1 run."""
+    from fastdecode.triton_kernels.config import StreamConfig
+    ids = torch.randint(0, 128256, (1, 12), device="cuda",
+                        generator=torch.Generator("cuda").manual_seed(2))
+    want = fastdecode.from_hf(llama1b, max_seq_len=64, mode="mega")
+    want.runtime.mega_stream = StreamConfig(per_sm=1)
+    want = want.generate(ids, max_new_tokens=20, eos_token_id=[])
+    fm = fastdecode.from_hf(llama1b, max_seq_len=64, mode="mega")
+    fm.runtime.mega_stream = StreamConfig(per_sm=4)
+    with pytest.warns(UserWarning, match="one program per SM"):
+        got = fm.generate(ids, max_new_tokens=20, eos_token_id=[])
+    assert fm.runtime.mega_stream.per_sm == 1
+    assert torch.equal(got, want)
