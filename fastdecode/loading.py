@@ -80,9 +80,7 @@ def split_gguf_path(path: str) -> tuple[str, str | None]:
     raise FileNotFoundError(f"{path}: neither a checkpoint folder nor a .gguf file")
 
 
-def safetensors_getter(folder: str, device="cpu") -> Getter:
-    """device: where safetensors puts each tensor it reads (a CUDA device: straight to the GPU,
-    no pageable host copy)."""
+def safetensors_getter(folder: str) -> Getter:
     from safetensors import safe_open
     index = os.path.join(folder, "model.safetensors.index.json")
     if os.path.exists(index):
@@ -103,8 +101,7 @@ def safetensors_getter(folder: str, device="cpu") -> Getter:
             fn = weight_map.get(key)
             if fn is not None:
                 if fn not in handles:
-                    handles[fn] = safe_open(os.path.join(folder, fn), framework="pt",
-                                            device=str(device))
+                    handles[fn] = safe_open(os.path.join(folder, fn), framework="pt")
                 if index is None:
                     return handles[fn].get_tensor(key)
                 return handles[fn].get_slice(key)[index]  # reads only the slice
@@ -169,14 +166,13 @@ def gguf_getter(path: str, config) -> Getter:
     return get
 
 
-def open_checkpoint(path: str, device="cpu"):
-    """-> (config, getter, default_dtype or None) for a safetensors folder (tensors read onto
-    `device`) or a GGUF file (dequantized on the CPU)."""
+def open_checkpoint(path: str):
+    """-> (config, getter, default_dtype or None) for a safetensors folder or a GGUF file."""
     folder, gguf_file = split_gguf_path(path)
     config = load_config(folder, gguf_file)
     if gguf_file is not None:
         return config, gguf_getter(os.path.join(folder, gguf_file), config), None
-    return config, safetensors_getter(folder, device), getattr(config, "torch_dtype", None) \
+    return config, safetensors_getter(folder), getattr(config, "torch_dtype", None) \
         or getattr(config, "dtype", None)
 
 

@@ -156,7 +156,7 @@ def from_pretrained(path_or_gguf: str, max_seq_len: int = 4096, device=None, mod
         "cuda" if torch.cuda.is_available() else "cpu")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("device='cuda' was asked but CUDA is not available on this machine")
-    config, get, ckpt_dtype = open_checkpoint(path, device)
+    config, get, ckpt_dtype = open_checkpoint(path)
     spec = ModelSpec.from_hf_config(config)
     if dtype is None:
         if isinstance(ckpt_dtype, str):
