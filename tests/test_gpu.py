@@ -19,6 +19,12 @@ def llama1b():
     return random_model("1b")[1]
 
 
+@pytest.fixture(scope="module", params=["1b", "8b"])
+def llama(request):
+    from shapes import random_model
+    return random_model(request.param)[1]
+
+
 def test_graph_equals_eager_and_deterministic(llama1b):
     ids = torch.randint(0, 128256, (1, 40), device="cuda",
                         generator=torch.Generator("cuda").manual_seed(1))
@@ -67,9 +73,9 @@ def test_families_bf16_on_gpu():
     for fam in FAMILIES:
         m = tiny_model(fam, dtype=torch.bfloat16).cuda()
         ids = torch.tensor([[3, 14, 15, 92, 65]], device="cuda")
-        fm = fastdecode.from_hf(m, max_seq_len=64)
+        fm = fastdecode.from_hf(m, max_seq_len=64, mode="ops")
         out = fm.generate(ids, max_new_tokens=16, eos_token_id=[])
-        eager = fastdecode.from_hf(m, max_seq_len=64, cuda_graph=False).generate(
+        eager = fastdecode.from_hf(m, max_seq_len=64, mode="ops", cuda_graph=False).generate(
             ids, max_new_tokens=16, eos_token_id=[])
         assert torch.equal(out, eager), fam
 
@@ -79,19 +85,21 @@ def _teacher_forced(fm, ids, prompt):
                      [fm(ids[:, t:t + 1])[0] for t in range(prompt, ids.shape[1])]).float()
 
 
-def test_mega_matches_ops_1b_and_is_deterministic(llama1b):
-    """All SMs, cooperative launch. Same op bodies as ops mode, but decode tasks use the stream
-    tiles (whole rows or 4096-wide chunks, vs ops mode's 4 x 1024 tiles), so fp32 sums run in
-    another order: each bf16 store of the residual stream, the activations and q/k/v then rounds
-    a few elements the other way (2^-9 relative each), and 16 layers compound that to a few 1e-3
-    (measured 4.4e-3 / 4.5e-3 at a808606 / a9a6ce0; ops vs the fp32 torch mode: 1.5e-2). 1e-2
-    bounds it; a wrong tile or a race gives O(1)."""
+def test_mega_matches_ops_and_is_deterministic(llama):
+    """Llama-3.2-1B and Llama-3.1-8B shapes, all SMs, cooperative launch. Same op bodies as ops
+    mode, but decode tasks use the stream tiles (whole rows or 4096-wide chunks, vs ops mode's
+    4 x 1024 tiles), so fp32 sums run in another order: each bf16 store of the residual stream,
+    the activations and q/k/v then rounds a few elements the other way (2^-9 relative each), and
+    the layers compound that to a few 1e-3 (1B, 16 layers: 4.4e-3 / 4.5e-3 at a808606 / a9a6ce0;
+    ops vs the fp32 torch mode: 1.5e-2). Twice the layers (8B) grow a random walk by ~sqrt(2):
+    ~6e-3 expected (bench/sweep_mega.py's 24-step check: 1.4e-2 for 8B vs 1.0e-2 for 1B). 1e-2
+    bounds both; a wrong tile or a race gives O(1)."""
     ids = torch.randint(0, 128256, (1, 40), device="cuda",
                         generator=torch.Generator("cuda").manual_seed(5))
-    ref = _teacher_forced(fastdecode.from_hf(llama1b, max_seq_len=128, mode="ops"), ids, 32)
+    ref = _teacher_forced(fastdecode.from_hf(llama, max_seq_len=128, mode="ops"), ids, 32)
     runs = []
     for _ in range(3):
-        fm = fastdecode.from_hf(llama1b, max_seq_len=128, mode="mega")
+        fm = fastdecode.from_hf(llama, max_seq_len=128, mode="mega")
         runs.append((_teacher_forced(fm, ids, 32),
                      fm.generate(ids[:, :8], max_new_tokens=40, eos_token_id=[])))
         del fm

@@ -126,6 +126,16 @@ def test_trace_records_every_task_in_order(tmp_path):
         assert [e["end"] for e in evs] == sorted(e["end"] for e in evs)
     rows = tr.breakdown(evs)
     assert rows["CHOOSE"]["tasks"] == 2 and sum(r["tasks"] for r in rows.values()) == len(evs)
+    # one layer's phases: every task of the layer's ops, spans no shorter than their tasks
+    phases = {op: (n, span, spread, d0, dm, d1) for op, n, span, spread, d0, dm, d1 in
+              tr.phases(evs, 1, step=1)}
+    per_layer = {}
+    for t in sched.graph.tasks:
+        if t.layer == 1 and t.op.name not in ("EMBED", "LM_HEAD", "CHOOSE"):
+            per_layer[t.op.name] = per_layer.get(t.op.name, 0) + 1
+    assert {op: v[0] for op, v in phases.items()} == per_layer
+    for n, span, spread, d0, dm, d1 in phases.values():
+        assert 0 <= spread <= span and d0 <= dm <= d1 <= span
     tr.chrome_json(evs, tmp_path / "t.json")
     back = tr.load_chrome_json(tmp_path / "t.json")  # the JSON holds every task and its wait
     key = lambda e: (e["program"], e["start"], e["op"])  # noqa: E731
