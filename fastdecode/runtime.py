@@ -144,8 +144,10 @@ class Runtime:
                              f"device (they are on {pw.device}); move the model to the GPU, or "
                              "use mode='torch' (Triton's CPU interpreter, TRITON_INTERPRET=1 "
                              "before importing fastdecode, runs them exactly but slowly)")
-        # (not yet with tensor parallelism: the collectives would have to be captured too)
-        self.cuda_graph = cuda_graph and self.cuda and mode == "ops" and not self.tp
+        # a CUDA graph of one ops-mode decode step: every ops step, and in mega mode the top-k /
+        # top-p steps (the megakernel samples with temperature only; those steps run the ops
+        # bodies). Not yet with tensor parallelism: the collectives would have to be captured too
+        self.cuda_graph = cuda_graph and self.cuda and mode in ("ops", "mega") and not self.tp
         # tokens per prefill step: the megakernel's T>1 tiles pad M to 16 (one tl.dot row block)
         self.max_chunk = max_chunk or (64 if self.cuda and mode == "ops" else 16)
         self.state = DecodeState(pw, max_seq_len, self.max_chunk, vocab_size)
@@ -375,6 +377,7 @@ class Runtime:
             if need > st.pval.numel():
                 st.pval = torch.zeros(need, device=st.pval.device, dtype=st.pval.dtype)
                 st.pidx = torch.zeros(need, device=st.pidx.device, dtype=st.pidx.dtype)
+                self._graphs.clear()  # captured with the old buffers
             self._schedules[T] = build_schedule(graph, self.n_programs)
         return self._schedules[T]
 

@@ -139,3 +139,19 @@ def test_mega_falls_back_to_one_program_per_sm(llama1b):
         got = fm.generate(ids, max_new_tokens=20, eos_token_id=[])
     assert fm.runtime.mega_stream.per_sm == 1
     assert torch.equal(got, want)
+
+
+def test_mega_top_p_steps_replay_a_cuda_graph(llama1b):
+    """mode="mega" (the CUDA default) with top-k / top-p -- what many models' generation configs
+    ask for -- runs those steps through the ops bodies, replayed as one CUDA graph per step:
+    the same draws as launching them one by one (same seed, same kernels)."""
+    ids = torch.randint(0, 128256, (1, 16), device="cuda",
+                        generator=torch.Generator("cuda").manual_seed(3))
+    kw = dict(max_new_tokens=24, do_sample=True, top_k=40, top_p=0.9, temperature=0.8, seed=7,
+              eos_token_id=[])
+    fm = fastdecode.from_hf(llama1b, max_seq_len=64, mode="mega")
+    assert fm.runtime.cuda_graph
+    got = fm.generate(ids, **kw)
+    want = fastdecode.from_hf(llama1b, max_seq_len=64, mode="mega", cuda_graph=False).generate(
+        ids, **kw)
+    assert torch.equal(got, want)
