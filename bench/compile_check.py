@@ -4,10 +4,13 @@ registers, spill bytes and compile time per kernel -- catches compile errors and
 before device time is spent. Kernels are compiled, never launched (outputs are garbage).
 --family compiles the tiny test models instead (tests/models.py; tests/test_compile.py runs it in
 CI, where the interpreter would not notice code that only the compiler rejects): the megakernel
-for a decode step (T=1) and a prefill chunk (T=3), and the ops-mode kernels of both.
+for a decode step (T=1) and a prefill chunk (T=3), and the ops-mode kernels of both. --ptx
+compiles the inline-PTX wrappers' test kernels (tests/test_ptx.py) with their asm paths on, so
+ptxas checks every wrapper's PTX.
 
     python bench/compile_check.py --model 8b [--elems 8192 --warps 4 --max-k 4096]
     python bench/compile_check.py --family qwen3
+    python bench/compile_check.py --ptx
 """
 import argparse
 import os
@@ -72,6 +75,20 @@ def ptxas_report(ptx: str, arch: str = "sm_90a") -> str:
             f"{spill.group(1) if spill else '?'}/{spill.group(2) if spill else '?'} B")
 
 
+def compile_ptx_tests():
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                    "tests"))
+    import test_ptx as t
+    i32, i64 = torch.zeros(64, dtype=torch.int32), torch.zeros(8, dtype=torch.int64)
+    bf16 = torch.zeros(64, dtype=torch.bfloat16)
+    t._acquire_kernel[(1,)](i32, i32, 64, USE_ASM=True)
+    t._prefetch_copy_kernel[(1,)](bf16, bf16, 64, BLOCK=512, USE_ASM=True)
+    t._timer_kernel[(1,)](i64, i64, 100, USE_ASM=True)
+    print("PTX wrapper test kernels, asm paths, sm_90a:")
+    for kname, (k, secs) in COMPILED.items():
+        print(f"  {kname:24s} {ptxas_report(k.asm['ptx'])}")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="1b")
@@ -80,9 +97,12 @@ def main():
     p.add_argument("--warps", type=int, default=None)
     p.add_argument("--max-k", type=int, default=None)
     p.add_argument("--programs", type=int, default=132)
+    p.add_argument("--ptx", action="store_true", help="the PTX wrappers' test kernels instead")
     args = p.parse_args()
     driver.set_active(CompileOnlyDriver())
     JITFunction.run = _compile_only(JITFunction.run)
+    if args.ptx:
+        return compile_ptx_tests()
     import fastdecode
     from fastdecode.triton_kernels.config import StreamConfig
     if args.family:

@@ -14,6 +14,11 @@ SHAPES = {
         rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                       "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
         rope_theta=500000.0, max_position_embeddings=131072, rms_norm_eps=1e-5)),
+    # the quickstart's model (python -m fastdecode generate --model smollm2): 9 heads, 3 KV heads
+    "smollm2": ("SmolLM2-135M", lambda: tf.LlamaConfig(
+        hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+        num_key_value_heads=3, vocab_size=49152, tie_word_embeddings=True, rope_theta=100000.0,
+        max_position_embeddings=8192, rms_norm_eps=1e-5)),
     "qwen3-8b": ("Qwen3-8B", lambda: tf.Qwen3Config(
         hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
         num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=False,

@@ -21,3 +21,15 @@ def test_kernels_compile_for_sm90(family):
     compiled = {line.split()[0] for line in out.stdout.splitlines()[1:]}
     assert {"megakernel", "gemv_kernel", "qkv_rope_kernel", "attention_kernel",
             "attn_merge_kernel", "lm_head_kernel", "choose_merge_kernel"} <= compiled, out.stdout
+
+
+def test_ptx_wrappers_compile_for_sm90():
+    """The asm path of every inline-PTX wrapper (interpreted CPU runs take the fallback), through
+    ptxas: a typo in a PTX string fails here, not on the GPU."""
+    env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=ROOT)
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "compile_check.py"),
+                          "--ptx"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    compiled = {line.split()[0] for line in out.stdout.splitlines()[1:]}
+    assert {"_acquire_kernel", "_prefetch_copy_kernel", "_timer_kernel"} <= compiled, out.stdout
+    assert " ? regs" not in out.stdout, out.stdout  # ptxas accepted each one
