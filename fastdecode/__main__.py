@@ -56,7 +56,7 @@ def _trace(args):
 
     fm = fastdecode.from_pretrained(args.model, max_seq_len=args.prompt_len + args.steps + 8,
                                     device=args.device, mode="mega")
-    ids = torch.randint(0, fm.spec.vocab_size, (1, args.prompt_len), device=fm.device,
+    ids = torch.randint(0, fm.spec.vocab_size, (1, args.prompt_len),
                         generator=torch.Generator().manual_seed(0)).to(fm.device)
     fm(ids)
     sched, trace = fm.runtime.trace_decode(args.steps)
@@ -71,6 +71,11 @@ def _trace(args):
     print(f"{'op':10s} {'tasks':>6s} {'wait ' + unit:>14s} {'work ' + unit:>14s}")
     for op, r in tr.breakdown(evs).items():
         print(f"{op:10s} {r['tasks']:6d} {r['wait']:14d} {r['work']:14d}")
+    layer = fm.spec.n_layers // 2
+    print(f"layer {layer}, step 0 ({unit}): span of each op, spread of its starts, task durations "
+          "min / median / max")
+    for op, n, span, spread, d0, dm, d1 in tr.phases(evs, layer):
+        print(f"{op:10s} {n:6d} span {span:10d} spread {spread:8d} dur {d0} / {dm} / {d1}")
     print(f"wrote {args.out}.json (chrome://tracing) and {args.out}.png")
 
 

@@ -22,3 +22,23 @@ def test_cli_rejects_missing_model():
                           "--prompt", "x"], capture_output=True, text=True, timeout=120,
                          cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
     assert out.returncode != 0 and "no such checkpoint" in out.stderr
+
+
+def test_cli_trace_tiny_checkpoint(tmp_path):
+    """python -m fastdecode trace: the megakernel's per-task timeline (serial on the CPU), the wait
+    / work table and one layer's phases, from a checkpoint folder."""
+    from models import tiny_model
+    tiny_model("qwen3").save_pretrained(tmp_path / "ck")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=ROOT)
+    out = subprocess.run([sys.executable, "-m", "fastdecode", "trace", "--model",
+                          str(tmp_path / "ck"), "--steps", "2", "--prompt-len", "5", "--device",
+                          "cpu", "--out", str(tmp_path / "trace")], capture_output=True,
+                         text=True, env=env, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    table, phases = out.stdout.split("layer 1")
+    rows = {line.split()[0]: line.split() for line in table.splitlines()[1:] if line.strip()}
+    assert rows["CHOOSE"][1] == "2"                       # one token choice per traced step
+    assert rows["GATE_UP"][1] == "4"                      # 2 layers x 2 steps, one program
+    layer = {line.split()[0]: line.split() for line in phases.splitlines()[1:] if line.strip()}
+    assert layer["GATE_UP"][1] == "1" and "QKV" in layer  # the layer's tasks in step 0
+    assert (tmp_path / "trace.json").exists()
