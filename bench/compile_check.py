@@ -5,8 +5,8 @@ before device time is spent. Kernels are compiled, never launched (outputs are g
 --family compiles the tiny test models instead (tests/models.py; tests/test_compile.py runs it in
 CI, where the interpreter would not notice code that only the compiler rejects): the megakernel
 for a decode step (T=1) and a prefill chunk (T=3), and the ops-mode kernels of both. --ptx
-compiles the inline-PTX wrappers' test kernels (tests/test_ptx.py) with their asm paths on, so
-ptxas checks every wrapper's PTX.
+compiles the inline-PTX wrappers' test kernels (tests/test_ptx.py) and the all-reduce with their
+asm paths on, so ptxas checks every wrapper's PTX.
 
     python bench/compile_check.py --model 8b [--elems 8192 --warps 4 --max-k 4096]
     python bench/compile_check.py --family qwen3
@@ -84,7 +84,9 @@ def compile_ptx_tests():
     t._acquire_kernel[(1,)](i32, i32, 64, USE_ASM=True)
     t._prefetch_copy_kernel[(1,)](bf16, bf16, 64, BLOCK=512, USE_ASM=True)
     t._timer_kernel[(1,)](i64, i64, 100, USE_ASM=True)
-    print("PTX wrapper test kernels, asm paths, sm_90a:")
+    from fastdecode.ops import PeerBuffers, all_reduce  # system-scope flags, peer pointers
+    all_reduce(torch.zeros(100), PeerBuffers.virtual(2, 100)[0])
+    print("PTX wrapper test kernels and the all-reduce, asm paths, sm_90a:")
     for kname, (k, secs) in COMPILED.items():
         print(f"  {kname:24s} {ptxas_report(k.asm['ptx'])}")
 

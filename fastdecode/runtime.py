@@ -21,6 +21,7 @@ import torch
 from . import _env  # noqa: F401
 from . import ops
 from . import reference as R
+from .errors import MegakernelTimeout
 from .packing import PackedWeights
 from .triton_kernels.attention import split_plan
 from .triton_kernels.config import (attention_blocks, attention_config, merge_block, merge_splits,
@@ -30,11 +31,6 @@ from .triton_kernels._common import INTERPRET
 from .triton_kernels.megakernel import STATUS_WORDS, megakernel
 
 MODES = ("torch", "vm", "ops", "mega")
-
-
-class MegakernelTimeout(RuntimeError):
-    """A megakernel wait exceeded its bound (a missing producer or a kernel bug); the kernel
-    exited instead of hanging the GPU. The message names the program, task, counter and step."""
 
 
 MAX_EOS = 16  # EOS ids the megakernel checks in-kernel

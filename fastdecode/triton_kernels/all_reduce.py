@@ -1,0 +1,153 @@
+"""Peer-to-peer all-reduce over symmetric buffers: tensor parallelism across the GPUs of one host.
+
+Every rank owns the same layout (PeerBuffers; on GPUs, PyTorch symmetric memory mapped into every
+peer over NVLink, addressed through a table of peer pointers):
+    data  [2 slots, world, capacity] fp32     flags [2 slots, world, chunks] int32
+Invocation e = 1, 2, ... of rank r; program c owns elements [c * BLOCK, (c + 1) * BLOCK):
+    push:   for every rank p: data_p[e % 2, r, chunk c] = x[chunk c] (fp32); block barrier; one
+            release store (system scope) flags_p[e % 2, r, c] = e
+    wait:   for every rank q: acquire loads (system scope) of its own flags[e % 2, q, c] until
+            >= e -- bounded: a rank that never signals makes the others record (rank, invocation)
+            and exit; the launcher raises MegakernelTimeout naming them
+    sum:    out[chunk c] = data[e % 2, 0, c] + data[e % 2, 1, c] + ... in fp32, in rank order,
+            so every rank adds the same numbers in the same order: bit-identical results
+Two slots suffice: rank r reaches invocation e + 2 (and overwrites slot e % 2 of its peers) only
+after seeing every rank's flag of e + 1, which each rank raises after finishing its sum of e.
+Programs never wait on each other: program c waits only for chunk c of every rank.
+Bytes (world W, n elements): each rank writes W x 4n over NVLink and reads W x 4n locally; an 8 KB
+bf16 vector at W=2 is 16 KB each way -- microseconds are latency (flag round trips), not bandwidth.
+PUSH / REDUCE (constexprs) split the phases so that virtual ranks in one process (the CPU tests)
+can run every rank's push before any rank's wait; a GPU launch runs both.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ..errors import MegakernelTimeout
+from ..ptx_inline.flags import ld_acquire_sys
+from ._common import INTERPRET
+
+STATUS_WORDS = 4  # [timed out, rank waited on, invocation, flag value seen]
+
+
+@triton.jit
+def all_reduce_body(x_ptr, out_ptr, n, data_tab, flag_tab, rank, world, epoch, cap, n_chunks,
+                    max_spin, status_ptr, c, PUSH: tl.constexpr, REDUCE: tl.constexpr,
+                    BLOCK: tl.constexpr, USE_ASM: tl.constexpr):
+    """Chunk c of one all-reduce invocation `epoch` by `rank` (module docstring). Returns 1, or
+    0 if a wait timed out (then out is not written)."""
+    slot = epoch % 2
+    offs = c * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    ok = 1
+    if PUSH:
+        x = tl.load(x_ptr + offs, mask=m, other=0.0).to(tl.float32)
+        row = (slot * world + rank).to(tl.int64)
+        for p in range(0, world):
+            data = tl.load(data_tab + p).to(tl.pointer_type(tl.float32))
+            tl.store(data + row * cap + offs, x, mask=m)
+        tl.debug_barrier()  # every thread's data stores precede the flag's release
+        for p in range(0, world):
+            flags = tl.load(flag_tab + p).to(tl.pointer_type(tl.int32))
+            tl.atomic_xchg(flags + row * n_chunks + c, epoch, sem="release", scope="sys")
+    if REDUCE:
+        flags = tl.load(flag_tab + rank).to(tl.pointer_type(tl.int32))
+        data = tl.load(data_tab + rank).to(tl.pointer_type(tl.float32))
+        acc = tl.zeros([BLOCK], dtype=tl.float32)
+        for q in range(0, world):
+            row = (slot * world + q).to(tl.int64)
+            v = ld_acquire_sys(flags + row * n_chunks + c, USE_ASM)
+            spins = 0
+            while (v < epoch) & (spins < max_spin):
+                v = ld_acquire_sys(flags + row * n_chunks + c, USE_ASM)
+                spins += 1
+            if v < epoch:
+                if ok == 1:
+                    zero = (v * 0).to(tl.int64)
+                    if tl.atomic_cas(status_ptr, zero, zero + 1) == 0:  # the first to time out
+                        tl.store(status_ptr + 1, zero + q)
+                        tl.store(status_ptr + 2, zero + epoch)
+                        tl.store(status_ptr + 3, zero + v)
+                ok = 0
+            acc += tl.load(data + row * cap + offs, mask=m, other=0.0)
+        if ok == 1:
+            tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=m)
+    return ok
+
+
+@triton.jit(do_not_specialize=["rank", "epoch", "max_spin"])
+def all_reduce_kernel(x_ptr, out_ptr, n, data_tab, flag_tab, rank, world, epoch, cap, n_chunks,
+                      max_spin, status_ptr, PUSH: tl.constexpr, REDUCE: tl.constexpr,
+                      BLOCK: tl.constexpr, USE_ASM: tl.constexpr):
+    all_reduce_body(x_ptr, out_ptr, n, data_tab, flag_tab, rank, world, epoch, cap, n_chunks,
+                    max_spin, status_ptr, tl.program_id(0), PUSH, REDUCE, BLOCK, USE_ASM)
+
+
+class PeerBuffers:
+    """One rank's view of the all-reduce's symmetric buffers: its own `data` / `flags` tensors
+    and the address tables of every rank's (data_tab / flag_tab, int64, on this rank's device),
+    plus the invocation count. Capacity: the longest vector it reduces; block: elements per
+    program (1024 on a GPU: 4 KB of fp32 per rank and program)."""
+
+    def __init__(self, data, flags, data_tab, flag_tab, rank: int, world: int, block: int):
+        self.data, self.flags, self.data_tab, self.flag_tab = data, flags, data_tab, flag_tab
+        self.rank, self.world, self.block = rank, world, block
+        self.capacity, self.n_chunks = data.shape[-1], flags.shape[-1]
+        self.epoch = 0
+        self.status = torch.zeros(STATUS_WORDS, device=data.device, dtype=torch.int64)
+        on_gpu = data.device.type == "cuda"
+        # GPU: ~1 us per system-scope poll -> about a second before a missing rank is reported
+        self.max_spin = (1 << 20) if on_gpu else 64
+
+    @staticmethod
+    def shapes(world: int, capacity: int, block: int):
+        n_chunks = triton.cdiv(capacity, block)
+        return (2, world, n_chunks * block), (2, world, n_chunks)
+
+    @classmethod
+    def virtual(cls, world: int, capacity: int, device="cpu", block: int | None = None):
+        """`world` ranks in one process (one address space): the CPU tests, or one GPU."""
+        block = block or (1024 if torch.device(device).type == "cuda" else 256)
+        dshape, fshape = cls.shapes(world, capacity, block)
+        data = [torch.zeros(dshape, device=device, dtype=torch.float32) for _ in range(world)]
+        flags = [torch.zeros(fshape, device=device, dtype=torch.int32) for _ in range(world)]
+        dtab = torch.tensor([d.data_ptr() for d in data], device=device, dtype=torch.int64)
+        ftab = torch.tensor([f.data_ptr() for f in flags], device=device, dtype=torch.int64)
+        return [cls(data[r], flags[r], dtab, ftab, r, world, block) for r in range(world)]
+
+
+def all_reduce(x: torch.Tensor, bufs: PeerBuffers, out: torch.Tensor | None = None, *,
+               push: bool = True, reduce: bool = True, check: bool = True) -> torch.Tensor:
+    """out = the sum over ranks of every rank's x, in fp32 in rank order (out: fp32 unless given;
+    the partial sums of tensor parallelism are added to the residual stream in fp32); every rank
+    calls it with its own PeerBuffers, the same number of times. push / reduce: run only one
+    phase (virtual ranks in one process: every rank pushes before any reduces; each phase
+    counts as the same invocation). check: read the status (a host sync) and raise
+    MegakernelTimeout naming a rank that never pushed; benchmarks pass False and check_status()."""
+    x = x.reshape(-1)
+    n = x.numel()
+    if n > bufs.capacity:
+        raise ValueError(f"all_reduce of {n} elements: the buffers hold {bufs.capacity}")
+    if out is None:
+        out = torch.empty(n, device=x.device, dtype=torch.float32)
+    if push:
+        bufs.epoch += 1
+    epoch = bufs.epoch
+    all_reduce_kernel[(triton.cdiv(n, bufs.block),)](
+        x, out, n, bufs.data_tab, bufs.flag_tab, bufs.rank, bufs.world, epoch, bufs.capacity,
+        bufs.n_chunks, bufs.max_spin, bufs.status, PUSH=push, REDUCE=reduce, BLOCK=bufs.block,
+        USE_ASM=not INTERPRET)
+    if reduce and check:
+        check_status(bufs)
+    return out
+
+
+def check_status(bufs: PeerBuffers):
+    """Raise MegakernelTimeout if an all-reduce of this rank timed out (syncs)."""
+    if int(bufs.status[0]):
+        _, q, e, v = bufs.status.tolist()
+        bufs.status.zero_()
+        raise MegakernelTimeout(f"all_reduce: rank {bufs.rank} waited for rank {q} at invocation "
+                                f"{e} (its flag read {v}); that rank never pushed its part")

@@ -1,0 +1,66 @@
+"""fastdecode.ops.all_reduce: the peer-to-peer all-reduce of tensor parallelism, on virtual ranks
+that share one address space (PeerBuffers.virtual): each rank's push writes every peer's buffer
+through the pointer tables, each rank's reduce waits for every rank's flag and sums in rank order.
+Exact: fp32 sums in rank order are what every rank must compute bit for bit."""
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import fastdecode
+from conftest import DEVICE
+from fastdecode.ops import PeerBuffers, all_reduce
+
+
+def rank_order_sum(xs):
+    out = xs[0].float().clone()
+    for x in xs[1:]:
+        out += x.float()
+    return out
+
+
+@given(world=st.integers(2, 4), n=st.sampled_from([1, 7, 255, 1000, 4099]),
+       dtype=st.sampled_from([torch.float32, torch.bfloat16]), seed=st.integers(0, 2**16))
+def test_all_reduce_matches_a_rank_order_sum(world, n, dtype, seed):
+    """Three invocations in a row (the slots rotate, flags keep growing): every rank ends with
+    the rank-order fp32 sum of the bf16 / fp32 parts, bit-identical on all ranks; odd sizes end
+    mid-chunk."""
+    bufs = PeerBuffers.virtual(world, 4099, DEVICE)
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(3):
+        xs = [torch.randn(n, generator=g).to(DEVICE, dtype) for _ in range(world)]
+        for r in range(world):
+            all_reduce(xs[r], bufs[r], push=True, reduce=False)
+        outs = [all_reduce(xs[r], bufs[r], push=False, reduce=True) for r in range(world)]
+        want = rank_order_sum(xs)
+        for out in outs:
+            assert torch.equal(out, want)
+
+
+def test_push_and_reduce_in_one_launch():
+    """The GPU path (push then wait in one kernel): the last rank runs both phases once the
+    others have pushed; the others then reduce."""
+    world, n = 3, 600
+    bufs = PeerBuffers.virtual(world, n, DEVICE)
+    xs = [torch.randn(n, device=DEVICE) for _ in range(world)]
+    for r in range(world - 1):
+        all_reduce(xs[r], bufs[r], reduce=False)
+    last = all_reduce(xs[-1], bufs[-1])
+    outs = [all_reduce(xs[r], bufs[r], push=False) for r in range(world - 1)] + [last]
+    for out in outs:
+        assert torch.equal(out, rank_order_sum(xs))
+
+
+def test_missing_rank_times_out_naming_it():
+    bufs = PeerBuffers.virtual(3, 64, DEVICE)
+    x = torch.ones(64, device=DEVICE)
+    all_reduce(x, bufs[0], reduce=False)
+    all_reduce(x, bufs[2], reduce=False)  # rank 1 never pushes
+    with pytest.raises(fastdecode.MegakernelTimeout, match="waited for rank 1 at invocation 1"):
+        all_reduce(x, bufs[0], push=False)
+
+
+def test_too_long_a_vector_is_refused():
+    bufs = PeerBuffers.virtual(2, 16, DEVICE)
+    with pytest.raises(ValueError, match="buffers hold"):
+        all_reduce(torch.ones(300, device=DEVICE), bufs[0])
