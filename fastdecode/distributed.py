@@ -140,3 +140,36 @@ def init(tp: int):
         torch.cuda.set_device(local)
         return rank, world, torch.device("cuda", local)
     return rank, world, torch.device("cpu")
+
+
+def peer_buffers(capacity: int, group=None, block: int = 1024):
+    """This rank's PeerBuffers for ops.all_reduce in PyTorch symmetric memory (CUDA, NVLink
+    peer-to-peer; multicast kept off): one symmetric allocation per rank -- fp32 data slots, then
+    the int32 flags -- and tables of every rank's mapped address of it. Collective: every rank of
+    `group` calls it with the same arguments. capacity: the longest vector reduced."""
+    import math
+    import os
+
+    import torch.distributed as dist
+    os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+    import torch.distributed._symmetric_memory as symm_mem
+
+    from .triton_kernels.all_reduce import PeerBuffers
+    group = group or dist.group.WORLD
+    world = dist.get_world_size(group)
+    dshape, fshape = PeerBuffers.shapes(world, capacity, block)
+    n_data, n_flags = math.prod(dshape), math.prod(fshape)
+    dev = torch.device("cuda", torch.cuda.current_device())
+    buf = symm_mem.empty(n_data + n_flags, dtype=torch.float32, device=dev)
+    if hasattr(symm_mem, "enable_symm_mem_for_group"):  # needed before rendezvous in torch < 2.8
+        symm_mem.enable_symm_mem_for_group(group.group_name)
+    handle = symm_mem.rendezvous(buf, group.group_name)
+    buf.zero_()  # flags start at 0: invocation 1 is the first a rank waits for
+    torch.cuda.synchronize()
+    dist.barrier(group)  # no rank pushes before every rank has zeroed its buffer
+    data = buf[:n_data].view(dshape)
+    flags = buf[n_data:].view(torch.int32).view(fshape)
+    ptrs = [int(p) for p in handle.buffer_ptrs]
+    data_tab = torch.tensor(ptrs, device=dev, dtype=torch.int64)
+    flag_tab = torch.tensor([p + 4 * n_data for p in ptrs], device=dev, dtype=torch.int64)
+    return PeerBuffers(data, flags, data_tab, flag_tab, dist.get_rank(group), world, block)

@@ -64,3 +64,22 @@ def test_too_long_a_vector_is_refused():
     bufs = PeerBuffers.virtual(2, 16, DEVICE)
     with pytest.raises(ValueError, match="buffers hold"):
         all_reduce(torch.ones(300, device=DEVICE), bufs[0])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+def test_two_gpus_over_symmetric_memory(tmp_path):
+    """Real ranks: torchrun, one GPU each, PyTorch symmetric memory (NVLink peer-to-peer, no
+    multicast); each rank's result equals the rank-order fp32 sum and every rank's bits agree."""
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root, NCCL_NVLS_ENABLE="0",
+               TORCH_SYMM_MEM_DISABLE_MULTICAST="1")
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                          os.path.join(root, "tests", "all_reduce_worker.py"), "2",
+                          str(tmp_path / "bad")], env=env, capture_output=True, text=True,
+                         timeout=300, cwd=root)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert [(tmp_path / f"bad.{r}").read_text() for r in range(2)] == ["0", "0"]

@@ -1,0 +1,109 @@
+"""All-reduce latency between the GPUs of one host at the sizes of batch-1 tensor parallelism
+(an 8 KB bf16 vector per Llama-3.1-8B residual add, 64 of them per token):
+    fastdecode.ops.all_reduce (symmetric memory, peer pointers; eager launches: its invocation
+        count lives on the host, so it is not replayed from a CUDA graph -- inside the
+        megakernel the step epoch will play that role)
+    NCCL all_reduce, eager and replayed from a CUDA graph (NVLS off)
+    torch symmetric memory one_shot_all_reduce
+Median microseconds per call over --iters back-to-back calls, timed on rank 0 between barriers;
+appends rows to bench/RESULTS.md. Run: torchrun --nproc-per-node 2 bench/bench_all_reduce.py
+"""
+import argparse
+import datetime
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from fastdecode.distributed import init, peer_buffers  # noqa: E402
+from fastdecode.ops import all_reduce  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def per_call_us(fn, iters, reps=5):
+    """Median over reps of (wall time of iters calls) / iters, all ranks started together."""
+    out = []
+    for _ in range(reps):
+        dist.barrier()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        torch.cuda.synchronize()
+        out.append((time.perf_counter() - t0) / iters * 1e6)
+    return statistics.median(out)
+
+
+def graphed(fn, iters):
+    """fn replayed from one CUDA graph of `iters` calls."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(iters):
+            fn()
+    return g.replay
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--kb", default="4,8,16,64")
+    p.add_argument("--iters", type=int, default=200)
+    args = p.parse_args()
+    rank, world, dev = init(int(os.environ.get("WORLD_SIZE", "2")))
+    import torch.distributed._symmetric_memory as symm_mem
+    group = dist.group.WORLD.group_name
+    sizes = [int(k) * 1024 // 2 for k in args.kb.split(",")]  # bf16 elements
+    bufs = peer_buffers(max(sizes))
+    rows = []
+    for n in sizes:
+        x = torch.randn(n, device=dev).to(torch.bfloat16)
+        out = torch.empty(n, device=dev, dtype=torch.float32)
+        sx = symm_mem.empty(n, dtype=torch.bfloat16, device=dev)
+        symm_mem.rendezvous(sx, group)
+        sx.copy_(x)
+        nc = x.clone()
+        peers = {
+            "fastdecode all_reduce (eager)": lambda: all_reduce(x, bufs, out, check=False),
+            "NCCL eager": lambda: dist.all_reduce(nc),
+            "NCCL CUDA graph": None,
+            "symm_mem one_shot_all_reduce": lambda: torch.ops.symm_mem.one_shot_all_reduce(
+                sx, "sum", group),
+        }
+        res = {}
+        for name, fn in peers.items():
+            if name == "NCCL CUDA graph":
+                replay = graphed(lambda: dist.all_reduce(nc), args.iters)
+                res[name] = per_call_us(replay, 1) / args.iters
+            else:
+                res[name] = per_call_us(fn, args.iters)
+        rows += [(n * 2 // 1024, name, us) for name, us in res.items()]
+    if rank == 0:
+        gpu = torch.cuda.get_device_name()
+        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+        commit = os.environ.get("FASTDECODE_COMMIT") or subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+            cwd=HERE).stdout.strip()
+        cmd = f"torchrun --nproc-per-node {world} bench/bench_all_reduce.py " + \
+            " ".join(sys.argv[1:])
+        print(f"{world} x {gpu}: all-reduce of a bf16 vector, median us per call")
+        with open(os.path.join(HERE, "RESULTS.md"), "a") as f:
+            for kb, name, us in rows:
+                print(f"  {kb:4d} KB  {name:32s} {us:8.2f} us")
+                f.write(f"| {stamp} | {world} x {gpu} | {commit} | all-reduce {kb} KB bf16 | "
+                        f"{name} | - | - | - | {us:.2f} us | `{cmd}` |\n")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+"""Run under torchrun by tests/test_all_reduce.py on 2+ GPUs: ops.all_reduce over symmetric
+memory (distributed.peer_buffers) against the rank-order fp32 sum of every rank's input (all-
+gathered by NCCL), for sizes 1 to 64K elements, bf16 and fp32, every rank bit-identical."""
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+from fastdecode.distributed import init, peer_buffers
+from fastdecode.ops import all_reduce
+
+world = int(sys.argv[1])
+rank, world, dev = init(world)
+bufs = peer_buffers(65536)
+bad = 0
+for i, n in enumerate([1, 7, 1000, 1024, 4099, 65536] * 2):
+    dtype = torch.bfloat16 if i % 2 else torch.float32
+    g = torch.Generator(device=dev).manual_seed(1000 * i + rank)
+    x = torch.randn(n, device=dev, generator=g).to(dtype)
+    got = all_reduce(x, bufs)
+    parts = [torch.empty_like(x) for _ in range(world)]
+    dist.all_gather(parts, x)
+    want = parts[0].float().clone()
+    for p in parts[1:]:
+        want += p.float()
+    same = [torch.empty_like(got) for _ in range(world)]
+    dist.all_gather(same, got)
+    bad += int(not torch.equal(got, want)) + int(not all(torch.equal(s, got) for s in same))
+with open(f"{sys.argv[2]}.{rank}", "w") as f:
+    f.write(str(bad))
+dist.destroy_process_group()
+os._exit(0)
