@@ -1,8 +1,7 @@
 """All-reduce latency between the GPUs of one host at the sizes of batch-1 tensor parallelism
 (an 8 KB bf16 vector per Llama-3.1-8B residual add, 64 of them per token):
-    fastdecode.ops.all_reduce (symmetric memory, peer pointers; eager launches: its invocation
-        count lives on the host, so it is not replayed from a CUDA graph -- inside the
-        megakernel the step epoch will play that role)
+    fastdecode.ops.all_reduce (symmetric memory, peer pointers), eager and replayed from a CUDA
+        graph (its invocation counts live on the GPU)
     NCCL all_reduce, eager and replayed from a CUDA graph (NVLS off)
     torch symmetric memory one_shot_all_reduce
 Median microseconds per call over --iters back-to-back calls, timed on rank 0 between barriers;
@@ -22,6 +21,7 @@ import torch.distributed as dist
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from fastdecode.distributed import init, peer_buffers  # noqa: E402
 from fastdecode.ops import all_reduce  # noqa: E402
+from fastdecode.triton_kernels.all_reduce import check_status  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -72,20 +72,18 @@ def main():
         symm_mem.rendezvous(sx, group)
         sx.copy_(x)
         nc = x.clone()
-        peers = {
-            "fastdecode all_reduce (eager)": lambda: all_reduce(x, bufs, out, check=False),
-            "NCCL eager": lambda: dist.all_reduce(nc),
-            "NCCL CUDA graph": None,
-            "symm_mem one_shot_all_reduce": lambda: torch.ops.symm_mem.one_shot_all_reduce(
-                sx, "sum", group),
+        ours = lambda: all_reduce(x, bufs, out, check=False)  # noqa: E731
+        nccl = lambda: dist.all_reduce(nc)  # noqa: E731
+        res = {
+            "fastdecode all_reduce, eager": per_call_us(ours, args.iters),
+            "fastdecode all_reduce, CUDA graph": per_call_us(graphed(ours, args.iters), 1)
+            / args.iters,
+            "NCCL, eager": per_call_us(nccl, args.iters),
+            "NCCL, CUDA graph": per_call_us(graphed(nccl, args.iters), 1) / args.iters,
+            "symm_mem one_shot_all_reduce": per_call_us(
+                lambda: torch.ops.symm_mem.one_shot_all_reduce(sx, "sum", group), args.iters),
         }
-        res = {}
-        for name, fn in peers.items():
-            if name == "NCCL CUDA graph":
-                replay = graphed(lambda: dist.all_reduce(nc), args.iters)
-                res[name] = per_call_us(replay, 1) / args.iters
-            else:
-                res[name] = per_call_us(fn, args.iters)
+        check_status(bufs)
         rows += [(n * 2 // 1024, name, us) for name, us in res.items()]
     if rank == 0:
         gpu = torch.cuda.get_device_name()

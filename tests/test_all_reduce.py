@@ -19,15 +19,16 @@ def rank_order_sum(xs):
     return out
 
 
-@given(world=st.integers(2, 4), n=st.sampled_from([1, 7, 255, 1000, 4099]),
+@given(world=st.integers(2, 4), ns=st.lists(st.sampled_from([1, 7, 255, 1000, 4099]),
+                                            min_size=3, max_size=3),
        dtype=st.sampled_from([torch.float32, torch.bfloat16]), seed=st.integers(0, 2**16))
-def test_all_reduce_matches_a_rank_order_sum(world, n, dtype, seed):
-    """Three invocations in a row (the slots rotate, flags keep growing): every rank ends with
-    the rank-order fp32 sum of the bf16 / fp32 parts, bit-identical on all ranks; odd sizes end
-    mid-chunk."""
+def test_all_reduce_matches_a_rank_order_sum(world, ns, dtype, seed):
+    """Three invocations in a row, of different sizes (the slots rotate; each program counts the
+    invocations that cover its chunk): every rank ends with the rank-order fp32 sum of the bf16 /
+    fp32 parts, bit-identical on all ranks; odd sizes end mid-chunk."""
     bufs = PeerBuffers.virtual(world, 4099, DEVICE)
     g = torch.Generator().manual_seed(seed)
-    for _ in range(3):
+    for n in ns:
         xs = [torch.randn(n, generator=g).to(DEVICE, dtype) for _ in range(world)]
         for r in range(world):
             all_reduce(xs[r], bufs[r], push=True, reduce=False)

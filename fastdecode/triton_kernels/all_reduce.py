@@ -3,7 +3,10 @@
 Every rank owns the same layout (PeerBuffers; on GPUs, PyTorch symmetric memory mapped into every
 peer over NVLink, addressed through a table of peer pointers):
     data  [2 slots, world, capacity] fp32     flags [2 slots, world, chunks] int32
-Invocation e = 1, 2, ... of rank r; program c owns elements [c * BLOCK, (c + 1) * BLOCK):
+Invocation e = 1, 2, ... of rank r; program c owns elements [c * BLOCK, (c + 1) * BLOCK) and
+counts its invocations itself (counts[c], this rank's device memory: nothing on the host, so a
+CUDA graph can replay it; every rank calls the same sequence of sizes, so every rank's program c
+agrees on e):
     push:   for every rank p: data_p[e % 2, r, chunk c] = x[chunk c] (fp32); block barrier; one
             release store (system scope) flags_p[e % 2, r, c] = e
     wait:   for every rank q: acquire loads (system scope) of its own flags[e % 2, q, c] until
@@ -17,7 +20,8 @@ Programs never wait on each other: program c waits only for chunk c of every ran
 Bytes (world W, n elements): each rank writes W x 4n over NVLink and reads W x 4n locally; an 8 KB
 bf16 vector at W=2 is 16 KB each way -- microseconds are latency (flag round trips), not bandwidth.
 PUSH / REDUCE (constexprs) split the phases so that virtual ranks in one process (the CPU tests)
-can run every rank's push before any rank's wait; a GPU launch runs both.
+can run every rank's push before any rank's wait (the push counts the invocation); a GPU launch
+runs both.
 """
 from __future__ import annotations
 
@@ -33,11 +37,15 @@ STATUS_WORDS = 4  # [timed out, rank waited on, invocation, flag value seen]
 
 
 @triton.jit
-def all_reduce_body(x_ptr, out_ptr, n, data_tab, flag_tab, rank, world, epoch, cap, n_chunks,
-                    max_spin, status_ptr, c, PUSH: tl.constexpr, REDUCE: tl.constexpr,
+def all_reduce_body(x_ptr, out_ptr, n, data_tab, flag_tab, count_ptr, rank, world, cap,
+                    n_chunks, max_spin, status_ptr, c, PUSH: tl.constexpr, REDUCE: tl.constexpr,
                     BLOCK: tl.constexpr, USE_ASM: tl.constexpr):
-    """Chunk c of one all-reduce invocation `epoch` by `rank` (module docstring). Returns 1, or
-    0 if a wait timed out (then out is not written)."""
+    """Chunk c of this rank's next all-reduce invocation (module docstring). Returns 1, or 0 if a
+    wait timed out (then out is not written)."""
+    epoch = tl.load(count_ptr + c)
+    if PUSH:
+        epoch += 1
+        tl.store(count_ptr + c, epoch)
     slot = epoch % 2
     offs = c * BLOCK + tl.arange(0, BLOCK)
     m = offs < n
@@ -77,25 +85,25 @@ def all_reduce_body(x_ptr, out_ptr, n, data_tab, flag_tab, rank, world, epoch, c
     return ok
 
 
-@triton.jit(do_not_specialize=["rank", "epoch", "max_spin"])
-def all_reduce_kernel(x_ptr, out_ptr, n, data_tab, flag_tab, rank, world, epoch, cap, n_chunks,
-                      max_spin, status_ptr, PUSH: tl.constexpr, REDUCE: tl.constexpr,
+@triton.jit(do_not_specialize=["rank", "max_spin"])
+def all_reduce_kernel(x_ptr, out_ptr, n, data_tab, flag_tab, count_ptr, rank, world, cap,
+                      n_chunks, max_spin, status_ptr, PUSH: tl.constexpr, REDUCE: tl.constexpr,
                       BLOCK: tl.constexpr, USE_ASM: tl.constexpr):
-    all_reduce_body(x_ptr, out_ptr, n, data_tab, flag_tab, rank, world, epoch, cap, n_chunks,
+    all_reduce_body(x_ptr, out_ptr, n, data_tab, flag_tab, count_ptr, rank, world, cap, n_chunks,
                     max_spin, status_ptr, tl.program_id(0), PUSH, REDUCE, BLOCK, USE_ASM)
 
 
 class PeerBuffers:
     """One rank's view of the all-reduce's symmetric buffers: its own `data` / `flags` tensors
     and the address tables of every rank's (data_tab / flag_tab, int64, on this rank's device),
-    plus the invocation count. Capacity: the longest vector it reduces; block: elements per
-    program (1024 on a GPU: 4 KB of fp32 per rank and program)."""
+    plus its programs' invocation counts (local). Capacity: the longest vector it reduces; block:
+    elements per program (1024 on a GPU: 4 KB of fp32 per rank and program)."""
 
     def __init__(self, data, flags, data_tab, flag_tab, rank: int, world: int, block: int):
         self.data, self.flags, self.data_tab, self.flag_tab = data, flags, data_tab, flag_tab
         self.rank, self.world, self.block = rank, world, block
         self.capacity, self.n_chunks = data.shape[-1], flags.shape[-1]
-        self.epoch = 0
+        self.counts = torch.zeros(self.n_chunks, device=data.device, dtype=torch.int32)
         self.status = torch.zeros(STATUS_WORDS, device=data.device, dtype=torch.int64)
         on_gpu = data.device.type == "cuda"
         # GPU: ~1 us per system-scope poll -> about a second before a missing rank is reported
@@ -122,23 +130,20 @@ def all_reduce(x: torch.Tensor, bufs: PeerBuffers, out: torch.Tensor | None = No
                push: bool = True, reduce: bool = True, check: bool = True) -> torch.Tensor:
     """out = the sum over ranks of every rank's x, in fp32 in rank order (out: fp32 unless given;
     the partial sums of tensor parallelism are added to the residual stream in fp32); every rank
-    calls it with its own PeerBuffers, the same number of times. push / reduce: run only one
+    calls it with its own PeerBuffers, with the same sequence of sizes. push / reduce: run only one
     phase (virtual ranks in one process: every rank pushes before any reduces; each phase
-    counts as the same invocation). check: read the status (a host sync) and raise
-    MegakernelTimeout naming a rank that never pushed; benchmarks pass False and check_status()."""
+    counts as the invocation). check: read the status (a host sync) and raise MegakernelTimeout
+    naming a rank that never pushed; CUDA graphs and benchmarks pass False and check_status()."""
     x = x.reshape(-1)
     n = x.numel()
     if n > bufs.capacity:
         raise ValueError(f"all_reduce of {n} elements: the buffers hold {bufs.capacity}")
     if out is None:
         out = torch.empty(n, device=x.device, dtype=torch.float32)
-    if push:
-        bufs.epoch += 1
-    epoch = bufs.epoch
     all_reduce_kernel[(triton.cdiv(n, bufs.block),)](
-        x, out, n, bufs.data_tab, bufs.flag_tab, bufs.rank, bufs.world, epoch, bufs.capacity,
-        bufs.n_chunks, bufs.max_spin, bufs.status, PUSH=push, REDUCE=reduce, BLOCK=bufs.block,
-        USE_ASM=not INTERPRET)
+        x, out, n, bufs.data_tab, bufs.flag_tab, bufs.counts, bufs.rank, bufs.world,
+        bufs.capacity, bufs.n_chunks, bufs.max_spin, bufs.status, PUSH=push, REDUCE=reduce,
+        BLOCK=bufs.block, USE_ASM=not INTERPRET)
     if reduce and check:
         check_status(bufs)
     return out
