@@ -81,7 +81,8 @@ def compile_ptx_tests():
     import test_ptx as t
     i32, i64 = torch.zeros(64, dtype=torch.int32), torch.zeros(8, dtype=torch.int64)
     bf16 = torch.zeros(64, dtype=torch.bfloat16)
-    t._acquire_kernel[(1,)](i32, i32, 64, USE_ASM=True)
+    for scope in ("gpu", "sys"):
+        t._acquire_kernel[(1,)](i32, i32, 64, SCOPE=scope, USE_ASM=True)
     t._prefetch_copy_kernel[(1,)](bf16, bf16, 64, BLOCK=512, USE_ASM=True)
     t._timer_kernel[(1,)](i64, i64, 100, USE_ASM=True)
     from fastdecode.ops import PeerBuffers, all_reduce  # system-scope flags, peer pointers

@@ -6,17 +6,17 @@ import triton
 import triton.language as tl
 
 from conftest import DEVICE
-from fastdecode.ptx_inline import globaltimer_ns, ld_acquire_gpu, prefetch_l2
+from fastdecode.ptx_inline import globaltimer_ns, ld_acquire, prefetch_l2
 from fastdecode.triton_kernels._common import INTERPRET
 
 USE_ASM = not INTERPRET
 
 
 @triton.jit
-def _acquire_kernel(src, dst, n, USE_ASM: tl.constexpr):
+def _acquire_kernel(src, dst, n, SCOPE: tl.constexpr, USE_ASM: tl.constexpr):
     i = tl.program_id(0)
     if i < n:
-        tl.store(dst + i, ld_acquire_gpu(src + i, USE_ASM))
+        tl.store(dst + i, ld_acquire(src + i, SCOPE, USE_ASM))
 
 
 @triton.jit
@@ -38,11 +38,12 @@ def _timer_kernel(out, clock, spins, USE_ASM: tl.constexpr):
     tl.store(out + 1, t1)
 
 
+@pytest.mark.parametrize("scope", ["gpu", "sys"])
 @pytest.mark.parametrize("n", [1, 37, 256])
-def test_ld_acquire_returns_the_value(n):
+def test_ld_acquire_returns_the_value(n, scope):
     src = torch.randint(-2**31, 2**31 - 1, (n,), dtype=torch.int32, device=DEVICE)
     dst = torch.zeros_like(src)
-    _acquire_kernel[(n,)](src, dst, n, USE_ASM=USE_ASM)
+    _acquire_kernel[(n,)](src, dst, n, SCOPE=scope, USE_ASM=USE_ASM)
     assert torch.equal(dst, src)
 
 

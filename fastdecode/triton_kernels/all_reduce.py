@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 
 from ..errors import MegakernelTimeout
-from ..ptx_inline.flags import ld_acquire_sys
+from ..ptx_inline.flags import ld_acquire
 from ._common import INTERPRET
 
 STATUS_WORDS = 4  # [timed out, rank waited on, invocation, flag value seen]
@@ -66,10 +66,10 @@ def all_reduce_body(x_ptr, out_ptr, n, data_tab, flag_tab, count_ptr, rank, worl
         acc = tl.zeros([BLOCK], dtype=tl.float32)
         for q in range(0, world):
             row = (slot * world + q).to(tl.int64)
-            v = ld_acquire_sys(flags + row * n_chunks + c, USE_ASM)
+            v = ld_acquire(flags + row * n_chunks + c, "sys", USE_ASM)
             spins = 0
             while (v < epoch) & (spins < max_spin):
-                v = ld_acquire_sys(flags + row * n_chunks + c, USE_ASM)
+                v = ld_acquire(flags + row * n_chunks + c, "sys", USE_ASM)
                 spins += 1
             if v < epoch:
                 if ok == 1:

@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from ..opcodes import WORDS, Op
-from ..ptx_inline.flags import ld_acquire_gpu
+from ..ptx_inline.flags import ld_acquire
 from ..ptx_inline.timers import globaltimer_ns
 from .attention import attention_body, attn_merge_body
 from .embedding import embedding_body
@@ -48,11 +48,11 @@ STATUS_WORDS = 7
 def wait_counter(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step,
                  USE_ASM: tl.constexpr):
     """Spin until counters[ctr] >= target; returns 1 if met, 0 on timeout or abort."""
-    v = ld_acquire_gpu(ctr_ptr + ctr, USE_ASM)
+    v = ld_acquire(ctr_ptr + ctr, "gpu", USE_ASM)
     n = 0
     aborted = 0
     while (v < target) & (n < max_spin) & (aborted == 0):
-        v = ld_acquire_gpu(ctr_ptr + ctr, USE_ASM)
+        v = ld_acquire(ctr_ptr + ctr, "gpu", USE_ASM)
         aborted = tl.load(status_ptr, volatile=True).to(tl.int32)
         n += 1
     ok = (v >= target).to(tl.int32)
