@@ -64,20 +64,37 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
     def cols(n):
         return (every, slice(rank * n, (rank + 1) * n))
 
-    def need(name, index=None):
+    def fetch(name, index=None):
         t = get(name, index)
         if t is None:
             raise KeyError(f"checkpoint has no tensor {name!r}")
         if not t.is_floating_point():
             raise TypeError(f"{name} has dtype {t.dtype}; fastdecode needs float weights "
                             "(dequantize first)")
-        return t.to(device=device, dtype=dtype)
+        return t
+
+    def need(name, index=None):
+        return fetch(name, index).to(device=device, dtype=dtype)
 
     def stack(*parts):
-        """parts: (name within the layer, index); concatenated along dim 0, stacked over layers."""
-        out = [torch.cat([need(f"model.layers.{i}.{f}", ix) for f, ix in parts], 0)
-               for i in range(spec.n_layers)]
-        return torch.stack(out).contiguous()
+        """parts: (name within the layer, index); concatenated along dim 0, stacked over layers.
+        Each tensor is copied (and converted) straight into its slice of the one packed tensor:
+        no per-layer intermediates, so loading peaks at the packed size plus one tensor."""
+        out = None
+        for i in range(spec.n_layers):
+            row = 0
+            for f, ix in parts:
+                t = fetch(f"model.layers.{i}.{f}", ix)
+                if out is None:
+                    rows = sum(fetch(f"model.layers.0.{g}", jx).shape[0] for g, jx in parts)
+                    out = torch.empty((spec.n_layers, rows, *t.shape[1:]), device=device,
+                                      dtype=dtype)
+                if row + t.shape[0] > out.shape[1] or t.shape[1:] != out.shape[2:]:
+                    raise ValueError(f"model.layers.{i}.{f}: shape {tuple(t.shape)} does not "
+                                     f"match layer 0's")
+                out[i, row:row + t.shape[0]].copy_(t)
+                row += t.shape[0]
+        return out
 
     def on_first_rank(t):  # a bias added after a row-parallel sum is added once
         return t if rank == 0 or t is None else torch.zeros_like(t)
