@@ -41,3 +41,10 @@ def random_model(key, device="cuda", n_layers=None):
             if p.dim() > 1:
                 p.normal_(0, p.shape[-1] ** -0.5)
     return name, model
+
+
+def stream_configs(text):
+    """'elements/warps/max K/per SM,...' (bench --configs) -> [StreamConfig, ...]."""
+    from fastdecode.triton_kernels.config import StreamConfig
+    return [StreamConfig(e, w, per_sm=p, max_k=k)
+            for e, w, k, p in (map(int, c.split("/")) for c in text.split(","))]

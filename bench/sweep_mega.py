@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fastdecode  # noqa: E402
 from bench_decode import decode_rate  # noqa: E402
 from fastdecode.triton_kernels.config import StreamConfig  # noqa: E402
-from shapes import random_model  # noqa: E402
+from shapes import random_model, stream_configs  # noqa: E402
 
 
 def teacher_forced(fm, ids, n):
@@ -54,7 +54,8 @@ def main():
     print(f"{name}: ops + CUDA graph {base:.1f} tok/s", flush=True)
     rows = []
     if args.configs:
-        grid = [tuple(map(int, c.split("/"))) for c in args.configs.split(",")]
+        grid = [(c.tile_elems, c.num_warps, c.max_k, c.per_sm)
+                for c in stream_configs(args.configs)]
     else:
         grid = itertools.product(*(map(int, a.split(",")) for a in (
             args.elems, args.warps, args.max_k, args.per_sm)))

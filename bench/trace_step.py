@@ -14,8 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fastdecode  # noqa: E402
 from fastdecode import trace as tr  # noqa: E402
-from fastdecode.triton_kernels.config import StreamConfig  # noqa: E402
-from shapes import random_model  # noqa: E402
+from shapes import random_model, stream_configs  # noqa: E402
 
 
 def main():
@@ -28,10 +27,7 @@ def main():
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
     name, model = random_model(args.model)
-    streams = [None]
-    if args.configs:
-        streams = [StreamConfig(e, w, per_sm=p, max_k=k) for e, w, k, p in
-                   (map(int, c.split("/")) for c in args.configs.split(","))]
+    streams = stream_configs(args.configs) if args.configs else [None]
     for stream in streams:
         fm = fastdecode.from_hf(model, max_seq_len=256, mode="mega")
         fm.runtime.mega_stream = stream

@@ -1,7 +1,8 @@
 """ModelSpec -> the DAG of Tasks of one step of T tokens (T=1 decode; T<=16 prefill chunk).
 
-Tiles are those of the op bodies (triton_kernels/config.py; decode uses the stream tiles); a task is a contiguous range of tiles of one op, sized so each op has about one task per
-program, and streams its whole range without a per-tile prologue. Dependencies
+Tiles are those of the op bodies (triton_kernels/config.py; decode uses the stream tiles); a task
+is a contiguous range of tiles of one op, sized so each op has about one task per program, and
+streams its whole range without a per-tile prologue. Dependencies
 are counters, one per (op, layer[, KV group]):
 
     EMBED(s)   waits tok       >= s-1        (the previous step chose the token it embeds)

@@ -82,13 +82,12 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
         no per-layer intermediates, so loading peaks at the packed size plus one tensor."""
         out = None
         for i in range(spec.n_layers):
+            ts = [fetch(f"model.layers.{i}.{f}", ix) for f, ix in parts]
+            if out is None:  # sized from layer 0's tensors
+                out = torch.empty((spec.n_layers, sum(t.shape[0] for t in ts), *ts[0].shape[1:]),
+                                  device=device, dtype=dtype)
             row = 0
-            for f, ix in parts:
-                t = fetch(f"model.layers.{i}.{f}", ix)
-                if out is None:
-                    rows = sum(fetch(f"model.layers.0.{g}", jx).shape[0] for g, jx in parts)
-                    out = torch.empty((spec.n_layers, rows, *t.shape[1:]), device=device,
-                                      dtype=dtype)
+            for (f, _), t in zip(parts, ts):
                 if row + t.shape[0] > out.shape[1] or t.shape[1:] != out.shape[2:]:
                     raise ValueError(f"model.layers.{i}.{f}: shape {tuple(t.shape)} does not "
                                      f"match layer 0's")

@@ -7,7 +7,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from fastdecode.distributed import init, peer_buffers
+from fastdecode.distributed import all_reduce_fp32, init, peer_buffers
 from fastdecode.ops import all_reduce
 
 world = int(sys.argv[1])
@@ -21,9 +21,7 @@ for i, n in enumerate([1, 7, 1000, 1024, 4099, 65536] * 2):
     got = all_reduce(x, bufs)
     parts = [torch.empty_like(x) for _ in range(world)]
     dist.all_gather(parts, x)
-    want = parts[0].float().clone()
-    for p in parts[1:]:
-        want += p.float()
+    want = all_reduce_fp32(parts)
     same = [torch.empty_like(got) for _ in range(world)]
     dist.all_gather(same, got)
     bad += int(not torch.equal(got, want)) + int(not all(torch.equal(s, got) for s in same))
