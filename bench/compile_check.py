@@ -8,7 +8,7 @@ for a decode step (T=1) and a prefill chunk (T=3), and the ops-mode kernels of b
 compiles the inline-PTX wrappers' test kernels (tests/test_ptx.py) and the all-reduce with their
 asm paths on, so ptxas checks every wrapper's PTX.
 
-    python bench/compile_check.py --model 8b [--elems 8192 --warps 4 --max-k 4096]
+    python bench/compile_check.py --model 8b [--elems 8192 --warps 4 --max-k 4096] [--tp 2]
     python bench/compile_check.py --family qwen3
     python bench/compile_check.py --ptx
 """
@@ -92,6 +92,30 @@ def compile_ptx_tests():
         print(f"  {kname:24s} {ptxas_report(k.asm['ptx'])}")
 
 
+class CompileOnlyTP:
+    """Rank 0 of `world` tensor-parallel ranks, for compiling only: its symmetric buffer stands
+    in for every rank's (nothing runs)."""
+    rank, peer_to_peer = 0, True
+
+    def __init__(self, spec, world):
+        self.spec, self.world = spec, world
+
+    def symmetric(self, n_words):
+        buf = torch.zeros(n_words, dtype=torch.int32)
+        buf[-self.world:] = 1 << 30  # the launch barrier's words: every rank always there
+        return buf, torch.tensor([buf.data_ptr()] * self.world, dtype=torch.int64), \
+            [buf] * self.world
+
+    def all_reduce(self, x):
+        return x
+
+
+    def gather_vocab(self, x):
+        out = torch.zeros(*x.shape[:-1], self.spec.vocab_size, dtype=x.dtype)
+        out[..., :x.shape[-1]] = x
+        return out
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="1b")
@@ -101,6 +125,7 @@ def main():
     p.add_argument("--max-k", type=int, default=None)
     p.add_argument("--programs", type=int, default=132)
     p.add_argument("--ptx", action="store_true", help="the PTX wrappers' test kernels instead")
+    p.add_argument("--tp", type=int, default=1, help="rank 0 of a tensor-parallel megakernel")
     args = p.parse_args()
     driver.set_active(CompileOnlyDriver())
     JITFunction.run = _compile_only(JITFunction.run)
@@ -123,7 +148,19 @@ def main():
                           max_k=args.max_k or d.max_k)
     ids = torch.randint(0, 100, (4,))
     for mode in ("mega",) + (("ops",) if args.family else ()):
-        fm = fastdecode.from_hf(model, max_seq_len=64, mode=mode)
+        if args.tp > 1:
+            from fastdecode.module import FastModel
+            from fastdecode.packing import pack
+            from fastdecode.spec import ModelSpec
+            spec = ModelSpec.from_hf_config(model.config)
+            sd = model.state_dict()
+            pw = pack(spec, lambda n, ix=None: sd.get(n) if ix is None or n not in sd
+                      else sd[n][ix], device="cpu", dtype=torch.bfloat16, world=args.tp)
+            fm = FastModel(pw, model.config, max_seq_len=64, mode=mode,
+                           collectives=CompileOnlyTP(spec, args.tp))
+            name += f", rank 0 of tp={args.tp}"
+        else:
+            fm = fastdecode.from_hf(model, max_seq_len=64, mode=mode)
         fm.runtime.n_programs = args.programs  # one per SM, as on the GPU (built lazily)
         fm.runtime.mega_stream = stream
         fm.runtime.forward(ids[:1].clone())  # T=1: the decode megakernel / ops decode tiles

@@ -2,7 +2,7 @@
 # One device-tool call that checks and measures everything GPU-side, shortest first; each stage is
 # time-boxed so a failure or a slow stage cannot eat the call. Outputs land in $OUT (or /tmp/out).
 #   device run:  bash bench/gpu_session.sh  [stages...]   stages: tests kernels sweep bench trace tp
-#   (tp: 2+ GPUs -- the all-reduce test over symmetric memory, then bench_all_reduce.py)
+#   (tp: 2+ GPUs -- the all-reduce and tensor-parallel GPU tests, bench_all_reduce.py, bench_tp.py)
 #   (kernels: only the test files that compile kernels -- ops, megakernel, models, GPU-only)
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=. NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
@@ -24,9 +24,12 @@ for s in $stages; do
            cp bench/RESULTS.md bench/results/*.csv bench/results/*.png "$OUT/" ;;
     trace) for m in ${TRACE_MODELS:-1b}; do timeout 150 python3 bench/trace_step.py --model $m \
              ${TRACE_ARGS:-} 2>&1 | grep -v -i warn | tail -40; done ;;
-    tp) timeout 200 python3 -m pytest -q tests/test_all_reduce.py -p no:cacheprovider 2>&1 | tail -5
-        FASTDECODE_COMMIT=$COMMIT timeout 200 torchrun --nproc-per-node ${TP_GPUS:-2} \
-          bench/bench_all_reduce.py 2>&1 | grep -v -i warn | tail -20
+    tp) timeout ${TP_TEST_TIMEOUT:-240} python3 -m pytest -q tests/test_all_reduce.py tests/test_tp.py \
+          -k "gpus or cuda or all_reduce" -p no:cacheprovider 2>&1 | tee "$OUT/pytest_tp.log" | tail -8
+        FASTDECODE_COMMIT=$COMMIT timeout 120 torchrun --nproc-per-node ${TP_GPUS:-2} \
+          bench/bench_all_reduce.py 2>&1 | grep -v -i warn | tail -12
+        FASTDECODE_COMMIT=$COMMIT timeout ${TP_BENCH_TIMEOUT:-300} torchrun --nproc-per-node \
+          ${TP_GPUS:-2} bench/bench_tp.py ${TP_ARGS:-} 2>&1 | grep -v -i "warn\|cudagraph" | tail -30
         cp bench/RESULTS.md "$OUT/" ;;
   esac
 done

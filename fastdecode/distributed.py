@@ -95,7 +95,7 @@ class VirtualTP:
 class TorchCollectives:
     """all_reduce / gather_vocab over torch.distributed (gloo on CPU, NCCL on GPU). The all-reduce
     gathers every rank's partial and sums in rank order in fp32 (bit-identical on every rank),
-    the reference for the in-kernel NVLink all-reduce."""
+    the reference for the in-kernel NVLink all-reduce. symmetric(): the megakernel's buffer."""
 
     def __init__(self, spec: ModelSpec, group=None):
         import torch.distributed as dist
@@ -103,11 +103,19 @@ class TorchCollectives:
         self.world = dist.get_world_size(group)
         self.rank = dist.get_rank(group)
         self.spec = spec
+        # the megakernel's all-reduce maps the peers' GPU memory (symmetric memory over NVLink)
+        self.peer_to_peer = dist.get_backend(group) == "nccl"
 
     def all_reduce(self, x):
         parts = [torch.empty_like(x) for _ in range(self.world)]
         self.dist.all_gather(parts, x.contiguous(), group=self.group)
         return all_reduce_fp32(parts)
+
+    def symmetric(self, n_words: int):
+        """(this rank's int32 [n_words] buffer, int64 table of every rank's address of its own,
+        every rank's buffer as a tensor mapped here) in PyTorch symmetric memory (NVLink peer-to-peer, multicast off), zeroed on every rank
+        before any rank returns. Collective."""
+        return symmetric_alloc(n_words, self.group)
 
     def gather_vocab(self, x):
         per = -(-self.spec.vocab_size // self.world)
@@ -118,9 +126,10 @@ class TorchCollectives:
         return torch.cat(parts, -1)[..., :self.spec.vocab_size]
 
 
-def init(tp: int):
-    """Join (or start) the torchrun process group; -> (rank, world, device). NVLink multicast is
-    kept off (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1)."""
+def init(tp: int, device=None):
+    """Join (or start) the torchrun process group; -> (rank, world, device): this rank's GPU, or
+    the CPU (gloo) when there is none or device="cpu" is asked. NVLink multicast is kept off
+    (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1)."""
     import os
 
     import torch.distributed as dist
@@ -130,16 +139,84 @@ def init(tp: int):
         if "RANK" not in os.environ:
             raise TensorParallelError(f"tp={tp} needs one process per rank: start it with "
                                       f"torchrun --nproc-per-node {tp} ...")
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        on_cpu = not torch.cuda.is_available() or \
+            (device is not None and torch.device(device).type == "cpu")
+        dist.init_process_group("gloo" if on_cpu else "nccl")
     world = dist.get_world_size()
     if world != tp:
         raise TensorParallelError(f"tp={tp} but {world} processes were started")
     rank = dist.get_rank()
-    if torch.cuda.is_available():
+    if dist.get_backend() == "nccl":
         local = int(os.environ.get("LOCAL_RANK", rank))
         torch.cuda.set_device(local)
         return rank, world, torch.device("cuda", local)
     return rank, world, torch.device("cpu")
+
+
+class ThreadGroup:
+    """What `world` virtual ranks, one Python thread each, share in one process: a barrier and
+    the exchange slots of ThreadCollectives. Triton's CPU interpreter runs one kernel per thread
+    (its atomics are real), so the megakernels of all ranks can run concurrently and wait on
+    each other's flags: the CPU tests of tensor-parallel mode="mega"."""
+
+    def __init__(self, world: int):
+        import threading
+        self.world = world
+        self.barrier = threading.Barrier(world, timeout=600)  # a missing rank: an error
+        self.slots = [None] * world
+
+    def exchange(self, rank: int, x):
+        """Every rank's x, in rank order (collective)."""
+        self.barrier.wait()
+        self.slots[rank] = x
+        self.barrier.wait()
+        out = list(self.slots)
+        self.barrier.wait()
+        return out
+
+
+class ThreadCollectives:
+    """TorchCollectives' interface for virtual ranks in threads of one process (ThreadGroup)."""
+
+    def __init__(self, spec: ModelSpec, group: ThreadGroup, rank: int, device="cpu"):
+        self.spec, self.group, self.rank, self.world = spec, group, rank, group.world
+        self.device = device
+        self.peer_to_peer = True  # one address space
+
+    def all_reduce(self, x):
+        return all_reduce_fp32(self.group.exchange(self.rank, x.clone()))
+
+    def gather_vocab(self, x):
+        return torch.cat(self.group.exchange(self.rank, x.clone()), -1)[..., :self.spec.vocab_size]
+
+    def symmetric(self, n_words: int):
+        own = torch.zeros(n_words, dtype=torch.int32, device=self.device)
+        bufs = self.group.exchange(self.rank, own)
+        return own, torch.tensor([b.data_ptr() for b in bufs], dtype=torch.int64,
+                                 device=self.device), bufs
+
+
+def symmetric_alloc(n_words: int, group=None):
+    """(this rank's int32 [n_words] tensor, int64 tensor of every rank's mapped address of its
+    own, on this rank's GPU, and those buffers as tensors) in PyTorch symmetric memory, multicast kept off; zeroed on every rank
+    before any rank returns. Collective over `group`."""
+    import os
+
+    import torch.distributed as dist
+    os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+    import torch.distributed._symmetric_memory as symm_mem
+    group = group or dist.group.WORLD
+    dev = torch.device("cuda", torch.cuda.current_device())
+    buf = symm_mem.empty(n_words, dtype=torch.int32, device=dev)
+    if hasattr(symm_mem, "enable_symm_mem_for_group"):  # needed before rendezvous in torch < 2.8
+        symm_mem.enable_symm_mem_for_group(group.group_name)
+    handle = symm_mem.rendezvous(buf, group.group_name)
+    buf.zero_()
+    torch.cuda.synchronize()
+    dist.barrier(group)  # no rank writes a peer's buffer before every rank has zeroed its own
+    table = torch.tensor([int(p) for p in handle.buffer_ptrs], device=dev, dtype=torch.int64)
+    peers = [handle.get_buffer(p, (n_words,), torch.int32) for p in range(len(table))]
+    return buf, table, peers
 
 
 def peer_buffers(capacity: int, group=None, block: int = 1024):
@@ -148,28 +225,15 @@ def peer_buffers(capacity: int, group=None, block: int = 1024):
     the int32 flags -- and tables of every rank's mapped address of it. Collective: every rank of
     `group` calls it with the same arguments. capacity: the longest vector reduced."""
     import math
-    import os
 
     import torch.distributed as dist
-    os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
-    import torch.distributed._symmetric_memory as symm_mem
 
     from .triton_kernels.all_reduce import PeerBuffers
     group = group or dist.group.WORLD
     world = dist.get_world_size(group)
     dshape, fshape = PeerBuffers.shapes(world, capacity, block)
     n_data, n_flags = math.prod(dshape), math.prod(fshape)
-    dev = torch.device("cuda", torch.cuda.current_device())
-    buf = symm_mem.empty(n_data + n_flags, dtype=torch.float32, device=dev)
-    if hasattr(symm_mem, "enable_symm_mem_for_group"):  # needed before rendezvous in torch < 2.8
-        symm_mem.enable_symm_mem_for_group(group.group_name)
-    handle = symm_mem.rendezvous(buf, group.group_name)
-    buf.zero_()  # flags start at 0: invocation 1 is the first a rank waits for
-    torch.cuda.synchronize()
-    dist.barrier(group)  # no rank pushes before every rank has zeroed its buffer
-    data = buf[:n_data].view(dshape)
-    flags = buf[n_data:].view(torch.int32).view(fshape)
-    ptrs = [int(p) for p in handle.buffer_ptrs]
-    data_tab = torch.tensor(ptrs, device=dev, dtype=torch.int64)
-    flag_tab = torch.tensor([p + 4 * n_data for p in ptrs], device=dev, dtype=torch.int64)
-    return PeerBuffers(data, flags, data_tab, flag_tab, dist.get_rank(group), world, block)
+    buf, table, _ = symmetric_alloc(n_data + n_flags, group)
+    data = buf[:n_data].view(torch.float32).view(dshape)
+    flags = buf[n_data:].view(fshape)
+    return PeerBuffers(data, flags, table, table + 4 * n_data, dist.get_rank(group), world, block)

@@ -11,6 +11,15 @@ are counters, one per (op, layer[, KV group]):
     MERGE(l,g) waits attn[l, g]
     O(l)       waits merge[l]                (it reads the whole attention output)
     GATE_UP(l) waits o[l];  DOWN(l) waits gu[l];  LM_HEAD waits down[L-1];  CHOOSE waits lm
+Tensor parallelism (world W > 1; the spec is one rank's shard, distributed.py): O and DOWN tasks
+write fp32 partial sums and push them to every rank (remote counters xo / xdown, opcodes.py), and
+REDUCE tasks add the ranks' partials to the residual in rank order:
+    REDUCE(l, 0) waits xo[l] (every rank's O tasks)  -> red[l, 0];  GATE_UP(l) waits red[l, 0]
+    REDUCE(l, 1) waits xdown[l]                      -> red[l, 1];  QKV(l+1), LM_HEAD wait it
+    LM_HEAD pushes its partial choice to every rank (xlm); CHOOSE waits xlm and merges all ranks'
+Two partial buffers (o, down) suffice: rank A pushes o partials of layer l+1 only after every
+rank's DOWN(l), which each rank runs after its last REDUCE(l, 0) read them (and the next step's
+first push follows every rank's CHOOSE).
 Each wait also protects the buffers it overwrites (write-after-read): e.g. O(l) rewrites the
 residual only after merge[l], which implies every QKV(l) tile that read it has finished.
 RMSNorm is never its own task: each consumer task recomputes it once (row_rstd prologue).
@@ -96,6 +105,9 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
                   emb_block=min(1024, triton.next_power_of_2(spec.d_model)))
 
 
+REMOTE = ("xo", "xdown", "xlm")  # counter keys signalled across ranks (tensor parallelism)
+
+
 @dataclass
 class Task:
     op: Op
@@ -112,13 +124,21 @@ class StepGraph:
     spec: ModelSpec
     tiling: Tiling
     tasks: list = field(default_factory=list)
-    counters: dict = field(default_factory=dict)   # key -> index
-    producers: dict = field(default_factory=dict)  # key -> number of tasks that signal it
+    counters: dict = field(default_factory=dict)   # key -> index (remote: -1 - x, opcodes.py)
+    producers: dict = field(default_factory=dict)  # key -> number of tasks (per rank) signalling it
     n_vparts: int = 0     # lm_head tasks per token block: partial choices per token row
+    world: int = 1        # tensor-parallel ranks
+    n_local: int = 0      # local counters
+    n_remote: int = 0     # remote counters (each one word per rank in the symmetric buffer)
 
     def counter(self, key):
         if key not in self.counters:
-            self.counters[key] = len(self.counters)
+            if key[0] in REMOTE:
+                self.counters[key] = -1 - self.n_remote
+                self.n_remote += 1
+            else:
+                self.counters[key] = self.n_local
+                self.n_local += 1
         return self.counters[key]
 
     def add(self, task: Task):
@@ -137,16 +157,25 @@ def ranges(total: int, parts: int):
     return list(zip(bounds[:-1], bounds[1:]))
 
 
-def build_step(spec: ModelSpec, tiling: Tiling, n_programs: int) -> StepGraph:
-    g = StepGraph(spec, tiling)
+def build_step(spec: ModelSpec, tiling: Tiling, n_programs: int, world: int = 1,
+               lm_vocab: int | None = None) -> StepGraph:
+    """world > 1: spec is a rank's shard; lm_vocab: the vocabulary rows every rank tiles (the
+    largest shard's, so every rank has the same lm_head tasks; the last rank masks its excess)."""
+    g = StepGraph(spec, tiling, world=world)
     s, tg = spec, tiling
     T = tg.T
     elt = 2
+    tp = world > 1
     g.add(Task(Op.EMBED, 0, (0, T, 0), ("tok",), ("emb",), COST.task_overhead_bytes, -1))
     qkv_tile_bytes = 2 * tg.qkv_pairs * s.d_model * elt
     per_group = (s.group + 2) * tg.qkv_chunks * tg.n_t()
+    n_red = triton.cdiv(s.d_model, COST.reduce_block)
+    red_bytes = world * T * COST.reduce_block * 4
+    # what a residual write leaves behind: the row-parallel op itself, or its all-reduce
+    after = {"o": lambda l: ("red", l, 0) if tp else ("o", l),
+             "down": lambda l: ("red", l, 1) if tp else ("down", l)}
     for l in range(s.n_layers):
-        prev = ("down", l - 1) if l else ("emb",)
+        prev = after["down"](l - 1) if l else ("emb",)
         for kv in range(s.n_kv_heads):
             # all programs share the QKV phase: group kv gets its share of the n_programs tasks
             parts = n_programs // s.n_kv_heads + (kv < n_programs % s.n_kv_heads)
@@ -163,20 +192,28 @@ def build_step(spec: ModelSpec, tiling: Tiling, n_programs: int) -> StepGraph:
             g.add(Task(Op.MERGE, l, (kv, 0, 0), ("attn", l, kv), ("merge", l),
                        COST.task_overhead_bytes))
         for op, key, wait, N, K in ((Op.O_PROJ, "o", ("merge", l), s.d_model, s.q_dim),
-                                    (Op.GATE_UP, "gu", ("o", l), s.ffn_dim, 2 * s.d_model),
+                                    (Op.GATE_UP, "gu", after["o"](l), s.ffn_dim, 2 * s.d_model),
                                     (Op.DOWN, "down", ("gu", l), s.d_model, s.ffn_dim)):
             tile_bytes = tg.gemv_rows(op) * K * elt
+            sig = ("x" + key, l) if tp and key != "gu" else (key, l)
             for tb in range(tg.n_t()):
                 for a, b in ranges(tg.gemv_tiles(op, N), n_programs):
-                    g.add(Task(op, l, (tb, a, b), wait, (key, l),
+                    g.add(Task(op, l, (tb, a, b), wait, sig,
                                COST.task_overhead_bytes + (b - a) * tile_bytes))
+            if tp and key != "gu":
+                which = 0 if key == "o" else 1
+                for a, b in ranges(n_red, n_programs):
+                    g.add(Task(Op.REDUCE, l, (which, a, b), sig, ("red", l, which),
+                               COST.task_overhead_bytes + (b - a) * red_bytes))
     # lm_head: one partial choice per task and token row: arg0 = token block * n_vparts + part
-    parts = ranges(tg.gemv_tiles(Op.LM_HEAD, s.vocab_size), n_programs)
+    parts = ranges(tg.gemv_tiles(Op.LM_HEAD, lm_vocab or s.vocab_size), n_programs)
     tile_bytes = tg.gemv_rows(Op.LM_HEAD) * s.d_model * elt
+    lm = ("xlm",) if tp else ("lm",)
     for tb in range(tg.n_t()):
         for part, (a, b) in enumerate(parts):
-            g.add(Task(Op.LM_HEAD, 0, (tb * len(parts) + part, a, b), ("down", s.n_layers - 1),
-                       ("lm",), COST.task_overhead_bytes + (b - a) * tile_bytes))
+            g.add(Task(Op.LM_HEAD, 0, (tb * len(parts) + part, a, b),
+                       after["down"](s.n_layers - 1), lm,
+                       COST.task_overhead_bytes + (b - a) * tile_bytes))
     g.n_vparts = len(parts)
-    g.add(Task(Op.CHOOSE, 0, (len(parts), 0, 0), ("lm",), ("tok",), COST.task_overhead_bytes))
+    g.add(Task(Op.CHOOSE, 0, (len(parts), 0, 0), lm, ("tok",), COST.task_overhead_bytes))
     return g

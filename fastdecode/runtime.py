@@ -22,6 +22,7 @@ from . import _env  # noqa: F401
 from . import ops
 from . import reference as R
 from .errors import MegakernelTimeout
+from .opcodes import COST
 from .packing import PackedWeights
 from .triton_kernels.attention import split_plan
 from .triton_kernels.config import (attention_blocks, attention_config, merge_block, merge_splits,
@@ -102,6 +103,63 @@ class DecodeState:
         self.status = torch.zeros(STATUS_WORDS, device=dev, dtype=torch.int64)
 
 
+class SymmetricLayout:
+    """Tensor parallelism, mode="mega": each rank's symmetric buffer (collectives.symmetric), in
+    4-byte words (triton_kernels/megakernel.py):
+        [0, red)     remote counters [TM + 1, n_remote, world] int32 (graph.REMOTE: xo and xdown
+                     of every layer, xlm), one set per schedule (a step of T tokens: set T),
+                     since each counts its own schedule's epochs
+        [red, lmv)   o / down partial sums fp32 [2, world, TM, d_model]
+        [lmv, lmi)   lm_head partial choices fp32 [TM, world * n_vparts]; [lmi, ready) their ids
+        [ready, ...) the host-side barrier's words [world] (ready())
+    n_vparts <= programs per rank: sized for this launch's programs."""
+
+    def __init__(self, spec, TM: int, n_programs: int, collectives):
+        W = collectives.world
+        self.n_remote, self.nvp, self.world = 2 * spec.n_layers + 1, n_programs, W
+        align = lambda n: -(-n // 64) * 64  # noqa: E731  (256-byte aligned regions)
+        self.red = align((TM + 1) * self.n_remote * W)
+        self.lmv = align(self.red + 2 * W * TM * spec.d_model)
+        self.lmi = align(self.lmv + TM * W * n_programs)
+        self.ready = align(self.lmi + TM * W * n_programs)
+        self.buf, self.table, self.peers = collectives.symmetric(self.ready + W)
+        self.rank, self.arrivals = collectives.rank, 0
+
+    def barrier(self, timeout_s: float):
+        """Every rank's host reaches this point (the n-th call on every rank) before any returns,
+        through the symmetric buffer: each rank writes n into word [ready + its rank] of every
+        rank's buffer, then polls its own. A rank missing after timeout_s -> MegakernelTimeout
+        naming it (dist.barrier would block until NCCL's watchdog, minutes later)."""
+        import time
+        self.arrivals += 1
+        n = self.arrivals
+        for p in self.peers:
+            p[self.ready + self.rank].fill_(n)
+        words = self.buf[self.ready:self.ready + self.world]
+        t0 = time.monotonic()
+        while True:
+            if self.buf.is_cuda:
+                torch.cuda.synchronize(self.buf.device)
+            seen = words.tolist()
+            if min(seen) >= n:
+                return
+            if time.monotonic() - t0 > timeout_s:
+                late = [r for r, v in enumerate(seen) if v < n]
+                raise MegakernelTimeout(
+                    f"tensor parallelism: rank {self.rank} waited {timeout_s:.0f} s for rank(s) "
+                    f"{late} to reach launch {n} of the megakernel; they never did")
+            time.sleep(1e-3)
+
+    def counters(self, sched) -> int:
+        """The word offset of this schedule's remote counters."""
+        g = sched.graph
+        if g.n_remote > self.n_remote or g.n_vparts > self.nvp:
+            raise RuntimeError(f"symmetric buffer sized for {self.n_remote} remote counters and "
+                               f"{self.nvp} lm_head parts; the schedule has {g.n_remote} and "
+                               f"{g.n_vparts}")
+        return g.tiling.T * self.n_remote * self.world
+
+
 class SingleRank:
     """The collectives of a single rank: nothing to reduce or gather."""
     world, rank = 1, 0
@@ -129,9 +187,13 @@ class Runtime:
             raise ValueError(f"mode={mode!r}: expected one of {MODES}")
         self.collectives = collectives or SingleRank()
         self.tp = self.collectives.world > 1
-        if self.tp and mode not in ("torch", "ops"):
-            raise ValueError(f"tensor parallelism runs in mode='torch' or 'ops' for now (got "
-                             f"{mode!r}); the megakernel's in-kernel all-reduce is not built yet")
+        if self.tp and mode == "vm":
+            raise ValueError("tensor parallelism runs in mode='torch', 'ops' or 'mega' (the VM "
+                             "simulates one rank)")
+        if self.tp and mode == "mega" and not self.collectives.peer_to_peer:
+            raise ValueError("mode='mega' with tensor parallelism needs one GPU per rank (NCCL and "
+                             "symmetric memory: the ranks write each other's memory); processes "
+                             "on CPUs run mode='torch' or 'ops'")
         self.pw, self.spec, self.mode = pw, pw.spec, mode
         self.cuda = pw.device.type == "cuda"
         if mode in ("ops", "mega") and not self.cuda and not INTERPRET and \
@@ -163,6 +225,16 @@ class Runtime:
         self.max_spin = 1 << 17 if self.cuda else 64  # H200: ~3 us per poll -> ~0.4 s
         self._counters: dict = {}  # per schedule: (counters, encoded queues, queue lengths)
         self.mega_stream = None    # StreamConfig overriding the decode task tiles (tile sweeps)
+        self.x = None              # tensor parallelism, mega: the ranks' symmetric buffer
+        self._tp_ready: set = set()  # megakernel variants every rank has compiled
+        # a remote wait (tensor parallelism) also spans the ranks' host-side skew between
+        # launches: GPU ~4 M polls of ~1-3 us = seconds; interpreter: the other ranks' threads
+        # share the CPU
+        self.max_spin_remote = 1 << 22 if self.cuda else 1 << 24
+        self.tp_barrier_s = 600.0  # how long a rank waits for the others to compile a variant
+        if self.tp and mode == "mega":  # collective: every rank constructs its runtime
+            self.x = SymmetricLayout(self.spec, self.state.h.shape[0], self.n_programs,
+                                     self.collectives)
 
     @property
     def n_programs(self) -> int:
@@ -368,7 +440,9 @@ class Runtime:
             from .graph import build_step, make_tiling
             from .schedule import build_schedule
             tiling = make_tiling(self.spec, T, self.max_seq_len, self.pw.device, self.mega_stream)
-            graph = build_step(self.spec, tiling, self.n_programs)
+            world = self.collectives.world
+            lm_vocab = -(-self.state.logits.shape[1] // world) if world > 1 else None
+            graph = build_step(self.spec, tiling, self.n_programs, world, lm_vocab)
             st, need = self.state, graph.n_vparts * T  # one partial choice per lm_head task and row
             if need > st.pval.numel():
                 st.pval = torch.zeros(need, device=st.pval.device, dtype=st.pval.dtype)
@@ -385,6 +459,9 @@ class Runtime:
         else:
             self._launch_mega(sched, 1, sampling)
             self.check_status()
+            if self.tp:  # the vocab shards of the logits, for forward()
+                st = self.state
+                st.logits[:T].copy_(self.collectives.gather_vocab(st.logits_shard[:T]))
 
     def _launch_mega(self, sched, n_steps, sampling, trace=None, clock=None):
         """One launch of n_steps steps of `sched`. If the GPU cannot hold per_sm programs of this
@@ -406,6 +483,13 @@ class Runtime:
     def _launch_mega_once(self, sched, n_steps, sampling, trace, clock):
         assert not sampling.filtered, "top-k / top-p steps run through _step_ops"
         st, pw, s, tg = self.state, self.pw, self.spec, sched.graph.tiling
+        if self.tp and sched.graph.n_vparts > self.x.nvp:
+            # more lm_head parts than the programs it was sized for (n_programs raised): a new
+            # buffer (collective: every rank does the same) whose remote counters start at 0, so
+            # every schedule's local ones restart too
+            self.x = SymmetricLayout(s, st.h.shape[0], sched.n_programs, self.collectives)
+            self._counters.clear()
+            self._tp_ready.clear()
         key = id(sched)
         if key not in self._counters:
             self._counters[key] = (torch.zeros(sched.n_counters, device=pw.device,
@@ -419,18 +503,25 @@ class Runtime:
         G = s.group
         block_g, block_m, block_d = attention_blocks(s.head_dim, G, tg.attn_block_tok)
         kw = dict(launch_cooperative_grid=True) if self.cuda else {}
-        megakernel[(sched.n_programs,)](
+        x, world = self.x, self.collectives.world
+        x_ctr = x.counters(sched) if x is not None else 0
+        V_full = st.logits.shape[1]
+        v0 = min(self.collectives.rank * -(-V_full // world), V_full)  # spec.vocab_range
+        args = (
             words, lengths, words.shape[1], ctr, sched.graph.counters[("tok",)], st.status,
             self.max_spin, n_steps, trace if trace is not None else st.status,
             clock if clock is not None else st.status, st.done, st.eos, st.n_eos, st.max_step,
             st.ids, st.pos, st.step, st.seed, st.temp, st.hist,
-            st.h, st.q, st.attn, st.act, st.o_part, st.lse, st.logits, st.pval, st.pidx,
+            st.h, st.q, st.attn, st.act, st.o_part, st.lse, st.logits_shard, st.pval, st.pidx,
             st.k_cache, st.v_cache, st.cos, st.sin, st.windows,
             pw.embed, pw.lm_head, pw.final_norm, pw.attn_norm, pw.mlp_norm, pw.w_qkv,
             opt(pw.b_qkv), opt(pw.qk_norm), pw.w_o, opt(pw.b_o), pw.w_gu, opt(pw.b_gu),
             pw.w_down, opt(pw.b_down),
             tg.T, st.h.shape[0], s.n_kv_heads, s.vocab_size, self.max_seq_len, s.rms_eps,
             s.head_dim ** -0.5, tg.attn_chunk, tg.n_splits, n_vparts,
+            x.table if x else st.status, self.collectives.rank, x_ctr, self.max_spin_remote,
+            x.red if x else 0, x.lmv if x else 0, x.lmi if x else 0, v0, V_full)
+        kw.update(
             D=s.d_model, FFN=s.ffn_dim, H=s.n_heads, HD=s.head_dim,
             BIAS_QKV=pw.b_qkv is not None, QK_NORM=pw.qk_norm is not None,
             BIAS_O=pw.b_o is not None, BIAS_MLP=pw.b_gu is not None,
@@ -442,9 +533,19 @@ class Runtime:
             BLOCK_G=block_g, BLOCK_TOK=tg.attn_block_tok,
             BLOCK_M=block_m, BLOCK_S=tg.attn_block_s,
             BLOCK_D=block_d, BLOCK_SP=merge_splits(tg.n_splits),
-            EMB_BLOCK=tg.emb_block, MERGE_BLOCK=merge_block(n_vparts),
-            F32=INTERPRET or pw.dtype == torch.float32, USE_ASM=not INTERPRET,
-            TRACE=trace is not None, num_warps=tg.num_warps, **kw)
+            EMB_BLOCK=tg.emb_block, MERGE_BLOCK=merge_block(world * n_vparts),
+            F32=INTERPRET or pw.dtype == torch.float32, WORLD=world,
+            RED_BLOCK=COST.reduce_block, USE_ASM=not INTERPRET,
+            TRACE=trace is not None, num_warps=tg.num_warps)
+        grid = (sched.n_programs,)
+        variant = (key, sampling.do_sample, trace is not None)
+        if self.tp and variant not in self._tp_ready:
+            # every rank compiles (or loads) this variant before any rank launches it: a rank
+            # still compiling would leave the others' bounded waits to time out
+            megakernel.run(*args, grid=grid, warmup=True, **kw)
+            x.barrier(self.tp_barrier_s)
+            self._tp_ready.add(variant)
+        megakernel[grid](*args, **kw)
 
     def trace_decode(self, n_steps: int = 1):
         """Run n_steps decode steps of the megakernel with per-task timestamps (continuing the
@@ -467,16 +568,22 @@ class Runtime:
         st = self.state
         if self.mode != "mega" or int(st.status[0]) == 0:
             return
-        prog, qi, ctr, val, target, step = st.status[1:].tolist()
+        prog, qi, ctr, val, target, step, rank = st.status[1:].tolist()
         names = {v: k for k, v in self._last_sched.graph.counters.items()}
         for c, _, _ in self._counters.values():
             c.zero_()
         st.status.zero_()
         where = "a step boundary" if qi < 0 else f"queue position {qi}"
+        if rank < 0:
+            raise MegakernelTimeout(
+                f"megakernel wait timed out: program {prog} at {where} (step {step} of the "
+                f"launch) waited on counter {ctr} {names.get(ctr)} = {val}, target {target}. "
+                "The kernel exited; counters were reset.")
         raise MegakernelTimeout(
-            f"megakernel wait timed out: program {prog} at {where} (step {step} of the launch) "
-            f"waited on counter {ctr} {names.get(ctr)} = {val}, target {target}. The kernel "
-            "exited; counters were reset.")
+            f"megakernel wait timed out on rank {self.collectives.rank}: program {prog} at {where} "
+            f"(step {step} of the launch) waited for rank {rank}'s {names.get(ctr)} signals "
+            f"({val} of {target}): rank {rank} never pushed its part. The tensor-parallel "
+            "state is inconsistent now: restart every rank.")
 
     # ---- CUDA graph of one decode step (ops mode) --------------------------------------------
     def _graph(self, sampling: Sampling):

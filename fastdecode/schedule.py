@@ -40,7 +40,8 @@ class Schedule:
 
     @property
     def n_counters(self) -> int:
-        return len(self.graph.counters)
+        """Local counters (remote ones live in the ranks' symmetric buffers)."""
+        return self.graph.n_local
 
 
 def assign(graph: StepGraph, n_programs: int) -> list:
@@ -82,6 +83,11 @@ def build_schedule(graph: StepGraph, n_programs: int, validate_it: bool = True) 
     return sched
 
 
+def _sim(c: int, n_local: int) -> int:
+    """A counter's index in the simulation: remote counters (-1 - x) after the local ones."""
+    return c if c >= 0 else n_local - 1 - c
+
+
 def validate(sched: Schedule, steps: int = 2, rng: random.Random | None = None):
     """Prove every wait satisfiable for `steps` consecutive steps by simulating the counters on the
     encoded words: repeatedly run a queue head whose wait is met (in program order, or a random
@@ -96,10 +102,14 @@ def validate(sched: Schedule, steps: int = 2, rng: random.Random | None = None):
 
 def interleave(sched: Schedule, steps: int = 1, rng: random.Random | None = None):
     """Yield (program, queue position, step) in a legal execution order of the encoded queues,
-    advancing simulated counters; ScheduleError if no queue head can run."""
-    words = sched.words.tolist()
+    advancing simulated counters; ScheduleError if no queue head can run. Tensor parallelism: every
+    rank runs the same queues, so one rank is simulated and a remote counter (index -1 - x) counts
+    as this rank's word of it: a wait met here is met on every rank in the same legal order."""
+    n_local = sched.graph.n_local
+    words = [[w[:F_WAIT] + [_sim(w[F_WAIT], n_local)] + w[F_WAIT + 1:F_SIGNAL]
+              + [_sim(w[F_SIGNAL], n_local)] for w in q] for q in sched.words.tolist()]
     lengths = sched.lengths.tolist()
-    counters = [0] * sched.n_counters
+    counters = [0] * (n_local + sched.graph.n_remote)
     P = len(lengths)
     for s in range(steps):
         epoch = s + 1

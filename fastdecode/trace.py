@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 
-from .opcodes import F_LAYER, F_OP, Op
+from .opcodes import F_A0, F_LAYER, F_OP, Op
 
 
 def events(sched, trace):
-    """-> list of dicts (program, step, op, layer, start, ready, end), times relative to the first
-    start. trace: [P, steps, max_len, 3] from Runtime.trace_decode."""
+    """-> list of dicts (program, step, op, layer, arg0, start, ready, end), times relative to the
+    first start. trace: [P, steps, max_len, 3] from Runtime.trace_decode."""
     P, steps = trace.shape[:2]
     out = []
     for p in range(P):
@@ -21,7 +21,8 @@ def events(sched, trace):
                     continue
                 w = sched.words[p, i]
                 out.append(dict(program=p, step=s, op=Op(int(w[F_OP])).name,
-                                layer=int(w[F_LAYER]), start=start, ready=ready, end=end))
+                                layer=int(w[F_LAYER]), arg0=int(w[F_A0]), start=start,
+                                ready=ready, end=end))
     t0 = min(e["start"] for e in out)
     for e in out:
         for k in ("start", "ready", "end"):
@@ -67,7 +68,7 @@ def chrome_json(evs, path, scale_us=1e-3):
                             ts=e["start"] * scale_us, dur=(e["ready"] - e["start"]) * scale_us))
         out.append(dict(name=name, cat=e["op"], ph="X", pid=0, tid=e["program"],
                         ts=e["ready"] * scale_us, dur=(e["end"] - e["ready"]) * scale_us,
-                        args=dict(step=e["step"])))
+                        args=dict(step=e["step"], arg0=e["arg0"])))
     with open(path, "w") as f:
         json.dump({"traceEvents": out, "displayTimeUnit": "ns"}, f)
 
@@ -85,7 +86,7 @@ def load_chrome_json(path, scale_us=1e-3):
         w = waits.get((e["tid"], round(e["ts"], 6)))
         ready = round(e["ts"] / scale_us)
         evs.append(dict(program=e["tid"], step=e["args"]["step"], op=op, layer=int(layer),
-                        start=round(w["ts"] / scale_us) if w else ready, ready=ready,
+                        arg0=e["args"].get("arg0", 0), start=round(w["ts"] / scale_us) if w else ready, ready=ready,
                         end=ready + round(e["dur"] / scale_us)))
     return evs
 
@@ -114,3 +115,24 @@ def timeline_png(evs, path, title=""):
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+
+
+def all_reduce_gaps(evs, step: int = 0):
+    """Tensor parallelism: per all-reduce (layer, 0 = o_proj / 1 = down_proj), the time from this
+    rank's last partial-sum task end to its first REDUCE task ready -- the push over NVLink, the
+    flag round trip and any wait for the slower rank -- and the REDUCE phase's span. Returns
+    {(layer, which): (gap, span)} in the trace's units."""
+    out = {}
+    prod = {0: "O_PROJ", 1: "DOWN"}
+    for e in evs:
+        if e["op"] != "REDUCE" or e["step"] != step:
+            continue
+        key = (e["layer"], e["arg0"])
+        out.setdefault(key, []).append(e)
+    res = {}
+    for (layer, which), reds in out.items():
+        last = max(e["end"] for e in evs if e["op"] == prod[which] and e["layer"] == layer
+                   and e["step"] == step)
+        first = min(e["ready"] for e in reds)
+        res[(layer, which)] = (first - last, max(e["end"] for e in reds) - first)
+    return res

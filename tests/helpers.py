@@ -45,3 +45,39 @@ def drop_encoded_task(runtime, T: int, op_name: str):
             runtime._counters.clear()
             return
     raise ValueError(f"no {op_name} task")
+
+
+def run_ranks(world: int, fn):
+    """fn(rank) for virtual tensor-parallel ranks, one thread each (distributed.ThreadGroup);
+    returns the results in rank order, re-raising the first rank's exception. Under Triton's CPU
+    interpreter each launch patches triton.language for its duration and restores it when it
+    returns -- with concurrent launches, the first to return would unpatch the others'. One
+    outer patch held across all threads makes every inner restore a no-op."""
+    import threading
+
+    from fastdecode.triton_kernels._common import INTERPRET
+    from fastdecode.triton_kernels.megakernel import megakernel
+    out, errs = [None] * world, [None] * world
+
+    def main(r):
+        try:
+            out[r] = fn(r)
+        except BaseException as e:  # noqa: BLE001  (re-raised in the main thread)
+            errs[r] = e
+    scope = None
+    if INTERPRET:
+        from triton.runtime.interpreter import _patch_lang
+        scope = _patch_lang(megakernel.fn)
+    try:
+        threads = [threading.Thread(target=main, args=(r,)) for r in range(world)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        if scope is not None:
+            scope.restore()
+    for e in errs:
+        if e is not None:
+            raise e
+    return out

@@ -5,11 +5,14 @@ import torch
 import transformers as tf
 
 import fastdecode
-from fastdecode.distributed import TensorParallelError, VirtualTP
+from fastdecode.distributed import (TensorParallelError, ThreadCollectives, ThreadGroup,
+                                    VirtualTP)
+from fastdecode.errors import MegakernelTimeout
+from fastdecode.module import FastModel
 from fastdecode.loading import safetensors_getter
 from fastdecode.packing import dict_getter, pack
 from fastdecode.spec import ModelSpec
-from helpers import rel_err
+from helpers import rel_err, run_ranks
 from models import tiny_model
 
 # (family, world) pairs the tiny models allow (tp must divide KV heads, heads and ffn)
@@ -117,12 +120,19 @@ def test_rank_reads_its_shard_from_safetensors(tmp_path, family, world):
                 assert torch.equal(a.tensors()[name], t), (name, r)
 
 
-@pytest.mark.parametrize("family,world,mode", [("qwen3", 2, "torch"), ("llama", 2, "ops")])
-def test_torchrun_ranks_match_single_process(tmp_path, family, world, mode):
-    """Real processes: torchrun, gloo, each rank packs its shard from safetensors; every rank
-    holds the same logits and tokens, equal to the single-process model's. ops: the Triton
-    kernels (interpreted here) with row-parallel partial sums all-reduced between them and the
-    vocab-parallel lm_head gathered before the token choice."""
+TWO_GPUS = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+
+
+@pytest.mark.parametrize("family,world,mode,device", [
+    ("qwen3", 2, "torch", "cpu"), ("llama", 2, "ops", "cpu"),
+    pytest.param("llama", 2, "mega", "cuda", marks=[pytest.mark.gpu, TWO_GPUS]),
+    pytest.param("qwen3", 2, "mega", "cuda", marks=[pytest.mark.gpu, TWO_GPUS])])
+def test_torchrun_ranks_match_single_process(tmp_path, family, world, mode, device):
+    """Real processes: torchrun, each rank packs its shard from safetensors; every rank
+    holds the same logits and tokens, equal to the single-process model's. cpu: gloo; ops: the
+    Triton kernels (interpreted) with row-parallel partial sums all-reduced between them and the
+    vocab-parallel lm_head gathered before the token choice. cuda, mega: one GPU per rank, the
+    megakernel's in-kernel all-reduce over NVLink (symmetric memory), fp32 weights."""
     import os
     import subprocess
     import sys
@@ -132,7 +142,8 @@ def test_torchrun_ranks_match_single_process(tmp_path, family, world, mode):
     env = dict(os.environ, PYTHONPATH=root, OMP_NUM_THREADS="1")
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                           f"--nproc-per-node={world}", os.path.join(root, "tests", "tp_worker.py"),
-                          str(tmp_path / "ckpt"), str(world), str(tmp_path / "out"), mode],
+                          str(tmp_path / "ckpt"), str(world), str(tmp_path / "out"), mode,
+                          device],
                          capture_output=True, text=True, env=env, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     outs = [torch.load(tmp_path / f"out.{r}") for r in range(world)]
@@ -148,9 +159,98 @@ def test_torchrun_ranks_match_single_process(tmp_path, family, world, mode):
                                                       eos_token_id=[]))
     for o in outs:  # every rank draws the same sample
         assert torch.equal(o["sampled"], outs[0]["sampled"])
-    if mode == "ops":  # the Gumbel noise is keyed on global token ids: the one-rank draw
-        one = fastdecode.from_pretrained(str(tmp_path / "ckpt"), device="cpu",
+    if mode != "torch":  # the Gumbel noise is keyed on global token ids: the one-rank draw
+        one = fastdecode.from_pretrained(str(tmp_path / "ckpt"), device=device,
                                          dtype=torch.float32, max_seq_len=64, mode="ops")
         assert torch.equal(outs[0]["sampled"], one.generate(
-            ids[:, :5], max_new_tokens=8, eos_token_id=[], do_sample=True, temperature=1.5,
-            seed=3))
+            ids[:, :5].to(device), max_new_tokens=8, eos_token_id=[], do_sample=True,
+            temperature=1.5, seed=3).cpu())
+
+
+def mega_ranks(model, world, fn):
+    """fn(FastModel) on every virtual rank of a tensor-parallel mode="mega" model: one thread per
+    rank, each rank's megakernel running concurrently (Triton's interpreter on the CPU), pushing
+    partial sums into the other ranks' buffers and waiting on their flags."""
+    spec, _ = spec_and_getter(model)
+    group = ThreadGroup(world)
+
+    def rank(r):
+        fm = FastModel(packed(model, r, world), model.config, max_seq_len=64, mode="mega",
+                       collectives=ThreadCollectives(spec, group, r))
+        return fn(fm)
+    return run_ranks(world, rank)
+
+
+@pytest.mark.parametrize("family,world", [("qwen3", 2), ("llama_bias_tied", 2), ("wide", 4)])
+def test_mega_virtual_ranks_match_tp1(family, world):
+    """The megakernel's in-kernel all-reduce (push partial sums + system-scope flags, rank-order
+    fp32 sum) and cross-rank token choice, on virtual ranks: prefill chunks (T=9) and decode
+    steps, several steps per launch; logits against the fp32 tp=1 model, bit-identical ranks."""
+    model = model_for(family)
+    ids = torch.randint(0, model.config.vocab_size, (13,),
+                        generator=torch.Generator().manual_seed(2))
+    fm = fastdecode.from_hf(model, max_seq_len=64, mode="torch")
+    want = teacher_forced(lambda x: fm(x[None])[0], ids)
+    greedy = fm.generate(ids[None, :5], max_new_tokens=7, eos_token_id=[])
+    one = fastdecode.from_hf(model, max_seq_len=64, mode="mega")
+    sample = dict(max_new_tokens=7, eos_token_id=[], do_sample=True, temperature=1.5, seed=3)
+    sampled = one.generate(ids[None, :5], **sample)
+
+    def run(f):
+        logits = teacher_forced(lambda x: f(x[None])[0], ids)
+        f.reset()
+        f.runtime.decode_chunk = 3  # several decode steps per megakernel launch
+        return logits, f.generate(ids[None, :5], max_new_tokens=7, eos_token_id=[]), \
+            f.generate(ids[None, :5], **sample)
+    outs = mega_ranks(model, world, run)
+    for logits, tokens, drawn in outs:
+        assert torch.equal(logits, outs[0][0]) and torch.equal(tokens, outs[0][1])
+        assert torch.equal(drawn, outs[0][2])
+    # fp32: the sums differ from tp=1 only in order (per rank, then across ranks), as in
+    # test_virtual_ranks_match_tp1
+    assert rel_err(outs[0][0], want) < 1e-5
+    assert torch.equal(outs[0][1], greedy)
+    assert torch.equal(outs[0][2], sampled)  # Gumbel noise keyed on global token ids
+
+
+def test_mega_silent_rank_raises():
+    """A rank that stops stepping: the others' in-kernel waits are bounded and raise
+    MegakernelTimeout naming it -- no hang."""
+    model = model_for("llama")
+    ids = torch.arange(3, 9)[None]
+
+    def run(f):
+        f(ids[:, :3])  # both ranks: the first step (every rank compiled, then launched)
+        if f.runtime.collectives.rank == 1:
+            return None  # then never steps again
+        f.runtime.max_spin_remote = 200
+        with pytest.raises(MegakernelTimeout, match="rank 1 never pushed"):
+            f(ids[:, 3:])
+        return True
+    assert mega_ranks(model, 2, run)[0]
+
+
+def test_mega_rank_missing_at_launch_raises():
+    """A rank that never launches the megakernel at all: the others' launch barrier times out
+    naming it (a dist.barrier would block until NCCL's watchdog)."""
+    model = model_for("llama")
+
+    def run(f):
+        if f.runtime.collectives.rank == 1:
+            return None
+        f.runtime.tp_barrier_s = 0.5
+        with pytest.raises(MegakernelTimeout, match=r"rank\(s\) \[1\]"):
+            f(torch.arange(3, 6)[None])
+        return True
+    assert mega_ranks(model, 2, run)[0]
+
+
+def test_mega_tp_needs_peer_to_peer_ranks():
+    """Processes without mapped peer memory (gloo on CPUs) get a clear error at construction."""
+    model = model_for("llama")
+
+    class Gloo:
+        world, rank, peer_to_peer = 2, 0, False
+    with pytest.raises(ValueError, match="one GPU per rank"):
+        FastModel(packed(model, 0, 2), model.config, max_seq_len=64, mode="mega",
+                  collectives=Gloo())

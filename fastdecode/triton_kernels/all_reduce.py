@@ -85,6 +85,49 @@ def all_reduce_body(x_ptr, out_ptr, n, data_tab, flag_tab, count_ptr, rank, worl
     return ok
 
 
+@triton.jit
+def peer(tab_ptr, p, offset, DTYPE: tl.constexpr):
+    """Rank p's symmetric buffer (its address in this rank's table) + offset elements, as a
+    DTYPE pointer."""
+    return tl.load(tab_ptr + p).to(tl.pointer_type(DTYPE)) + offset
+
+
+@triton.jit
+def push_rows(tab_ptr, rank, offset, stride, t_lo, t_hi, lo, hi, WORLD: tl.constexpr,
+              BLOCK: tl.constexpr):
+    """Copy rows t_lo..t_hi, columns [lo, hi) of this rank's fp32 buffer region at `offset` (row
+    stride `stride`) to the same place in every other rank's buffer: the megakernel's row-parallel
+    tasks write their partial sums once, locally, then push them (the caller barriers first, so
+    every thread's local stores are visible, and releases a flag after)."""
+    src = peer(tab_ptr, rank, offset, tl.float32)
+    for t in range(t_lo, t_hi):
+        for c in range(lo, hi, BLOCK):
+            offs = c + tl.arange(0, BLOCK)
+            m = offs < hi
+            v = tl.load(src + t * stride + offs, mask=m)
+            for p in range(0, WORLD):
+                if p != rank:
+                    tl.store(peer(tab_ptr, p, offset, tl.float32) + t * stride + offs, v, mask=m)
+
+
+@triton.jit
+def residual_sum_body(h_ptr, part_ptr, part_stride, T, D, c_lo, c_hi, WORLD: tl.constexpr,
+                      BLOCK: tl.constexpr):
+    """h[t, cols] = h + (part[0] + part[1] + ... in rank order, fp32) for column blocks
+    [c_lo, c_hi) of BLOCK and every token row: the reduce half of the megakernel's all-reduce.
+    part [WORLD, TM, D] fp32 (rank stride part_stride). The same sum, in the same order, as
+    distributed.all_reduce_fp32 then the residual add: bit-identical ranks."""
+    for t in range(0, T):
+        for c in range(c_lo, c_hi):
+            offs = c * BLOCK + tl.arange(0, BLOCK)
+            m = offs < D
+            acc = tl.load(part_ptr + t * D + offs, mask=m, other=0.0)
+            for r in range(1, WORLD):
+                acc += tl.load(part_ptr + r * part_stride + t * D + offs, mask=m, other=0.0)
+            h = tl.load(h_ptr + t * D + offs, mask=m, other=0.0).to(tl.float32)
+            tl.store(h_ptr + t * D + offs, (h + acc).to(h_ptr.dtype.element_ty), mask=m)
+
+
 @triton.jit(do_not_specialize=["rank", "max_spin"])
 def all_reduce_kernel(x_ptr, out_ptr, n, data_tab, flag_tab, count_ptr, rank, world, cap,
                       n_chunks, max_spin, status_ptr, PUSH: tl.constexpr, REDUCE: tl.constexpr,

@@ -47,12 +47,14 @@ def keep_best(best, bidx, vals, offs_t, offs_n, mask_n, V, seed, temp, SAMPLE: t
 @triton.jit
 def lm_head_body(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_ptr, temp_ptr,
                  T, V, K, stride_x, stride_logits, eps, n_parts, tile_lo, tile_hi, part, pid_t, w0,
-                 WRITE_LOGITS: tl.constexpr, CHOOSE: tl.constexpr, SAMPLE: tl.constexpr,
+                 v0, VKEY, WRITE_LOGITS: tl.constexpr, CHOOSE: tl.constexpr, SAMPLE: tl.constexpr,
                  BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                  STREAM: tl.constexpr, F32: tl.constexpr):
     """Vocab tiles [tile_lo, tile_hi) of BLOCK_N rows for token block pid_t; one partial choice
     per token row at pval/pidx[t, part]. STREAM (T=1): the decode stream of gemv_body, w0 its
-    first piece (gemv.stream_start)."""
+    first piece (gemv.stream_start). v0: the vocabulary id of row 0 (a tensor-parallel rank's
+    shard starts there; 0 otherwise), VKEY: the whole vocabulary (Gumbel noise is keyed on
+    t * VKEY + global id, so every tensor-parallel layout draws the same sample)."""
     offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
     mask_t = offs_t < T
     best = tl.full([BLOCK_T], float("-inf"), dtype=tl.float32)
@@ -83,8 +85,8 @@ def lm_head_body(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_pt
                     tl.store(logits_ptr + offs_n[None, :], acc,
                              mask=mask_t[:, None] & mask_n[None, :])
                 if CHOOSE:
-                    best, bidx = keep_best(best, bidx, acc, offs_t, offs_n, mask_n, V, seed, temp,
-                                           SAMPLE)
+                    best, bidx = keep_best(best, bidx, acc, offs_t, offs_n + v0, mask_n, VKEY,
+                                           seed, temp, SAMPLE)
                 acc = tl.zeros([1, BLOCK_N], dtype=tl.float32)
             w, x = w_n, x_n
     else:
@@ -96,8 +98,8 @@ def lm_head_body(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_pt
                 tl.store(logits_ptr + offs_t[:, None] * stride_logits + offs_n[None, :], y,
                          mask=mask_t[:, None] & mask_n[None, :])
             if CHOOSE:
-                best, bidx = keep_best(best, bidx, y, offs_t, offs_n, mask_n, V, seed, temp,
-                                       SAMPLE)
+                best, bidx = keep_best(best, bidx, y, offs_t, offs_n + v0, mask_n, VKEY, seed,
+                                       temp, SAMPLE)
     if CHOOSE:
         tl.store(pval_ptr + offs_t * n_parts + part, best, mask=mask_t)
         tl.store(pidx_ptr + offs_t * n_parts + part, bidx, mask=mask_t)
@@ -115,7 +117,7 @@ def lm_head_kernel(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_
     w0, _ = stream_start(w_ptr, V, K, lo, hi, BLOCK_N, BLOCK_K, False, STREAM)
     lm_head_body(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_ptr, temp_ptr,
                  T, V, K, stride_x, stride_logits, eps, tl.num_programs(0), lo, hi, pid,
-                 tl.program_id(1), w0, WRITE_LOGITS, CHOOSE, SAMPLE, BLOCK_T, BLOCK_N, BLOCK_K, STREAM, F32)
+                 tl.program_id(1), w0, 0, V, WRITE_LOGITS, CHOOSE, SAMPLE, BLOCK_T, BLOCK_N, BLOCK_K, STREAM, F32)
 
 
 @triton.jit

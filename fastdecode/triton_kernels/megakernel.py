@@ -14,6 +14,15 @@ Every spin is bounded: on timeout the first program to notice records (program, 
 counter, value, target, step) in the status buffer, raises the abort flag and all programs exit;
 the host raises MegakernelTimeout. With one program (serial mode) the queue is a topological order
 and no wait can block: that is how it runs under Triton's CPU interpreter.
+Tensor parallelism (WORLD > 1, one launch per rank, graph.py): remote counters (negative indices,
+opcodes.py) live in every rank's symmetric buffer (xtab: each rank's address of it, in 4-byte
+words: [remote counters x WORLD, one set per schedule (each counts its own epochs) | o and down partial sums fp32 [2, WORLD, TM, D] at x_red |
+lm_head partial choices [TM, WORLD * n_vparts] at x_lmv (fp32) and x_lmi (int32)]). O and DOWN
+tasks write their fp32 partial sums into their own rank's row of the buffer and push them to every
+rank (all_reduce.push_rows), then release the remote counter on every rank (system scope); REDUCE
+waits for every rank's word of it (acquire, system scope) and adds the partials in rank order
+(all_reduce.residual_sum_body); LM_HEAD pushes its partial choice, CHOOSE merges all ranks'.
+Every rank computes the same numbers in the same order, so every rank picks the same token.
 TRACE: each task records [start, ready (wait over), end (published)] timestamps in
 trace[program, step * LMAX + position] (globaltimer ns on the GPU; a logical clock interpreted).
 """
@@ -23,6 +32,7 @@ import triton.language as tl
 from ..opcodes import WORDS, Op
 from ..ptx_inline.flags import ld_acquire
 from ..ptx_inline.timers import globaltimer_ns
+from .all_reduce import peer, push_rows, residual_sum_body
 from .attention import attention_body, attn_merge_body
 from .embedding import embedding_body
 from .gemv import gemv_body, stream_start
@@ -38,23 +48,49 @@ OP_GU: tl.constexpr = tl.constexpr(int(Op.GATE_UP))
 OP_DOWN: tl.constexpr = tl.constexpr(int(Op.DOWN))
 OP_LM: tl.constexpr = tl.constexpr(int(Op.LM_HEAD))
 OP_CHOOSE: tl.constexpr = tl.constexpr(int(Op.CHOOSE))
+OP_REDUCE: tl.constexpr = tl.constexpr(int(Op.REDUCE))
 NW: tl.constexpr = tl.constexpr(WORDS)
 
-# status buffer layout (int64): [abort, program, queue position, counter, value, target, step]
-STATUS_WORDS = 7
+# status buffer layout (int64): [abort, program, queue position, counter, value, target, step,
+# rank waited on (-1: a local counter)]
+STATUS_WORDS = 8
 
 
 @triton.jit
-def wait_counter(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step,
-                 USE_ASM: tl.constexpr):
-    """Spin until counters[ctr] >= target; returns 1 if met, 0 on timeout or abort."""
-    v = ld_acquire(ctr_ptr + ctr, "gpu", USE_ASM)
+def spin(ptr, target, status_ptr, max_spin, SCOPE: tl.constexpr, USE_ASM: tl.constexpr):
+    """Acquire loads of *ptr until >= target, at most max_spin of them, or until this launch
+    aborted (status[0] set by a program that timed out). Returns the last value read."""
+    v = ld_acquire(ptr, SCOPE, USE_ASM)
     n = 0
     aborted = 0
     while (v < target) & (n < max_spin) & (aborted == 0):
-        v = ld_acquire(ctr_ptr + ctr, "gpu", USE_ASM)
+        v = ld_acquire(ptr, SCOPE, USE_ASM)
         aborted = tl.load(status_ptr, volatile=True).to(tl.int32)
         n += 1
+    return v
+
+
+@triton.jit
+def wait_counter(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, xtab_ptr, rank,
+                 x_ctr, x_spin, WORLD: tl.constexpr, USE_ASM: tl.constexpr):
+    """Spin until counters[ctr] >= target -- for a remote counter (ctr < 0, tensor
+    parallelism), until every rank's word of it in this rank's symmetric buffer does, in rank
+    order, at most x_spin polls each (the other ranks' launches start when their hosts get there);
+    returns 1 if met, 0 on timeout or abort."""
+    q = pid * 0 - 1
+    local = True
+    if WORLD > 1:
+        local = ctr >= 0
+    if local:
+        v = spin(ctr_ptr + ctr, target, status_ptr, max_spin, "gpu", USE_ASM)
+    else:
+        words = peer(xtab_ptr, rank, x_ctr + (-1 - ctr) * WORLD, tl.int32)
+        v = target
+        for r in range(0, WORLD):
+            if v >= target:
+                v = spin(words + r, target, status_ptr, x_spin, "sys", USE_ASM)
+                q = pid * 0 + r
+    aborted = tl.load(status_ptr, volatile=True).to(tl.int32)
     ok = (v >= target).to(tl.int32)
     if (ok == 0) & (aborted == 0):
         zero = (pid * 0).to(tl.int64)
@@ -65,15 +101,18 @@ def wait_counter(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step,
             tl.store(status_ptr + 4, v.to(tl.int64))
             tl.store(status_ptr + 5, target.to(tl.int64))
             tl.store(status_ptr + 6, step.to(tl.int64))
+            tl.store(status_ptr + 7, q.to(tl.int64))
     tl.debug_barrier()
     return ok
 
 
 @triton.jit
 def ready(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, tr, clock_ptr, op,
-          USE_ASM: tl.constexpr, TRACE: tl.constexpr):
+          xtab_ptr, rank, x_ctr, x_spin, WORLD: tl.constexpr, USE_ASM: tl.constexpr,
+          TRACE: tl.constexpr):
     """A task's dependency wait (wait_counter), then its 'ready' timestamp."""
-    ok = wait_counter(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, USE_ASM)
+    ok = wait_counter(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, xtab_ptr, rank,
+                      x_ctr, x_spin, WORLD, USE_ASM)
     if TRACE:
         tl.store(tr + 1, globaltimer_ns(op, clock_ptr, USE_ASM))
     return ok
@@ -82,23 +121,36 @@ def ready(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, tr, clock_p
 @triton.jit
 def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
                   ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, tr, clock_ptr, op,
-                  BIAS: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr,
-                  BLOCK_K: tl.constexpr, STREAM: tl.constexpr, F32: tl.constexpr,
+                  xtab_ptr, rank, x_ctr, x_spin, part_off, BIAS: tl.constexpr, BLOCK_T: tl.constexpr,
+                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STREAM: tl.constexpr,
+                  F32: tl.constexpr, WORLD: tl.constexpr, PUSH_BLOCK: tl.constexpr,
                   USE_ASM: tl.constexpr, TRACE: tl.constexpr):
     """o_proj / down_proj task: h[:, tiles lo..hi] += x @ W^T (+ bias), the residual stream in
-    place -- its first weight piece requested, then its wait (ready), then the stream."""
+    place -- its first weight piece requested, then its wait (ready), then the stream. Tensor
+    parallelism: the fp32 partial sum goes to this rank's row of the symmetric buffer (element
+    part_off) and is pushed to every rank; REDUCE tasks add it to the residual."""
     w0, _ = stream_start(w_ptr, D, K, lo, hi, BLOCK_N, BLOCK_K, False, STREAM)
     run = ready(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, tr, clock_ptr, op,
-                USE_ASM, TRACE)
+                xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE)
     if run == 1:
-        gemv_body(x_ptr, w_ptr, w_ptr, b_ptr, h_ptr, h_ptr, T, D, K, K, D, D, eps, lo, hi, tb, w0,
-                  w0, False, BIAS, False, True, BLOCK_T, BLOCK_N, BLOCK_K, STREAM, F32)
+        if WORLD == 1:
+            gemv_body(x_ptr, w_ptr, w_ptr, b_ptr, h_ptr, h_ptr, T, D, K, K, D, D, eps, lo, hi, tb,
+                      w0, w0, False, BIAS, False, True, BLOCK_T, BLOCK_N, BLOCK_K, STREAM, F32)
+        else:
+            part = peer(xtab_ptr, rank, part_off, tl.float32)
+            gemv_body(x_ptr, w_ptr, w_ptr, b_ptr, h_ptr, part, T, D, K, K, D, D, eps, lo, hi,
+                      tb, w0, w0, False, BIAS, False, False, BLOCK_T, BLOCK_N, BLOCK_K, STREAM,
+                      F32)
+            tl.debug_barrier()  # every thread's partial sums stored before they are pushed
+            push_rows(xtab_ptr, rank, part_off, D, tb * BLOCK_T, tl.minimum(T, tb * BLOCK_T +
+                      BLOCK_T), lo * BLOCK_N, tl.minimum(hi * BLOCK_N, D), WORLD, PUSH_BLOCK)
     return run
 
 
 # run-time values that change between launches must not trigger Triton's integer specialisation
 # (== 1, % 16): a recompile of this kernel costs seconds
-@triton.jit(do_not_specialize=["tok_ctr", "max_spin", "n_steps", "n_eos", "max_step"])
+@triton.jit(do_not_specialize=["tok_ctr", "max_spin", "n_steps", "n_eos", "max_step", "rank", "x_ctr", "x_spin",
+                               "x_red", "x_lmv", "x_lmi", "v0", "VFULL"])
 def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin, n_steps,
                trace_ptr, clock_ptr,
                done_ptr, eos_ptr, n_eos, max_step,
@@ -108,6 +160,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                emb_ptr, lm_ptr, fnorm_ptr, anorm_ptr, mnorm_ptr, wqkv_ptr, bqkv_ptr, qkn_ptr,
                wo_ptr, bo_ptr, wgu_ptr, bgu_ptr, wd_ptr, bd_ptr,
                T, TM, KVH, V, S, eps, scale, CHUNK, n_splits, n_vparts,
+               xtab_ptr, rank, x_ctr, x_spin, x_red, x_lmv, x_lmi, v0, VFULL,
                D: tl.constexpr, FFN: tl.constexpr, H: tl.constexpr, HD: tl.constexpr,
                BIAS_QKV: tl.constexpr, QK_NORM: tl.constexpr, BIAS_O: tl.constexpr,
                BIAS_MLP: tl.constexpr, SAMPLE: tl.constexpr, BLOCK_T: tl.constexpr,
@@ -119,6 +172,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                BLOCK_G: tl.constexpr, BLOCK_TOK: tl.constexpr, BLOCK_M: tl.constexpr,
                BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_SP: tl.constexpr,
                EMB_BLOCK: tl.constexpr, MERGE_BLOCK: tl.constexpr, F32: tl.constexpr,
+               WORLD: tl.constexpr, RED_BLOCK: tl.constexpr,
                USE_ASM: tl.constexpr, TRACE: tl.constexpr):
     """Model sizes D, FFN, H, HD are constexpr (one compile per model): a decode tile over whole
     rows then folds its chunk loop away and keeps the activation row in registers, which spares
@@ -126,7 +180,11 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     run-time values, 4 B as constexprs).
     STREAM: decode tiles (each task one stream of weight pieces: gemv_body); RQ/RD/RF rows
     and KQ/KD/KF block K of the GEMV tiles whose rows have q_dim / d_model / ffn_dim elements,
-    RG/KG those of gate and up (half a tile each: config.StreamConfig.tile)."""
+    RG/KG those of gate and up (half a tile each: config.StreamConfig.tile).
+    Tensor parallelism (module docstring): xtab_ptr, rank, the word offsets x_ctr (this
+    schedule's remote counters) / x_red / x_lmv / x_lmi of the symmetric buffer, x_spin (the
+    bound of a remote wait's polls), v0 / VFULL (this rank's first vocabulary id, the whole vocabulary);
+    WORLD ranks, RED_BLOCK columns per REDUCE block (opcodes.COST.reduce_block)."""
     pid = tl.program_id(0)
     qlen = tl.load(qlen_ptr + pid)
     QKVN = (H + 2 * KVH) * HD
@@ -137,7 +195,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     while (s < n_steps) & (run == 1):
         if s > 0:  # the previous step's token must be chosen before we look at the done flag
             run = wait_counter(ctr_ptr, e0 + s, status_ptr, max_spin, pid, pid * 0 - 1, tok_ctr,
-                               s, USE_ASM)
+                               s, xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM)
         if run == 1:
             run = (tl.load(done_ptr, volatile=True) == 0).to(tl.int32)
         epoch = e0 + s + 1
@@ -161,7 +219,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                 lo0, hi0 = qkv_start(w_qkv, D, H, KVH, HD, a0, a1, a2, GROUP, QKV_CHUNKS,
                                      BLOCK_H, QKV_BK, STREAM)
                 run = ready(ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, tr, clock_ptr,
-                            op, USE_ASM, TRACE)
+                            op, xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE)
                 if run == 1:
                     qkv_rope_body(h_ptr, w_qkv, anorm_ptr + layer * D, bqkv_ptr + layer * QKVN,
                                   qkn_ptr + layer * 2 * HD, cos_ptr, sin_ptr, pos_ptr, q_ptr,
@@ -172,13 +230,14 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
             elif op == OP_O:
                 run = residual_task(attn_ptr, wo_ptr + layer * D * QD, bo_ptr + layer * D, h_ptr,
                                     T, D, QD, eps, a1, a2, a0, ctr_ptr, target, status_ptr,
-                                    max_spin, pid, i, wc, s, tr, clock_ptr, op, BIAS_O, BLOCK_T,
-                                    RQ, KQ, STREAM, F32, USE_ASM, TRACE)
+                                    max_spin, pid, i, wc, s, tr, clock_ptr, op, xtab_ptr, rank,
+                                    x_ctr, x_spin, x_red + rank * TM * D, BIAS_O, BLOCK_T, RQ, KQ, STREAM, F32,
+                                    WORLD, RED_BLOCK, USE_ASM, TRACE)
             elif op == OP_GU:
                 w_gu = wgu_ptr + layer * 2 * FFN * D
                 w0, w20 = stream_start(w_gu, FFN, D, a1, a2, RG, KG, True, STREAM)
                 run = ready(ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, tr, clock_ptr,
-                            op, USE_ASM, TRACE)
+                            op, xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE)
                 if run == 1:
                     gemv_body(h_ptr, w_gu, mnorm_ptr + layer * D, bgu_ptr + layer * 2 * FFN,
                               h_ptr, act_ptr, T, FFN, D, D, D, FFN, eps, a1, a2, a0, w0, w20,
@@ -186,20 +245,37 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
             elif op == OP_DOWN:
                 run = residual_task(act_ptr, wd_ptr + layer * D * FFN, bd_ptr + layer * D, h_ptr,
                                     T, D, FFN, eps, a1, a2, a0, ctr_ptr, target, status_ptr,
-                                    max_spin, pid, i, wc, s, tr, clock_ptr, op, BIAS_MLP, BLOCK_T,
-                                    RF, KF, STREAM, F32, USE_ASM, TRACE)
+                                    max_spin, pid, i, wc, s, tr, clock_ptr, op, xtab_ptr, rank,
+                                    x_ctr, x_spin, x_red + (WORLD + rank) * TM * D, BIAS_MLP, BLOCK_T, RF, KF,
+                                    STREAM, F32, WORLD, RED_BLOCK, USE_ASM, TRACE)
             elif op == OP_LM:
                 w0, _ = stream_start(lm_ptr, V, D, a1, a2, RD, KD, False, STREAM)
                 run = ready(ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, tr, clock_ptr,
-                            op, USE_ASM, TRACE)
+                            op, xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE)
                 if run == 1:
+                    voff = 0  # one rank: constants, compiled as before tensor parallelism
+                    vkey = V
+                    if WORLD > 1:
+                        voff = v0
+                        vkey = VFULL
                     lm_head_body(h_ptr, lm_ptr, fnorm_ptr, logits_ptr, pval_ptr, pidx_ptr,
                                  seed_ptr, temp_ptr, T, V, D, D, V, eps, n_vparts, a1, a2,
-                                 a0 % n_vparts, a0 // n_vparts, w0, True, True, SAMPLE, BLOCK_T,
-                                 RD, KD, STREAM, F32)
+                                 a0 % n_vparts, a0 // n_vparts, w0, voff, vkey, True, True, SAMPLE,
+                                 BLOCK_T, RD, KD, STREAM, F32)
+                    if WORLD > 1:  # this task's partial choices to every rank, rank-major
+                        tl.debug_barrier()
+                        part = a0 % n_vparts
+                        t0 = (a0 // n_vparts) * BLOCK_T
+                        for t in range(t0, tl.minimum(T, t0 + BLOCK_T)):
+                            pv = tl.load(pval_ptr + t * n_vparts + part)
+                            pi = tl.load(pidx_ptr + t * n_vparts + part)
+                            at = t * WORLD * n_vparts + rank * n_vparts + part
+                            for p in range(0, WORLD):
+                                tl.store(peer(xtab_ptr, p, x_lmv, tl.float32) + at, pv)
+                                tl.store(peer(xtab_ptr, p, x_lmi, tl.int32) + at, pi)
             else:
                 run = ready(ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, tr, clock_ptr,
-                            op, USE_ASM, TRACE)
+                            op, xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE)
                 if run == 1:
                     if op == OP_EMBED:
                         for t in range(a0, a1):
@@ -217,18 +293,37 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                             CHUNK, n_splits, t, a0, GROUP, BLOCK_G, BLOCK_SP,
                                             BLOCK_D)
                     elif op == OP_CHOOSE:
-                        tok, step = choose_merge_body(pval_ptr, pidx_ptr, a0, T - 1, ids_ptr,
-                                                      hist_ptr, pos_ptr, step_ptr, seed_ptr, T,
-                                                      MERGE_BLOCK)
+                        if WORLD == 1:
+                            tok, step = choose_merge_body(pval_ptr, pidx_ptr, a0, T - 1, ids_ptr,
+                                                          hist_ptr, pos_ptr, step_ptr, seed_ptr,
+                                                          T, MERGE_BLOCK)
+                        else:  # every rank's partials, rank-major: ties go to the lowest id
+                            tok, step = choose_merge_body(
+                                peer(xtab_ptr, rank, x_lmv, tl.float32),
+                                peer(xtab_ptr, rank, x_lmi, tl.int32), WORLD * a0, T - 1,
+                                ids_ptr, hist_ptr, pos_ptr, step_ptr, seed_ptr, T, MERGE_BLOCK)
                         stop = (step + 1 >= max_step).to(tl.int32)
                         for k in range(0, n_eos):
                             stop = stop | (tl.load(eos_ptr + k) == tok).to(tl.int32)
                         tl.store(done_ptr, stop)
+                    elif WORLD > 1:  # OP_REDUCE
+                        residual_sum_body(h_ptr, peer(xtab_ptr, rank, x_red + a0 * WORLD * TM * D,
+                                                      tl.float32), TM * D, T, D, a1, a2, WORLD,
+                                          RED_BLOCK)
             if run == 1:
                 # publish: every thread's stores precede the barrier; the one release add after
-                # it makes them visible at GPU scope to any program that acquires the counter
+                # it makes them visible at GPU scope to any program that acquires the counter --
+                # a remote counter: at system scope, this rank's word of it on every rank
                 tl.debug_barrier()
-                tl.atomic_add(ctr_ptr + sig, 1, sem="release", scope="gpu")
+                remote = False
+                if WORLD > 1:
+                    remote = sig < 0
+                if remote:
+                    for p in range(0, WORLD):
+                        tl.atomic_add(peer(xtab_ptr, p, x_ctr + (-1 - sig) * WORLD + rank,
+                                           tl.int32), 1, sem="release", scope="sys")
+                else:
+                    tl.atomic_add(ctr_ptr + sig, 1, sem="release", scope="gpu")
                 if TRACE:
                     tl.store(tr + 2, globaltimer_ns(op, clock_ptr, USE_ASM))
             i += 1
