@@ -509,7 +509,9 @@ class Runtime:
         v0 = min(self.collectives.rank * -(-V_full // world), V_full)  # spec.vocab_range
         args = (
             words, lengths, words.shape[1], ctr, sched.graph.counters[("tok",)], st.status,
-            self.max_spin, n_steps, trace if trace is not None else st.status,
+            # with tensor parallelism any wait may stand behind another rank: the remote bound
+            self.max_spin_remote if self.tp else self.max_spin, n_steps,
+            trace if trace is not None else st.status,
             clock if clock is not None else st.status, st.done, st.eos, st.n_eos, st.max_step,
             st.ids, st.pos, st.step, st.seed, st.temp, st.hist,
             st.h, st.q, st.attn, st.act, st.o_part, st.lse, st.logits_shard, st.pval, st.pidx,
@@ -540,9 +542,12 @@ class Runtime:
         grid = (sched.n_programs,)
         variant = (key, sampling.do_sample, trace is not None)
         if self.tp and variant not in self._tp_ready:
-            # every rank compiles (or loads) this variant before any rank launches it: a rank
-            # still compiling would leave the others' bounded waits to time out
-            megakernel.run(*args, grid=grid, warmup=True, **kw)
+            # every rank compiles this variant, builds its launcher and loads it (Triton does the
+            # last two at the first launch: seconds on a cold cache) before any rank launches
+            # it: a rank still compiling would leave the others' bounded waits to time out
+            k = megakernel.run(*args, grid=grid, warmup=True, **kw)
+            if hasattr(k, "_init_handles"):
+                k._init_handles()
             x.barrier(self.tp_barrier_s)
             self._tp_ready.add(variant)
         megakernel[grid](*args, **kw)
