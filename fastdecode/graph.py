@@ -8,6 +8,8 @@ are counters, one per (op, layer[, KV group]):
     EMBED(s)   waits tok       >= s-1        (the previous step chose the token it embeds)
     QKV(l, g)  waits down[l-1] (emb for l=0) (it reads the whole residual vector: RMSNorm prologue)
     ATTN(l, g) waits qkv[l, g]               (only its own KV head's q, k, v tiles)
+    (q/k norm, decode: QKNORM(l, g) waits qkv[l, g] and normalizes + rotates the group's raw q
+     and k rows; ATTN(l, g) waits qkn[l, g] -- Tiling.qk_defer)
     MERGE(l,g) waits attn[l, g]
     O(l)       waits merge[l]                (it reads the whole attention output)
     GATE_UP(l) waits o[l];  DOWN(l) waits gu[l];  LM_HEAD waits down[L-1];  CHOOSE waits lm
@@ -66,6 +68,7 @@ class Tiling:
     attn_chunk: int       # keys per split
     n_splits: int
     emb_block: int
+    qk_defer: bool = False  # q/k norm after the QKV tiles, in QKNORM tasks (qkv_rope.py)
 
     def n_t(self, block=None):
         return triton.cdiv(self.T, block or self.block_t)
@@ -92,8 +95,9 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
     else:
         cfg = gemv_config(spec.d_model * 4, spec.d_model, T, device)
         rows, bks, warps, st = [cfg.block_n] * 4, [cfg.block_k] * 4, cfg.num_warps, None
+    defer = spec.qk_norm and T == 1
     pairs, qkv_bk, _, _ = qkv_tile(spec.head_dim, spec.qk_norm, T, spec.d_model, device,
-                                   stream=st)
+                                   stream=st, defer=defer)
     block_s, block_tok = attention_config(spec.head_dim, spec.group, T)
     chunk, n_splits = split_plan(max_seq_len, spec.n_kv_heads, block_s)
     return Tiling(T=T, block_t=bt, stream=T == 1, rows_q=rows[0], rows_d=rows[1],
@@ -102,7 +106,7 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
                   qkv_pairs=pairs, qkv_chunks=triton.cdiv(half, pairs), qkv_bk=qkv_bk,
                   attn_block_s=block_s, attn_block_tok=block_tok,
                   attn_chunk=chunk, n_splits=n_splits,
-                  emb_block=min(1024, triton.next_power_of_2(spec.d_model)))
+                  emb_block=min(1024, triton.next_power_of_2(spec.d_model)), qk_defer=defer)
 
 
 REMOTE = ("xo", "xdown", "xlm")  # counter keys signalled across ranks (tensor parallelism)
@@ -183,10 +187,15 @@ def build_step(spec: ModelSpec, tiling: Tiling, n_programs: int, world: int = 1,
                 g.add(Task(Op.QKV, l, (kv, a, b), prev, ("qkv", l, kv),
                            COST.task_overhead_bytes + (b - a) * qkv_tile_bytes))
         kv_bytes = 2 * tg.attn_chunk * s.head_dim * elt
+        qkv_done = (lambda kv: ("qkn", l, kv)) if tg.qk_defer else (lambda kv: ("qkv", l, kv))
+        if tg.qk_defer:
+            for kv in range(s.n_kv_heads):
+                g.add(Task(Op.QKNORM, l, (kv, 0, 0), ("qkv", l, kv), ("qkn", l, kv),
+                           COST.task_overhead_bytes))
         for kv in range(s.n_kv_heads):
             for sp in range(tg.n_splits):
                 for tb in range(tg.n_t(tg.attn_block_tok)):
-                    g.add(Task(Op.ATTN, l, (kv, sp, tb), ("qkv", l, kv), ("attn", l, kv),
+                    g.add(Task(Op.ATTN, l, (kv, sp, tb), qkv_done(kv), ("attn", l, kv),
                                COST.task_overhead_bytes + kv_bytes))
         for kv in range(s.n_kv_heads):
             g.add(Task(Op.MERGE, l, (kv, 0, 0), ("attn", l, kv), ("merge", l),

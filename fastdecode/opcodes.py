@@ -32,6 +32,8 @@ class Op(IntEnum):
                    # one partial argmax per token row, final RMSNorm prologue
     CHOOSE = 9     # arg0 = n_vparts: merge the partials, write token, advance position / step
                    # (tensor parallelism: every rank's partials, in rank order)
+    QKNORM = 11    # arg0 = KV group: q/k RMSNorm + RoPE of its q heads and k head from the raw fp32
+                   # QKV outputs (decode with q/k norm: QKV tiles stay small, heads split)
     REDUCE = 10    # arg0 = which (0: o_proj, 1: down_proj), [arg1, arg2) = column blocks: h += the
                    # ranks' partial sums, in rank order in fp32 (tensor parallelism only)
 

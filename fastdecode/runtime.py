@@ -17,6 +17,7 @@ import warnings
 from dataclasses import dataclass
 
 import torch
+import triton
 
 from . import _env  # noqa: F401
 from . import ops
@@ -70,6 +71,9 @@ class DecodeState:
         self.h = torch.zeros(T, s.d_model, device=dev, dtype=dt)
         self.q = torch.zeros(T, s.n_heads, s.head_dim, device=dev, dtype=dt)
         self.attn = torch.zeros(T, s.q_dim, device=dev, dtype=dt)
+        # q/k norm: the raw q and k rows of a decode step's QKV tiles (graph.Tiling.qk_defer)
+        self.qk_raw = torch.zeros(T if s.qk_norm else 1, s.n_heads + s.n_kv_heads, s.head_dim,
+                                  device=dev, dtype=torch.float32)
         self.act = torch.zeros(T, s.ffn_dim, device=dev, dtype=dt)
         block_s, _ = attention_config(s.head_dim, s.group, 1)
         self.chunk, n_splits = split_plan(max_seq_len, s.n_kv_heads, block_s)
@@ -515,6 +519,7 @@ class Runtime:
             clock if clock is not None else st.status, st.done, st.eos, st.n_eos, st.max_step,
             st.ids, st.pos, st.step, st.seed, st.temp, st.hist,
             st.h, st.q, st.attn, st.act, st.o_part, st.lse, st.logits_shard, st.pval, st.pidx,
+            st.qk_raw,
             st.k_cache, st.v_cache, st.cos, st.sin, st.windows,
             pw.embed, pw.lm_head, pw.final_norm, pw.attn_norm, pw.mlp_norm, pw.w_qkv,
             opt(pw.b_qkv), opt(pw.qk_norm), pw.w_o, opt(pw.b_o), pw.w_gu, opt(pw.b_gu),
@@ -525,7 +530,8 @@ class Runtime:
             x.red if x else 0, x.lmv if x else 0, x.lmi if x else 0, v0, V_full)
         kw.update(
             D=s.d_model, FFN=s.ffn_dim, H=s.n_heads, HD=s.head_dim,
-            BIAS_QKV=pw.b_qkv is not None, QK_NORM=pw.qk_norm is not None,
+            BIAS_QKV=pw.b_qkv is not None, QK_NORM=pw.qk_norm is not None and not tg.qk_defer,
+            QK_DEFER=tg.qk_defer, BLOCK_HALF=triton.next_power_of_2(s.head_dim // 2),
             BIAS_O=pw.b_o is not None, BIAS_MLP=pw.b_gu is not None,
             SAMPLE=sampling.do_sample, BLOCK_T=tg.block_t, STREAM=tg.stream, RQ=tg.rows_q,
             RD=tg.rows_d, RF=tg.rows_f, RG=tg.rows_g, KQ=tg.bk_q, KD=tg.bk_d, KF=tg.bk_f,

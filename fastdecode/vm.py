@@ -60,21 +60,36 @@ class VM:
                 y = R.gemv(st.h[toks], pw.w_qkv[l, rows], norm_w=pw.attn_norm[l], eps=s.rms_eps,
                            bias=None if b is None else b[rows])[:, None]
                 is_q, is_k = j < s.n_heads, s.n_heads <= j < s.n_heads + s.n_kv_heads
+                sel = torch.arange(c * tg.qkv_pairs, min(half, (c + 1) * tg.qkv_pairs),
+                                   device=st.h.device)
+                cols = torch.cat([sel, sel + half])
+                if tg.qk_defer and (is_q or is_k):  # raw rows; QKNORM finishes the heads
+                    st.qk_raw[toks[:, None], j, cols[None]] = y[:, 0][:, cols].float()
+                    continue
                 if is_q or is_k:
                     if pw.qk_norm is not None:
                         y = R.rmsnorm(y, pw.qk_norm[l, 0 if is_q else 1], s.rms_eps)
                     p = self.pos + toks
                     y = R.rope(y, st.cos[p], st.sin[p])
                 y = y[:, 0]
-                sel = torch.arange(c * tg.qkv_pairs, min(half, (c + 1) * tg.qkv_pairs),
-                                   device=st.h.device)
-                cols = torch.cat([sel, sel + half])
                 if is_q:
                     st.q[toks[:, None], j, cols[None]] = y[:, cols].to(dt)
                 else:
                     cache = st.k_cache if is_k else st.v_cache
                     kv = j - s.n_heads - (0 if is_k else s.n_kv_heads)
                     cache[l, kv, (self.pos + toks)[:, None], cols[None]] = y[:, cols].to(dt)
+        elif task.op == Op.QKNORM:
+            toks = torch.arange(tg.T, device=st.h.device)
+            p = self.pos + toks
+            for j in [a0 * s.group + i for i in range(s.group)] + [s.n_heads + a0]:
+                is_q = j < s.n_heads
+                y = R.rmsnorm(st.qk_raw[:tg.T, j][:, None], pw.qk_norm[l, 0 if is_q else 1],
+                              s.rms_eps)
+                y = R.rope(y, st.cos[p], st.sin[p])[:, 0].to(dt)
+                if is_q:
+                    st.q[:tg.T, j] = y
+                else:
+                    st.k_cache[l, j - s.n_heads, p] = y
         elif task.op == Op.ATTN:
             kv, split, tb = a0, a1, a2
             toks = self._tokens(tb, tg.attn_block_tok)

@@ -37,7 +37,7 @@ from .attention import attention_body, attn_merge_body
 from .embedding import embedding_body
 from .gemv import gemv_body, stream_start
 from .lm_head import choose_merge_body, lm_head_body
-from .qkv_rope import qkv_rope_body, qkv_start
+from .qkv_rope import qk_norm_rope_body, qkv_rope_body, qkv_start
 
 OP_EMBED: tl.constexpr = tl.constexpr(int(Op.EMBED))
 OP_QKV: tl.constexpr = tl.constexpr(int(Op.QKV))
@@ -49,6 +49,7 @@ OP_DOWN: tl.constexpr = tl.constexpr(int(Op.DOWN))
 OP_LM: tl.constexpr = tl.constexpr(int(Op.LM_HEAD))
 OP_CHOOSE: tl.constexpr = tl.constexpr(int(Op.CHOOSE))
 OP_REDUCE: tl.constexpr = tl.constexpr(int(Op.REDUCE))
+OP_QKNORM: tl.constexpr = tl.constexpr(int(Op.QKNORM))
 NW: tl.constexpr = tl.constexpr(WORDS)
 
 # status buffer layout (int64): [abort, program, queue position, counter, value, target, step,
@@ -156,13 +157,15 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                done_ptr, eos_ptr, n_eos, max_step,
                ids_ptr, pos_ptr, step_ptr, seed_ptr, temp_ptr, hist_ptr,
                h_ptr, q_ptr, attn_ptr, act_ptr, opart_ptr, lse_ptr, logits_ptr, pval_ptr, pidx_ptr,
+               qkraw_ptr,
                kc_ptr, vc_ptr, cos_ptr, sin_ptr, win_ptr,
                emb_ptr, lm_ptr, fnorm_ptr, anorm_ptr, mnorm_ptr, wqkv_ptr, bqkv_ptr, qkn_ptr,
                wo_ptr, bo_ptr, wgu_ptr, bgu_ptr, wd_ptr, bd_ptr,
                T, TM, KVH, V, S, eps, scale, CHUNK, n_splits, n_vparts,
                xtab_ptr, rank, x_ctr, x_spin, x_red, x_lmv, x_lmi, v0, VFULL,
                D: tl.constexpr, FFN: tl.constexpr, H: tl.constexpr, HD: tl.constexpr,
-               BIAS_QKV: tl.constexpr, QK_NORM: tl.constexpr, BIAS_O: tl.constexpr,
+               BIAS_QKV: tl.constexpr, QK_NORM: tl.constexpr, QK_DEFER: tl.constexpr,
+               BLOCK_HALF: tl.constexpr, BIAS_O: tl.constexpr,
                BIAS_MLP: tl.constexpr, SAMPLE: tl.constexpr, BLOCK_T: tl.constexpr,
                STREAM: tl.constexpr, RQ: tl.constexpr, RD: tl.constexpr, RF: tl.constexpr,
                RG: tl.constexpr, KQ: tl.constexpr, KD: tl.constexpr, KF: tl.constexpr,
@@ -181,6 +184,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     STREAM: decode tiles (each task one stream of weight pieces: gemv_body); RQ/RD/RF rows
     and KQ/KD/KF block K of the GEMV tiles whose rows have q_dim / d_model / ffn_dim elements,
     RG/KG those of gate and up (half a tile each: config.StreamConfig.tile).
+    QK_DEFER (q/k norm, decode): QKV tiles store raw q / k rows to qkraw_ptr and QKNORM tasks
+    normalize and rotate them (qkv_rope.qk_norm_rope_body; QK_NORM is then False).
     Tensor parallelism (module docstring): xtab_ptr, rank, the word offsets x_ctr (this
     schedule's remote counters) / x_red / x_lmv / x_lmi of the symmetric buffer, x_spin (the
     bound of a remote wait's polls), v0 / VFULL (this rank's first vocabulary id, the whole vocabulary);
@@ -225,8 +230,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                   qkn_ptr + layer * 2 * HD, cos_ptr, sin_ptr, pos_ptr, q_ptr,
                                   kc_ptr + layer * KVH * S * HD, vc_ptr + layer * KVH * S * HD,
                                   T, D, D, S, eps, H, KVH, HD, a0, a1, a2, lo0, hi0, GROUP,
-                                  QKV_CHUNKS, BIAS_QKV, QK_NORM, BLOCK_T, BLOCK_H, QKV_BK, STREAM,
-                                  F32)
+                                  QKV_CHUNKS, qkraw_ptr, BIAS_QKV, QK_NORM, BLOCK_T, BLOCK_H,
+                                  QKV_BK, STREAM, F32, QK_DEFER)
             elif op == OP_O:
                 run = residual_task(attn_ptr, wo_ptr + layer * D * QD, bo_ptr + layer * D, h_ptr,
                                     T, D, QD, eps, a1, a2, a0, ctr_ptr, target, status_ptr,
@@ -287,6 +292,12 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                        T, TM, S, H, HD, tl.load(win_ptr + layer), scale, CHUNK,
                                        a0, a1, a2, GROUP, BLOCK_G, BLOCK_TOK, BLOCK_M, BLOCK_S,
                                        BLOCK_D, F32)
+                    elif op == OP_QKNORM:
+                        if QK_DEFER:
+                            qk_norm_rope_body(qkraw_ptr, qkn_ptr + layer * 2 * HD, cos_ptr,
+                                              sin_ptr, pos_ptr, q_ptr,
+                                              kc_ptr + layer * KVH * S * HD, T, S, eps, H, KVH,
+                                              HD, a0, GROUP, BLOCK_T, BLOCK_HALF)
                     elif op == OP_MERGE:
                         for t in range(0, T):
                             attn_merge_body(opart_ptr, lse_ptr, attn_ptr, pos_ptr, T, TM, H, HD,

@@ -11,7 +11,11 @@ each new token t at position p = pos + t:
 A tile is BLOCK_H rotation pairs (row i of the lo half [0, hd/2) with row i of the hi half
 [hd/2, hd)) of one head, so the rotation needs no cross-thread shuffle: with 4 pairs per tile
 the 1B model's 3072 rows are 384 tiles (the decode GEMV tile of config.py). With q/k RMSNorm
-(Qwen3) a tile is the whole head, since the norm sums over all of it. Any even head_dim.
+(Qwen3) a tile is the whole head, since the norm sums over all of it -- except in the
+megakernel's decode stream (DEFER): there q and k tiles are as small as any and store their raw
+fp32 outputs (bias added), and a QKNORM task per KV group (qk_norm_rope_body) normalizes and
+rotates whole heads: 48 whole-head tiles of a Qwen3-8B layer would keep 48 of 264 programs
+streaming its QKV weights. Any even head_dim.
 Tiles are numbered per KV group (qkv_slot) so a megakernel task covers a range of one group's
 tiles and signals only that group's attention.
 Roofline (decode): bytes = (H + 2 KVH) * hd * d * 2 -- e.g. 12.6 MB for Llama-3.2-1B, 2.8 us.
@@ -58,15 +62,16 @@ def qkv_start(w_ptr, K, H, KVH, HD, g, u_lo, u_hi, GROUP, N_CHUNKS, BLOCK_H: tl.
 @triton.jit
 def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_ptr, pos_ptr,
                   q_ptr, k_ptr, v_ptr, T, K, stride_x, S, eps, H, KVH, HD, g, u_lo, u_hi,
-                  w_lo0, w_hi0, GROUP, N_CHUNKS,
+                  w_lo0, w_hi0, GROUP, N_CHUNKS, raw_ptr,
                   BIAS: tl.constexpr, QK_NORM: tl.constexpr, BLOCK_T: tl.constexpr,
                   BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, STREAM: tl.constexpr,
-                  F32: tl.constexpr):
+                  F32: tl.constexpr, DEFER: tl.constexpr = False):
     """Tiles [u_lo, u_hi) of KV group g (qkv_slot): each is pairs [c*BLOCK_H, (c+1)*BLOCK_H) of
     one head slot for one token block. STREAM (T=1): the decode stream of gemv_body (its first
     piece w_lo0 / w_hi0 from qkv_start) -- the next
     (tile, K chunk) piece and, at a tile's end, the next tile's bias, norm weights and cos/sin
-    are requested before the current piece is reduced."""
+    are requested before the current piece is reduced. DEFER: q and k tiles store raw fp32 rows
+    to raw_ptr [T, H + KVH, HD] for qk_norm_rope_body (QK_NORM is then False here)."""
     half = HD // 2
     n_t = tl.cdiv(T, BLOCK_T)
     pos = tl.load(pos_ptr)
@@ -100,7 +105,7 @@ def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_pt
                 opnd_n = qkv_operands(jn, offs_t, mask_t, offs_hn, mask_hn, pos, bias_ptr,
                                       qk_norm_ptr, cos_ptr, sin_ptr, H, HD, BIAS, QK_NORM)
                 qkv_rope_finish(lo, hi, opnd, j, offs_t, mask_t, offs_h, offs_h < half, pos,
-                                q_ptr, k_ptr, v_ptr, S, eps, H, KVH, HD, QK_NORM)
+                                q_ptr, k_ptr, v_ptr, S, eps, H, KVH, HD, QK_NORM, raw_ptr, DEFER)
                 lo = tl.zeros([1, BLOCK_H], dtype=tl.float32)
                 hi = lo
                 j, offs_h, opnd = jn, offs_hn, opnd_n
@@ -119,7 +124,7 @@ def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_pt
             opnd = qkv_operands(j, offs_t, mask_t, offs_h, mask_h, pos, bias_ptr, qk_norm_ptr,
                                 cos_ptr, sin_ptr, H, HD, BIAS, QK_NORM)
             qkv_rope_finish(lo, hi, opnd, j, offs_t, mask_t, offs_h, mask_h, pos, q_ptr, k_ptr,
-                            v_ptr, S, eps, H, KVH, HD, QK_NORM)
+                            v_ptr, S, eps, H, KVH, HD, QK_NORM, raw_ptr, DEFER)
 
 
 @triton.jit
@@ -147,14 +152,32 @@ def qkv_operands(j, offs_t, mask_t, offs_h, mask_h, pos, bias_ptr, qk_norm_ptr, 
 
 @triton.jit
 def qkv_rope_finish(lo, hi, opnd, j, offs_t, mask_t, offs_h, mask_h, pos, q_ptr, k_ptr, v_ptr,
-                    S, eps, H, KVH, HD, QK_NORM: tl.constexpr):
-    """bias, q/k RMSNorm, RoPE and the store of one tile's lo/hi halves [BLOCK_T, BLOCK_H]."""
+                    S, eps, H, KVH, HD, QK_NORM: tl.constexpr, raw_ptr, DEFER: tl.constexpr):
+    """bias, q/k RMSNorm, RoPE and the store of one tile's lo/hi halves [BLOCK_T, BLOCK_H];
+    DEFER: a q or k tile stores its raw rows (bias added) to raw_ptr instead."""
     blo, bhi, nlo, nhi, c, s = opnd
     half = HD // 2
     lo += blo
     hi += bhi
     p = pos + offs_t
     mask = mask_t[:, None] & mask_h[None, :]
+    raw = False
+    if DEFER:
+        raw = j < H + KVH
+    if raw:
+        dst = raw_ptr + (offs_t[:, None] * (H + KVH) + j) * HD + offs_h[None, :]
+        tl.store(dst, lo, mask=mask)
+        tl.store(dst + half, hi, mask=mask)
+    else:
+        qkv_rope_store(lo, hi, nlo, nhi, c, s, j, offs_t, offs_h, mask, p, q_ptr, k_ptr, v_ptr,
+                       S, eps, H, KVH, HD, QK_NORM)
+
+
+@triton.jit
+def qkv_rope_store(lo, hi, nlo, nhi, c, s, j, offs_t, offs_h, mask, p, q_ptr, k_ptr, v_ptr, S,
+                   eps, H, KVH, HD, QK_NORM: tl.constexpr):
+    """q/k RMSNorm (whole heads in lo / hi), RoPE, and the store to q or the caches."""
+    half = HD // 2
     if j < H + KVH:  # q or k head: per-head norm (Qwen3) then rotary embedding
         if QK_NORM:
             r = 1.0 / tl.sqrt((tl.sum(lo * lo, axis=1) + tl.sum(hi * hi, axis=1)) / HD + eps)
@@ -172,6 +195,32 @@ def qkv_rope_finish(lo, hi, opnd, j, offs_t, mask_t, offs_h, mask_h, pos, q_ptr,
 
 
 @triton.jit
+def qk_norm_rope_body(raw_ptr, qk_norm_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_ptr, T, S, eps,
+                      H, KVH, HD, g, GROUP, BLOCK_T: tl.constexpr, BLOCK_HALF: tl.constexpr):
+    """The deferred half of qkv_rope_body (DEFER), for KV group g: its q heads and k head, every
+    token: the raw fp32 rows from raw_ptr [T, H + KVH, HD] through the same epilogue as a
+    whole-head tile (q/k RMSNorm, RoPE, store to q / the k cache). BLOCK_HALF >= HD / 2."""
+    half = HD // 2
+    pos = tl.load(pos_ptr)
+    offs_h = tl.arange(0, BLOCK_HALF)
+    mask_h = offs_h < half
+    for slot in range(0, GROUP + 1):
+        j = tl.where(slot < GROUP, g * GROUP + slot, H + g)
+        for t0 in range(0, T, BLOCK_T):
+            offs_t = t0 + tl.arange(0, BLOCK_T)
+            mask_t = offs_t < T
+            m = mask_t[:, None] & mask_h[None, :]
+            src = raw_ptr + (offs_t[:, None] * (H + KVH) + j) * HD + offs_h[None, :]
+            lo = tl.load(src, mask=m, other=0.0)
+            hi = tl.load(src + half, mask=m, other=0.0)
+            _, _, nlo, nhi, c, s = qkv_operands(j, offs_t, mask_t, offs_h, mask_h, pos, raw_ptr,
+                                                qk_norm_ptr, cos_ptr, sin_ptr, H, HD, False,
+                                                True)
+            qkv_rope_store(lo, hi, nlo, nhi, c, s, j, offs_t, offs_h, m, pos + offs_t, q_ptr,
+                           k_ptr, k_ptr, S, eps, H, KVH, HD, True)
+
+
+@triton.jit
 def qkv_rope_kernel(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_ptr, pos_ptr,
                     q_ptr, k_ptr, v_ptr, T, K, stride_x, S, eps, H, KVH, HD, GROUP, n_chunks,
                     tiles_per_program,
@@ -186,18 +235,19 @@ def qkv_rope_kernel(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_
                            BLOCK_H, BLOCK_K, STREAM)
     qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_ptr, pos_ptr,
                   q_ptr, k_ptr, v_ptr, T, K, stride_x, S, eps, H, KVH, HD, tl.program_id(0), lo,
-                  hi, w_lo, w_hi, GROUP, n_chunks,
+                  hi, w_lo, w_hi, GROUP, n_chunks, q_ptr,
                   BIAS, QK_NORM, BLOCK_T, BLOCK_H, BLOCK_K, STREAM, F32)
 
 
 def qkv_tile(head_dim: int, qk_norm: bool, T: int, K: int, device, pairs=None,
-             stream: StreamConfig | None = None):
+             stream: StreamConfig | None = None, defer: bool = False):
     """(BLOCK_H rotation pairs, BLOCK_K, num_warps, stream) of a QKV + RoPE tile.
     stream (T=1): the megakernel's decode stream, lo + hi rows of about stream.tile_elems
-    elements (q/k norm: whole heads, K chunked to the same tile elements)."""
+    elements (q/k norm: whole heads, K chunked to the same tile elements; defer: the q/k norm
+    runs in qk_norm_rope_body, so any tile)."""
     if stream is not None and T == 1:
         cfg = stream.tile(K)
-        bh = qkv_pairs(head_dim, qk_norm, T, max(1, cfg.block_n // 2))
+        bh = qkv_pairs(head_dim, qk_norm and not defer, T, max(1, cfg.block_n // 2))
         bk = max(16, min(cfg.block_k, stream.tile_elems // (2 * bh)))
         return bh, bk, stream.num_warps, True
     cfg = gemv_config(K * 4, K, T, device)
