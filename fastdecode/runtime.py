@@ -552,7 +552,7 @@ class Runtime:
             # last two at the first launch: seconds on a cold cache) before any rank launches
             # it: a rank still compiling would leave the others' bounded waits to time out
             k = megakernel.run(*args, grid=grid, warmup=True, **kw)
-            if hasattr(k, "_init_handles"):
+            if self.cuda and hasattr(k, "_init_handles"):
                 k._init_handles()
             x.barrier(self.tp_barrier_s)
             self._tp_ready.add(variant)
