@@ -118,7 +118,7 @@ class TorchCollectives:
         return symmetric_alloc(n_words, self.group)
 
     def gather_vocab(self, x):
-        per = -(-self.spec.vocab_size // self.world)
+        per = self.spec.vocab_range(0, self.world)[1]  # rank 0's shard: the largest
         pad = torch.full((*x.shape[:-1], per), float("-inf"), device=x.device, dtype=x.dtype)
         pad[..., :x.shape[-1]] = x
         parts = [torch.empty_like(pad) for _ in range(self.world)]

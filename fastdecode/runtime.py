@@ -25,6 +25,7 @@ from . import reference as R
 from .errors import MegakernelTimeout
 from .opcodes import COST
 from .packing import PackedWeights
+from .spec import vocab_range
 from .triton_kernels.attention import split_plan
 from .triton_kernels.config import (attention_blocks, attention_config, merge_block, merge_splits,
                                     stream_config)
@@ -213,6 +214,9 @@ class Runtime:
         # tokens per prefill step: the megakernel's T>1 tiles pad M to 16 (one tl.dot row block)
         self.max_chunk = max_chunk or (64 if self.cuda and mode == "ops" else 16)
         self.state = DecodeState(pw, max_seq_len, self.max_chunk, vocab_size)
+        # this rank's vocabulary rows [v0, v1) of the whole vocabulary (one rank: all of it)
+        self.vocab = vocab_range(self.state.logits.shape[1], self.collectives.rank,
+                                 self.collectives.world)
         self.max_seq_len = max_seq_len
         self._graphs: dict = {}
         self._gen = None
@@ -347,7 +351,7 @@ class Runtime:
             # stream samples with temperature only, so those steps run the same bodies as ops
             self._step_ops(T, all_logits, sampling, head)
         else:  # the task stream always runs whole steps (its last task advances the position)
-            self._step_tasks(T, sampling)
+            self._step_tasks(T, sampling, all_logits)
             head = True
         if not head:
             st.pos += T
@@ -445,7 +449,9 @@ class Runtime:
             from .schedule import build_schedule
             tiling = make_tiling(self.spec, T, self.max_seq_len, self.pw.device, self.mega_stream)
             world = self.collectives.world
-            lm_vocab = -(-self.state.logits.shape[1] // world) if world > 1 else None
+            # every rank tiles the largest shard's rows (rank 0's): the same lm_head tasks
+            lm_vocab = vocab_range(self.state.logits.shape[1], 0, world)[1] if world > 1 \
+                else None
             graph = build_step(self.spec, tiling, self.n_programs, world, lm_vocab)
             st, need = self.state, graph.n_vparts * T  # one partial choice per lm_head task and row
             if need > st.pval.numel():
@@ -455,7 +461,7 @@ class Runtime:
             self._schedules[T] = build_schedule(graph, self.n_programs)
         return self._schedules[T]
 
-    def _step_tasks(self, T, sampling):
+    def _step_tasks(self, T, sampling, all_logits=False):
         sched = self.schedule(T)
         if self.mode == "vm":
             from .vm import VM
@@ -463,7 +469,7 @@ class Runtime:
         else:
             self._launch_mega(sched, 1, sampling)
             self.check_status()
-            if self.tp:  # the vocab shards of the logits, for forward()
+            if self.tp and all_logits:  # forward(): the logits' vocab shards, gathered
                 st = self.state
                 st.logits[:T].copy_(self.collectives.gather_vocab(st.logits_shard[:T]))
 
@@ -509,8 +515,6 @@ class Runtime:
         kw = dict(launch_cooperative_grid=True) if self.cuda else {}
         x, world = self.x, self.collectives.world
         x_ctr = x.counters(sched) if x is not None else 0
-        V_full = st.logits.shape[1]
-        v0 = min(self.collectives.rank * -(-V_full // world), V_full)  # spec.vocab_range
         args = (
             words, lengths, words.shape[1], ctr, sched.graph.counters[("tok",)], st.status,
             # with tensor parallelism any wait may stand behind another rank: the remote bound
@@ -527,7 +531,8 @@ class Runtime:
             tg.T, st.h.shape[0], s.n_kv_heads, s.vocab_size, self.max_seq_len, s.rms_eps,
             s.head_dim ** -0.5, tg.attn_chunk, tg.n_splits, n_vparts,
             x.table if x else st.status, self.collectives.rank, x_ctr, self.max_spin_remote,
-            x.red if x else 0, x.lmv if x else 0, x.lmi if x else 0, v0, V_full)
+            x.red if x else 0, x.lmv if x else 0, x.lmi if x else 0, self.vocab[0],
+            st.logits.shape[1])
         kw.update(
             D=s.d_model, FFN=s.ffn_dim, H=s.n_heads, HD=s.head_dim,
             BIAS_QKV=pw.b_qkv is not None, QK_NORM=pw.qk_norm is not None and not tg.qk_defer,

@@ -21,6 +21,13 @@ class TensorParallelError(ValueError):
     """A tensor-parallel size the model's dimensions do not allow."""
 
 
+def vocab_range(vocab_size: int, rank: int, world: int) -> tuple[int, int]:
+    """Rank `rank`'s rows [v0, v1) of a vocab-parallel lm_head: ceil(V / world) each (rank 0's
+    is the largest), the last rank's shorter or empty."""
+    per = -(-vocab_size // world)
+    return min(rank * per, vocab_size), min((rank + 1) * per, vocab_size)
+
+
 @dataclass(frozen=True)
 class Family:
     qkv_bias: bool          # q/k/v projections carry a bias regardless of `attention_bias`
@@ -98,8 +105,7 @@ class ModelSpec:
                     + (" (KV heads are not replicated across ranks)" if "key_value" in what else ""))
 
     def vocab_range(self, rank: int, world: int) -> tuple[int, int]:
-        per = -(-self.vocab_size // world)
-        return min(rank * per, self.vocab_size), min((rank + 1) * per, self.vocab_size)
+        return vocab_range(self.vocab_size, rank, world)
 
     def shard(self, rank: int, world: int) -> "ModelSpec":
         self.check_tp(world)
