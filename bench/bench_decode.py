@@ -69,15 +69,30 @@ def decode_rate(gen, n_lo, n_hi, repeats):
     return (n_hi - n_lo) / (t_hi - t_lo)
 
 
+def add_protocol_args(p):
+    """The decode-rate protocol's options, shared by bench_tp.py."""
+    p.add_argument("--chunk", type=int, default=16, help="decode steps per host round trip")
+    p.add_argument("--prompt-len", type=int, default=32)
+    p.add_argument("--new-tokens", type=int, default=256)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--results-md", default=os.path.join(HERE, "RESULTS.md"))
+
+
+def step_bytes(spec, args, n_lo=32):
+    """Bytes one decode step reads: every weight once + the KV cache at the mean context of the
+    timed tokens (decode_rate's n_lo .. --new-tokens)."""
+    mean_ctx = args.prompt_len + (n_lo + args.new_tokens) / 2
+    return spec.weight_bytes_per_token() + spec.kv_bytes(int(mean_ctx))
+
+
 def bench_model(key, args, bw):
     name, model = random_model(key)
     spec = ModelSpec.from_hf_config(model.config)
     ids = torch.randint(0, spec.vocab_size, (1, args.prompt_len), device="cuda",
                         generator=torch.Generator("cuda").manual_seed(0))
     n_lo, n_hi = 32, args.new_tokens
-    mean_ctx = args.prompt_len + (n_lo + n_hi) / 2
-    step_bytes = spec.weight_bytes_per_token() + spec.kv_bytes(int(mean_ctx))
-    roof = bw / step_bytes
+    nbytes = step_bytes(spec, args, n_lo)
+    roof = bw / nbytes
     rows = []
 
     def add(peer, rate, first_call=None):
@@ -127,7 +142,7 @@ def bench_model(key, args, bw):
     for r in rows:
         r["vs_compile"] = r["tok_s"] / base["HF static+torch.compile"] \
             if "HF static+torch.compile" in base else None
-        r.update(step_gb=step_bytes / 1e9, roofline_tok_s=roof)
+        r.update(step_gb=nbytes / 1e9, roofline_tok_s=roof)
     return rows
 
 
@@ -157,12 +172,8 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--models", default="1b,8b")
     p.add_argument("--peers", default="fastdecode,mega,hf_eager,hf_compile")
-    p.add_argument("--chunk", type=int, default=16, help="decode steps per host round trip")
-    p.add_argument("--prompt-len", type=int, default=32)
-    p.add_argument("--new-tokens", type=int, default=256)
-    p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--first-call", action="store_true", help="also time process start -> token")
-    p.add_argument("--results-md", default=os.path.join(HERE, "RESULTS.md"))
+    add_protocol_args(p)
     args = p.parse_args()
     args.peers = args.peers.split(",")
     gpu = torch.cuda.get_device_name()

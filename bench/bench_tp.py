@@ -28,7 +28,8 @@ import torch.distributed as dist
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fastdecode  # noqa: E402
-from bench_decode import _git_commit, decode_rate, read_bandwidth  # noqa: E402
+from bench_decode import (_git_commit, add_protocol_args, decode_rate, read_bandwidth,  # noqa: E402
+                          step_bytes)
 from fastdecode.distributed import TorchCollectives, init  # noqa: E402
 from fastdecode.module import FastModel  # noqa: E402
 from fastdecode.packing import dict_getter, pack  # noqa: E402
@@ -52,14 +53,13 @@ def bench_model(key, args, bw, rank, world, device):
                         generator=torch.Generator(device).manual_seed(0))
     n_lo, n_hi = 32, args.new_tokens
     max_seq = args.prompt_len + n_hi + 8
-    step_bytes = spec.weight_bytes_per_token() + \
-        spec.kv_bytes(int(args.prompt_len + (n_lo + n_hi) / 2))
+    nbytes = step_bytes(spec, args, n_lo)
     pw = pack(spec, dict_getter(dict(model.state_dict())), device=device, dtype=torch.bfloat16,
               rank=rank, world=world)
     rows, logits, tokens = [], {}, {}
 
     def add(peer, tp, rate):
-        roof = tp * bw / step_bytes
+        roof = tp * bw / nbytes
         rows.append(dict(model=name, peer=peer, tp=tp, tok_s=rate, roof=roof))
         if rank == 0:
             print(f"  {name:14s} {peer:28s} {rate:8.1f} tok/s  {100 * rate / roof:5.1f}% of "
@@ -117,11 +117,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--models", default="1b,8b")
     p.add_argument("--modes", default="mega,ops")
-    p.add_argument("--chunk", type=int, default=16, help="decode steps per host round trip")
-    p.add_argument("--prompt-len", type=int, default=32)
-    p.add_argument("--new-tokens", type=int, default=256)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--results-md", default=os.path.join(HERE, "RESULTS.md"))
+    add_protocol_args(p)
     args = p.parse_args()
     rank, world, device = init(int(os.environ.get("WORLD_SIZE", "1")))
     gpu = torch.cuda.get_device_name()
