@@ -113,8 +113,8 @@ class TorchCollectives:
 
     def symmetric(self, n_words: int):
         """(this rank's int32 [n_words] buffer, int64 table of every rank's address of its own,
-        every rank's buffer as a tensor mapped here) in PyTorch symmetric memory (NVLink peer-to-peer, multicast off), zeroed on every rank
-        before any rank returns. Collective."""
+        every rank's buffer as a tensor mapped here) in PyTorch symmetric memory (NVLink
+        peer-to-peer, multicast off), zeroed on every rank before any rank returns. Collective."""
         return symmetric_alloc(n_words, self.group)
 
     def gather_vocab(self, x):
@@ -198,8 +198,8 @@ class ThreadCollectives:
 
 def symmetric_alloc(n_words: int, group=None):
     """(this rank's int32 [n_words] tensor, int64 tensor of every rank's mapped address of its
-    own, on this rank's GPU, and those buffers as tensors) in PyTorch symmetric memory, multicast kept off; zeroed on every rank
-    before any rank returns. Collective over `group`."""
+    own, on this rank's GPU, and those buffers as tensors) in PyTorch symmetric memory, multicast
+    kept off; zeroed on every rank before any rank returns. Collective over `group`."""
     import os
 
     import torch.distributed as dist

@@ -8,5 +8,5 @@ from .triton_kernels.lm_head import choose_merge, lm_head, sample_logits
 from .triton_kernels.qkv_rope import qkv_rope
 from .triton_kernels.rmsnorm import rmsnorm
 
-__all__ = ["PeerBuffers", "all_reduce", "attention", "choose_merge", "embedding", "gemv", "lm_head", "qkv_rope", "rmsnorm",
-           "sample_logits", "split_plan"]
+__all__ = ["PeerBuffers", "all_reduce", "attention", "choose_merge", "embedding", "gemv",
+           "lm_head", "qkv_rope", "rmsnorm", "sample_logits", "split_plan"]

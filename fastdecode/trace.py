@@ -86,7 +86,8 @@ def load_chrome_json(path, scale_us=1e-3):
         w = waits.get((e["tid"], round(e["ts"], 6)))
         ready = round(e["ts"] / scale_us)
         evs.append(dict(program=e["tid"], step=e["args"]["step"], op=op, layer=int(layer),
-                        arg0=e["args"].get("arg0", 0), start=round(w["ts"] / scale_us) if w else ready, ready=ready,
+                        arg0=e["args"].get("arg0", 0),
+                        start=round(w["ts"] / scale_us) if w else ready, ready=ready,
                         end=ready + round(e["dur"] / scale_us)))
     return evs
 

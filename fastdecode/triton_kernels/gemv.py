@@ -161,8 +161,8 @@ def gemv_kernel(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, str
     hi = tl.minimum(lo + tiles_per_program, tl.cdiv(N, BLOCK_N))
     w0, w20 = stream_start(w_ptr, N, K, lo, hi, BLOCK_N, BLOCK_K, SWIGLU, STREAM)
     gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, stride_x, stride_res,
-              stride_out, eps, lo, hi, tl.program_id(1), w0, w20, NORM, BIAS, SWIGLU, RESIDUAL, BLOCK_T, BLOCK_N, BLOCK_K, STREAM,
-              F32)
+              stride_out, eps, lo, hi, tl.program_id(1), w0, w20, NORM, BIAS, SWIGLU, RESIDUAL,
+              BLOCK_T, BLOCK_N, BLOCK_K, STREAM, F32)
 
 
 def block_t(T: int) -> int:

@@ -117,7 +117,8 @@ def lm_head_kernel(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_
     w0, _ = stream_start(w_ptr, V, K, lo, hi, BLOCK_N, BLOCK_K, False, STREAM)
     lm_head_body(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_ptr, temp_ptr,
                  T, V, K, stride_x, stride_logits, eps, tl.num_programs(0), lo, hi, pid,
-                 tl.program_id(1), w0, 0, V, WRITE_LOGITS, CHOOSE, SAMPLE, BLOCK_T, BLOCK_N, BLOCK_K, STREAM, F32)
+                 tl.program_id(1), w0, 0, V, WRITE_LOGITS, CHOOSE, SAMPLE, BLOCK_T, BLOCK_N,
+                 BLOCK_K, STREAM, F32)
 
 
 @triton.jit

@@ -16,8 +16,9 @@ the host raises MegakernelTimeout. With one program (serial mode) the queue is a
 and no wait can block: that is how it runs under Triton's CPU interpreter.
 Tensor parallelism (WORLD > 1, one launch per rank, graph.py): remote counters (negative indices,
 opcodes.py) live in every rank's symmetric buffer (xtab: each rank's address of it, in 4-byte
-words: [remote counters x WORLD, one set per schedule (each counts its own epochs) | o and down partial sums fp32 [2, WORLD, TM, D] at x_red |
-lm_head partial choices [TM, WORLD * n_vparts] at x_lmv (fp32) and x_lmi (int32)]). O and DOWN
+words: [remote counters x WORLD, one set per schedule (each counts its own epochs) | o and down
+partial sums fp32 [2, WORLD, TM, D] at x_red | lm_head partial choices [TM, WORLD * n_vparts]
+at x_lmv (fp32) and x_lmi (int32)]; runtime.SymmetricLayout). O and DOWN
 tasks write their fp32 partial sums into their own rank's row of the buffer and push them to every
 rank (all_reduce.push_rows), then release the remote counter on every rank (system scope); REDUCE
 waits for every rank's word of it (acquire, system scope) and adds the partials in rank order
@@ -122,8 +123,8 @@ def ready(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, tr, clock_p
 @triton.jit
 def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
                   ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, tr, clock_ptr, op,
-                  xtab_ptr, rank, x_ctr, x_spin, part_off, BIAS: tl.constexpr, BLOCK_T: tl.constexpr,
-                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STREAM: tl.constexpr,
+                  xtab_ptr, rank, x_ctr, x_spin, part_off, BIAS: tl.constexpr,
+                  BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STREAM: tl.constexpr,
                   F32: tl.constexpr, WORLD: tl.constexpr, PUSH_BLOCK: tl.constexpr,
                   USE_ASM: tl.constexpr, TRACE: tl.constexpr):
     """o_proj / down_proj task: h[:, tiles lo..hi] += x @ W^T (+ bias), the residual stream in
@@ -150,8 +151,8 @@ def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
 
 # run-time values that change between launches must not trigger Triton's integer specialisation
 # (== 1, % 16): a recompile of this kernel costs seconds
-@triton.jit(do_not_specialize=["tok_ctr", "max_spin", "n_steps", "n_eos", "max_step", "rank", "x_ctr", "x_spin",
-                               "x_red", "x_lmv", "x_lmi", "v0", "VFULL"])
+@triton.jit(do_not_specialize=["tok_ctr", "max_spin", "n_steps", "n_eos", "max_step", "rank",
+                               "x_ctr", "x_spin", "x_red", "x_lmv", "x_lmi", "v0", "VFULL"])
 def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin, n_steps,
                trace_ptr, clock_ptr,
                done_ptr, eos_ptr, n_eos, max_step,
@@ -188,8 +189,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     normalize and rotate them (qkv_rope.qk_norm_rope_body; QK_NORM is then False).
     Tensor parallelism (module docstring): xtab_ptr, rank, the word offsets x_ctr (this
     schedule's remote counters) / x_red / x_lmv / x_lmi of the symmetric buffer, x_spin (the
-    bound of a remote wait's polls), v0 / VFULL (this rank's first vocabulary id, the whole vocabulary);
-    WORLD ranks, RED_BLOCK columns per REDUCE block (opcodes.COST.reduce_block)."""
+    bound of a remote wait's polls), v0 / VFULL (this rank's first vocabulary id, the whole
+    vocabulary); WORLD ranks, RED_BLOCK columns per REDUCE block (opcodes.COST.reduce_block)."""
     pid = tl.program_id(0)
     qlen = tl.load(qlen_ptr + pid)
     QKVN = (H + 2 * KVH) * HD
@@ -236,8 +237,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                 run = residual_task(attn_ptr, wo_ptr + layer * D * QD, bo_ptr + layer * D, h_ptr,
                                     T, D, QD, eps, a1, a2, a0, ctr_ptr, target, status_ptr,
                                     max_spin, pid, i, wc, s, tr, clock_ptr, op, xtab_ptr, rank,
-                                    x_ctr, x_spin, x_red + rank * TM * D, BIAS_O, BLOCK_T, RQ, KQ, STREAM, F32,
-                                    WORLD, RED_BLOCK, USE_ASM, TRACE)
+                                    x_ctr, x_spin, x_red + rank * TM * D, BIAS_O, BLOCK_T, RQ,
+                                    KQ, STREAM, F32, WORLD, RED_BLOCK, USE_ASM, TRACE)
             elif op == OP_GU:
                 w_gu = wgu_ptr + layer * 2 * FFN * D
                 w0, w20 = stream_start(w_gu, FFN, D, a1, a2, RG, KG, True, STREAM)
@@ -251,8 +252,9 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                 run = residual_task(act_ptr, wd_ptr + layer * D * FFN, bd_ptr + layer * D, h_ptr,
                                     T, D, FFN, eps, a1, a2, a0, ctr_ptr, target, status_ptr,
                                     max_spin, pid, i, wc, s, tr, clock_ptr, op, xtab_ptr, rank,
-                                    x_ctr, x_spin, x_red + (WORLD + rank) * TM * D, BIAS_MLP, BLOCK_T, RF, KF,
-                                    STREAM, F32, WORLD, RED_BLOCK, USE_ASM, TRACE)
+                                    x_ctr, x_spin, x_red + (WORLD + rank) * TM * D, BIAS_MLP,
+                                    BLOCK_T, RF, KF, STREAM, F32, WORLD, RED_BLOCK, USE_ASM,
+                                    TRACE)
             elif op == OP_LM:
                 w0, _ = stream_start(lm_ptr, V, D, a1, a2, RD, KD, False, STREAM)
                 run = ready(ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, tr, clock_ptr,
