@@ -7,6 +7,7 @@ import os
 import torch
 from torch import nn
 
+from . import _env
 from .generate import _HARMLESS, run_generate, validate_ids
 from .loading import generation_defaults, open_checkpoint, resolve_model_path
 from .packing import FLOAT_DTYPES, dict_getter, pack
@@ -42,6 +43,7 @@ class FastModel(nn.Module):
         if max_seq_len < 1:
             raise ValueError(f"max_seq_len must be >= 1, got {max_seq_len}")
         self.max_seq_len = int(max_seq_len)
+        _env.triton_key_ready()
         self.runtime = Runtime(weights, self.max_seq_len, self.mode, cuda_graph=cuda_graph,
                                collectives=collectives, vocab_size=self.spec.vocab_size)
         self.rank = 0 if collectives is None else collectives.rank
