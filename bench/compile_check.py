@@ -9,6 +9,7 @@ compiles the inline-PTX wrappers' test kernels (tests/test_ptx.py) and the all-r
 asm paths on, so ptxas checks every wrapper's PTX.
 
     python bench/compile_check.py --model 8b [--elems 8192 --warps 4 --max-k 4096] [--tp 2]
+                                  [--ptx-stream]
     python bench/compile_check.py --family qwen3
     python bench/compile_check.py --ptx
 """
@@ -85,6 +86,10 @@ def compile_ptx_tests():
         t._acquire_kernel[(1,)](i32, i32, 64, SCOPE=scope, USE_ASM=True)
     t._prefetch_copy_kernel[(1,)](bf16, bf16, 64, BLOCK=512, USE_ASM=True)
     t._timer_kernel[(1,)](i64, i64, 100, USE_ASM=True)
+    t._stream_copy_kernel[(1,)](i32, i32, 4, BLOCK=64, USE_ASM=True)
+    for scope in ("gpu", "sys"):
+        t._release_kernel[(1,)](i32, i32, SCOPE=scope, USE_ASM=True)
+    t._message_kernel[(2,)](i32, i32, i32, 64, 100, BLOCK=256, USE_ASM=True)
     from fastdecode.ops import PeerBuffers, all_reduce  # system-scope flags, peer pointers
     all_reduce(torch.zeros(100), PeerBuffers.virtual(2, 100)[0])
     print("PTX wrapper test kernels and the all-reduce, asm paths, sm_90a:")
@@ -126,6 +131,7 @@ def main():
     p.add_argument("--programs", type=int, default=132)
     p.add_argument("--ptx", action="store_true", help="the PTX wrappers' test kernels instead")
     p.add_argument("--tp", type=int, default=1, help="rank 0 of a tensor-parallel megakernel")
+    p.add_argument("--ptx-stream", action="store_true", help="decode weight pieces by inline PTX")
     args = p.parse_args()
     driver.set_active(CompileOnlyDriver())
     JITFunction.run = _compile_only(JITFunction.run)
@@ -145,7 +151,7 @@ def main():
         name += " (2 layers; sizes as the real model)"
     d = StreamConfig()
     stream = StreamConfig(args.elems or d.tile_elems, args.warps or d.num_warps,
-                          max_k=args.max_k or d.max_k)
+                          max_k=args.max_k or d.max_k, ptx=args.ptx_stream)
     ids = torch.randint(0, 100, (4,))
     for mode in ("mega",) + (("ops",) if args.family else ()):
         if args.tp > 1:

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # One device-tool call that checks and measures everything GPU-side, shortest first; each stage is
 # time-boxed so a failure or a slow stage cannot eat the call. Outputs land in $OUT (or /tmp/out).
-#   device run:  bash bench/gpu_session.sh  [stages...]   stages: tests kernels sweep bench trace tp
+#   device run:  bash bench/gpu_session.sh  [stages...]
+#   stages: tests kernels sweep bench trace tp ptx first
+#   (ptx: the PTX weight pieces -- their tests, bench_ops.py, sweep_mega plain vs PTX)
+#   (first: a fresh process's first token, from_pretrained of a 1B checkpoint: cold, then 3 warm)
 #   (tp: 2+ GPUs -- the all-reduce and tensor-parallel GPU tests, bench_all_reduce.py, bench_tp.py)
 #   (kernels: only the test files that compile kernels -- ops, megakernel, models, GPU-only)
 set -u
@@ -22,6 +25,19 @@ for s in $stages; do
              --models ${BENCH_MODELS:-1b,8b} --peers ${BENCH_PEERS:-fastdecode,mega,hf_eager,hf_compile} \
              --first-call 2>&1 | grep -v -i "warn\|cudagraph" | tail -16
            cp bench/RESULTS.md bench/results/*.csv bench/results/*.png "$OUT/" ;;
+    ptx) timeout ${PTX_TEST_TIMEOUT:-200} python3 -m pytest -q tests/test_ptx.py tests/test_ops.py \
+           tests/test_gpu.py -k "ptx or PTX" -p no:cacheprovider 2>&1 | tee "$OUT/pytest_ptx.log" \
+           | tail -6
+         FASTDECODE_COMMIT=$COMMIT timeout ${OPS_TIMEOUT:-150} python3 bench/bench_ops.py 2>&1 \
+           | grep -v -i warn | tail -10
+         for m in ${PTX_MODELS:-1b 8b}; do timeout ${PTX_SWEEP_TIMEOUT:-150} python3 \
+           bench/sweep_mega.py --model $m --new-tokens 128 --configs \
+           ${PTX_CONFIGS:-16384/4/4096/2,16384/4/4096/2/1} 2>&1 | grep -v -i warn | tail -3; done
+         cp bench/RESULTS.md "$OUT/" ;;
+    first) python3 -c "import sys; sys.path.insert(0, 'bench'); from bench_decode import \
+             save_checkpoint; save_checkpoint('1b', '/tmp/ckpt_1b')" 2>&1 | grep -v -i warn | tail -2
+           for i in 0 1 2 3; do TRITON_CACHE_DIR=/tmp/first_cache timeout 60 python3 \
+             bench/first_call.py /tmp/ckpt_1b ${FIRST_MODE:-mega} 2>&1 | grep FIRST; done ;;
     trace) for m in ${TRACE_MODELS:-1b}; do timeout 150 python3 bench/trace_step.py --model $m \
              ${TRACE_ARGS:-} 2>&1 | grep -v -i warn | tail -40; done ;;
     tp) timeout ${TP_TEST_TIMEOUT:-240} python3 -m pytest -q tests/test_all_reduce.py tests/test_tp.py \

@@ -44,7 +44,11 @@ def random_model(key, device="cuda", n_layers=None):
 
 
 def stream_configs(text):
-    """'elements/warps/max K/per SM,...' (bench --configs) -> [StreamConfig, ...]."""
+    """'elements/warps/max K/per SM[/ptx],...' (bench --configs; ptx 1: the weight pieces by
+    inline PTX) -> [StreamConfig, ...]."""
     from fastdecode.triton_kernels.config import StreamConfig
-    return [StreamConfig(e, w, per_sm=p, max_k=k)
-            for e, w, k, p in (map(int, c.split("/")) for c in text.split(","))]
+    out = []
+    for c in text.split(","):
+        e, w, k, p, *ptx = map(int, c.split("/"))
+        out.append(StreamConfig(e, w, per_sm=p, max_k=k, ptx=bool(ptx and ptx[0])))
+    return out

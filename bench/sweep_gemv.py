@@ -1,7 +1,7 @@
 """Sweep the decode GEMV tile (BLOCK_N, BLOCK_K, num_warps) per matrix shape, cold L2.
 
 Each config is timed as a CUDA graph of R launches over R distinct weight copies (> 4x the 60 MB
-L2 in total), so neither launch overhead nor L2 hits flatter it. Prints GB/s per config and the
+L2 in total; bench_ops.cold_l2_time), so neither launch overhead nor L2 hits flatter it. Prints GB/s per config and the
 best per shape; the winners feed the table in fastdecode/triton_kernels/config.py.
 
     python bench/sweep_gemv.py
@@ -13,6 +13,8 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_ops import cold_l2_time  # noqa: E402
 from fastdecode.ops import gemv  # noqa: E402
 from fastdecode.triton_kernels.config import TileConfig, gemv_config  # noqa: E402
 
@@ -24,31 +26,8 @@ GRID = list(itertools.product([4, 8, 16, 32], [256, 512, 1024], [4, 8]))
 
 
 def time_config(K, N, cfg):
-    nbytes = N * K * 2
-    R = max(4, min(64, (256 * 2**20) // nbytes + 1))
-    ws = [torch.randn(N, K, device="cuda", dtype=torch.bfloat16) for _ in range(R)]
-    x = torch.randn(1, K, device="cuda", dtype=torch.bfloat16)
-    out = torch.empty(1, N, device="cuda", dtype=torch.bfloat16)
-    gemv(x, ws[0], out=out, config=cfg)  # compile
-    ref = (x.float() @ ws[0].float().t())
-    assert torch.allclose(out.float(), ref, rtol=2e-2, atol=2e-2 * ref.abs().max().item())
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for w in ws:
-            gemv(x, w, out=out, config=cfg)
-    g.replay()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(5):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b) / 1e3 / R)
-    ts.sort()
-    del ws
-    return nbytes / ts[len(ts) // 2], ts[len(ts) // 2]
+    t = cold_l2_time(K, N, lambda x, w, out: gemv(x, w, out=out, config=cfg))
+    return N * K * 2 / t, t
 
 
 def main():

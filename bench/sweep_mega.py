@@ -5,8 +5,9 @@ against ops mode before it is timed: teacher-forced decode logits (rel. error; t
 another order than ops mode's, so greedy tokens may part at a near-tie) and the greedy tokens.
 
     python bench/sweep_mega.py --model 8b --elems 8192,16384 --warps 4,8 --max-k 2048,4096 --per-sm 1,2
-    python bench/sweep_mega.py --model 8b --configs 8192/4/4096/2,16384/8/4096/1   (a list of
-        elements/warps/max K/per SM instead of the grid)
+    python bench/sweep_mega.py --model 8b --configs 8192/4/4096/2,16384/4/4096/2/1   (a list of
+        elements/warps/max K/per SM[/ptx] instead of the grid)
+    --ptx 0,1: the plain-Triton and the PTX weight pieces (config.StreamConfig.ptx)
 """
 import argparse
 import itertools
@@ -39,6 +40,7 @@ def main():
     p.add_argument("--warps", default="8")
     p.add_argument("--max-k", default="4096")
     p.add_argument("--per-sm", default="1")
+    p.add_argument("--ptx", default="0")
     p.add_argument("--configs", default=None, help="e/w/k/p,... instead of the grid")
     p.add_argument("--new-tokens", type=int, default=160)
     args = p.parse_args()
@@ -54,14 +56,16 @@ def main():
     print(f"{name}: ops + CUDA graph {base:.1f} tok/s", flush=True)
     rows = []
     if args.configs:
-        grid = [(c.tile_elems, c.num_warps, c.max_k, c.per_sm)
+        grid = [(c.tile_elems, c.num_warps, c.max_k, c.per_sm, int(c.ptx))
                 for c in stream_configs(args.configs)]
     else:
         grid = itertools.product(*(map(int, a.split(",")) for a in (
-            args.elems, args.warps, args.max_k, args.per_sm)))
-    for elems, nw, max_k, per_sm in grid:
+            args.elems, args.warps, args.max_k, args.per_sm, args.ptx)))
+    for elems, nw, max_k, per_sm, ptx in grid:
         fm = fastdecode.from_hf(model, max_seq_len=256, mode="mega")
-        fm.runtime.mega_stream = StreamConfig(elems, nw, per_sm=per_sm, max_k=max_k)
+        fm.runtime.mega_stream = StreamConfig(elems, nw, per_sm=per_sm, max_k=max_k,
+                                              ptx=bool(ptx))
+        tag = f"{elems}/{nw}w/{max_k}/{per_sm}" + ("/PTX" if ptx else "")
         try:
             err = float((teacher_forced(fm, ids, 24) - want_logits).norm() / want_logits.norm())
             same = fm.generate(ids, max_new_tokens=24, eos_token_id=[]) == want
@@ -70,18 +74,16 @@ def main():
             rate = decode_rate(lambda n: fm.generate(ids, max_new_tokens=n, eos_token_id=[]), 32,
                                args.new_tokens, 3)
         except Exception as e:
-            print(f"  {elems}/{nw}w/{max_k}/{per_sm} failed: {type(e).__name__}: "
+            print(f"  {tag} failed: {type(e).__name__}: "
                   f"{str(e)[:200]}", flush=True)
             continue
-        rows.append((rate, elems, nw, max_k, per_sm, ok))
-        print(f"  {elems:6d} elements / {nw:2d} warps / max K {max_k} / {per_sm} per SM: "
-              f"{rate:8.1f} tok/s  {ok}", flush=True)
+        rows.append((rate, tag, ok))
+        print(f"  {tag:24s} {rate:8.1f} tok/s  {ok}", flush=True)
         del fm
         torch.cuda.empty_cache()
     print(f"\n{name} megakernel tiles, best first (ops + CUDA graph: {base:.1f} tok/s)")
-    for rate, elems, nw, max_k, per_sm, ok in sorted(rows, reverse=True):
-        print(f"  {elems:6d} el / {nw:2d}w / max K {max_k} / {per_sm}/SM  {rate:8.1f} tok/s  "
-              f"{rate / base:5.2f}x ops  {ok}")
+    for rate, tag, ok in sorted(rows, reverse=True):
+        print(f"  {tag:24s} {rate:8.1f} tok/s  {rate / base:5.2f}x ops  {ok}")
 
 
 if __name__ == "__main__":

@@ -35,7 +35,8 @@ import triton
 from .opcodes import COST, Op
 from .spec import ModelSpec
 from .triton_kernels.attention import split_plan
-from .triton_kernels.config import StreamConfig, attention_config, gemv_config, stream_config
+from .triton_kernels.config import (StreamConfig, attention_config, gemv_config, ptx_stream_ok,
+                                     stream_config)
 from .triton_kernels.gemv import block_t
 from .triton_kernels.qkv_rope import qkv_tile
 
@@ -69,6 +70,7 @@ class Tiling:
     n_splits: int
     emb_block: int
     qk_defer: bool = False  # q/k norm after the QKV tiles, in QKNORM tasks (qkv_rope.py)
+    ptx: bool = False       # decode weight pieces by inline PTX (config.StreamConfig.ptx)
 
     def n_t(self, block=None):
         return triton.cdiv(self.T, block or self.block_t)
@@ -83,8 +85,9 @@ class Tiling:
 
 
 def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
-                stream: StreamConfig | None = None) -> Tiling:
-    """stream: the decode tile (default config.stream_config; bench/sweep_mega.py varies it)."""
+                stream: StreamConfig | None = None, dtype=None) -> Tiling:
+    """stream: the decode tile (default config.stream_config; bench/sweep_mega.py varies it);
+    dtype: the weights' (the PTX weight pieces need bf16 rows of K % 8 == 0)."""
     bt = block_t(T)
     half = spec.head_dim // 2
     dims = (spec.q_dim, spec.d_model, spec.ffn_dim)
@@ -106,7 +109,8 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
                   qkv_pairs=pairs, qkv_chunks=triton.cdiv(half, pairs), qkv_bk=qkv_bk,
                   attn_block_s=block_s, attn_block_tok=block_tok,
                   attn_chunk=chunk, n_splits=n_splits,
-                  emb_block=min(1024, triton.next_power_of_2(spec.d_model)), qk_defer=defer)
+                  emb_block=min(1024, triton.next_power_of_2(spec.d_model)), qk_defer=defer,
+                  ptx=st is not None and st.ptx and ptx_stream_ok(dtype, *dims))
 
 
 REMOTE = ("xo", "xdown", "xlm")  # counter keys signalled across ranks (tensor parallelism)

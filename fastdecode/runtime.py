@@ -447,7 +447,8 @@ class Runtime:
         if T not in self._schedules:
             from .graph import build_step, make_tiling
             from .schedule import build_schedule
-            tiling = make_tiling(self.spec, T, self.max_seq_len, self.pw.device, self.mega_stream)
+            tiling = make_tiling(self.spec, T, self.max_seq_len, self.pw.device, self.mega_stream,
+                                 self.pw.dtype)
             world = self.collectives.world
             # every rank tiles the largest shard's rows (rank 0's): the same lm_head tasks
             lm_vocab = vocab_range(self.state.logits.shape[1], 0, world)[1] if world > 1 \
@@ -549,7 +550,7 @@ class Runtime:
             EMB_BLOCK=tg.emb_block, MERGE_BLOCK=merge_block(world * n_vparts),
             F32=INTERPRET or pw.dtype == torch.float32, WORLD=world,
             RED_BLOCK=COST.reduce_block, USE_ASM=not INTERPRET,
-            TRACE=trace is not None, num_warps=tg.num_warps)
+            TRACE=trace is not None, PTX=tg.ptx, num_warps=tg.num_warps)
         grid = (sched.n_programs,)
         variant = (key, sampling.do_sample, trace is not None)
         if self.tp and variant not in self._tp_ready:

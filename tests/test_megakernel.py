@@ -83,6 +83,25 @@ def test_decode_stream_tiles_match_torch(family, stream):
     assert float((got - want).norm() / want.norm()) < 1e-5
 
 
+def test_ptx_stream_gives_the_plain_streams_tokens():
+    """bf16 weights, every K % 8 == 0: the decode stream with its weight pieces loaded by inline
+    PTX (the interpreter runs the wrappers' plain loads and the same unpacking) against the
+    plain stream: teacher-forced logits within bf16 rounding of each other (the pieces' sums run
+    in another order, so a bf16 store may round the other way: 2^-8 relative, then through 2
+    layers), and the same greedy tokens. Llama's tiny model: K = 48 (q_dim, d_model) and 72."""
+    model = tiny_model("llama", dtype=torch.bfloat16).to(DEVICE)
+    ids = torch.randint(0, 101, (1, 7), generator=torch.Generator().manual_seed(4)).to(DEVICE)
+    out = {}
+    for ptx in (False, True):
+        fm = fastdecode.from_hf(model, max_seq_len=16, mode="mega")
+        fm.runtime.mega_stream = StreamConfig(64, 4, max_k=16, ptx=ptx)
+        logits = torch.cat([fm(ids[:, :5])[0]] + [fm(ids[:, t:t + 1])[0] for t in range(5, 7)])
+        out[ptx] = logits.float(), fm.generate(ids[:, :3], max_new_tokens=5, eos_token_id=[])
+        assert fm.runtime.schedule(1).graph.tiling.ptx == ptx
+    assert float((out[True][0] - out[False][0]).norm() / out[False][0].norm()) < 1e-2
+    assert torch.equal(out[True][1], out[False][1])
+
+
 def test_multi_step_launch_and_eos_inside_chunk():
     model = tiny_model("llama").to(DEVICE)
     ids = torch.tensor([[5, 17, 33]], device=DEVICE)

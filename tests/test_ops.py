@@ -1,7 +1,8 @@
 """Every fused op against reference.py (fp32 math on the same inputs), with hypothesis-drawn odd
 sizes, positions and seeds; and for each tolerance, a deliberately wrong kernel that it rejects."""
+import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fastdecode import ops
@@ -132,6 +133,65 @@ def test_embedding(T, D, seed, dtype):
     emb = rnd(50, D, dtype=dtype, seed_gen=g)
     ids = torch.randint(0, 50, (T,), generator=g).to(DEVICE, torch.int32)
     assert torch.equal(ops.embedding(ids, emb), emb[ids.long()])
+
+
+# the PTX weight pieces (bf16, K % 8 == 0): the stream configs above with ptx=True
+PTX_STREAMS = st.sampled_from([StreamConfig(64, 4, 1, max_k=16, ptx=True),
+                               StreamConfig(256, 4, 3, max_k=64, ptx=True),
+                               StreamConfig(8192, 8, 2, ptx=True)])
+
+
+@given(K8=st.integers(1, 40), N=st.integers(1, 150), seed=st.integers(0, 2**31 - 1),
+       norm=st.booleans(), bias=st.booleans(), swiglu=st.booleans(), residual=st.booleans(),
+       stream=PTX_STREAMS)
+@settings(max_examples=12)
+def test_gemv_and_lm_head_ptx_stream(K8, N, seed, norm, bias, swiglu, residual, stream):
+    """The decode stream with its pieces loaded by inline PTX (16-byte words, unpacked in
+    registers) against the fp32 reference, at the plain stream's tolerance; the lm_head's token
+    choice is the argmax of its own logits."""
+    K, dtype, g = 8 * K8, torch.bfloat16, torch.Generator().manual_seed(seed)
+    rows = 2 * N if swiglu else N
+    x = rnd(1, K, dtype=dtype, seed_gen=g)
+    w = rnd(rows, K, dtype=dtype, seed_gen=g, scale=K ** -0.5)
+    kw = dict(norm_w=rnd(K, dtype=dtype, seed_gen=g, shift=1) if norm else None, eps=1e-5,
+              bias=rnd(rows, dtype=dtype, seed_gen=g) if bias else None, swiglu=swiglu)
+    res = rnd(1, N, dtype=dtype, seed_gen=g) if residual else None
+    ref = R.gemv(x, w, residual=res, **kw)
+    out = ops.gemv(x, w, residual=res, out=res, stream=stream, **kw)
+    assert_close(out, ref, dtype, K, "gemv")
+    nw = rnd(K, dtype=dtype, seed_gen=g, shift=1)
+    logits = torch.empty(1, rows, device=DEVICE)
+    _, pval, pidx = ops.lm_head(x, w, nw, 1e-5, logits=logits, stream=stream)
+    assert_close(logits, R.gemv(x, w, norm_w=nw, eps=1e-5), torch.float32, K, "logits")
+    best = int(pidx[0, int(torch.argmax(pval[0]))])
+    assert logits[0, best] == logits[0].max()
+
+
+@given(group=st.sampled_from([1, 3, 4]), KVH=st.integers(1, 3), HD=st.sampled_from([2, 10, 16, 40]),
+       K8=st.integers(1, 15), pos=st.integers(0, 30), seed=st.integers(0, 2**31 - 1),
+       bias=st.booleans(), stream=PTX_STREAMS)
+@settings(max_examples=12)
+def test_qkv_rope_ptx_stream(group, KVH, HD, K8, pos, seed, bias, stream):
+    K, dtype, g = 8 * K8, torch.bfloat16, torch.Generator().manual_seed(seed)
+    H, S = group * KVH, pos + 4
+    x, w, nw, cos, sin, b, _, kc, vc = _qkv_case(1, H, KVH, HD, K, pos, S, dtype, g, bias, False)
+    kc2, vc2 = kc.clone(), vc.clone()
+    p = torch.tensor([pos], dtype=torch.int32, device=DEVICE)
+    q = ops.qkv_rope(x, w, nw, cos, sin, p, kc, vc, stream=stream, n_heads=H, eps=1e-5, bias=b)
+    q_ref = R.qkv_rope(x, w, nw, cos, sin, pos, kc2, vc2, n_heads=H, eps=1e-5, bias=b)
+    assert_close(q, q_ref, dtype, K, "q")
+    assert_close(kc, kc2, dtype, K, "k cache")
+    assert_close(vc, vc2, dtype, K, "v cache")
+
+
+def test_ptx_stream_rejects_what_it_cannot_read():
+    """16-byte chunks of bf16 rows only: fp32 / fp16 weights or K % 8 != 0 raise, not misread."""
+    stream = StreamConfig(256, 4, 1, max_k=64, ptx=True)
+    for dtype, K in ((torch.float32, 64), (torch.float16, 64), (torch.bfloat16, 60)):
+        x, w = torch.ones(1, K, device=DEVICE, dtype=dtype), torch.ones(8, K, device=DEVICE,
+                                                                        dtype=dtype)
+        with pytest.raises(ValueError, match="PTX weight stream"):
+            ops.gemv(x, w, stream=stream)
 
 
 # ---- each tolerance rejects a deliberately wrong kernel ---------------------------------------

@@ -6,7 +6,8 @@ import triton
 import triton.language as tl
 
 from conftest import DEVICE
-from fastdecode.ptx_inline import globaltimer_ns, ld_acquire, prefetch_l2
+from fastdecode.ptx_inline import (globaltimer_ns, ld_acquire, ld_stream_b128, nanosleep,
+                                   prefetch_l2, red_release_add, st_release)
 from fastdecode.triton_kernels._common import INTERPRET
 
 USE_ASM = not INTERPRET
@@ -64,3 +65,73 @@ def test_globaltimer_is_monotonic():
     _timer_kernel[(1,)](out, clock, 20000 if DEVICE.type == "cuda" else 3, USE_ASM=USE_ASM)
     t0, t1 = out[:2].tolist()
     assert 0 < t0 < t1
+
+
+@triton.jit
+def _stream_copy_kernel(src, dst, n_chunks, BLOCK: tl.constexpr, USE_ASM: tl.constexpr):
+    """Words of 16-byte chunks [0, n_chunks) of src (int32 view) -> dst, chunks past the end 0."""
+    j = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    w = ld_stream_b128(src + 4 * j, j < n_chunks, USE_ASM)
+    for i in tl.static_range(4):
+        tl.store(dst + 4 * j + i, w[i])
+
+
+@triton.jit
+def _release_kernel(flags, adds, SCOPE: tl.constexpr, USE_ASM: tl.constexpr):
+    pid = tl.program_id(0)
+    tl.debug_barrier()
+    st_release(flags + pid, pid + 7, SCOPE, USE_ASM)
+    red_release_add(adds, pid + 1, SCOPE, USE_ASM)
+
+
+@triton.jit
+def _message_kernel(data, flag, out, n, max_spin, BLOCK: tl.constexpr, USE_ASM: tl.constexpr):
+    """Program 0 writes data then releases the flag; program 1 acquires it, then reads data."""
+    offs = tl.arange(0, BLOCK)
+    if tl.program_id(0) == 0:
+        tl.store(data + offs, offs * 3 + 1, mask=offs < n)
+        tl.debug_barrier()
+        st_release(flag, 1, "gpu", USE_ASM)
+    else:
+        v = ld_acquire(flag, "gpu", USE_ASM)
+        k = 0
+        while (v == 0) & (k < max_spin):
+            nanosleep(32, USE_ASM)
+            v = ld_acquire(flag, "gpu", USE_ASM)
+            k += 1
+        tl.store(out + offs, tl.load(data + offs, mask=offs < n), mask=(offs < n) & (v == 1))
+
+
+@pytest.mark.parametrize("n", [1, 5, 300])
+def test_ld_stream_b128_reads_16_byte_chunks(n):
+    """Every chunk's 16 bytes in order (bf16 weights seen as int32 words); masked chunks read
+    nothing and give 0."""
+    src = torch.randn(8 * n + 8, device=DEVICE).to(torch.bfloat16).view(torch.int32)
+    dst = torch.full((4 * (n + 64),), -1, dtype=torch.int32, device=DEVICE)
+    _stream_copy_kernel[(triton.cdiv(n, 64),)](src, dst, n, BLOCK=64, USE_ASM=USE_ASM)
+    assert torch.equal(dst[:4 * n], src[:4 * n])
+    assert not dst[4 * n:4 * triton.cdiv(n, 64) * 64].any()
+
+
+@pytest.mark.parametrize("scope", ["gpu", "sys"])
+def test_release_store_and_add_once_per_program(scope):
+    """Each program stores its flag and adds pid + 1 once: a wrapper that ran in every thread
+    would add 128x (4 warps)."""
+    n = 40
+    flags = torch.zeros(n, dtype=torch.int32, device=DEVICE)
+    adds = torch.zeros(1, dtype=torch.int32, device=DEVICE)
+    _release_kernel[(n,)](flags, adds, SCOPE=scope, USE_ASM=USE_ASM, num_warps=4)
+    assert torch.equal(flags.cpu(), torch.arange(n, dtype=torch.int32) + 7)
+    assert int(adds) == n * (n + 1) // 2
+
+
+def test_release_acquire_message_passing():
+    """A consumer program that sees the producer's released flag (spinning with a nanosleep
+    backoff) sees the data written before it."""
+    n = 200
+    data = torch.zeros(n, dtype=torch.int32, device=DEVICE)
+    out = torch.full((n,), -1, dtype=torch.int32, device=DEVICE)
+    flag = torch.zeros(1, dtype=torch.int32, device=DEVICE)
+    _message_kernel[(2,)](data, flag, out, n, 1 << 24, BLOCK=256, USE_ASM=USE_ASM)
+    assert int(flag) == 1
+    assert torch.equal(out.cpu(), torch.arange(n, dtype=torch.int32) * 3 + 1)

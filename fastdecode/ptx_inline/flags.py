@@ -1,4 +1,4 @@
-"""Acquire loads for dependency counters and cross-GPU flags.
+"""Acquire / release flags for dependency counters and cross-GPU signals, and a spin backoff.
 
 ld_acquire(ptr, SCOPE, USE_ASM): `ld.global.acquire.<SCOPE>.b32` -- a load that no later load or
     store of this thread may be reordered before, and that makes visible every write released
@@ -6,12 +6,21 @@ ld_acquire(ptr, SCOPE, USE_ASM): `ld.global.acquire.<SCOPE>.b32` -- a load that 
     this SM from being served by a stale L1. SCOPE "gpu": the megakernel's counters (producers on
     other SMs); "sys": the all-reduce's flags, released by another GPU writing this GPU's memory
     over NVLink. Fallback (interpreter): an atomic add of 0 with acquire semantics at that scope.
-Publishing needs no wrapper: a block barrier (every thread's stores precede it) then one
-tl.atomic_add / tl.atomic_xchg(sem="release", scope="gpu" or "sys"), which Triton issues once per
-program -- the pattern of CUDA's grid sync (barrier, then one thread's fence + atomic),
-cumulative through the barrier.
-Inline asm on a scalar runs in every thread that holds a copy of it (KNOWLEDGE.md): these wrappers
-are idempotent per thread (a load), so that is what we want here.
+st_release(ptr, val, SCOPE, USE_ASM) / red_release_add(ptr, val, SCOPE, USE_ASM): for a scalar
+    pointer, thread 0 of the program issues `st.global.release.<SCOPE>.b32 [ptr], val` /
+    `red.global.release.<SCOPE>.add.s32 [ptr], val`: every write this thread made (and, after a
+    block barrier, every write of the program: release is cumulative over what the barrier
+    ordered before it) is visible to a thread that acquires the flag and sees the new value.
+    `red` returns nothing, so the thread does not wait for the round trip (over NVLink for a
+    peer's flag). Inline asm on a scalar runs in every thread that holds a copy of it
+    (KNOWLEDGE.md): the %tid.x == 0 predicate makes it one store / one add per program. Call
+    after tl.debug_barrier(). Fallback (interpreter): tl.atomic_xchg / tl.atomic_add with
+    sem="release" at that scope (one program instance is one thread there).
+    The megakernel publishes with tl.atomic_add(sem="release"), which Triton already issues once
+    per program; these wrappers are the explicit forms, for kernels that need a bare store.
+nanosleep(ns, USE_ASM): `nanosleep.u32 ns` -- suspends the thread for about ns nanoseconds
+    (0 to 1 ms; the hardware may wake it earlier): a backoff in a spin that should leave issue
+    slots and memory bandwidth to the other programs of its SM. Fallback: nothing.
 """
 import triton
 import triton.language as tl
@@ -28,3 +37,44 @@ def ld_acquire(ptr, SCOPE: tl.constexpr, USE_ASM: tl.constexpr):
                                              [ptr], dtype=tl.int32, is_pure=False, pack=1)
     else:
         return tl.atomic_add(ptr, 0, sem="acquire", scope=SCOPE)
+
+
+@triton.jit
+def st_release(ptr, val, SCOPE: tl.constexpr, USE_ASM: tl.constexpr):
+    if USE_ASM:
+        if SCOPE == "sys":
+            tl.inline_asm_elementwise(
+                "{ .reg .pred p; .reg .b32 t; mov.u32 t, %tid.x; setp.eq.u32 p, t, 0; "
+                "@p st.global.release.sys.b32 [$1], $2; mov.u32 $0, 0; }", "=r,l,r",
+                [ptr, tl.cast(val, tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
+        else:
+            tl.inline_asm_elementwise(
+                "{ .reg .pred p; .reg .b32 t; mov.u32 t, %tid.x; setp.eq.u32 p, t, 0; "
+                "@p st.global.release.gpu.b32 [$1], $2; mov.u32 $0, 0; }", "=r,l,r",
+                [ptr, tl.cast(val, tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
+    else:
+        tl.atomic_xchg(ptr, tl.cast(val, tl.int32), sem="release", scope=SCOPE)
+
+
+@triton.jit
+def red_release_add(ptr, val, SCOPE: tl.constexpr, USE_ASM: tl.constexpr):
+    if USE_ASM:
+        if SCOPE == "sys":
+            tl.inline_asm_elementwise(
+                "{ .reg .pred p; .reg .b32 t; mov.u32 t, %tid.x; setp.eq.u32 p, t, 0; "
+                "@p red.global.release.sys.add.s32 [$1], $2; mov.u32 $0, 0; }", "=r,l,r",
+                [ptr, tl.cast(val, tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
+        else:
+            tl.inline_asm_elementwise(
+                "{ .reg .pred p; .reg .b32 t; mov.u32 t, %tid.x; setp.eq.u32 p, t, 0; "
+                "@p red.global.release.gpu.add.s32 [$1], $2; mov.u32 $0, 0; }", "=r,l,r",
+                [ptr, tl.cast(val, tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
+    else:
+        tl.atomic_add(ptr, tl.cast(val, tl.int32), sem="release", scope=SCOPE)
+
+
+@triton.jit
+def nanosleep(ns, USE_ASM: tl.constexpr):
+    if USE_ASM:
+        tl.inline_asm_elementwise("nanosleep.u32 $1; mov.u32 $0, 0;", "=r,r", [tl.cast(ns, tl.int32)],
+                                  dtype=tl.int32, is_pure=False, pack=1)

@@ -8,9 +8,13 @@ import os
 import triton
 import triton.language as tl
 
+from ..ptx_inline.memory import ld_stream_b128
+
 # Triton's CPU interpreter cannot do bf16 arithmetic or bf16 tl.dot correctly (KNOWLEDGE.md):
 # on that path every tile is converted to fp32 first and dots run in IEEE fp32.
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+# inline PTX on the GPU, the wrappers' plain-Triton fallbacks under the interpreter
+ASM: tl.constexpr = tl.constexpr(not INTERPRET)
 
 
 @triton.jit
@@ -50,19 +54,55 @@ def next_x_chunk(x, x_ptr, norm_ptr, k0, K, n_k, rstd, NORM: tl.constexpr, BLOCK
 
 
 @triton.jit
-def weight_chunk(w_ptr, rows, mask_r, k0, K, BLOCK_K: tl.constexpr):
-    """W[rows, k0 : k0 + BLOCK_K] as one [BLOCK_R, BLOCK_K] tile, streamed past L1 (evict_first):
-    the decode weight stream. Masked rows cost no traffic, so a load past a task's end is free."""
-    offs_k = k0 + tl.arange(0, BLOCK_K)
-    return tl.load(w_ptr + rows[:, None].to(tl.int64) * K + offs_k[None, :],
-                   mask=mask_r[:, None] & (offs_k[None, :] < K), other=0.0,
-                   eviction_policy="evict_first")
+def weight_chunk(w_ptr, rows, mask_r, k0, K, BLOCK_K: tl.constexpr, PTX: tl.constexpr):
+    """W[rows, k0 : k0 + BLOCK_K], the decode weight stream's piece. Masked rows cost no traffic,
+    so a load past a task's end is free.
+    Plain Triton (PTX False): one [BLOCK_R, BLOCK_K] tile, loaded past L1 (evict_first; Triton
+    emits 16-byte ld.global.L1::evict_first.L2::cache_hint.v4 loads for it).
+    PTX (bf16 W, K % 8 == 0, 16-byte aligned rows): four int32 [BLOCK_R, BLOCK_K / 8] words of
+    16-byte chunks, ptx_inline.ld_stream_b128 (ld.global.nc.L1::no_allocate.L2::256B.v4):
+    one pointer per chunk, so each thread's 16 bytes are contiguous whatever the layout. The
+    words are unpacked only where they are used (row_dot), so the loads stay in flight."""
+    if PTX:
+        j = k0 // 8 + tl.arange(0, BLOCK_K // 8)
+        ptrs = (w_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
+                + rows[:, None].to(tl.int64) * (K // 2) + 4 * j[None, :])
+        return ld_stream_b128(ptrs, mask_r[:, None] & (8 * j[None, :] < K), ASM)
+    else:
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        return tl.load(w_ptr + rows[:, None].to(tl.int64) * K + offs_k[None, :],
+                       mask=mask_r[:, None] & (offs_k[None, :] < K), other=0.0,
+                       eviction_policy="evict_first")
 
 
 @triton.jit
-def row_dot(w, x):
-    """[BLOCK_R, BLOCK_K] weight tile . activation chunk [1, BLOCK_K] -> [1, BLOCK_R] fp32."""
-    return tl.sum(w.to(tl.float32) * x, axis=1)[None, :]
+def bf16_word_dot(w, xl, xh):
+    """The two bf16 of int32 words w (element 2i in the low half, little-endian) times xl, xh in
+    fp32: a bf16 is the top half of an fp32, so each conversion is a shift or a mask (exact)."""
+    return (w << 16).to(tl.float32, bitcast=True) * xl + \
+        (w & -65536).to(tl.float32, bitcast=True) * xh
+
+
+@triton.jit
+def row_dot(w, x, PTX: tl.constexpr):
+    """A weight piece (weight_chunk) . its activation chunk x [1, BLOCK_K] -> [1, BLOCK_R] fp32.
+    PTX: w is four int32 words [R, BLOCK_K / 8] of 16-byte chunks; x is split the same way
+    (element 8 j + 2 i + h of x meets half h of word i of chunk j): reshaped to
+    [1, BLOCK_K / 8, 2 (i >> 1), 2 (i & 1), 2 (h)] and split on its last axis three times --
+    in-register renames when each thread holds whole chunks of x, as the loads give it."""
+    if PTX:
+        x0, x1 = tl.split(tl.reshape(x, [1, x.shape[1] // 8, 2, 2, 2]))  # h
+        x00, x01 = tl.split(x0)  # i & 1
+        x10, x11 = tl.split(x1)
+        x000, x001 = tl.split(x00)  # i >> 1: x_{h, i & 1, i >> 1}
+        x010, x011 = tl.split(x01)
+        x100, x101 = tl.split(x10)
+        x110, x111 = tl.split(x11)
+        acc = bf16_word_dot(w[0], x000, x100) + bf16_word_dot(w[1], x010, x110)
+        acc += bf16_word_dot(w[2], x001, x101) + bf16_word_dot(w[3], x011, x111)
+        return tl.sum(acc, axis=1)[None, :]
+    else:
+        return tl.sum(w.to(tl.float32) * x, axis=1)[None, :]
 
 
 @triton.jit

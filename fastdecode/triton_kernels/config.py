@@ -11,6 +11,7 @@ Interpreter (CPU CI): each program instance is a Python loop, so use few, large 
 """
 from dataclasses import dataclass
 
+import torch
 import triton
 
 from ._common import INTERPRET
@@ -53,6 +54,7 @@ class StreamConfig:
     tiles: int = 1
     per_sm: int = 2
     max_k: int = 4096
+    ptx: bool = False  # weight pieces by inline PTX (_common.weight_chunk) where ptx_stream_ok
 
     def tile(self, K: int, parts: int = 1) -> TileConfig:
         """rows (a power of two, 1 to 128) x block_k of a tile over rows of K elements, of
@@ -68,6 +70,11 @@ class StreamConfig:
                 bk //= 2
         r = max(1, self.tile_elems // parts // bk)
         return TileConfig(min(128, 1 << (r.bit_length() - 1)), bk, self.num_warps)
+
+
+def ptx_stream_ok(dtype, *ks) -> bool:
+    """The PTX weight pieces read 16-byte chunks of bf16 rows: rows of K % 8 == 0 elements."""
+    return dtype == torch.bfloat16 and all(k % 8 == 0 for k in ks)
 
 
 def stream_config(device) -> StreamConfig:

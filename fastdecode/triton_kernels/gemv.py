@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from ._common import INTERPRET, gemv_acc, next_x_chunk, row_dot, row_rstd, weight_chunk, x_chunk
-from .config import StreamConfig, gemv_config
+from .config import StreamConfig, gemv_config, ptx_stream_ok
 
 
 @triton.jit
@@ -69,17 +69,17 @@ def gemv_tile(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, T, N, K, stride_x, stri
 
 @triton.jit
 def stream_start(w_ptr, N, K, tile_lo, tile_hi, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 TWO: tl.constexpr, STREAM: tl.constexpr):
+                 TWO: tl.constexpr, STREAM: tl.constexpr, PTX: tl.constexpr):
     """The first piece of a decode-stream task over row tiles [tile_lo, tile_hi) of W [N (x2 if
     TWO: gate|up), K]: its weights only. They depend on nothing, so the megakernel requests them
     before the task's dependency wait and the wait hides their latency. (0, 0) unless STREAM."""
     if STREAM:
         rows = tile_lo * BLOCK_N + tl.arange(0, BLOCK_N)
         mask_r = (rows < N) & (tile_hi > tile_lo)
-        w = weight_chunk(w_ptr, rows, mask_r, 0, K, BLOCK_K)
+        w = weight_chunk(w_ptr, rows, mask_r, 0, K, BLOCK_K, PTX)
         w2 = w
         if TWO:
-            w2 = weight_chunk(w_ptr, rows + N, mask_r, 0, K, BLOCK_K)
+            w2 = weight_chunk(w_ptr, rows + N, mask_r, 0, K, BLOCK_K, PTX)
         return w, w2
     else:
         return 0, 0
@@ -90,7 +90,7 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
               stride_out, eps, tile_lo, tile_hi, pid_t, w0, w20,
               NORM: tl.constexpr, BIAS: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
               BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-              STREAM: tl.constexpr, F32: tl.constexpr):
+              STREAM: tl.constexpr, F32: tl.constexpr, PTX: tl.constexpr):
     """Output tiles [tile_lo, tile_hi) of BLOCK_N rows for token block pid_t; (w0, w20): the
     first piece from stream_start (STREAM) or ignored.
 
@@ -100,7 +100,8 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
     two pieces are in flight per program (the megakernel runs one or two programs per SM and
     needs ~32 KB of loads in flight per SM to cover HBM latency). BLOCK_K < K chunks long rows
     so the activation chunk stays a few registers. Otherwise each tile loops over K on its own
-    (ops mode: many programs per SM supply the loads in flight; T>1: tl.dot tiles)."""
+    (ops mode: many programs per SM supply the loads in flight; T>1: tl.dot tiles).
+    PTX (STREAM, bf16 weights): the pieces are loaded by inline PTX (_common.weight_chunk)."""
     if STREAM:
         offs_t = tl.arange(0, 1)
         mask_t = offs_t < T
@@ -123,14 +124,14 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
             rows1 = (tile_lo + i1 // n_k) * BLOCK_N + tl.arange(0, BLOCK_N)
             mask1 = (rows1 < N) & (i1 < n_it)
             k1 = (i1 % n_k) * BLOCK_K
-            w_n = weight_chunk(w_ptr, rows1, mask1, k1, K, BLOCK_K)
+            w_n = weight_chunk(w_ptr, rows1, mask1, k1, K, BLOCK_K, PTX)
             w2_n = w_n
             if SWIGLU:
-                w2_n = weight_chunk(w_ptr, rows1 + N, mask1, k1, K, BLOCK_K)
+                w2_n = weight_chunk(w_ptr, rows1 + N, mask1, k1, K, BLOCK_K, PTX)
             x_n = next_x_chunk(x, x_ptr, norm_ptr, k1, K, n_k, rstd, NORM, BLOCK_K)
-            acc += row_dot(w, x)
+            acc += row_dot(w, x, PTX)
             if SWIGLU:
-                acc2 += row_dot(w2, x)
+                acc2 += row_dot(w2, x, PTX)
             if i % n_k == n_k - 1:  # the tile's last chunk: epilogue, store, next tile's operands
                 b_n, b2_n, r_n = epilogue_operands(bias_ptr, res_ptr, offs_t, mask_t, rows1,
                                                    mask1, N, stride_res, BIAS, SWIGLU, RESIDUAL)
@@ -156,13 +157,14 @@ def gemv_kernel(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, str
                 stride_out, eps, tiles_per_program,
                 NORM: tl.constexpr, BIAS: tl.constexpr, SWIGLU: tl.constexpr,
                 RESIDUAL: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr,
-                BLOCK_K: tl.constexpr, STREAM: tl.constexpr, F32: tl.constexpr):
+                BLOCK_K: tl.constexpr, STREAM: tl.constexpr, F32: tl.constexpr,
+                PTX: tl.constexpr):
     lo = tl.program_id(0) * tiles_per_program
     hi = tl.minimum(lo + tiles_per_program, tl.cdiv(N, BLOCK_N))
-    w0, w20 = stream_start(w_ptr, N, K, lo, hi, BLOCK_N, BLOCK_K, SWIGLU, STREAM)
+    w0, w20 = stream_start(w_ptr, N, K, lo, hi, BLOCK_N, BLOCK_K, SWIGLU, STREAM, PTX)
     gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, stride_x, stride_res,
               stride_out, eps, lo, hi, tl.program_id(1), w0, w20, NORM, BIAS, SWIGLU, RESIDUAL,
-              BLOCK_T, BLOCK_N, BLOCK_K, STREAM, F32)
+              BLOCK_T, BLOCK_N, BLOCK_K, STREAM, F32, PTX)
 
 
 def block_t(T: int) -> int:
@@ -183,10 +185,15 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
         out = torch.empty(T, N, device=x.device, dtype=x.dtype)
     res = residual if residual is not None else out
     BT = block_t(T)
+    ptx = False
     if stream is not None:
         assert T == 1, "the stream is the decode (T=1) path"
         cfg = stream.tile(K, 2 if swiglu else 1)
         per = stream.tiles
+        ptx = stream.ptx
+        if ptx and not ptx_stream_ok(w.dtype, K):
+            raise ValueError(f"the PTX weight stream needs bf16 weights with K % 8 == 0 "
+                             f"(got {w.dtype}, K={K})")
     else:
         cfg = config or gemv_config(N, K, T, x.device)
         per = 1
@@ -196,5 +203,6 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
                       NORM=norm_w is not None, BIAS=bias is not None, SWIGLU=swiglu,
                       RESIDUAL=residual is not None, BLOCK_T=BT, BLOCK_N=cfg.block_n,
                       BLOCK_K=cfg.block_k, STREAM=stream is not None,
-                      F32=INTERPRET or w.dtype == torch.float32, num_warps=cfg.num_warps)
+                      F32=INTERPRET or w.dtype == torch.float32, PTX=ptx,
+                      num_warps=cfg.num_warps)
     return out

@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 
 from ._common import INTERPRET, next_x_chunk, row_dot, row_rstd, weight_chunk, x_chunk
-from .config import StreamConfig, gemv_config, merge_block
+from .config import StreamConfig, gemv_config, merge_block, ptx_stream_ok
 from .gemv import block_t, gemv_tile, stream_start
 
 
@@ -49,7 +49,7 @@ def lm_head_body(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_pt
                  T, V, K, stride_x, stride_logits, eps, n_parts, tile_lo, tile_hi, part, pid_t, w0,
                  v0, VKEY, WRITE_LOGITS: tl.constexpr, CHOOSE: tl.constexpr, SAMPLE: tl.constexpr,
                  BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 STREAM: tl.constexpr, F32: tl.constexpr):
+                 STREAM: tl.constexpr, F32: tl.constexpr, PTX: tl.constexpr):
     """Vocab tiles [tile_lo, tile_hi) of BLOCK_N rows for token block pid_t; one partial choice
     per token row at pval/pidx[t, part]. STREAM (T=1): the decode stream of gemv_body, w0 its
     first piece (gemv.stream_start). v0: the vocabulary id of row 0 (a tensor-parallel rank's
@@ -75,9 +75,9 @@ def lm_head_body(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_pt
             i1 = i + 1
             rows1 = (tile_lo + i1 // n_k) * BLOCK_N + tl.arange(0, BLOCK_N)
             k1 = (i1 % n_k) * BLOCK_K
-            w_n = weight_chunk(w_ptr, rows1, (rows1 < V) & (i1 < n_it), k1, K, BLOCK_K)
+            w_n = weight_chunk(w_ptr, rows1, (rows1 < V) & (i1 < n_it), k1, K, BLOCK_K, PTX)
             x_n = next_x_chunk(x, x_ptr, norm_ptr, k1, K, n_k, rstd, True, BLOCK_K)
-            acc += row_dot(w, x)
+            acc += row_dot(w, x, PTX)
             if i % n_k == n_k - 1:
                 offs_n = (tile_lo + i // n_k) * BLOCK_N + tl.arange(0, BLOCK_N)
                 mask_n = offs_n < V
@@ -110,15 +110,15 @@ def lm_head_kernel(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_
                    T, V, K, stride_x, stride_logits, eps, tiles_per_program,
                    WRITE_LOGITS: tl.constexpr, CHOOSE: tl.constexpr, SAMPLE: tl.constexpr,
                    BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                   STREAM: tl.constexpr, F32: tl.constexpr):
+                   STREAM: tl.constexpr, F32: tl.constexpr, PTX: tl.constexpr):
     pid = tl.program_id(0)
     lo = pid * tiles_per_program
     hi = tl.minimum(lo + tiles_per_program, tl.cdiv(V, BLOCK_N))
-    w0, _ = stream_start(w_ptr, V, K, lo, hi, BLOCK_N, BLOCK_K, False, STREAM)
+    w0, _ = stream_start(w_ptr, V, K, lo, hi, BLOCK_N, BLOCK_K, False, STREAM, PTX)
     lm_head_body(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_ptr, temp_ptr,
                  T, V, K, stride_x, stride_logits, eps, tl.num_programs(0), lo, hi, pid,
                  tl.program_id(1), w0, 0, V, WRITE_LOGITS, CHOOSE, SAMPLE, BLOCK_T, BLOCK_N,
-                 BLOCK_K, STREAM, F32)
+                 BLOCK_K, STREAM, F32, PTX)
 
 
 @triton.jit
@@ -197,6 +197,9 @@ def lm_head(x, w, norm_w, eps, *, logits=None, choose=True, sample=False, seed=N
     if stream is not None:
         assert T == 1, "the stream is the decode (T=1) path"
         cfg, per = stream.tile(K), stream.tiles
+        if stream.ptx and not ptx_stream_ok(w.dtype, K):
+            raise ValueError(f"the PTX weight stream needs bf16 weights with K % 8 == 0 "
+                             f"(got {w.dtype}, K={K})")
     else:
         cfg, per = gemv_config(V, K, T, x.device), 1
     n_parts = triton.cdiv(triton.cdiv(V, cfg.block_n), per)
@@ -209,7 +212,8 @@ def lm_head(x, w, norm_w, eps, *, logits=None, choose=True, sample=False, seed=N
         T, V, K, x.stride(0), logits.stride(0) if logits is not None else 0, eps, per,
         WRITE_LOGITS=logits is not None, CHOOSE=choose, SAMPLE=sample, BLOCK_T=BT,
         BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, STREAM=stream is not None,
-        F32=INTERPRET or w.dtype == torch.float32, num_warps=cfg.num_warps)
+        F32=INTERPRET or w.dtype == torch.float32, PTX=stream is not None and stream.ptx,
+        num_warps=cfg.num_warps)
     return logits, pval, pidx
 
 

@@ -126,23 +126,24 @@ def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
                   xtab_ptr, rank, x_ctr, x_spin, part_off, BIAS: tl.constexpr,
                   BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STREAM: tl.constexpr,
                   F32: tl.constexpr, WORLD: tl.constexpr, PUSH_BLOCK: tl.constexpr,
-                  USE_ASM: tl.constexpr, TRACE: tl.constexpr):
+                  USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr):
     """o_proj / down_proj task: h[:, tiles lo..hi] += x @ W^T (+ bias), the residual stream in
     place -- its first weight piece requested, then its wait (ready), then the stream. Tensor
     parallelism: the fp32 partial sum goes to this rank's row of the symmetric buffer (element
     part_off) and is pushed to every rank; REDUCE tasks add it to the residual."""
-    w0, _ = stream_start(w_ptr, D, K, lo, hi, BLOCK_N, BLOCK_K, False, STREAM)
+    w0, _ = stream_start(w_ptr, D, K, lo, hi, BLOCK_N, BLOCK_K, False, STREAM, PTX)
     run = ready(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, tr, clock_ptr, op,
                 xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE)
     if run == 1:
         if WORLD == 1:
             gemv_body(x_ptr, w_ptr, w_ptr, b_ptr, h_ptr, h_ptr, T, D, K, K, D, D, eps, lo, hi, tb,
-                      w0, w0, False, BIAS, False, True, BLOCK_T, BLOCK_N, BLOCK_K, STREAM, F32)
+                      w0, w0, False, BIAS, False, True, BLOCK_T, BLOCK_N, BLOCK_K, STREAM, F32,
+                      PTX)
         else:
             part = peer(xtab_ptr, rank, part_off, tl.float32)
             gemv_body(x_ptr, w_ptr, w_ptr, b_ptr, h_ptr, part, T, D, K, K, D, D, eps, lo, hi,
                       tb, w0, w0, False, BIAS, False, False, BLOCK_T, BLOCK_N, BLOCK_K, STREAM,
-                      F32)
+                      F32, PTX)
             tl.debug_barrier()  # every thread's partial sums stored before they are pushed
             push_rows(xtab_ptr, rank, part_off, D, tb * BLOCK_T, tl.minimum(T, tb * BLOCK_T +
                       BLOCK_T), lo * BLOCK_N, tl.minimum(hi * BLOCK_N, D), WORLD, PUSH_BLOCK)
@@ -177,7 +178,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_SP: tl.constexpr,
                EMB_BLOCK: tl.constexpr, MERGE_BLOCK: tl.constexpr, F32: tl.constexpr,
                WORLD: tl.constexpr, RED_BLOCK: tl.constexpr,
-               USE_ASM: tl.constexpr, TRACE: tl.constexpr):
+               USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr):
     """Model sizes D, FFN, H, HD are constexpr (one compile per model): a decode tile over whole
     rows then folds its chunk loop away and keeps the activation row in registers, which spares
     registers (bench/compile_check.py: 1B shape 255 registers with 48 B of spills when they were
@@ -190,7 +191,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     Tensor parallelism (module docstring): xtab_ptr, rank, the word offsets x_ctr (this
     schedule's remote counters) / x_red / x_lmv / x_lmi of the symmetric buffer, x_spin (the
     bound of a remote wait's polls), v0 / VFULL (this rank's first vocabulary id, the whole
-    vocabulary); WORLD ranks, RED_BLOCK columns per REDUCE block (opcodes.COST.reduce_block)."""
+    vocabulary); WORLD ranks, RED_BLOCK columns per REDUCE block (opcodes.COST.reduce_block).
+    PTX (STREAM, bf16 weights): weight pieces by inline PTX (_common.weight_chunk)."""
     pid = tl.program_id(0)
     qlen = tl.load(qlen_ptr + pid)
     QKVN = (H + 2 * KVH) * HD
@@ -223,7 +225,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
             if op == OP_QKV:
                 w_qkv = wqkv_ptr + layer * QKVN * D
                 lo0, hi0 = qkv_start(w_qkv, D, H, KVH, HD, a0, a1, a2, GROUP, QKV_CHUNKS,
-                                     BLOCK_H, QKV_BK, STREAM)
+                                     BLOCK_H, QKV_BK, STREAM, PTX)
                 run = ready(ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, tr, clock_ptr,
                             op, xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE)
                 if run == 1:
@@ -232,31 +234,31 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                   kc_ptr + layer * KVH * S * HD, vc_ptr + layer * KVH * S * HD,
                                   T, D, D, S, eps, H, KVH, HD, a0, a1, a2, lo0, hi0, GROUP,
                                   QKV_CHUNKS, qkraw_ptr, BIAS_QKV, QK_NORM, BLOCK_T, BLOCK_H,
-                                  QKV_BK, STREAM, F32, QK_DEFER)
+                                  QKV_BK, STREAM, F32, QK_DEFER, PTX)
             elif op == OP_O:
                 run = residual_task(attn_ptr, wo_ptr + layer * D * QD, bo_ptr + layer * D, h_ptr,
                                     T, D, QD, eps, a1, a2, a0, ctr_ptr, target, status_ptr,
                                     max_spin, pid, i, wc, s, tr, clock_ptr, op, xtab_ptr, rank,
                                     x_ctr, x_spin, x_red + rank * TM * D, BIAS_O, BLOCK_T, RQ,
-                                    KQ, STREAM, F32, WORLD, RED_BLOCK, USE_ASM, TRACE)
+                                    KQ, STREAM, F32, WORLD, RED_BLOCK, USE_ASM, TRACE, PTX)
             elif op == OP_GU:
                 w_gu = wgu_ptr + layer * 2 * FFN * D
-                w0, w20 = stream_start(w_gu, FFN, D, a1, a2, RG, KG, True, STREAM)
+                w0, w20 = stream_start(w_gu, FFN, D, a1, a2, RG, KG, True, STREAM, PTX)
                 run = ready(ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, tr, clock_ptr,
                             op, xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE)
                 if run == 1:
                     gemv_body(h_ptr, w_gu, mnorm_ptr + layer * D, bgu_ptr + layer * 2 * FFN,
                               h_ptr, act_ptr, T, FFN, D, D, D, FFN, eps, a1, a2, a0, w0, w20,
-                              True, BIAS_MLP, True, False, BLOCK_T, RG, KG, STREAM, F32)
+                              True, BIAS_MLP, True, False, BLOCK_T, RG, KG, STREAM, F32, PTX)
             elif op == OP_DOWN:
                 run = residual_task(act_ptr, wd_ptr + layer * D * FFN, bd_ptr + layer * D, h_ptr,
                                     T, D, FFN, eps, a1, a2, a0, ctr_ptr, target, status_ptr,
                                     max_spin, pid, i, wc, s, tr, clock_ptr, op, xtab_ptr, rank,
                                     x_ctr, x_spin, x_red + (WORLD + rank) * TM * D, BIAS_MLP,
                                     BLOCK_T, RF, KF, STREAM, F32, WORLD, RED_BLOCK, USE_ASM,
-                                    TRACE)
+                                    TRACE, PTX)
             elif op == OP_LM:
-                w0, _ = stream_start(lm_ptr, V, D, a1, a2, RD, KD, False, STREAM)
+                w0, _ = stream_start(lm_ptr, V, D, a1, a2, RD, KD, False, STREAM, PTX)
                 run = ready(ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, tr, clock_ptr,
                             op, xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE)
                 if run == 1:
@@ -268,7 +270,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                     lm_head_body(h_ptr, lm_ptr, fnorm_ptr, logits_ptr, pval_ptr, pidx_ptr,
                                  seed_ptr, temp_ptr, T, V, D, D, V, eps, n_vparts, a1, a2,
                                  a0 % n_vparts, a0 // n_vparts, w0, voff, vkey, True, True, SAMPLE,
-                                 BLOCK_T, RD, KD, STREAM, F32)
+                                 BLOCK_T, RD, KD, STREAM, F32, PTX)
                     if WORLD > 1:  # this task's partial choices to every rank, rank-major
                         tl.debug_barrier()
                         part = a0 % n_vparts

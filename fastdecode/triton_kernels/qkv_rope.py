@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 
 from ._common import INTERPRET, gemv_acc, next_x_chunk, row_dot, row_rstd, weight_chunk, x_chunk
-from .config import StreamConfig, gemv_config, qkv_pairs
+from .config import StreamConfig, gemv_config, ptx_stream_ok, qkv_pairs
 from .gemv import block_t
 
 
@@ -43,7 +43,7 @@ def qkv_slot(g, u, n_t, H, KVH, GROUP, N_CHUNKS):
 
 @triton.jit
 def qkv_start(w_ptr, K, H, KVH, HD, g, u_lo, u_hi, GROUP, N_CHUNKS, BLOCK_H: tl.constexpr,
-              BLOCK_K: tl.constexpr, STREAM: tl.constexpr):
+              BLOCK_K: tl.constexpr, STREAM: tl.constexpr, PTX: tl.constexpr):
     """The first piece of a decode-stream QKV task (tiles [u_lo, u_hi) of group g): the lo and hi
     rows of its first tile, weights only -- requested before the task's dependency wait
     (gemv.stream_start). (0, 0) unless STREAM (T=1: one token block)."""
@@ -52,8 +52,8 @@ def qkv_start(w_ptr, K, H, KVH, HD, g, u_lo, u_hi, GROUP, N_CHUNKS, BLOCK_H: tl.
         j, c, _ = qkv_slot(g, u_lo, 1, H, KVH, GROUP, N_CHUNKS)
         offs_h = c * BLOCK_H + tl.arange(0, BLOCK_H)
         mask_h = (offs_h < half) & (u_hi > u_lo)
-        w_lo = weight_chunk(w_ptr, j * HD + offs_h, mask_h, 0, K, BLOCK_K)
-        w_hi = weight_chunk(w_ptr, j * HD + half + offs_h, mask_h, 0, K, BLOCK_K)
+        w_lo = weight_chunk(w_ptr, j * HD + offs_h, mask_h, 0, K, BLOCK_K, PTX)
+        w_hi = weight_chunk(w_ptr, j * HD + half + offs_h, mask_h, 0, K, BLOCK_K, PTX)
         return w_lo, w_hi
     else:
         return 0, 0
@@ -65,13 +65,14 @@ def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_pt
                   w_lo0, w_hi0, GROUP, N_CHUNKS, raw_ptr,
                   BIAS: tl.constexpr, QK_NORM: tl.constexpr, BLOCK_T: tl.constexpr,
                   BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, STREAM: tl.constexpr,
-                  F32: tl.constexpr, DEFER: tl.constexpr = False):
+                  F32: tl.constexpr, DEFER: tl.constexpr, PTX: tl.constexpr):
     """Tiles [u_lo, u_hi) of KV group g (qkv_slot): each is pairs [c*BLOCK_H, (c+1)*BLOCK_H) of
     one head slot for one token block. STREAM (T=1): the decode stream of gemv_body (its first
     piece w_lo0 / w_hi0 from qkv_start) -- the next
     (tile, K chunk) piece and, at a tile's end, the next tile's bias, norm weights and cos/sin
     are requested before the current piece is reduced. DEFER: q and k tiles store raw fp32 rows
-    to raw_ptr [T, H + KVH, HD] for qk_norm_rope_body (QK_NORM is then False here)."""
+    to raw_ptr [T, H + KVH, HD] for qk_norm_rope_body (QK_NORM is then False here).
+    PTX (STREAM, bf16 weights): the pieces are loaded by inline PTX (_common.weight_chunk)."""
     half = HD // 2
     n_t = tl.cdiv(T, BLOCK_T)
     pos = tl.load(pos_ptr)
@@ -96,11 +97,11 @@ def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_pt
             offs_hn = cn * BLOCK_H + tl.arange(0, BLOCK_H)
             mask_hn = (offs_hn < half) & (i1 < n_it)
             k1 = (i1 % n_k) * BLOCK_K
-            nxt_lo = weight_chunk(w_ptr, jn * HD + offs_hn, mask_hn, k1, K, BLOCK_K)
-            nxt_hi = weight_chunk(w_ptr, jn * HD + half + offs_hn, mask_hn, k1, K, BLOCK_K)
+            nxt_lo = weight_chunk(w_ptr, jn * HD + offs_hn, mask_hn, k1, K, BLOCK_K, PTX)
+            nxt_hi = weight_chunk(w_ptr, jn * HD + half + offs_hn, mask_hn, k1, K, BLOCK_K, PTX)
             x_n = next_x_chunk(x, x_ptr, norm_ptr, k1, K, n_k, rstd, True, BLOCK_K)
-            lo += row_dot(w_lo, x)
-            hi += row_dot(w_hi, x)
+            lo += row_dot(w_lo, x, PTX)
+            hi += row_dot(w_hi, x, PTX)
             if i % n_k == n_k - 1:  # the tile's last chunk: epilogue, next tile's operands
                 opnd_n = qkv_operands(jn, offs_t, mask_t, offs_hn, mask_hn, pos, bias_ptr,
                                       qk_norm_ptr, cos_ptr, sin_ptr, H, HD, BIAS, QK_NORM)
@@ -226,17 +227,17 @@ def qkv_rope_kernel(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_
                     tiles_per_program,
                     BIAS: tl.constexpr, QK_NORM: tl.constexpr, BLOCK_T: tl.constexpr,
                     BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, STREAM: tl.constexpr,
-                    F32: tl.constexpr):
+                    F32: tl.constexpr, PTX: tl.constexpr):
     """Grid (KV groups, tile ranges of the group)."""
     per_group = (GROUP + 2) * n_chunks * tl.cdiv(T, BLOCK_T)
     lo = tl.program_id(1) * tiles_per_program
     hi = tl.minimum(lo + tiles_per_program, per_group)
     w_lo, w_hi = qkv_start(w_ptr, K, H, KVH, HD, tl.program_id(0), lo, hi, GROUP, n_chunks,
-                           BLOCK_H, BLOCK_K, STREAM)
+                           BLOCK_H, BLOCK_K, STREAM, PTX)
     qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_ptr, pos_ptr,
                   q_ptr, k_ptr, v_ptr, T, K, stride_x, S, eps, H, KVH, HD, tl.program_id(0), lo,
                   hi, w_lo, w_hi, GROUP, n_chunks, q_ptr,
-                  BIAS, QK_NORM, BLOCK_T, BLOCK_H, BLOCK_K, STREAM, F32)
+                  BIAS, QK_NORM, BLOCK_T, BLOCK_H, BLOCK_K, STREAM, F32, False, PTX)
 
 
 def qkv_tile(head_dim: int, qk_norm: bool, T: int, K: int, device, pairs=None,
@@ -276,11 +277,16 @@ def qkv_rope(x, w_qkv, norm_w, cos, sin, pos, k_cache, v_cache, *, n_heads, eps,
     n_chunks = triton.cdiv(HD // 2, BLOCK_H)
     G = n_heads // KVH
     per = stream.tiles if stream is not None else 1
+    ptx = streamed and stream.ptx
+    if ptx and not ptx_stream_ok(w_qkv.dtype, K):
+        raise ValueError(f"the PTX weight stream needs bf16 weights with K % 8 == 0 "
+                         f"(got {w_qkv.dtype}, K={K})")
     grid = (KVH, triton.cdiv((G + 2) * n_chunks * triton.cdiv(T, BT), per))
     qkv_rope_kernel[grid](x, w_qkv, norm_w, bias if bias is not None else w_qkv,
                           qk_norm if qk_norm is not None else norm_w, cos, sin, pos,
                           q_out, k_cache, v_cache, T, K, x.stride(0), S, eps, n_heads, KVH, HD,
                           G, n_chunks, per, BIAS=bias is not None, QK_NORM=qk_norm is not None,
                           BLOCK_T=BT, BLOCK_H=BLOCK_H, BLOCK_K=BLOCK_K, STREAM=streamed,
-                          F32=INTERPRET or w_qkv.dtype == torch.float32, num_warps=warps)
+                          F32=INTERPRET or w_qkv.dtype == torch.float32, PTX=ptx,
+                          num_warps=warps)
     return q_out

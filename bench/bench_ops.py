@@ -1,0 +1,117 @@
+"""Standalone decode GEMV, cold L2: the plain-Triton tiles and the PTX weight pieces side by side.
+
+For each [K, N] (y = W x, W [N, K] bf16, T=1) it times, as a CUDA graph of R launches over R
+distinct weight copies (> 256 MB in all, 4x the H200's 60 MB L2, so no launch reads from L2
+what the one before left there):
+  ops tile     ops mode's tile (config.gemv_config: 4 rows x 1024, one tile per program)
+  stream       the megakernel's decode stream (config.StreamConfig), one tile per program
+  stream+PTX   the same stream, its weight pieces loaded by ptx_inline.ld_stream_b128
+  persistent   the stream as the megakernel runs it: 2 programs per SM, each a run of tiles
+  persist+PTX  the same with the PTX pieces
+and prints GB/s and % of the read roofline (bench_decode.read_bandwidth, measured in this run);
+appends the rows to bench/RESULTS.md.
+
+    python bench/bench_ops.py [--shapes 2048x16384,...]
+"""
+import argparse
+import dataclasses
+import datetime
+import os
+import sys
+
+import torch
+import triton
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+from bench_decode import _git_commit, read_bandwidth  # noqa: E402
+from fastdecode.ops import gemv  # noqa: E402
+from fastdecode.triton_kernels.config import StreamConfig  # noqa: E402
+
+# [K, N]: the issue's large shapes (1B gate|up, 8B gate|up, 8B down, 1B lm_head) and small ones
+# (1B QKV, 1B down, 8B QKV)
+SHAPES = ("2048x16384,4096x28672,14336x4096,2048x128256,2048x3072,8192x2048,4096x6144")
+
+
+def cold_l2_time(K, N, launch, check=True):
+    """Median seconds per launch(x, w, out) over R distinct [N, K] bf16 weight copies, launched
+    back to back in one CUDA graph (5 replays)."""
+    nbytes = N * K * 2
+    R = max(4, min(64, (256 * 2**20) // nbytes + 1))
+    ws = [torch.randn(N, K, device="cuda", dtype=torch.bfloat16) for _ in range(R)]
+    x = torch.randn(1, K, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty(1, N, device="cuda", dtype=torch.bfloat16)
+    launch(x, ws[0], out)  # compile
+    if check:
+        ref = x.float() @ ws[0].float().t()
+        err = float((out.float() - ref).norm() / ref.norm())
+        assert err < 1e-2, f"[{K}, {N}]: rel. error {err:.2e}"
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for w in ws:
+            launch(x, w, out)
+    g.replay()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(5):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b) / 1e3 / R)
+    del ws, g
+    torch.cuda.empty_cache()
+    return sorted(ts)[len(ts) // 2]
+
+
+def variants(K, N, sms):
+    base = StreamConfig()
+    n_tiles = triton.cdiv(N, base.tile(K).block_n)
+    per = triton.cdiv(n_tiles, base.per_sm * sms)  # the megakernel's programs, tiles in a run
+    return {
+        "ops tile": lambda x, w, o: gemv(x, w, out=o),
+        "stream": lambda x, w, o: gemv(x, w, out=o, stream=base),
+        "stream+PTX": lambda x, w, o: gemv(x, w, out=o, stream=dataclasses.replace(base, ptx=True)),
+        "persistent": lambda x, w, o: gemv(x, w, out=o,
+                                           stream=dataclasses.replace(base, tiles=per)),
+        "persist+PTX": lambda x, w, o: gemv(x, w, out=o, stream=dataclasses.replace(
+            base, tiles=per, ptx=True)),
+    }
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--shapes", default=SHAPES)
+    p.add_argument("--results-md", default=os.path.join(HERE, "RESULTS.md"))
+    args = p.parse_args()
+    gpu = torch.cuda.get_device_name()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    roof = max(read_bandwidth().values())
+    print(f"{gpu}: read roofline {roof / 1e12:.2f} TB/s (best read-only stream in this run)",
+          flush=True)
+    rows = []
+    for shape in args.shapes.split(","):
+        K, N = (int(v) for v in shape.split("x"))
+        for name, fn in variants(K, N, sms).items():
+            t = cold_l2_time(K, N, fn)
+            bw = N * K * 2 / t
+            rows.append((shape, name, t, bw))
+            print(f"  [{K:6d}, {N:6d}] {name:12s} {t * 1e6:8.1f} us {bw / 1e9:7.0f} GB/s "
+                  f"{100 * bw / roof:5.1f}%", flush=True)
+    print(f"\n{'[K, N]':14s}" + "".join(f"{v:>13s}" for v in variants(1, 1, 1)) + "   (GB/s)")
+    for shape in args.shapes.split(","):
+        print(f"{shape:14s}" + "".join(f"{bw / 1e9:13.0f}" for s, _, _, bw in rows if s == shape))
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    commit = os.environ.get("FASTDECODE_COMMIT") or _git_commit()
+    cmd = "python bench/bench_ops.py " + " ".join(sys.argv[1:])
+    with open(args.results_md, "a") as f:
+        for shape, name, t, bw in rows:
+            f.write(f"| {stamp} | {gpu} | {commit} | GEMV [K, N] = [{shape.replace('x', ', ')}]"
+                    f" bf16, cold L2 | {name} | {bw / 1e9:.0f} GB/s | {100 * bw / roof:.1f}% of "
+                    f"{roof / 1e12:.2f} TB/s | - | {t * 1e6:.1f} us | `{cmd}` |\n")
+
+
+if __name__ == "__main__":
+    main()
