@@ -130,6 +130,7 @@ def from_hf(model, max_seq_len: int = 4096, mode: str | None = None, device=None
         raise TypeError(f"expected a Hugging Face PreTrainedModel, got {type(model).__name__}")
     spec = ModelSpec.from_hf_config(config)
     _check_float_params(model)
+    _env.start_triton_key()  # beside the packing (see _env)
     params = list(model.parameters())
     where = params[0].device
     if device is not None and torch.device(device).type != where.type:
@@ -160,6 +161,7 @@ def from_pretrained(path_or_gguf: str, max_seq_len: int = 4096, device=None, mod
         raise ValueError("device='cuda' was asked but CUDA is not available on this machine")
     config, get, ckpt_dtype = open_checkpoint(path)
     spec = ModelSpec.from_hf_config(config)
+    _env.start_triton_key()  # beside the checkpoint read (see _env)
     if dtype is None:
         if isinstance(ckpt_dtype, str):
             ckpt_dtype = getattr(torch, ckpt_dtype, None)

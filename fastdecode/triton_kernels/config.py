@@ -54,7 +54,12 @@ class StreamConfig:
     tiles: int = 1
     per_sm: int = 2
     max_k: int = 4096
-    ptx: bool = False  # weight pieces by inline PTX (_common.weight_chunk) where ptx_stream_ok
+    # weight pieces by inline PTX (_common.weight_chunk) where ptx_stream_ok. Off: on an H200
+    # (2026-11-30, 49fd481, sweep_mega 16384/4w/4096/2) Llama-3.2-1B 1150.6 tok/s plain vs
+    # 1056.8 PTX, Llama-3.1-8B 223.5 vs 227.7 (within the 8B's run-to-run 219-226); standalone
+    # (bench_ops, cold L2) PTX pieces streamed 1-12% faster one tile per program, but 0.97-1.12x
+    # in the megakernel's persistent form (lm_head 2048x128256: 4328 plain vs 4129 GB/s)
+    ptx: bool = False
 
     def tile(self, K: int, parts: int = 1) -> TileConfig:
         """rows (a power of two, 1 to 128) x block_k of a tile over rows of K elements, of
