@@ -1,7 +1,8 @@
 """All-reduce latency between the GPUs of one host at the sizes of batch-1 tensor parallelism
 (an 8 KB bf16 vector per Llama-3.1-8B residual add, 64 of them per token):
     fastdecode.ops.all_reduce (symmetric memory, peer pointers), eager and replayed from a CUDA
-        graph (its invocation counts live on the GPU)
+        graph (its invocation counts live on the GPU); with release/acquire flags and with the
+        data as its own flag (-0.0 sentinel)
     NCCL all_reduce, eager and replayed from a CUDA graph (NVLS off)
     torch symmetric memory one_shot_all_reduce
 Median microseconds per call over --iters back-to-back calls, timed on rank 0 between barriers;
@@ -64,6 +65,7 @@ def main():
     group = dist.group.WORLD.group_name
     sizes = [int(k) * 1024 // 2 for k in args.kb.split(",")]  # bf16 elements
     bufs = peer_buffers(max(sizes))
+    sbufs = peer_buffers(max(sizes), sentinel=True)
     rows = []
     for n in sizes:
         x = torch.randn(n, device=dev).to(torch.bfloat16)
@@ -73,17 +75,22 @@ def main():
         sx.copy_(x)
         nc = x.clone()
         ours = lambda: all_reduce(x, bufs, out, check=False)  # noqa: E731
+        ours_s = lambda: all_reduce(x, sbufs, out, check=False)  # noqa: E731
         nccl = lambda: dist.all_reduce(nc)  # noqa: E731
         res = {
             "fastdecode all_reduce, eager": per_call_us(ours, args.iters),
             "fastdecode all_reduce, CUDA graph": per_call_us(graphed(ours, args.iters), 1)
             / args.iters,
+            "fastdecode all_reduce -0.0 sentinel, eager": per_call_us(ours_s, args.iters),
+            "fastdecode all_reduce -0.0 sentinel, CUDA graph": per_call_us(
+                graphed(ours_s, args.iters), 1) / args.iters,
             "NCCL, eager": per_call_us(nccl, args.iters),
             "NCCL, CUDA graph": per_call_us(graphed(nccl, args.iters), 1) / args.iters,
             "symm_mem one_shot_all_reduce": per_call_us(
                 lambda: torch.ops.symm_mem.one_shot_all_reduce(sx, "sum", group), args.iters),
         }
         check_status(bufs)
+        check_status(sbufs)
         rows += [(n * 2 // 1024, name, us) for name, us in res.items()]
     if rank == 0:
         gpu = torch.cuda.get_device_name()

@@ -92,9 +92,12 @@ def compile_ptx_tests():
     t._message_kernel[(2,)](i32, i32, i32, 64, 100, BLOCK=256, USE_ASM=True)
     from fastdecode.ops import PeerBuffers, all_reduce  # system-scope flags, peer pointers
     all_reduce(torch.zeros(100), PeerBuffers.virtual(2, 100)[0])
+    COMPILED["all_reduce_kernel (flags)"] = COMPILED.pop("all_reduce_kernel")
+    all_reduce(torch.zeros(100), PeerBuffers.virtual(2, 100, sentinel=True)[0])
+    COMPILED["all_reduce_kernel (-0.0)"] = COMPILED.pop("all_reduce_kernel")
     print("PTX wrapper test kernels and the all-reduce, asm paths, sm_90a:")
     for kname, (k, secs) in COMPILED.items():
-        print(f"  {kname:24s} {ptxas_report(k.asm['ptx'])}")
+        print(f"  {kname:28s} {ptxas_report(k.asm['ptx'])}")
 
 
 class CompileOnlyTP:

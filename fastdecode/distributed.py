@@ -219,11 +219,12 @@ def symmetric_alloc(n_words: int, group=None):
     return buf, table, peers
 
 
-def peer_buffers(capacity: int, group=None, block: int = 1024):
+def peer_buffers(capacity: int, group=None, block: int = 1024, sentinel: bool = False):
     """This rank's PeerBuffers for ops.all_reduce in PyTorch symmetric memory (CUDA, NVLink
     peer-to-peer; multicast kept off): one symmetric allocation per rank -- fp32 data slots, then
     the int32 flags -- and tables of every rank's mapped address of it. Collective: every rank of
-    `group` calls it with the same arguments. capacity: the longest vector reduced."""
+    `group` calls it with the same arguments. capacity: the longest vector reduced; sentinel:
+    the data-as-flag protocol (all_reduce.py)."""
     import math
 
     import torch.distributed as dist
@@ -236,4 +237,9 @@ def peer_buffers(capacity: int, group=None, block: int = 1024):
     buf, table, _ = symmetric_alloc(n_data + n_flags, group)
     data = buf[:n_data].view(torch.float32).view(dshape)
     flags = buf[n_data:].view(fshape)
-    return PeerBuffers(data, flags, table, table + 4 * n_data, dist.get_rank(group), world, block)
+    bufs = PeerBuffers(data, flags, table, table + 4 * n_data, dist.get_rank(group), world, block,
+                       sentinel)
+    if sentinel:  # every rank's data is -0.0 before any rank pushes
+        torch.cuda.synchronize()
+        dist.barrier(group)
+    return bufs

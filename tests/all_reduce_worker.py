@@ -1,6 +1,7 @@
 """Run under torchrun by tests/test_all_reduce.py on 2+ GPUs: ops.all_reduce over symmetric
 memory (distributed.peer_buffers) against the rank-order fp32 sum of every rank's input (all-
-gathered by NCCL), for sizes 1 to 64K elements, bf16 and fp32, every rank bit-identical."""
+gathered by NCCL), for sizes 1 to 64K elements, bf16 and fp32, every rank bit-identical; with
+the flag protocol, then the data-as-flag (-0.0 sentinel) one."""
 import os
 import sys
 
@@ -12,13 +13,13 @@ from fastdecode.ops import all_reduce
 
 world = int(sys.argv[1])
 rank, world, dev = init(world)
-bufs = peer_buffers(65536)
+flag_bufs, sentinel_bufs = peer_buffers(65536), peer_buffers(65536, sentinel=True)
 bad = 0
-for i, n in enumerate([1, 7, 1000, 1024, 4099, 65536] * 2):
+for i, n in enumerate([1, 7, 1000, 1024, 4099, 65536] * 4):
     dtype = torch.bfloat16 if i % 2 else torch.float32
     g = torch.Generator(device=dev).manual_seed(1000 * i + rank)
     x = torch.randn(n, device=dev, generator=g).to(dtype)
-    got = all_reduce(x, bufs)
+    got = all_reduce(x, sentinel_bufs if i >= 12 else flag_bufs)
     parts = [torch.empty_like(x) for _ in range(world)]
     dist.all_gather(parts, x)
     want = all_reduce_fp32(parts)

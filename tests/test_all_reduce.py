@@ -15,12 +15,14 @@ from fastdecode.ops import PeerBuffers, all_reduce
 
 @given(world=st.integers(2, 4), ns=st.lists(st.sampled_from([1, 7, 255, 1000, 4099]),
                                             min_size=3, max_size=3),
-       dtype=st.sampled_from([torch.float32, torch.bfloat16]), seed=st.integers(0, 2**16))
-def test_all_reduce_matches_a_rank_order_sum(world, ns, dtype, seed):
+       dtype=st.sampled_from([torch.float32, torch.bfloat16]), seed=st.integers(0, 2**16),
+       sentinel=st.booleans())
+def test_all_reduce_matches_a_rank_order_sum(world, ns, dtype, seed, sentinel):
     """Three invocations in a row, of different sizes (the slots rotate; each program counts the
     invocations that cover its chunk): every rank ends with the rank-order fp32 sum of the bf16 /
-    fp32 parts, bit-identical on all ranks; odd sizes end mid-chunk."""
-    bufs = PeerBuffers.virtual(world, 4099, DEVICE)
+    fp32 parts, bit-identical on all ranks; odd sizes end mid-chunk. sentinel: the data-as-flag
+    protocol (slot 1 is used again by the third invocation: its -0.0 reset)."""
+    bufs = PeerBuffers.virtual(world, 4099, DEVICE, sentinel=sentinel)
     g = torch.Generator().manual_seed(seed)
     for n in ns:
         xs = [torch.randn(n, generator=g).to(DEVICE, dtype) for _ in range(world)]
@@ -32,11 +34,12 @@ def test_all_reduce_matches_a_rank_order_sum(world, ns, dtype, seed):
             assert torch.equal(out, want)
 
 
-def test_push_and_reduce_in_one_launch():
+@pytest.mark.parametrize("sentinel", [False, True])
+def test_push_and_reduce_in_one_launch(sentinel):
     """The GPU path (push then wait in one kernel): the last rank runs both phases once the
     others have pushed; the others then reduce."""
     world, n = 3, 600
-    bufs = PeerBuffers.virtual(world, n, DEVICE)
+    bufs = PeerBuffers.virtual(world, n, DEVICE, sentinel=sentinel)
     xs = [torch.randn(n, device=DEVICE) for _ in range(world)]
     for r in range(world - 1):
         all_reduce(xs[r], bufs[r], reduce=False)
@@ -46,13 +49,30 @@ def test_push_and_reduce_in_one_launch():
         assert torch.equal(out, rank_order_sum(xs))
 
 
-def test_missing_rank_times_out_naming_it():
-    bufs = PeerBuffers.virtual(3, 64, DEVICE)
+@pytest.mark.parametrize("sentinel", [False, True])
+def test_missing_rank_times_out_naming_it(sentinel):
+    bufs = PeerBuffers.virtual(3, 64, DEVICE, sentinel=sentinel)
     x = torch.ones(64, device=DEVICE)
     all_reduce(x, bufs[0], reduce=False)
     all_reduce(x, bufs[2], reduce=False)  # rank 1 never pushes
     with pytest.raises(fastdecode.MegakernelTimeout, match="waited for rank 1 at invocation 1"):
         all_reduce(x, bufs[0], push=False)
+
+
+def test_sentinel_takes_zeros_of_either_sign():
+    """-0.0 is the sentinel's "not written yet": parts that hold +-0.0 (a ReLU'd or zeroed
+    vector) must still arrive -- pushed as +0.0 -- and sum to 0; the second round reuses the
+    slots after their reset."""
+    world, n = 2, 300
+    bufs = PeerBuffers.virtual(world, n, DEVICE, sentinel=True)
+    xs = [torch.full((n,), -0.0, device=DEVICE), torch.zeros(n, device=DEVICE)]
+    xs[1][::3] = 2.5
+    for _ in range(3):
+        for r in range(world):
+            all_reduce(xs[r], bufs[r], reduce=False)
+        for r in range(world):
+            assert torch.equal(all_reduce(xs[r], bufs[r], push=False), xs[0] + xs[1])
+        assert (bufs[0].data.view(torch.int32) == -2**31).all()  # every slot back to -0.0
 
 
 def test_too_long_a_vector_is_refused():

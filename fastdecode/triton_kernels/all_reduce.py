@@ -16,6 +16,14 @@ agrees on e):
             so every rank adds the same numbers in the same order: bit-identical results
 Two slots suffice: rank r reaches invocation e + 2 (and overwrites slot e % 2 of its peers) only
 after seeing every rank's flag of e + 1, which each rank raises after finishing its sum of e.
+SENTINEL (PeerBuffers(sentinel=True)): the data is its own flag. Every data word starts as -0.0
+(bits 0x80000000); the push writes the values with -0.0 made +0.0 (x == 0 -> +0.0: the sign of a
+zero sum may differ from the flag protocol's, nothing else) and raises no flag; the wait polls
+its own rows (volatile loads) until no word of the chunk is -0.0, and after the sum writes -0.0
+back for the slot's next use (two invocations on: the same argument as the flags' -- a peer
+writes slot e % 2 again only after seeing this rank's data of e + 1, pushed by a later launch
+than this reset). One NVLink write per word and no flag round trip, but every poll reads the
+whole chunk (4 KB) instead of one word.
 Programs never wait on each other: program c waits only for chunk c of every rank.
 Bytes (world W, n elements): each rank writes W x 4n over NVLink and reads W x 4n locally; an 8 KB
 bf16 vector at W=2 is 16 KB each way -- microseconds are latency (flag round trips), not bandwidth.
@@ -33,13 +41,14 @@ from ..errors import MegakernelTimeout
 from ..ptx_inline.flags import ld_acquire
 from ._common import INTERPRET
 
-STATUS_WORDS = 4  # [timed out, rank waited on, invocation, flag value seen]
+STATUS_WORDS = 4  # [timed out, rank waited on, invocation, flag value seen / words missing]
+NEG_ZERO = tl.constexpr(-2147483648)  # the bits of -0.0 as an int32: "not written yet"
 
 
 @triton.jit
 def all_reduce_body(x_ptr, out_ptr, n, data_tab, flag_tab, count_ptr, rank, world, cap,
                     n_chunks, max_spin, status_ptr, c, PUSH: tl.constexpr, REDUCE: tl.constexpr,
-                    BLOCK: tl.constexpr, USE_ASM: tl.constexpr):
+                    BLOCK: tl.constexpr, USE_ASM: tl.constexpr, SENTINEL: tl.constexpr):
     """Chunk c of this rank's next all-reduce invocation (module docstring). Returns 1, or 0 if a
     wait timed out (then out is not written)."""
     epoch = tl.load(count_ptr + c)
@@ -52,26 +61,40 @@ def all_reduce_body(x_ptr, out_ptr, n, data_tab, flag_tab, count_ptr, rank, worl
     ok = 1
     if PUSH:
         x = tl.load(x_ptr + offs, mask=m, other=0.0).to(tl.float32)
+        if SENTINEL:
+            x = tl.where(x == 0.0, 0.0, x)  # -0.0 is "not written yet"
         row = (slot * world + rank).to(tl.int64)
         for p in range(0, world):
             data = tl.load(data_tab + p).to(tl.pointer_type(tl.float32))
             tl.store(data + row * cap + offs, x, mask=m)
-        tl.debug_barrier()  # every thread's data stores precede the flag's release
-        for p in range(0, world):
-            flags = tl.load(flag_tab + p).to(tl.pointer_type(tl.int32))
-            tl.atomic_xchg(flags + row * n_chunks + c, epoch, sem="release", scope="sys")
+        if not SENTINEL:
+            tl.debug_barrier()  # every thread's data stores precede the flag's release
+            for p in range(0, world):
+                flags = tl.load(flag_tab + p).to(tl.pointer_type(tl.int32))
+                tl.atomic_xchg(flags + row * n_chunks + c, epoch, sem="release", scope="sys")
     if REDUCE:
         flags = tl.load(flag_tab + rank).to(tl.pointer_type(tl.int32))
         data = tl.load(data_tab + rank).to(tl.pointer_type(tl.float32))
         acc = tl.zeros([BLOCK], dtype=tl.float32)
         for q in range(0, world):
             row = (slot * world + q).to(tl.int64)
-            v = ld_acquire(flags + row * n_chunks + c, "sys", USE_ASM)
-            spins = 0
-            while (v < epoch) & (spins < max_spin):
+            if SENTINEL:  # v: words of rank q's part still -0.0; waiting while any is
+                part = tl.load(data + row * cap + offs, mask=m, other=0.0, volatile=True)
+                v = tl.sum((m & (part.to(tl.int32, bitcast=True) == NEG_ZERO)).to(tl.int32))
+                spins = 0
+                while (v > 0) & (spins < max_spin):
+                    part = tl.load(data + row * cap + offs, mask=m, other=0.0, volatile=True)
+                    v = tl.sum((m & (part.to(tl.int32, bitcast=True) == NEG_ZERO)).to(tl.int32))
+                    spins += 1
+                arrived = v == 0
+            else:
                 v = ld_acquire(flags + row * n_chunks + c, "sys", USE_ASM)
-                spins += 1
-            if v < epoch:
+                spins = 0
+                while (v < epoch) & (spins < max_spin):
+                    v = ld_acquire(flags + row * n_chunks + c, "sys", USE_ASM)
+                    spins += 1
+                arrived = v >= epoch
+            if not arrived:
                 if ok == 1:
                     zero = (v * 0).to(tl.int64)
                     if tl.atomic_cas(status_ptr, zero, zero + 1) == 0:  # the first to time out
@@ -79,9 +102,16 @@ def all_reduce_body(x_ptr, out_ptr, n, data_tab, flag_tab, count_ptr, rank, worl
                         tl.store(status_ptr + 2, zero + epoch)
                         tl.store(status_ptr + 3, zero + v)
                 ok = 0
-            acc += tl.load(data + row * cap + offs, mask=m, other=0.0)
+            if SENTINEL:
+                acc += part
+            else:
+                acc += tl.load(data + row * cap + offs, mask=m, other=0.0)
         if ok == 1:
             tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=m)
+            if SENTINEL:  # the slot's rows back to "not written yet" for invocation epoch + 2
+                unset = tl.full([BLOCK], NEG_ZERO, tl.int32).to(tl.float32, bitcast=True)
+                for q in range(0, world):
+                    tl.store(data + (slot * world + q).to(tl.int64) * cap + offs, unset, mask=m)
     return ok
 
 
@@ -131,20 +161,27 @@ def residual_sum_body(h_ptr, part_ptr, part_stride, T, D, c_lo, c_hi, WORLD: tl.
 @triton.jit(do_not_specialize=["rank", "max_spin"])
 def all_reduce_kernel(x_ptr, out_ptr, n, data_tab, flag_tab, count_ptr, rank, world, cap,
                       n_chunks, max_spin, status_ptr, PUSH: tl.constexpr, REDUCE: tl.constexpr,
-                      BLOCK: tl.constexpr, USE_ASM: tl.constexpr):
+                      BLOCK: tl.constexpr, USE_ASM: tl.constexpr, SENTINEL: tl.constexpr):
     all_reduce_body(x_ptr, out_ptr, n, data_tab, flag_tab, count_ptr, rank, world, cap, n_chunks,
-                    max_spin, status_ptr, tl.program_id(0), PUSH, REDUCE, BLOCK, USE_ASM)
+                    max_spin, status_ptr, tl.program_id(0), PUSH, REDUCE, BLOCK, USE_ASM,
+                    SENTINEL)
 
 
 class PeerBuffers:
     """One rank's view of the all-reduce's symmetric buffers: its own `data` / `flags` tensors
     and the address tables of every rank's (data_tab / flag_tab, int64, on this rank's device),
     plus its programs' invocation counts (local). Capacity: the longest vector it reduces; block:
-    elements per program (1024 on a GPU: 4 KB of fp32 per rank and program)."""
+    elements per program (1024 on a GPU: 4 KB of fp32 per rank and program). sentinel: the
+    data-as-flag protocol (module docstring); its data starts as -0.0 -- set here, so with real
+    ranks every rank constructs its buffers before any rank pushes (distributed.peer_buffers
+    barriers)."""
 
-    def __init__(self, data, flags, data_tab, flag_tab, rank: int, world: int, block: int):
+    def __init__(self, data, flags, data_tab, flag_tab, rank: int, world: int, block: int,
+                 sentinel: bool = False):
         self.data, self.flags, self.data_tab, self.flag_tab = data, flags, data_tab, flag_tab
-        self.rank, self.world, self.block = rank, world, block
+        self.rank, self.world, self.block, self.sentinel = rank, world, block, sentinel
+        if sentinel:
+            self.data.fill_(-0.0)
         self.capacity, self.n_chunks = data.shape[-1], flags.shape[-1]
         self.counts = torch.zeros(self.n_chunks, device=data.device, dtype=torch.int32)
         self.status = torch.zeros(STATUS_WORDS, device=data.device, dtype=torch.int64)
@@ -158,7 +195,8 @@ class PeerBuffers:
         return (2, world, n_chunks * block), (2, world, n_chunks)
 
     @classmethod
-    def virtual(cls, world: int, capacity: int, device="cpu", block: int | None = None):
+    def virtual(cls, world: int, capacity: int, device="cpu", block: int | None = None,
+                sentinel: bool = False):
         """`world` ranks in one process (one address space): the CPU tests, or one GPU."""
         block = block or (1024 if torch.device(device).type == "cuda" else 256)
         dshape, fshape = cls.shapes(world, capacity, block)
@@ -166,7 +204,8 @@ class PeerBuffers:
         flags = [torch.zeros(fshape, device=device, dtype=torch.int32) for _ in range(world)]
         dtab = torch.tensor([d.data_ptr() for d in data], device=device, dtype=torch.int64)
         ftab = torch.tensor([f.data_ptr() for f in flags], device=device, dtype=torch.int64)
-        return [cls(data[r], flags[r], dtab, ftab, r, world, block) for r in range(world)]
+        return [cls(data[r], flags[r], dtab, ftab, r, world, block, sentinel)
+                for r in range(world)]
 
 
 def all_reduce(x: torch.Tensor, bufs: PeerBuffers, out: torch.Tensor | None = None, *,
@@ -186,7 +225,7 @@ def all_reduce(x: torch.Tensor, bufs: PeerBuffers, out: torch.Tensor | None = No
     all_reduce_kernel[(triton.cdiv(n, bufs.block),)](
         x, out, n, bufs.data_tab, bufs.flag_tab, bufs.counts, bufs.rank, bufs.world,
         bufs.capacity, bufs.n_chunks, bufs.max_spin, bufs.status, PUSH=push, REDUCE=reduce,
-        BLOCK=bufs.block, USE_ASM=not INTERPRET)
+        BLOCK=bufs.block, USE_ASM=not INTERPRET, SENTINEL=bufs.sentinel)
     if reduce and check:
         check_status(bufs)
     return out
@@ -197,5 +236,6 @@ def check_status(bufs: PeerBuffers):
     if int(bufs.status[0]):
         _, q, e, v = bufs.status.tolist()
         bufs.status.zero_()
+        seen = f"{v} words still -0.0" if bufs.sentinel else f"its flag read {v}"
         raise MegakernelTimeout(f"all_reduce: rank {bufs.rank} waited for rank {q} at invocation "
-                                f"{e} (its flag read {v}); that rank never pushed its part")
+                                f"{e} ({seen}); that rank never pushed its part")
