@@ -9,7 +9,7 @@ compiles the inline-PTX wrappers' test kernels (tests/test_ptx.py) and the all-r
 asm paths on, so ptxas checks every wrapper's PTX.
 
     python bench/compile_check.py --model 8b [--elems 8192 --warps 4 --max-k 4096] [--tp 2]
-                                  [--ptx-stream]
+                                  [--ptx-stream] [--merge-in-attn]
     python bench/compile_check.py --family qwen3
     python bench/compile_check.py --ptx
 """
@@ -135,6 +135,7 @@ def main():
     p.add_argument("--ptx", action="store_true", help="the PTX wrappers' test kernels instead")
     p.add_argument("--tp", type=int, default=1, help="rank 0 of a tensor-parallel megakernel")
     p.add_argument("--ptx-stream", action="store_true", help="decode weight pieces by inline PTX")
+    p.add_argument("--merge-in-attn", action="store_true", help="no MERGE tasks (graph.py)")
     args = p.parse_args()
     driver.set_active(CompileOnlyDriver())
     JITFunction.run = _compile_only(JITFunction.run)
@@ -154,7 +155,8 @@ def main():
         name += " (2 layers; sizes as the real model)"
     d = StreamConfig()
     stream = StreamConfig(args.elems or d.tile_elems, args.warps or d.num_warps,
-                          max_k=args.max_k or d.max_k, ptx=args.ptx_stream)
+                          max_k=args.max_k or d.max_k, ptx=args.ptx_stream,
+                          merge_in_attn=args.merge_in_attn)
     ids = torch.randint(0, 100, (4,))
     for mode in ("mega",) + (("ops",) if args.family else ()):
         if args.tp > 1:

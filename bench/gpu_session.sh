@@ -2,8 +2,9 @@
 # One device-tool call that checks and measures everything GPU-side, shortest first; each stage is
 # time-boxed so a failure or a slow stage cannot eat the call. Outputs land in $OUT (or /tmp/out).
 #   device run:  bash bench/gpu_session.sh  [stages...]
-#   stages: tests kernels sweep bench trace tp ptx first
-#   (ptx: the PTX weight pieces -- their tests, bench_ops.py, sweep_mega plain vs PTX)
+#   stages: tests kernels sweep bench trace tp variants first
+#   (variants: the PTX weight pieces and merge-in-attn -- their tests, bench_ops.py, sweep_mega
+#    plain vs PTX vs merge-in-attn)
 #   (first: a fresh process's first token, from_pretrained of a 1B checkpoint: cold, then 3 warm)
 #   (tp: 2+ GPUs -- the all-reduce and tensor-parallel GPU tests, bench_all_reduce.py, bench_tp.py)
 #   (kernels: only the test files that compile kernels -- ops, megakernel, models, GPU-only)
@@ -25,14 +26,15 @@ for s in $stages; do
              --models ${BENCH_MODELS:-1b,8b} --peers ${BENCH_PEERS:-fastdecode,mega,hf_eager,hf_compile} \
              --first-call 2>&1 | grep -v -i "warn\|cudagraph" | tail -16
            cp bench/RESULTS.md bench/results/*.csv bench/results/*.png "$OUT/" ;;
-    ptx) timeout ${PTX_TEST_TIMEOUT:-200} python3 -m pytest -q tests/test_ptx.py tests/test_ops.py \
-           tests/test_gpu.py -k "ptx or PTX" -p no:cacheprovider 2>&1 | tee "$OUT/pytest_ptx.log" \
-           | tail -6
+    variants) timeout ${PTX_TEST_TIMEOUT:-240} python3 -m pytest -q tests/test_ptx.py \
+           tests/test_ops.py tests/test_gpu.py -k "ptx or PTX or merge_in_attn" \
+           -p no:cacheprovider 2>&1 | tee "$OUT/pytest_variants.log" | tail -6
          FASTDECODE_COMMIT=$COMMIT timeout ${OPS_TIMEOUT:-150} python3 bench/bench_ops.py 2>&1 \
            | grep -v -i warn | tail -10
          for m in ${PTX_MODELS:-1b 8b}; do timeout ${PTX_SWEEP_TIMEOUT:-150} python3 \
            bench/sweep_mega.py --model $m --new-tokens 128 --configs \
-           ${PTX_CONFIGS:-16384/4/4096/2,16384/4/4096/2/1} 2>&1 | grep -v -i warn | tail -3; done
+           ${PTX_CONFIGS:-16384/4/4096/2,16384/4/4096/2/1,16384/4/4096/2/0/1} 2>&1 \
+           | grep -v -i warn | tail -4; done
          cp bench/RESULTS.md "$OUT/" ;;
     first) python3 -c "import sys; sys.path.insert(0, 'bench'); from bench_decode import \
              save_checkpoint; save_checkpoint('1b', '/tmp/ckpt_1b')" 2>&1 | grep -v -i warn | tail -2

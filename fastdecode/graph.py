@@ -12,6 +12,9 @@ are counters, one per (op, layer[, KV group]):
      and k rows; ATTN(l, g) waits qkn[l, g] -- Tiling.qk_defer)
     MERGE(l,g) waits attn[l, g]
     O(l)       waits merge[l]                (it reads the whole attention output)
+    (Tiling.merge_in_attn: no MERGE tasks -- the last ATTN task of (l, g) to finish, by a ticket
+     counter ticket[l, g] it adds to, merges the group's splits, and every ATTN(l, *) signals
+     merge[l]: one dependency hop fewer per layer)
     GATE_UP(l) waits o[l];  DOWN(l) waits gu[l];  LM_HEAD waits down[L-1];  CHOOSE waits lm
 Tensor parallelism (world W > 1; the spec is one rank's shard, distributed.py): O and DOWN tasks
 write fp32 partial sums and push them to every rank (remote counters xo / xdown, opcodes.py), and
@@ -71,6 +74,7 @@ class Tiling:
     emb_block: int
     qk_defer: bool = False  # q/k norm after the QKV tiles, in QKNORM tasks (qkv_rope.py)
     ptx: bool = False       # decode weight pieces by inline PTX (config.StreamConfig.ptx)
+    merge_in_attn: bool = False  # the last ATTN task of a KV group merges it (no MERGE tasks)
 
     def n_t(self, block=None):
         return triton.cdiv(self.T, block or self.block_t)
@@ -110,7 +114,8 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
                   attn_block_s=block_s, attn_block_tok=block_tok,
                   attn_chunk=chunk, n_splits=n_splits,
                   emb_block=min(1024, triton.next_power_of_2(spec.d_model)), qk_defer=defer,
-                  ptx=st is not None and st.ptx and ptx_stream_ok(dtype, *dims))
+                  ptx=st is not None and st.ptx and ptx_stream_ok(dtype, *dims),
+                  merge_in_attn=st is not None and st.merge_in_attn)
 
 
 REMOTE = ("xo", "xdown", "xlm")  # counter keys signalled across ranks (tensor parallelism)
@@ -175,6 +180,10 @@ def build_step(spec: ModelSpec, tiling: Tiling, n_programs: int, world: int = 1,
     elt = 2
     tp = world > 1
     g.add(Task(Op.EMBED, 0, (0, T, 0), ("tok",), ("emb",), COST.task_overhead_bytes, -1))
+    if tg.merge_in_attn:  # ticket counters, contiguous: ticket(l, g) = ticket(0, 0) + l * KVH + g
+        for l in range(s.n_layers):
+            for kv in range(s.n_kv_heads):
+                g.counter(("ticket", l, kv))
     qkv_tile_bytes = 2 * tg.qkv_pairs * s.d_model * elt
     per_group = (s.group + 2) * tg.qkv_chunks * tg.n_t()
     n_red = triton.cdiv(s.d_model, COST.reduce_block)
@@ -199,9 +208,10 @@ def build_step(spec: ModelSpec, tiling: Tiling, n_programs: int, world: int = 1,
         for kv in range(s.n_kv_heads):
             for sp in range(tg.n_splits):
                 for tb in range(tg.n_t(tg.attn_block_tok)):
-                    g.add(Task(Op.ATTN, l, (kv, sp, tb), qkv_done(kv), ("attn", l, kv),
+                    g.add(Task(Op.ATTN, l, (kv, sp, tb), qkv_done(kv),
+                               ("merge", l) if tg.merge_in_attn else ("attn", l, kv),
                                COST.task_overhead_bytes + kv_bytes))
-        for kv in range(s.n_kv_heads):
+        for kv in range(s.n_kv_heads if not tg.merge_in_attn else 0):
             g.add(Task(Op.MERGE, l, (kv, 0, 0), ("attn", l, kv), ("merge", l),
                        COST.task_overhead_bytes))
         for op, key, wait, N, K in ((Op.O_PROJ, "o", ("merge", l), s.d_model, s.q_dim),

@@ -533,7 +533,8 @@ class Runtime:
             s.head_dim ** -0.5, tg.attn_chunk, tg.n_splits, n_vparts,
             x.table if x else st.status, self.collectives.rank, x_ctr, self.max_spin_remote,
             x.red if x else 0, x.lmv if x else 0, x.lmi if x else 0, self.vocab[0],
-            st.logits.shape[1])
+            st.logits.shape[1], sched.graph.counters.get(("ticket", 0, 0), 0),
+            tg.n_splits * tg.n_t(tg.attn_block_tok))
         kw.update(
             D=s.d_model, FFN=s.ffn_dim, H=s.n_heads, HD=s.head_dim,
             BIAS_QKV=pw.b_qkv is not None, QK_NORM=pw.qk_norm is not None and not tg.qk_defer,
@@ -550,7 +551,8 @@ class Runtime:
             EMB_BLOCK=tg.emb_block, MERGE_BLOCK=merge_block(world * n_vparts),
             F32=INTERPRET or pw.dtype == torch.float32, WORLD=world,
             RED_BLOCK=COST.reduce_block, USE_ASM=not INTERPRET,
-            TRACE=trace is not None, PTX=tg.ptx, num_warps=tg.num_warps)
+            TRACE=trace is not None, PTX=tg.ptx, MERGE_IN_ATTN=tg.merge_in_attn,
+            num_warps=tg.num_warps)
         grid = (sched.n_programs,)
         variant = (key, sampling.do_sample, trace is not None)
         if self.tp and variant not in self._tp_ready:

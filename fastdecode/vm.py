@@ -35,6 +35,7 @@ class VM:
         self.tiling = sched.graph.tiling
         self.n_vparts = sched.graph.n_vparts
         self.pos = int(self.st.pos)
+        self.tickets = {}  # (layer, KV group) -> ATTN tasks done this step (Tiling.merge_in_attn)
         for p, k, _ in interleave(sched, 1, rng):
             self.execute(tasks[sched.queues[p][k]], sampling)
 
@@ -93,21 +94,21 @@ class VM:
         elif task.op == Op.ATTN:
             kv, split, tb = a0, a1, a2
             toks = self._tokens(tb, tg.attn_block_tok)
-            if len(toks) == 0:
-                return
             heads = slice(kv * s.group, (kv + 1) * s.group)
-            k0 = split * tg.attn_chunk
-            k1 = min(k0 + tg.attn_chunk, self.pos + int(toks[-1]) + 1)
-            o, lse = R.attention_partial(st.q[toks, heads], st.k_cache[l, kv], st.v_cache[l, kv],
-                                         self.pos + toks, k0, k1, s.layer_windows[l])
-            st.o_part[split, toks, heads] = o
-            st.lse[split, toks, heads] = lse
+            if len(toks):
+                k0 = split * tg.attn_chunk
+                k1 = min(k0 + tg.attn_chunk, self.pos + int(toks[-1]) + 1)
+                o, lse = R.attention_partial(st.q[toks, heads], st.k_cache[l, kv],
+                                             st.v_cache[l, kv], self.pos + toks, k0, k1,
+                                             s.layer_windows[l])
+                st.o_part[split, toks, heads] = o
+                st.lse[split, toks, heads] = lse
+            if tg.merge_in_attn:  # the group's last ATTN task merges it
+                n = self.tickets[(l, kv)] = self.tickets.get((l, kv), 0) + 1
+                if n == tg.n_splits * tg.n_t(tg.attn_block_tok):
+                    self._merge(kv)
         elif task.op == Op.MERGE:
-            heads = slice(a0 * s.group, (a0 + 1) * s.group)
-            T = tg.T
-            n_act = min(tg.n_splits, triton.cdiv(self.pos + T, tg.attn_chunk))
-            o = R.merge_partials(st.o_part[:n_act, :T, heads], st.lse[:n_act, :T, heads])
-            st.attn[:T].view(T, s.n_heads, s.head_dim)[:, heads] = o.to(dt)
+            self._merge(a0)
         elif task.op in (Op.O_PROJ, Op.GATE_UP, Op.DOWN, Op.LM_HEAD):
             N = {Op.O_PROJ: s.d_model, Op.GATE_UP: s.ffn_dim, Op.DOWN: s.d_model,
                  Op.LM_HEAD: s.vocab_size}[task.op]
@@ -125,6 +126,15 @@ class VM:
             st.hist[int(st.step)] = tok
             st.step += 1
             st.pos += T
+
+    def _merge(self, kv):
+        """The LSE merge of KV group kv's splits, for its q heads and every token."""
+        s, st, tg = self.spec, self.st, self.tiling
+        heads = slice(kv * s.group, (kv + 1) * s.group)
+        T = tg.T
+        n_act = min(tg.n_splits, triton.cdiv(self.pos + T, tg.attn_chunk))
+        o = R.merge_partials(st.o_part[:n_act, :T, heads], st.lse[:n_act, :T, heads])
+        st.attn[:T].view(T, s.n_heads, s.head_dim)[:, heads] = o.to(self.pw.dtype)
 
     def _gemv_tile(self, op, l, toks, rows):
         s, pw, st = self.spec, self.pw, self.st

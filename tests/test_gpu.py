@@ -136,6 +136,23 @@ def test_mega_ptx_stream_matches_plain(llama):
     assert torch.equal(ptx.argmax(-1)[clear], plain.argmax(-1)[clear]) and clear.sum() >= 4
 
 
+def test_mega_merge_in_attn_is_bit_identical(llama):
+    """The last ATTN task of each KV group merging it (ticket counter, acquire / release at GPU
+    scope) instead of MERGE tasks: the same merge of the same partials, so the same bits --
+    teacher-forced logits and greedy tokens -- on all SMs, where a missed release would show."""
+    from fastdecode.triton_kernels.config import StreamConfig
+    ids = torch.randint(0, 128256, (1, 40), device="cuda",
+                        generator=torch.Generator("cuda").manual_seed(8))
+    out = {}
+    for mia in (False, True):
+        fm = fastdecode.from_hf(llama, max_seq_len=128, mode="mega")
+        fm.runtime.mega_stream = StreamConfig(merge_in_attn=mia)
+        out[mia] = (_teacher_forced(fm, ids, 32),
+                    fm.generate(ids[:, :8], max_new_tokens=24, eos_token_id=[]))
+        del fm
+    assert torch.equal(out[True][0], out[False][0]) and torch.equal(out[True][1], out[False][1])
+
+
 def test_mega_timeout_is_fast(llama1b):
     import time
     fm = fastdecode.from_hf(llama1b, max_seq_len=64, mode="mega")

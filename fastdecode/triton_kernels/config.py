@@ -60,6 +60,9 @@ class StreamConfig:
     # (bench_ops, cold L2) PTX pieces streamed 1-12% faster one tile per program, but 0.97-1.12x
     # in the megakernel's persistent form (lm_head 2048x128256: 4328 plain vs 4129 GB/s)
     ptx: bool = False
+    # decode: the last ATTN task of a KV group merges its splits (graph.py, Tiling.merge_in_attn)
+    # instead of a MERGE task one dependency hop later. Not yet measured on a GPU: off.
+    merge_in_attn: bool = False
 
     def tile(self, K: int, parts: int = 1) -> TileConfig:
         """rows (a power of two, 1 to 128) x block_k of a tile over rows of K elements, of

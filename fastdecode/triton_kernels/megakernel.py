@@ -153,7 +153,8 @@ def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
 # run-time values that change between launches must not trigger Triton's integer specialisation
 # (== 1, % 16): a recompile of this kernel costs seconds
 @triton.jit(do_not_specialize=["tok_ctr", "max_spin", "n_steps", "n_eos", "max_step", "rank",
-                               "x_ctr", "x_spin", "x_red", "x_lmv", "x_lmi", "v0", "VFULL"])
+                               "x_ctr", "x_spin", "x_red", "x_lmv", "x_lmi", "v0", "VFULL",
+                               "tkt_base", "n_attn"])
 def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin, n_steps,
                trace_ptr, clock_ptr,
                done_ptr, eos_ptr, n_eos, max_step,
@@ -164,7 +165,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                emb_ptr, lm_ptr, fnorm_ptr, anorm_ptr, mnorm_ptr, wqkv_ptr, bqkv_ptr, qkn_ptr,
                wo_ptr, bo_ptr, wgu_ptr, bgu_ptr, wd_ptr, bd_ptr,
                T, TM, KVH, V, S, eps, scale, CHUNK, n_splits, n_vparts,
-               xtab_ptr, rank, x_ctr, x_spin, x_red, x_lmv, x_lmi, v0, VFULL,
+               xtab_ptr, rank, x_ctr, x_spin, x_red, x_lmv, x_lmi, v0, VFULL, tkt_base, n_attn,
                D: tl.constexpr, FFN: tl.constexpr, H: tl.constexpr, HD: tl.constexpr,
                BIAS_QKV: tl.constexpr, QK_NORM: tl.constexpr, QK_DEFER: tl.constexpr,
                BLOCK_HALF: tl.constexpr, BIAS_O: tl.constexpr,
@@ -178,7 +179,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_SP: tl.constexpr,
                EMB_BLOCK: tl.constexpr, MERGE_BLOCK: tl.constexpr, F32: tl.constexpr,
                WORLD: tl.constexpr, RED_BLOCK: tl.constexpr,
-               USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr):
+               USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
+               MERGE_IN_ATTN: tl.constexpr):
     """Model sizes D, FFN, H, HD are constexpr (one compile per model): a decode tile over whole
     rows then folds its chunk loop away and keeps the activation row in registers, which spares
     registers (bench/compile_check.py: 1B shape 255 registers with 48 B of spills when they were
@@ -192,7 +194,10 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     schedule's remote counters) / x_red / x_lmv / x_lmi of the symmetric buffer, x_spin (the
     bound of a remote wait's polls), v0 / VFULL (this rank's first vocabulary id, the whole
     vocabulary); WORLD ranks, RED_BLOCK columns per REDUCE block (opcodes.COST.reduce_block).
-    PTX (STREAM, bf16 weights): weight pieces by inline PTX (_common.weight_chunk)."""
+    PTX (STREAM, bf16 weights): weight pieces by inline PTX (_common.weight_chunk).
+    MERGE_IN_ATTN (graph.py, Tiling.merge_in_attn): each ATTN task adds 1 (acq_rel) to its
+    group's ticket counter counters[tkt_base + layer * KVH + group] after storing its partials;
+    the one that completes a step's n_attn tickets merges the group (no MERGE tasks)."""
     pid = tl.program_id(0)
     qlen = tl.load(qlen_ptr + pid)
     QKVN = (H + 2 * KVH) * HD
@@ -296,6 +301,15 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                        T, TM, S, H, HD, tl.load(win_ptr + layer), scale, CHUNK,
                                        a0, a1, a2, GROUP, BLOCK_G, BLOCK_TOK, BLOCK_M, BLOCK_S,
                                        BLOCK_D, F32)
+                        if MERGE_IN_ATTN:  # the group's last split to finish merges it
+                            tl.debug_barrier()  # this split's partials stored before its ticket
+                            tkt = tl.atomic_add(ctr_ptr + tkt_base + layer * KVH + a0, 1,
+                                                sem="acq_rel", scope="gpu")
+                            if (tkt + 1) % n_attn == 0:  # acquired every other split's release
+                                for t in range(0, T):
+                                    attn_merge_body(opart_ptr, lse_ptr, attn_ptr, pos_ptr, T, TM,
+                                                    H, HD, CHUNK, n_splits, t, a0, GROUP,
+                                                    BLOCK_G, BLOCK_SP, BLOCK_D)
                     elif op == OP_QKNORM:
                         if QK_DEFER:
                             qk_norm_rope_body(qkraw_ptr, qkn_ptr + layer * 2 * HD, cos_ptr,
