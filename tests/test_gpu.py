@@ -110,6 +110,24 @@ def test_mega_matches_ops_and_is_deterministic(llama):
         assert torch.equal(logits, runs[0][0]) and torch.equal(toks, runs[0][1])
 
 
+def _stream_variants(model, seed, **flag):
+    """{False: ..., True: ...}: (teacher-forced logits, 24 greedy tokens) of the megakernel with
+    StreamConfig(**{flag: value}) (checked to reach the step's tiling)."""
+    from fastdecode.triton_kernels.config import StreamConfig
+    (name,) = flag
+    ids = torch.randint(0, 128256, (1, 40), device="cuda",
+                        generator=torch.Generator("cuda").manual_seed(seed))
+    out = {}
+    for on in (False, True):
+        fm = fastdecode.from_hf(model, max_seq_len=128, mode="mega")
+        fm.runtime.mega_stream = StreamConfig(**{name: on})
+        out[on] = (_teacher_forced(fm, ids, 32),
+                   fm.generate(ids[:, :8], max_new_tokens=24, eos_token_id=[]))
+        assert getattr(fm.runtime.schedule(1).graph.tiling, name) == on
+        del fm
+    return out
+
+
 def test_mega_ptx_stream_matches_plain(llama):
     """The megakernel with its decode weight pieces loaded by inline PTX (ld.global.nc 16-byte
     words, unpacked in registers) against the plain-Triton pieces: the same tiles, only each
@@ -117,17 +135,8 @@ def test_mega_ptx_stream_matches_plain(llama):
     flips (test_mega_matches_ops_and_is_deterministic: < 1e-2), and the greedy token is the same
     wherever the plain run's top-2 margin is over 10x the per-logit error scale (rel. error x
     the logits' RMS) -- a near-tie may go either way, a wrong piece moves every token."""
-    from fastdecode.triton_kernels.config import StreamConfig
-    ids = torch.randint(0, 128256, (1, 40), device="cuda",
-                        generator=torch.Generator("cuda").manual_seed(6))
-    out = {}
-    for ptx in (False, True):
-        fm = fastdecode.from_hf(llama, max_seq_len=128, mode="mega")
-        fm.runtime.mega_stream = StreamConfig(ptx=ptx)
-        out[ptx] = _teacher_forced(fm, ids, 32)
-        assert fm.runtime.schedule(1).graph.tiling.ptx == ptx
-        del fm
-    plain, ptx = out[False], out[True]
+    out = _stream_variants(llama, 6, ptx=True)
+    plain, ptx = out[False][0], out[True][0]
     err = float((ptx - plain).norm() / plain.norm())
     top2 = plain.topk(2, dim=-1).values
     clear = (top2[:, 0] - top2[:, 1]) > 10 * err * plain.pow(2).mean().sqrt()
@@ -140,16 +149,7 @@ def test_mega_merge_in_attn_is_bit_identical(llama):
     """The last ATTN task of each KV group merging it (ticket counter, acquire / release at GPU
     scope) instead of MERGE tasks: the same merge of the same partials, so the same bits --
     teacher-forced logits and greedy tokens -- on all SMs, where a missed release would show."""
-    from fastdecode.triton_kernels.config import StreamConfig
-    ids = torch.randint(0, 128256, (1, 40), device="cuda",
-                        generator=torch.Generator("cuda").manual_seed(8))
-    out = {}
-    for mia in (False, True):
-        fm = fastdecode.from_hf(llama, max_seq_len=128, mode="mega")
-        fm.runtime.mega_stream = StreamConfig(merge_in_attn=mia)
-        out[mia] = (_teacher_forced(fm, ids, 32),
-                    fm.generate(ids[:, :8], max_new_tokens=24, eos_token_id=[]))
-        del fm
+    out = _stream_variants(llama, 8, merge_in_attn=True)
     assert torch.equal(out[True][0], out[False][0]) and torch.equal(out[True][1], out[False][1])
 
 
