@@ -9,7 +9,7 @@ compiles the inline-PTX wrappers' test kernels (tests/test_ptx.py) and the all-r
 asm paths on, so ptxas checks every wrapper's PTX.
 
     python bench/compile_check.py --model 8b [--elems 8192 --warps 4 --max-k 4096] [--tp 2]
-                                  [--ptx-stream] [--merge-in-attn]
+                                  [--ptx-stream] [--merge-in-attn] [--norm-in-qkv]
     python bench/compile_check.py --family qwen3
     python bench/compile_check.py --ptx
 """
@@ -136,6 +136,7 @@ def main():
     p.add_argument("--tp", type=int, default=1, help="rank 0 of a tensor-parallel megakernel")
     p.add_argument("--ptx-stream", action="store_true", help="decode weight pieces by inline PTX")
     p.add_argument("--merge-in-attn", action="store_true", help="no MERGE tasks (graph.py)")
+    p.add_argument("--norm-in-qkv", action="store_true", help="no QKNORM tasks (graph.py)")
     args = p.parse_args()
     driver.set_active(CompileOnlyDriver())
     JITFunction.run = _compile_only(JITFunction.run)
@@ -156,7 +157,7 @@ def main():
     d = StreamConfig()
     stream = StreamConfig(args.elems or d.tile_elems, args.warps or d.num_warps,
                           max_k=args.max_k or d.max_k, ptx=args.ptx_stream,
-                          merge_in_attn=args.merge_in_attn)
+                          merge_in_attn=args.merge_in_attn, norm_in_qkv=args.norm_in_qkv)
     ids = torch.randint(0, 100, (4,))
     for mode in ("mega",) + (("ops",) if args.family else ()):
         if args.tp > 1:

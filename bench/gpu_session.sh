@@ -27,13 +27,14 @@ for s in $stages; do
              --first-call 2>&1 | grep -v -i "warn\|cudagraph" | tail -16
            cp bench/RESULTS.md bench/results/*.csv bench/results/*.png "$OUT/" ;;
     variants) timeout ${PTX_TEST_TIMEOUT:-240} python3 -m pytest -q tests/test_ptx.py \
-           tests/test_ops.py tests/test_gpu.py -k "ptx or PTX or merge_in_attn" \
+           tests/test_ops.py tests/test_gpu.py -k "ptx or PTX or merge_in_attn or norm_in_qkv" \
            -p no:cacheprovider 2>&1 | tee "$OUT/pytest_variants.log" | tail -6
          FASTDECODE_COMMIT=$COMMIT timeout ${OPS_TIMEOUT:-150} python3 bench/bench_ops.py 2>&1 \
            | grep -v -i warn | tail -10
-         for m in ${PTX_MODELS:-1b 8b}; do timeout ${PTX_SWEEP_TIMEOUT:-150} python3 \
+         for m in ${PTX_MODELS:-1b 8b qwen3-8b}; do timeout ${PTX_SWEEP_TIMEOUT:-150} python3 \
            bench/sweep_mega.py --model $m --new-tokens 128 --configs \
-           ${PTX_CONFIGS:-16384/4/4096/2,16384/4/4096/2/1,16384/4/4096/2/0/1} 2>&1 \
+           ${PTX_CONFIGS:-16384/4/4096/2,16384/4/4096/2/1,16384/4/4096/2/0/1,16384/4/4096/2/0/1/1} \
+           2>&1 \
            | grep -v -i warn | tail -4; done
          cp bench/RESULTS.md "$OUT/" ;;
     first) python3 -c "import sys; sys.path.insert(0, 'bench'); from bench_decode import \

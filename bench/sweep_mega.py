@@ -6,9 +6,10 @@ another order than ops mode's, so greedy tokens may part at a near-tie) and the 
 
     python bench/sweep_mega.py --model 8b --elems 8192,16384 --warps 4,8 --max-k 2048,4096 --per-sm 1,2
     python bench/sweep_mega.py --model 8b --configs 8192/4/4096/2,16384/4/4096/2/1   (a list of
-        elements/warps/max K/per SM[/ptx[/merge in attn]] instead of the grid)
+        elements/warps/max K/per SM[/ptx[/merge in attn[/norm in qkv]]] instead of the grid)
     --ptx 0,1: the plain-Triton and the PTX weight pieces (config.StreamConfig.ptx)
     --merge-in-attn 0,1: MERGE tasks, or the last ATTN task of a group merging it
+    --norm-in-qkv 0,1 (q/k norm models): QKNORM tasks, or the last QKV task of a group norming it
 """
 import argparse
 import itertools
@@ -43,6 +44,7 @@ def main():
     p.add_argument("--per-sm", default="1")
     p.add_argument("--ptx", default="0")
     p.add_argument("--merge-in-attn", default="0")
+    p.add_argument("--norm-in-qkv", default="0")
     p.add_argument("--configs", default=None, help="e/w/k/p,... instead of the grid")
     p.add_argument("--new-tokens", type=int, default=160)
     args = p.parse_args()
@@ -58,17 +60,19 @@ def main():
     print(f"{name}: ops + CUDA graph {base:.1f} tok/s", flush=True)
     rows = []
     if args.configs:
-        grid = [(c.tile_elems, c.num_warps, c.max_k, c.per_sm, int(c.ptx), int(c.merge_in_attn))
-                for c in stream_configs(args.configs)]
+        grid = [(c.tile_elems, c.num_warps, c.max_k, c.per_sm, int(c.ptx), int(c.merge_in_attn),
+                 int(c.norm_in_qkv)) for c in stream_configs(args.configs)]
     else:
         grid = itertools.product(*(map(int, a.split(",")) for a in (
-            args.elems, args.warps, args.max_k, args.per_sm, args.ptx, args.merge_in_attn)))
-    for elems, nw, max_k, per_sm, ptx, mia in grid:
+            args.elems, args.warps, args.max_k, args.per_sm, args.ptx, args.merge_in_attn,
+            args.norm_in_qkv)))
+    for elems, nw, max_k, per_sm, ptx, mia, niq in grid:
         fm = fastdecode.from_hf(model, max_seq_len=256, mode="mega")
         fm.runtime.mega_stream = StreamConfig(elems, nw, per_sm=per_sm, max_k=max_k,
-                                              ptx=bool(ptx), merge_in_attn=bool(mia))
+                                              ptx=bool(ptx), merge_in_attn=bool(mia),
+                                              norm_in_qkv=bool(niq))
         tag = f"{elems}/{nw}w/{max_k}/{per_sm}" + ("/PTX" if ptx else "") + \
-            ("/merge-in-attn" if mia else "")
+            ("/merge-in-attn" if mia else "") + ("/norm-in-qkv" if niq else "")
         try:
             err = float((teacher_forced(fm, ids, 24) - want_logits).norm() / want_logits.norm())
             same = fm.generate(ids, max_new_tokens=24, eos_token_id=[]) == want

@@ -14,7 +14,9 @@ are counters, one per (op, layer[, KV group]):
     O(l)       waits merge[l]                (it reads the whole attention output)
     (Tiling.merge_in_attn: no MERGE tasks -- the last ATTN task of (l, g) to finish, by a ticket
      counter ticket[l, g] it adds to, merges the group's splits, and every ATTN(l, *) signals
-     merge[l]: one dependency hop fewer per layer)
+     merge[l]: one dependency hop fewer per layer. Tiling.norm_in_qkv, the same for QKNORM: the
+     QKV task that completes group g's tiles (qticket[l, g] counts tiles) normalizes and rotates
+     the group, and every QKV(l, g) signals qkn[l, g])
     GATE_UP(l) waits o[l];  DOWN(l) waits gu[l];  LM_HEAD waits down[L-1];  CHOOSE waits lm
 Tensor parallelism (world W > 1; the spec is one rank's shard, distributed.py): O and DOWN tasks
 write fp32 partial sums and push them to every rank (remote counters xo / xdown, opcodes.py), and
@@ -75,6 +77,7 @@ class Tiling:
     qk_defer: bool = False  # q/k norm after the QKV tiles, in QKNORM tasks (qkv_rope.py)
     ptx: bool = False       # decode weight pieces by inline PTX (config.StreamConfig.ptx)
     merge_in_attn: bool = False  # the last ATTN task of a KV group merges it (no MERGE tasks)
+    norm_in_qkv: bool = False    # qk_defer: the last QKV task of a group norms it (no QKNORM)
 
     def n_t(self, block=None):
         return triton.cdiv(self.T, block or self.block_t)
@@ -115,7 +118,8 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
                   attn_chunk=chunk, n_splits=n_splits,
                   emb_block=min(1024, triton.next_power_of_2(spec.d_model)), qk_defer=defer,
                   ptx=st is not None and st.ptx and ptx_stream_ok(dtype, *dims),
-                  merge_in_attn=st is not None and st.merge_in_attn)
+                  merge_in_attn=st is not None and st.merge_in_attn,
+                  norm_in_qkv=st is not None and st.norm_in_qkv and defer)
 
 
 REMOTE = ("xo", "xdown", "xlm")  # counter keys signalled across ranks (tensor parallelism)
@@ -180,10 +184,11 @@ def build_step(spec: ModelSpec, tiling: Tiling, n_programs: int, world: int = 1,
     elt = 2
     tp = world > 1
     g.add(Task(Op.EMBED, 0, (0, T, 0), ("tok",), ("emb",), COST.task_overhead_bytes, -1))
-    if tg.merge_in_attn:  # ticket counters, contiguous: ticket(l, g) = ticket(0, 0) + l * KVH + g
+    # ticket counters, each kind contiguous: ticket(l, g) = ticket(0, 0) + l * KVH + g
+    for kind in ("ticket",) * tg.merge_in_attn + ("qticket",) * tg.norm_in_qkv:
         for l in range(s.n_layers):
             for kv in range(s.n_kv_heads):
-                g.counter(("ticket", l, kv))
+                g.counter((kind, l, kv))
     qkv_tile_bytes = 2 * tg.qkv_pairs * s.d_model * elt
     per_group = (s.group + 2) * tg.qkv_chunks * tg.n_t()
     n_red = triton.cdiv(s.d_model, COST.reduce_block)
@@ -197,11 +202,12 @@ def build_step(spec: ModelSpec, tiling: Tiling, n_programs: int, world: int = 1,
             # all programs share the QKV phase: group kv gets its share of the n_programs tasks
             parts = n_programs // s.n_kv_heads + (kv < n_programs % s.n_kv_heads)
             for a, b in ranges(per_group, max(1, parts)):
-                g.add(Task(Op.QKV, l, (kv, a, b), prev, ("qkv", l, kv),
+                g.add(Task(Op.QKV, l, (kv, a, b), prev,
+                           ("qkn" if tg.norm_in_qkv else "qkv", l, kv),
                            COST.task_overhead_bytes + (b - a) * qkv_tile_bytes))
         kv_bytes = 2 * tg.attn_chunk * s.head_dim * elt
         qkv_done = (lambda kv: ("qkn", l, kv)) if tg.qk_defer else (lambda kv: ("qkv", l, kv))
-        if tg.qk_defer:
+        if tg.qk_defer and not tg.norm_in_qkv:
             for kv in range(s.n_kv_heads):
                 g.add(Task(Op.QKNORM, l, (kv, 0, 0), ("qkv", l, kv), ("qkn", l, kv),
                            COST.task_overhead_bytes))

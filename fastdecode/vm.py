@@ -35,7 +35,9 @@ class VM:
         self.tiling = sched.graph.tiling
         self.n_vparts = sched.graph.n_vparts
         self.pos = int(self.st.pos)
-        self.tickets = {}  # (layer, KV group) -> ATTN tasks done this step (Tiling.merge_in_attn)
+        # ("a" | "q", layer, KV group) -> ATTN tasks / QKV tiles done this step (merge_in_attn,
+        # norm_in_qkv)
+        self.tickets = {}
         for p, k, _ in interleave(sched, 1, rng):
             self.execute(tasks[sched.queues[p][k]], sampling)
 
@@ -79,18 +81,12 @@ class VM:
                     cache = st.k_cache if is_k else st.v_cache
                     kv = j - s.n_heads - (0 if is_k else s.n_kv_heads)
                     cache[l, kv, (self.pos + toks)[:, None], cols[None]] = y[:, cols].to(dt)
+            if tg.norm_in_qkv:  # the task that completes the group's tiles norms it
+                n = self.tickets[("q", l, a0)] = self.tickets.get(("q", l, a0), 0) + a2 - a1
+                if n == (s.group + 2) * tg.qkv_chunks * tg.n_t():
+                    self._qknorm(l, a0)
         elif task.op == Op.QKNORM:
-            toks = torch.arange(tg.T, device=st.h.device)
-            p = self.pos + toks
-            for j in [a0 * s.group + i for i in range(s.group)] + [s.n_heads + a0]:
-                is_q = j < s.n_heads
-                y = R.rmsnorm(st.qk_raw[:tg.T, j][:, None], pw.qk_norm[l, 0 if is_q else 1],
-                              s.rms_eps)
-                y = R.rope(y, st.cos[p], st.sin[p])[:, 0].to(dt)
-                if is_q:
-                    st.q[:tg.T, j] = y
-                else:
-                    st.k_cache[l, j - s.n_heads, p] = y
+            self._qknorm(l, a0)
         elif task.op == Op.ATTN:
             kv, split, tb = a0, a1, a2
             toks = self._tokens(tb, tg.attn_block_tok)
@@ -104,7 +100,7 @@ class VM:
                 st.o_part[split, toks, heads] = o
                 st.lse[split, toks, heads] = lse
             if tg.merge_in_attn:  # the group's last ATTN task merges it
-                n = self.tickets[(l, kv)] = self.tickets.get((l, kv), 0) + 1
+                n = self.tickets[("a", l, kv)] = self.tickets.get(("a", l, kv), 0) + 1
                 if n == tg.n_splits * tg.n_t(tg.attn_block_tok):
                     self._merge(kv)
         elif task.op == Op.MERGE:
@@ -126,6 +122,20 @@ class VM:
             st.hist[int(st.step)] = tok
             st.step += 1
             st.pos += T
+
+    def _qknorm(self, l, kv):
+        """q/k RMSNorm + RoPE of KV group kv's q heads and k head from the raw QKV rows."""
+        s, pw, st, tg = self.spec, self.pw, self.st, self.tiling
+        p = self.pos + torch.arange(tg.T, device=st.h.device)
+        for j in [kv * s.group + i for i in range(s.group)] + [s.n_heads + kv]:
+            is_q = j < s.n_heads
+            y = R.rmsnorm(st.qk_raw[:tg.T, j][:, None], pw.qk_norm[l, 0 if is_q else 1],
+                          s.rms_eps)
+            y = R.rope(y, st.cos[p], st.sin[p])[:, 0].to(pw.dtype)
+            if is_q:
+                st.q[:tg.T, j] = y
+            else:
+                st.k_cache[l, j - s.n_heads, p] = y
 
     def _merge(self, kv):
         """The LSE merge of KV group kv's splits, for its q heads and every token."""

@@ -145,11 +145,15 @@ def test_mega_ptx_stream_matches_plain(llama):
     assert torch.equal(ptx.argmax(-1)[clear], plain.argmax(-1)[clear]) and clear.sum() >= 4
 
 
-def test_mega_merge_in_attn_is_bit_identical(llama):
-    """The last ATTN task of each KV group merging it (ticket counter, acquire / release at GPU
-    scope) instead of MERGE tasks: the same merge of the same partials, so the same bits --
-    teacher-forced logits and greedy tokens -- on all SMs, where a missed release would show."""
-    out = _stream_variants(llama, 8, merge_in_attn=True)
+@pytest.mark.parametrize("flag", ["merge_in_attn", "norm_in_qkv"])
+def test_mega_fused_group_tasks_are_bit_identical(llama, flag):
+    """The last ATTN task of each KV group merging it / the last QKV task of a group norming it
+    (ticket counters, acquire / release at GPU scope) instead of MERGE / QKNORM tasks: the same
+    function of the same inputs, so the same bits -- teacher-forced logits and greedy tokens --
+    on all SMs, where a missed release would show."""
+    if flag == "norm_in_qkv" and llama.config.model_type != "qwen3":
+        pytest.skip("no q/k norm")
+    out = _stream_variants(llama, 8, **{flag: True})
     assert torch.equal(out[True][0], out[False][0]) and torch.equal(out[True][1], out[False][1])
 
 

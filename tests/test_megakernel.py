@@ -31,10 +31,11 @@ def specs(draw):
 
 
 @given(spec=specs(), T=st.sampled_from([1, 3, 16]), P=st.integers(1, 17),
-       max_seq=st.integers(20, 300), seed=st.integers(0, 1000), merge_in_attn=st.booleans())
-def test_schedule_properties(spec, T, P, max_seq, seed, merge_in_attn):
-    graph = build_step(spec, make_tiling(spec, T, max_seq, DEVICE,
-                                         StreamConfig(merge_in_attn=merge_in_attn)), P)
+       max_seq=st.integers(20, 300), seed=st.integers(0, 1000), fused=st.booleans())
+def test_schedule_properties(spec, T, P, max_seq, seed, fused):
+    """fused: merge_in_attn and norm_in_qkv (no MERGE / QKNORM tasks in decode steps)."""
+    graph = build_step(spec, make_tiling(spec, T, max_seq, DEVICE, StreamConfig(
+        merge_in_attn=fused, norm_in_qkv=fused)), P)
     sched = build_schedule(graph, P)
     assert sorted(i for q in sched.queues for i in q) == list(range(len(graph.tasks)))
     assert sched.words.shape[0] == P and int(sched.lengths.sum()) == len(graph.tasks)
@@ -53,10 +54,11 @@ def test_validator_rejects_missing_producer():
         build_schedule(graph, 5)
 
 
-@pytest.mark.parametrize("family,merge_in_attn", [("llama", False), ("mistral", False),
-                                                   ("qwen3", False), ("llama", True)])
-def test_vm_random_interleavings_match_torch(family, merge_in_attn):
-    """merge_in_attn: whichever ATTN task of a group runs last in the interleaving merges it."""
+@pytest.mark.parametrize("family,fused", [("llama", False), ("mistral", False),
+                                           ("qwen3", False), ("qwen3", True)])
+def test_vm_random_interleavings_match_torch(family, fused):
+    """fused (merge_in_attn, norm_in_qkv): whichever ATTN task of a group runs last in the
+    interleaving merges it, whichever QKV task completes a group's tiles norms it."""
     model = tiny_model(family)
     ids = torch.randint(0, 101, (1, 24), generator=torch.Generator().manual_seed(9))
     ref = fastdecode.from_hf(model, max_seq_len=48, mode="torch")
@@ -65,14 +67,14 @@ def test_vm_random_interleavings_match_torch(family, merge_in_attn):
         fm = fastdecode.from_hf(model, max_seq_len=48, mode="vm")
         fm.runtime.n_programs = 3 + seed
         fm.runtime.vm_rng = random.Random(seed)
-        fm.runtime.mega_stream = StreamConfig(merge_in_attn=merge_in_attn)
+        fm.runtime.mega_stream = StreamConfig(merge_in_attn=fused, norm_in_qkv=fused)
         got = torch.cat([fm(ids[:, :19])[0]] + [fm(ids[:, t:t + 1])[0] for t in range(19, 24)])
         assert float((got - want).norm() / want.norm()) < 1e-6
 
 
 @pytest.mark.parametrize("family", ["qwen2", "qwen3"])
 @pytest.mark.parametrize("stream", [StreamConfig(64, 4, max_k=16),
-                                    StreamConfig(2048, 4, merge_in_attn=True)])
+                                    StreamConfig(2048, 4, merge_in_attn=True, norm_in_qkv=True)])
 def test_decode_stream_tiles_match_torch(family, stream):
     """The decode tasks' stream tiles: K chunked (max_k=16 < every K of the tiny models: several
     pieces per tile, odd K ends mid-chunk) and whole rows with many rows per tile; qkv bias and
@@ -85,8 +87,9 @@ def test_decode_stream_tiles_match_torch(family, stream):
     fm.runtime.mega_stream = stream
     got = torch.cat([fm(ids[:, :8])[0]] + [fm(ids[:, t:t + 1])[0] for t in range(8, 12)])
     assert float((got - want).norm() / want.norm()) < 1e-5
-    merges = sum(t.op.name == "MERGE" for t in fm.runtime.schedule(1).graph.tasks)
-    assert (merges == 0) == stream.merge_in_attn  # the last ATTN task of each group merged it
+    ops = [t.op.name for t in fm.runtime.schedule(1).graph.tasks]
+    assert ("MERGE" not in ops) == stream.merge_in_attn  # the last ATTN task of a group merged
+    assert ("QKNORM" in ops) == (family == "qwen3" and not stream.norm_in_qkv)
 
 
 def test_ptx_stream_gives_the_plain_streams_tokens():

@@ -63,6 +63,9 @@ class StreamConfig:
     # decode: the last ATTN task of a KV group merges its splits (graph.py, Tiling.merge_in_attn)
     # instead of a MERGE task one dependency hop later. Not yet measured on a GPU: off.
     merge_in_attn: bool = False
+    # decode with q/k norm: the QKV task that completes a KV group's tiles normalizes and rotates
+    # it (graph.py, Tiling.norm_in_qkv) instead of a QKNORM task. Not yet measured: off.
+    norm_in_qkv: bool = False
 
     def tile(self, K: int, parts: int = 1) -> TileConfig:
         """rows (a power of two, 1 to 128) x block_k of a tile over rows of K elements, of

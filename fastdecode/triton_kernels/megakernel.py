@@ -154,7 +154,7 @@ def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
 # (== 1, % 16): a recompile of this kernel costs seconds
 @triton.jit(do_not_specialize=["tok_ctr", "max_spin", "n_steps", "n_eos", "max_step", "rank",
                                "x_ctr", "x_spin", "x_red", "x_lmv", "x_lmi", "v0", "VFULL",
-                               "tkt_base", "n_attn"])
+                               "tkt_base", "n_attn", "qtkt_base", "qkv_per_group"])
 def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin, n_steps,
                trace_ptr, clock_ptr,
                done_ptr, eos_ptr, n_eos, max_step,
@@ -166,6 +166,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                wo_ptr, bo_ptr, wgu_ptr, bgu_ptr, wd_ptr, bd_ptr,
                T, TM, KVH, V, S, eps, scale, CHUNK, n_splits, n_vparts,
                xtab_ptr, rank, x_ctr, x_spin, x_red, x_lmv, x_lmi, v0, VFULL, tkt_base, n_attn,
+               qtkt_base, qkv_per_group,
                D: tl.constexpr, FFN: tl.constexpr, H: tl.constexpr, HD: tl.constexpr,
                BIAS_QKV: tl.constexpr, QK_NORM: tl.constexpr, QK_DEFER: tl.constexpr,
                BLOCK_HALF: tl.constexpr, BIAS_O: tl.constexpr,
@@ -180,7 +181,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                EMB_BLOCK: tl.constexpr, MERGE_BLOCK: tl.constexpr, F32: tl.constexpr,
                WORLD: tl.constexpr, RED_BLOCK: tl.constexpr,
                USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
-               MERGE_IN_ATTN: tl.constexpr):
+               MERGE_IN_ATTN: tl.constexpr, NORM_IN_QKV: tl.constexpr):
     """Model sizes D, FFN, H, HD are constexpr (one compile per model): a decode tile over whole
     rows then folds its chunk loop away and keeps the activation row in registers, which spares
     registers (bench/compile_check.py: 1B shape 255 registers with 48 B of spills when they were
@@ -197,7 +198,10 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     PTX (STREAM, bf16 weights): weight pieces by inline PTX (_common.weight_chunk).
     MERGE_IN_ATTN (graph.py, Tiling.merge_in_attn): each ATTN task adds 1 (acq_rel) to its
     group's ticket counter counters[tkt_base + layer * KVH + group] after storing its partials;
-    the one that completes a step's n_attn tickets merges the group (no MERGE tasks)."""
+    the one that completes a step's n_attn tickets merges the group (no MERGE tasks).
+    NORM_IN_QKV (QK_DEFER, Tiling.norm_in_qkv): likewise each QKV task adds its tile count to
+    counters[qtkt_base + layer * KVH + group]; the one that completes the group's qkv_per_group
+    tiles normalizes and rotates it (no QKNORM tasks)."""
     pid = tl.program_id(0)
     qlen = tl.load(qlen_ptr + pid)
     QKVN = (H + 2 * KVH) * HD
@@ -240,6 +244,15 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                   T, D, D, S, eps, H, KVH, HD, a0, a1, a2, lo0, hi0, GROUP,
                                   QKV_CHUNKS, qkraw_ptr, BIAS_QKV, QK_NORM, BLOCK_T, BLOCK_H,
                                   QKV_BK, STREAM, F32, QK_DEFER, PTX)
+                    if NORM_IN_QKV:  # the task that completes the group's tiles norms it
+                        tl.debug_barrier()  # this task's raw rows stored before its ticket
+                        tkt = tl.atomic_add(ctr_ptr + qtkt_base + layer * KVH + a0, a2 - a1,
+                                            sem="acq_rel", scope="gpu")
+                        if (tkt + a2 - a1) % qkv_per_group == 0:
+                            qk_norm_rope_body(qkraw_ptr, qkn_ptr + layer * 2 * HD, cos_ptr,
+                                              sin_ptr, pos_ptr, q_ptr,
+                                              kc_ptr + layer * KVH * S * HD, T, S, eps, H, KVH,
+                                              HD, a0, GROUP, BLOCK_T, BLOCK_HALF)
             elif op == OP_O:
                 run = residual_task(attn_ptr, wo_ptr + layer * D * QD, bo_ptr + layer * D, h_ptr,
                                     T, D, QD, eps, a1, a2, a0, ctr_ptr, target, status_ptr,
