@@ -31,7 +31,7 @@ for s in $stages; do
            -p no:cacheprovider 2>&1 | tee "$OUT/pytest_variants.log" | tail -6
          FASTDECODE_COMMIT=$COMMIT timeout ${OPS_TIMEOUT:-150} python3 bench/bench_ops.py 2>&1 \
            | grep -v -i warn | tail -10
-         for m in ${PTX_MODELS:-1b 8b qwen3-8b}; do timeout ${PTX_SWEEP_TIMEOUT:-150} python3 \
+         for m in ${PTX_MODELS:-1b 8b qwen3-8b}; do timeout ${PTX_SWEEP_TIMEOUT:-200} python3 \
            bench/sweep_mega.py --model $m --new-tokens 128 --configs \
            ${PTX_CONFIGS:-16384/4/4096/2,16384/4/4096/2/1,16384/4/4096/2/0/1,16384/4/4096/2/0/1/1} \
            2>&1 \
