@@ -29,29 +29,25 @@ import triton.language as tl
 @triton.jit
 def ld_acquire(ptr, SCOPE: tl.constexpr, USE_ASM: tl.constexpr):
     if USE_ASM:
-        if SCOPE == "sys":
-            return tl.inline_asm_elementwise("ld.global.acquire.sys.b32 $0, [$1];", "=r,l",
-                                             [ptr], dtype=tl.int32, is_pure=False, pack=1)
-        else:
-            return tl.inline_asm_elementwise("ld.global.acquire.gpu.b32 $0, [$1];", "=r,l",
-                                             [ptr], dtype=tl.int32, is_pure=False, pack=1)
+        return tl.inline_asm_elementwise("ld.global.acquire." + SCOPE + ".b32 $0, [$1];", "=r,l",
+                                         [ptr], dtype=tl.int32, is_pure=False, pack=1)
     else:
         return tl.atomic_add(ptr, 0, sem="acquire", scope=SCOPE)
 
 
 @triton.jit
+def _thread0(ptr, val, INSTR: tl.constexpr):
+    """`INSTR [ptr], val;` in thread 0 of the program only (INSTR: a store or reduction)."""
+    tl.inline_asm_elementwise(
+        "{ .reg .pred p; .reg .b32 t; mov.u32 t, %tid.x; setp.eq.u32 p, t, 0; @p " + INSTR +
+        " [$1], $2; mov.u32 $0, 0; }", "=r,l,r", [ptr, tl.cast(val, tl.int32)], dtype=tl.int32,
+        is_pure=False, pack=1)
+
+
+@triton.jit
 def st_release(ptr, val, SCOPE: tl.constexpr, USE_ASM: tl.constexpr):
     if USE_ASM:
-        if SCOPE == "sys":
-            tl.inline_asm_elementwise(
-                "{ .reg .pred p; .reg .b32 t; mov.u32 t, %tid.x; setp.eq.u32 p, t, 0; "
-                "@p st.global.release.sys.b32 [$1], $2; mov.u32 $0, 0; }", "=r,l,r",
-                [ptr, tl.cast(val, tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
-        else:
-            tl.inline_asm_elementwise(
-                "{ .reg .pred p; .reg .b32 t; mov.u32 t, %tid.x; setp.eq.u32 p, t, 0; "
-                "@p st.global.release.gpu.b32 [$1], $2; mov.u32 $0, 0; }", "=r,l,r",
-                [ptr, tl.cast(val, tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
+        _thread0(ptr, val, "st.global.release." + SCOPE + ".b32")
     else:
         tl.atomic_xchg(ptr, tl.cast(val, tl.int32), sem="release", scope=SCOPE)
 
@@ -59,16 +55,7 @@ def st_release(ptr, val, SCOPE: tl.constexpr, USE_ASM: tl.constexpr):
 @triton.jit
 def red_release_add(ptr, val, SCOPE: tl.constexpr, USE_ASM: tl.constexpr):
     if USE_ASM:
-        if SCOPE == "sys":
-            tl.inline_asm_elementwise(
-                "{ .reg .pred p; .reg .b32 t; mov.u32 t, %tid.x; setp.eq.u32 p, t, 0; "
-                "@p red.global.release.sys.add.s32 [$1], $2; mov.u32 $0, 0; }", "=r,l,r",
-                [ptr, tl.cast(val, tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
-        else:
-            tl.inline_asm_elementwise(
-                "{ .reg .pred p; .reg .b32 t; mov.u32 t, %tid.x; setp.eq.u32 p, t, 0; "
-                "@p red.global.release.gpu.add.s32 [$1], $2; mov.u32 $0, 0; }", "=r,l,r",
-                [ptr, tl.cast(val, tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
+        _thread0(ptr, val, "red.global.release." + SCOPE + ".add.s32")
     else:
         tl.atomic_add(ptr, tl.cast(val, tl.int32), sem="release", scope=SCOPE)
 
