@@ -82,6 +82,14 @@ class Tiling:
     def n_t(self, block=None):
         return triton.cdiv(self.T, block or self.block_t)
 
+    def qkv_group_tiles(self, group: int) -> int:
+        """QKV tiles of one KV group: its group q heads, k and v head, for every token block."""
+        return (group + 2) * self.qkv_chunks * self.n_t()
+
+    def attn_group_tasks(self) -> int:
+        """ATTN tasks of one KV group: its splits, for every attention token block."""
+        return self.n_splits * self.n_t(self.attn_block_tok)
+
     def gemv_rows(self, op: Op) -> int:
         return {Op.O_PROJ: self.rows_q, Op.DOWN: self.rows_f,
                 Op.GATE_UP: self.rows_g}.get(op, self.rows_d)
@@ -190,7 +198,7 @@ def build_step(spec: ModelSpec, tiling: Tiling, n_programs: int, world: int = 1,
             for kv in range(s.n_kv_heads):
                 g.counter((kind, l, kv))
     qkv_tile_bytes = 2 * tg.qkv_pairs * s.d_model * elt
-    per_group = (s.group + 2) * tg.qkv_chunks * tg.n_t()
+    per_group = tg.qkv_group_tiles(s.group)
     n_red = triton.cdiv(s.d_model, COST.reduce_block)
     red_bytes = world * T * COST.reduce_block * 4
     # what a residual write leaves behind: the row-parallel op itself, or its all-reduce

@@ -534,8 +534,7 @@ class Runtime:
             x.table if x else st.status, self.collectives.rank, x_ctr, self.max_spin_remote,
             x.red if x else 0, x.lmv if x else 0, x.lmi if x else 0, self.vocab[0],
             st.logits.shape[1], sched.graph.counters.get(("ticket", 0, 0), 0),
-            tg.n_splits * tg.n_t(tg.attn_block_tok), sched.graph.counters.get(("qticket", 0, 0), 0),
-            (s.group + 2) * tg.qkv_chunks * tg.n_t())
+            sched.graph.counters.get(("qticket", 0, 0), 0))
         kw.update(
             D=s.d_model, FFN=s.ffn_dim, H=s.n_heads, HD=s.head_dim,
             BIAS_QKV=pw.b_qkv is not None, QK_NORM=pw.qk_norm is not None and not tg.qk_defer,

@@ -83,7 +83,7 @@ class VM:
                     cache[l, kv, (self.pos + toks)[:, None], cols[None]] = y[:, cols].to(dt)
             if tg.norm_in_qkv:  # the task that completes the group's tiles norms it
                 n = self.tickets[("q", l, a0)] = self.tickets.get(("q", l, a0), 0) + a2 - a1
-                if n == (s.group + 2) * tg.qkv_chunks * tg.n_t():
+                if n == tg.qkv_group_tiles(s.group):
                     self._qknorm(l, a0)
         elif task.op == Op.QKNORM:
             self._qknorm(l, a0)
@@ -101,7 +101,7 @@ class VM:
                 st.lse[split, toks, heads] = lse
             if tg.merge_in_attn:  # the group's last ATTN task merges it
                 n = self.tickets[("a", l, kv)] = self.tickets.get(("a", l, kv), 0) + 1
-                if n == tg.n_splits * tg.n_t(tg.attn_block_tok):
+                if n == tg.attn_group_tasks():
                     self._merge(kv)
         elif task.op == Op.MERGE:
             self._merge(a0)

@@ -63,5 +63,5 @@ def red_release_add(ptr, val, SCOPE: tl.constexpr, USE_ASM: tl.constexpr):
 @triton.jit
 def nanosleep(ns, USE_ASM: tl.constexpr):
     if USE_ASM:
-        tl.inline_asm_elementwise("nanosleep.u32 $1; mov.u32 $0, 0;", "=r,r", [tl.cast(ns, tl.int32)],
-                                  dtype=tl.int32, is_pure=False, pack=1)
+        tl.inline_asm_elementwise("nanosleep.u32 $1; mov.u32 $0, 0;", "=r,r",
+                                  [tl.cast(ns, tl.int32)], dtype=tl.int32, is_pure=False, pack=1)

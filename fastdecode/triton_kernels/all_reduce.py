@@ -46,6 +46,13 @@ NEG_ZERO = tl.constexpr(-2147483648)  # the bits of -0.0 as an int32: "not writt
 
 
 @triton.jit
+def unwritten(ptrs, m):
+    """(the values at ptrs, volatile: not from L1; how many of the masked ones are still -0.0)."""
+    part = tl.load(ptrs, mask=m, other=0.0, volatile=True)
+    return part, tl.sum((m & (part.to(tl.int32, bitcast=True) == NEG_ZERO)).to(tl.int32))
+
+
+@triton.jit
 def all_reduce_body(x_ptr, out_ptr, n, data_tab, flag_tab, count_ptr, rank, world, cap,
                     n_chunks, max_spin, status_ptr, c, PUSH: tl.constexpr, REDUCE: tl.constexpr,
                     BLOCK: tl.constexpr, USE_ASM: tl.constexpr, SENTINEL: tl.constexpr):
@@ -79,12 +86,10 @@ def all_reduce_body(x_ptr, out_ptr, n, data_tab, flag_tab, count_ptr, rank, worl
         for q in range(0, world):
             row = (slot * world + q).to(tl.int64)
             if SENTINEL:  # v: words of rank q's part still -0.0; waiting while any is
-                part = tl.load(data + row * cap + offs, mask=m, other=0.0, volatile=True)
-                v = tl.sum((m & (part.to(tl.int32, bitcast=True) == NEG_ZERO)).to(tl.int32))
+                part, v = unwritten(data + row * cap + offs, m)
                 spins = 0
                 while (v > 0) & (spins < max_spin):
-                    part = tl.load(data + row * cap + offs, mask=m, other=0.0, volatile=True)
-                    v = tl.sum((m & (part.to(tl.int32, bitcast=True) == NEG_ZERO)).to(tl.int32))
+                    part, v = unwritten(data + row * cap + offs, m)
                     spins += 1
                 arrived = v == 0
             else:

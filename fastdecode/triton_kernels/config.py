@@ -88,6 +88,17 @@ def ptx_stream_ok(dtype, *ks) -> bool:
     return dtype == torch.bfloat16 and all(k % 8 == 0 for k in ks)
 
 
+def stream_ptx(stream: StreamConfig | None, dtype, K: int) -> bool:
+    """A standalone launch's PTX flag: stream.ptx, refused (ValueError) where the pieces cannot
+    be read (ptx_stream_ok); the megakernel's tiling instead falls back to the plain pieces."""
+    if stream is None or not stream.ptx:
+        return False
+    if not ptx_stream_ok(dtype, K):
+        raise ValueError(f"the PTX weight stream needs bf16 weights with K % 8 == 0 "
+                         f"(got {dtype}, K={K})")
+    return True
+
+
 def stream_config(device) -> StreamConfig:
     return StreamConfig()
 

@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from ._common import INTERPRET, gemv_acc, next_x_chunk, row_dot, row_rstd, weight_chunk, x_chunk
-from .config import StreamConfig, gemv_config, ptx_stream_ok
+from .config import StreamConfig, gemv_config, stream_ptx
 
 
 @triton.jit
@@ -185,15 +185,11 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
         out = torch.empty(T, N, device=x.device, dtype=x.dtype)
     res = residual if residual is not None else out
     BT = block_t(T)
-    ptx = False
+    ptx = stream_ptx(stream, w.dtype, K)
     if stream is not None:
         assert T == 1, "the stream is the decode (T=1) path"
         cfg = stream.tile(K, 2 if swiglu else 1)
         per = stream.tiles
-        ptx = stream.ptx
-        if ptx and not ptx_stream_ok(w.dtype, K):
-            raise ValueError(f"the PTX weight stream needs bf16 weights with K % 8 == 0 "
-                             f"(got {w.dtype}, K={K})")
     else:
         cfg = config or gemv_config(N, K, T, x.device)
         per = 1

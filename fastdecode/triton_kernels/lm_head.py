@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 
 from ._common import INTERPRET, next_x_chunk, row_dot, row_rstd, weight_chunk, x_chunk
-from .config import StreamConfig, gemv_config, merge_block, ptx_stream_ok
+from .config import StreamConfig, gemv_config, merge_block, stream_ptx
 from .gemv import block_t, gemv_tile, stream_start
 
 
@@ -194,12 +194,10 @@ def lm_head(x, w, norm_w, eps, *, logits=None, choose=True, sample=False, seed=N
     per program."""
     T, K = x.shape
     V = w.shape[0]
+    ptx = stream_ptx(stream, w.dtype, K)
     if stream is not None:
         assert T == 1, "the stream is the decode (T=1) path"
         cfg, per = stream.tile(K), stream.tiles
-        if stream.ptx and not ptx_stream_ok(w.dtype, K):
-            raise ValueError(f"the PTX weight stream needs bf16 weights with K % 8 == 0 "
-                             f"(got {w.dtype}, K={K})")
     else:
         cfg, per = gemv_config(V, K, T, x.device), 1
     n_parts = triton.cdiv(triton.cdiv(V, cfg.block_n), per)
@@ -212,7 +210,7 @@ def lm_head(x, w, norm_w, eps, *, logits=None, choose=True, sample=False, seed=N
         T, V, K, x.stride(0), logits.stride(0) if logits is not None else 0, eps, per,
         WRITE_LOGITS=logits is not None, CHOOSE=choose, SAMPLE=sample, BLOCK_T=BT,
         BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, STREAM=stream is not None,
-        F32=INTERPRET or w.dtype == torch.float32, PTX=stream is not None and stream.ptx,
+        F32=INTERPRET or w.dtype == torch.float32, PTX=ptx,
         num_warps=cfg.num_warps)
     return logits, pval, pidx
 

@@ -154,7 +154,7 @@ def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
 # (== 1, % 16): a recompile of this kernel costs seconds
 @triton.jit(do_not_specialize=["tok_ctr", "max_spin", "n_steps", "n_eos", "max_step", "rank",
                                "x_ctr", "x_spin", "x_red", "x_lmv", "x_lmi", "v0", "VFULL",
-                               "tkt_base", "n_attn", "qtkt_base", "qkv_per_group"])
+                               "tkt_base", "qtkt_base"])
 def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin, n_steps,
                trace_ptr, clock_ptr,
                done_ptr, eos_ptr, n_eos, max_step,
@@ -165,8 +165,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                emb_ptr, lm_ptr, fnorm_ptr, anorm_ptr, mnorm_ptr, wqkv_ptr, bqkv_ptr, qkn_ptr,
                wo_ptr, bo_ptr, wgu_ptr, bgu_ptr, wd_ptr, bd_ptr,
                T, TM, KVH, V, S, eps, scale, CHUNK, n_splits, n_vparts,
-               xtab_ptr, rank, x_ctr, x_spin, x_red, x_lmv, x_lmi, v0, VFULL, tkt_base, n_attn,
-               qtkt_base, qkv_per_group,
+               xtab_ptr, rank, x_ctr, x_spin, x_red, x_lmv, x_lmi, v0, VFULL, tkt_base, qtkt_base,
                D: tl.constexpr, FFN: tl.constexpr, H: tl.constexpr, HD: tl.constexpr,
                BIAS_QKV: tl.constexpr, QK_NORM: tl.constexpr, QK_DEFER: tl.constexpr,
                BLOCK_HALF: tl.constexpr, BIAS_O: tl.constexpr,
@@ -198,10 +197,11 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     PTX (STREAM, bf16 weights): weight pieces by inline PTX (_common.weight_chunk).
     MERGE_IN_ATTN (graph.py, Tiling.merge_in_attn): each ATTN task adds 1 (acq_rel) to its
     group's ticket counter counters[tkt_base + layer * KVH + group] after storing its partials;
-    the one that completes a step's n_attn tickets merges the group (no MERGE tasks).
+    the one that completes a step's tickets (the group's ATTN tasks, Tiling.attn_group_tasks)
+    merges the group (no MERGE tasks).
     NORM_IN_QKV (QK_DEFER, Tiling.norm_in_qkv): likewise each QKV task adds its tile count to
-    counters[qtkt_base + layer * KVH + group]; the one that completes the group's qkv_per_group
-    tiles normalizes and rotates it (no QKNORM tasks)."""
+    counters[qtkt_base + layer * KVH + group]; the one that completes the group's tiles
+    (Tiling.qkv_group_tiles) normalizes and rotates it (no QKNORM tasks)."""
     pid = tl.program_id(0)
     qlen = tl.load(qlen_ptr + pid)
     QKVN = (H + 2 * KVH) * HD
@@ -248,7 +248,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                         tl.debug_barrier()  # this task's raw rows stored before its ticket
                         tkt = tl.atomic_add(ctr_ptr + qtkt_base + layer * KVH + a0, a2 - a1,
                                             sem="acq_rel", scope="gpu")
-                        if (tkt + a2 - a1) % qkv_per_group == 0:
+                        if (tkt + a2 - a1) % ((GROUP + 2) * QKV_CHUNKS * tl.cdiv(T, BLOCK_T)) \
+                                == 0:
                             qk_norm_rope_body(qkraw_ptr, qkn_ptr + layer * 2 * HD, cos_ptr,
                                               sin_ptr, pos_ptr, q_ptr,
                                               kc_ptr + layer * KVH * S * HD, T, S, eps, H, KVH,
@@ -318,7 +319,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                             tl.debug_barrier()  # this split's partials stored before its ticket
                             tkt = tl.atomic_add(ctr_ptr + tkt_base + layer * KVH + a0, 1,
                                                 sem="acq_rel", scope="gpu")
-                            if (tkt + 1) % n_attn == 0:  # acquired every other split's release
+                            # acquired every other split's release at the step's last ticket
+                            if (tkt + 1) % (n_splits * tl.cdiv(T, BLOCK_TOK)) == 0:
                                 for t in range(0, T):
                                     attn_merge_body(opart_ptr, lse_ptr, attn_ptr, pos_ptr, T, TM,
                                                     H, HD, CHUNK, n_splits, t, a0, GROUP,

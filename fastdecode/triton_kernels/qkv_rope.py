@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 
 from ._common import INTERPRET, gemv_acc, next_x_chunk, row_dot, row_rstd, weight_chunk, x_chunk
-from .config import StreamConfig, gemv_config, ptx_stream_ok, qkv_pairs
+from .config import StreamConfig, gemv_config, qkv_pairs, stream_ptx
 from .gemv import block_t
 
 
@@ -277,10 +277,7 @@ def qkv_rope(x, w_qkv, norm_w, cos, sin, pos, k_cache, v_cache, *, n_heads, eps,
     n_chunks = triton.cdiv(HD // 2, BLOCK_H)
     G = n_heads // KVH
     per = stream.tiles if stream is not None else 1
-    ptx = streamed and stream.ptx
-    if ptx and not ptx_stream_ok(w_qkv.dtype, K):
-        raise ValueError(f"the PTX weight stream needs bf16 weights with K % 8 == 0 "
-                         f"(got {w_qkv.dtype}, K={K})")
+    ptx = streamed and stream_ptx(stream, w_qkv.dtype, K)
     grid = (KVH, triton.cdiv((G + 2) * n_chunks * triton.cdiv(T, BT), per))
     qkv_rope_kernel[grid](x, w_qkv, norm_w, bias if bias is not None else w_qkv,
                           qk_norm if qk_norm is not None else norm_w, cos, sin, pos,
