@@ -206,16 +206,16 @@ def main():
                 med = warm[len(warm) // 2]
                 lat[(mode, "warm")] = (med[0], med[1], med[2] + f"; median of {len(warm)}, "
                                        f"{warm[0][0]:.1f}-{warm[-1][0]:.1f} s")
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     commit = os.environ.get("FASTDECODE_COMMIT") or _git_commit()
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     cmd = "python bench/bench_decode.py " + " ".join(sys.argv[1:])
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
-    csv_path = os.path.join(HERE, "results", f"decode_{stamp}.csv")
+    csv_path = os.path.join(HERE, "results", f"decode_{stamp}_{commit}.csv")
     with open(csv_path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    _plot(rows, os.path.join(HERE, "results", f"decode_{stamp}.png"), gpu)
+    _plot(rows, os.path.join(HERE, "results", f"decode_{stamp}_{commit}.png"), gpu)
     print(f"\n{'model':14s} {'peer':26s} {'tok/s':>8s} {'%roof':>6s} {'x compile':>9s} "
           f"{'1st call s':>10s}")
     for r in rows:
