@@ -66,6 +66,11 @@ class StreamConfig:
     # decode with q/k norm: the QKV task that completes a KV group's tiles normalizes and rotates
     # it (graph.py, Tiling.norm_in_qkv) instead of a QKNORM task. Not yet measured: off.
     norm_in_qkv: bool = False
+    # KB of the next queued task's first weights (its rows' first bytes; gate|up: half of each)
+    # sent to L2 (prefetch.global.L2) by a program whose dependency wait is unmet at its first
+    # poll -- so HBM streams while it would idle, e.g. O_PROJ waiting on the attention chain
+    # prefetches its GATE_UP rows. Not yet measured on a GPU: off.
+    wait_prefetch_kb: int = 0
 
     def tile(self, K: int, parts: int = 1) -> TileConfig:
         """rows (a power of two, 1 to 128) x block_k of a tile over rows of K elements, of
