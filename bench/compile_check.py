@@ -85,7 +85,6 @@ def compile_ptx_tests():
     for scope in ("gpu", "sys"):
         t._acquire_kernel[(1,)](i32, i32, 64, SCOPE=scope, USE_ASM=True)
     t._prefetch_copy_kernel[(1,)](bf16, bf16, 64, BLOCK=512, USE_ASM=True)
-    t._prefetch_range_copy_kernel[(1,)](bf16, bf16, 8, 16, BLOCK=128, USE_ASM=True)
     t._timer_kernel[(1,)](i64, i64, 100, USE_ASM=True)
     t._stream_copy_kernel[(1,)](i32, i32, 4, BLOCK=64, USE_ASM=True)
     for scope in ("gpu", "sys"):
@@ -138,7 +137,6 @@ def main():
     p.add_argument("--ptx-stream", action="store_true", help="decode weight pieces by inline PTX")
     p.add_argument("--merge-in-attn", action="store_true", help="no MERGE tasks (graph.py)")
     p.add_argument("--norm-in-qkv", action="store_true", help="no QKNORM tasks (graph.py)")
-    p.add_argument("--wait-prefetch-kb", type=int, default=0, help="StreamConfig.wait_prefetch_kb")
     args = p.parse_args()
     driver.set_active(CompileOnlyDriver())
     JITFunction.run = _compile_only(JITFunction.run)
@@ -159,8 +157,7 @@ def main():
     d = StreamConfig()
     stream = StreamConfig(args.elems or d.tile_elems, args.warps or d.num_warps,
                           max_k=args.max_k or d.max_k, ptx=args.ptx_stream,
-                          merge_in_attn=args.merge_in_attn, norm_in_qkv=args.norm_in_qkv,
-                          wait_prefetch_kb=args.wait_prefetch_kb)
+                          merge_in_attn=args.merge_in_attn, norm_in_qkv=args.norm_in_qkv)
     ids = torch.randint(0, 100, (4,))
     for mode in ("mega",) + (("ops",) if args.family else ()):
         if args.tp > 1:

@@ -78,7 +78,6 @@ class Tiling:
     ptx: bool = False       # decode weight pieces by inline PTX (config.StreamConfig.ptx)
     merge_in_attn: bool = False  # the last ATTN task of a KV group merges it (no MERGE tasks)
     norm_in_qkv: bool = False    # qk_defer: the last QKV task of a group norms it (no QKNORM)
-    wait_prefetch: int = 0  # bytes of the next task's weights sent to L2 during an unmet wait
 
     def n_t(self, block=None):
         return triton.cdiv(self.T, block or self.block_t)
@@ -128,8 +127,7 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
                   emb_block=min(1024, triton.next_power_of_2(spec.d_model)), qk_defer=defer,
                   ptx=st is not None and st.ptx and ptx_stream_ok(dtype, *dims),
                   merge_in_attn=st is not None and st.merge_in_attn,
-                  norm_in_qkv=st is not None and st.norm_in_qkv and defer,
-                  wait_prefetch=st.wait_prefetch_kb * 1024 if st is not None else 0)
+                  norm_in_qkv=st is not None and st.norm_in_qkv and defer)
 
 
 REMOTE = ("xo", "xdown", "xlm")  # counter keys signalled across ranks (tensor parallelism)

@@ -4,19 +4,15 @@ import random
 
 import pytest
 import torch
-import triton
-import triton.language as tl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fastdecode
 from conftest import DEVICE
 from fastdecode.graph import build_step, make_tiling
-from fastdecode.opcodes import WORDS, Op
-from fastdecode.schedule import ScheduleError, build_schedule, encode, validate
+from fastdecode.schedule import ScheduleError, build_schedule, validate
 from fastdecode.spec import ModelSpec
 from fastdecode.triton_kernels.config import StreamConfig
-from fastdecode.triton_kernels.megakernel import next_weights
 from helpers import drop_encoded_task
 from models import tiny_model
 
@@ -78,13 +74,11 @@ def test_vm_random_interleavings_match_torch(family, fused):
 
 @pytest.mark.parametrize("family", ["qwen2", "qwen3"])
 @pytest.mark.parametrize("stream", [StreamConfig(64, 4, max_k=16),
-                                    StreamConfig(2048, 4, merge_in_attn=True, norm_in_qkv=True,
-                                                 wait_prefetch_kb=1)])
+                                    StreamConfig(2048, 4, merge_in_attn=True, norm_in_qkv=True)])
 def test_decode_stream_tiles_match_torch(family, stream):
     """The decode tasks' stream tiles: K chunked (max_k=16 < every K of the tiny models: several
     pieces per tile, odd K ends mid-chunk) and whole rows with many rows per tile; qkv bias and
-    q/k norm epilogues; the second with the wait prefetch on (serial: no wait is ever unmet, so
-    this checks that its range arithmetic leaves the tasks alone). fp32 weights: only the summation order differs from torch mode."""
+    q/k norm epilogues. fp32 weights: only the summation order differs from torch mode."""
     model = tiny_model(family).to(DEVICE)
     ids = torch.randint(0, 101, (1, 12), generator=torch.Generator().manual_seed(4)).to(DEVICE)
     ref = fastdecode.from_hf(model, max_seq_len=32, mode="torch")
@@ -211,57 +205,3 @@ def test_mega_random_shapes_match_torch(shape, seed):
         outs.append(torch.cat([fm(ids[:, :6])[0]] + [fm(ids[:, t:t + 1])[0] for t in range(6, 9)]))
     want, got = outs
     assert float((got - want).norm() / want.norm()) < 1e-5
-
-
-_NW: tl.constexpr = tl.constexpr(WORDS)
-
-
-@triton.jit
-def _next_weights_kernel(words, n, out, wo, wgu, wd, lm, D, QD, FFN, V, RQ: tl.constexpr,
-                         RG: tl.constexpr, RF: tl.constexpr, RD: tl.constexpr,
-                         PF_BYTES: tl.constexpr):
-    i = tl.program_id(0)
-    p, nb, gap = next_weights(words + i * _NW, i < n, wo, wgu, wd, lm, D, QD, FFN, V, RQ, RG,
-                              RF, RD, PF_BYTES)
-    tl.store(out + 3 * i, p.to(tl.int64))
-    tl.store(out + 3 * i + 1, nb)
-    tl.store(out + 3 * i + 2, gap)
-
-
-@pytest.mark.parametrize("family,pf_bytes", [("llama", 100), ("qwen2", 4096)])
-def test_wait_prefetch_ranges_are_the_next_tasks_first_rows(family, pf_bytes):
-    """StreamConfig.wait_prefetch_kb: for every decode task, the range a waiting program sends to
-    L2 for it (megakernel.next_weights, from its encoded words) starts at the task's first weight
-    row -- found here by indexing the packed tensors -- and covers min(PF, its rows' bytes);
-    gate|up: half of that in each matrix, the up rows one gate matrix later; tasks that stream
-    no rows of one matrix (QKV, attention, merge, choose): none. Odd dims (tiny models), so tiles
-    at a matrix's end are partial; bf16 as on the GPU."""
-    model = tiny_model(family, dtype=torch.bfloat16).to(DEVICE)
-    fm = fastdecode.from_hf(model, max_seq_len=32, mode="mega")
-    pw, s = fm.runtime.pw, fm.runtime.spec
-    graph = fm.runtime.schedule(1).graph
-    tg, tasks = graph.tiling, graph.tasks
-    words, _ = encode(graph, [list(range(len(tasks)))])
-    out = torch.zeros(len(tasks) + 1, 3, dtype=torch.int64, device=DEVICE)
-    _next_weights_kernel[(len(tasks) + 1,)](words.to(DEVICE), len(tasks), out, pw.w_o, pw.w_gu, pw.w_down,
-                                            pw.lm_head, s.d_model, s.q_dim, s.ffn_dim,
-                                            s.vocab_size, tg.rows_q, tg.rows_g, tg.rows_f,
-                                            tg.rows_d, pf_bytes)
-    mats = {Op.O_PROJ: lambda t: pw.w_o[t.layer], Op.GATE_UP: lambda t: pw.w_gu[t.layer],
-            Op.DOWN: lambda t: pw.w_down[t.layer], Op.LM_HEAD: lambda t: pw.lm_head}
-    seen = set()
-    partial = 0
-    for t, (p, nb, gap) in zip(tasks, out.tolist()):
-        if t.op not in mats:
-            assert nb == 0, t
-            continue
-        seen.add(t.op)
-        w, R, lo, hi = mats[t.op](t), tg.gemv_rows(t.op), t.args[1], t.args[2]
-        n_rows = s.ffn_dim if t.op == Op.GATE_UP else w.shape[0]
-        row_bytes = w.shape[1] * w.element_size()
-        want = min(pf_bytes // (2 if t.op == Op.GATE_UP else 1),
-                   max(0, min(hi * R, n_rows) - lo * R) * row_bytes)
-        assert (nb, p) == (want, w[min(lo * R, w.shape[0] - 1)].data_ptr()), t
-        partial += hi * R > n_rows  # a tile past the matrix's last row
-        assert gap == (w[s.ffn_dim].data_ptr() - w[0].data_ptr() if t.op == Op.GATE_UP else 0)
-    assert seen == set(mats) and partial > 0 and out[-1, 1] == 0  # past the queue's end: none

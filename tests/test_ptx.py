@@ -7,7 +7,7 @@ import triton.language as tl
 
 from conftest import DEVICE
 from fastdecode.ptx_inline import (globaltimer_ns, ld_acquire, ld_stream_b128, nanosleep,
-                                   prefetch_l2, prefetch_l2_range, red_release_add, st_release)
+                                   prefetch_l2, red_release_add, st_release)
 from fastdecode.triton_kernels._common import INTERPRET
 
 USE_ASM = not INTERPRET
@@ -26,18 +26,6 @@ def _prefetch_copy_kernel(src, dst, n, BLOCK: tl.constexpr, USE_ASM: tl.constexp
     prefetch_l2(src + tl.minimum(offs, n - 1), USE_ASM)  # a hint: must not change what loads see
     m = offs < n
     tl.store(dst + offs, tl.load(src + offs, mask=m), mask=m)
-
-
-@triton.jit
-def _prefetch_range_copy_kernel(src, dst, n, gap, BLOCK: tl.constexpr, USE_ASM: tl.constexpr):
-    """Prefetch src[0, n) and src[gap, gap + n) (in bytes from an int8 view), then copy both."""
-    es = src.dtype.element_ty.primitive_bitwidth // 8
-    prefetch_l2_range(src.to(tl.pointer_type(tl.int8)), n * es, gap * es, BLOCK, USE_ASM)
-    for c in range(0, tl.cdiv(n, BLOCK)):
-        offs = c * BLOCK + tl.arange(0, BLOCK)
-        m = offs < n
-        tl.store(dst + offs, tl.load(src + offs, mask=m), mask=m)
-        tl.store(dst + n + offs, tl.load(src + gap + offs, mask=m), mask=m)
 
 
 @triton.jit
@@ -67,16 +55,6 @@ def test_prefetch_l2_leaves_loads_exact(n, dtype):
     dst = torch.zeros_like(src)
     _prefetch_copy_kernel[(triton.cdiv(n, 512),)](src, dst, n, BLOCK=512, USE_ASM=USE_ASM)
     assert torch.equal(dst, src)
-
-
-@pytest.mark.parametrize("n,gap", [(1, 0), (3000, 0), (700, 5000), (64 * 130, 64 * 200)])
-def test_prefetch_l2_range_leaves_loads_exact(n, gap):
-    """The ranges' lines are clamped to [0, n) bytes (a last partial round reads no further) and
-    the second range only exists for gap > 0: the copies read back exactly what src holds."""
-    src = torch.randn(n + gap, device=DEVICE).to(torch.bfloat16)
-    dst = torch.zeros(2 * n, dtype=src.dtype, device=DEVICE)
-    _prefetch_range_copy_kernel[(1,)](src, dst, n, gap, BLOCK=128, USE_ASM=USE_ASM)
-    assert torch.equal(dst[:n], src[:n]) and torch.equal(dst[n:], src[gap:gap + n])
 
 
 def test_globaltimer_is_monotonic():

@@ -11,14 +11,11 @@ prefetch_l2(ptrs, USE_ASM): `prefetch.global.L2 [a];` for every address of the t
     memory system to bring the 128-byte line holding `a` into L2. It returns nothing the program
     waits for, holds no register after issue and is a hint only: no memory-ordering meaning (a
     later ordinary load returns the current value whatever the prefetch saw). Measured in the
-    megakernel twice -- the tile after next, and a task's first 32-128 KB before its dependency
-    wait -- and slower both times (config.StreamConfig says by how much); the megakernel holds
-    the first weight piece in registers before the wait instead. Kept, with its test, as the
-    hint to try where a stream has no registers to spare. Fallback (the interpreter): nothing.
-prefetch_l2_range(ptr, nbytes, gap, BLOCK, USE_ASM): prefetch_l2 over the bytes [ptr, ptr + nbytes)
-    and, if gap > 0, [ptr + gap, ptr + gap + nbytes) (gate|up: two matrices), BLOCK 128-byte lines
-    per round (one per thread at BLOCK = 32 x warps). ptr: an int8 pointer. The megakernel's wait
-    prefetches the next task's first weights with it (StreamConfig.wait_prefetch_kb).
+    megakernel three times -- the tile after next, a task's first 32-128 KB before its dependency
+    wait, the next task's first 64-512 KB during an unmet wait -- and slower each time
+    (config.StreamConfig says by how much); the megakernel holds the first weight piece in
+    registers before the wait instead. Kept, with its test, as the hint to try where a stream
+    has no registers to spare. Fallback (the interpreter): nothing.
 """
 import triton
 import triton.language as tl
@@ -42,13 +39,3 @@ def prefetch_l2(ptrs, USE_ASM: tl.constexpr):
     if USE_ASM:
         tl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [ptrs],
                                   dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
-def prefetch_l2_range(ptr, nbytes, gap, BLOCK: tl.constexpr, USE_ASM: tl.constexpr):
-    lines = tl.arange(0, BLOCK).to(tl.int64) * 128
-    for c in range(0, tl.cdiv(nbytes, BLOCK * 128)):
-        o = tl.minimum(c * (BLOCK * 128) + lines, nbytes - 1)  # never past the range
-        prefetch_l2(ptr + o, USE_ASM)
-        if gap > 0:
-            prefetch_l2(ptr + gap + o, USE_ASM)

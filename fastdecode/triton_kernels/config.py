@@ -47,8 +47,13 @@ class StreamConfig:
     > 16384/8w/1 998 > 8192/8w/1 938 > 8192/4w/1 868 > 16384/4w/2 732 (772 B of spills).
     L2 prefetches measured slower: the tile after next (fa53434, 16384/8w: 1002 tok/s without,
     934 with) and each task's first 32-128 KB before its dependency wait (ddb7ef0 8B 197.3 /
-    197.3 / 195.4 at 0 / 32 / 128 KB; 7721f60: 218.0 without, 207.1 with 128 KB); the megakernel
-    instead holds each task's first piece in registers across the wait (gemv.stream_start)."""
+    197.3 / 195.4 at 0 / 32 / 128 KB; 7721f60: 218.0 without, 207.1 with 128 KB), and the next
+    queued task's first weights sent to L2 by a program whose wait was unmet at its first poll
+    (e8747a3, reverted: 1B 1097.6 / 1074.7 / 1036.4 / 1010.1 tok/s at 0 / 64 / 128 / 256 KB, 8B
+    223.4 / 216.6 / 204.2 / 190.6 at 0 / 128 / 256 / 512 KB, Qwen3-8B 202.8 / 181.5 at 0 / 256 KB):
+    most waits are phase tails, where the prefetches compete with the programs still streaming
+    the phase that the waiters need; the megakernel instead holds each task's first piece in
+    registers across the wait (gemv.stream_start)."""
     tile_elems: int = 16384
     num_warps: int = 4
     tiles: int = 1
@@ -66,11 +71,6 @@ class StreamConfig:
     # decode with q/k norm: the QKV task that completes a KV group's tiles normalizes and rotates
     # it (graph.py, Tiling.norm_in_qkv) instead of a QKNORM task. Not yet measured: off.
     norm_in_qkv: bool = False
-    # KB of the next queued task's first weights (its rows' first bytes; gate|up: half of each)
-    # sent to L2 (prefetch.global.L2) by a program whose dependency wait is unmet at its first
-    # poll -- so HBM streams while it would idle, e.g. O_PROJ waiting on the attention chain
-    # prefetches its GATE_UP rows. Not yet measured on a GPU: off.
-    wait_prefetch_kb: int = 0
 
     def tile(self, K: int, parts: int = 1) -> TileConfig:
         """rows (a power of two, 1 to 128) x block_k of a tile over rows of K elements, of

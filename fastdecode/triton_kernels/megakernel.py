@@ -32,7 +32,6 @@ import triton.language as tl
 
 from ..opcodes import WORDS, Op
 from ..ptx_inline.flags import ld_acquire
-from ..ptx_inline.memory import prefetch_l2_range
 from ..ptx_inline.timers import globaltimer_ns
 from .all_reduce import peer, push_rows, residual_sum_body
 from .attention import attention_body, attn_merge_body
@@ -53,7 +52,6 @@ OP_CHOOSE: tl.constexpr = tl.constexpr(int(Op.CHOOSE))
 OP_REDUCE: tl.constexpr = tl.constexpr(int(Op.REDUCE))
 OP_QKNORM: tl.constexpr = tl.constexpr(int(Op.QKNORM))
 NW: tl.constexpr = tl.constexpr(WORDS)
-PF_LINES: tl.constexpr = tl.constexpr(128)  # 128-byte lines per round of a wait's prefetch
 
 # status buffer layout (int64): [abort, program, queue position, counter, value, target, step,
 # rank waited on (-1: a local counter)]
@@ -61,16 +59,10 @@ STATUS_WORDS = 8
 
 
 @triton.jit
-def spin(ptr, target, status_ptr, max_spin, pf_ptr, pf_n, pf_gap, SCOPE: tl.constexpr,
-         USE_ASM: tl.constexpr, PF: tl.constexpr):
+def spin(ptr, target, status_ptr, max_spin, SCOPE: tl.constexpr, USE_ASM: tl.constexpr):
     """Acquire loads of *ptr until >= target, at most max_spin of them, or until this launch
-    aborted (status[0] set by a program that timed out). Returns the last value read.
-    PF: if the first load finds the target unmet, the program is about to idle: it first asks L2
-    for pf_n bytes at pf_ptr (and pf_ptr + pf_gap), the next task's first weights (next_weights)."""
+    aborted (status[0] set by a program that timed out). Returns the last value read."""
     v = ld_acquire(ptr, SCOPE, USE_ASM)
-    if PF:
-        if v < target:
-            prefetch_l2_range(pf_ptr, pf_n, pf_gap, PF_LINES, USE_ASM)
     n = 0
     aborted = 0
     while (v < target) & (n < max_spin) & (aborted == 0):
@@ -82,26 +74,23 @@ def spin(ptr, target, status_ptr, max_spin, pf_ptr, pf_n, pf_gap, SCOPE: tl.cons
 
 @triton.jit
 def wait_counter(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, xtab_ptr, rank,
-                 x_ctr, x_spin, pf_ptr, pf_n, pf_gap, WORLD: tl.constexpr,
-                 USE_ASM: tl.constexpr, PF: tl.constexpr):
+                 x_ctr, x_spin, WORLD: tl.constexpr, USE_ASM: tl.constexpr):
     """Spin until counters[ctr] >= target -- for a remote counter (ctr < 0, tensor
     parallelism), until every rank's word of it in this rank's symmetric buffer does, in rank
     order, at most x_spin polls each (the other ranks' launches start when their hosts get there);
-    returns 1 if met, 0 on timeout or abort. PF: spin's prefetch while a local wait is unmet."""
+    returns 1 if met, 0 on timeout or abort."""
     q = pid * 0 - 1
     local = True
     if WORLD > 1:
         local = ctr >= 0
     if local:
-        v = spin(ctr_ptr + ctr, target, status_ptr, max_spin, pf_ptr, pf_n, pf_gap, "gpu",
-                 USE_ASM, PF)
+        v = spin(ctr_ptr + ctr, target, status_ptr, max_spin, "gpu", USE_ASM)
     else:
         words = peer(xtab_ptr, rank, x_ctr + (-1 - ctr) * WORLD, tl.int32)
         v = target
         for r in range(0, WORLD):
             if v >= target:
-                v = spin(words + r, target, status_ptr, x_spin, pf_ptr, pf_n, pf_gap, "sys",
-                         USE_ASM, False)
+                v = spin(words + r, target, status_ptr, x_spin, "sys", USE_ASM)
                 q = pid * 0 + r
     aborted = tl.load(status_ptr, volatile=True).to(tl.int32)
     ok = (v >= target).to(tl.int32)
@@ -121,68 +110,30 @@ def wait_counter(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, xtab
 
 @triton.jit
 def ready(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, tr, clock_ptr, op,
-          xtab_ptr, rank, x_ctr, x_spin, pf, WORLD: tl.constexpr, USE_ASM: tl.constexpr,
-          TRACE: tl.constexpr, PF: tl.constexpr):
-    """A task's dependency wait (wait_counter; pf: the next task's weights, next_weights), then
-    its 'ready' timestamp."""
-    pf_ptr, pf_n, pf_gap = pf
+          xtab_ptr, rank, x_ctr, x_spin, WORLD: tl.constexpr, USE_ASM: tl.constexpr,
+          TRACE: tl.constexpr):
+    """A task's dependency wait (wait_counter), then its 'ready' timestamp."""
     ok = wait_counter(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, xtab_ptr, rank,
-                      x_ctr, x_spin, pf_ptr, pf_n, pf_gap, WORLD, USE_ASM, PF)
+                      x_ctr, x_spin, WORLD, USE_ASM)
     if TRACE:
         tl.store(tr + 1, globaltimer_ns(op, clock_ptr, USE_ASM))
     return ok
 
 
 @triton.jit
-def next_weights(w, has_next, wo_ptr, wgu_ptr, wd_ptr, lm_ptr, D, QD, FFN, V,
-                 RQ: tl.constexpr, RG: tl.constexpr, RF: tl.constexpr, RD: tl.constexpr,
-                 PF_BYTES: tl.constexpr):
-    """(int8 pointer, bytes, gap): the first PF_BYTES of the weight rows that the queue
-    instruction at w streams (gate|up: PF_BYTES / 2 of each matrix, the up rows gap bytes after
-    the gate rows), for spin's L2 prefetch while the task before it waits. 0 bytes where it
-    streams no rows of one matrix (QKV tiles, attention, merge, ...) or there is none (has_next
-    False). Rows are whole, K-chunked or not, so a stream's first pieces are its first bytes."""
-    op = tl.load(w, mask=has_next, other=-1)
-    layer = tl.load(w + 1, mask=has_next, other=0).to(tl.int64)
-    lo = tl.load(w + 3, mask=has_next, other=0).to(tl.int64)
-    hi = tl.load(w + 4, mask=has_next, other=0).to(tl.int64)
-    es = wo_ptr.dtype.element_ty.primitive_bitwidth // 8
-    i8: tl.constexpr = tl.pointer_type(tl.int8)
-    p = wo_ptr.to(i8)
-    n = lo * 0
-    gap = lo * 0
-    half: tl.constexpr = PF_BYTES // 2
-    if op == OP_O:
-        p = (wo_ptr + layer * D * QD + lo * RQ * QD).to(i8)
-        n = tl.minimum((tl.minimum(hi * RQ, D) - lo * RQ) * QD * es, PF_BYTES)
-    elif op == OP_GU:
-        p = (wgu_ptr + layer * 2 * FFN * D + lo * RG * D).to(i8)
-        n = tl.minimum((tl.minimum(hi * RG, FFN) - lo * RG) * D * es, half)
-        gap = FFN * D * es + lo * 0
-    elif op == OP_DOWN:
-        p = (wd_ptr + layer * D * FFN + lo * RF * FFN).to(i8)
-        n = tl.minimum((tl.minimum(hi * RF, D) - lo * RF) * FFN * es, PF_BYTES)
-    elif op == OP_LM:
-        p = (lm_ptr + lo * RD * D).to(i8)
-        n = tl.minimum((tl.minimum(hi * RD, V) - lo * RD) * D * es, PF_BYTES)
-    return p, tl.maximum(n, 0), gap
-
-
-@triton.jit
 def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
                   ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, tr, clock_ptr, op,
-                  xtab_ptr, rank, x_ctr, x_spin, part_off, pf, BIAS: tl.constexpr,
+                  xtab_ptr, rank, x_ctr, x_spin, part_off, BIAS: tl.constexpr,
                   BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STREAM: tl.constexpr,
                   F32: tl.constexpr, WORLD: tl.constexpr, PUSH_BLOCK: tl.constexpr,
-                  USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
-                  PF: tl.constexpr):
+                  USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr):
     """o_proj / down_proj task: h[:, tiles lo..hi] += x @ W^T (+ bias), the residual stream in
     place -- its first weight piece requested, then its wait (ready), then the stream. Tensor
     parallelism: the fp32 partial sum goes to this rank's row of the symmetric buffer (element
     part_off) and is pushed to every rank; REDUCE tasks add it to the residual."""
     w0, _ = stream_start(w_ptr, D, K, lo, hi, BLOCK_N, BLOCK_K, False, STREAM, PTX)
     run = ready(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, tr, clock_ptr, op,
-                xtab_ptr, rank, x_ctr, x_spin, pf, WORLD, USE_ASM, TRACE, PF)
+                xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE)
     if run == 1:
         if WORLD == 1:
             gemv_body(x_ptr, w_ptr, w_ptr, b_ptr, h_ptr, h_ptr, T, D, K, K, D, D, eps, lo, hi, tb,
@@ -229,7 +180,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                EMB_BLOCK: tl.constexpr, MERGE_BLOCK: tl.constexpr, F32: tl.constexpr,
                WORLD: tl.constexpr, RED_BLOCK: tl.constexpr,
                USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
-               MERGE_IN_ATTN: tl.constexpr, NORM_IN_QKV: tl.constexpr, PF_BYTES: tl.constexpr):
+               MERGE_IN_ATTN: tl.constexpr, NORM_IN_QKV: tl.constexpr):
     """Model sizes D, FFN, H, HD are constexpr (one compile per model): a decode tile over whole
     rows then folds its chunk loop away and keeps the activation row in registers, which spares
     registers (bench/compile_check.py: 1B shape 255 registers with 48 B of spills when they were
@@ -250,11 +201,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     merges the group (no MERGE tasks).
     NORM_IN_QKV (QK_DEFER, Tiling.norm_in_qkv): likewise each QKV task adds its tile count to
     counters[qtkt_base + layer * KVH + group]; the one that completes the group's tiles
-    (Tiling.qkv_group_tiles) normalizes and rotates it (no QKNORM tasks).
-    PF_BYTES (> 0): a task whose dependency wait is unmet at its first poll first asks L2 for the
-    next queued task's first PF_BYTES of weights (next_weights; StreamConfig.wait_prefetch_kb),
-    so HBM streams them while the program would otherwise idle."""
-    PF: tl.constexpr = PF_BYTES > 0
+    (Tiling.qkv_group_tiles) normalizes and rotates it (no QKNORM tasks)."""
     pid = tl.program_id(0)
     qlen = tl.load(qlen_ptr + pid)
     QKVN = (H + 2 * KVH) * HD
@@ -265,8 +212,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     while (s < n_steps) & (run == 1):
         if s > 0:  # the previous step's token must be chosen before we look at the done flag
             run = wait_counter(ctr_ptr, e0 + s, status_ptr, max_spin, pid, pid * 0 - 1, tok_ctr,
-                               s, xtab_ptr, rank, x_ctr, x_spin, ctr_ptr, 0, 0, WORLD,
-                               USE_ASM, False)
+                               s, xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM)
         if run == 1:
             run = (tl.load(done_ptr, volatile=True) == 0).to(tl.int32)
         epoch = e0 + s + 1
@@ -281,11 +227,6 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
             wc = tl.load(w + 5)
             target = (epoch + tl.load(w + 7)) * tl.load(w + 6)
             sig = tl.load(w + 8)
-            if PF:
-                pf = next_weights(w + NW, i + 1 < qlen, wo_ptr, wgu_ptr, wd_ptr, lm_ptr, D, QD,
-                                  FFN, V, RQ, RG, RF, RD, PF_BYTES)
-            else:
-                pf = (ctr_ptr, 0, 0)
             tr = trace_ptr + ((pid * n_steps + s) * LMAX + i) * 3
             if TRACE:
                 tl.store(tr, globaltimer_ns(op, clock_ptr, USE_ASM))
@@ -295,7 +236,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                 lo0, hi0 = qkv_start(w_qkv, D, H, KVH, HD, a0, a1, a2, GROUP, QKV_CHUNKS,
                                      BLOCK_H, QKV_BK, STREAM, PTX)
                 run = ready(ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, tr, clock_ptr,
-                            op, xtab_ptr, rank, x_ctr, x_spin, pf, WORLD, USE_ASM, TRACE, PF)
+                            op, xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE)
                 if run == 1:
                     qkv_rope_body(h_ptr, w_qkv, anorm_ptr + layer * D, bqkv_ptr + layer * QKVN,
                                   qkn_ptr + layer * 2 * HD, cos_ptr, sin_ptr, pos_ptr, q_ptr,
@@ -317,14 +258,13 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                 run = residual_task(attn_ptr, wo_ptr + layer * D * QD, bo_ptr + layer * D, h_ptr,
                                     T, D, QD, eps, a1, a2, a0, ctr_ptr, target, status_ptr,
                                     max_spin, pid, i, wc, s, tr, clock_ptr, op, xtab_ptr, rank,
-                                    x_ctr, x_spin, x_red + rank * TM * D, pf, BIAS_O, BLOCK_T,
-                                    RQ, KQ, STREAM, F32, WORLD, RED_BLOCK, USE_ASM, TRACE, PTX,
-                                    PF)
+                                    x_ctr, x_spin, x_red + rank * TM * D, BIAS_O, BLOCK_T, RQ,
+                                    KQ, STREAM, F32, WORLD, RED_BLOCK, USE_ASM, TRACE, PTX)
             elif op == OP_GU:
                 w_gu = wgu_ptr + layer * 2 * FFN * D
                 w0, w20 = stream_start(w_gu, FFN, D, a1, a2, RG, KG, True, STREAM, PTX)
                 run = ready(ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, tr, clock_ptr,
-                            op, xtab_ptr, rank, x_ctr, x_spin, pf, WORLD, USE_ASM, TRACE, PF)
+                            op, xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE)
                 if run == 1:
                     gemv_body(h_ptr, w_gu, mnorm_ptr + layer * D, bgu_ptr + layer * 2 * FFN,
                               h_ptr, act_ptr, T, FFN, D, D, D, FFN, eps, a1, a2, a0, w0, w20,
@@ -333,13 +273,13 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                 run = residual_task(act_ptr, wd_ptr + layer * D * FFN, bd_ptr + layer * D, h_ptr,
                                     T, D, FFN, eps, a1, a2, a0, ctr_ptr, target, status_ptr,
                                     max_spin, pid, i, wc, s, tr, clock_ptr, op, xtab_ptr, rank,
-                                    x_ctr, x_spin, x_red + (WORLD + rank) * TM * D, pf,
-                                    BIAS_MLP, BLOCK_T, RF, KF, STREAM, F32, WORLD, RED_BLOCK,
-                                    USE_ASM, TRACE, PTX, PF)
+                                    x_ctr, x_spin, x_red + (WORLD + rank) * TM * D, BIAS_MLP,
+                                    BLOCK_T, RF, KF, STREAM, F32, WORLD, RED_BLOCK, USE_ASM,
+                                    TRACE, PTX)
             elif op == OP_LM:
                 w0, _ = stream_start(lm_ptr, V, D, a1, a2, RD, KD, False, STREAM, PTX)
                 run = ready(ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, tr, clock_ptr,
-                            op, xtab_ptr, rank, x_ctr, x_spin, pf, WORLD, USE_ASM, TRACE, PF)
+                            op, xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE)
                 if run == 1:
                     voff = 0  # one rank: constants, compiled as before tensor parallelism
                     vkey = V
@@ -363,7 +303,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                 tl.store(peer(xtab_ptr, p, x_lmi, tl.int32) + at, pi)
             else:
                 run = ready(ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, tr, clock_ptr,
-                            op, xtab_ptr, rank, x_ctr, x_spin, pf, WORLD, USE_ASM, TRACE, PF)
+                            op, xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE)
                 if run == 1:
                     if op == OP_EMBED:
                         for t in range(a0, a1):
