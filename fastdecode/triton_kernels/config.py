@@ -66,7 +66,10 @@ class StreamConfig:
     # in the megakernel's persistent form (lm_head 2048x128256: 4328 plain vs 4129 GB/s)
     ptx: bool = False
     # decode: the last ATTN task of a KV group merges its splits (graph.py, Tiling.merge_in_attn)
-    # instead of a MERGE task one dependency hop later. Not yet measured on a GPU: off.
+    # instead of a MERGE task one dependency hop later. Off: on an H200 (2026-11-30, 009b042,
+    # sweep_mega 16384/4w/4096/2) 1B 1118.8 vs 1129.3 tok/s, 8B 219.5 vs 222.1 -- the saved hop
+    # is paid back by one task merging all splits where a MERGE task ran beside the others.
+    # Kept (constexpr) to try with norm_in_qkv on q/k-norm models, not yet measured together.
     merge_in_attn: bool = False
     # decode with q/k norm: the QKV task that completes a KV group's tiles normalizes and rotates
     # it (graph.py, Tiling.norm_in_qkv) instead of a QKNORM task. Not yet measured: off.
