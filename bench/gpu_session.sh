@@ -17,7 +17,7 @@ for s in $stages; do
   case $s in
     tests) timeout 300 python3 -m pytest -q tests --ignore=tests/test_smollm2.py \
              -p no:cacheprovider 2>&1 | tee "$OUT/pytest.log" | tail -15 ;;
-    kernels) timeout ${KERNELS_TIMEOUT:-420} python3 -m pytest -q tests/test_gpu.py tests/test_ptx.py tests/test_all_reduce.py \
+    kernels) timeout ${KERNELS_TIMEOUT:-560} python3 -m pytest -q tests/test_gpu.py tests/test_ptx.py tests/test_all_reduce.py \
              tests/test_megakernel.py tests/test_ops.py tests/test_models.py -p no:cacheprovider 2>&1 \
              | tee "$OUT/pytest_kernels.log" | tail -15 ;;
     sweep) timeout ${SWEEP_TIMEOUT:-420} python3 bench/sweep_mega.py ${SWEEP_ARGS:---model 1b} 2>&1 | grep -v -i warn \
