@@ -206,8 +206,8 @@ def main():
                 med = warm[len(warm) // 2]
                 lat[(mode, "warm")] = (med[0], med[1], med[2] + f"; median of {len(warm)}, "
                                        f"{warm[0][0]:.1f}-{warm[-1][0]:.1f} s")
-    commit = os.environ.get("FASTDECODE_COMMIT") or _git_commit()
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    commit = os.environ.get("FASTDECODE_COMMIT") or _git_commit()
     cmd = "python bench/bench_decode.py " + " ".join(sys.argv[1:])
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
     csv_path = os.path.join(HERE, "results", f"decode_{stamp}_{commit}.csv")
