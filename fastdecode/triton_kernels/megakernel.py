@@ -61,13 +61,15 @@ STATUS_WORDS = 8
 @triton.jit
 def spin(ptr, target, status_ptr, max_spin, SCOPE: tl.constexpr, USE_ASM: tl.constexpr):
     """Acquire loads of *ptr until >= target, at most max_spin of them, or until this launch
-    aborted (status[0] set by a program that timed out). Returns the last value read."""
+    aborted (status[0] set by a program that timed out). Returns the last value read.
+    Each poll requests the abort word first: no later load may pass an acquire, so after it the
+    two would be two L2 round trips in series; before it they are one."""
     v = ld_acquire(ptr, SCOPE, USE_ASM)
     n = 0
     aborted = 0
     while (v < target) & (n < max_spin) & (aborted == 0):
-        v = ld_acquire(ptr, SCOPE, USE_ASM)
         aborted = tl.load(status_ptr, volatile=True).to(tl.int32)
+        v = ld_acquire(ptr, SCOPE, USE_ASM)
         n += 1
     return v
 
@@ -92,18 +94,18 @@ def wait_counter(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, xtab
             if v >= target:
                 v = spin(words + r, target, status_ptr, x_spin, "sys", USE_ASM)
                 q = pid * 0 + r
-    aborted = tl.load(status_ptr, volatile=True).to(tl.int32)
     ok = (v >= target).to(tl.int32)
-    if (ok == 0) & (aborted == 0):
+    if ok == 0:  # a met wait reads nothing more: the abort word costs a round trip
         zero = (pid * 0).to(tl.int64)
-        if tl.atomic_cas(status_ptr, zero, zero + 1) == 0:  # first to time out reports
-            tl.store(status_ptr + 1, pid.to(tl.int64))
-            tl.store(status_ptr + 2, qi.to(tl.int64))
-            tl.store(status_ptr + 3, ctr.to(tl.int64))
-            tl.store(status_ptr + 4, v.to(tl.int64))
-            tl.store(status_ptr + 5, target.to(tl.int64))
-            tl.store(status_ptr + 6, step.to(tl.int64))
-            tl.store(status_ptr + 7, q.to(tl.int64))
+        if tl.load(status_ptr, volatile=True) == 0:  # timed out here, not told to abort
+            if tl.atomic_cas(status_ptr, zero, zero + 1) == 0:  # the first to time out reports
+                tl.store(status_ptr + 1, pid.to(tl.int64))
+                tl.store(status_ptr + 2, qi.to(tl.int64))
+                tl.store(status_ptr + 3, ctr.to(tl.int64))
+                tl.store(status_ptr + 4, v.to(tl.int64))
+                tl.store(status_ptr + 5, target.to(tl.int64))
+                tl.store(status_ptr + 6, step.to(tl.int64))
+                tl.store(status_ptr + 7, q.to(tl.int64))
     tl.debug_barrier()
     return ok
 
