@@ -74,6 +74,16 @@ class StreamConfig:
     # decode with q/k norm: the QKV task that completes a KV group's tiles normalizes and rotates
     # it (graph.py, Tiling.norm_in_qkv) instead of a QKNORM task. Not yet measured: off.
     norm_in_qkv: bool = False
+    # decode on one GPU: this fraction of each o_proj / gate|up / down phase's tiles is left out
+    # of the static ranges, in a pool that every task of the phase draws from, a tile at a time
+    # (an atomic ticket per (layer, op), claimed a tile ahead: megakernel.pool_args,
+    # gemv.take_tile), after its own range -- so a program on a slow SM streams fewer tiles. The
+    # trace at 7f52662 shows why: an 8B gate|up phase's tasks, equal in bytes, took 51.4 / 54.8 /
+    # 58.3 us (min / median / max), and a phase ends with its slowest task. A tile's output does
+    # not depend on which program makes it: bit-identical to steal_frac 0. Not yet measured: 0.
+    # compile_check at 0.25: 1B 170/244 B spills (40/40 without), 8B 104/148 (72/72), Qwen3-8B
+    # 222/304 (84/88); with the PTX pieces 0/0 -- to weigh against the tails it saves.
+    steal_frac: float = 0.0
 
     def tile(self, K: int, parts: int = 1) -> TileConfig:
         """rows (a power of two, 1 to 128) x block_k of a tile over rows of K elements, of
