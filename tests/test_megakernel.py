@@ -233,3 +233,9 @@ def test_mega_random_shapes_match_torch(shape, seed):
         outs.append(torch.cat([fm(ids[:, :6])[0]] + [fm(ids[:, t:t + 1])[0] for t in range(6, 9)]))
     want, got = outs
     assert float((got - want).norm() / want.norm()) < 1e-5
+
+
+@pytest.mark.parametrize("frac", [-0.1, 1.5])
+def test_steal_frac_out_of_range_is_refused(frac):
+    with pytest.raises(ValueError, match="steal_frac"):
+        StreamConfig(steal_frac=frac)

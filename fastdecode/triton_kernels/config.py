@@ -85,6 +85,11 @@ class StreamConfig:
     # 222/304 (84/88); with the PTX pieces 0/0 -- to weigh against the tails it saves.
     steal_frac: float = 0.0
 
+    def __post_init__(self):
+        if not 0.0 <= self.steal_frac <= 1.0:
+            raise ValueError(f"steal_frac is the fraction of a phase's tiles in the pool: "
+                             f"0 to 1 (got {self.steal_frac})")
+
     def tile(self, K: int, parts: int = 1) -> TileConfig:
         """rows (a power of two, 1 to 128) x block_k of a tile over rows of K elements, of
         tile_elems / parts elements (parts=2: gate|up streams two matrices per piece, so every
