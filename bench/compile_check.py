@@ -137,7 +137,6 @@ def main():
     p.add_argument("--ptx-stream", action="store_true", help="decode weight pieces by inline PTX")
     p.add_argument("--merge-in-attn", action="store_true", help="no MERGE tasks (graph.py)")
     p.add_argument("--norm-in-qkv", action="store_true", help="no QKNORM tasks (graph.py)")
-    p.add_argument("--steal-frac", type=float, default=0.0, help="StreamConfig.steal_frac")
     args = p.parse_args()
     driver.set_active(CompileOnlyDriver())
     JITFunction.run = _compile_only(JITFunction.run)
@@ -158,8 +157,7 @@ def main():
     d = StreamConfig()
     stream = StreamConfig(args.elems or d.tile_elems, args.warps or d.num_warps,
                           max_k=args.max_k or d.max_k, ptx=args.ptx_stream,
-                          merge_in_attn=args.merge_in_attn, norm_in_qkv=args.norm_in_qkv,
-                          steal_frac=args.steal_frac)
+                          merge_in_attn=args.merge_in_attn, norm_in_qkv=args.norm_in_qkv)
     ids = torch.randint(0, 100, (4,))
     for mode in ("mega",) + (("ops",) if args.family else ()):
         if args.tp > 1:

@@ -3,8 +3,8 @@
 # time-boxed so a failure or a slow stage cannot eat the call. Outputs land in $OUT (or /tmp/out).
 #   device run:  bash bench/gpu_session.sh  [stages...]
 #   stages: tests kernels sweep bench trace tp variants first
-#   (variants: the decode-step variants -- their GPU tests, bench_ops.py, sweep_mega of the
-#    default against work stealing 12% / 25% (steal_frac) and norm-in-qkv)
+#   (variants: the PTX weight pieces and merge-in-attn -- their tests, bench_ops.py, sweep_mega
+#    plain vs PTX vs merge-in-attn)
 #   (first: a fresh process's first token, from_pretrained of a 1B checkpoint: cold, then 3 warm)
 #   (tp: 2+ GPUs -- the all-reduce and tensor-parallel GPU tests, bench_all_reduce.py, bench_tp.py)
 #   (kernels: only the test files that compile kernels -- ops, megakernel, models, GPU-only)
@@ -27,14 +27,13 @@ for s in $stages; do
              --first-call 2>&1 | grep -v -i "warn\|cudagraph" | tail -16
            cp bench/RESULTS.md bench/results/*.csv bench/results/*.png "$OUT/" ;;
     variants) timeout ${PTX_TEST_TIMEOUT:-240} python3 -m pytest -q tests/test_ptx.py \
-           tests/test_ops.py tests/test_gpu.py tests/test_megakernel.py \
-           -k "ptx or PTX or ticket_variants or steal or decode_stream" \
+           tests/test_ops.py tests/test_gpu.py -k "ptx or PTX or merge_in_attn or norm_in_qkv" \
            -p no:cacheprovider 2>&1 | tee "$OUT/pytest_variants.log" | tail -6
          FASTDECODE_COMMIT=$COMMIT timeout ${OPS_TIMEOUT:-150} python3 bench/bench_ops.py 2>&1 \
            | grep -v -i warn | tail -10
          for m in ${PTX_MODELS:-1b 8b qwen3-8b}; do timeout ${PTX_SWEEP_TIMEOUT:-200} python3 \
            bench/sweep_mega.py --model $m --new-tokens 128 --configs \
-           ${PTX_CONFIGS:-16384/4/4096/2,16384/4/4096/2/0/0/0/12,16384/4/4096/2/0/0/0/25,16384/4/4096/2/0/0/1} \
+           ${PTX_CONFIGS:-16384/4/4096/2,16384/4/4096/2/1,16384/4/4096/2/0/1,16384/4/4096/2/0/1/1} \
            2>&1 \
            | grep -v -i warn | tail -4; done
          cp bench/RESULTS.md "$OUT/" ;;

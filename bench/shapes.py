@@ -44,15 +44,14 @@ def random_model(key, device="cuda", n_layers=None):
 
 
 def stream_configs(text):
-    """'elements/warps/max K/per SM[/ptx[/merge in attn[/norm in qkv[/steal %]]]],...' (bench
-    --configs; ptx 1: the weight pieces by inline PTX; merge in attn / norm in qkv 1: no MERGE /
-    QKNORM tasks; steal %: StreamConfig.steal_frac in percent) -> [StreamConfig, ...]."""
+    """'elements/warps/max K/per SM[/ptx[/merge in attn[/norm in qkv]]],...' (bench --configs;
+    ptx 1: the weight pieces by inline PTX; merge in attn / norm in qkv 1: no MERGE / QKNORM
+    tasks) -> [StreamConfig, ...]."""
     from fastdecode.triton_kernels.config import StreamConfig
     out = []
     for c in text.split(","):
         e, w, k, p, *flags = map(int, c.split("/"))
-        flags += [0, 0, 0, 0]
+        flags += [0, 0, 0]
         out.append(StreamConfig(e, w, per_sm=p, max_k=k, ptx=bool(flags[0]),
-                                merge_in_attn=bool(flags[1]), norm_in_qkv=bool(flags[2]),
-                                steal_frac=flags[3] / 100))
+                                merge_in_attn=bool(flags[1]), norm_in_qkv=bool(flags[2])))
     return out

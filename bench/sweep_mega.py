@@ -45,7 +45,6 @@ def main():
     p.add_argument("--ptx", default="0")
     p.add_argument("--merge-in-attn", default="0")
     p.add_argument("--norm-in-qkv", default="0")
-    p.add_argument("--steal", default="0", help="StreamConfig.steal_frac, percent")
     p.add_argument("--configs", default=None, help="e/w/k/p,... instead of the grid")
     p.add_argument("--new-tokens", type=int, default=160)
     args = p.parse_args()
@@ -61,21 +60,19 @@ def main():
     print(f"{name}: ops + CUDA graph {base:.1f} tok/s", flush=True)
     rows = []
     if args.configs:
-        grid = stream_configs(args.configs)
+        grid = [(c.tile_elems, c.num_warps, c.max_k, c.per_sm, int(c.ptx), int(c.merge_in_attn),
+                 int(c.norm_in_qkv)) for c in stream_configs(args.configs)]
     else:
-        grid = [StreamConfig(e, w, per_sm=p, max_k=k, ptx=bool(x), merge_in_attn=bool(m),
-                             norm_in_qkv=bool(n), steal_frac=pct / 100)
-                for e, w, k, p, x, m, n, pct in itertools.product(*(
-                    map(int, a.split(",")) for a in (
-                        args.elems, args.warps, args.max_k, args.per_sm, args.ptx,
-                        args.merge_in_attn, args.norm_in_qkv, args.steal)))]
-    for c in grid:
+        grid = itertools.product(*(map(int, a.split(",")) for a in (
+            args.elems, args.warps, args.max_k, args.per_sm, args.ptx, args.merge_in_attn,
+            args.norm_in_qkv)))
+    for elems, nw, max_k, per_sm, ptx, mia, niq in grid:
         fm = fastdecode.from_hf(model, max_seq_len=256, mode="mega")
-        fm.runtime.mega_stream = c
-        tag = f"{c.tile_elems}/{c.num_warps}w/{c.max_k}/{c.per_sm}" + ("/PTX" if c.ptx else "") \
-            + ("/merge-in-attn" if c.merge_in_attn else "") + \
-            ("/norm-in-qkv" if c.norm_in_qkv else "") + \
-            (f"/steal {c.steal_frac:.0%}" if c.steal_frac else "")
+        fm.runtime.mega_stream = StreamConfig(elems, nw, per_sm=per_sm, max_k=max_k,
+                                              ptx=bool(ptx), merge_in_attn=bool(mia),
+                                              norm_in_qkv=bool(niq))
+        tag = f"{elems}/{nw}w/{max_k}/{per_sm}" + ("/PTX" if ptx else "") + \
+            ("/merge-in-attn" if mia else "") + ("/norm-in-qkv" if niq else "")
         try:
             err = float((teacher_forced(fm, ids, 24) - want_logits).norm() / want_logits.norm())
             same = fm.generate(ids, max_new_tokens=24, eos_token_id=[]) == want

@@ -30,14 +30,9 @@ first push follows every rank's CHOOSE).
 Each wait also protects the buffers it overwrites (write-after-read): e.g. O(l) rewrites the
 residual only after merge[l], which implies every QKV(l) tile that read it has finished.
 RMSNorm is never its own task: each consumer task recomputes it once (row_rstd prologue).
-Tiling.steal (decode, one GPU): each O / GATE_UP / DOWN phase's last pool_tiles are in no task's
-range; every task of the phase, after its range, takes pool tiles one at a time from a ticket
-counter pool[l, j] until none is left (megakernel.pool_args). Its signal still means "my tiles
-are done", so a consumer that counted every task of the phase has every tile, pool included.
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 
 import triton
@@ -83,7 +78,6 @@ class Tiling:
     ptx: bool = False       # decode weight pieces by inline PTX (config.StreamConfig.ptx)
     merge_in_attn: bool = False  # the last ATTN task of a KV group merges it (no MERGE tasks)
     norm_in_qkv: bool = False    # qk_defer: the last QKV task of a group norms it (no QKNORM)
-    steal: int = 0          # 256ths of each o / gate|up / down phase's tiles in a shared pool
 
     def n_t(self, block=None):
         return triton.cdiv(self.T, block or self.block_t)
@@ -103,11 +97,6 @@ class Tiling:
     def gemv_tiles(self, op: Op, N: int) -> int:
         """Tiles of N output rows per token block."""
         return triton.cdiv(N, self.gemv_rows(op))
-
-    def pool_tiles(self, n_tiles: int) -> int:
-        """Tiles of a phase of n_tiles left to the shared pool (steal): the last ones. The
-        megakernel computes the same integer (megakernel.pool_args)."""
-        return n_tiles * self.steal // 256
 
 
 def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
@@ -138,8 +127,7 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
                   emb_block=min(1024, triton.next_power_of_2(spec.d_model)), qk_defer=defer,
                   ptx=st is not None and st.ptx and ptx_stream_ok(dtype, *dims),
                   merge_in_attn=st is not None and st.merge_in_attn,
-                  norm_in_qkv=st is not None and st.norm_in_qkv and defer,
-                  steal=round(st.steal_frac * 256) if st is not None else 0)
+                  norm_in_qkv=st is not None and st.norm_in_qkv and defer)
 
 
 REMOTE = ("xo", "xdown", "xlm")  # counter keys signalled across ranks (tensor parallelism)
@@ -198,8 +186,6 @@ def build_step(spec: ModelSpec, tiling: Tiling, n_programs: int, world: int = 1,
                lm_vocab: int | None = None) -> StepGraph:
     """world > 1: spec is a rank's shard; lm_vocab: the vocabulary rows every rank tiles (the
     largest shard's, so every rank has the same lm_head tasks; the last rank masks its excess)."""
-    if world > 1 or tiling.T > 1:  # a pool tile's rows would need their own push (REDUCE)
-        tiling = dataclasses.replace(tiling, steal=0)
     g = StepGraph(spec, tiling, world=world)
     s, tg = spec, tiling
     T = tg.T
@@ -211,10 +197,6 @@ def build_step(spec: ModelSpec, tiling: Tiling, n_programs: int, world: int = 1,
         for l in range(s.n_layers):
             for kv in range(s.n_kv_heads):
                 g.counter((kind, l, kv))
-    # pool tickets (steal), contiguous: pool(l, j) = pool(0, 0) + 3 l + j, j: o, gate|up, down
-    for l in range(s.n_layers if tg.steal else 0):
-        for j in range(3):
-            g.counter(("pool", l, j))
     qkv_tile_bytes = 2 * tg.qkv_pairs * s.d_model * elt
     per_group = tg.qkv_group_tiles(s.group)
     n_red = triton.cdiv(s.d_model, COST.reduce_block)
@@ -251,9 +233,8 @@ def build_step(spec: ModelSpec, tiling: Tiling, n_programs: int, world: int = 1,
                                     (Op.DOWN, "down", ("gu", l), s.d_model, s.ffn_dim)):
             tile_bytes = tg.gemv_rows(op) * K * elt
             sig = ("x" + key, l) if tp and key != "gu" else (key, l)
-            n_static = tg.gemv_tiles(op, N) - tg.pool_tiles(tg.gemv_tiles(op, N))
             for tb in range(tg.n_t()):
-                for a, b in ranges(n_static, n_programs):
+                for a, b in ranges(tg.gemv_tiles(op, N), n_programs):
                     g.add(Task(op, l, (tb, a, b), wait, sig,
                                COST.task_overhead_bytes + (b - a) * tile_bytes))
             if tp and key != "gu":

@@ -534,8 +534,7 @@ class Runtime:
             x.table if x else st.status, self.collectives.rank, x_ctr, self.max_spin_remote,
             x.red if x else 0, x.lmv if x else 0, x.lmi if x else 0, self.vocab[0],
             st.logits.shape[1], sched.graph.counters.get(("ticket", 0, 0), 0),
-            sched.graph.counters.get(("qticket", 0, 0), 0),
-            sched.graph.counters.get(("pool", 0, 0), 0))
+            sched.graph.counters.get(("qticket", 0, 0), 0))
         kw.update(
             D=s.d_model, FFN=s.ffn_dim, H=s.n_heads, HD=s.head_dim,
             BIAS_QKV=pw.b_qkv is not None, QK_NORM=pw.qk_norm is not None and not tg.qk_defer,
@@ -553,7 +552,7 @@ class Runtime:
             F32=INTERPRET or pw.dtype == torch.float32, WORLD=world,
             RED_BLOCK=COST.reduce_block, USE_ASM=not INTERPRET,
             TRACE=trace is not None, PTX=tg.ptx, MERGE_IN_ATTN=tg.merge_in_attn,
-            NORM_IN_QKV=tg.norm_in_qkv, STEAL=tg.steal, LANES=32 * tg.num_warps,
+            NORM_IN_QKV=tg.norm_in_qkv,
             num_warps=tg.num_warps)
         grid = (sched.n_programs,)
         variant = (key, sampling.do_sample, trace is not None)

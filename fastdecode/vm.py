@@ -38,7 +38,6 @@ class VM:
         # ("a" | "q", layer, KV group) -> ATTN tasks / QKV tiles done this step (merge_in_attn,
         # norm_in_qkv)
         self.tickets = {}
-        self.pools = set()  # (op, layer) whose pool tiles a task took this step (Tiling.steal)
         for p, k, _ in interleave(sched, 1, rng):
             self.execute(tasks[sched.queues[p][k]], sampling)
 
@@ -112,13 +111,6 @@ class VM:
             tb = a0 // self.n_vparts if task.op == Op.LM_HEAD else a0
             r = tg.gemv_rows(task.op)
             rows = torch.arange(a1 * r, min(N, a2 * r), device=st.h.device)
-            if tg.steal and task.op != Op.LM_HEAD and (task.op, l) not in self.pools:
-                # the first task of the phase to get here takes every pool tile (the kernel's
-                # tasks share them out; each tile's rows are the same function either way)
-                self.pools.add((task.op, l))
-                n = tg.gemv_tiles(task.op, N)
-                pool = torch.arange(min(N, (n - tg.pool_tiles(n)) * r), N, device=st.h.device)
-                rows = torch.cat([rows, pool])
             self._gemv_tile(task.op, l, self._tokens(tb, tg.block_t), rows)
         elif task.op == Op.CHOOSE:
             T = tg.T

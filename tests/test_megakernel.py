@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 import fastdecode
 from conftest import DEVICE
 from fastdecode.graph import build_step, make_tiling
-from fastdecode.opcodes import Op
 from fastdecode.schedule import ScheduleError, build_schedule, validate
 from fastdecode.spec import ModelSpec
 from fastdecode.triton_kernels.config import StreamConfig
@@ -34,10 +33,9 @@ def specs(draw):
 @given(spec=specs(), T=st.sampled_from([1, 3, 16]), P=st.integers(1, 17),
        max_seq=st.integers(20, 300), seed=st.integers(0, 1000), fused=st.booleans())
 def test_schedule_properties(spec, T, P, max_seq, seed, fused):
-    """fused: merge_in_attn and norm_in_qkv (no MERGE / QKNORM tasks in decode steps), and
-    a third of each o / gate|up / down phase in the pool (steal_frac: those tiles in no task)."""
+    """fused: merge_in_attn and norm_in_qkv (no MERGE / QKNORM tasks in decode steps)."""
     graph = build_step(spec, make_tiling(spec, T, max_seq, DEVICE, StreamConfig(
-        merge_in_attn=fused, norm_in_qkv=fused, steal_frac=fused / 3)), P)
+        merge_in_attn=fused, norm_in_qkv=fused)), P)
     sched = build_schedule(graph, P)
     assert sorted(i for q in sched.queues for i in q) == list(range(len(graph.tasks)))
     assert sched.words.shape[0] == P and int(sched.lengths.sum()) == len(graph.tasks)
@@ -45,15 +43,6 @@ def test_schedule_properties(spec, T, P, max_seq, seed, fused):
     assert len(order) == 2 * len(graph.tasks)
     for key, n in graph.producers.items():
         assert n == sum(1 for t in graph.tasks if t.signal == key)
-    tg = graph.tiling
-    for op, N in ((Op.O_PROJ, spec.d_model), (Op.GATE_UP, spec.ffn_dim), (Op.DOWN, spec.d_model)):
-        n = tg.gemv_tiles(op, N)
-        static = n - tg.pool_tiles(n)  # the tasks' ranges cover exactly the tiles before the pool
-        assert tg.pool_tiles(n) == (n // 3 if fused and T == 1 else 0)
-        for l in range(spec.n_layers):
-            got = sorted(u for t in graph.tasks if t.op == op and t.layer == l
-                         for u in range(t.args[1], t.args[2]))
-            assert got == list(range(static)) * tg.n_t()
 
 
 def test_validator_rejects_missing_producer():
@@ -68,9 +57,8 @@ def test_validator_rejects_missing_producer():
 @pytest.mark.parametrize("family,fused", [("llama", False), ("mistral", False),
                                            ("qwen3", False), ("qwen3", True)])
 def test_vm_random_interleavings_match_torch(family, fused):
-    """fused (merge_in_attn, norm_in_qkv, steal_frac): whichever ATTN task of a group runs last
-    in the interleaving merges it, whichever QKV task completes a group's tiles norms it,
-    whichever o / gate|up / down task of a phase runs first takes its pool tiles."""
+    """fused (merge_in_attn, norm_in_qkv): whichever ATTN task of a group runs last in the
+    interleaving merges it, whichever QKV task completes a group's tiles norms it."""
     model = tiny_model(family)
     ids = torch.randint(0, 101, (1, 24), generator=torch.Generator().manual_seed(9))
     ref = fastdecode.from_hf(model, max_seq_len=48, mode="torch")
@@ -79,23 +67,18 @@ def test_vm_random_interleavings_match_torch(family, fused):
         fm = fastdecode.from_hf(model, max_seq_len=48, mode="vm")
         fm.runtime.n_programs = 3 + seed
         fm.runtime.vm_rng = random.Random(seed)
-        fm.runtime.mega_stream = StreamConfig(merge_in_attn=fused, norm_in_qkv=fused,
-                                              steal_frac=0.4 * fused)
+        fm.runtime.mega_stream = StreamConfig(merge_in_attn=fused, norm_in_qkv=fused)
         got = torch.cat([fm(ids[:, :19])[0]] + [fm(ids[:, t:t + 1])[0] for t in range(19, 24)])
         assert float((got - want).norm() / want.norm()) < 1e-6
 
 
 @pytest.mark.parametrize("family", ["qwen2", "qwen3"])
 @pytest.mark.parametrize("stream", [StreamConfig(64, 4, max_k=16),
-                                    StreamConfig(2048, 4, merge_in_attn=True, norm_in_qkv=True),
-                                    StreamConfig(64, 4, max_k=16, steal_frac=0.5)])
+                                    StreamConfig(2048, 4, merge_in_attn=True, norm_in_qkv=True)])
 def test_decode_stream_tiles_match_torch(family, stream):
     """The decode tasks' stream tiles: K chunked (max_k=16 < every K of the tiny models: several
     pieces per tile, odd K ends mid-chunk) and whole rows with many rows per tile; qkv bias and
-    q/k norm epilogues; half of each o / gate|up / down phase's tiles taken from the pool
-    (steal_frac) -- by ticket, after the task's range, over several decode steps: a wrong ticket
-    epoch would skip or repeat tiles. fp32 weights: only the summation order differs from torch
-    mode."""
+    q/k norm epilogues. fp32 weights: only the summation order differs from torch mode."""
     model = tiny_model(family).to(DEVICE)
     ids = torch.randint(0, 101, (1, 12), generator=torch.Generator().manual_seed(4)).to(DEVICE)
     ref = fastdecode.from_hf(model, max_seq_len=32, mode="torch")
@@ -107,17 +90,6 @@ def test_decode_stream_tiles_match_torch(family, stream):
     ops = [t.op.name for t in fm.runtime.schedule(1).graph.tasks]
     assert ("MERGE" not in ops) == stream.merge_in_attn  # the last ATTN task of a group merged
     assert ("QKNORM" in ops) == (family == "qwen3" and not stream.norm_in_qkv)
-    sched = fm.runtime.schedule(1)
-    graph, tg = sched.graph, sched.graph.tiling
-    assert bool(tg.steal) == bool(stream.steal_frac)
-    s = fm.runtime.spec
-    for j, (op, N) in enumerate(((Op.O_PROJ, s.d_model), (Op.GATE_UP, s.ffn_dim),
-                                 (Op.DOWN, s.d_model)) if tg.steal else ()):
-        # 4 decode steps, each: every pool tile taken once, one empty claim per task
-        pool = tg.pool_tiles(tg.gemv_tiles(op, N))
-        tasks = sum(t.op == op and t.layer == 0 for t in graph.tasks)
-        assert pool > 0 and int(fm.runtime._counters[id(sched)][0][
-            graph.counters[("pool", 0, j)]]) == 4 * (pool + tasks)
 
 
 def test_ptx_stream_gives_the_plain_streams_tokens():
@@ -233,9 +205,3 @@ def test_mega_random_shapes_match_torch(shape, seed):
         outs.append(torch.cat([fm(ids[:, :6])[0]] + [fm(ids[:, t:t + 1])[0] for t in range(6, 9)]))
     want, got = outs
     assert float((got - want).norm() / want.norm()) < 1e-5
-
-
-@pytest.mark.parametrize("frac", [-0.1, 1.5])
-def test_steal_frac_out_of_range_is_refused(frac):
-    with pytest.raises(ValueError, match="steal_frac"):
-        StreamConfig(steal_frac=frac)

@@ -69,26 +69,17 @@ class StreamConfig:
     # instead of a MERGE task one dependency hop later. Off: on an H200 (2026-11-30, 009b042,
     # sweep_mega 16384/4w/4096/2) 1B 1118.8 vs 1129.3 tok/s, 8B 219.5 vs 222.1 -- the saved hop
     # is paid back by one task merging all splits where a MERGE task ran beside the others.
-    # Kept (constexpr) to try with norm_in_qkv on q/k-norm models, not yet measured together.
+    # With norm_in_qkv on Qwen3-8B (2026-11-30, 69859da): 205.4 vs 204.3, within noise.
     merge_in_attn: bool = False
     # decode with q/k norm: the QKV task that completes a KV group's tiles normalizes and rotates
-    # it (graph.py, Tiling.norm_in_qkv) instead of a QKNORM task. Not yet measured: off.
+    # it (graph.py, Tiling.norm_in_qkv) instead of a QKNORM task. Off: on an H200 (2026-11-30,
+    # 69859da, sweep_mega 16384/4w/4096/2, 128 tokens) Qwen3-8B 199.1 vs 204.3 tok/s without.
+    # Work stealing, measured and dropped (StreamConfig.steal_frac at 69859da, reverted): each
+    # o / gate|up / down phase's last 12% / 25% of tiles in a pool taken by atomic ticket after
+    # a task's own range -- 1B 889.2 / 899.0 vs 1123.7 tok/s, 8B 192.4 / 196.8 vs 223.3: its
+    # registers (1B spills 40 -> 244 B) and ticket round trips cost more than the phase tails
+    # (~3.5 us on 8B) it evens out.
     norm_in_qkv: bool = False
-    # decode on one GPU: this fraction of each o_proj / gate|up / down phase's tiles is left out
-    # of the static ranges, in a pool that every task of the phase draws from, a tile at a time
-    # (an atomic ticket per (layer, op), claimed a tile ahead: megakernel.pool_args,
-    # gemv.take_tile), after its own range -- so a program on a slow SM streams fewer tiles. The
-    # trace at 7f52662 shows why: an 8B gate|up phase's tasks, equal in bytes, took 51.4 / 54.8 /
-    # 58.3 us (min / median / max), and a phase ends with its slowest task. A tile's output does
-    # not depend on which program makes it: bit-identical to steal_frac 0. Not yet measured: 0.
-    # compile_check at 0.25: 1B 170/244 B spills (40/40 without), 8B 104/148 (72/72), Qwen3-8B
-    # 222/304 (84/88); with the PTX pieces 0/0 -- to weigh against the tails it saves.
-    steal_frac: float = 0.0
-
-    def __post_init__(self):
-        if not 0.0 <= self.steal_frac <= 1.0:
-            raise ValueError(f"steal_frac is the fraction of a phase's tiles in the pool: "
-                             f"0 to 1 (got {self.steal_frac})")
 
     def tile(self, K: int, parts: int = 1) -> TileConfig:
         """rows (a power of two, 1 to 128) x block_k of a tile over rows of K elements, of

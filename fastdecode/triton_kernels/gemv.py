@@ -86,64 +86,11 @@ def stream_start(w_ptr, N, K, tile_lo, tile_hi, BLOCK_N: tl.constexpr, BLOCK_K: 
 
 
 @triton.jit
-def claim_tile(pool_ptr, lane, go):
-    """A pool ticket (megakernel.pool_args): one relaxed atomic add of 1 by lane 0, if go. lane:
-    arange over the program's threads, so the old value waits in that thread's register until
-    take_tile reads it -- the claim is requested a tile ahead and costs no round trip (a scalar
-    atomic makes Triton broadcast its result through shared memory at once: a stall)."""
-    return tl.atomic_add(pool_ptr + lane * 0, (lane == 0).to(tl.int32), mask=(lane == 0) & go,
-                         sem="relaxed")
-
-
-@triton.jit
-def take_tile(pool_ptr, lane, claim, pool_base, n_static, n_tiles):
-    """(the pool tile a claim got -- n_tiles or more: the pool is empty --, the next claim,
-    requested only if it got one: so each task makes exactly one claim that finds the pool
-    empty, and a step adds pool tiles + tasks to the ticket). Tickets wrap like int32 counters."""
-    t = n_static + (tl.sum(tl.where(lane == 0, claim, 0), axis=0) - pool_base)
-    return t, claim_tile(pool_ptr, lane, t < n_tiles)
-
-
-@triton.jit
-def stream_step(w, w2, x, acc, acc2, b, b2, r, tile, last, rows1, mask1, k1, x_ptr, w_ptr,
-                norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, n_k, stride_res, rstd,
-                NORM: tl.constexpr, BIAS: tl.constexpr, SWIGLU: tl.constexpr,
-                RESIDUAL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                PTX: tl.constexpr):
-    """One piece of a decode stream: request the next one (rows1 from k1: weights, activation
-    chunk), reduce the current one (w, x) of tile `tile`, and at the tile's last chunk (last)
-    apply the epilogue, store the tile and load the next tile's epilogue operands. Returns the
-    carried state (w, w2, x, acc, acc2, b, b2, r)."""
-    offs_t = tl.arange(0, 1)
-    mask_t = offs_t < T
-    w_n = weight_chunk(w_ptr, rows1, mask1, k1, K, BLOCK_K, PTX)
-    w2_n = w_n
-    if SWIGLU:
-        w2_n = weight_chunk(w_ptr, rows1 + N, mask1, k1, K, BLOCK_K, PTX)
-    x_n = next_x_chunk(x, x_ptr, norm_ptr, k1, K, n_k, rstd, NORM, BLOCK_K)
-    acc += row_dot(w, x, PTX)
-    if SWIGLU:
-        acc2 += row_dot(w2, x, PTX)
-    if last:  # the tile's last chunk: epilogue, store, next tile's operands
-        b_n, b2_n, r_n = epilogue_operands(bias_ptr, res_ptr, offs_t, mask_t, rows1, mask1, N,
-                                           stride_res, BIAS, SWIGLU, RESIDUAL)
-        y = gemv_epilogue(acc, acc2, b, b2, r, SWIGLU)
-        offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-        tl.store(out_ptr + offs_n[None, :], y.to(out_ptr.dtype.element_ty),
-                 mask=mask_t[:, None] & (offs_n < N)[None, :])
-        acc = tl.zeros([1, BLOCK_N], dtype=tl.float32)
-        acc2 = acc
-        b, b2, r = b_n, b2_n, r_n
-    return w_n, w2_n, x_n, acc, acc2, b, b2, r
-
-
-@triton.jit
 def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, stride_x, stride_res,
-              stride_out, eps, tile_lo, tile_hi, pid_t, w0, w20, pool_ptr, pool_base, n_static,
+              stride_out, eps, tile_lo, tile_hi, pid_t, w0, w20,
               NORM: tl.constexpr, BIAS: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
               BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-              STREAM: tl.constexpr, F32: tl.constexpr, PTX: tl.constexpr,
-              STEAL: tl.constexpr = False, LANES: tl.constexpr = 128):
+              STREAM: tl.constexpr, F32: tl.constexpr, PTX: tl.constexpr):
     """Output tiles [tile_lo, tile_hi) of BLOCK_N rows for token block pid_t; (w0, w20): the
     first piece from stream_start (STREAM) or ignored.
 
@@ -154,32 +101,15 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
     needs ~32 KB of loads in flight per SM to cover HBM latency). BLOCK_K < K chunks long rows
     so the activation chunk stays a few registers. Otherwise each tile loops over K on its own
     (ops mode: many programs per SM supply the loads in flight; T>1: tl.dot tiles).
-    PTX (STREAM, bf16 weights): the pieces are loaded by inline PTX (_common.weight_chunk).
-    STEAL (STREAM, megakernel.pool_args): after its range the task takes tiles [n_static, N /
-    BLOCK_N) of the phase's pool from the ticket pool_ptr (claim_tile / take_tile, a tile ahead;
-    LANES: the program's threads) until it is empty; the stream's pipeline runs on across."""
+    PTX (STREAM, bf16 weights): the pieces are loaded by inline PTX (_common.weight_chunk)."""
     if STREAM:
         offs_t = tl.arange(0, 1)
         mask_t = offs_t < T
         n_k = tl.cdiv(K, BLOCK_K)
         n_it = (tile_hi - tile_lo) * n_k
-        t0 = tile_lo
-        w, w2 = w0, w20  # requested before the activations (before the dependency wait)
-        if STEAL:
-            n_tiles = tl.cdiv(N, BLOCK_N)
-            lane = tl.arange(0, LANES)
-            claim = claim_tile(pool_ptr, lane, True)
-            if tile_lo >= tile_hi:  # no range of its own: the first pool tile now
-                t0, claim = take_tile(pool_ptr, lane, claim, pool_base, n_static, n_tiles)
-                rows = t0 * BLOCK_N + tl.arange(0, BLOCK_N)
-                w = weight_chunk(w_ptr, rows, (rows < N) & (t0 < n_tiles), 0, K, BLOCK_K, PTX)
-                if SWIGLU:
-                    w2 = weight_chunk(w_ptr, rows + N, (rows < N) & (t0 < n_tiles), 0, K,
-                                      BLOCK_K, PTX)
-        rows = t0 * BLOCK_N + tl.arange(0, BLOCK_N)
+        rows = tile_lo * BLOCK_N + tl.arange(0, BLOCK_N)
         mask_r = (rows < N) & (n_it > 0)
-        if STEAL:
-            mask_r = (rows < N) & (t0 < n_tiles)
+        w, w2 = w0, w20  # requested before the activations (before the dependency wait)
         b, b2, r = epilogue_operands(bias_ptr, res_ptr, offs_t, mask_t, rows, mask_r, N,
                                      stride_res, BIAS, SWIGLU, RESIDUAL)
         if NORM:
@@ -189,39 +119,30 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
         x = x_chunk(x_ptr, norm_ptr, 0, K, rstd, NORM, BLOCK_K)
         acc = tl.zeros([1, BLOCK_N], dtype=tl.float32)
         acc2 = acc
-        if STEAL:  # its range, then pool tiles: one loop, the pipeline running on across
-            t = t0
-            kk = t0 * 0
-            lim = tile_hi
-            while t < n_tiles:
-                last = kk == n_k - 1
-                t1 = t
-                kk1 = kk + 1
-                if last:
-                    kk1 = kk * 0
-                    if t + 1 < lim:
-                        t1 = t + 1
-                    else:  # a claim ahead: its result has been in flight for a tile
-                        t1, claim = take_tile(pool_ptr, lane, claim, pool_base, n_static,
-                                              n_tiles)
-                        lim = t * 0
-                rows1 = t1 * BLOCK_N + tl.arange(0, BLOCK_N)
-                w, w2, x, acc, acc2, b, b2, r = stream_step(
-                    w, w2, x, acc, acc2, b, b2, r, t, last, rows1,
-                    (rows1 < N) & (t1 < n_tiles), kk1 * BLOCK_K, x_ptr, w_ptr, norm_ptr,
-                    bias_ptr, res_ptr, out_ptr, T, N, K, n_k, stride_res, rstd, NORM, BIAS,
-                    SWIGLU, RESIDUAL, BLOCK_N, BLOCK_K, PTX)
-                t = t1
-                kk = kk1
-        else:
-            for i in range(0, n_it):
-                i1 = i + 1
-                rows1 = (tile_lo + i1 // n_k) * BLOCK_N + tl.arange(0, BLOCK_N)
-                w, w2, x, acc, acc2, b, b2, r = stream_step(
-                    w, w2, x, acc, acc2, b, b2, r, tile_lo + i // n_k, i % n_k == n_k - 1,
-                    rows1, (rows1 < N) & (i1 < n_it), (i1 % n_k) * BLOCK_K, x_ptr, w_ptr,
-                    norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, n_k, stride_res, rstd, NORM,
-                    BIAS, SWIGLU, RESIDUAL, BLOCK_N, BLOCK_K, PTX)
+        for i in range(0, n_it):
+            i1 = i + 1
+            rows1 = (tile_lo + i1 // n_k) * BLOCK_N + tl.arange(0, BLOCK_N)
+            mask1 = (rows1 < N) & (i1 < n_it)
+            k1 = (i1 % n_k) * BLOCK_K
+            w_n = weight_chunk(w_ptr, rows1, mask1, k1, K, BLOCK_K, PTX)
+            w2_n = w_n
+            if SWIGLU:
+                w2_n = weight_chunk(w_ptr, rows1 + N, mask1, k1, K, BLOCK_K, PTX)
+            x_n = next_x_chunk(x, x_ptr, norm_ptr, k1, K, n_k, rstd, NORM, BLOCK_K)
+            acc += row_dot(w, x, PTX)
+            if SWIGLU:
+                acc2 += row_dot(w2, x, PTX)
+            if i % n_k == n_k - 1:  # the tile's last chunk: epilogue, store, next tile's operands
+                b_n, b2_n, r_n = epilogue_operands(bias_ptr, res_ptr, offs_t, mask_t, rows1,
+                                                   mask1, N, stride_res, BIAS, SWIGLU, RESIDUAL)
+                y = gemv_epilogue(acc, acc2, b, b2, r, SWIGLU)
+                offs_n = (tile_lo + i // n_k) * BLOCK_N + tl.arange(0, BLOCK_N)
+                tl.store(out_ptr + offs_n[None, :], y.to(out_ptr.dtype.element_ty),
+                         mask=mask_t[:, None] & (offs_n < N)[None, :])
+                acc = tl.zeros([1, BLOCK_N], dtype=tl.float32)
+                acc2 = acc
+                b, b2, r = b_n, b2_n, r_n
+            w, w2, x = w_n, w2_n, x_n
     else:
         for tile in range(tile_lo, tile_hi):
             y, offs_t, mask_t, offs_n, mask_n = gemv_tile(
@@ -242,8 +163,8 @@ def gemv_kernel(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, str
     hi = tl.minimum(lo + tiles_per_program, tl.cdiv(N, BLOCK_N))
     w0, w20 = stream_start(w_ptr, N, K, lo, hi, BLOCK_N, BLOCK_K, SWIGLU, STREAM, PTX)
     gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, stride_x, stride_res,
-              stride_out, eps, lo, hi, tl.program_id(1), w0, w20, w_ptr, 0, 0, NORM, BIAS,
-              SWIGLU, RESIDUAL, BLOCK_T, BLOCK_N, BLOCK_K, STREAM, F32, PTX)
+              stride_out, eps, lo, hi, tl.program_id(1), w0, w20, NORM, BIAS, SWIGLU, RESIDUAL,
+              BLOCK_T, BLOCK_N, BLOCK_K, STREAM, F32, PTX)
 
 
 def block_t(T: int) -> int:

@@ -123,45 +123,29 @@ def ready(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, tr, clock_p
 
 
 @triton.jit
-def pool_args(ctr_ptr, pool_base, layer, j, N, R: tl.constexpr, epoch, STEAL: tl.constexpr):
-    """(ticket pointer, the ticket value this step's claims start from, the first pool tile) of
-    phase j (0 o_proj, 1 gate|up, 2 down) of a layer whose N rows are tiled R at a time
-    (graph.Tiling.steal, pool_tiles: the same integers). Every task of the phase -- there are
-    min(programs, its static tiles), at least one (graph.ranges) -- claims until a claim finds
-    the pool empty, so each step adds pool + tasks to the ticket."""
-    n = tl.cdiv(N, R)
-    pool = n * STEAL // 256
-    tasks = tl.maximum(tl.minimum(tl.num_programs(0), n - pool), 1)
-    return ctr_ptr + pool_base + layer * 3 + j, (epoch - 1) * (pool + tasks), n - pool
-
-
-@triton.jit
 def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
                   ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, tr, clock_ptr, op,
-                  xtab_ptr, rank, x_ctr, x_spin, part_off, pool, BIAS: tl.constexpr,
+                  xtab_ptr, rank, x_ctr, x_spin, part_off, BIAS: tl.constexpr,
                   BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STREAM: tl.constexpr,
                   F32: tl.constexpr, WORLD: tl.constexpr, PUSH_BLOCK: tl.constexpr,
-                  USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
-                  STEAL: tl.constexpr, LANES: tl.constexpr):
+                  USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr):
     """o_proj / down_proj task: h[:, tiles lo..hi] += x @ W^T (+ bias), the residual stream in
     place -- its first weight piece requested, then its wait (ready), then the stream. Tensor
     parallelism: the fp32 partial sum goes to this rank's row of the symmetric buffer (element
-    part_off) and is pushed to every rank; REDUCE tasks add it to the residual. pool: pool_args
-    (STEAL, one GPU)."""
+    part_off) and is pushed to every rank; REDUCE tasks add it to the residual."""
     w0, _ = stream_start(w_ptr, D, K, lo, hi, BLOCK_N, BLOCK_K, False, STREAM, PTX)
     run = ready(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, tr, clock_ptr, op,
                 xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE)
     if run == 1:
         if WORLD == 1:
-            pool_ptr, pool_base, n_static = pool
             gemv_body(x_ptr, w_ptr, w_ptr, b_ptr, h_ptr, h_ptr, T, D, K, K, D, D, eps, lo, hi, tb,
-                      w0, w0, pool_ptr, pool_base, n_static, False, BIAS, False, True, BLOCK_T,
-                      BLOCK_N, BLOCK_K, STREAM, F32, PTX, STEAL, LANES)
+                      w0, w0, False, BIAS, False, True, BLOCK_T, BLOCK_N, BLOCK_K, STREAM, F32,
+                      PTX)
         else:
             part = peer(xtab_ptr, rank, part_off, tl.float32)
             gemv_body(x_ptr, w_ptr, w_ptr, b_ptr, h_ptr, part, T, D, K, K, D, D, eps, lo, hi,
-                      tb, w0, w0, w_ptr, 0, 0, False, BIAS, False, False, BLOCK_T, BLOCK_N,
-                      BLOCK_K, STREAM, F32, PTX)
+                      tb, w0, w0, False, BIAS, False, False, BLOCK_T, BLOCK_N, BLOCK_K, STREAM,
+                      F32, PTX)
             tl.debug_barrier()  # every thread's partial sums stored before they are pushed
             push_rows(xtab_ptr, rank, part_off, D, tb * BLOCK_T, tl.minimum(T, tb * BLOCK_T +
                       BLOCK_T), lo * BLOCK_N, tl.minimum(hi * BLOCK_N, D), WORLD, PUSH_BLOCK)
@@ -172,7 +156,7 @@ def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
 # (== 1, % 16): a recompile of this kernel costs seconds
 @triton.jit(do_not_specialize=["tok_ctr", "max_spin", "n_steps", "n_eos", "max_step", "rank",
                                "x_ctr", "x_spin", "x_red", "x_lmv", "x_lmi", "v0", "VFULL",
-                               "tkt_base", "qtkt_base", "pool_base"])
+                               "tkt_base", "qtkt_base"])
 def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin, n_steps,
                trace_ptr, clock_ptr,
                done_ptr, eos_ptr, n_eos, max_step,
@@ -184,7 +168,6 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                wo_ptr, bo_ptr, wgu_ptr, bgu_ptr, wd_ptr, bd_ptr,
                T, TM, KVH, V, S, eps, scale, CHUNK, n_splits, n_vparts,
                xtab_ptr, rank, x_ctr, x_spin, x_red, x_lmv, x_lmi, v0, VFULL, tkt_base, qtkt_base,
-               pool_base,
                D: tl.constexpr, FFN: tl.constexpr, H: tl.constexpr, HD: tl.constexpr,
                BIAS_QKV: tl.constexpr, QK_NORM: tl.constexpr, QK_DEFER: tl.constexpr,
                BLOCK_HALF: tl.constexpr, BIAS_O: tl.constexpr,
@@ -199,8 +182,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                EMB_BLOCK: tl.constexpr, MERGE_BLOCK: tl.constexpr, F32: tl.constexpr,
                WORLD: tl.constexpr, RED_BLOCK: tl.constexpr,
                USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
-               MERGE_IN_ATTN: tl.constexpr, NORM_IN_QKV: tl.constexpr, STEAL: tl.constexpr,
-               LANES: tl.constexpr):
+               MERGE_IN_ATTN: tl.constexpr, NORM_IN_QKV: tl.constexpr):
     """Model sizes D, FFN, H, HD are constexpr (one compile per model): a decode tile over whole
     rows then folds its chunk loop away and keeps the activation row in registers, which spares
     registers (bench/compile_check.py: 1B shape 255 registers with 48 B of spills when they were
@@ -221,10 +203,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     merges the group (no MERGE tasks).
     NORM_IN_QKV (QK_DEFER, Tiling.norm_in_qkv): likewise each QKV task adds its tile count to
     counters[qtkt_base + layer * KVH + group]; the one that completes the group's tiles
-    (Tiling.qkv_group_tiles) normalizes and rotates it (no QKNORM tasks).
-    STEAL (one GPU, decode; graph.Tiling.steal, 256ths): each O / GATE_UP / DOWN task, after its
-    range, takes tiles of its phase's pool from the ticket counters[pool_base + 3 layer + j]
-    (pool_args, gemv.take_tile); LANES = the program's threads (32 x num_warps)."""
+    (Tiling.qkv_group_tiles) normalizes and rotates it (no QKNORM tasks)."""
     pid = tl.program_id(0)
     qlen = tl.load(qlen_ptr + pid)
     QKVN = (H + 2 * KVH) * HD
@@ -281,30 +260,24 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                 run = residual_task(attn_ptr, wo_ptr + layer * D * QD, bo_ptr + layer * D, h_ptr,
                                     T, D, QD, eps, a1, a2, a0, ctr_ptr, target, status_ptr,
                                     max_spin, pid, i, wc, s, tr, clock_ptr, op, xtab_ptr, rank,
-                                    x_ctr, x_spin, x_red + rank * TM * D,
-                                    pool_args(ctr_ptr, pool_base, layer, 0, D, RQ, epoch, STEAL),
-                                    BIAS_O, BLOCK_T, RQ, KQ, STREAM, F32, WORLD, RED_BLOCK,
-                                    USE_ASM, TRACE, PTX, STEAL > 0, LANES)
+                                    x_ctr, x_spin, x_red + rank * TM * D, BIAS_O, BLOCK_T, RQ,
+                                    KQ, STREAM, F32, WORLD, RED_BLOCK, USE_ASM, TRACE, PTX)
             elif op == OP_GU:
                 w_gu = wgu_ptr + layer * 2 * FFN * D
                 w0, w20 = stream_start(w_gu, FFN, D, a1, a2, RG, KG, True, STREAM, PTX)
                 run = ready(ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, tr, clock_ptr,
                             op, xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE)
                 if run == 1:
-                    pool_ptr, pool_base0, n_static = pool_args(ctr_ptr, pool_base, layer, 1,
-                                                               FFN, RG, epoch, STEAL)
                     gemv_body(h_ptr, w_gu, mnorm_ptr + layer * D, bgu_ptr + layer * 2 * FFN,
                               h_ptr, act_ptr, T, FFN, D, D, D, FFN, eps, a1, a2, a0, w0, w20,
-                              pool_ptr, pool_base0, n_static, True, BIAS_MLP, True, False,
-                              BLOCK_T, RG, KG, STREAM, F32, PTX, STEAL > 0, LANES)
+                              True, BIAS_MLP, True, False, BLOCK_T, RG, KG, STREAM, F32, PTX)
             elif op == OP_DOWN:
                 run = residual_task(act_ptr, wd_ptr + layer * D * FFN, bd_ptr + layer * D, h_ptr,
                                     T, D, FFN, eps, a1, a2, a0, ctr_ptr, target, status_ptr,
                                     max_spin, pid, i, wc, s, tr, clock_ptr, op, xtab_ptr, rank,
-                                    x_ctr, x_spin, x_red + (WORLD + rank) * TM * D,
-                                    pool_args(ctr_ptr, pool_base, layer, 2, D, RF, epoch, STEAL),
-                                    BIAS_MLP, BLOCK_T, RF, KF, STREAM, F32, WORLD, RED_BLOCK,
-                                    USE_ASM, TRACE, PTX, STEAL > 0, LANES)
+                                    x_ctr, x_spin, x_red + (WORLD + rank) * TM * D, BIAS_MLP,
+                                    BLOCK_T, RF, KF, STREAM, F32, WORLD, RED_BLOCK, USE_ASM,
+                                    TRACE, PTX)
             elif op == OP_LM:
                 w0, _ = stream_start(lm_ptr, V, D, a1, a2, RD, KD, False, STREAM, PTX)
                 run = ready(ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, tr, clock_ptr,
