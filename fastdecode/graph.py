@@ -43,7 +43,7 @@ from .triton_kernels.attention import split_plan
 from .triton_kernels.config import (StreamConfig, attention_config, gemv_config, ptx_stream_ok,
                                      stream_config)
 from .triton_kernels.gemv import block_t
-from .triton_kernels.qkv_rope import qkv_tile
+from .triton_kernels.qkv_rope import defer_qk_norm, qkv_tile
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
     else:
         cfg = gemv_config(spec.d_model * 4, spec.d_model, T, device)
         rows, bks, warps, st = [cfg.block_n] * 4, [cfg.block_k] * 4, cfg.num_warps, None
-    defer = spec.qk_norm and T == 1
+    defer = defer_qk_norm(spec.qk_norm, T)
     pairs, qkv_bk, _, _ = qkv_tile(spec.head_dim, spec.qk_norm, T, spec.d_model, device,
                                    stream=st, defer=defer)
     block_s, block_tok = attention_config(spec.head_dim, spec.group, T)

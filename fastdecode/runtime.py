@@ -383,7 +383,7 @@ class Runtime:
             b_qkv, qk_norm, b_o, b_gu, b_down = self._layer_args(l)
             ops.qkv_rope(h, pw.w_qkv[l], pw.attn_norm[l], st.cos, st.sin, st.pos, st.k_cache[l],
                          st.v_cache[l], n_heads=s.n_heads, eps=s.rms_eps, bias=b_qkv,
-                         qk_norm=qk_norm, q_out=st.q[:T])
+                         qk_norm=qk_norm, q_out=st.q[:T], raw=st.qk_raw)
             ops.attention(st.q[:T], st.k_cache[l], st.v_cache[l], st.pos,
                           window=s.layer_windows[l], chunk=st.chunk, scratch=(st.o_part, st.lse),
                           out=st.attn[:T])

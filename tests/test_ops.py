@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from fastdecode import ops
 from fastdecode import reference as R
 from fastdecode.triton_kernels.config import StreamConfig
+from fastdecode.triton_kernels.qkv_rope import defer_qk_norm
 from helpers import assert_close, close
 from conftest import DEVICE
 
@@ -85,6 +86,32 @@ def test_qkv_rope(T, group, KVH, HD, K, pos, seed, dtype, bias, qk, pairs, strea
     assert_close(kc, kc2, dtype, K, "k cache")   # untouched rows must be bit-equal: both clones
     assert_close(vc, vc2, dtype, K, "v cache")
     assert torch.equal(kc[:, :pos], kc2[:, :pos]) and torch.equal(kc[:, pos + T:], kc2[:, pos + T:])
+
+
+@pytest.mark.parametrize("HD,pairs,stream", [(6, None, None), (40, 2, None),
+                                             (24, None, StreamConfig(64, 4, 1, max_k=16))])
+def test_qkv_rope_decode_defers_qk_norm(HD, pairs, stream):
+    """Decode with q/k norm (Qwen3) runs small QKV tiles that store raw fp32 rows, then one
+    qk_norm_rope_kernel program per KV group (defer_qk_norm): against the reference, and the
+    raw scratch really is what the second kernel read (q from it, with bias and norm weights)."""
+    g = torch.Generator().manual_seed(HD)
+    T, H, KVH, K, pos = 1, 6, 2, 72, 5
+    S = pos + 4
+    x, w, nw, cos, sin, b, qkn, kc, vc = _qkv_case(T, H, KVH, HD, K, pos, S, torch.float32, g,
+                                                    True, True)
+    kc2, vc2 = kc.clone(), vc.clone()
+    p = torch.tensor([pos], dtype=torch.int32, device=DEVICE)
+    raw = torch.full((T, H + KVH, HD), float("nan"), device=DEVICE)
+    kw = dict(n_heads=H, eps=1e-5, bias=b, qk_norm=qkn)
+    q = ops.qkv_rope(x, w, nw, cos, sin, p, kc, vc, pairs=pairs, stream=stream, raw=raw, **kw)
+    q_ref = R.qkv_rope(x, w, nw, cos, sin, pos, kc2, vc2, **kw)
+    assert defer_qk_norm(True, T) and not defer_qk_norm(True, 2) and not defer_qk_norm(False, 1)
+    assert_close(q, q_ref, torch.float32, K, "q")
+    assert_close(kc, kc2, torch.float32, K, "k cache")
+    assert_close(vc, vc2, torch.float32, K, "v cache")
+    xn = R.rmsnorm(x, nw, 1e-5).float()
+    want_raw = (xn @ w.float().t() + b.float())[:, :(H + KVH) * HD].view(T, H + KVH, HD)
+    assert_close(raw, want_raw, torch.float32, K, "raw q/k rows")
 
 
 @given(T=TOKENS, group=st.sampled_from([1, 2, 3, 4, 7]), KVH=st.integers(1, 3),

@@ -11,11 +11,12 @@ each new token t at position p = pos + t:
 A tile is BLOCK_H rotation pairs (row i of the lo half [0, hd/2) with row i of the hi half
 [hd/2, hd)) of one head, so the rotation needs no cross-thread shuffle: with 4 pairs per tile
 the 1B model's 3072 rows are 384 tiles (the decode GEMV tile of config.py). With q/k RMSNorm
-(Qwen3) a tile is the whole head, since the norm sums over all of it -- except in the
-megakernel's decode stream (DEFER): there q and k tiles are as small as any and store their raw
-fp32 outputs (bias added), and a QKNORM task per KV group (qk_norm_rope_body) normalizes and
-rotates whole heads: 48 whole-head tiles of a Qwen3-8B layer would keep 48 of 264 programs
-streaming its QKV weights. Any even head_dim.
+(Qwen3) a tile is the whole head, since the norm sums over all of it -- except in decode
+(defer_qk_norm, DEFER): there q and k tiles are as small as any and store their raw fp32 outputs
+(bias added), and qk_norm_rope_body, one program per KV group (a QKNORM task in the megakernel,
+qk_norm_rope_kernel in ops mode), normalizes and rotates whole heads: a Qwen3-8B layer's QKV in
+whole-head tiles of 128 rows is 48 programs, which stream its 50 MB at a fraction of the
+bandwidth (ops mode 98 tok/s before deferring, 2026-11-30 on an H200). Any even head_dim.
 Tiles are numbered per KV group (qkv_slot) so a megakernel task covers a range of one group's
 tiles and signals only that group's attention.
 Roofline (decode): bytes = (H + 2 KVH) * hd * d * 2 -- e.g. 12.6 MB for Llama-3.2-1B, 2.8 us.
@@ -27,6 +28,12 @@ import triton.language as tl
 from ._common import INTERPRET, gemv_acc, next_x_chunk, row_dot, row_rstd, weight_chunk, x_chunk
 from .config import StreamConfig, gemv_config, qkv_pairs, stream_ptx
 from .gemv import block_t
+
+
+def defer_qk_norm(qk_norm: bool, T: int) -> bool:
+    """Decode (T=1) with q/k RMSNorm runs it after the QKV tiles (DEFER), in both modes; prefill
+    chunks keep whole-head tiles (their tl.dot tiles have >= 16 pairs anyway)."""
+    return qk_norm and T == 1
 
 
 @triton.jit
@@ -223,11 +230,11 @@ def qk_norm_rope_body(raw_ptr, qk_norm_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_
 
 @triton.jit
 def qkv_rope_kernel(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_ptr, pos_ptr,
-                    q_ptr, k_ptr, v_ptr, T, K, stride_x, S, eps, H, KVH, HD, GROUP, n_chunks,
-                    tiles_per_program,
+                    q_ptr, k_ptr, v_ptr, raw_ptr, T, K, stride_x, S, eps, H, KVH, HD, GROUP,
+                    n_chunks, tiles_per_program,
                     BIAS: tl.constexpr, QK_NORM: tl.constexpr, BLOCK_T: tl.constexpr,
                     BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, STREAM: tl.constexpr,
-                    F32: tl.constexpr, PTX: tl.constexpr):
+                    F32: tl.constexpr, DEFER: tl.constexpr, PTX: tl.constexpr):
     """Grid (KV groups, tile ranges of the group)."""
     per_group = (GROUP + 2) * n_chunks * tl.cdiv(T, BLOCK_T)
     lo = tl.program_id(1) * tiles_per_program
@@ -236,44 +243,58 @@ def qkv_rope_kernel(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_
                            BLOCK_H, BLOCK_K, STREAM, PTX)
     qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_ptr, pos_ptr,
                   q_ptr, k_ptr, v_ptr, T, K, stride_x, S, eps, H, KVH, HD, tl.program_id(0), lo,
-                  hi, w_lo, w_hi, GROUP, n_chunks, q_ptr,
-                  BIAS, QK_NORM, BLOCK_T, BLOCK_H, BLOCK_K, STREAM, F32, False, PTX)
+                  hi, w_lo, w_hi, GROUP, n_chunks, raw_ptr,
+                  BIAS, QK_NORM, BLOCK_T, BLOCK_H, BLOCK_K, STREAM, F32, DEFER, PTX)
+
+
+@triton.jit
+def qk_norm_rope_kernel(raw_ptr, qk_norm_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_ptr, T, S, eps,
+                        H, KVH, HD, GROUP, BLOCK_T: tl.constexpr, BLOCK_HALF: tl.constexpr):
+    """Grid (KV groups,): the deferred q/k norm + RoPE of qkv_rope (DEFER). Bytes: (GROUP + 1)
+    raw fp32 heads in (L2: just written), bf16 out -- a few us of latency, no bandwidth."""
+    qk_norm_rope_body(raw_ptr, qk_norm_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_ptr, T, S, eps,
+                      H, KVH, HD, tl.program_id(0), GROUP, BLOCK_T, BLOCK_HALF)
 
 
 def qkv_tile(head_dim: int, qk_norm: bool, T: int, K: int, device, pairs=None,
              stream: StreamConfig | None = None, defer: bool = False):
     """(BLOCK_H rotation pairs, BLOCK_K, num_warps, stream) of a QKV + RoPE tile.
     stream (T=1): the megakernel's decode stream, lo + hi rows of about stream.tile_elems
-    elements (q/k norm: whole heads, K chunked to the same tile elements; defer: the q/k norm
-    runs in qk_norm_rope_body, so any tile)."""
+    elements (q/k norm: whole heads, K chunked to the same tile elements; defer
+    (defer_qk_norm): the q/k norm runs in qk_norm_rope_body, so any tile)."""
     if stream is not None and T == 1:
         cfg = stream.tile(K)
         bh = qkv_pairs(head_dim, qk_norm and not defer, T, max(1, cfg.block_n // 2))
         bk = max(16, min(cfg.block_k, stream.tile_elems // (2 * bh)))
         return bh, bk, stream.num_warps, True
     cfg = gemv_config(K * 4, K, T, device)
-    if pairs is not None and not qk_norm and T == 1:
+    whole = qk_norm and not defer
+    if pairs is not None and not whole and T == 1:
         bh = triton.next_power_of_2(pairs)
     else:
-        bh = qkv_pairs(head_dim, qk_norm, T, cfg.block_n)
+        bh = qkv_pairs(head_dim, whole, T, cfg.block_n)
     # the tuned GEMV tile's elements (config.py) over both halves' rows
     bk = max(16, min(cfg.block_k, cfg.block_n * cfg.block_k // bh))
     return bh, bk, cfg.num_warps, False
 
 
 def qkv_rope(x, w_qkv, norm_w, cos, sin, pos, k_cache, v_cache, *, n_heads, eps, bias=None,
-             qk_norm=None, q_out=None, pairs=None, stream: StreamConfig | None = None):
+             qk_norm=None, q_out=None, pairs=None, stream: StreamConfig | None = None, raw=None):
     """x [T, d]; w_qkv [(H+2KVH)*hd, d]; cos/sin [S, hd/2] fp32; pos int32 [1] on device;
     k_cache/v_cache [KVH, S, hd] of one layer (written at rows pos..pos+T-1); qk_norm [2, hd] or
     None; pairs: rotation pairs per program (default: config.py's tile); stream: the megakernel's
-    decode tile (qkv_tile). Returns q [T, H, hd]."""
+    decode tile (qkv_tile); raw: fp32 scratch of >= T * (H + KVH) * hd for the deferred q/k norm
+    (defer_qk_norm; allocated if None). Returns q [T, H, hd]."""
     T, K = x.shape
     KVH, S, HD = k_cache.shape
     if q_out is None:
         q_out = torch.empty(T, n_heads, HD, device=x.device, dtype=k_cache.dtype)
+    defer = defer_qk_norm(qk_norm is not None, T)
+    if defer and raw is None:
+        raw = torch.empty(T, n_heads + KVH, HD, device=x.device, dtype=torch.float32)
     BT = block_t(T)
     BLOCK_H, BLOCK_K, warps, streamed = qkv_tile(HD, qk_norm is not None, T, K, x.device, pairs,
-                                                 stream)
+                                                 stream, defer)
     n_chunks = triton.cdiv(HD // 2, BLOCK_H)
     G = n_heads // KVH
     per = stream.tiles if stream is not None else 1
@@ -281,9 +302,14 @@ def qkv_rope(x, w_qkv, norm_w, cos, sin, pos, k_cache, v_cache, *, n_heads, eps,
     grid = (KVH, triton.cdiv((G + 2) * n_chunks * triton.cdiv(T, BT), per))
     qkv_rope_kernel[grid](x, w_qkv, norm_w, bias if bias is not None else w_qkv,
                           qk_norm if qk_norm is not None else norm_w, cos, sin, pos,
-                          q_out, k_cache, v_cache, T, K, x.stride(0), S, eps, n_heads, KVH, HD,
-                          G, n_chunks, per, BIAS=bias is not None, QK_NORM=qk_norm is not None,
-                          BLOCK_T=BT, BLOCK_H=BLOCK_H, BLOCK_K=BLOCK_K, STREAM=streamed,
-                          F32=INTERPRET or w_qkv.dtype == torch.float32, PTX=ptx,
+                          q_out, k_cache, v_cache, raw if defer else q_out, T, K, x.stride(0), S,
+                          eps, n_heads, KVH, HD, G, n_chunks, per, BIAS=bias is not None,
+                          QK_NORM=qk_norm is not None and not defer, BLOCK_T=BT, BLOCK_H=BLOCK_H,
+                          BLOCK_K=BLOCK_K, STREAM=streamed,
+                          F32=INTERPRET or w_qkv.dtype == torch.float32, DEFER=defer, PTX=ptx,
                           num_warps=warps)
+    if defer:
+        qk_norm_rope_kernel[(KVH,)](raw, qk_norm, cos, sin, pos, q_out, k_cache, T, S, eps,
+                                    n_heads, KVH, HD, G, BLOCK_T=BT,
+                                    BLOCK_HALF=triton.next_power_of_2(HD // 2))
     return q_out
