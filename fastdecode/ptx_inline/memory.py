@@ -11,8 +11,9 @@ prefetch_l2(ptrs, USE_ASM): `prefetch.global.L2 [a];` for every address of the t
     memory system to bring the 128-byte line holding `a` into L2. It returns nothing the program
     waits for, holds no register after issue and is a hint only: no memory-ordering meaning (a
     later ordinary load returns the current value whatever the prefetch saw). Measured in the
-    megakernel three times -- the tile after next, a task's first 32-128 KB before its dependency
-    wait, the next task's first 64-512 KB during an unmet wait -- and slower each time
+    megakernel four times -- the tile after next, a task's first 32-128 KB before its dependency
+    wait, the next task's first 64-512 KB during any unmet wait or only during the attention
+    chain's (O_PROJ) wait -- and slower each time
     (config.StreamConfig says by how much); the megakernel holds the first weight piece in
     registers before the wait instead. Kept, with its test, as the hint to try where a stream
     has no registers to spare. Fallback (the interpreter): nothing.

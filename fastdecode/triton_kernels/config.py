@@ -52,8 +52,10 @@ class StreamConfig:
     (e8747a3, reverted: 1B 1097.6 / 1074.7 / 1036.4 / 1010.1 tok/s at 0 / 64 / 128 / 256 KB, 8B
     223.4 / 216.6 / 204.2 / 190.6 at 0 / 128 / 256 / 512 KB, Qwen3-8B 202.8 / 181.5 at 0 / 256 KB):
     most waits are phase tails, where the prefetches compete with the programs still streaming
-    the phase that the waiters need; the megakernel instead holds each task's first piece in
-    registers across the wait (gemv.stream_start)."""
+    the phase that the waiters need. Even only in the O_PROJ wait (the attention chain, HBM
+    idle; 2026-11-30 on top of 970ce3a^) it was slower: 1B 1139.0 / 1109.8 / 1104.0 at 0 / 64 /
+    128 KB, 8B 225.3 / 222.3 / 220.3 at 0 / 96 / 160 KB. The megakernel instead holds each
+    task's first piece in registers across the wait (gemv.stream_start)."""
     tile_elems: int = 16384
     num_warps: int = 4
     tiles: int = 1
