@@ -7,7 +7,7 @@ import triton.language as tl
 
 from conftest import DEVICE
 from fastdecode.ptx_inline import (globaltimer_ns, ld_acquire, ld_stream_b128, nanosleep,
-                                   prefetch_l2, red_release_add, st_release)
+                                   prefetch_l2, red_release_add, spin_acquire, st_release)
 from fastdecode.triton_kernels._common import INTERPRET
 
 USE_ASM = not INTERPRET
@@ -18,6 +18,16 @@ def _acquire_kernel(src, dst, n, SCOPE: tl.constexpr, USE_ASM: tl.constexpr):
     i = tl.program_id(0)
     if i < n:
         tl.store(dst + i, ld_acquire(src + i, SCOPE, USE_ASM))
+
+
+@triton.jit
+def _spin_kernel(flags, targets, aborts, out, max_spin, ABORT: tl.constexpr,
+                 USE_ASM: tl.constexpr):
+    i = tl.program_id(0)
+    v, n = spin_acquire(flags + i, tl.load(targets + i), max_spin, aborts + i, "gpu", USE_ASM,
+                        ABORT)
+    tl.store(out + 2 * i, v)
+    tl.store(out + 2 * i + 1, n)
 
 
 @triton.jit
@@ -46,6 +56,22 @@ def test_ld_acquire_returns_the_value(n, scope):
     dst = torch.zeros_like(src)
     _acquire_kernel[(n,)](src, dst, n, SCOPE=scope, USE_ASM=USE_ASM)
     assert torch.equal(dst, src)
+
+
+@pytest.mark.parametrize("abort", [True, False])
+def test_spin_acquire_is_bounded(abort):
+    """Program i polls flags[i] for targets[i]: met at once (0 polls), never met (max_spin
+    polls, the value it last read), and with its abort word set: ABORT stops after the poll that
+    read it (1 poll), without ABORT it polls on to max_spin."""
+    max_spin = 20
+    flags = torch.tensor([5, 5, 3, 3], dtype=torch.int32, device=DEVICE)
+    targets = torch.tensor([5, 4, 4, 9], dtype=torch.int32, device=DEVICE)
+    aborts = torch.tensor([0, 0, 0, 1], dtype=torch.int64, device=DEVICE)
+    out = torch.full((8,), -1, dtype=torch.int32, device=DEVICE)
+    _spin_kernel[(4,)](flags, targets, aborts, out, max_spin, ABORT=abort, USE_ASM=USE_ASM)
+    v, n = out.view(4, 2).cpu().unbind(1)
+    assert v.tolist() == [5, 5, 3, 3]
+    assert n.tolist() == [0, 0, max_spin, 1 if abort else max_spin]
 
 
 @pytest.mark.parametrize("n", [1, 1000, 4099])

@@ -18,6 +18,14 @@ st_release(ptr, val, SCOPE, USE_ASM) / red_release_add(ptr, val, SCOPE, USE_ASM)
     sem="release" at that scope (one program instance is one thread there).
     The megakernel publishes with tl.atomic_add(sem="release"), which Triton already issues once
     per program; these wrappers are the explicit forms, for kernels that need a bare store.
+spin_acquire(ptr, target, max_spin, abort_ptr, SCOPE, USE_ASM, ABORT) -> (value, polls): ld_acquire
+    of *ptr until it reads >= target, at most max_spin polls after the first load -- and, if
+    ABORT, until the word at abort_ptr is nonzero (the megakernel's abort flag: another program
+    timed out). Returns the last value read (>= target: met; the acquire orders this thread's
+    later loads after it) and the polls made. ABORT: each poll requests the abort word (a plain
+    volatile load) BEFORE the acquire load: no later load may pass an acquire, so after it the
+    two would be two L2 round trips in series; before it they are one. Bounded whatever the
+    flag does: the caller reports a timeout instead of hanging the GPU.
 nanosleep(ns, USE_ASM): `nanosleep.u32 ns` -- suspends the thread for about ns nanoseconds
     (0 to 1 ms; the hardware may wake it earlier): a backoff in a spin that should leave issue
     slots and memory bandwidth to the other programs of its SM. Fallback: nothing.
@@ -33,6 +41,20 @@ def ld_acquire(ptr, SCOPE: tl.constexpr, USE_ASM: tl.constexpr):
                                          [ptr], dtype=tl.int32, is_pure=False, pack=1)
     else:
         return tl.atomic_add(ptr, 0, sem="acquire", scope=SCOPE)
+
+
+@triton.jit
+def spin_acquire(ptr, target, max_spin, abort_ptr, SCOPE: tl.constexpr, USE_ASM: tl.constexpr,
+                 ABORT: tl.constexpr):
+    v = ld_acquire(ptr, SCOPE, USE_ASM)
+    n = 0
+    aborted = 0
+    while (v < target) & (n < max_spin) & (aborted == 0):
+        if ABORT:
+            aborted = tl.load(abort_ptr, volatile=True).to(tl.int32)
+        v = ld_acquire(ptr, SCOPE, USE_ASM)
+        n += 1
+    return v, n
 
 
 @triton.jit

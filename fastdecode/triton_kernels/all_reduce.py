@@ -38,7 +38,7 @@ import triton
 import triton.language as tl
 
 from ..errors import MegakernelTimeout
-from ..ptx_inline.flags import ld_acquire
+from ..ptx_inline.flags import spin_acquire
 from ._common import INTERPRET
 
 STATUS_WORDS = 4  # [timed out, rank waited on, invocation, flag value seen / words missing]
@@ -93,11 +93,8 @@ def all_reduce_body(x_ptr, out_ptr, n, data_tab, flag_tab, count_ptr, rank, worl
                     spins += 1
                 arrived = v == 0
             else:
-                v = ld_acquire(flags + row * n_chunks + c, "sys", USE_ASM)
-                spins = 0
-                while (v < epoch) & (spins < max_spin):
-                    v = ld_acquire(flags + row * n_chunks + c, "sys", USE_ASM)
-                    spins += 1
+                v, _ = spin_acquire(flags + row * n_chunks + c, epoch, max_spin, flags, "sys",
+                                    USE_ASM, False)
                 arrived = v >= epoch
             if not arrived:
                 if ok == 1:

@@ -31,7 +31,7 @@ import triton
 import triton.language as tl
 
 from ..opcodes import WORDS, Op
-from ..ptx_inline.flags import ld_acquire
+from ..ptx_inline.flags import spin_acquire
 from ..ptx_inline.timers import globaltimer_ns
 from .all_reduce import peer, push_rows, residual_sum_body
 from .attention import attention_body, attn_merge_body
@@ -59,22 +59,6 @@ STATUS_WORDS = 8
 
 
 @triton.jit
-def spin(ptr, target, status_ptr, max_spin, SCOPE: tl.constexpr, USE_ASM: tl.constexpr):
-    """Acquire loads of *ptr until >= target, at most max_spin of them, or until this launch
-    aborted (status[0] set by a program that timed out). Returns the last value read.
-    Each poll requests the abort word first: no later load may pass an acquire, so after it the
-    two would be two L2 round trips in series; before it they are one."""
-    v = ld_acquire(ptr, SCOPE, USE_ASM)
-    n = 0
-    aborted = 0
-    while (v < target) & (n < max_spin) & (aborted == 0):
-        aborted = tl.load(status_ptr, volatile=True).to(tl.int32)
-        v = ld_acquire(ptr, SCOPE, USE_ASM)
-        n += 1
-    return v
-
-
-@triton.jit
 def wait_counter(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, xtab_ptr, rank,
                  x_ctr, x_spin, WORLD: tl.constexpr, USE_ASM: tl.constexpr):
     """Spin until counters[ctr] >= target -- for a remote counter (ctr < 0, tensor
@@ -86,13 +70,13 @@ def wait_counter(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, xtab
     if WORLD > 1:
         local = ctr >= 0
     if local:
-        v = spin(ctr_ptr + ctr, target, status_ptr, max_spin, "gpu", USE_ASM)
+        v, _ = spin_acquire(ctr_ptr + ctr, target, max_spin, status_ptr, "gpu", USE_ASM, True)
     else:
         words = peer(xtab_ptr, rank, x_ctr + (-1 - ctr) * WORLD, tl.int32)
         v = target
         for r in range(0, WORLD):
             if v >= target:
-                v = spin(words + r, target, status_ptr, x_spin, "sys", USE_ASM)
+                v, _ = spin_acquire(words + r, target, x_spin, status_ptr, "sys", USE_ASM, True)
                 q = pid * 0 + r
     ok = (v >= target).to(tl.int32)
     if ok == 0:  # a met wait reads nothing more: the abort word costs a round trip
@@ -120,6 +104,26 @@ def ready(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, tr, clock_p
     if TRACE:
         tl.store(tr + 1, globaltimer_ns(op, clock_ptr, USE_ASM))
     return ok
+
+
+@triton.jit
+def merge_group(opart_ptr, lse_ptr, attn_ptr, pos_ptr, T, TM, H, HD, CHUNK, n_splits, g,
+                GROUP, BLOCK_G: tl.constexpr, BLOCK_SP: tl.constexpr, BLOCK_D: tl.constexpr):
+    """KV group g's attention splits merged, every token (a MERGE task, or the ATTN task that
+    completes the group: MERGE_IN_ATTN)."""
+    for t in range(0, T):
+        attn_merge_body(opart_ptr, lse_ptr, attn_ptr, pos_ptr, T, TM, H, HD, CHUNK, n_splits, t,
+                        g, GROUP, BLOCK_G, BLOCK_SP, BLOCK_D)
+
+
+@triton.jit
+def qk_norm_group(layer, g, qkraw_ptr, qkn_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, kc_ptr, T, S,
+                  eps, H, KVH, HD, GROUP, BLOCK_T: tl.constexpr, BLOCK_HALF: tl.constexpr):
+    """Layer `layer`'s KV group g q/k-normalized and rotated (a QKNORM task, or the QKV task that
+    completes the group's tiles: NORM_IN_QKV)."""
+    qk_norm_rope_body(qkraw_ptr, qkn_ptr + layer * 2 * HD, cos_ptr, sin_ptr, pos_ptr, q_ptr,
+                      kc_ptr + layer * KVH * S * HD, T, S, eps, H, KVH, HD, g, GROUP, BLOCK_T,
+                      BLOCK_HALF)
 
 
 @triton.jit
@@ -252,10 +256,9 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                             sem="acq_rel", scope="gpu")
                         if (tkt + a2 - a1) % ((GROUP + 2) * QKV_CHUNKS * tl.cdiv(T, BLOCK_T)) \
                                 == 0:
-                            qk_norm_rope_body(qkraw_ptr, qkn_ptr + layer * 2 * HD, cos_ptr,
-                                              sin_ptr, pos_ptr, q_ptr,
-                                              kc_ptr + layer * KVH * S * HD, T, S, eps, H, KVH,
-                                              HD, a0, GROUP, BLOCK_T, BLOCK_HALF)
+                            qk_norm_group(layer, a0, qkraw_ptr, qkn_ptr, cos_ptr, sin_ptr,
+                                          pos_ptr, q_ptr, kc_ptr, T, S, eps, H, KVH, HD, GROUP,
+                                          BLOCK_T, BLOCK_HALF)
             elif op == OP_O:
                 run = residual_task(attn_ptr, wo_ptr + layer * D * QD, bo_ptr + layer * D, h_ptr,
                                     T, D, QD, eps, a1, a2, a0, ctr_ptr, target, status_ptr,
@@ -323,21 +326,17 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                                 sem="acq_rel", scope="gpu")
                             # acquired every other split's release at the step's last ticket
                             if (tkt + 1) % (n_splits * tl.cdiv(T, BLOCK_TOK)) == 0:
-                                for t in range(0, T):
-                                    attn_merge_body(opart_ptr, lse_ptr, attn_ptr, pos_ptr, T, TM,
-                                                    H, HD, CHUNK, n_splits, t, a0, GROUP,
-                                                    BLOCK_G, BLOCK_SP, BLOCK_D)
+                                merge_group(opart_ptr, lse_ptr, attn_ptr, pos_ptr, T, TM, H, HD,
+                                            CHUNK, n_splits, a0, GROUP, BLOCK_G, BLOCK_SP,
+                                            BLOCK_D)
                     elif op == OP_QKNORM:
                         if QK_DEFER:
-                            qk_norm_rope_body(qkraw_ptr, qkn_ptr + layer * 2 * HD, cos_ptr,
-                                              sin_ptr, pos_ptr, q_ptr,
-                                              kc_ptr + layer * KVH * S * HD, T, S, eps, H, KVH,
-                                              HD, a0, GROUP, BLOCK_T, BLOCK_HALF)
+                            qk_norm_group(layer, a0, qkraw_ptr, qkn_ptr, cos_ptr, sin_ptr,
+                                          pos_ptr, q_ptr, kc_ptr, T, S, eps, H, KVH, HD, GROUP,
+                                          BLOCK_T, BLOCK_HALF)
                     elif op == OP_MERGE:
-                        for t in range(0, T):
-                            attn_merge_body(opart_ptr, lse_ptr, attn_ptr, pos_ptr, T, TM, H, HD,
-                                            CHUNK, n_splits, t, a0, GROUP, BLOCK_G, BLOCK_SP,
-                                            BLOCK_D)
+                        merge_group(opart_ptr, lse_ptr, attn_ptr, pos_ptr, T, TM, H, HD, CHUNK,
+                                    n_splits, a0, GROUP, BLOCK_G, BLOCK_SP, BLOCK_D)
                     elif op == OP_CHOOSE:
                         if WORLD == 1:
                             tok, step = choose_merge_body(pval_ptr, pidx_ptr, a0, T - 1, ids_ptr,
