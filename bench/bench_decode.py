@@ -210,12 +210,15 @@ def main():
     commit = os.environ.get("FASTDECODE_COMMIT") or _git_commit()
     cmd = "python bench/bench_decode.py " + " ".join(sys.argv[1:])
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
-    csv_path = os.path.join(HERE, "results", f"decode_{stamp}_{commit}.csv")
+    # the models in the name too: two runs at one commit (different models) keep both files
+    tag = args.models.replace(",", "-")
+    base = os.path.join(HERE, "results", f"decode_{stamp}_{commit}_{tag}")
+    csv_path = base + ".csv"
     with open(csv_path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    _plot(rows, os.path.join(HERE, "results", f"decode_{stamp}_{commit}.png"), gpu)
+    _plot(rows, base + ".png", gpu)
     print(f"\n{'model':14s} {'peer':26s} {'tok/s':>8s} {'%roof':>6s} {'x compile':>9s} "
           f"{'1st call s':>10s}")
     for r in rows:
