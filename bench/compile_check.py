@@ -90,6 +90,8 @@ def compile_ptx_tests():
     for scope in ("gpu", "sys"):
         t._release_kernel[(1,)](i32, i32, SCOPE=scope, USE_ASM=True)
     t._message_kernel[(2,)](i32, i32, i32, 64, 100, BLOCK=256, USE_ASM=True)
+    for abort in (True, False):
+        t._spin_kernel[(1,)](i32, i32, i64, i32, 20, ABORT=abort, USE_ASM=True)
     from fastdecode.ops import PeerBuffers, all_reduce  # system-scope flags, peer pointers
     all_reduce(torch.zeros(100), PeerBuffers.virtual(2, 100)[0])
     COMPILED["all_reduce_kernel (flags)"] = COMPILED.pop("all_reduce_kernel")

@@ -33,6 +33,6 @@ def test_ptx_wrappers_compile_for_sm90():
                           "--ptx"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     compiled = {line.split()[0] for line in out.stdout.splitlines()[1:]}
-    assert {"_acquire_kernel", "_prefetch_copy_kernel", "_timer_kernel",
+    assert {"_acquire_kernel", "_prefetch_copy_kernel", "_timer_kernel", "_spin_kernel",
             "all_reduce_kernel"} <= compiled, out.stdout
     assert " ? regs" not in out.stdout, out.stdout  # ptxas accepted each one
