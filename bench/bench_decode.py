@@ -26,6 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fastdecode  # noqa: E402
 from fastdecode.spec import ModelSpec  # noqa: E402
+from fastdecode.triton_kernels.config import use_pdl  # noqa: E402
 from shapes import random_model  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -117,7 +118,8 @@ def bench_model(key, args, bw):
             first = time.perf_counter() - t0
             rate = decode_rate(lambda n: fm.generate(ids, max_new_tokens=n, eos_token_id=[]),
                                n_lo, n_hi, args.repeats)
-            add("fastdecode ops+graph" if mode == "ops" else "fastdecode mega", rate, first)
+            pdl = "+PDL" if use_pdl(torch.device("cuda")) else ""  # config.use_pdl, ops kernels
+            add(f"fastdecode ops+graph{pdl}" if mode == "ops" else "fastdecode mega", rate, first)
             del fm
         except Exception as e:  # record the failure, keep the other numbers
             print(f"  fastdecode {mode} failed: {type(e).__name__}: {str(e)[:300]}")

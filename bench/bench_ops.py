@@ -8,6 +8,9 @@ what the one before left there):
   stream+PTX   the same stream, its weight pieces loaded by ptx_inline.ld_stream_b128
   persistent   the stream as the megakernel runs it: 2 programs per SM, each a run of tiles
   persist+PTX  the same with the PTX pieces
+  ops+PDL, persist+PDL  ops tile / persistent, each launch with programmatic dependent launch
+               (config.use_pdl): it starts while the launch before it drains, as the kernels of
+               an ops-mode decode step do (the rows above have it off)
 and prints GB/s and % of the read roofline (bench_decode.read_bandwidth, measured in this run);
 appends the rows to bench/RESULTS.md.
 
@@ -27,6 +30,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 from bench_decode import _git_commit, read_bandwidth  # noqa: E402
 from fastdecode.ops import gemv  # noqa: E402
+from fastdecode.triton_kernels import config  # noqa: E402
 from fastdecode.triton_kernels.config import StreamConfig  # noqa: E402
 
 # [K, N]: the issue's large shapes (1B gate|up, 8B gate|up, 8B down, 1B lm_head) and small ones
@@ -66,19 +70,35 @@ def cold_l2_time(K, N, launch, check=True):
     return sorted(ts)[len(ts) // 2]
 
 
+def pdl(fn, on):
+    """fn launched with programmatic dependent launch on or off (config.use_pdl): on, each launch
+    of the graph starts while the one before it drains."""
+    def run(x, w, o):
+        old, config._PDL_ENV = config._PDL_ENV, "1" if on else "0"
+        try:
+            fn(x, w, o)
+        finally:
+            config._PDL_ENV = old
+    return run
+
+
 def variants(K, N, sms):
     base = StreamConfig()
     n_tiles = triton.cdiv(N, base.tile(K).block_n)
     per = triton.cdiv(n_tiles, base.per_sm * sms)  # the megakernel's programs, tiles in a run
-    return {
+    persist = dataclasses.replace(base, tiles=per)
+    out = {
         "ops tile": lambda x, w, o: gemv(x, w, out=o),
         "stream": lambda x, w, o: gemv(x, w, out=o, stream=base),
         "stream+PTX": lambda x, w, o: gemv(x, w, out=o, stream=dataclasses.replace(base, ptx=True)),
-        "persistent": lambda x, w, o: gemv(x, w, out=o,
-                                           stream=dataclasses.replace(base, tiles=per)),
+        "persistent": lambda x, w, o: gemv(x, w, out=o, stream=persist),
         "persist+PTX": lambda x, w, o: gemv(x, w, out=o, stream=dataclasses.replace(
-            base, tiles=per, ptx=True)),
+            persist, ptx=True)),
     }
+    out = {k: pdl(fn, False) for k, fn in out.items()}
+    out["ops+PDL"] = pdl(out["ops tile"], True)
+    out["persist+PDL"] = pdl(lambda x, w, o: gemv(x, w, out=o, stream=persist), True)
+    return out
 
 
 def main():

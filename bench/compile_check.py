@@ -22,6 +22,7 @@ import tempfile
 import time
 
 os.environ["TRITON_INTERPRET"] = "0"  # compile, do not interpret (read at kernel definition)
+os.environ.setdefault("FASTDECODE_PDL", "1")  # ops-mode kernels as an H200 launches them
 import torch  # noqa: E402
 import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
@@ -92,6 +93,8 @@ def compile_ptx_tests():
     t._message_kernel[(2,)](i32, i32, i32, 64, 100, BLOCK=256, USE_ASM=True)
     for abort in (True, False):
         t._spin_kernel[(1,)](i32, i32, i64, i32, 20, ABORT=abort, USE_ASM=True)
+    t._pdl_producer_kernel[(1,)](i32, 63, 100, BLOCK=64, USE_ASM=True)
+    t._pdl_consumer_kernel[(1,)](i32, i32, 63, BLOCK=64, USE_ASM=True, launch_pdl=True)
     from fastdecode.ops import PeerBuffers, all_reduce  # system-scope flags, peer pointers
     all_reduce(torch.zeros(100), PeerBuffers.virtual(2, 100)[0])
     COMPILED["all_reduce_kernel (flags)"] = COMPILED.pop("all_reduce_kernel")
@@ -182,7 +185,8 @@ def main():
             fm.runtime.forward(ids[1:].clone())  # T=3: prefill tiles
     print(f"{name}, sm_90a:")
     for kname, (k, secs) in COMPILED.items():
-        print(f"  {kname:24s} {ptxas_report(k.asm['ptx'])}  compiled in {secs:5.1f} s")
+        pdl = ", PDL" if k.metadata.launch_pdl else ""  # launched with launch_pdl (use_pdl)
+        print(f"  {kname:24s} {ptxas_report(k.asm['ptx'])}  compiled in {secs:5.1f} s{pdl}")
 
 
 if __name__ == "__main__":

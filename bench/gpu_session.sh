@@ -2,7 +2,9 @@
 # One device-tool call that checks and measures everything GPU-side, shortest first; each stage is
 # time-boxed so a failure or a slow stage cannot eat the call. Outputs land in $OUT (or /tmp/out).
 #   device run:  bash bench/gpu_session.sh  [stages...]
-#   stages: tests kernels sweep bench trace tp variants first
+#   stages: tests kernels sweep bench trace tp variants first pdl
+#   (pdl: programmatic dependent launch of the ops-mode kernels -- its GPU tests, bench_ops with
+#    ops+PDL / persist+PDL, bench_decode's ops peer without (FASTDECODE_PDL=0) and with it)
 #   (variants: the PTX weight pieces and merge-in-attn -- their tests, bench_ops.py, sweep_mega
 #    plain vs PTX vs merge-in-attn)
 #   (first: a fresh process's first token, from_pretrained of a 1B checkpoint: cold, then 3 warm)
@@ -36,6 +38,14 @@ for s in $stages; do
            ${PTX_CONFIGS:-16384/4/4096/2,16384/4/4096/2/1,16384/4/4096/2/0/1,16384/4/4096/2/0/1/1} \
            2>&1 \
            | grep -v -i warn | tail -4; done
+         cp bench/RESULTS.md "$OUT/" ;;
+    pdl) timeout 240 python3 -m pytest -q tests/test_ptx.py tests/test_gpu.py -k "grid_wait or pdl" \
+           -p no:cacheprovider 2>&1 | tee "$OUT/pytest_pdl.log" | tail -4
+         FASTDECODE_COMMIT=$COMMIT timeout 180 python3 bench/bench_ops.py 2>&1 | grep -v -i warn \
+           | tail -10
+         for flag in 0 1; do FASTDECODE_PDL=$flag FASTDECODE_COMMIT=$COMMIT timeout 150 python3 \
+           bench/bench_decode.py --models 1b,8b --peers fastdecode 2>&1 \
+           | grep -v -i "warn\|cudagraph" | tail -4; done
          cp bench/RESULTS.md "$OUT/" ;;
     first) python3 -c "import sys; sys.path.insert(0, 'bench'); from bench_decode import \
              save_checkpoint; save_checkpoint('1b', '/tmp/ckpt_1b')" 2>&1 | grep -v -i warn | tail -2

@@ -23,6 +23,10 @@ def test_kernels_compile_for_sm90(family, tp):
     compiled = {line.split()[0] for line in out.stdout.splitlines()[1:]}
     assert {"megakernel", "gemv_kernel", "qkv_rope_kernel", "attention_kernel",
             "attn_merge_kernel", "lm_head_kernel", "choose_merge_kernel"} <= compiled, out.stdout
+    # the ops-mode kernels as an H200 launches them: programmatic dependent launch (use_pdl)
+    pdl = {line.split()[0] for line in out.stdout.splitlines()[1:] if line.endswith(", PDL")}
+    assert {"gemv_kernel", "qkv_rope_kernel", "attention_kernel", "attn_merge_kernel",
+            "lm_head_kernel"} <= pdl, out.stdout
 
 
 def test_ptx_wrappers_compile_for_sm90():
@@ -34,5 +38,6 @@ def test_ptx_wrappers_compile_for_sm90():
     assert out.returncode == 0, out.stderr[-3000:]
     compiled = {line.split()[0] for line in out.stdout.splitlines()[1:]}
     assert {"_acquire_kernel", "_prefetch_copy_kernel", "_timer_kernel", "_spin_kernel",
-            "all_reduce_kernel"} <= compiled, out.stdout
+            "_pdl_producer_kernel", "_pdl_consumer_kernel", "all_reduce_kernel"} <= compiled, \
+        out.stdout
     assert " ? regs" not in out.stdout, out.stdout  # ptxas accepted each one

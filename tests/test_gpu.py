@@ -37,6 +37,30 @@ def test_graph_equals_eager_and_deterministic(llama1b):
         assert torch.equal(r, runs[0])
 
 
+@pytest.mark.parametrize("shape", ["1b", "qwen3-8b"])
+def test_ops_pdl_is_bit_identical(shape, monkeypatch):
+    """Programmatic dependent launch (config.use_pdl) changes when each ops-mode kernel starts,
+    not what it computes: teacher-forced logits (prefill + decode steps) and greedy tokens, in a
+    CUDA graph and eagerly, bit-identical with and without it (Qwen3: the deferred q/k norm)."""
+    from shapes import random_model
+    from fastdecode.triton_kernels import config
+    model = random_model(shape)[1]
+    ids = torch.randint(0, 1000, (1, 40), device="cuda",
+                        generator=torch.Generator("cuda").manual_seed(2))
+    runs = []
+    for flag in ("0", "1"):
+        monkeypatch.setattr(config, "_PDL_ENV", flag)
+        for graph in (True, False):
+            fm = fastdecode.from_hf(model, max_seq_len=128, mode="ops", cuda_graph=graph)
+            logits = torch.cat([fm(ids[:, :32])[0]] + [fm(ids[:, t:t + 1])[0]
+                                                         for t in range(32, 40)])
+            fm.reset()
+            runs.append((logits, fm.generate(ids, max_new_tokens=24, eos_token_id=[])))
+            del fm
+    for logits, toks in runs[1:]:
+        assert torch.equal(logits, runs[0][0]) and torch.equal(toks, runs[0][1])
+
+
 def test_sampling_graph_reproducible(llama1b):
     ids = torch.tensor([[1, 2, 3, 4]], device="cuda")
     fm = fastdecode.from_hf(llama1b, max_seq_len=128, mode="ops")

@@ -6,8 +6,9 @@ import triton
 import triton.language as tl
 
 from conftest import DEVICE
-from fastdecode.ptx_inline import (globaltimer_ns, ld_acquire, ld_stream_b128, nanosleep,
-                                   prefetch_l2, red_release_add, spin_acquire, st_release)
+from fastdecode.ptx_inline import (globaltimer_ns, grid_launch_dependents, grid_wait, ld_acquire,
+                                   ld_stream_b128, nanosleep, prefetch_l2, red_release_add,
+                                   spin_acquire, st_release)
 from fastdecode.triton_kernels._common import INTERPRET
 
 USE_ASM = not INTERPRET
@@ -28,6 +29,24 @@ def _spin_kernel(flags, targets, aborts, out, max_spin, ABORT: tl.constexpr,
                         ABORT)
     tl.store(out + 2 * i, v)
     tl.store(out + 2 * i + 1, n)
+
+
+@triton.jit
+def _pdl_producer_kernel(data, n, spins, BLOCK: tl.constexpr, USE_ASM: tl.constexpr):
+    """Lets the next kernel launch at once, then spins a while before writing data."""
+    grid_launch_dependents(USE_ASM)
+    offs = tl.arange(0, BLOCK)
+    acc = tl.load(data + n)  # data[n] stays 0
+    for i in range(0, spins):
+        acc += tl.load(data + n, volatile=True)
+    tl.store(data + offs, offs * 3 + 1 + acc, mask=offs < n)
+
+
+@triton.jit
+def _pdl_consumer_kernel(data, out, n, BLOCK: tl.constexpr, USE_ASM: tl.constexpr):
+    grid_wait(USE_ASM)
+    offs = tl.arange(0, BLOCK)
+    tl.store(out + offs, tl.load(data + offs, mask=offs < n), mask=offs < n)
 
 
 @triton.jit
@@ -72,6 +91,18 @@ def test_spin_acquire_is_bounded(abort):
     v, n = out.view(4, 2).cpu().unbind(1)
     assert v.tolist() == [5, 5, 3, 3]
     assert n.tolist() == [0, 0, max_spin, 1 if abort else max_spin]
+
+
+def test_grid_wait_sees_the_previous_kernels_writes():
+    """A consumer launched with programmatic dependent launch starts while the producer (which
+    let it launch at once) still spins; after grid_wait it reads every word the producer wrote."""
+    n = 300
+    data = torch.zeros(n + 1, dtype=torch.int32, device=DEVICE)
+    out = torch.full((n,), -1, dtype=torch.int32, device=DEVICE)
+    pdl = USE_ASM and torch.cuda.get_device_capability()[0] >= 9
+    _pdl_producer_kernel[(1,)](data, n, 20000 if USE_ASM else 3, BLOCK=512, USE_ASM=USE_ASM)
+    _pdl_consumer_kernel[(1,)](data, out, n, BLOCK=512, USE_ASM=USE_ASM, launch_pdl=pdl)
+    assert torch.equal(out.cpu(), torch.arange(n, dtype=torch.int32) * 3 + 1)
 
 
 @pytest.mark.parametrize("n", [1, 1000, 4099])

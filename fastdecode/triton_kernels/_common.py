@@ -8,6 +8,7 @@ import os
 import triton
 import triton.language as tl
 
+from ..ptx_inline.grid import grid_launch_dependents, grid_wait
 from ..ptx_inline.memory import ld_stream_b128
 
 # Triton's CPU interpreter cannot do bf16 arithmetic or bf16 tl.dot correctly (KNOWLEDGE.md):
@@ -15,6 +16,22 @@ from ..ptx_inline.memory import ld_stream_b128
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 # inline PTX on the GPU, the wrappers' plain-Triton fallbacks under the interpreter
 ASM: tl.constexpr = tl.constexpr(not INTERPRET)
+
+
+@triton.jit
+def pdl_start(PDL: tl.constexpr):
+    """A standalone kernel's first step under programmatic dependent launch (config.use_pdl): the
+    next kernel may launch as soon as every program of this one has started."""
+    if PDL:
+        grid_launch_dependents(ASM)
+
+
+@triton.jit
+def pdl_wait(PDL: tl.constexpr):
+    """Under PDL, before a kernel's first access to activations (anything a kernel writes or
+    reads): the kernel before it has completed. Weight loads may be issued before it."""
+    if PDL:
+        grid_wait(ASM)
 
 
 @triton.jit

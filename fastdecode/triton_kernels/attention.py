@@ -16,8 +16,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import INTERPRET, mm_tile
-from .config import GPU_SMS, attention_blocks, attention_config, merge_splits
+from ._common import INTERPRET, mm_tile, pdl_start, pdl_wait
+from .config import GPU_SMS, attention_blocks, attention_config, merge_splits, use_pdl
 
 
 @triton.jit
@@ -79,7 +79,9 @@ def attention_body(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos_ptr, T, TM, S, H, HD
 def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos_ptr, T, TM, S, H, HD, window, scale,
                      CHUNK, GROUP: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_TOK: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
-                     F32: tl.constexpr):
+                     F32: tl.constexpr, PDL: tl.constexpr):
+    pdl_start(PDL)
+    pdl_wait(PDL)
     attention_body(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos_ptr, T, TM, S, H, HD, window, scale,
                    CHUNK, tl.program_id(0), tl.program_id(1), tl.program_id(2),
                    GROUP, BLOCK_G, BLOCK_TOK, BLOCK_M, BLOCK_S, BLOCK_D, F32)
@@ -124,7 +126,9 @@ def attn_merge_body(o_ptr, lse_ptr, out_ptr, pos_ptr, T, TM, H, HD, CHUNK, n_spl
 @triton.jit
 def attn_merge_kernel(o_ptr, lse_ptr, out_ptr, pos_ptr, T, TM, H, HD, CHUNK, n_splits,
                       GROUP: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_SP: tl.constexpr,
-                      BLOCK_D: tl.constexpr):
+                      BLOCK_D: tl.constexpr, PDL: tl.constexpr):
+    pdl_start(PDL)
+    pdl_wait(PDL)
     attn_merge_body(o_ptr, lse_ptr, out_ptr, pos_ptr, T, TM, H, HD, CHUNK, n_splits,
                     tl.program_id(0), tl.program_id(1), GROUP, BLOCK_G, BLOCK_SP, BLOCK_D)
 
@@ -158,11 +162,13 @@ def attention(q, k_cache, v_cache, pos, *, window: int = 0, scale=None, out=None
         out = torch.empty(T, H * HD, device=q.device, dtype=q.dtype)
     BLOCK_G, BLOCK_M, BLOCK_D = attention_blocks(HD, G, block_tok)
     grid = (KVH, n_splits, triton.cdiv(T, block_tok))
+    pdl = use_pdl(q.device)
     attention_kernel[grid](q, k_cache, v_cache, o_part, lse, pos, T, TM, S, H, HD, window, scale,
                            chunk, GROUP=G, BLOCK_G=BLOCK_G, BLOCK_TOK=block_tok, BLOCK_M=BLOCK_M,
                            BLOCK_S=block_s, BLOCK_D=BLOCK_D,
-                           F32=INTERPRET or q.dtype == torch.float32, num_warps=4)
+                           F32=INTERPRET or q.dtype == torch.float32, PDL=pdl, num_warps=4,
+                           launch_pdl=pdl)
     attn_merge_kernel[(T, KVH)](o_part, lse, out, pos, T, TM, H, HD, chunk, n_splits, GROUP=G,
                                 BLOCK_G=BLOCK_G, BLOCK_SP=merge_splits(n_splits),
-                                BLOCK_D=BLOCK_D)
+                                BLOCK_D=BLOCK_D, PDL=pdl, launch_pdl=pdl)
     return out

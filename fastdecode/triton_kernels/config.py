@@ -9,6 +9,8 @@ QKV + RoPE uses the same tile as pairs of rows (lo, hi halves of a head): 4 pair
 Prefill (T>1): tl.dot tiles need M, N, K >= 16; 64x64 keeps the bf16 operand tiles in registers.
 Interpreter (CPU CI): each program instance is a Python loop, so use few, large tiles.
 """
+import functools
+import os
 from dataclasses import dataclass
 
 import torch
@@ -113,6 +115,28 @@ def stream_ptx(stream: StreamConfig | None, dtype, K: int) -> bool:
         raise ValueError(f"the PTX weight stream needs bf16 weights with K % 8 == 0 "
                          f"(got {dtype}, K={K})")
     return True
+
+
+# Programmatic dependent launch of the ops-mode kernels (use_pdl): off until measured on a GPU
+# (bench/gpu_session.sh pdl); FASTDECODE_PDL=1 turns it on (bench/compile_check.py sets it)
+_PDL_ENV = os.environ.get("FASTDECODE_PDL", "0")
+
+
+@functools.lru_cache(maxsize=None)
+def _pdl_gpu(index) -> bool:
+    return torch.cuda.get_device_capability(index)[0] >= 9
+
+
+def use_pdl(device) -> bool:
+    """Programmatic dependent launch for the standalone (ops-mode) kernels: each launches with
+    launch_pdl and starts with _common.pdl_start / pdl_wait, so it starts while the kernel before
+    it drains -- its launch latency and first weight loads hidden behind that kernel's tail.
+    FASTDECODE_PDL=1 and, on CUDA, sm_90+ (griddepcontrol); on the CPU the flag compiles the PDL
+    code (compile_check) or runs its no-op fallbacks (the interpreter). Not yet measured: off."""
+    if _PDL_ENV != "1":
+        return False
+    device = torch.device(device)
+    return device.type != "cuda" or _pdl_gpu(device.index)
 
 
 def stream_config(device) -> StreamConfig:

@@ -13,8 +13,9 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import INTERPRET, gemv_acc, next_x_chunk, row_dot, row_rstd, weight_chunk, x_chunk
-from .config import StreamConfig, gemv_config, stream_ptx
+from ._common import (INTERPRET, gemv_acc, next_x_chunk, pdl_start, pdl_wait, row_dot, row_rstd,
+                      weight_chunk, x_chunk)
+from .config import StreamConfig, gemv_config, stream_ptx, use_pdl
 
 
 @triton.jit
@@ -158,10 +159,14 @@ def gemv_kernel(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, str
                 NORM: tl.constexpr, BIAS: tl.constexpr, SWIGLU: tl.constexpr,
                 RESIDUAL: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr,
                 BLOCK_K: tl.constexpr, STREAM: tl.constexpr, F32: tl.constexpr,
-                PTX: tl.constexpr):
+                PTX: tl.constexpr, PDL: tl.constexpr):
+    """PDL (config.use_pdl): the stream's first weight piece is requested before pdl_wait, so it
+    loads while the kernel before this one finishes."""
+    pdl_start(PDL)
     lo = tl.program_id(0) * tiles_per_program
     hi = tl.minimum(lo + tiles_per_program, tl.cdiv(N, BLOCK_N))
     w0, w20 = stream_start(w_ptr, N, K, lo, hi, BLOCK_N, BLOCK_K, SWIGLU, STREAM, PTX)
+    pdl_wait(PDL)
     gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, stride_x, stride_res,
               stride_out, eps, lo, hi, tl.program_id(1), w0, w20, NORM, BIAS, SWIGLU, RESIDUAL,
               BLOCK_T, BLOCK_N, BLOCK_K, STREAM, F32, PTX)
@@ -186,6 +191,7 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
     res = residual if residual is not None else out
     BT = block_t(T)
     ptx = stream_ptx(stream, w.dtype, K)
+    pdl = use_pdl(x.device)
     if stream is not None:
         assert T == 1, "the stream is the decode (T=1) path"
         cfg = stream.tile(K, 2 if swiglu else 1)
@@ -199,6 +205,6 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
                       NORM=norm_w is not None, BIAS=bias is not None, SWIGLU=swiglu,
                       RESIDUAL=residual is not None, BLOCK_T=BT, BLOCK_N=cfg.block_n,
                       BLOCK_K=cfg.block_k, STREAM=stream is not None,
-                      F32=INTERPRET or w.dtype == torch.float32, PTX=ptx,
-                      num_warps=cfg.num_warps)
+                      F32=INTERPRET or w.dtype == torch.float32, PTX=ptx, PDL=pdl,
+                      num_warps=cfg.num_warps, launch_pdl=pdl)
     return out

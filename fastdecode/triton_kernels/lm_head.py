@@ -16,8 +16,9 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import INTERPRET, next_x_chunk, row_dot, row_rstd, weight_chunk, x_chunk
-from .config import StreamConfig, gemv_config, merge_block, stream_ptx
+from ._common import (INTERPRET, next_x_chunk, pdl_start, pdl_wait, row_dot, row_rstd,
+                      weight_chunk, x_chunk)
+from .config import StreamConfig, gemv_config, merge_block, stream_ptx, use_pdl
 from .gemv import block_t, gemv_tile, stream_start
 
 
@@ -110,11 +111,15 @@ def lm_head_kernel(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_
                    T, V, K, stride_x, stride_logits, eps, tiles_per_program,
                    WRITE_LOGITS: tl.constexpr, CHOOSE: tl.constexpr, SAMPLE: tl.constexpr,
                    BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                   STREAM: tl.constexpr, F32: tl.constexpr, PTX: tl.constexpr):
+                   STREAM: tl.constexpr, F32: tl.constexpr, PTX: tl.constexpr,
+                   PDL: tl.constexpr):
+    """PDL: the first weight piece before pdl_wait (gemv.gemv_kernel)."""
+    pdl_start(PDL)
     pid = tl.program_id(0)
     lo = pid * tiles_per_program
     hi = tl.minimum(lo + tiles_per_program, tl.cdiv(V, BLOCK_N))
     w0, _ = stream_start(w_ptr, V, K, lo, hi, BLOCK_N, BLOCK_K, False, STREAM, PTX)
+    pdl_wait(PDL)
     lm_head_body(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_ptr, temp_ptr,
                  T, V, K, stride_x, stride_logits, eps, tl.num_programs(0), lo, hi, pid,
                  tl.program_id(1), w0, 0, V, WRITE_LOGITS, CHOOSE, SAMPLE, BLOCK_T, BLOCK_N,
@@ -204,14 +209,15 @@ def lm_head(x, w, norm_w, eps, *, logits=None, choose=True, sample=False, seed=N
     pval, pidx = _partials(partials, T, n_parts, x.device)
     dummy = pval
     BT = block_t(T)
+    pdl = use_pdl(x.device)
     lm_head_kernel[(n_parts, triton.cdiv(T, BT))](
         x, w, norm_w, logits if logits is not None else dummy, pval, pidx,
         seed if seed is not None else pidx, temp if temp is not None else pval,
         T, V, K, x.stride(0), logits.stride(0) if logits is not None else 0, eps, per,
         WRITE_LOGITS=logits is not None, CHOOSE=choose, SAMPLE=sample, BLOCK_T=BT,
         BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, STREAM=stream is not None,
-        F32=INTERPRET or w.dtype == torch.float32, PTX=ptx,
-        num_warps=cfg.num_warps)
+        F32=INTERPRET or w.dtype == torch.float32, PTX=ptx, PDL=pdl,
+        num_warps=cfg.num_warps, launch_pdl=pdl)
     return logits, pval, pidx
 
 

@@ -25,8 +25,9 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import INTERPRET, gemv_acc, next_x_chunk, row_dot, row_rstd, weight_chunk, x_chunk
-from .config import StreamConfig, gemv_config, qkv_pairs, stream_ptx
+from ._common import (INTERPRET, gemv_acc, next_x_chunk, pdl_start, pdl_wait, row_dot, row_rstd,
+                      weight_chunk, x_chunk)
+from .config import StreamConfig, gemv_config, qkv_pairs, stream_ptx, use_pdl
 from .gemv import block_t
 
 
@@ -234,13 +235,17 @@ def qkv_rope_kernel(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_
                     n_chunks, tiles_per_program,
                     BIAS: tl.constexpr, QK_NORM: tl.constexpr, BLOCK_T: tl.constexpr,
                     BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, STREAM: tl.constexpr,
-                    F32: tl.constexpr, DEFER: tl.constexpr, PTX: tl.constexpr):
-    """Grid (KV groups, tile ranges of the group)."""
+                    F32: tl.constexpr, DEFER: tl.constexpr, PTX: tl.constexpr,
+                    PDL: tl.constexpr):
+    """Grid (KV groups, tile ranges of the group). PDL: the first weight piece before pdl_wait
+    (gemv.gemv_kernel)."""
+    pdl_start(PDL)
     per_group = (GROUP + 2) * n_chunks * tl.cdiv(T, BLOCK_T)
     lo = tl.program_id(1) * tiles_per_program
     hi = tl.minimum(lo + tiles_per_program, per_group)
     w_lo, w_hi = qkv_start(w_ptr, K, H, KVH, HD, tl.program_id(0), lo, hi, GROUP, n_chunks,
                            BLOCK_H, BLOCK_K, STREAM, PTX)
+    pdl_wait(PDL)
     qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_ptr, pos_ptr,
                   q_ptr, k_ptr, v_ptr, T, K, stride_x, S, eps, H, KVH, HD, tl.program_id(0), lo,
                   hi, w_lo, w_hi, GROUP, n_chunks, raw_ptr,
@@ -249,9 +254,12 @@ def qkv_rope_kernel(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_
 
 @triton.jit
 def qk_norm_rope_kernel(raw_ptr, qk_norm_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_ptr, T, S, eps,
-                        H, KVH, HD, GROUP, BLOCK_T: tl.constexpr, BLOCK_HALF: tl.constexpr):
+                        H, KVH, HD, GROUP, BLOCK_T: tl.constexpr, BLOCK_HALF: tl.constexpr,
+                        PDL: tl.constexpr):
     """Grid (KV groups,): the deferred q/k norm + RoPE of qkv_rope (DEFER). Bytes: (GROUP + 1)
     raw fp32 heads in (L2: just written), bf16 out -- a few us of latency, no bandwidth."""
+    pdl_start(PDL)
+    pdl_wait(PDL)
     qk_norm_rope_body(raw_ptr, qk_norm_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_ptr, T, S, eps,
                       H, KVH, HD, tl.program_id(0), GROUP, BLOCK_T, BLOCK_HALF)
 
@@ -299,6 +307,7 @@ def qkv_rope(x, w_qkv, norm_w, cos, sin, pos, k_cache, v_cache, *, n_heads, eps,
     G = n_heads // KVH
     per = stream.tiles if stream is not None else 1
     ptx = streamed and stream_ptx(stream, w_qkv.dtype, K)
+    pdl = use_pdl(x.device)
     grid = (KVH, triton.cdiv((G + 2) * n_chunks * triton.cdiv(T, BT), per))
     qkv_rope_kernel[grid](x, w_qkv, norm_w, bias if bias is not None else w_qkv,
                           qk_norm if qk_norm is not None else norm_w, cos, sin, pos,
@@ -307,9 +316,10 @@ def qkv_rope(x, w_qkv, norm_w, cos, sin, pos, k_cache, v_cache, *, n_heads, eps,
                           QK_NORM=qk_norm is not None and not defer, BLOCK_T=BT, BLOCK_H=BLOCK_H,
                           BLOCK_K=BLOCK_K, STREAM=streamed,
                           F32=INTERPRET or w_qkv.dtype == torch.float32, DEFER=defer, PTX=ptx,
-                          num_warps=warps)
+                          PDL=pdl, num_warps=warps, launch_pdl=pdl)
     if defer:
         qk_norm_rope_kernel[(KVH,)](raw, qk_norm, cos, sin, pos, q_out, k_cache, T, S, eps,
                                     n_heads, KVH, HD, G, BLOCK_T=BT,
-                                    BLOCK_HALF=triton.next_power_of_2(HD // 2))
+                                    BLOCK_HALF=triton.next_power_of_2(HD // 2), PDL=pdl,
+                                    launch_pdl=pdl)
     return q_out
