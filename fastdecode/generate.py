@@ -5,15 +5,55 @@ the host reads the previous chunk's tokens (pinned copy + event), streams them a
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from .runtime import Runtime, Sampling
 
-# generate() kwargs that HF accepts and that change nothing for batch-1 decoding here
+# generate() kwargs that HF accepts and that change nothing for batch-1 decoding here -- at the
+# values check_hf_kwargs lets through (a value that would change the result raises instead)
 _HARMLESS = {"pad_token_id", "bos_token_id", "use_cache", "return_dict_in_generate",
              "output_scores", "output_logits", "output_attentions", "output_hidden_states",
              "num_beams", "num_return_sequences", "repetition_penalty", "min_new_tokens",
              "token_type_ids", "tokenizer", "synced_gpus", "logits_processor", "stopping_criteria"}
+
+
+def check_hf_kwargs(kwargs, eos_ids, gc=None):
+    """Hugging Face generate() arguments that fastdecode cannot honour raise a clear error instead
+    of being ignored (an ignored one would return another sequence than HF's, or another type);
+    eos_ids: the stop tokens in effect (min_new_tokens only matters with some). gc: the model's
+    generation config -- a repetition_penalty there (some chat models ship one) is not applied:
+    a warning says so, unless the call sets repetition_penalty=1.0."""
+    def set_to(name, default):
+        return kwargs.get(name, default) not in (None, default)
+    if "repetition_penalty" not in kwargs and getattr(gc, "repetition_penalty", None) not in (
+            None, 1.0):
+        warnings.warn(f"the model's generation_config sets repetition_penalty="
+                      f"{gc.repetition_penalty}; fastdecode does not apply it (tokens can differ "
+                      f"from Hugging Face's generate); pass repetition_penalty=1.0 to silence "
+                      f"this", stacklevel=3)
+    if set_to("num_beams", 1):
+        raise ValueError("beam search is not supported (num_beams must be 1)")
+    if set_to("num_return_sequences", 1):
+        raise ValueError("num_return_sequences must be 1")
+    if set_to("repetition_penalty", 1.0):
+        raise ValueError("repetition_penalty is not supported")
+    if set_to("min_new_tokens", 0) and eos_ids:
+        raise ValueError("min_new_tokens is not supported (it masks the EOS logits); pass "
+                         "eos_token_id=[] to generate exactly max_new_tokens tokens")
+    for name in ("logits_processor", "stopping_criteria"):
+        if kwargs.get(name):
+            raise ValueError(f"{name} is not supported: the token choice runs on the GPU "
+                             f"(greedy, temperature, top_k, top_p)")
+    for name in ("return_dict_in_generate", "output_scores", "output_logits",
+                 "output_attentions", "output_hidden_states"):
+        if kwargs.get(name):
+            raise ValueError(f"{name}=True is not supported: generate() returns the token ids "
+                             f"(LongTensor [1, T + new]); fm(input_ids) returns logits")
+    unknown = set(kwargs) - _HARMLESS
+    if unknown:
+        raise TypeError(f"generate() got unsupported arguments {sorted(unknown)}")
 
 
 def validate_ids(input_ids, device, vocab_size, attention_mask=None, what="input_ids"):

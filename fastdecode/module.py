@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from . import _env
-from .generate import _HARMLESS, run_generate, validate_ids
+from .generate import _eos_set, check_hf_kwargs, run_generate, validate_ids
 from .loading import generation_defaults, open_checkpoint, resolve_model_path
 from .packing import FLOAT_DTYPES, dict_getter, pack
 from .runtime import MODES, Runtime, Sampling
@@ -88,18 +88,11 @@ class FastModel(nn.Module):
         if input_ids is None:
             raise ValueError("generate() needs input_ids")
         gc = generation_config or self.generation_config
-        if kwargs.get("num_beams", 1) not in (None, 1):
-            raise ValueError("beam search is not supported (num_beams must be 1)")
-        if kwargs.get("num_return_sequences", 1) not in (None, 1):
-            raise ValueError("num_return_sequences must be 1")
-        if kwargs.get("repetition_penalty", 1.0) not in (None, 1.0):
-            raise ValueError("repetition_penalty is not supported")
-        unknown = set(kwargs) - _HARMLESS
-        if unknown:
-            raise TypeError(f"generate() got unsupported arguments {sorted(unknown)}")
-        ids = validate_ids(input_ids, self.device, self.spec.vocab_size, attention_mask)
         pick = lambda v, name, default: v if v is not None else (  # noqa: E731
             getattr(gc, name, None) if getattr(gc, name, None) is not None else default)
+        eos = pick(eos_token_id, "eos_token_id", None)
+        check_hf_kwargs(kwargs, _eos_set(eos), gc)
+        ids = validate_ids(input_ids, self.device, self.spec.vocab_size, attention_mask)
         if max_new_tokens is None:
             max_new_tokens = gc.max_new_tokens
         if max_new_tokens is None:
@@ -110,7 +103,6 @@ class FastModel(nn.Module):
                             top_k=pick(top_k, "top_k", None), top_p=pick(top_p, "top_p", None))
         if not sampling.do_sample:
             sampling = Sampling()
-        eos = pick(eos_token_id, "eos_token_id", None)
         return run_generate(self.runtime, ids, max_new_tokens=int(max_new_tokens),
                             sampling=sampling, eos_token_id=eos, streamer=streamer, seed=seed)
 

@@ -117,11 +117,38 @@ def test_bad_inputs_raise(fm):
         fm(torch.ones(1, 2, dtype=torch.long, device="meta"))
     with pytest.raises(ValueError, match="beam"):
         fm.generate(ok, num_beams=4)
+    # HF arguments that would change the result are refused, not ignored; their defaults pass
+    with pytest.raises(ValueError, match="min_new_tokens"):
+        fm.generate(ok, max_new_tokens=4, min_new_tokens=3, eos_token_id=2)
+    with pytest.raises(ValueError, match="logits_processor"):
+        fm.generate(ok, max_new_tokens=2, logits_processor=[lambda i, s: s])
+    with pytest.raises(ValueError, match="return_dict_in_generate"):
+        fm.generate(ok, max_new_tokens=2, return_dict_in_generate=True)
+    with pytest.raises(ValueError, match="repetition_penalty"):
+        fm.generate(ok, max_new_tokens=2, repetition_penalty=1.2)
     with pytest.raises(TypeError, match="unsupported arguments"):
         fm.generate(ok, max_new_tokens=2, penalty_alpha=0.6)
     with pytest.raises(ValueError, match="temperature"):
         fm.generate(ok, max_new_tokens=2, do_sample=True, temperature=0.0)
     assert fm.position == 0  # nothing ran
+
+
+def test_harmless_hf_arguments_at_their_defaults(fm):
+    """The same tokens with HF's no-op arguments (min_new_tokens without stop tokens, empty
+    processor lists, num_beams=1) as without them; a generation_config repetition_penalty is
+    not applied, and a warning says so."""
+    ok = torch.tensor([[1, 2]], device=DEVICE)
+    want = fm.generate(ok, max_new_tokens=4, eos_token_id=[])
+    got = fm.generate(ok, max_new_tokens=4, eos_token_id=[], min_new_tokens=4, num_beams=1,
+                      logits_processor=[], stopping_criteria=[], output_scores=False,
+                      pad_token_id=0)
+    assert torch.equal(got, want)
+    import copy
+    gc = copy.deepcopy(fm.generation_config)
+    gc.repetition_penalty = 1.1
+    with pytest.warns(UserWarning, match="repetition_penalty"):
+        got = fm.generate(ok, max_new_tokens=4, eos_token_id=[], generation_config=gc)
+    assert torch.equal(got, want)
 
 
 def test_model_level_errors(model):
