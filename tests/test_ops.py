@@ -256,3 +256,33 @@ def test_tolerances_reject_wrong_kernels():
                                   swiglu=True), ref, dtype, K)
         # and the right kernel passes the same check
         assert close(ops.gemv(x, w2, norm_w=nw, eps=1e-5, swiglu=True), ref, dtype, K)
+
+
+@pytest.mark.parametrize("stream", [None, StreamConfig(64, 4, 2, max_k=16)])
+def test_pdl_launches_compute_the_same(stream, monkeypatch):
+    """FASTDECODE_PDL=1 (config.use_pdl) changes when the ops-mode kernels start, not what they
+    compute: gemv, QKV + RoPE with the deferred q/k norm, attention and lm_head with it on equal
+    them with it off, bit for bit (the interpreter runs its no-op fallbacks; on the GPU,
+    tests/test_gpu.py checks the real launches)."""
+    from fastdecode.triton_kernels import config
+    g = torch.Generator().manual_seed(5)
+    T, H, KVH, HD, K, pos = 1, 4, 2, 16, 48, 3
+    S = pos + 2
+    x, w, nw, cos, sin, b, qkn, kc, vc = _qkv_case(T, H, KVH, HD, K, pos, S, torch.float32, g,
+                                                    True, True)
+    p = torch.tensor([pos], dtype=torch.int32, device=DEVICE)
+    w2 = rnd(40, K, dtype=torch.float32, seed_gen=g)
+    outs = []
+    for flag in ("0", "1"):
+        monkeypatch.setattr(config, "_PDL_ENV", flag)
+        assert config.use_pdl(DEVICE) == (flag == "1")
+        k2, v2 = kc.clone(), vc.clone()
+        q = ops.qkv_rope(x, w, nw, cos, sin, p, k2, v2, n_heads=H, eps=1e-5, bias=b,
+                         qk_norm=qkn, stream=stream)
+        att = ops.attention(q, k2, v2, p)
+        y = ops.gemv(x, w2, norm_w=nw, stream=stream)
+        logits, _, _ = ops.lm_head(x, w2, nw, 1e-5, logits=torch.empty(T, 40, device=DEVICE))
+        outs.append((q, k2, v2, att, y, logits))
+    for a, c in zip(*outs):
+        assert torch.equal(a, c)
+
