@@ -42,7 +42,8 @@ for s in $stages; do
          cp bench/RESULTS.md "$OUT/" ;;
     pdl) timeout 200 python3 -m pytest -q tests/test_ptx.py tests/test_gpu.py -k "grid_wait or pdl" \
            -p no:cacheprovider 2>&1 | tee "$OUT/pytest_pdl.log" | tail -4
-         FASTDECODE_COMMIT=$COMMIT timeout 150 python3 bench/bench_ops.py 2>&1 | grep -v -i warn \
+         FASTDECODE_COMMIT=$COMMIT timeout 150 python3 bench/bench_ops.py --shapes \
+           2048x16384,14336x4096,2048x3072,8192x2048 2>&1 | grep -v -i warn \
            | tail -10
          for flag in 0 1; do FASTDECODE_PDL=$flag FASTDECODE_COMMIT=$COMMIT timeout 110 python3 \
            bench/bench_decode.py --models 1b,8b --peers fastdecode 2>&1 \
