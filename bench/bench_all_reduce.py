@@ -9,10 +9,8 @@ Median microseconds per call over --iters back-to-back calls, timed on rank 0 be
 appends rows to bench/RESULTS.md. Run: torchrun --nproc-per-node 2 bench/bench_all_reduce.py
 """
 import argparse
-import datetime
 import os
 import statistics
-import subprocess
 import sys
 import time
 
@@ -20,6 +18,8 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_decode import append_results, bench_command  # noqa: E402
 from fastdecode.distributed import init, peer_buffers  # noqa: E402
 from fastdecode.ops import all_reduce  # noqa: E402
 from fastdecode.triton_kernels.all_reduce import check_status  # noqa: E402
@@ -94,18 +94,13 @@ def main():
         rows += [(n * 2 // 1024, name, us) for name, us in res.items()]
     if rank == 0:
         gpu = torch.cuda.get_device_name()
-        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
-        commit = os.environ.get("FASTDECODE_COMMIT") or subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-            cwd=HERE).stdout.strip()
-        cmd = f"torchrun --nproc-per-node {world} bench/bench_all_reduce.py " + \
-            " ".join(sys.argv[1:])
         print(f"{world} x {gpu}: all-reduce of a bf16 vector, median us per call")
-        with open(os.path.join(HERE, "RESULTS.md"), "a") as f:
-            for kb, name, us in rows:
-                print(f"  {kb:4d} KB  {name:32s} {us:8.2f} us")
-                f.write(f"| {stamp} | {world} x {gpu} | {commit} | all-reduce {kb} KB bf16 | "
-                        f"{name} | - | - | - | {us:.2f} us | `{cmd}` |\n")
+        for kb, name, us in rows:
+            print(f"  {kb:4d} KB  {name:32s} {us:8.2f} us")
+        append_results(os.path.join(HERE, "RESULTS.md"),
+                       [[f"{world} x {gpu}", f"all-reduce {kb} KB bf16", name, "-", "-", "-",
+                         f"{us:.2f} us"] for kb, name, us in rows],
+                       bench_command("bench_all_reduce.py", f"torchrun --nproc-per-node {world}"))
     dist.barrier()
     dist.destroy_process_group()
 

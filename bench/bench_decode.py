@@ -208,9 +208,7 @@ def main():
                 med = warm[len(warm) // 2]
                 lat[(mode, "warm")] = (med[0], med[1], med[2] + f"; median of {len(warm)}, "
                                        f"{warm[0][0]:.1f}-{warm[-1][0]:.1f} s")
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
-    commit = os.environ.get("FASTDECODE_COMMIT") or _git_commit()
-    cmd = "python bench/bench_decode.py " + " ".join(sys.argv[1:])
+    stamp, commit = run_stamp()
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
     # the models in the name too: two runs at one commit (different models) keep both files
     tag = args.models.replace(",", "-")
@@ -232,18 +230,14 @@ def main():
         if v:
             print(f"first token, {mode}, {cache} Triton cache: {v[0]:.1f} s from process start "
                   f"({v[1]:.1f} s after importing torch + fastdecode: {v[2]})")
-    with open(args.results_md, "a") as f:
-        for r in rows:
-            vs = f"{r['vs_compile']:.2f}x" if r["vs_compile"] else "-"
-            fc = f"{r['first_call_s']:.1f}" if r["first_call_s"] else "-"
-            f.write(f"| {stamp} | {gpu} | {commit} | {r['model']} | {r['peer']} | "
-                    f"{r['tok_s']:.1f} | {r['roofline_pct']:.1f}% of {r['roofline_tok_s']:.0f} | "
-                    f"{vs} | {fc} | `{cmd}` |\n")
-        for (mode, cache), v in lat.items():
-            if v:
-                f.write(f"| {stamp} | {gpu} | {commit} | Llama-3.2-1B | first token ({mode}, "
-                        f"from_pretrained, {cache} Triton cache) | - | - | - | {v[0]:.1f} "
-                        f"(process start) | `{cmd}` |\n")
+    table = [[gpu, r["model"], r["peer"], f"{r['tok_s']:.1f}",
+              f"{r['roofline_pct']:.1f}% of {r['roofline_tok_s']:.0f}",
+              f"{r['vs_compile']:.2f}x" if r["vs_compile"] else "-",
+              f"{r['first_call_s']:.1f}" if r["first_call_s"] else "-"] for r in rows]
+    table += [[gpu, "Llama-3.2-1B", f"first token ({mode}, from_pretrained, {cache} Triton cache)",
+               "-", "-", "-", f"{v[0]:.1f} (process start)"] for (mode, cache), v in lat.items()
+              if v]
+    append_results(args.results_md, table, bench_command("bench_decode.py"))
 
 
 def _git_commit():
@@ -252,6 +246,28 @@ def _git_commit():
                                        text=True).strip()
     except Exception:
         return "unknown"
+
+
+def run_stamp():
+    """(UTC date, commit) of this run, for result rows and file names: the commit from
+    FASTDECODE_COMMIT (the device machine's copy of the tree can carry a stale git history) or
+    git."""
+    return (datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+            os.environ.get("FASTDECODE_COMMIT") or _git_commit())
+
+
+def bench_command(script, launcher="python"):
+    """The command as run, for the last column of a result row."""
+    return f"{launcher} bench/{script} " + " ".join(sys.argv[1:])
+
+
+def append_results(path, rows, cmd):
+    """Rows of bench/RESULTS.md's table, one per list of cells [GPU, what, peer, value, % of
+    roofline, ratio, time]: | date | GPU | commit | what | ... | `cmd` |."""
+    stamp, commit = run_stamp()
+    with open(path, "a") as f:
+        for gpu, *cells in rows:
+            f.write("| " + " | ".join([stamp, gpu, commit, *cells, f"`{cmd}`"]) + " |\n")
 
 
 def _plot(rows, path, gpu):

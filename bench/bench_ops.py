@@ -18,7 +18,6 @@ appends the rows to bench/RESULTS.md.
 """
 import argparse
 import dataclasses
-import datetime
 import os
 import sys
 
@@ -28,7 +27,7 @@ import triton
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-from bench_decode import _git_commit, read_bandwidth  # noqa: E402
+from bench_decode import append_results, bench_command, read_bandwidth  # noqa: E402
 from fastdecode.ops import gemv  # noqa: E402
 from fastdecode.triton_kernels import config  # noqa: E402
 from fastdecode.triton_kernels.config import StreamConfig  # noqa: E402
@@ -123,14 +122,10 @@ def main():
     print(f"\n{'[K, N]':14s}" + "".join(f"{v:>13s}" for v in variants(1, 1, 1)) + "   (GB/s)")
     for shape in args.shapes.split(","):
         print(f"{shape:14s}" + "".join(f"{bw / 1e9:13.0f}" for s, _, _, bw in rows if s == shape))
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
-    commit = os.environ.get("FASTDECODE_COMMIT") or _git_commit()
-    cmd = "python bench/bench_ops.py " + " ".join(sys.argv[1:])
-    with open(args.results_md, "a") as f:
-        for shape, name, t, bw in rows:
-            f.write(f"| {stamp} | {gpu} | {commit} | GEMV [K, N] = [{shape.replace('x', ', ')}]"
-                    f" bf16, cold L2 | {name} | {bw / 1e9:.0f} GB/s | {100 * bw / roof:.1f}% of "
-                    f"{roof / 1e12:.2f} TB/s | - | {t * 1e6:.1f} us | `{cmd}` |\n")
+    append_results(args.results_md, [
+        [gpu, f"GEMV [K, N] = [{shape.replace('x', ', ')}] bf16, cold L2", name,
+         f"{bw / 1e9:.0f} GB/s", f"{100 * bw / roof:.1f}% of {roof / 1e12:.2f} TB/s", "-",
+         f"{t * 1e6:.1f} us"] for shape, name, t, bw in rows], bench_command("bench_ops.py"))
 
 
 if __name__ == "__main__":

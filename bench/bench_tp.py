@@ -17,7 +17,6 @@ first REDUCE ready, per all-reduce). Rank 0 appends rows to bench/RESULTS.md.
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import statistics
 import sys
@@ -28,8 +27,8 @@ import torch.distributed as dist
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fastdecode  # noqa: E402
-from bench_decode import (_git_commit, add_protocol_args, decode_rate, read_bandwidth,  # noqa: E402
-                          step_bytes)
+from bench_decode import (add_protocol_args, append_results, bench_command,  # noqa: E402
+                          decode_rate, read_bandwidth, step_bytes)
 from fastdecode.distributed import TorchCollectives, init  # noqa: E402
 from fastdecode.module import FastModel  # noqa: E402
 from fastdecode.packing import dict_getter, pack  # noqa: E402
@@ -128,18 +127,16 @@ def main():
     for key in args.models.split(","):
         rows += bench_model(key, args, bw, rank, world, device)
     if rank == 0:
-        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
-        commit = os.environ.get("FASTDECODE_COMMIT") or _git_commit()
-        cmd = f"torchrun --nproc-per-node {world} bench/bench_tp.py " + " ".join(sys.argv[1:])
         print(f"\n{'model':14s} {'peer':26s} {'tok/s':>8s} {'%roof':>6s} {'x tp=1':>7s}")
-        with open(args.results_md, "a") as f:
-            for r in rows:
-                vs = f"{r['vs_tp1']:.2f}x" if r["vs_tp1"] else "-"
-                pct = 100 * r["tok_s"] / r["roof"]
-                print(f"{r['model']:14s} {r['peer']:26s} {r['tok_s']:8.1f} {pct:6.1f} {vs:>7s}")
-                f.write(f"| {stamp} | {r['tp']} x {gpu} | {commit} | {r['model']} | {r['peer']} "
-                        f"| {r['tok_s']:.1f} | {pct:.1f}% of {r['roof']:.0f} | {vs} vs tp=1 | - "
-                        f"| `{cmd}` |\n")
+        table = []
+        for r in rows:
+            vs = f"{r['vs_tp1']:.2f}x" if r["vs_tp1"] else "-"
+            pct = 100 * r["tok_s"] / r["roof"]
+            print(f"{r['model']:14s} {r['peer']:26s} {r['tok_s']:8.1f} {pct:6.1f} {vs:>7s}")
+            table.append([f"{r['tp']} x {gpu}", r["model"], r["peer"], f"{r['tok_s']:.1f}",
+                          f"{pct:.1f}% of {r['roof']:.0f}", f"{vs} vs tp=1", "-"])
+        append_results(args.results_md, table,
+                       bench_command("bench_tp.py", f"torchrun --nproc-per-node {world}"))
     dist.barrier()
     dist.destroy_process_group()
 

@@ -18,7 +18,6 @@ and how much of the waits each way hides; appends rows to bench/RESULTS.md.
     python bench/probe_smem_ring.py --compile-only   (sm_90a compile + ptxas on a CPU machine)
 """
 import argparse
-import datetime
 import os
 import sys
 
@@ -174,7 +173,7 @@ def main():
         return compile_only(args.rows, rr, stages)
     sys.path.insert(0, os.path.dirname(HERE))
     sys.path.insert(0, HERE)
-    from bench_decode import _git_commit, read_bandwidth
+    from bench_decode import append_results, bench_command, read_bandwidth
     gpu = torch.cuda.get_device_name()
     programs = 2 * torch.cuda.get_device_properties(0).multi_processor_count
     n = programs * args.tasks * args.tiles * args.rows
@@ -207,15 +206,11 @@ def main():
         if wait:
             extra = (t - base[(kind, 0)]) / args.tasks * 1e6
             print(f"  {kind:8s} {wait / 1e3:5.2f} us wait -> {extra:5.2f} us lost per task")
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
-    commit = os.environ.get("FASTDECODE_COMMIT") or _git_commit()
-    cmd = "python bench/probe_smem_ring.py " + " ".join(sys.argv[1:])
-    with open(args.results_md, "a") as f:
-        for kind, wait, t, bw in rows:
-            f.write(f"| {stamp} | {gpu} | {commit} | smem-ring probe [{n}, {K_DIM}], "
-                    f"{args.tasks} tasks x {args.tiles} tiles / program | {kind}, wait {wait} ns "
-                    f"| {bw / 1e9:.0f} GB/s | {100 * bw / roof:.1f}% of {roof / 1e12:.2f} TB/s "
-                    f"| - | {t * 1e6:.1f} us | `{cmd}` |\n")
+    append_results(args.results_md, [
+        [gpu, f"smem-ring probe [{n}, {K_DIM}], {args.tasks} tasks x {args.tiles} tiles / program",
+         f"{kind}, wait {wait} ns", f"{bw / 1e9:.0f} GB/s",
+         f"{100 * bw / roof:.1f}% of {roof / 1e12:.2f} TB/s", "-", f"{t * 1e6:.1f} us"]
+        for kind, wait, t, bw in rows], bench_command("probe_smem_ring.py"))
 
 
 if __name__ == "__main__":
