@@ -31,21 +31,19 @@ from triton.experimental import gluon  # noqa: E402
 from triton.experimental.gluon import language as gl  # noqa: E402
 from triton.experimental.gluon.language.nvidia.ampere import async_copy as cp  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(HERE))
+from fastdecode.ptx_inline.timers import globaltimer_ns  # noqa: E402
+
 K_DIM = 2048  # the Llama-3.2-1B gate|up rows: the phase that waits longest per layer
 
 
 @triton.jit
-def _now(dummy):
-    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [dummy],
-                                     dtype=tl.int64, is_pure=False, pack=1)
-
-
-@triton.jit
 def _spin_ns(wait_ns, dummy):
-    """A simulated dependency wait: polls the timer (no memory traffic) for wait_ns."""
+    """A simulated dependency wait: polls %globaltimer (no memory traffic) for wait_ns. dummy: an
+    int32 scalar for the timer's asm (ptx_inline.timers; the asm path, so no clock pointer)."""
     if wait_ns > 0:
-        end = _now(dummy) + wait_ns
-        while _now(dummy) < end:
+        end = globaltimer_ns(dummy, None, True) + wait_ns
+        while globaltimer_ns(dummy, None, True) < end:
             pass
 
 
@@ -171,7 +169,6 @@ def main():
     if args.compile_only:
         sys.path.insert(0, HERE)
         return compile_only(args.rows, rr, stages)
-    sys.path.insert(0, os.path.dirname(HERE))
     sys.path.insert(0, HERE)
     from bench_decode import append_results, bench_command, read_bandwidth
     gpu = torch.cuda.get_device_name()

@@ -55,9 +55,14 @@ class StreamConfig:
     223.4 / 216.6 / 204.2 / 190.6 at 0 / 128 / 256 / 512 KB, Qwen3-8B 202.8 / 181.5 at 0 / 256 KB):
     most waits are phase tails, where the prefetches compete with the programs still streaming
     the phase that the waiters need. Even only in the O_PROJ wait (the attention chain, HBM
-    idle; 2026-11-30 on top of 970ce3a^) it was slower: 1B 1139.0 / 1109.8 / 1104.0 at 0 / 64 /
+    idle; 2026-11-30 on top of 970ce3a) it was slower: 1B 1139.0 / 1109.8 / 1104.0 at 0 / 64 /
     128 KB, 8B 225.3 / 222.3 / 220.3 at 0 / 96 / 160 KB. The megakernel instead holds each
-    task's first piece in registers across the wait (gemv.stream_start)."""
+    task's first piece in registers across the wait (gemv.stream_start).
+    Work stealing, measured and dropped (a steal_frac field at 69859da, reverted): each o /
+    gate|up / down phase's last 12% / 25% of tiles in a pool taken by atomic ticket after a
+    task's own range -- 1B 889.2 / 899.0 vs 1123.7 tok/s, 8B 192.4 / 196.8 vs 223.3: its
+    registers (1B spills 40 -> 244 B) and ticket round trips cost more than the phase tails
+    (~3.5 us on 8B) it evens out."""
     tile_elems: int = 16384
     num_warps: int = 4
     tiles: int = 1
@@ -78,11 +83,6 @@ class StreamConfig:
     # decode with q/k norm: the QKV task that completes a KV group's tiles normalizes and rotates
     # it (graph.py, Tiling.norm_in_qkv) instead of a QKNORM task. Off: on an H200 (2026-11-30,
     # 69859da, sweep_mega 16384/4w/4096/2, 128 tokens) Qwen3-8B 199.1 vs 204.3 tok/s without.
-    # Work stealing, measured and dropped (StreamConfig.steal_frac at 69859da, reverted): each
-    # o / gate|up / down phase's last 12% / 25% of tiles in a pool taken by atomic ticket after
-    # a task's own range -- 1B 889.2 / 899.0 vs 1123.7 tok/s, 8B 192.4 / 196.8 vs 223.3: its
-    # registers (1B spills 40 -> 244 B) and ticket round trips cost more than the phase tails
-    # (~3.5 us on 8B) it evens out.
     norm_in_qkv: bool = False
 
     def tile(self, K: int, parts: int = 1) -> TileConfig:
