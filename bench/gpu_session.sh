@@ -2,8 +2,7 @@
 # One device-tool call that checks and measures everything GPU-side, shortest first; each stage is
 # time-boxed so a failure or a slow stage cannot eat the call. Outputs land in $OUT (or /tmp/out).
 #   device run:  bash bench/gpu_session.sh  [stages...]
-#   stages: tests kernels sweep bench trace tp variants first pdl ring
-#   (ring: bench/probe_smem_ring.py -- does a Gluon shared-memory ring hide a task's wait?)
+#   stages: tests kernels sweep bench trace tp variants first pdl
 #   (pdl: programmatic dependent launch of the ops-mode kernels -- its GPU tests, bench_ops with
 #    ops+PDL / persist+PDL, bench_decode's ops peer without (FASTDECODE_PDL=0) and with it)
 #   (variants: the PTX weight pieces and merge-in-attn -- their tests, bench_ops.py, sweep_mega
@@ -49,9 +48,6 @@ for s in $stages; do
            bench/bench_decode.py --models 1b,8b --peers fastdecode 2>&1 \
            | grep -v -i "warn\|cudagraph" | tail -4; done
          cp bench/RESULTS.md "$OUT/" ;;
-    ring) FASTDECODE_COMMIT=$COMMIT timeout 240 python3 bench/probe_smem_ring.py ${RING_ARGS:-} \
-            2>&1 | grep -v -i warn | tail -16
-          cp bench/RESULTS.md "$OUT/" ;;
     first) python3 -c "import sys; sys.path.insert(0, 'bench'); from bench_decode import \
              save_checkpoint; save_checkpoint('1b', '/tmp/ckpt_1b')" 2>&1 | grep -v -i warn | tail -2
            for i in 0 1 2 3; do TRITON_CACHE_DIR=/tmp/first_cache timeout 60 python3 \

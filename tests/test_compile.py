@@ -42,18 +42,3 @@ def test_ptx_wrappers_compile_for_sm90():
         out.stdout
     assert " ? regs" not in out.stdout, out.stdout  # ptxas accepted each one
 
-
-def test_smem_ring_probe_compiles_for_sm90():
-    """bench/probe_smem_ring.py's Gluon cp.async ring and its plain-Triton twin (GPU-only probe:
-    Gluon has no interpreter) still compile, ring within two programs' share of shared memory."""
-    env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=ROOT)
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "probe_smem_ring.py"),
-                          "--compile-only"], capture_output=True, text=True, env=env, cwd=ROOT,
-                         timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "regs_kernel" in out.stdout and "ring_kernel 6 stages" in out.stdout, out.stdout
-    assert " ? regs" not in out.stdout, out.stdout
-    shared = [int(line.split(" B shared")[0].split()[-1]) for line in out.stdout.splitlines()
-              if " B shared" in line]
-    assert shared and max(shared) <= 227 * 1024 // 2, out.stdout  # two programs per SM
-

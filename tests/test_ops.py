@@ -2,7 +2,7 @@
 sizes, positions and seeds; and for each tolerance, a deliberately wrong kernel that it rejects."""
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from fastdecode import ops
@@ -117,8 +117,11 @@ def test_qkv_rope_decode_defers_qk_norm(HD, pairs, stream):
 @given(T=TOKENS, group=st.sampled_from([1, 2, 3, 4, 7]), KVH=st.integers(1, 3),
        HD=st.sampled_from([4, 10, 16, 24, 40, 64]), pos=st.integers(0, 150),
        window=st.sampled_from([0, 0, 1, 5, 33]), seed=st.integers(0, 2**31 - 1), dtype=DTYPES,
-       chunk=st.sampled_from([None, 64, 128]))
+       chunk=st.sampled_from([None, 8, 64, 128]))
+@example(T=1, group=4, KVH=2, HD=16, pos=150, window=0, seed=0, dtype=torch.float32, chunk=8)
 def test_attention(T, group, KVH, HD, pos, window, seed, dtype, chunk):
+    """chunk 8 at pos 150: 19 active splits, so the merge runs two rounds of 16 (the online
+    rescale across rounds)."""
     g = torch.Generator().manual_seed(seed)
     H, S = group * KVH, pos + T + 5
     q = rnd(T, H, HD, dtype=dtype, seed_gen=g)

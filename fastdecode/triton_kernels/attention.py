@@ -21,7 +21,7 @@ from .config import GPU_SMS, attention_blocks, attention_config, merge_splits, u
 
 
 @triton.jit
-def attention_body(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos_ptr, T, TM, S, H, HD, window, scale,
+def attention_body(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos, T, TM, S, H, HD, window, scale,
                    CHUNK, kvh, split, pid_t,
                    GROUP: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_TOK: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -34,7 +34,6 @@ def attention_body(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos_ptr, T, TM, S, H, HD
     valid = (g < GROUP) & (tloc < BLOCK_TOK) & (t < T)
     offs_d = tl.arange(0, BLOCK_D)
     mask_d = offs_d < HD
-    pos = tl.load(pos_ptr)
     qp = pos + t
     q = tl.load(q_ptr + (t[:, None] * H + h[:, None]) * HD + offs_d[None, :],
                 mask=valid[:, None] & mask_d[None, :], other=0.0)
@@ -82,31 +81,28 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos_ptr, T, TM, S, H, 
                      F32: tl.constexpr, PDL: tl.constexpr):
     pdl_start(PDL)
     pdl_wait(PDL)
-    attention_body(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos_ptr, T, TM, S, H, HD, window, scale,
-                   CHUNK, tl.program_id(0), tl.program_id(1), tl.program_id(2),
+    attention_body(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, tl.load(pos_ptr), T, TM, S, H, HD, window,
+                   scale, CHUNK, tl.program_id(0), tl.program_id(1), tl.program_id(2),
                    GROUP, BLOCK_G, BLOCK_TOK, BLOCK_M, BLOCK_S, BLOCK_D, F32)
 
 
 @triton.jit
-def attn_merge_body(o_ptr, lse_ptr, out_ptr, pos_ptr, T, TM, H, HD, CHUNK, n_splits, t, kvh,
+def attn_merge_body(o_ptr, lse_ptr, out_ptr, pos, T, TM, H, HD, CHUNK, n_splits, t, kvh,
                     GROUP: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_SP: tl.constexpr,
                     BLOCK_D: tl.constexpr):
     """Token t, the GROUP query heads of KV head kvh, all at once: [BLOCK_SP splits, BLOCK_G
-    heads, BLOCK_D] tiles, so a merge of up to BLOCK_SP splits is one round of loads (the
-    megakernel waits on it between attention and o_proj). Splits in ascending order."""
+    heads, BLOCK_D] tiles, each round's lse and partial o loaded together and merged online
+    (running max, rescaled sums): up to BLOCK_SP active splits are one round trip to L2 (the
+    megakernel waits on it between attention and o_proj; a max pass first cost a second one).
+    Splits in ascending order: deterministic."""
     offs_g = tl.arange(0, BLOCK_G)
     mask_g = offs_g < GROUP
     h = kvh * GROUP + offs_g
     offs_d = tl.arange(0, BLOCK_D)
     mask_gd = mask_g[:, None] & (offs_d < HD)[None, :]
-    n_act = tl.minimum(n_splits, tl.cdiv(tl.load(pos_ptr) + T, CHUNK))
+    n_act = tl.minimum(n_splits, tl.cdiv(pos + T, CHUNK))
     sp = tl.arange(0, BLOCK_SP)
     m = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
-    for s0 in range(0, n_act, BLOCK_SP):  # max lse over the active splits
-        lse = tl.load(lse_ptr + ((s0 + sp[:, None]) * TM + t) * H + h[None, :],
-                      mask=((s0 + sp) < n_act)[:, None] & mask_g[None, :], other=float("-inf"))
-        m = tl.maximum(m, tl.max(lse, axis=0))
-    m = tl.where(m == float("-inf"), 0.0, m)
     den = tl.zeros([BLOCK_G], dtype=tl.float32)
     acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
     for s0 in range(0, n_act, BLOCK_SP):
@@ -115,9 +111,13 @@ def attn_merge_body(o_ptr, lse_ptr, out_ptr, pos_ptr, T, TM, H, HD, CHUNK, n_spl
         lse = tl.load(lse_ptr + rows, mask=ms[:, None] & mask_g[None, :], other=float("-inf"))
         o = tl.load(o_ptr + rows[:, :, None] * HD + offs_d[None, None, :],
                     mask=ms[:, None, None] & mask_gd[None, :, :], other=0.0)
-        w = tl.exp(lse - m[None, :])
-        den += tl.sum(w, axis=0)
-        acc += tl.sum(w[:, :, None] * o, axis=0)
+        m_new = tl.maximum(m, tl.max(lse, axis=0))
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp(m - m_use)  # 0 in the first round (m = -inf)
+        w = tl.exp(lse - m_use[None, :])
+        den = den * alpha + tl.sum(w, axis=0)
+        acc = acc * alpha[:, None] + tl.sum(w[:, :, None] * o, axis=0)
+        m = m_new
     out = acc / tl.where(den > 0, den, 1.0)[:, None]
     tl.store(out_ptr + (t * H + h[:, None]) * HD + offs_d[None, :],
              out.to(out_ptr.dtype.element_ty), mask=mask_gd)
@@ -129,7 +129,7 @@ def attn_merge_kernel(o_ptr, lse_ptr, out_ptr, pos_ptr, T, TM, H, HD, CHUNK, n_s
                       BLOCK_D: tl.constexpr, PDL: tl.constexpr):
     pdl_start(PDL)
     pdl_wait(PDL)
-    attn_merge_body(o_ptr, lse_ptr, out_ptr, pos_ptr, T, TM, H, HD, CHUNK, n_splits,
+    attn_merge_body(o_ptr, lse_ptr, out_ptr, tl.load(pos_ptr), T, TM, H, HD, CHUNK, n_splits,
                     tl.program_id(0), tl.program_id(1), GROUP, BLOCK_G, BLOCK_SP, BLOCK_D)
 
 

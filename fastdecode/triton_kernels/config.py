@@ -117,8 +117,8 @@ def stream_ptx(stream: StreamConfig | None, dtype, K: int) -> bool:
     return True
 
 
-# Programmatic dependent launch of the ops-mode kernels (use_pdl): off until measured on a GPU
-# (bench/gpu_session.sh pdl); FASTDECODE_PDL=1 turns it on (bench/compile_check.py sets it)
+# Programmatic dependent launch of the ops-mode kernels (use_pdl): off, measured slower in decode
+# (use_pdl's docstring); FASTDECODE_PDL=1 turns it on (bench/compile_check.py sets it)
 _PDL_ENV = os.environ.get("FASTDECODE_PDL", "0")
 
 
@@ -132,7 +132,10 @@ def use_pdl(device) -> bool:
     launch_pdl and starts with _common.pdl_start / pdl_wait, so it starts while the kernel before
     it drains -- its launch latency and first weight loads hidden behind that kernel's tail.
     FASTDECODE_PDL=1 and, on CUDA, sm_90+ (griddepcontrol); on the CPU the flag compiles the PDL
-    code (compile_check) or runs its no-op fallbacks (the interpreter). Not yet measured: off."""
+    code (compile_check) or runs its no-op fallbacks (the interpreter). Off: on an H200
+    (2026-11-30, 0160aae, bench/gpu_session.sh pdl) ops + CUDA graph decode ran slower with it
+    (Llama-3.2-1B 907.0 vs 991.7 tok/s, Llama-3.1-8B 197.6 vs 211.1); only a persistent stream
+    GEMV launched back to back gained (bench_ops persist+PDL 3740 vs 3408 GB/s on 2048x16384)."""
     if _PDL_ENV != "1":
         return False
     device = torch.device(device)

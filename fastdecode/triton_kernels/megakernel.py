@@ -107,21 +107,21 @@ def ready(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, tr, clock_p
 
 
 @triton.jit
-def merge_group(opart_ptr, lse_ptr, attn_ptr, pos_ptr, T, TM, H, HD, CHUNK, n_splits, g,
+def merge_group(opart_ptr, lse_ptr, attn_ptr, pos, T, TM, H, HD, CHUNK, n_splits, g,
                 GROUP, BLOCK_G: tl.constexpr, BLOCK_SP: tl.constexpr, BLOCK_D: tl.constexpr):
     """KV group g's attention splits merged, every token (a MERGE task, or the ATTN task that
     completes the group: MERGE_IN_ATTN)."""
     for t in range(0, T):
-        attn_merge_body(opart_ptr, lse_ptr, attn_ptr, pos_ptr, T, TM, H, HD, CHUNK, n_splits, t,
+        attn_merge_body(opart_ptr, lse_ptr, attn_ptr, pos, T, TM, H, HD, CHUNK, n_splits, t,
                         g, GROUP, BLOCK_G, BLOCK_SP, BLOCK_D)
 
 
 @triton.jit
-def qk_norm_group(layer, g, qkraw_ptr, qkn_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, kc_ptr, T, S,
+def qk_norm_group(layer, g, qkraw_ptr, qkn_ptr, cos_ptr, sin_ptr, pos, q_ptr, kc_ptr, T, S,
                   eps, H, KVH, HD, GROUP, BLOCK_T: tl.constexpr, BLOCK_HALF: tl.constexpr):
     """Layer `layer`'s KV group g q/k-normalized and rotated (a QKNORM task, or the QKV task that
     completes the group's tiles: NORM_IN_QKV)."""
-    qk_norm_rope_body(qkraw_ptr, qkn_ptr + layer * 2 * HD, cos_ptr, sin_ptr, pos_ptr, q_ptr,
+    qk_norm_rope_body(qkraw_ptr, qkn_ptr + layer * 2 * HD, cos_ptr, sin_ptr, pos, q_ptr,
                       kc_ptr + layer * KVH * S * HD, T, S, eps, H, KVH, HD, g, GROUP, BLOCK_T,
                       BLOCK_HALF)
 
@@ -221,6 +221,10 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                s, xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM)
         if run == 1:
             run = (tl.load(done_ptr, volatile=True) == 0).to(tl.int32)
+        # the step's first position, read once: CHOOSE advances it after every other task of the
+        # step (all are its ancestors), and the tasks' bodies then need no dependent L2 round trip
+        # before their loads (attention's key range, RoPE's cos / sin, the merge's active splits)
+        pos = tl.load(pos_ptr)
         epoch = e0 + s + 1
         i = 0
         while (i < qlen) & (run == 1):
@@ -245,7 +249,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                             op, xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE)
                 if run == 1:
                     qkv_rope_body(h_ptr, w_qkv, anorm_ptr + layer * D, bqkv_ptr + layer * QKVN,
-                                  qkn_ptr + layer * 2 * HD, cos_ptr, sin_ptr, pos_ptr, q_ptr,
+                                  qkn_ptr + layer * 2 * HD, cos_ptr, sin_ptr, pos, q_ptr,
                                   kc_ptr + layer * KVH * S * HD, vc_ptr + layer * KVH * S * HD,
                                   T, D, D, S, eps, H, KVH, HD, a0, a1, a2, lo0, hi0, GROUP,
                                   QKV_CHUNKS, qkraw_ptr, BIAS_QKV, QK_NORM, BLOCK_T, BLOCK_H,
@@ -257,7 +261,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                         if (tkt + a2 - a1) % ((GROUP + 2) * QKV_CHUNKS * tl.cdiv(T, BLOCK_T)) \
                                 == 0:
                             qk_norm_group(layer, a0, qkraw_ptr, qkn_ptr, cos_ptr, sin_ptr,
-                                          pos_ptr, q_ptr, kc_ptr, T, S, eps, H, KVH, HD, GROUP,
+                                          pos, q_ptr, kc_ptr, T, S, eps, H, KVH, HD, GROUP,
                                           BLOCK_T, BLOCK_HALF)
             elif op == OP_O:
                 run = residual_task(attn_ptr, wo_ptr + layer * D * QD, bo_ptr + layer * D, h_ptr,
@@ -307,6 +311,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                 tl.store(peer(xtab_ptr, p, x_lmv, tl.float32) + at, pv)
                                 tl.store(peer(xtab_ptr, p, x_lmi, tl.int32) + at, pi)
             else:
+                win = tl.load(win_ptr + layer)  # attention's window: requested before the wait
                 run = ready(ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, tr, clock_ptr,
                             op, xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE)
                 if run == 1:
@@ -316,8 +321,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                 embedding_body(ids_ptr, emb_ptr, h_ptr, D, D, t, c, EMB_BLOCK)
                     elif op == OP_ATTN:
                         attention_body(q_ptr, kc_ptr + layer * KVH * S * HD,
-                                       vc_ptr + layer * KVH * S * HD, opart_ptr, lse_ptr, pos_ptr,
-                                       T, TM, S, H, HD, tl.load(win_ptr + layer), scale, CHUNK,
+                                       vc_ptr + layer * KVH * S * HD, opart_ptr, lse_ptr, pos,
+                                       T, TM, S, H, HD, win, scale, CHUNK,
                                        a0, a1, a2, GROUP, BLOCK_G, BLOCK_TOK, BLOCK_M, BLOCK_S,
                                        BLOCK_D, F32)
                         if MERGE_IN_ATTN:  # the group's last split to finish merges it
@@ -326,16 +331,16 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                                 sem="acq_rel", scope="gpu")
                             # acquired every other split's release at the step's last ticket
                             if (tkt + 1) % (n_splits * tl.cdiv(T, BLOCK_TOK)) == 0:
-                                merge_group(opart_ptr, lse_ptr, attn_ptr, pos_ptr, T, TM, H, HD,
+                                merge_group(opart_ptr, lse_ptr, attn_ptr, pos, T, TM, H, HD,
                                             CHUNK, n_splits, a0, GROUP, BLOCK_G, BLOCK_SP,
                                             BLOCK_D)
                     elif op == OP_QKNORM:
                         if QK_DEFER:
                             qk_norm_group(layer, a0, qkraw_ptr, qkn_ptr, cos_ptr, sin_ptr,
-                                          pos_ptr, q_ptr, kc_ptr, T, S, eps, H, KVH, HD, GROUP,
+                                          pos, q_ptr, kc_ptr, T, S, eps, H, KVH, HD, GROUP,
                                           BLOCK_T, BLOCK_HALF)
                     elif op == OP_MERGE:
-                        merge_group(opart_ptr, lse_ptr, attn_ptr, pos_ptr, T, TM, H, HD, CHUNK,
+                        merge_group(opart_ptr, lse_ptr, attn_ptr, pos, T, TM, H, HD, CHUNK,
                                     n_splits, a0, GROUP, BLOCK_G, BLOCK_SP, BLOCK_D)
                     elif op == OP_CHOOSE:
                         if WORLD == 1:

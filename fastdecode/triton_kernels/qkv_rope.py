@@ -68,7 +68,7 @@ def qkv_start(w_ptr, K, H, KVH, HD, g, u_lo, u_hi, GROUP, N_CHUNKS, BLOCK_H: tl.
 
 
 @triton.jit
-def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_ptr, pos_ptr,
+def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_ptr, pos,
                   q_ptr, k_ptr, v_ptr, T, K, stride_x, S, eps, H, KVH, HD, g, u_lo, u_hi,
                   w_lo0, w_hi0, GROUP, N_CHUNKS, raw_ptr,
                   BIAS: tl.constexpr, QK_NORM: tl.constexpr, BLOCK_T: tl.constexpr,
@@ -83,7 +83,6 @@ def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_pt
     PTX (STREAM, bf16 weights): the pieces are loaded by inline PTX (_common.weight_chunk)."""
     half = HD // 2
     n_t = tl.cdiv(T, BLOCK_T)
-    pos = tl.load(pos_ptr)
     if STREAM:
         offs_t = tl.arange(0, BLOCK_T)
         mask_t = offs_t < T
@@ -204,13 +203,12 @@ def qkv_rope_store(lo, hi, nlo, nhi, c, s, j, offs_t, offs_h, mask, p, q_ptr, k_
 
 
 @triton.jit
-def qk_norm_rope_body(raw_ptr, qk_norm_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_ptr, T, S, eps,
+def qk_norm_rope_body(raw_ptr, qk_norm_ptr, cos_ptr, sin_ptr, pos, q_ptr, k_ptr, T, S, eps,
                       H, KVH, HD, g, GROUP, BLOCK_T: tl.constexpr, BLOCK_HALF: tl.constexpr):
     """The deferred half of qkv_rope_body (DEFER), for KV group g: its q heads and k head, every
     token: the raw fp32 rows from raw_ptr [T, H + KVH, HD] through the same epilogue as a
     whole-head tile (q/k RMSNorm, RoPE, store to q / the k cache). BLOCK_HALF >= HD / 2."""
     half = HD // 2
-    pos = tl.load(pos_ptr)
     offs_h = tl.arange(0, BLOCK_HALF)
     mask_h = offs_h < half
     for slot in range(0, GROUP + 1):
@@ -246,10 +244,9 @@ def qkv_rope_kernel(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_
     w_lo, w_hi = qkv_start(w_ptr, K, H, KVH, HD, tl.program_id(0), lo, hi, GROUP, n_chunks,
                            BLOCK_H, BLOCK_K, STREAM, PTX)
     pdl_wait(PDL)
-    qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_ptr, pos_ptr,
-                  q_ptr, k_ptr, v_ptr, T, K, stride_x, S, eps, H, KVH, HD, tl.program_id(0), lo,
-                  hi, w_lo, w_hi, GROUP, n_chunks, raw_ptr,
-                  BIAS, QK_NORM, BLOCK_T, BLOCK_H, BLOCK_K, STREAM, F32, DEFER, PTX)
+    qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_ptr,
+                  tl.load(pos_ptr), q_ptr, k_ptr, v_ptr, T, K, stride_x, S, eps, H, KVH, HD,
+                  tl.program_id(0), lo, hi, w_lo, w_hi, GROUP, n_chunks, raw_ptr, BIAS, QK_NORM, BLOCK_T, BLOCK_H, BLOCK_K, STREAM, F32, DEFER, PTX)
 
 
 @triton.jit
@@ -260,8 +257,8 @@ def qk_norm_rope_kernel(raw_ptr, qk_norm_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, 
     raw fp32 heads in (L2: just written), bf16 out -- a few us of latency, no bandwidth."""
     pdl_start(PDL)
     pdl_wait(PDL)
-    qk_norm_rope_body(raw_ptr, qk_norm_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_ptr, T, S, eps,
-                      H, KVH, HD, tl.program_id(0), GROUP, BLOCK_T, BLOCK_HALF)
+    qk_norm_rope_body(raw_ptr, qk_norm_ptr, cos_ptr, sin_ptr, tl.load(pos_ptr), q_ptr, k_ptr, T,
+                      S, eps, H, KVH, HD, tl.program_id(0), GROUP, BLOCK_T, BLOCK_HALF)
 
 
 def qkv_tile(head_dim: int, qk_norm: bool, T: int, K: int, device, pairs=None,
