@@ -6,10 +6,14 @@ another order than ops mode's, so greedy tokens may part at a near-tie) and the 
 
     python bench/sweep_mega.py --model 8b --elems 8192,16384 --warps 4,8 --max-k 2048,4096 --per-sm 1,2
     python bench/sweep_mega.py --model 8b --configs 8192/4/4096/2,16384/4/4096/2/1   (a list of
-        elements/warps/max K/per SM[/ptx[/merge in attn[/norm in qkv]]] instead of the grid)
+        elements/warps/max K/per SM[/ptx[/merge in attn[/norm in qkv[/attn keys]]]] instead of
+        the grid)
     --ptx 0,1: the plain-Triton and the PTX weight pieces (config.StreamConfig.ptx)
     --merge-in-attn 0,1: MERGE tasks, or the last ATTN task of a group merging it
     --norm-in-qkv 0,1 (q/k norm models): QKNORM tasks, or the last QKV task of a group norming it
+    --attn-keys 0,384: decode steps with up to that many keys run the short-context schedule
+        (the last QKV task of a group runs its attention; config.StreamConfig.attn_in_qkv_keys)
+    --prompt-len: the prompt (the context then grows by --new-tokens)
 """
 import argparse
 import itertools
@@ -45,52 +49,55 @@ def main():
     p.add_argument("--ptx", default="0")
     p.add_argument("--merge-in-attn", default="0")
     p.add_argument("--norm-in-qkv", default="0")
+    p.add_argument("--attn-keys", default=str(StreamConfig.attn_in_qkv_keys))
     p.add_argument("--configs", default=None, help="e/w/k/p,... instead of the grid")
+    p.add_argument("--prompt-len", type=int, default=32)
     p.add_argument("--new-tokens", type=int, default=160)
     args = p.parse_args()
     name, model = random_model(args.model)
-    ids = torch.randint(0, 1000, (1, 32), device="cuda",
+    ids = torch.randint(0, 1000, (1, args.prompt_len), device="cuda",
                         generator=torch.Generator("cuda").manual_seed(0))
-    ref = fastdecode.from_hf(model, max_seq_len=256, mode="ops")
+    max_seq = args.prompt_len + args.new_tokens + 32  # decode_rate's longest run, and slack
+    ref = fastdecode.from_hf(model, max_seq_len=max_seq, mode="ops")
     want = ref.generate(ids, max_new_tokens=24, eos_token_id=[])
     want_logits = teacher_forced(ref, ids, 24)
-    base = decode_rate(lambda n: ref.generate(ids, max_new_tokens=n, eos_token_id=[]), 32,
-                       args.new_tokens, 3)
+    base = decode_rate(lambda n: ref.generate(ids, max_new_tokens=n, eos_token_id=[]),
+                       32, args.new_tokens, 3)
     del ref
     print(f"{name}: ops + CUDA graph {base:.1f} tok/s", flush=True)
     rows = []
     if args.configs:
-        grid = [(c.tile_elems, c.num_warps, c.max_k, c.per_sm, int(c.ptx), int(c.merge_in_attn),
-                 int(c.norm_in_qkv)) for c in stream_configs(args.configs)]
+        grid = stream_configs(args.configs)
     else:
-        grid = itertools.product(*(map(int, a.split(",")) for a in (
-            args.elems, args.warps, args.max_k, args.per_sm, args.ptx, args.merge_in_attn,
-            args.norm_in_qkv)))
-    for elems, nw, max_k, per_sm, ptx, mia, niq in grid:
-        fm = fastdecode.from_hf(model, max_seq_len=256, mode="mega")
-        fm.runtime.mega_stream = StreamConfig(elems, nw, per_sm=per_sm, max_k=max_k,
-                                              ptx=bool(ptx), merge_in_attn=bool(mia),
-                                              norm_in_qkv=bool(niq))
-        tag = f"{elems}/{nw}w/{max_k}/{per_sm}" + ("/PTX" if ptx else "") + \
-            ("/merge-in-attn" if mia else "") + ("/norm-in-qkv" if niq else "")
+        grid = [StreamConfig(e, w, per_sm=p, max_k=k, ptx=bool(x), merge_in_attn=bool(m),
+                             norm_in_qkv=bool(n), attn_in_qkv_keys=a)
+                for e, w, k, p, x, m, n, a in itertools.product(*(map(int, v.split(",")) for v in (
+                    args.elems, args.warps, args.max_k, args.per_sm, args.ptx, args.merge_in_attn,
+                    args.norm_in_qkv, args.attn_keys)))]
+    for c in grid:
+        fm = fastdecode.from_hf(model, max_seq_len=max_seq, mode="mega")
+        fm.runtime.mega_stream = c
+        tag = f"{c.tile_elems}/{c.num_warps}w/{c.max_k}/{c.per_sm}" + ("/PTX" if c.ptx else "") \
+            + ("/merge-in-attn" if c.merge_in_attn else "") + \
+            ("/norm-in-qkv" if c.norm_in_qkv else "") + f"/attn-keys {c.attn_in_qkv_keys}"
         try:
             err = float((teacher_forced(fm, ids, 24) - want_logits).norm() / want_logits.norm())
             same = fm.generate(ids, max_new_tokens=24, eos_token_id=[]) == want
             agree = int(same.long().cumprod(1).sum()) - ids.shape[1]
             ok = f"logits rel err {err:.1e}, greedy tokens agree {agree}/24"
-            rate = decode_rate(lambda n: fm.generate(ids, max_new_tokens=n, eos_token_id=[]), 32,
-                               args.new_tokens, 3)
+            rate = decode_rate(lambda n: fm.generate(ids, max_new_tokens=n, eos_token_id=[]),
+                               32, args.new_tokens, 3)
         except Exception as e:
             print(f"  {tag} failed: {type(e).__name__}: "
                   f"{str(e)[:200]}", flush=True)
             continue
         rows.append((rate, tag, ok))
-        print(f"  {tag:24s} {rate:8.1f} tok/s  {ok}", flush=True)
+        print(f"  {tag:36s} {rate:8.1f} tok/s  {ok}", flush=True)
         del fm
         torch.cuda.empty_cache()
     print(f"\n{name} megakernel tiles, best first (ops + CUDA graph: {base:.1f} tok/s)")
     for rate, tag, ok in sorted(rows, reverse=True):
-        print(f"  {tag:24s} {rate:8.1f} tok/s  {rate / base:5.2f}x ops  {ok}")
+        print(f"  {tag:36s} {rate:8.1f} tok/s  {rate / base:5.2f}x ops  {ok}")
 
 
 if __name__ == "__main__":

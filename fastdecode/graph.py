@@ -12,6 +12,10 @@ are counters, one per (op, layer[, KV group]):
      and k rows; ATTN(l, g) waits qkn[l, g] -- Tiling.qk_defer)
     MERGE(l,g) waits attn[l, g]
     O(l)       waits merge[l]                (it reads the whole attention output)
+    (Tiling.attn_in_qkv, short-context decode: no QKNORM, ATTN or MERGE tasks -- QKV_ATTN tasks
+     count tiles on qticket[l, g] and the one completing group g normalizes and rotates it (q/k
+     norm) and runs its attention over every key, one split, straight to the attention output;
+     every QKV_ATTN(l, *) signals merge[l]: three dependency hops fewer per layer)
     (Tiling.merge_in_attn: no MERGE tasks -- the last ATTN task of (l, g) to finish, by a ticket
      counter ticket[l, g] it adds to, merges the group's splits, and every ATTN(l, *) signals
      merge[l]: one dependency hop fewer per layer. Tiling.norm_in_qkv, the same for QKNORM: the
@@ -78,6 +82,8 @@ class Tiling:
     ptx: bool = False       # decode weight pieces by inline PTX (config.StreamConfig.ptx)
     merge_in_attn: bool = False  # the last ATTN task of a KV group merges it (no MERGE tasks)
     norm_in_qkv: bool = False    # qk_defer: the last QKV task of a group norms it (no QKNORM)
+    attn_in_qkv: bool = False    # decode: the last QKV task of a group runs its attention (one
+                                 # split over all keys: short contexts, config.StreamConfig)
 
     def n_t(self, block=None):
         return triton.cdiv(self.T, block or self.block_t)
@@ -100,9 +106,14 @@ class Tiling:
 
 
 def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
-                stream: StreamConfig | None = None, dtype=None) -> Tiling:
+                stream: StreamConfig | None = None, dtype=None,
+                attn_in_qkv: bool = False) -> Tiling:
     """stream: the decode tile (default config.stream_config; bench/sweep_mega.py varies it);
-    dtype: the weights' (the PTX weight pieces need bf16 rows of K % 8 == 0)."""
+    dtype: the weights' (the PTX weight pieces need bf16 rows of K % 8 == 0); attn_in_qkv (T=1):
+    the short-context decode step (Tiling.attn_in_qkv). Every other field, the split plan
+    included, is the same as without it, so both decode schedules run one compiled kernel."""
+    if attn_in_qkv and T != 1:
+        raise ValueError("attn_in_qkv is a decode (T=1) schedule")
     bt = block_t(T)
     half = spec.head_dim // 2
     dims = (spec.q_dim, spec.d_model, spec.ffn_dim)
@@ -127,7 +138,8 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
                   emb_block=min(1024, triton.next_power_of_2(spec.d_model)), qk_defer=defer,
                   ptx=st is not None and st.ptx and ptx_stream_ok(dtype, *dims),
                   merge_in_attn=st is not None and st.merge_in_attn,
-                  norm_in_qkv=st is not None and st.norm_in_qkv and defer)
+                  norm_in_qkv=st is not None and st.norm_in_qkv and defer,
+                  attn_in_qkv=attn_in_qkv)
 
 
 REMOTE = ("xo", "xdown", "xlm")  # counter keys signalled across ranks (tensor parallelism)
@@ -193,7 +205,9 @@ def build_step(spec: ModelSpec, tiling: Tiling, n_programs: int, world: int = 1,
     tp = world > 1
     g.add(Task(Op.EMBED, 0, (0, T, 0), ("tok",), ("emb",), COST.task_overhead_bytes, -1))
     # ticket counters, each kind contiguous: ticket(l, g) = ticket(0, 0) + l * KVH + g
-    for kind in ("ticket",) * tg.merge_in_attn + ("qticket",) * tg.norm_in_qkv:
+    split_attn = not tg.attn_in_qkv  # ATTN tasks (and MERGE / QKNORM tasks, unless fused)
+    for kind in ("ticket",) * (tg.merge_in_attn and split_attn) + \
+            ("qticket",) * (tg.norm_in_qkv or tg.attn_in_qkv):
         for l in range(s.n_layers):
             for kv in range(s.n_kv_heads):
                 g.counter((kind, l, kv))
@@ -210,22 +224,26 @@ def build_step(spec: ModelSpec, tiling: Tiling, n_programs: int, world: int = 1,
             # all programs share the QKV phase: group kv gets its share of the n_programs tasks
             parts = n_programs // s.n_kv_heads + (kv < n_programs % s.n_kv_heads)
             for a, b in ranges(per_group, max(1, parts)):
-                g.add(Task(Op.QKV, l, (kv, a, b), prev,
-                           ("qkn" if tg.norm_in_qkv else "qkv", l, kv),
-                           COST.task_overhead_bytes + (b - a) * qkv_tile_bytes))
+                if split_attn:
+                    g.add(Task(Op.QKV, l, (kv, a, b), prev,
+                               ("qkn" if tg.norm_in_qkv else "qkv", l, kv),
+                               COST.task_overhead_bytes + (b - a) * qkv_tile_bytes))
+                else:
+                    g.add(Task(Op.QKV_ATTN, l, (kv, a, b), prev, ("merge", l),
+                               COST.task_overhead_bytes + (b - a) * qkv_tile_bytes))
         kv_bytes = 2 * tg.attn_chunk * s.head_dim * elt
         qkv_done = (lambda kv: ("qkn", l, kv)) if tg.qk_defer else (lambda kv: ("qkv", l, kv))
-        if tg.qk_defer and not tg.norm_in_qkv:
+        if tg.qk_defer and not tg.norm_in_qkv and split_attn:
             for kv in range(s.n_kv_heads):
                 g.add(Task(Op.QKNORM, l, (kv, 0, 0), ("qkv", l, kv), ("qkn", l, kv),
                            COST.task_overhead_bytes))
-        for kv in range(s.n_kv_heads):
+        for kv in range(s.n_kv_heads if split_attn else 0):
             for sp in range(tg.n_splits):
                 for tb in range(tg.n_t(tg.attn_block_tok)):
                     g.add(Task(Op.ATTN, l, (kv, sp, tb), qkv_done(kv),
                                ("merge", l) if tg.merge_in_attn else ("attn", l, kv),
                                COST.task_overhead_bytes + kv_bytes))
-        for kv in range(s.n_kv_heads if not tg.merge_in_attn else 0):
+        for kv in range(s.n_kv_heads if split_attn and not tg.merge_in_attn else 0):
             g.add(Task(Op.MERGE, l, (kv, 0, 0), ("attn", l, kv), ("merge", l),
                        COST.task_overhead_bytes))
         for op, key, wait, N, K in ((Op.O_PROJ, "o", ("merge", l), s.d_model, s.q_dim),

@@ -36,6 +36,9 @@ class Op(IntEnum):
                    # QKV outputs (decode with q/k norm: QKV tiles stay small, heads split)
     REDUCE = 10    # arg0 = which (0: o_proj, 1: down_proj), [arg1, arg2) = column blocks: h += the
                    # ranks' partial sums, in rank order in fp32 (tensor parallelism only)
+    QKV_ATTN = 12  # QKV's args; the task completing group arg0's tiles (qticket) then norms
+                   # (deferred q/k norm) and runs the group's attention over all keys, one split
+                   # (short-context decode: no ATTN / MERGE tasks)
 
 
 WORDS = 9

@@ -112,8 +112,9 @@ class SymmetricLayout:
     """Tensor parallelism, mode="mega": each rank's symmetric buffer (collectives.symmetric), in
     4-byte words (triton_kernels/megakernel.py):
         [0, red)     remote counters [TM + 1, n_remote, world] int32 (graph.REMOTE: xo and xdown
-                     of every layer, xlm), one set per schedule (a step of T tokens: set T),
-                     since each counts its own schedule's epochs
+                     of every layer, xlm), one set per schedule (a step of T tokens: set T;
+                     the short-context decode schedule: set 0), since each counts its own
+                     schedule's epochs
         [red, lmv)   o / down partial sums fp32 [2, world, TM, d_model]
         [lmv, lmi)   lm_head partial choices fp32 [TM, world * n_vparts]; [lmi, ready) their ids
         [ready, ...) the host-side barrier's words [world] (ready())
@@ -162,7 +163,7 @@ class SymmetricLayout:
             raise RuntimeError(f"symmetric buffer sized for {self.n_remote} remote counters and "
                                f"{self.nvp} lm_head parts; the schedule has {g.n_remote} and "
                                f"{g.n_vparts}")
-        return g.tiling.T * self.n_remote * self.world
+        return (0 if g.tiling.attn_in_qkv else g.tiling.T) * self.n_remote * self.world
 
 
 class SingleRank:
@@ -321,8 +322,11 @@ class Runtime:
         """n decode steps, each feeding back the token the previous step chose. No host sync."""
         self._check_room(n)
         if self.mode == "mega" and not sampling.filtered:
-            self._launch_mega(self.schedule(1), n, sampling)
-            self.state.n_pos += n
+            short = self._short_steps(1, n)  # the short-context schedule's, then the others
+            for m in (short, n - short):
+                if m:
+                    self._launch_mega(self.schedule(1, m), m, sampling)
+                    self.state.n_pos += m
         elif self.cuda_graph:
             g = self._graph(sampling)
             for _ in range(n):
@@ -442,13 +446,25 @@ class Runtime:
         st.step += 1
         st.pos += T
 
-    def schedule(self, T: int):
-        """The (cached) task schedule of a step of T tokens."""
-        if T not in self._schedules:
+    def _short_steps(self, T: int, n: int) -> int:
+        """How many of the next n steps of T tokens run the short-context decode schedule
+        (Tiling.attn_in_qkv): decode steps whose keys fit StreamConfig.attn_in_qkv_keys."""
+        keys = (self.mega_stream or stream_config(None)).attn_in_qkv_keys
+        if T != 1 or self.mode not in ("mega", "vm"):
+            return 0
+        return max(0, min(n, keys - self.state.n_pos))
+
+    def schedule(self, T: int, n_steps: int = 1, short: bool | None = None):
+        """The (cached) task schedule of the next n_steps steps of T tokens: the short-context
+        decode schedule if all of them fit it (_short_steps), unless `short` says which."""
+        if short is None:
+            short = self._short_steps(T, n_steps) == n_steps
+        key = (T, short)
+        if key not in self._schedules:
             from .graph import build_step, make_tiling
             from .schedule import build_schedule
             tiling = make_tiling(self.spec, T, self.max_seq_len, self.pw.device, self.mega_stream,
-                                 self.pw.dtype)
+                                 self.pw.dtype, attn_in_qkv=short)
             world = self.collectives.world
             # every rank tiles the largest shard's rows (rank 0's): the same lm_head tasks
             lm_vocab = vocab_range(self.state.logits.shape[1], 0, world)[1] if world > 1 \
@@ -459,8 +475,8 @@ class Runtime:
                 st.pval = torch.zeros(need, device=st.pval.device, dtype=st.pval.dtype)
                 st.pidx = torch.zeros(need, device=st.pidx.device, dtype=st.pidx.dtype)
                 self._graphs.clear()  # captured with the old buffers
-            self._schedules[T] = build_schedule(graph, self.n_programs)
-        return self._schedules[T]
+            self._schedules[key] = build_schedule(graph, self.n_programs)
+        return self._schedules[key]
 
     def _step_tasks(self, T, sampling, all_logits=False):
         sched = self.schedule(T)
@@ -489,7 +505,8 @@ class Runtime:
             self.mega_stream = dataclasses.replace(stream, per_sm=1)
             self._schedules.clear()
             self._counters.clear()
-            self._launch_mega(self.schedule(sched.graph.tiling.T), n_steps, sampling)
+            tg = sched.graph.tiling
+            self._launch_mega(self.schedule(tg.T, short=tg.attn_in_qkv), n_steps, sampling)
 
     def _launch_mega_once(self, sched, n_steps, sampling, trace, clock):
         assert not sampling.filtered, "top-k / top-p steps run through _step_ops"
@@ -573,7 +590,7 @@ class Runtime:
         if self.mode != "mega":
             raise ValueError("tracing needs mode='mega'")
         self._check_room(n_steps)
-        sched = self.schedule(1)
+        sched = self.schedule(1, n_steps)
         P, L = sched.words.shape[:2]
         trace = torch.zeros(P, n_steps, L, 3, device=self.pw.device, dtype=torch.int64)
         clock = torch.ones(1, device=self.pw.device, dtype=torch.int64)  # interpreter's clock

@@ -53,7 +53,7 @@ class VM:
         if task.op == Op.EMBED:
             for t in range(a0, a1):
                 st.h[t] = pw.embed[int(st.ids[t])]
-        elif task.op == Op.QKV:
+        elif task.op in (Op.QKV, Op.QKV_ATTN):
             HD, half = s.head_dim, s.head_dim // 2
             for u in range(a1, a2):
                 j, c, tb = qkv_slot(s, tg, a0, u)
@@ -81,10 +81,15 @@ class VM:
                     cache = st.k_cache if is_k else st.v_cache
                     kv = j - s.n_heads - (0 if is_k else s.n_kv_heads)
                     cache[l, kv, (self.pos + toks)[:, None], cols[None]] = y[:, cols].to(dt)
-            if tg.norm_in_qkv:  # the task that completes the group's tiles norms it
+            # the task that completes the group's tiles norms it (deferred q/k norm) and, in a
+            # short-context decode step, runs its attention
+            if tg.norm_in_qkv or task.op == Op.QKV_ATTN:
                 n = self.tickets[("q", l, a0)] = self.tickets.get(("q", l, a0), 0) + a2 - a1
                 if n == tg.qkv_group_tiles(s.group):
-                    self._qknorm(l, a0)
+                    if tg.qk_defer:
+                        self._qknorm(l, a0)
+                    if task.op == Op.QKV_ATTN:
+                        self._attend(l, a0)
         elif task.op == Op.QKNORM:
             self._qknorm(l, a0)
         elif task.op == Op.ATTN:
@@ -136,6 +141,15 @@ class VM:
                 st.q[:tg.T, j] = y
             else:
                 st.k_cache[l, j - s.n_heads, p] = y
+
+    def _attend(self, l, kv):
+        """KV group kv's attention over every key, one split, every token: the output itself."""
+        s, st, T = self.spec, self.st, self.tiling.T
+        heads = slice(kv * s.group, (kv + 1) * s.group)
+        toks = self._tokens(0, T)
+        o, _ = R.attention_partial(st.q[toks, heads], st.k_cache[l, kv], st.v_cache[l, kv],
+                                   self.pos + toks, 0, self.pos + T, s.layer_windows[l])
+        st.attn[:T].view(T, s.n_heads, s.head_dim)[:, heads] = o.to(self.pw.dtype)
 
     def _merge(self, kv):
         """The LSE merge of KV group kv's splits, for its q heads and every token."""

@@ -134,39 +134,59 @@ def test_mega_matches_ops_and_is_deterministic(llama):
         assert torch.equal(logits, runs[0][0]) and torch.equal(toks, runs[0][1])
 
 
-def _stream_variants(model, seed, **flag):
-    """{False: ..., True: ...}: (teacher-forced logits, 24 greedy tokens) of the megakernel with
-    StreamConfig(**{flag: value}) (checked to reach the step's tiling)."""
+def _stream_variants(model, seed, name, values=(False, True), **fixed):
+    """{value: (teacher-forced logits, 24 greedy tokens)} of the megakernel with
+    StreamConfig(name=value, **fixed) for each value, checked to reach the launched schedule's
+    tiling. The split-KV decode schedule unless `fixed` says otherwise (attn_in_qkv_keys=0: the
+    contexts here are short, and the flags compared act on its ATTN / MERGE / QKNORM tasks)."""
     from fastdecode.triton_kernels.config import StreamConfig
-    (name,) = flag
+    fixed = {"attn_in_qkv_keys": 0, **fixed}
     ids = torch.randint(0, 128256, (1, 40), device="cuda",
                         generator=torch.Generator("cuda").manual_seed(seed))
     out = {}
-    for on in (False, True):
+    for on in values:
         fm = fastdecode.from_hf(model, max_seq_len=128, mode="mega")
-        fm.runtime.mega_stream = StreamConfig(**{name: on})
+        fm.runtime.mega_stream = StreamConfig(**{**fixed, name: on})
         out[on] = (_teacher_forced(fm, ids, 32),
                    fm.generate(ids[:, :8], max_new_tokens=24, eos_token_id=[]))
-        assert getattr(fm.runtime.schedule(1).graph.tiling, name) == on
+        tiling = fm.runtime._last_sched.graph.tiling
+        if name == "attn_in_qkv_keys":
+            assert tiling.attn_in_qkv == (on > 0)
+        else:
+            assert getattr(tiling, name) == on
         del fm
     return out
+
+
+def _same_argmax_where_clear(a, b, what):
+    """Teacher-forced logits a vs b computed in another fp32 order: bf16 rounding flips only
+    (test_mega_matches_ops_and_is_deterministic: < 1e-2), and the same greedy token wherever a's
+    top-2 margin is over 10x the per-logit error scale (rel. error x the logits' RMS) -- a near-tie
+    may go either way, a wrong tile moves every token."""
+    err = float((b - a).norm() / a.norm())
+    top2 = a.topk(2, dim=-1).values
+    clear = (top2[:, 0] - top2[:, 1]) > 10 * err * a.pow(2).mean().sqrt()
+    print(f"{what}: rel err {err:.2e}, {int(clear.sum())}/{len(clear)} clear argmaxes")
+    assert err < 1e-2
+    assert torch.equal(b.argmax(-1)[clear], a.argmax(-1)[clear]) and clear.sum() >= 4
 
 
 def test_mega_ptx_stream_matches_plain(llama):
     """The megakernel with its decode weight pieces loaded by inline PTX (ld.global.nc 16-byte
     words, unpacked in registers) against the plain-Triton pieces: the same tiles, only each
-    piece's fp32 sum runs in another order, so teacher-forced logits differ by bf16 rounding
-    flips (test_mega_matches_ops_and_is_deterministic: < 1e-2), and the greedy token is the same
-    wherever the plain run's top-2 margin is over 10x the per-logit error scale (rel. error x
-    the logits' RMS) -- a near-tie may go either way, a wrong piece moves every token."""
-    out = _stream_variants(llama, 6, ptx=True)
-    plain, ptx = out[False][0], out[True][0]
-    err = float((ptx - plain).norm() / plain.norm())
-    top2 = plain.topk(2, dim=-1).values
-    clear = (top2[:, 0] - top2[:, 1]) > 10 * err * plain.pow(2).mean().sqrt()
-    print(f"PTX vs plain pieces: rel err {err:.2e}, {int(clear.sum())}/{len(clear)} clear argmaxes")
-    assert err < 1e-2
-    assert torch.equal(ptx.argmax(-1)[clear], plain.argmax(-1)[clear]) and clear.sum() >= 4
+    piece's fp32 sum runs in another order."""
+    out = _stream_variants(llama, 6, "ptx")
+    _same_argmax_where_clear(out[False][0], out[True][0], "PTX vs plain pieces")
+
+
+def test_mega_short_context_schedule_matches_split_kv(llama):
+    """The short-context decode schedule (the QKV task completing a KV group runs its attention,
+    one split, straight to the output; no ATTN / MERGE tasks) against the split-KV schedule: the
+    same attention in another fp32 order (one online softmax over every key vs per-split partials
+    merged by LSE), so bf16 rounding flips only. A missed release between the group's QKV tasks
+    and its completer would read stale q / k / v rows."""
+    out = _stream_variants(llama, 7, "attn_in_qkv_keys", values=(0, 384))
+    _same_argmax_where_clear(out[0][0], out[384][0], "short-context vs split-KV schedule")
 
 
 @pytest.mark.parametrize("flag", ["merge_in_attn", "norm_in_qkv"])
@@ -177,7 +197,7 @@ def test_mega_fused_group_tasks_are_bit_identical(llama, flag):
     on all SMs, where a missed release would show."""
     if flag == "norm_in_qkv" and llama.config.model_type != "qwen3":
         pytest.skip("no q/k norm")
-    out = _stream_variants(llama, 8, **{flag: True})
+    out = _stream_variants(llama, 8, flag)
     assert torch.equal(out[True][0], out[False][0]) and torch.equal(out[True][1], out[False][1])
 
 

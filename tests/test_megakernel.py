@@ -31,11 +31,17 @@ def specs(draw):
 
 
 @given(spec=specs(), T=st.sampled_from([1, 3, 16]), P=st.integers(1, 17),
-       max_seq=st.integers(20, 300), seed=st.integers(0, 1000), fused=st.booleans())
-def test_schedule_properties(spec, T, P, max_seq, seed, fused):
-    """fused: merge_in_attn and norm_in_qkv (no MERGE / QKNORM tasks in decode steps)."""
+       max_seq=st.integers(20, 300), seed=st.integers(0, 1000), fused=st.booleans(),
+       short=st.booleans())
+def test_schedule_properties(spec, T, P, max_seq, seed, fused, short):
+    """fused: merge_in_attn and norm_in_qkv (no MERGE / QKNORM tasks in decode steps); short: the
+    short-context decode step (QKV_ATTN tasks, no ATTN / MERGE / QKNORM tasks)."""
+    short = short and T == 1
     graph = build_step(spec, make_tiling(spec, T, max_seq, DEVICE, StreamConfig(
-        merge_in_attn=fused, norm_in_qkv=fused)), P)
+        merge_in_attn=fused, norm_in_qkv=fused), attn_in_qkv=short), P)
+    ops = {t.op.name for t in graph.tasks}
+    assert ("QKV_ATTN" in ops) == short and ("QKV" in ops) != short
+    assert not short or not ops & {"ATTN", "MERGE", "QKNORM"}
     sched = build_schedule(graph, P)
     assert sorted(i for q in sched.queues for i in q) == list(range(len(graph.tasks)))
     assert sched.words.shape[0] == P and int(sched.lengths.sum()) == len(graph.tasks)
@@ -54,11 +60,14 @@ def test_validator_rejects_missing_producer():
         build_schedule(graph, 5)
 
 
-@pytest.mark.parametrize("family,fused", [("llama", False), ("mistral", False),
-                                           ("qwen3", False), ("qwen3", True)])
-def test_vm_random_interleavings_match_torch(family, fused):
+@pytest.mark.parametrize("family,fused,keys", [("llama", False, 0), ("mistral", False, 0),
+                                                ("qwen3", False, 0), ("qwen3", True, 0),
+                                                ("mistral", False, 21), ("qwen3", False, 21)])
+def test_vm_random_interleavings_match_torch(family, fused, keys):
     """fused (merge_in_attn, norm_in_qkv): whichever ATTN task of a group runs last in the
-    interleaving merges it, whichever QKV task completes a group's tiles norms it."""
+    interleaving merges it, whichever QKV task completes a group's tiles norms it. keys 21: the
+    decode steps at positions 19, 20 run the short-context schedule (the QKV task completing a
+    group runs its attention), the later ones the split-KV schedule."""
     model = tiny_model(family)
     ids = torch.randint(0, 101, (1, 24), generator=torch.Generator().manual_seed(9))
     ref = fastdecode.from_hf(model, max_seq_len=48, mode="torch")
@@ -67,18 +76,23 @@ def test_vm_random_interleavings_match_torch(family, fused):
         fm = fastdecode.from_hf(model, max_seq_len=48, mode="vm")
         fm.runtime.n_programs = 3 + seed
         fm.runtime.vm_rng = random.Random(seed)
-        fm.runtime.mega_stream = StreamConfig(merge_in_attn=fused, norm_in_qkv=fused)
+        fm.runtime.mega_stream = StreamConfig(merge_in_attn=fused, norm_in_qkv=fused,
+                                              attn_in_qkv_keys=keys)
         got = torch.cat([fm(ids[:, :19])[0]] + [fm(ids[:, t:t + 1])[0] for t in range(19, 24)])
         assert float((got - want).norm() / want.norm()) < 1e-6
+        assert ((1, True) in fm.runtime._schedules) == (keys > 0)
 
 
 @pytest.mark.parametrize("family", ["qwen2", "qwen3"])
-@pytest.mark.parametrize("stream", [StreamConfig(64, 4, max_k=16),
-                                    StreamConfig(2048, 4, merge_in_attn=True, norm_in_qkv=True)])
+@pytest.mark.parametrize("stream", [StreamConfig(64, 4, max_k=16, attn_in_qkv_keys=10),
+                                    StreamConfig(2048, 4, merge_in_attn=True, norm_in_qkv=True,
+                                                 attn_in_qkv_keys=0)])
 def test_decode_stream_tiles_match_torch(family, stream):
     """The decode tasks' stream tiles: K chunked (max_k=16 < every K of the tiny models: several
     pieces per tile, odd K ends mid-chunk) and whole rows with many rows per tile; qkv bias and
-    q/k norm epilogues. fp32 weights: only the summation order differs from torch mode."""
+    q/k norm epilogues. fp32 weights: only the summation order differs from torch mode.
+    attn_in_qkv_keys 10: the steps at positions 8, 9 run the short-context schedule (QKV_ATTN),
+    10, 11 the split-KV one; 0: only the split-KV one, with its fused-group variants."""
     model = tiny_model(family).to(DEVICE)
     ids = torch.randint(0, 101, (1, 12), generator=torch.Generator().manual_seed(4)).to(DEVICE)
     ref = fastdecode.from_hf(model, max_seq_len=32, mode="torch")
@@ -87,9 +101,10 @@ def test_decode_stream_tiles_match_torch(family, stream):
     fm.runtime.mega_stream = stream
     got = torch.cat([fm(ids[:, :8])[0]] + [fm(ids[:, t:t + 1])[0] for t in range(8, 12)])
     assert float((got - want).norm() / want.norm()) < 1e-5
-    ops = [t.op.name for t in fm.runtime.schedule(1).graph.tasks]
+    ops = [t.op.name for t in fm.runtime.schedule(1, short=False).graph.tasks]
     assert ("MERGE" not in ops) == stream.merge_in_attn  # the last ATTN task of a group merged
     assert ("QKNORM" in ops) == (family == "qwen3" and not stream.norm_in_qkv)
+    assert ((1, True) in fm.runtime._schedules) == (stream.attn_in_qkv_keys > 0)
 
 
 def test_ptx_stream_gives_the_plain_streams_tokens():

@@ -25,7 +25,10 @@ def attention_body(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos, T, TM, S, H, HD, wi
                    CHUNK, kvh, split, pid_t,
                    GROUP: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_TOK: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
-                   F32: tl.constexpr):
+                   F32: tl.constexpr, DIRECT: tl.constexpr):
+    """One (KV head, split, token block) program of phase 1 (module docstring). DIRECT (one split
+    covers every key): o_ptr is the attention output [T, H * HD] in its dtype, written final --
+    no lse, no merge."""
     offs_m = tl.arange(0, BLOCK_M)
     tloc = offs_m // BLOCK_G
     g = offs_m % BLOCK_G
@@ -69,21 +72,26 @@ def attention_body(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos, T, TM, S, H, HD, wi
     has = l_i > 0
     out = acc / tl.where(has, l_i, 1.0)[:, None]
     lse = tl.where(has, m_i + tl.log(tl.where(has, l_i, 1.0)), float("-inf"))
-    row = (split * TM + t) * H + h
-    tl.store(o_ptr + row[:, None] * HD + offs_d[None, :], out, mask=valid[:, None] & mask_d[None, :])
-    tl.store(lse_ptr + row, lse, mask=valid)
+    if DIRECT:
+        tl.store(o_ptr + (t[:, None] * H + h[:, None]) * HD + offs_d[None, :],
+                 out.to(o_ptr.dtype.element_ty), mask=valid[:, None] & mask_d[None, :])
+    else:
+        row = (split * TM + t) * H + h
+        tl.store(o_ptr + row[:, None] * HD + offs_d[None, :], out,
+                 mask=valid[:, None] & mask_d[None, :])
+        tl.store(lse_ptr + row, lse, mask=valid)
 
 
 @triton.jit
 def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos_ptr, T, TM, S, H, HD, window, scale,
                      CHUNK, GROUP: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_TOK: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
-                     F32: tl.constexpr, PDL: tl.constexpr):
+                     F32: tl.constexpr, DIRECT: tl.constexpr, PDL: tl.constexpr):
     pdl_start(PDL)
     pdl_wait(PDL)
     attention_body(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, tl.load(pos_ptr), T, TM, S, H, HD, window,
                    scale, CHUNK, tl.program_id(0), tl.program_id(1), tl.program_id(2),
-                   GROUP, BLOCK_G, BLOCK_TOK, BLOCK_M, BLOCK_S, BLOCK_D, F32)
+                   GROUP, BLOCK_G, BLOCK_TOK, BLOCK_M, BLOCK_S, BLOCK_D, F32, DIRECT)
 
 
 @triton.jit
@@ -152,6 +160,7 @@ def attention(q, k_cache, v_cache, pos, *, window: int = 0, scale=None, out=None
     if chunk is None:
         chunk, _ = split_plan(S, KVH, block_s)
     n_splits = triton.cdiv(S, chunk)
+    direct = n_splits == 1  # one split: its program writes the output, no merge launch
     if scratch is None:
         o_part = torch.empty(n_splits, T, H, HD, device=q.device, dtype=torch.float32)
         lse = torch.empty(n_splits, T, H, device=q.device, dtype=torch.float32)
@@ -163,11 +172,13 @@ def attention(q, k_cache, v_cache, pos, *, window: int = 0, scale=None, out=None
     BLOCK_G, BLOCK_M, BLOCK_D = attention_blocks(HD, G, block_tok)
     grid = (KVH, n_splits, triton.cdiv(T, block_tok))
     pdl = use_pdl(q.device)
-    attention_kernel[grid](q, k_cache, v_cache, o_part, lse, pos, T, TM, S, H, HD, window, scale,
-                           chunk, GROUP=G, BLOCK_G=BLOCK_G, BLOCK_TOK=block_tok, BLOCK_M=BLOCK_M,
-                           BLOCK_S=block_s, BLOCK_D=BLOCK_D,
-                           F32=INTERPRET or q.dtype == torch.float32, PDL=pdl, num_warps=4,
-                           launch_pdl=pdl)
+    attention_kernel[grid](q, k_cache, v_cache, out if direct else o_part, lse, pos, T, TM, S, H,
+                           HD, window, scale, chunk, GROUP=G, BLOCK_G=BLOCK_G,
+                           BLOCK_TOK=block_tok, BLOCK_M=BLOCK_M, BLOCK_S=block_s, BLOCK_D=BLOCK_D,
+                           F32=INTERPRET or q.dtype == torch.float32, DIRECT=direct, PDL=pdl,
+                           num_warps=4, launch_pdl=pdl)
+    if direct:
+        return out
     attn_merge_kernel[(T, KVH)](o_part, lse, out, pos, T, TM, H, HD, chunk, n_splits, GROUP=G,
                                 BLOCK_G=BLOCK_G, BLOCK_SP=merge_splits(n_splits),
                                 BLOCK_D=BLOCK_D, PDL=pdl, launch_pdl=pdl)

@@ -84,6 +84,14 @@ class StreamConfig:
     # it (graph.py, Tiling.norm_in_qkv) instead of a QKNORM task. Off: on an H200 (2026-11-30,
     # 69859da, sweep_mega 16384/4w/4096/2, 128 tokens) Qwen3-8B 199.1 vs 204.3 tok/s without.
     norm_in_qkv: bool = False
+    # decode steps whose keys (position + 1) fit run the short-context schedule (graph.py,
+    # Tiling.attn_in_qkv): the QKV task completing a KV group runs the group's attention, one
+    # split over every key -- no ATTN / MERGE tasks, three dependency hops fewer per layer; past
+    # it, the split-KV schedule. 0: never. From a trace of one step (2026-11-30, 0648e33,
+    # Llama-3.2-1B at 35 keys): the split chain from the last QKV task to the first O_PROJ ready
+    # is ~6.2 us (hops 0.8 + 0.5 + 0.3, ATTN 3.0, MERGE 1.6), while one program's attention costs
+    # about one L2 / HBM round trip (~0.6 us) per 64 keys: even at ~6 blocks. 384: an estimate.
+    attn_in_qkv_keys: int = 384
 
     def tile(self, K: int, parts: int = 1) -> TileConfig:
         """rows (a power of two, 1 to 128) x block_k of a tile over rows of K elements, of

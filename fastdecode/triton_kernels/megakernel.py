@@ -51,6 +51,7 @@ OP_LM: tl.constexpr = tl.constexpr(int(Op.LM_HEAD))
 OP_CHOOSE: tl.constexpr = tl.constexpr(int(Op.CHOOSE))
 OP_REDUCE: tl.constexpr = tl.constexpr(int(Op.REDUCE))
 OP_QKNORM: tl.constexpr = tl.constexpr(int(Op.QKNORM))
+OP_QKVA: tl.constexpr = tl.constexpr(int(Op.QKV_ATTN))
 NW: tl.constexpr = tl.constexpr(WORDS)
 
 # status buffer layout (int64): [abort, program, queue position, counter, value, target, step,
@@ -207,7 +208,12 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     merges the group (no MERGE tasks).
     NORM_IN_QKV (QK_DEFER, Tiling.norm_in_qkv): likewise each QKV task adds its tile count to
     counters[qtkt_base + layer * KVH + group]; the one that completes the group's tiles
-    (Tiling.qkv_group_tiles) normalizes and rotates it (no QKNORM tasks)."""
+    (Tiling.qkv_group_tiles) normalizes and rotates it (no QKNORM tasks).
+    QKV_ATTN tasks (opcode; the short-context decode schedule, Tiling.attn_in_qkv) take the same
+    ticket whatever NORM_IN_QKV says; the completer norms the group if QK_DEFER, then runs its
+    attention over every key as one split (CHUNK = S), written straight to the attention output
+    (attention_body DIRECT): no ATTN or MERGE tasks. An opcode, not a constexpr: both decode
+    schedules run one compiled kernel."""
     pid = tl.program_id(0)
     qlen = tl.load(qlen_ptr + pid)
     QKVN = (H + 2 * KVH) * HD
@@ -240,8 +246,9 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
             tr = trace_ptr + ((pid * n_steps + s) * LMAX + i) * 3
             if TRACE:
                 tl.store(tr, globaltimer_ns(op, clock_ptr, USE_ASM))
+            win = tl.load(win_ptr + layer)  # attention's window: requested before the wait
             # weight tasks: first weight piece, then the wait; the others: the wait
-            if op == OP_QKV:
+            if (op == OP_QKV) | (op == OP_QKVA):
                 w_qkv = wqkv_ptr + layer * QKVN * D
                 lo0, hi0 = qkv_start(w_qkv, D, H, KVH, HD, a0, a1, a2, GROUP, QKV_CHUNKS,
                                      BLOCK_H, QKV_BK, STREAM, PTX)
@@ -254,15 +261,27 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                   T, D, D, S, eps, H, KVH, HD, a0, a1, a2, lo0, hi0, GROUP,
                                   QKV_CHUNKS, qkraw_ptr, BIAS_QKV, QK_NORM, BLOCK_T, BLOCK_H,
                                   QKV_BK, STREAM, F32, QK_DEFER, PTX)
-                    if NORM_IN_QKV:  # the task that completes the group's tiles norms it
-                        tl.debug_barrier()  # this task's raw rows stored before its ticket
+                    # the task that completes the group's tiles norms it (NORM_IN_QKV, or a
+                    # deferred q/k norm in QKV_ATTN) and, QKV_ATTN, runs its attention
+                    if (op == OP_QKVA) | NORM_IN_QKV:
+                        tl.debug_barrier()  # this task's rows stored before its ticket
                         tkt = tl.atomic_add(ctr_ptr + qtkt_base + layer * KVH + a0, a2 - a1,
                                             sem="acq_rel", scope="gpu")
+                        # the step's last ticket acquired every other tile's release
                         if (tkt + a2 - a1) % ((GROUP + 2) * QKV_CHUNKS * tl.cdiv(T, BLOCK_T)) \
                                 == 0:
-                            qk_norm_group(layer, a0, qkraw_ptr, qkn_ptr, cos_ptr, sin_ptr,
-                                          pos, q_ptr, kc_ptr, T, S, eps, H, KVH, HD, GROUP,
-                                          BLOCK_T, BLOCK_HALF)
+                            if QK_DEFER:
+                                qk_norm_group(layer, a0, qkraw_ptr, qkn_ptr, cos_ptr, sin_ptr,
+                                              pos, q_ptr, kc_ptr, T, S, eps, H, KVH, HD, GROUP,
+                                              BLOCK_T, BLOCK_HALF)
+                            if op == OP_QKVA:
+                                tl.debug_barrier()  # q / k rows normed by other threads
+                                for tb in range(0, tl.cdiv(T, BLOCK_TOK)):
+                                    attention_body(q_ptr, kc_ptr + layer * KVH * S * HD,
+                                                   vc_ptr + layer * KVH * S * HD, attn_ptr,
+                                                   lse_ptr, pos, T, TM, S, H, HD, win, scale, S,
+                                                   a0, 0, tb, GROUP, BLOCK_G, BLOCK_TOK,
+                                                   BLOCK_M, BLOCK_S, BLOCK_D, F32, True)
             elif op == OP_O:
                 run = residual_task(attn_ptr, wo_ptr + layer * D * QD, bo_ptr + layer * D, h_ptr,
                                     T, D, QD, eps, a1, a2, a0, ctr_ptr, target, status_ptr,
@@ -311,7 +330,6 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                 tl.store(peer(xtab_ptr, p, x_lmv, tl.float32) + at, pv)
                                 tl.store(peer(xtab_ptr, p, x_lmi, tl.int32) + at, pi)
             else:
-                win = tl.load(win_ptr + layer)  # attention's window: requested before the wait
                 run = ready(ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, tr, clock_ptr,
                             op, xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE)
                 if run == 1:
@@ -324,7 +342,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                        vc_ptr + layer * KVH * S * HD, opart_ptr, lse_ptr, pos,
                                        T, TM, S, H, HD, win, scale, CHUNK,
                                        a0, a1, a2, GROUP, BLOCK_G, BLOCK_TOK, BLOCK_M, BLOCK_S,
-                                       BLOCK_D, F32)
+                                       BLOCK_D, F32, False)
                         if MERGE_IN_ATTN:  # the group's last split to finish merges it
                             tl.debug_barrier()  # this split's partials stored before its ticket
                             tkt = tl.atomic_add(ctr_ptr + tkt_base + layer * KVH + a0, 1,
