@@ -246,7 +246,6 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
             tr = trace_ptr + ((pid * n_steps + s) * LMAX + i) * 3
             if TRACE:
                 tl.store(tr, globaltimer_ns(op, clock_ptr, USE_ASM))
-            win = tl.load(win_ptr + layer)  # attention's window: requested before the wait
             # weight tasks: first weight piece, then the wait; the others: the wait
             if (op == OP_QKV) | (op == OP_QKVA):
                 w_qkv = wqkv_ptr + layer * QKVN * D
@@ -279,7 +278,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                 for tb in range(0, tl.cdiv(T, BLOCK_TOK)):
                                     attention_body(q_ptr, kc_ptr + layer * KVH * S * HD,
                                                    vc_ptr + layer * KVH * S * HD, attn_ptr,
-                                                   lse_ptr, pos, T, TM, S, H, HD, win, scale, S,
+                                                   lse_ptr, pos, T, TM, S, H, HD,
+                                                   tl.load(win_ptr + layer), scale, S,
                                                    a0, 0, tb, GROUP, BLOCK_G, BLOCK_TOK,
                                                    BLOCK_M, BLOCK_S, BLOCK_D, F32, True)
             elif op == OP_O:
@@ -330,6 +330,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                 tl.store(peer(xtab_ptr, p, x_lmv, tl.float32) + at, pv)
                                 tl.store(peer(xtab_ptr, p, x_lmi, tl.int32) + at, pi)
             else:
+                win = tl.load(win_ptr + layer)  # attention's window: requested before the wait
                 run = ready(ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, tr, clock_ptr,
                             op, xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE)
                 if run == 1:
