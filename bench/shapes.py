@@ -47,13 +47,13 @@ def stream_configs(text):
     """'elements/warps/max K/per SM[/ptx[/merge in attn[/norm in qkv[/attn keys]]]],...' (bench
     --configs; ptx 1: the weight pieces by inline PTX; merge in attn / norm in qkv 1: no MERGE /
     QKNORM tasks; attn keys: StreamConfig.attn_in_qkv_keys, the short-context decode schedule's
-    reach, 0 = never; default config.py's) -> [StreamConfig, ...]."""
+    reach, 0 = never, -1 or absent = config.py's default) -> [StreamConfig, ...]."""
     from fastdecode.triton_kernels.config import StreamConfig
     out = []
     for c in text.split(","):
         e, w, k, p, *flags = map(int, c.split("/"))
-        flags += [0, 0, 0, StreamConfig.attn_in_qkv_keys][len(flags):]
+        flags += [0, 0, 0, -1][len(flags):]
         out.append(StreamConfig(e, w, per_sm=p, max_k=k, ptx=bool(flags[0]),
                                 merge_in_attn=bool(flags[1]), norm_in_qkv=bool(flags[2]),
-                                attn_in_qkv_keys=flags[3]))
+                                attn_in_qkv_keys=None if flags[3] < 0 else flags[3]))
     return out

@@ -12,7 +12,8 @@ another order than ops mode's, so greedy tokens may part at a near-tie) and the 
     --merge-in-attn 0,1: MERGE tasks, or the last ATTN task of a group merging it
     --norm-in-qkv 0,1 (q/k norm models): QKNORM tasks, or the last QKV task of a group norming it
     --attn-keys 0,384: decode steps with up to that many keys run the short-context schedule
-        (the last QKV task of a group runs its attention; config.StreamConfig.attn_in_qkv_keys)
+        (the last QKV task of a group runs its attention; config.StreamConfig.attn_in_qkv_keys;
+        -1: the default, config.StreamConfig.short_context_keys)
     --prompt-len: the prompt (the context then grows by --new-tokens)
 """
 import argparse
@@ -49,7 +50,7 @@ def main():
     p.add_argument("--ptx", default="0")
     p.add_argument("--merge-in-attn", default="0")
     p.add_argument("--norm-in-qkv", default="0")
-    p.add_argument("--attn-keys", default=str(StreamConfig.attn_in_qkv_keys))
+    p.add_argument("--attn-keys", default="-1")
     p.add_argument("--configs", default=None, help="e/w/k/p,... instead of the grid")
     p.add_argument("--prompt-len", type=int, default=32)
     p.add_argument("--new-tokens", type=int, default=160)
@@ -70,7 +71,7 @@ def main():
         grid = stream_configs(args.configs)
     else:
         grid = [StreamConfig(e, w, per_sm=p, max_k=k, ptx=bool(x), merge_in_attn=bool(m),
-                             norm_in_qkv=bool(n), attn_in_qkv_keys=a)
+                             norm_in_qkv=bool(n), attn_in_qkv_keys=None if a < 0 else a)
                 for e, w, k, p, x, m, n, a in itertools.product(*(map(int, v.split(",")) for v in (
                     args.elems, args.warps, args.max_k, args.per_sm, args.ptx, args.merge_in_attn,
                     args.norm_in_qkv, args.attn_keys)))]
@@ -79,7 +80,8 @@ def main():
         fm.runtime.mega_stream = c
         tag = f"{c.tile_elems}/{c.num_warps}w/{c.max_k}/{c.per_sm}" + ("/PTX" if c.ptx else "") \
             + ("/merge-in-attn" if c.merge_in_attn else "") + \
-            ("/norm-in-qkv" if c.norm_in_qkv else "") + f"/attn-keys {c.attn_in_qkv_keys}"
+            ("/norm-in-qkv" if c.norm_in_qkv else "") + \
+            f"/attn-keys {c.short_context_keys(model.config.head_dim)}"
         try:
             err = float((teacher_forced(fm, ids, 24) - want_logits).norm() / want_logits.norm())
             same = fm.generate(ids, max_new_tokens=24, eos_token_id=[]) == want

@@ -51,6 +51,16 @@ def test_schedule_properties(spec, T, P, max_seq, seed, fused, short):
         assert n == sum(1 for t in graph.tasks if t.signal == key)
 
 
+def test_short_context_reach():
+    """The short-context decode schedule's reach: 96 KB of K + V per KV group by default (384 keys
+    at head_dim 64 in bf16, 192 at 128, half as many in fp32), or the keys asked for (0: never)."""
+    assert StreamConfig().short_context_keys(64) == 384
+    assert StreamConfig().short_context_keys(128) == 192
+    assert StreamConfig().short_context_keys(128, 4) == 96
+    assert StreamConfig(attn_in_qkv_keys=0).short_context_keys(64) == 0
+    assert StreamConfig(attn_in_qkv_keys=21).short_context_keys(128) == 21
+
+
 def test_validator_rejects_missing_producer():
     spec = ModelSpec.from_hf_config(tiny_model("qwen2").config)
     graph = build_step(spec, make_tiling(spec, 1, 64, DEVICE), 5)

@@ -86,12 +86,24 @@ class StreamConfig:
     norm_in_qkv: bool = False
     # decode steps whose keys (position + 1) fit run the short-context schedule (graph.py,
     # Tiling.attn_in_qkv): the QKV task completing a KV group runs the group's attention, one
-    # split over every key -- no ATTN / MERGE tasks, three dependency hops fewer per layer; past
-    # it, the split-KV schedule. 0: never. From a trace of one step (2026-11-30, 0648e33,
-    # Llama-3.2-1B at 35 keys): the split chain from the last QKV task to the first O_PROJ ready
-    # is ~6.2 us (hops 0.8 + 0.5 + 0.3, ATTN 3.0, MERGE 1.6), while one program's attention costs
-    # about one L2 / HBM round trip (~0.6 us) per 64 keys: even at ~6 blocks. 384: an estimate.
-    attn_in_qkv_keys: int = 384
+    # split over every key -- no ATTN / MERGE (/ QKNORM) tasks, three hops fewer per layer; past
+    # it, the split-KV schedule. attn_in_qkv_keys: that many keys (0: never); None: as many as
+    # fit attn_in_qkv_bytes of K + V per KV group (short_context_keys). From a trace (2026-11-30,
+    # 0648e33, Llama-3.2-1B at 35 keys) the split chain from the last QKV task to the first
+    # O_PROJ ready is ~6.2 us (hops 0.8 + 0.5 + 0.3, ATTN 3.0, MERGE 1.6), while one program's
+    # attention costs ~one memory round trip per 64 keys. Measured on an H200 (a44b7f3,
+    # sweep_mega, prompt 32, the same run; short vs split-KV schedule): Llama-3.2-1B (head_dim
+    # 64) 1207.1 vs 1193.3 tok/s at <= 192 keys (48 KB), 1211.4 vs 1186.1 at <= 288 (72 KB);
+    # Llama-3.1-8B (128) 222.6 vs 219.6 at <= 192 (96 KB), 215.8 vs 216.4 at <= 288 (144 KB);
+    # Qwen3-8B (128, q/k norm: its QKNORM hop goes too) 204.6 vs 200.5 at <= 288. Hence 96 KB.
+    attn_in_qkv_keys: int | None = None
+    attn_in_qkv_bytes: int = 96 * 1024
+
+    def short_context_keys(self, head_dim: int, elt: int = 2) -> int:
+        """Keys up to which a decode step runs the short-context schedule."""
+        if self.attn_in_qkv_keys is not None:
+            return self.attn_in_qkv_keys
+        return self.attn_in_qkv_bytes // (2 * head_dim * elt)
 
     def tile(self, K: int, parts: int = 1) -> TileConfig:
         """rows (a power of two, 1 to 128) x block_k of a tile over rows of K elements, of
