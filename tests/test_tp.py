@@ -12,6 +12,7 @@ from fastdecode.module import FastModel
 from fastdecode.loading import safetensors_getter
 from fastdecode.packing import dict_getter, pack
 from fastdecode.spec import ModelSpec
+from fastdecode.triton_kernels.config import StreamConfig
 from helpers import rel_err, run_ranks
 from models import tiny_model
 
@@ -187,7 +188,9 @@ def mega_ranks(model, world, fn):
 def test_mega_virtual_ranks_match_tp1(family, world):
     """The megakernel's in-kernel all-reduce (push partial sums + system-scope flags, rank-order
     fp32 sum) and cross-rank token choice, on virtual ranks: prefill chunks (T=9) and decode
-    steps, several steps per launch; logits against the fp32 tp=1 model, bit-identical ranks."""
+    steps, several steps per launch; logits against the fp32 tp=1 model, bit-identical ranks.
+    Decode steps with up to 10 keys run the short-context schedule (its own remote counters), the
+    later ones the split-KV schedule; a 3-step launch from position 8 splits at the boundary."""
     model = model_for(family)
     ids = torch.randint(0, model.config.vocab_size, (13,),
                         generator=torch.Generator().manual_seed(2))
@@ -199,15 +202,17 @@ def test_mega_virtual_ranks_match_tp1(family, world):
     sampled = one.generate(ids[None, :5], **sample)
 
     def run(f):
+        f.runtime.mega_stream = StreamConfig(attn_in_qkv_keys=10)
         logits = teacher_forced(lambda x: f(x[None])[0], ids)
         f.reset()
         f.runtime.decode_chunk = 3  # several decode steps per megakernel launch
         return logits, f.generate(ids[None, :5], max_new_tokens=7, eos_token_id=[]), \
-            f.generate(ids[None, :5], **sample)
+            f.generate(ids[None, :5], **sample), set(f.runtime._schedules)
     outs = mega_ranks(model, world, run)
-    for logits, tokens, drawn in outs:
+    for logits, tokens, drawn, scheds in outs:
         assert torch.equal(logits, outs[0][0]) and torch.equal(tokens, outs[0][1])
         assert torch.equal(drawn, outs[0][2])
+        assert {(1, True), (1, False)} <= scheds  # both decode schedules ran
     # fp32: the sums differ from tp=1 only in order (per rank, then across ranks), as in
     # test_virtual_ranks_match_tp1
     assert rel_err(outs[0][0], want) < 1e-5
