@@ -136,12 +136,17 @@ def test_ptx_stream_gives_the_plain_streams_tokens():
     assert torch.equal(out[True][1], out[False][1])
 
 
-def test_multi_step_launch_and_eos_inside_chunk():
+@pytest.mark.parametrize("keys", [None, 0, 10])
+def test_multi_step_launch_and_eos_inside_chunk(keys):
+    """keys: the short-context schedule's reach (None: config.py's, every step here; 0: never;
+    10: the second launch runs 2 short-context steps -- the EOS token's among them -- then a
+    split-KV launch that must stop at once on the done flag)."""
     model = tiny_model("llama").to(DEVICE)
     ids = torch.tensor([[5, 17, 33]], device=DEVICE)
     ref = fastdecode.from_hf(model, max_seq_len=48, mode="torch").generate(ids, max_new_tokens=12,
                                                                           eos_token_id=[])
     fm = fastdecode.from_hf(model, max_seq_len=48, mode="mega")
+    fm.runtime.mega_stream = StreamConfig(attn_in_qkv_keys=keys)
     fm.runtime.decode_chunk = 5  # 1 token from the prefill, then launches of 5, 5 and 1 steps
     out = fm.generate(ids, max_new_tokens=12, eos_token_id=[])
     assert torch.equal(out, ref)
@@ -152,6 +157,8 @@ def test_multi_step_launch_and_eos_inside_chunk():
     assert torch.equal(out, ref[:, :3 + first + 1])
     # the kernel itself stopped at the EOS: no step ran past it
     assert int(fm.runtime.state.step) == first + 1
+    assert ((1, True) in fm.runtime._schedules) == (keys != 0)
+    assert ((1, False) in fm.runtime._schedules) == (keys == 0 or keys == 10)
 
 
 def test_forced_missing_producer_times_out():
