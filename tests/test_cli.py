@@ -40,5 +40,7 @@ def test_cli_trace_tiny_checkpoint(tmp_path):
     assert rows["CHOOSE"][1] == "2"                       # one token choice per traced step
     assert rows["GATE_UP"][1] == "4"                      # 2 layers x 2 steps, one program
     layer = {line.split()[0]: line.split() for line in phases.splitlines()[1:] if line.strip()}
-    assert layer["GATE_UP"][1] == "1" and "QKV" in layer  # the layer's tasks in step 0
+    assert layer["GATE_UP"][1] == "1"  # the layer's tasks in step 0
+    # 6-7 keys: the short-context decode schedule (QKV tasks that run the attention)
+    assert "QKV_ATTN" in layer and not {"QKV", "ATTN", "MERGE"} & set(layer)
     assert (tmp_path / "trace.json").exists()
