@@ -449,10 +449,10 @@ class Runtime:
     def _short_steps(self, T: int, n: int) -> int:
         """How many of the next n steps of T tokens run the short-context decode schedule
         (Tiling.attn_in_qkv): decode steps whose keys fit StreamConfig.short_context_keys."""
-        keys = (self.mega_stream or stream_config(None)).short_context_keys(
-            self.spec.head_dim, self.pw.dtype.itemsize)
         if T != 1 or self.mode not in ("mega", "vm"):
             return 0
+        keys = (self.mega_stream or stream_config(None)).short_context_keys(
+            self.spec.head_dim, self.pw.dtype.itemsize)
         return max(0, min(n, keys - self.state.n_pos))
 
     def schedule(self, T: int, n_steps: int = 1, short: bool | None = None):

@@ -161,14 +161,16 @@ def attention(q, k_cache, v_cache, pos, *, window: int = 0, scale=None, out=None
         chunk, _ = split_plan(S, KVH, block_s)
     n_splits = triton.cdiv(S, chunk)
     direct = n_splits == 1  # one split: its program writes the output, no merge launch
-    if scratch is None:
+    if out is None:
+        out = torch.empty(T, H * HD, device=q.device, dtype=q.dtype)
+    if direct:
+        o_part, lse = out[None], out  # no partials (lse_ptr is not read)
+    elif scratch is None:
         o_part = torch.empty(n_splits, T, H, HD, device=q.device, dtype=torch.float32)
         lse = torch.empty(n_splits, T, H, device=q.device, dtype=torch.float32)
     else:
         o_part, lse = scratch
     TM = o_part.shape[1]
-    if out is None:
-        out = torch.empty(T, H * HD, device=q.device, dtype=q.dtype)
     BLOCK_G, BLOCK_M, BLOCK_D = attention_blocks(HD, G, block_tok)
     grid = (KVH, n_splits, triton.cdiv(T, block_tok))
     pdl = use_pdl(q.device)

@@ -246,7 +246,8 @@ def qkv_rope_kernel(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_
     pdl_wait(PDL)
     qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_ptr,
                   tl.load(pos_ptr), q_ptr, k_ptr, v_ptr, T, K, stride_x, S, eps, H, KVH, HD,
-                  tl.program_id(0), lo, hi, w_lo, w_hi, GROUP, n_chunks, raw_ptr, BIAS, QK_NORM, BLOCK_T, BLOCK_H, BLOCK_K, STREAM, F32, DEFER, PTX)
+                  tl.program_id(0), lo, hi, w_lo, w_hi, GROUP, n_chunks, raw_ptr, BIAS, QK_NORM,
+                  BLOCK_T, BLOCK_H, BLOCK_K, STREAM, F32, DEFER, PTX)
 
 
 @triton.jit
