@@ -9,7 +9,7 @@ compiles the inline-PTX wrappers' test kernels (tests/test_ptx.py) and the all-r
 asm paths on, so ptxas checks every wrapper's PTX.
 
     python bench/compile_check.py --model 8b [--elems 8192 --warps 4 --max-k 4096] [--tp 2]
-                                  [--ptx-stream] [--merge-in-attn] [--norm-in-qkv]
+                                  [--ptx-stream] [--merge-in-attn] [--norm-in-qkv] [--stages N]
     python bench/compile_check.py --family qwen3
     python bench/compile_check.py --ptx
 """
@@ -90,7 +90,8 @@ def compile_ptx_tests():
     t._stream_copy_kernel[(1,)](i32, i32, 4, BLOCK=64, USE_ASM=True)
     for scope in ("gpu", "sys"):
         t._release_kernel[(1,)](i32, i32, SCOPE=scope, USE_ASM=True)
-    t._message_kernel[(2,)](i32, i32, i32, 64, 100, BLOCK=256, USE_ASM=True)
+    for cta in (False, True):
+        t._message_kernel[(2,)](i32, i32, i32, 64, 100, BLOCK=256, USE_ASM=True, CTA_BARRIER=cta)
     for abort in (True, False):
         t._spin_kernel[(1,)](i32, i32, i64, i32, 20, ABORT=abort, USE_ASM=True)
     t._pdl_producer_kernel[(1,)](i32, 63, 100, BLOCK=64, USE_ASM=True)
@@ -142,6 +143,7 @@ def main():
     p.add_argument("--ptx-stream", action="store_true", help="decode weight pieces by inline PTX")
     p.add_argument("--merge-in-attn", action="store_true", help="no MERGE tasks (graph.py)")
     p.add_argument("--norm-in-qkv", action="store_true", help="no QKNORM tasks (graph.py)")
+    p.add_argument("--stages", type=int, default=None, help="StreamConfig.stages")
     args = p.parse_args()
     driver.set_active(CompileOnlyDriver())
     JITFunction.run = _compile_only(JITFunction.run)
@@ -162,6 +164,7 @@ def main():
     d = StreamConfig()
     stream = StreamConfig(args.elems or d.tile_elems, args.warps or d.num_warps,
                           max_k=args.max_k or d.max_k, ptx=args.ptx_stream,
+                          stages=args.stages or d.stages,
                           merge_in_attn=args.merge_in_attn, norm_in_qkv=args.norm_in_qkv)
     ids = torch.randint(0, 100, (4,))
     # tiny models: room for several attention splits, so ops mode launches its merge kernel too
@@ -190,7 +193,8 @@ def main():
     print(f"{name}, sm_90a:")
     for kname, (k, secs) in COMPILED.items():
         pdl = ", PDL" if k.metadata.launch_pdl else ""  # launched with launch_pdl (use_pdl)
-        print(f"  {kname:24s} {ptxas_report(k.asm['ptx'])}  compiled in {secs:5.1f} s{pdl}")
+        print(f"  {kname:24s} {ptxas_report(k.asm['ptx'])}, smem {k.metadata.shared} B  "
+              f"compiled in {secs:5.1f} s{pdl}")
 
 
 if __name__ == "__main__":

@@ -43,17 +43,28 @@ def random_model(key, device="cuda", n_layers=None):
     return name, model
 
 
+def _stages(v):
+    """a config's stages field: 0 the default, a digit for o / gate|up / down alike, three
+    digits one each (e.g. 133: o_proj 1, gate|up 3, down 3)."""
+    from fastdecode.triton_kernels.config import StreamConfig
+    if v >= 100:
+        return tuple(int(c) for c in str(v))
+    return v or StreamConfig.stages
+
+
 def stream_configs(text):
-    """'elements/warps/max K/per SM[/ptx[/merge in attn[/norm in qkv[/attn keys]]]],...' (bench
-    --configs; ptx 1: the weight pieces by inline PTX; merge in attn / norm in qkv 1: no MERGE /
-    QKNORM tasks; attn keys: StreamConfig.attn_in_qkv_keys, the short-context decode schedule's
-    reach, 0 = never, -1 or absent = config.py's default) -> [StreamConfig, ...]."""
+    """'elements/warps/max K/per SM[/ptx[/merge in attn[/norm in qkv[/attn keys[/stages]]]]],...'
+    (bench --configs; ptx 1: the weight pieces by inline PTX; merge in attn / norm in qkv 1: no
+    MERGE / QKNORM tasks; attn keys: StreamConfig.attn_in_qkv_keys, the short-context decode
+    schedule's reach, 0 = never, -1 or absent = config.py's default; stages:
+    StreamConfig.stages, 0 or absent = the default, _stages) -> [StreamConfig, ...]."""
     from fastdecode.triton_kernels.config import StreamConfig
     out = []
     for c in text.split(","):
         e, w, k, p, *flags = map(int, c.split("/"))
-        flags += [0, 0, 0, -1][len(flags):]
+        flags += [0, 0, 0, -1, 0][len(flags):]
         out.append(StreamConfig(e, w, per_sm=p, max_k=k, ptx=bool(flags[0]),
                                 merge_in_attn=bool(flags[1]), norm_in_qkv=bool(flags[2]),
-                                attn_in_qkv_keys=None if flags[3] < 0 else flags[3]))
+                                attn_in_qkv_keys=None if flags[3] < 0 else flags[3],
+                                stages=_stages(flags[4])))
     return out

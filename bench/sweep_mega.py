@@ -6,8 +6,8 @@ another order than ops mode's, so greedy tokens may part at a near-tie) and the 
 
     python bench/sweep_mega.py --model 8b --elems 8192,16384 --warps 4,8 --max-k 2048,4096 --per-sm 1,2
     python bench/sweep_mega.py --model 8b --configs 8192/4/4096/2,16384/4/4096/2/1   (a list of
-        elements/warps/max K/per SM[/ptx[/merge in attn[/norm in qkv[/attn keys]]]] instead of
-        the grid)
+        elements/warps/max K/per SM[/ptx[/merge in attn[/norm in qkv[/attn keys[/stages]]]]]
+        instead of the grid; a config may repeat, for the run-to-run spread)
     --ptx 0,1: the plain-Triton and the PTX weight pieces (config.StreamConfig.ptx)
     --merge-in-attn 0,1: MERGE tasks, or the last ATTN task of a group merging it
     --norm-in-qkv 0,1 (q/k norm models): QKNORM tasks, or the last QKV task of a group norming it
@@ -78,9 +78,10 @@ def main():
     for c in grid:
         fm = fastdecode.from_hf(model, max_seq_len=max_seq, mode="mega")
         fm.runtime.mega_stream = c
+        stages = "".join(map(str, c.op_stages(model.config.hidden_size)))
         tag = f"{c.tile_elems}/{c.num_warps}w/{c.max_k}/{c.per_sm}" + ("/PTX" if c.ptx else "") \
             + ("/merge-in-attn" if c.merge_in_attn else "") + \
-            ("/norm-in-qkv" if c.norm_in_qkv else "") + \
+            ("/norm-in-qkv" if c.norm_in_qkv else "") + f"/stages {stages}" + \
             f"/attn-keys {c.short_context_keys(model.config.head_dim)}"
         try:
             err = float((teacher_forced(fm, ids, 24) - want_logits).norm() / want_logits.norm())

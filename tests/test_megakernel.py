@@ -61,6 +61,20 @@ def test_short_context_reach():
     assert StreamConfig(attn_in_qkv_keys=21).short_context_keys(128) == 21
 
 
+def test_stream_stages_rule():
+    """Shared-memory stream stages (o_proj, gate|up, down): 3 from stages_min_d_model on, the
+    register stream below it, with the PTX pieces and for a standalone launch; explicit stages
+    as given; PTX pieces with explicit stages are refused."""
+    assert StreamConfig().op_stages(2048) == (1, 1, 1)
+    assert StreamConfig().op_stages(4096) == (3, 3, 3)
+    assert StreamConfig().op_stages() == (1, 1, 1)
+    assert StreamConfig(ptx=True).op_stages(8192) == (1, 1, 1)
+    assert StreamConfig(stages=2).op_stages(2048) == (2, 2, 2)
+    assert StreamConfig(stages=(1, 3, 2)).op_stages(4096) == (1, 3, 2)
+    with pytest.raises(ValueError, match="stages"):
+        StreamConfig(ptx=True, stages=2)
+
+
 def test_validator_rejects_missing_producer():
     spec = ModelSpec.from_hf_config(tiny_model("qwen2").config)
     graph = build_step(spec, make_tiling(spec, 1, 64, DEVICE), 5)
@@ -94,13 +108,14 @@ def test_vm_random_interleavings_match_torch(family, fused, keys):
 
 
 @pytest.mark.parametrize("family", ["qwen2", "qwen3"])
-@pytest.mark.parametrize("stream", [StreamConfig(64, 4, max_k=16, attn_in_qkv_keys=10),
+@pytest.mark.parametrize("stream", [StreamConfig(64, 4, max_k=16, attn_in_qkv_keys=10, stages=3),
                                     StreamConfig(2048, 4, merge_in_attn=True, norm_in_qkv=True,
                                                  attn_in_qkv_keys=0)])
 def test_decode_stream_tiles_match_torch(family, stream):
     """The decode tasks' stream tiles: K chunked (max_k=16 < every K of the tiny models: several
-    pieces per tile, odd K ends mid-chunk) and whole rows with many rows per tile; qkv bias and
-    q/k norm epilogues. fp32 weights: only the summation order differs from torch mode.
+    pieces per tile, odd K ends mid-chunk; o / gate|up / down streamed through shared memory,
+    stages 3, their waits inside the stream) and whole rows with many rows per tile (the
+    register stream); qkv bias and q/k norm epilogues. fp32 weights: only the summation order differs from torch mode.
     attn_in_qkv_keys 10: the steps at positions 8, 9 run the short-context schedule (QKV_ATTN),
     10, 11 the split-KV one; 0: only the split-KV one, with its fused-group variants."""
     model = tiny_model(family).to(DEVICE)

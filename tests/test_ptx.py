@@ -6,9 +6,9 @@ import triton
 import triton.language as tl
 
 from conftest import DEVICE
-from fastdecode.ptx_inline import (globaltimer_ns, grid_launch_dependents, grid_wait, ld_acquire,
-                                   ld_stream_b128, nanosleep, prefetch_l2, red_release_add,
-                                   spin_acquire, st_release)
+from fastdecode.ptx_inline import (cta_barrier, globaltimer_ns, grid_launch_dependents, grid_wait,
+                                   ld_acquire, ld_stream_b128, nanosleep, prefetch_l2,
+                                   red_release_add, spin_acquire, st_release)
 from fastdecode.triton_kernels._common import INTERPRET
 
 USE_ASM = not INTERPRET
@@ -142,12 +142,19 @@ def _release_kernel(flags, adds, SCOPE: tl.constexpr, USE_ASM: tl.constexpr):
 
 
 @triton.jit
-def _message_kernel(data, flag, out, n, max_spin, BLOCK: tl.constexpr, USE_ASM: tl.constexpr):
-    """Program 0 writes data then releases the flag; program 1 acquires it, then reads data."""
+def _message_kernel(data, flag, out, n, max_spin, BLOCK: tl.constexpr, USE_ASM: tl.constexpr,
+                    CTA_BARRIER: tl.constexpr = False):
+    """Program 0 writes data then releases the flag; program 1 acquires it, then reads data.
+    Every thread of program 0 writes, thread 0 alone releases: the block barrier between them
+    (tl.debug_barrier, or CTA_BARRIER: the cta_barrier wrapper) orders the other threads'
+    writes before the release."""
     offs = tl.arange(0, BLOCK)
     if tl.program_id(0) == 0:
         tl.store(data + offs, offs * 3 + 1, mask=offs < n)
-        tl.debug_barrier()
+        if CTA_BARRIER:
+            cta_barrier(USE_ASM)
+        else:
+            tl.debug_barrier()
         st_release(flag, 1, "gpu", USE_ASM)
     else:
         v = ld_acquire(flag, "gpu", USE_ASM)
@@ -182,13 +189,16 @@ def test_release_store_and_add_once_per_program(scope):
     assert int(adds) == n * (n + 1) // 2
 
 
-def test_release_acquire_message_passing():
+@pytest.mark.parametrize("cta_barrier", [False, True])
+def test_release_acquire_message_passing(cta_barrier):
     """A consumer program that sees the producer's released flag (spinning with a nanosleep
-    backoff) sees the data written before it."""
+    backoff) sees the data written before it -- by every thread of the producer, which a block
+    barrier (tl.debug_barrier or the cta_barrier wrapper) ordered before thread 0's release."""
     n = 200
     data = torch.zeros(n, dtype=torch.int32, device=DEVICE)
     out = torch.full((n,), -1, dtype=torch.int32, device=DEVICE)
     flag = torch.zeros(1, dtype=torch.int32, device=DEVICE)
-    _message_kernel[(2,)](data, flag, out, n, 1 << 24, BLOCK=256, USE_ASM=USE_ASM)
+    _message_kernel[(2,)](data, flag, out, n, 1 << 24, BLOCK=256, USE_ASM=USE_ASM,
+                          CTA_BARRIER=cta_barrier)
     assert int(flag) == 1
     assert torch.equal(out.cpu(), torch.arange(n, dtype=torch.int32) * 3 + 1)

@@ -26,6 +26,14 @@ spin_acquire(ptr, target, max_spin, abort_ptr, SCOPE, USE_ASM, ABORT) -> (value,
     volatile load) BEFORE the acquire load: no later load may pass an acquire, so after it the
     two would be two L2 round trips in series; before it they are one. Bounded whatever the
     flag does: the caller reports a timeout instead of hanging the GPU.
+cta_barrier(USE_ASM): `bar.sync 0` -- every thread of the program waits there for the others,
+    and their shared and global memory accesses before it are ordered before (and visible to)
+    the accesses after it of every thread of the program: tl.debug_barrier as an opaque asm
+    statement. Triton's loop pipeliner refuses any loop that holds a gpu.barrier (the op
+    tl.debug_barrier emits), nested branches included; the megakernel's dependency wait, inside
+    the weight stream's first iteration (gemv.gemv_body STAGES > 1), ends with this one, so the
+    stream stays pipelined. The pipeliner moves only its loads' address math and copies, never
+    this statement. Fallback (interpreter): tl.debug_barrier().
 nanosleep(ns, USE_ASM): `nanosleep.u32 ns` -- suspends the thread for about ns nanoseconds
     (0 to 1 ms; the hardware may wake it earlier): a backoff in a spin that should leave issue
     slots and memory bandwidth to the other programs of its SM. Fallback: nothing.
@@ -80,6 +88,15 @@ def red_release_add(ptr, val, SCOPE: tl.constexpr, USE_ASM: tl.constexpr):
         _thread0(ptr, val, "red.global.release." + SCOPE + ".add.s32")
     else:
         tl.atomic_add(ptr, tl.cast(val, tl.int32), sem="release", scope=SCOPE)
+
+
+@triton.jit
+def cta_barrier(USE_ASM: tl.constexpr):
+    if USE_ASM:
+        tl.inline_asm_elementwise("bar.sync 0; mov.u32 $0, 0;", "=r", [], dtype=tl.int32,
+                                  is_pure=False, pack=1)
+    else:
+        tl.debug_barrier()
 
 
 @triton.jit

@@ -98,6 +98,35 @@ class StreamConfig:
     # Qwen3-8B (128, q/k norm: its QKNORM hop goes too) 204.6 vs 200.5 at <= 288. Hence 96 KB.
     attn_in_qkv_keys: int | None = None
     attn_in_qkv_bytes: int = 96 * 1024
+    # o_proj / gate|up / down tasks: 1 -- the piece in flight and the next one in registers, the
+    # first requested before the task's wait (gemv.stream_start); > 1 -- that many stages of
+    # Triton's loop pipeline, the pieces in flight in shared memory (cp.async, stages x 32 KB
+    # per program), the first stages - 1 of a task requested before its wait (gemv.gemv_body
+    # STAGES). One number for the three ops, or (o_proj, gate|up, down); None: op_stages' rule.
+    stages: int | tuple | None = None
+    # where the rule switches to shared-memory stages (d_model); measured on an H200
+    # (2026-11-30, sweep_mega 16384/4w/4096/2, 160 tokens, each variant in one run against the
+    # register stream, stages o/gate|up/down): Llama-3.1-8B (d_model 4096) 111 220.4 / 219.5,
+    # 311 228.1, 131 227.1, 113 221.4, 133 232.3, 222 237.8, 333 237.9 tok/s (an earlier run: 111
+    # 221.9 / 220.7, 222 240.4 / 239.8, 333 240.3 / 240.3); Qwen3-8B 111 205.1, 222 225.3, 333
+    # 228.1; but Llama-3.2-1B (2048) 111 1195.6 / 1186.6, 133 1128.2, 222 1125.1, 333 1115.5, 113
+    # 1102.5, 131 1070.9, 311 1052.0 -- slower in every form, for a reason not yet isolated (its
+    # tasks stream 1-8 pieces each, the 8B's 4-14).
+    stages_min_d_model: int = 4096
+
+    def op_stages(self, d_model: int | None = None) -> tuple:
+        """(o_proj, gate|up, down) stream stages: stages as given, else 3 for models of
+        d_model >= stages_min_d_model and 1 (the register stream) below it, with the PTX
+        pieces (inline asm: not pipelined) and for a standalone launch (d_model None)."""
+        if self.stages is not None:
+            return tuple(self.stages) if isinstance(self.stages, tuple) else (self.stages,) * 3
+        big = d_model is not None and d_model >= self.stages_min_d_model and not self.ptx
+        return (3, 3, 3) if big else (1, 1, 1)
+
+    def __post_init__(self):
+        if min(self.op_stages()) < 1 or (max(self.op_stages()) > 1 and self.ptx):
+            raise ValueError(f"StreamConfig.stages is >= 1, and 1 with the PTX weight pieces "
+                             f"(got stages={self.stages}, ptx={self.ptx})")
 
     def short_context_keys(self, head_dim: int, elt: int = 2) -> int:
         """Keys up to which a decode step runs the short-context schedule."""

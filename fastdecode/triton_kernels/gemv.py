@@ -69,6 +69,23 @@ def gemv_tile(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, T, N, K, stride_x, stri
 
 
 @triton.jit
+def stream_piece(w_ptr, N, K, tile_lo, i, n_it, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                 TWO: tl.constexpr, PTX: tl.constexpr):
+    """Piece i of a decode-stream task over row tiles from tile_lo of W [N (x2 if TWO), K]: rows
+    of tile tile_lo + i // n_k, K chunk i % n_k (n_k = cdiv(K, BLOCK_K)); a piece at or past
+    n_it is masked off (no traffic). -> (w, w2), w2 the up rows if TWO."""
+    n_k = tl.cdiv(K, BLOCK_K)
+    rows = (tile_lo + i // n_k) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (rows < N) & (i < n_it)
+    k0 = (i % n_k) * BLOCK_K
+    w = weight_chunk(w_ptr, rows, mask, k0, K, BLOCK_K, PTX)
+    w2 = w
+    if TWO:
+        w2 = weight_chunk(w_ptr, rows + N, mask, k0, K, BLOCK_K, PTX)
+    return w, w2
+
+
+@triton.jit
 def stream_start(w_ptr, N, K, tile_lo, tile_hi, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                  TWO: tl.constexpr, STREAM: tl.constexpr, PTX: tl.constexpr):
     """The first piece of a decode-stream task over row tiles [tile_lo, tile_hi) of W [N (x2 if
@@ -91,9 +108,10 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
               stride_out, eps, tile_lo, tile_hi, pid_t, w0, w20,
               NORM: tl.constexpr, BIAS: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
               BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-              STREAM: tl.constexpr, F32: tl.constexpr, PTX: tl.constexpr):
+              STREAM: tl.constexpr, F32: tl.constexpr, PTX: tl.constexpr,
+              STAGES: tl.constexpr = 1, WAIT: tl.constexpr = None, wargs=None):
     """Output tiles [tile_lo, tile_hi) of BLOCK_N rows for token block pid_t; (w0, w20): the
-    first piece from stream_start (STREAM) or ignored.
+    first piece from stream_start (STREAM) or ignored. Returns 1, or WAIT's result.
 
     STREAM (decode, T=1): the task is one continuous weight stream of (tile, K chunk) pieces;
     each iteration first requests the next piece (weights, activation chunk, and at a tile's
@@ -102,8 +120,63 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
     needs ~32 KB of loads in flight per SM to cover HBM latency). BLOCK_K < K chunks long rows
     so the activation chunk stays a few registers. Otherwise each tile loops over K on its own
     (ops mode: many programs per SM supply the loads in flight; T>1: tl.dot tiles).
-    PTX (STREAM, bf16 weights): the pieces are loaded by inline PTX (_common.weight_chunk)."""
-    if STREAM:
+    PTX (STREAM, bf16 weights): the pieces are loaded by inline PTX (_common.weight_chunk).
+    STAGES > 1 (STREAM, not PTX): one load of piece i per iteration, which Triton's loop
+    pipeliner turns into cp.async copies to shared memory issued STAGES - 1 iterations ahead --
+    the pieces in flight wait in shared memory, not registers. The task's dependency wait
+    WAIT(*wargs) (the megakernel's; None: nothing to wait for) runs inside the first iteration,
+    so the pipeline's first STAGES - 1 pieces load during it; every activation load (x, the
+    norm's statistics, the residual) sits in a branch on the wait's result, where the pipeliner
+    leaves it in place. w0 / w20 are unused."""
+    run = 1
+    if STREAM and STAGES > 1:
+        offs_t = tl.arange(0, 1)
+        mask_t = offs_t < T
+        n_k = tl.cdiv(K, BLOCK_K)
+        n_it = (tile_hi - tile_lo) * n_k
+        rows0 = tile_lo * BLOCK_N + tl.arange(0, BLOCK_N)
+        rstd = tl.zeros([1, 1], dtype=tl.float32)
+        x = tl.zeros([1, BLOCK_K], dtype=tl.float32)
+        acc = tl.zeros([1, BLOCK_N], dtype=tl.float32)
+        acc2 = acc
+        b = acc
+        b2 = acc
+        r = acc
+        for i in tl.range(0, n_it, num_stages=STAGES):
+            w, w2 = stream_piece(w_ptr, N, K, tile_lo, i, n_it, BLOCK_N, BLOCK_K, SWIGLU, False)
+            if i == 0:
+                if WAIT is not None:
+                    run = WAIT(*wargs)
+                if run == 1:
+                    b, b2, r = epilogue_operands(bias_ptr, res_ptr, offs_t, mask_t, rows0,
+                                                 rows0 < N, N, stride_res, BIAS, SWIGLU,
+                                                 RESIDUAL)
+                    if NORM:
+                        rstd = row_rstd(x_ptr, stride_x, offs_t, mask_t, K, eps, BLOCK_K)[:, None]
+                    if n_k == 1:
+                        x = x_chunk(x_ptr, norm_ptr, 0, K, rstd, NORM, BLOCK_K)
+            if run == 1:
+                kc = i % n_k
+                if n_k > 1:
+                    x = x_chunk(x_ptr, norm_ptr, kc * BLOCK_K, K, rstd, NORM, BLOCK_K)
+                acc += row_dot(w, x, False)
+                if SWIGLU:
+                    acc2 += row_dot(w2, x, False)
+                if kc == n_k - 1:  # the tile's last chunk: epilogue, store, next tile's operands
+                    rows = (tile_lo + i // n_k) * BLOCK_N + tl.arange(0, BLOCK_N)
+                    y = gemv_epilogue(acc, acc2, b, b2, r, SWIGLU)
+                    tl.store(out_ptr + rows[None, :], y.to(out_ptr.dtype.element_ty),
+                             mask=mask_t[:, None] & (rows < N)[None, :])
+                    rows1 = rows + BLOCK_N
+                    b, b2, r = epilogue_operands(bias_ptr, res_ptr, offs_t, mask_t, rows1,
+                                                 (rows1 < N) & (i + 1 < n_it), N, stride_res,
+                                                 BIAS, SWIGLU, RESIDUAL)
+                    acc = tl.zeros([1, BLOCK_N], dtype=tl.float32)
+                    acc2 = acc
+        if n_it == 0:
+            if WAIT is not None:
+                run = WAIT(*wargs)
+    elif STREAM:
         offs_t = tl.arange(0, 1)
         mask_t = offs_t < T
         n_k = tl.cdiv(K, BLOCK_K)
@@ -151,6 +224,7 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
                 tile, pid_t, NORM, BIAS, SWIGLU, RESIDUAL, BLOCK_T, BLOCK_N, BLOCK_K, F32)
             tl.store(out_ptr + offs_t[:, None] * stride_out + offs_n[None, :],
                      y.to(out_ptr.dtype.element_ty), mask=mask_t[:, None] & mask_n[None, :])
+    return run
 
 
 @triton.jit
@@ -159,7 +233,7 @@ def gemv_kernel(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, str
                 NORM: tl.constexpr, BIAS: tl.constexpr, SWIGLU: tl.constexpr,
                 RESIDUAL: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr,
                 BLOCK_K: tl.constexpr, STREAM: tl.constexpr, F32: tl.constexpr,
-                PTX: tl.constexpr, PDL: tl.constexpr):
+                PTX: tl.constexpr, PDL: tl.constexpr, STAGES: tl.constexpr):
     """PDL (config.use_pdl): the stream's first weight piece is requested before pdl_wait, so it
     loads while the kernel before this one finishes."""
     pdl_start(PDL)
@@ -169,7 +243,7 @@ def gemv_kernel(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, str
     pdl_wait(PDL)
     gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, stride_x, stride_res,
               stride_out, eps, lo, hi, tl.program_id(1), w0, w20, NORM, BIAS, SWIGLU, RESIDUAL,
-              BLOCK_T, BLOCK_N, BLOCK_K, STREAM, F32, PTX)
+              BLOCK_T, BLOCK_N, BLOCK_K, STREAM, F32, PTX, STAGES)
 
 
 def block_t(T: int) -> int:
@@ -206,5 +280,6 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
                       RESIDUAL=residual is not None, BLOCK_T=BT, BLOCK_N=cfg.block_n,
                       BLOCK_K=cfg.block_k, STREAM=stream is not None,
                       F32=INTERPRET or w.dtype == torch.float32, PTX=ptx, PDL=pdl,
+                      STAGES=stream.op_stages()[1 if swiglu else 2] if stream is not None else 1,
                       num_warps=cfg.num_warps, launch_pdl=pdl)
     return out

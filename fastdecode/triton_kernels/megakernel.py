@@ -31,7 +31,7 @@ import triton
 import triton.language as tl
 
 from ..opcodes import WORDS, Op
-from ..ptx_inline.flags import spin_acquire
+from ..ptx_inline.flags import cta_barrier, spin_acquire
 from ..ptx_inline.timers import globaltimer_ns
 from .all_reduce import peer, push_rows, residual_sum_body
 from .attention import attention_body, attn_merge_body
@@ -91,7 +91,7 @@ def wait_counter(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, xtab
                 tl.store(status_ptr + 5, target.to(tl.int64))
                 tl.store(status_ptr + 6, step.to(tl.int64))
                 tl.store(status_ptr + 7, q.to(tl.int64))
-    tl.debug_barrier()
+    cta_barrier(USE_ASM)  # not tl.debug_barrier: it would keep a stream from being pipelined
     return ok
 
 
@@ -133,24 +133,31 @@ def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
                   xtab_ptr, rank, x_ctr, x_spin, part_off, BIAS: tl.constexpr,
                   BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STREAM: tl.constexpr,
                   F32: tl.constexpr, WORLD: tl.constexpr, PUSH_BLOCK: tl.constexpr,
-                  USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr):
+                  USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
+                  STAGES: tl.constexpr):
     """o_proj / down_proj task: h[:, tiles lo..hi] += x @ W^T (+ bias), the residual stream in
-    place -- its first weight piece requested, then its wait (ready), then the stream. Tensor
+    place -- its first weight piece requested, then its wait (ready), then the stream (STAGES >
+    1: the wait inside the stream's first iteration, gemv_body). Tensor
     parallelism: the fp32 partial sum goes to this rank's row of the symmetric buffer (element
     part_off) and is pushed to every rank; REDUCE tasks add it to the residual."""
-    w0, _ = stream_start(w_ptr, D, K, lo, hi, BLOCK_N, BLOCK_K, False, STREAM, PTX)
-    run = ready(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, tr, clock_ptr, op,
-                xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE)
-    if run == 1:
-        if WORLD == 1:
-            gemv_body(x_ptr, w_ptr, w_ptr, b_ptr, h_ptr, h_ptr, T, D, K, K, D, D, eps, lo, hi, tb,
-                      w0, w0, False, BIAS, False, True, BLOCK_T, BLOCK_N, BLOCK_K, STREAM, F32,
-                      PTX)
-        else:
-            part = peer(xtab_ptr, rank, part_off, tl.float32)
-            gemv_body(x_ptr, w_ptr, w_ptr, b_ptr, h_ptr, part, T, D, K, K, D, D, eps, lo, hi,
-                      tb, w0, w0, False, BIAS, False, False, BLOCK_T, BLOCK_N, BLOCK_K, STREAM,
-                      F32, PTX)
+    wargs = (ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, tr, clock_ptr, op,
+             xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE)
+    out = h_ptr
+    if WORLD > 1:
+        out = peer(xtab_ptr, rank, part_off, tl.float32)
+    if STAGES > 1:
+        run = gemv_body(x_ptr, w_ptr, w_ptr, b_ptr, h_ptr, out, T, D, K, K, D, D, eps, lo, hi,
+                        tb, 0, 0, False, BIAS, False, WORLD == 1, BLOCK_T, BLOCK_N, BLOCK_K,
+                        STREAM, F32, PTX, STAGES, ready, wargs)
+    else:
+        w0, _ = stream_start(w_ptr, D, K, lo, hi, BLOCK_N, BLOCK_K, False, STREAM, PTX)
+        run = ready(*wargs)
+        if run == 1:
+            gemv_body(x_ptr, w_ptr, w_ptr, b_ptr, h_ptr, out, T, D, K, K, D, D, eps, lo, hi,
+                      tb, w0, w0, False, BIAS, False, WORLD == 1, BLOCK_T, BLOCK_N, BLOCK_K,
+                      STREAM, F32, PTX)
+    if WORLD > 1:
+        if run == 1:
             tl.debug_barrier()  # every thread's partial sums stored before they are pushed
             push_rows(xtab_ptr, rank, part_off, D, tb * BLOCK_T, tl.minimum(T, tb * BLOCK_T +
                       BLOCK_T), lo * BLOCK_N, tl.minimum(hi * BLOCK_N, D), WORLD, PUSH_BLOCK)
@@ -187,7 +194,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                EMB_BLOCK: tl.constexpr, MERGE_BLOCK: tl.constexpr, F32: tl.constexpr,
                WORLD: tl.constexpr, RED_BLOCK: tl.constexpr,
                USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
-               MERGE_IN_ATTN: tl.constexpr, NORM_IN_QKV: tl.constexpr):
+               MERGE_IN_ATTN: tl.constexpr, NORM_IN_QKV: tl.constexpr, SO: tl.constexpr,
+               SG: tl.constexpr, SF: tl.constexpr):
     """Model sizes D, FFN, H, HD are constexpr (one compile per model): a decode tile over whole
     rows then folds its chunk loop away and keeps the activation row in registers, which spares
     registers (bench/compile_check.py: 1B shape 255 registers with 48 B of spills when they were
@@ -202,6 +210,9 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     bound of a remote wait's polls), v0 / VFULL (this rank's first vocabulary id, the whole
     vocabulary); WORLD ranks, RED_BLOCK columns per REDUCE block (opcodes.COST.reduce_block).
     PTX (STREAM, bf16 weights): weight pieces by inline PTX (_common.weight_chunk).
+    SO / SG / SF (STREAM, config.StreamConfig.stages): > 1, the o_proj / gate|up / down tasks
+    stream through shared memory in that many stages, their wait inside the stream
+    (gemv.gemv_body).
     MERGE_IN_ATTN (graph.py, Tiling.merge_in_attn): each ATTN task adds 1 (acq_rel) to its
     group's ticket counter counters[tkt_base + layer * KVH + group] after storing its partials;
     the one that completes a step's tickets (the group's ATTN tasks, Tiling.attn_group_tasks)
@@ -287,23 +298,30 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                     T, D, QD, eps, a1, a2, a0, ctr_ptr, target, status_ptr,
                                     max_spin, pid, i, wc, s, tr, clock_ptr, op, xtab_ptr, rank,
                                     x_ctr, x_spin, x_red + rank * TM * D, BIAS_O, BLOCK_T, RQ,
-                                    KQ, STREAM, F32, WORLD, RED_BLOCK, USE_ASM, TRACE, PTX)
+                                    KQ, STREAM, F32, WORLD, RED_BLOCK, USE_ASM, TRACE, PTX, SO)
             elif op == OP_GU:
                 w_gu = wgu_ptr + layer * 2 * FFN * D
-                w0, w20 = stream_start(w_gu, FFN, D, a1, a2, RG, KG, True, STREAM, PTX)
-                run = ready(ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, tr, clock_ptr,
-                            op, xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE)
-                if run == 1:
-                    gemv_body(h_ptr, w_gu, mnorm_ptr + layer * D, bgu_ptr + layer * 2 * FFN,
-                              h_ptr, act_ptr, T, FFN, D, D, D, FFN, eps, a1, a2, a0, w0, w20,
-                              True, BIAS_MLP, True, False, BLOCK_T, RG, KG, STREAM, F32, PTX)
+                wargs = (ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, tr, clock_ptr,
+                         op, xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE)
+                if SG > 1:
+                    run = gemv_body(h_ptr, w_gu, mnorm_ptr + layer * D, bgu_ptr + layer * 2 * FFN,
+                                    h_ptr, act_ptr, T, FFN, D, D, D, FFN, eps, a1, a2, a0, 0, 0,
+                                    True, BIAS_MLP, True, False, BLOCK_T, RG, KG, STREAM, F32,
+                                    PTX, SG, ready, wargs)
+                else:
+                    w0, w20 = stream_start(w_gu, FFN, D, a1, a2, RG, KG, True, STREAM, PTX)
+                    run = ready(*wargs)
+                    if run == 1:
+                        gemv_body(h_ptr, w_gu, mnorm_ptr + layer * D, bgu_ptr + layer * 2 * FFN,
+                                  h_ptr, act_ptr, T, FFN, D, D, D, FFN, eps, a1, a2, a0, w0, w20,
+                                  True, BIAS_MLP, True, False, BLOCK_T, RG, KG, STREAM, F32, PTX)
             elif op == OP_DOWN:
                 run = residual_task(act_ptr, wd_ptr + layer * D * FFN, bd_ptr + layer * D, h_ptr,
                                     T, D, FFN, eps, a1, a2, a0, ctr_ptr, target, status_ptr,
                                     max_spin, pid, i, wc, s, tr, clock_ptr, op, xtab_ptr, rank,
                                     x_ctr, x_spin, x_red + (WORLD + rank) * TM * D, BIAS_MLP,
                                     BLOCK_T, RF, KF, STREAM, F32, WORLD, RED_BLOCK, USE_ASM,
-                                    TRACE, PTX)
+                                    TRACE, PTX, SF)
             elif op == OP_LM:
                 w0, _ = stream_start(lm_ptr, V, D, a1, a2, RD, KD, False, STREAM, PTX)
                 run = ready(ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, tr, clock_ptr,
