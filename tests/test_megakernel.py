@@ -67,6 +67,7 @@ def test_stream_stages_rule():
     as given; PTX pieces with explicit stages are refused."""
     assert StreamConfig().op_stages(2048) == (1, 1, 1)
     assert StreamConfig().op_stages(4096) == (3, 3, 3)
+    assert StreamConfig().op_stages(5120) == (3, 1, 3)  # gate|up rows chunked: row_rstd loop
     assert StreamConfig().op_stages() == (1, 1, 1)
     assert StreamConfig(ptx=True).op_stages(8192) == (1, 1, 1)
     assert StreamConfig(stages=2).op_stages(2048) == (2, 2, 2)

@@ -184,13 +184,16 @@ def mega_ranks(model, world, fn):
     return run_ranks(world, rank)
 
 
-@pytest.mark.parametrize("family,world", [("qwen3", 2), ("llama_bias_tied", 2), ("wide", 4)])
-def test_mega_virtual_ranks_match_tp1(family, world):
+@pytest.mark.parametrize("family,world,stages", [("qwen3", 2, None), ("llama_bias_tied", 2, 3),
+                                                ("wide", 4, None)])
+def test_mega_virtual_ranks_match_tp1(family, world, stages):
     """The megakernel's in-kernel all-reduce (push partial sums + system-scope flags, rank-order
     fp32 sum) and cross-rank token choice, on virtual ranks: prefill chunks (T=9) and decode
     steps, several steps per launch; logits against the fp32 tp=1 model, bit-identical ranks.
     Decode steps with up to 10 keys run the short-context schedule (its own remote counters), the
-    later ones the split-KV schedule; a 3-step launch from position 8 splits at the boundary."""
+    later ones the split-KV schedule; a 3-step launch from position 8 splits at the boundary.
+    stages 3: o_proj / gate|up / down stream through shared memory, their waits (the remote
+    ones too) inside the stream (config.StreamConfig.stages)."""
     model = model_for(family)
     ids = torch.randint(0, model.config.vocab_size, (13,),
                         generator=torch.Generator().manual_seed(2))
@@ -202,7 +205,7 @@ def test_mega_virtual_ranks_match_tp1(family, world):
     sampled = one.generate(ids[None, :5], **sample)
 
     def run(f):
-        f.runtime.mega_stream = StreamConfig(attn_in_qkv_keys=10)
+        f.runtime.mega_stream = StreamConfig(attn_in_qkv_keys=10, stages=stages)
         logits = teacher_forced(lambda x: f(x[None])[0], ids)
         f.reset()
         f.runtime.decode_chunk = 3  # several decode steps per megakernel launch

@@ -116,12 +116,16 @@ class StreamConfig:
 
     def op_stages(self, d_model: int | None = None) -> tuple:
         """(o_proj, gate|up, down) stream stages: stages as given, else 3 for models of
-        d_model >= stages_min_d_model and 1 (the register stream) below it, with the PTX
+        d_model >= stages_min_d_model (gate|up: up to max_k) and 1 (the register stream) below
+        it, with the PTX
         pieces (inline asm: not pipelined) and for a standalone launch (d_model None)."""
         if self.stages is not None:
             return tuple(self.stages) if isinstance(self.stages, tuple) else (self.stages,) * 3
         big = d_model is not None and d_model >= self.stages_min_d_model and not self.ptx
-        return (3, 3, 3) if big else (1, 1, 1)
+        # gate|up rows longer than max_k: its RMSNorm statistics loop (row_rstd) would nest in
+        # the stream loop, which the pipeliner then skips -- the register stream instead
+        gu = 3 if big and d_model <= self.max_k else 1
+        return (3, gu, 3) if big else (1, 1, 1)
 
     def __post_init__(self):
         if min(self.op_stages()) < 1 or (max(self.op_stages()) > 1 and self.ptx):
