@@ -198,10 +198,8 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
             rows1 = (tile_lo + i1 // n_k) * BLOCK_N + tl.arange(0, BLOCK_N)
             mask1 = (rows1 < N) & (i1 < n_it)
             k1 = (i1 % n_k) * BLOCK_K
-            w_n = weight_chunk(w_ptr, rows1, mask1, k1, K, BLOCK_K, PTX)
-            w2_n = w_n
-            if SWIGLU:
-                w2_n = weight_chunk(w_ptr, rows1 + N, mask1, k1, K, BLOCK_K, PTX)
+            w_n, w2_n = stream_piece(w_ptr, N, K, tile_lo, i1, n_it, BLOCK_N, BLOCK_K, SWIGLU,
+                                     PTX)
             x_n = next_x_chunk(x, x_ptr, norm_ptr, k1, K, n_k, rstd, NORM, BLOCK_K)
             acc += row_dot(w, x, PTX)
             if SWIGLU:
