@@ -143,7 +143,8 @@ def main():
     p.add_argument("--ptx-stream", action="store_true", help="decode weight pieces by inline PTX")
     p.add_argument("--merge-in-attn", action="store_true", help="no MERGE tasks (graph.py)")
     p.add_argument("--norm-in-qkv", action="store_true", help="no QKNORM tasks (graph.py)")
-    p.add_argument("--stages", type=int, default=None, help="StreamConfig.stages")
+    p.add_argument("--stages", type=int, default=0,
+                   help="StreamConfig.stages: a digit, or four (QKV, o, gate|up, down)")
     args = p.parse_args()
     driver.set_active(CompileOnlyDriver())
     JITFunction.run = _compile_only(JITFunction.run)
@@ -151,6 +152,7 @@ def main():
         return compile_ptx_tests()
     import fastdecode
     from fastdecode.triton_kernels.config import StreamConfig
+    from shapes import _stages, random_model
     if args.family:
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
             os.path.abspath(__file__))), "tests"))
@@ -158,13 +160,12 @@ def main():
         name = f"tiny {args.family}"
         model = tiny_model(args.family, dtype=torch.bfloat16)
     else:
-        from shapes import random_model
         name, model = random_model(args.model, device="cpu", n_layers=2)
         name += " (2 layers; sizes as the real model)"
     d = StreamConfig()
     stream = StreamConfig(args.elems or d.tile_elems, args.warps or d.num_warps,
                           max_k=args.max_k or d.max_k, ptx=args.ptx_stream,
-                          stages=args.stages or d.stages,
+                          stages=_stages(args.stages),
                           merge_in_attn=args.merge_in_attn, norm_in_qkv=args.norm_in_qkv)
     ids = torch.randint(0, 100, (4,))
     # tiny models: room for several attention splits, so ops mode launches its merge kernel too
@@ -193,8 +194,10 @@ def main():
     print(f"{name}, sm_90a:")
     for kname, (k, secs) in COMPILED.items():
         pdl = ", PDL" if k.metadata.launch_pdl else ""  # launched with launch_pdl (use_pdl)
-        print(f"  {kname:24s} {ptxas_report(k.asm['ptx'])}, smem {k.metadata.shared} B  "
-              f"compiled in {secs:5.1f} s{pdl}")
+        # loads Triton's pipeliner made cp.async copies to shared memory (StreamConfig.stages)
+        piped = k.asm["ttgir"].count("ttg.async_copy_global_to_local")
+        print(f"  {kname:24s} {ptxas_report(k.asm['ptx'])}, smem {k.metadata.shared} B, "
+              f"{piped} pipelined loads  compiled in {secs:5.1f} s{pdl}")
 
 
 if __name__ == "__main__":

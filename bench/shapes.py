@@ -44,10 +44,12 @@ def random_model(key, device="cuda", n_layers=None):
 
 
 def _stages(v):
-    """a config's stages field: 0 the default, a digit for o / gate|up / down alike, three
-    digits one each (e.g. 133: o_proj 1, gate|up 3, down 3)."""
+    """a config's stages field: 0 the default, a digit for QKV / o / gate|up / down alike, four
+    digits one each (e.g. 1133: QKV 1, o_proj 1, gate|up 3, down 3)."""
     from fastdecode.triton_kernels.config import StreamConfig
-    if v >= 100:
+    if v >= 10:
+        if len(str(v)) != 4:
+            raise ValueError(f"stages field {v}: one digit, or four (QKV, o, gate|up, down)")
         return tuple(int(c) for c in str(v))
     return v or StreamConfig.stages
 

@@ -84,7 +84,7 @@ class Tiling:
     norm_in_qkv: bool = False    # qk_defer: the last QKV task of a group norms it (no QKNORM)
     attn_in_qkv: bool = False    # decode: the last QKV task of a group runs its attention (one
                                  # split over all keys: short contexts, config.StreamConfig)
-    stages: tuple = (1, 1, 1)    # decode: o / gate|up / down stream stages (config.StreamConfig)
+    stages: tuple = (1, 1, 1, 1)  # decode: QKV / o / gate|up / down stream stages (StreamConfig)
 
     def n_t(self, block=None):
         return triton.cdiv(self.T, block or self.block_t)
@@ -140,7 +140,7 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
                   ptx=st is not None and st.ptx and ptx_stream_ok(dtype, *dims),
                   merge_in_attn=st is not None and st.merge_in_attn,
                   norm_in_qkv=st is not None and st.norm_in_qkv and defer,
-                  attn_in_qkv=attn_in_qkv, stages=st.op_stages(spec.d_model) if st is not None else (1, 1, 1))
+                  attn_in_qkv=attn_in_qkv, stages=st.op_stages(spec.d_model) if st is not None else (1, 1, 1, 1))
 
 
 REMOTE = ("xo", "xdown", "xlm")  # counter keys signalled across ranks (tensor parallelism)

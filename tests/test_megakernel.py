@@ -62,18 +62,21 @@ def test_short_context_reach():
 
 
 def test_stream_stages_rule():
-    """Shared-memory stream stages (o_proj, gate|up, down): 3 from stages_min_d_model on, the
-    register stream below it, with the PTX pieces and for a standalone launch; explicit stages
-    as given; PTX pieces with explicit stages are refused."""
-    assert StreamConfig().op_stages(2048) == (1, 1, 1)
-    assert StreamConfig().op_stages(4096) == (3, 3, 3)
-    assert StreamConfig().op_stages(5120) == (3, 1, 3)  # gate|up rows chunked: row_rstd loop
-    assert StreamConfig().op_stages() == (1, 1, 1)
-    assert StreamConfig(ptx=True).op_stages(8192) == (1, 1, 1)
-    assert StreamConfig(stages=2).op_stages(2048) == (2, 2, 2)
-    assert StreamConfig(stages=(1, 3, 2)).op_stages(4096) == (1, 3, 2)
+    """Shared-memory stream stages (QKV, o_proj, gate|up, down): 3 from stages_min_d_model on,
+    the register stream below it, with the PTX pieces and for a standalone launch; explicit
+    stages as given; PTX pieces with explicit stages, and a tuple not of four, are refused."""
+    assert StreamConfig().op_stages(2048) == (1, 1, 1, 1)
+    assert StreamConfig().op_stages(4096) == (3, 3, 3, 3)
+    # QKV / gate|up rows chunked (> max_k): their row_rstd loop would nest in the stream
+    assert StreamConfig().op_stages(5120) == (1, 3, 1, 3)
+    assert StreamConfig().op_stages() == (1, 1, 1, 1)
+    assert StreamConfig(ptx=True).op_stages(8192) == (1, 1, 1, 1)
+    assert StreamConfig(stages=2).op_stages(2048) == (2, 2, 2, 2)
+    assert StreamConfig(stages=(2, 1, 3, 2)).op_stages(4096) == (2, 1, 3, 2)
     with pytest.raises(ValueError, match="stages"):
         StreamConfig(ptx=True, stages=2)
+    with pytest.raises(ValueError, match="stages"):
+        StreamConfig(stages=(1, 3, 2))
 
 
 def test_validator_rejects_missing_producer():
@@ -114,8 +117,8 @@ def test_vm_random_interleavings_match_torch(family, fused, keys):
                                                  attn_in_qkv_keys=0)])
 def test_decode_stream_tiles_match_torch(family, stream):
     """The decode tasks' stream tiles: K chunked (max_k=16 < every K of the tiny models: several
-    pieces per tile, odd K ends mid-chunk; o / gate|up / down streamed through shared memory,
-    stages 3, their waits inside the stream) and whole rows with many rows per tile (the
+    pieces per tile, odd K ends mid-chunk; QKV / o / gate|up / down streamed through shared
+    memory, stages 3, their waits inside the stream) and whole rows with many rows per tile (the
     register stream); qkv bias and q/k norm epilogues. fp32 weights: only the summation order differs from torch mode.
     attn_in_qkv_keys 10: the steps at positions 8, 9 run the short-context schedule (QKV_ATTN),
     10, 11 the split-KV one; 0: only the split-KV one, with its fused-group variants."""

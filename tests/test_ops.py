@@ -16,7 +16,7 @@ DTYPES = st.sampled_from([torch.float32, torch.bfloat16, torch.float16])
 TOKENS = st.sampled_from([1, 1, 2, 5, 17])  # decode (register GEMV) and tl.dot (M padded) paths
 # the megakernel's decode stream (T=1): 1 to 128 rows per tile, whole rows or K chunks of 16-64
 # (odd K ends mid-chunk), one or several tiles per program; the register stream and (stages 3)
-# the shared-memory one (gemv only; the others ignore stages)
+# the shared-memory one (gemv and qkv_rope; lm_head ignores stages)
 STREAMS = st.sampled_from([None, StreamConfig(64, 4, 1, max_k=16), StreamConfig(256, 4, 3, max_k=64),
                            StreamConfig(8192, 8, 2), StreamConfig(512, 4, 4, max_k=32),
                            StreamConfig(64, 4, 3, max_k=16, stages=3),

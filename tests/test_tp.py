@@ -192,7 +192,7 @@ def test_mega_virtual_ranks_match_tp1(family, world, stages):
     steps, several steps per launch; logits against the fp32 tp=1 model, bit-identical ranks.
     Decode steps with up to 10 keys run the short-context schedule (its own remote counters), the
     later ones the split-KV schedule; a 3-step launch from position 8 splits at the boundary.
-    stages 3: o_proj / gate|up / down stream through shared memory, their waits (the remote
+    stages 3: QKV / o_proj / gate|up / down stream through shared memory, their waits (the remote
     ones too) inside the stream (config.StreamConfig.stages)."""
     model = model_for(family)
     ids = torch.randint(0, model.config.vocab_size, (13,),

@@ -98,11 +98,12 @@ class StreamConfig:
     # Qwen3-8B (128, q/k norm: its QKNORM hop goes too) 204.6 vs 200.5 at <= 288. Hence 96 KB.
     attn_in_qkv_keys: int | None = None
     attn_in_qkv_bytes: int = 96 * 1024
-    # o_proj / gate|up / down tasks: 1 -- the piece in flight and the next one in registers, the
-    # first requested before the task's wait (gemv.stream_start); > 1 -- that many stages of
-    # Triton's loop pipeline, the pieces in flight in shared memory (cp.async, stages x 32 KB
-    # per program), the first stages - 1 of a task requested before its wait (gemv.gemv_body
-    # STAGES). One number for the three ops, or (o_proj, gate|up, down); None: op_stages' rule.
+    # QKV / o_proj / gate|up / down tasks: 1 -- the piece in flight and the next one in
+    # registers, the first requested before the task's wait (gemv.stream_start); > 1 -- that many
+    # stages of Triton's loop pipeline, the pieces in flight in shared memory (cp.async, stages x
+    # 32 KB per program), the first stages - 1 of a task requested before its wait
+    # (gemv.gemv_body / qkv_rope.qkv_rope_body STAGES). One number for the four ops, or (QKV,
+    # o_proj, gate|up, down); None: op_stages' rule.
     stages: int | tuple | None = None
     # where the rule switches to shared-memory stages (d_model); measured on an H200
     # (2026-11-30, sweep_mega 16384/4w/4096/2, 160 tokens, each variant in one run against the
@@ -111,21 +112,29 @@ class StreamConfig:
     # 221.9 / 220.7, 222 240.4 / 239.8, 333 240.3 / 240.3); Qwen3-8B 111 205.1, 222 225.3, 333
     # 228.1; but Llama-3.2-1B (2048) 111 1195.6 / 1186.6, 133 1128.2, 222 1125.1, 333 1115.5, 113
     # 1102.5, 131 1070.9, 311 1052.0 -- slower in every form, for a reason not yet isolated (its
-    # tasks stream 1-8 pieces each, the 8B's 4-14).
+    # tasks stream 1-8 pieces each, the 8B's 4-14). QKV too (2026-12-01, stages qkv/o/gu/down,
+    # 160 tokens, one run): Llama-3.1-8B 1333 237.4 / 237.5, 3333 248.1 / 247.4, 2333 247.0;
+    # Qwen3-8B 1333 225.8, 3333 235.1; Llama-3.2-1B 1111 1192.0 / 1189.0, 3111 1067.8 / 1103.9,
+    # 2111 1098.4.
     stages_min_d_model: int = 4096
 
     def op_stages(self, d_model: int | None = None) -> tuple:
-        """(o_proj, gate|up, down) stream stages: stages as given, else 3 for models of
-        d_model >= stages_min_d_model (gate|up: up to max_k) and 1 (the register stream) below
-        it, with the PTX
-        pieces (inline asm: not pipelined) and for a standalone launch (d_model None)."""
+        """(QKV, o_proj, gate|up, down) stream stages: stages as given, else 3 for models of
+        d_model >= stages_min_d_model (QKV, gate|up: up to max_k) and 1 (the register stream)
+        below it, with the PTX pieces (inline asm: not pipelined) and for a standalone launch
+        (d_model None)."""
         if self.stages is not None:
-            return tuple(self.stages) if isinstance(self.stages, tuple) else (self.stages,) * 3
+            if isinstance(self.stages, tuple):
+                if len(self.stages) != 4:
+                    raise ValueError(f"StreamConfig.stages: one int or (QKV, o_proj, gate|up, "
+                                     f"down), got {self.stages}")
+                return tuple(self.stages)
+            return (self.stages,) * 4
         big = d_model is not None and d_model >= self.stages_min_d_model and not self.ptx
-        # gate|up rows longer than max_k: its RMSNorm statistics loop (row_rstd) would nest in
-        # the stream loop, which the pipeliner then skips -- the register stream instead
-        gu = 3 if big and d_model <= self.max_k else 1
-        return (3, gu, 3) if big else (1, 1, 1)
+        # QKV / gate|up rows longer than max_k: the RMSNorm statistics loop (row_rstd) would
+        # nest in the stream loop, which the pipeliner then skips -- the register stream instead
+        normed = 3 if big and d_model <= self.max_k else 1
+        return (normed, 3, normed, 3) if big else (1, 1, 1, 1)
 
     def __post_init__(self):
         if min(self.op_stages()) < 1 or (max(self.op_stages()) > 1 and self.ptx):

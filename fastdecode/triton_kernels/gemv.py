@@ -278,6 +278,6 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
                       RESIDUAL=residual is not None, BLOCK_T=BT, BLOCK_N=cfg.block_n,
                       BLOCK_K=cfg.block_k, STREAM=stream is not None,
                       F32=INTERPRET or w.dtype == torch.float32, PTX=ptx, PDL=pdl,
-                      STAGES=stream.op_stages()[1 if swiglu else 2] if stream is not None else 1,
+                      STAGES=stream.op_stages()[2 if swiglu else 3] if stream is not None else 1,
                       num_warps=cfg.num_warps, launch_pdl=pdl)
     return out

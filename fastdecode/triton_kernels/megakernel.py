@@ -194,8 +194,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                EMB_BLOCK: tl.constexpr, MERGE_BLOCK: tl.constexpr, F32: tl.constexpr,
                WORLD: tl.constexpr, RED_BLOCK: tl.constexpr,
                USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
-               MERGE_IN_ATTN: tl.constexpr, NORM_IN_QKV: tl.constexpr, SO: tl.constexpr,
-               SG: tl.constexpr, SF: tl.constexpr):
+               MERGE_IN_ATTN: tl.constexpr, NORM_IN_QKV: tl.constexpr, SQ: tl.constexpr,
+               SO: tl.constexpr, SG: tl.constexpr, SF: tl.constexpr):
     """Model sizes D, FFN, H, HD are constexpr (one compile per model): a decode tile over whole
     rows then folds its chunk loop away and keeps the activation row in registers, which spares
     registers (bench/compile_check.py: 1B shape 255 registers with 48 B of spills when they were
@@ -210,9 +210,9 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     bound of a remote wait's polls), v0 / VFULL (this rank's first vocabulary id, the whole
     vocabulary); WORLD ranks, RED_BLOCK columns per REDUCE block (opcodes.COST.reduce_block).
     PTX (STREAM, bf16 weights): weight pieces by inline PTX (_common.weight_chunk).
-    SO / SG / SF (STREAM, config.StreamConfig.stages): > 1, the o_proj / gate|up / down tasks
-    stream through shared memory in that many stages, their wait inside the stream
-    (gemv.gemv_body).
+    SQ / SO / SG / SF (STREAM, config.StreamConfig.stages): > 1, the QKV / o_proj / gate|up /
+    down tasks stream through shared memory in that many stages, their wait inside the stream
+    (gemv.gemv_body, qkv_rope.qkv_rope_body).
     MERGE_IN_ATTN (graph.py, Tiling.merge_in_attn): each ATTN task adds 1 (acq_rel) to its
     group's ticket counter counters[tkt_base + layer * KVH + group] after storing its partials;
     the one that completes a step's tickets (the group's ATTN tasks, Tiling.attn_group_tasks)
@@ -260,17 +260,25 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
             # weight tasks: first weight piece, then the wait; the others: the wait
             if (op == OP_QKV) | (op == OP_QKVA):
                 w_qkv = wqkv_ptr + layer * QKVN * D
-                lo0, hi0 = qkv_start(w_qkv, D, H, KVH, HD, a0, a1, a2, GROUP, QKV_CHUNKS,
-                                     BLOCK_H, QKV_BK, STREAM, PTX)
-                run = ready(ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, tr, clock_ptr,
-                            op, xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE)
+                wargs = (ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, tr, clock_ptr,
+                         op, xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE)
+                qargs = (h_ptr, w_qkv, anorm_ptr + layer * D, bqkv_ptr + layer * QKVN,
+                         qkn_ptr + layer * 2 * HD, cos_ptr, sin_ptr, pos, q_ptr,
+                         kc_ptr + layer * KVH * S * HD, vc_ptr + layer * KVH * S * HD,
+                         T, D, D, S, eps, H, KVH, HD, a0, a1, a2)
+                if SQ > 1:
+                    run = qkv_rope_body(*qargs, 0, 0, GROUP, QKV_CHUNKS, qkraw_ptr, BIAS_QKV,
+                                        QK_NORM, BLOCK_T, BLOCK_H, QKV_BK, STREAM, F32, QK_DEFER,
+                                        PTX, SQ, ready, wargs)
+                else:
+                    lo0, hi0 = qkv_start(w_qkv, D, H, KVH, HD, a0, a1, a2, GROUP, QKV_CHUNKS,
+                                         BLOCK_H, QKV_BK, STREAM, PTX)
+                    run = ready(*wargs)
+                    if run == 1:
+                        qkv_rope_body(*qargs, lo0, hi0, GROUP, QKV_CHUNKS, qkraw_ptr, BIAS_QKV,
+                                      QK_NORM, BLOCK_T, BLOCK_H, QKV_BK, STREAM, F32, QK_DEFER,
+                                      PTX)
                 if run == 1:
-                    qkv_rope_body(h_ptr, w_qkv, anorm_ptr + layer * D, bqkv_ptr + layer * QKVN,
-                                  qkn_ptr + layer * 2 * HD, cos_ptr, sin_ptr, pos, q_ptr,
-                                  kc_ptr + layer * KVH * S * HD, vc_ptr + layer * KVH * S * HD,
-                                  T, D, D, S, eps, H, KVH, HD, a0, a1, a2, lo0, hi0, GROUP,
-                                  QKV_CHUNKS, qkraw_ptr, BIAS_QKV, QK_NORM, BLOCK_T, BLOCK_H,
-                                  QKV_BK, STREAM, F32, QK_DEFER, PTX)
                     # the task that completes the group's tiles norms it (NORM_IN_QKV, or a
                     # deferred q/k norm in QKV_ATTN) and, QKV_ATTN, runs its attention
                     if (op == OP_QKVA) | NORM_IN_QKV:

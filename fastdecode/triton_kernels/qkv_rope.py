@@ -50,19 +50,31 @@ def qkv_slot(g, u, n_t, H, KVH, GROUP, N_CHUNKS):
 
 
 @triton.jit
+def qkv_piece(w_ptr, K, H, KVH, HD, g, u_lo, i, n_it, GROUP, N_CHUNKS, BLOCK_H: tl.constexpr,
+              BLOCK_K: tl.constexpr, PTX: tl.constexpr):
+    """Piece i of a decode-stream QKV task over group g's tiles from u_lo (T=1): the lo and hi rows
+    of tile u_lo + i // n_k, K chunk i % n_k (n_k = cdiv(K, BLOCK_K)); a piece at or past n_it
+    is masked off (no traffic) -- gemv.stream_piece for the rotation-pair tiles."""
+    half = HD // 2
+    n_k = tl.cdiv(K, BLOCK_K)
+    j, c, _ = qkv_slot(g, u_lo + i // n_k, 1, H, KVH, GROUP, N_CHUNKS)
+    offs_h = c * BLOCK_H + tl.arange(0, BLOCK_H)
+    mask_h = (offs_h < half) & (i < n_it)
+    k0 = (i % n_k) * BLOCK_K
+    w_lo = weight_chunk(w_ptr, j * HD + offs_h, mask_h, k0, K, BLOCK_K, PTX)
+    w_hi = weight_chunk(w_ptr, j * HD + half + offs_h, mask_h, k0, K, BLOCK_K, PTX)
+    return w_lo, w_hi
+
+
+@triton.jit
 def qkv_start(w_ptr, K, H, KVH, HD, g, u_lo, u_hi, GROUP, N_CHUNKS, BLOCK_H: tl.constexpr,
               BLOCK_K: tl.constexpr, STREAM: tl.constexpr, PTX: tl.constexpr):
     """The first piece of a decode-stream QKV task (tiles [u_lo, u_hi) of group g): the lo and hi
     rows of its first tile, weights only -- requested before the task's dependency wait
     (gemv.stream_start). (0, 0) unless STREAM (T=1: one token block)."""
     if STREAM:
-        half = HD // 2
-        j, c, _ = qkv_slot(g, u_lo, 1, H, KVH, GROUP, N_CHUNKS)
-        offs_h = c * BLOCK_H + tl.arange(0, BLOCK_H)
-        mask_h = (offs_h < half) & (u_hi > u_lo)
-        w_lo = weight_chunk(w_ptr, j * HD + offs_h, mask_h, 0, K, BLOCK_K, PTX)
-        w_hi = weight_chunk(w_ptr, j * HD + half + offs_h, mask_h, 0, K, BLOCK_K, PTX)
-        return w_lo, w_hi
+        return qkv_piece(w_ptr, K, H, KVH, HD, g, u_lo, 0, (u_hi - u_lo) * tl.cdiv(K, BLOCK_K),
+                         GROUP, N_CHUNKS, BLOCK_H, BLOCK_K, PTX)
     else:
         return 0, 0
 
@@ -73,17 +85,70 @@ def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_pt
                   w_lo0, w_hi0, GROUP, N_CHUNKS, raw_ptr,
                   BIAS: tl.constexpr, QK_NORM: tl.constexpr, BLOCK_T: tl.constexpr,
                   BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, STREAM: tl.constexpr,
-                  F32: tl.constexpr, DEFER: tl.constexpr, PTX: tl.constexpr):
+                  F32: tl.constexpr, DEFER: tl.constexpr, PTX: tl.constexpr,
+                  STAGES: tl.constexpr = 1, WAIT: tl.constexpr = None, wargs=None):
     """Tiles [u_lo, u_hi) of KV group g (qkv_slot): each is pairs [c*BLOCK_H, (c+1)*BLOCK_H) of
     one head slot for one token block. STREAM (T=1): the decode stream of gemv_body (its first
     piece w_lo0 / w_hi0 from qkv_start) -- the next
     (tile, K chunk) piece and, at a tile's end, the next tile's bias, norm weights and cos/sin
-    are requested before the current piece is reduced. DEFER: q and k tiles store raw fp32 rows
-    to raw_ptr [T, H + KVH, HD] for qk_norm_rope_body (QK_NORM is then False here).
-    PTX (STREAM, bf16 weights): the pieces are loaded by inline PTX (_common.weight_chunk)."""
+    are requested before the current piece is reduced. STAGES > 1 (STREAM, not PTX): the pieces
+    stream through shared memory in Triton's loop pipeline, the dependency wait WAIT(*wargs)
+    inside the first iteration and every activation / operand load in a branch on its result
+    (gemv.gemv_body's STAGES); w_lo0 / w_hi0 are unused. DEFER: q and k tiles store raw fp32
+    rows to raw_ptr [T, H + KVH, HD] for qk_norm_rope_body (QK_NORM is then False here).
+    PTX (STREAM, bf16 weights): the pieces are loaded by inline PTX (_common.weight_chunk).
+    Returns 1, or WAIT's result."""
     half = HD // 2
     n_t = tl.cdiv(T, BLOCK_T)
-    if STREAM:
+    run = 1
+    if STREAM and STAGES > 1:
+        offs_t = tl.arange(0, BLOCK_T)
+        mask_t = offs_t < T
+        n_k = tl.cdiv(K, BLOCK_K)
+        n_it = (u_hi - u_lo) * n_k
+        j, c, _ = qkv_slot(g, u_lo, 1, H, KVH, GROUP, N_CHUNKS)
+        offs_h = c * BLOCK_H + tl.arange(0, BLOCK_H)
+        rstd = tl.zeros([1, 1], dtype=tl.float32)
+        x = tl.zeros([1, BLOCK_K], dtype=tl.float32)
+        lo = tl.zeros([1, BLOCK_H], dtype=tl.float32)
+        hi = lo
+        blo, bhi, nlo, nhi, cs, sn = lo, lo, lo, lo, lo, lo
+        for i in tl.range(0, n_it, num_stages=STAGES):
+            w_lo, w_hi = qkv_piece(w_ptr, K, H, KVH, HD, g, u_lo, i, n_it, GROUP, N_CHUNKS,
+                                   BLOCK_H, BLOCK_K, False)
+            if i == 0:
+                if WAIT is not None:
+                    run = WAIT(*wargs)
+                if run == 1:
+                    blo, bhi, nlo, nhi, cs, sn = qkv_operands(
+                        j, offs_t, mask_t, offs_h, offs_h < half, pos, bias_ptr, qk_norm_ptr,
+                        cos_ptr, sin_ptr, H, HD, BIAS, QK_NORM)
+                    rstd = row_rstd(x_ptr, stride_x, offs_t, mask_t, K, eps, BLOCK_K)[:, None]
+                    if n_k == 1:
+                        x = x_chunk(x_ptr, norm_ptr, 0, K, rstd, True, BLOCK_K)
+            if run == 1:
+                kc = i % n_k
+                if n_k > 1:
+                    x = x_chunk(x_ptr, norm_ptr, kc * BLOCK_K, K, rstd, True, BLOCK_K)
+                lo += row_dot(w_lo, x, False)
+                hi += row_dot(w_hi, x, False)
+                if kc == n_k - 1:  # the tile's last chunk: epilogue, next tile's operands
+                    j, c, _ = qkv_slot(g, u_lo + i // n_k, 1, H, KVH, GROUP, N_CHUNKS)
+                    offs_h = c * BLOCK_H + tl.arange(0, BLOCK_H)
+                    qkv_rope_finish(lo, hi, (blo, bhi, nlo, nhi, cs, sn), j, offs_t, mask_t,
+                                    offs_h, offs_h < half, pos, q_ptr, k_ptr, v_ptr, S, eps, H,
+                                    KVH, HD, QK_NORM, raw_ptr, DEFER)
+                    jn, cn, _ = qkv_slot(g, u_lo + i // n_k + 1, 1, H, KVH, GROUP, N_CHUNKS)
+                    offs_hn = cn * BLOCK_H + tl.arange(0, BLOCK_H)
+                    blo, bhi, nlo, nhi, cs, sn = qkv_operands(
+                        jn, offs_t, mask_t, offs_hn, (offs_hn < half) & (i + 1 < n_it), pos,
+                        bias_ptr, qk_norm_ptr, cos_ptr, sin_ptr, H, HD, BIAS, QK_NORM)
+                    lo = tl.zeros([1, BLOCK_H], dtype=tl.float32)
+                    hi = lo
+        if n_it == 0:
+            if WAIT is not None:
+                run = WAIT(*wargs)
+    elif STREAM:
         offs_t = tl.arange(0, BLOCK_T)
         mask_t = offs_t < T
         n_k = tl.cdiv(K, BLOCK_K)
@@ -104,8 +169,8 @@ def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_pt
             offs_hn = cn * BLOCK_H + tl.arange(0, BLOCK_H)
             mask_hn = (offs_hn < half) & (i1 < n_it)
             k1 = (i1 % n_k) * BLOCK_K
-            nxt_lo = weight_chunk(w_ptr, jn * HD + offs_hn, mask_hn, k1, K, BLOCK_K, PTX)
-            nxt_hi = weight_chunk(w_ptr, jn * HD + half + offs_hn, mask_hn, k1, K, BLOCK_K, PTX)
+            nxt_lo, nxt_hi = qkv_piece(w_ptr, K, H, KVH, HD, g, u_lo, i1, n_it, GROUP, N_CHUNKS,
+                                       BLOCK_H, BLOCK_K, PTX)
             x_n = next_x_chunk(x, x_ptr, norm_ptr, k1, K, n_k, rstd, True, BLOCK_K)
             lo += row_dot(w_lo, x, PTX)
             hi += row_dot(w_hi, x, PTX)
@@ -133,6 +198,7 @@ def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_pt
                                 cos_ptr, sin_ptr, H, HD, BIAS, QK_NORM)
             qkv_rope_finish(lo, hi, opnd, j, offs_t, mask_t, offs_h, mask_h, pos, q_ptr, k_ptr,
                             v_ptr, S, eps, H, KVH, HD, QK_NORM, raw_ptr, DEFER)
+    return run
 
 
 @triton.jit
@@ -234,7 +300,7 @@ def qkv_rope_kernel(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_
                     BIAS: tl.constexpr, QK_NORM: tl.constexpr, BLOCK_T: tl.constexpr,
                     BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, STREAM: tl.constexpr,
                     F32: tl.constexpr, DEFER: tl.constexpr, PTX: tl.constexpr,
-                    PDL: tl.constexpr):
+                    PDL: tl.constexpr, STAGES: tl.constexpr):
     """Grid (KV groups, tile ranges of the group). PDL: the first weight piece before pdl_wait
     (gemv.gemv_kernel)."""
     pdl_start(PDL)
@@ -247,7 +313,7 @@ def qkv_rope_kernel(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_
     qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_ptr,
                   tl.load(pos_ptr), q_ptr, k_ptr, v_ptr, T, K, stride_x, S, eps, H, KVH, HD,
                   tl.program_id(0), lo, hi, w_lo, w_hi, GROUP, n_chunks, raw_ptr, BIAS, QK_NORM,
-                  BLOCK_T, BLOCK_H, BLOCK_K, STREAM, F32, DEFER, PTX)
+                  BLOCK_T, BLOCK_H, BLOCK_K, STREAM, F32, DEFER, PTX, STAGES)
 
 
 @triton.jit
@@ -314,7 +380,8 @@ def qkv_rope(x, w_qkv, norm_w, cos, sin, pos, k_cache, v_cache, *, n_heads, eps,
                           QK_NORM=qk_norm is not None and not defer, BLOCK_T=BT, BLOCK_H=BLOCK_H,
                           BLOCK_K=BLOCK_K, STREAM=streamed,
                           F32=INTERPRET or w_qkv.dtype == torch.float32, DEFER=defer, PTX=ptx,
-                          PDL=pdl, num_warps=warps, launch_pdl=pdl)
+                          PDL=pdl, STAGES=stream.op_stages()[0] if streamed else 1,
+                          num_warps=warps, launch_pdl=pdl)
     if defer:
         qk_norm_rope_kernel[(KVH,)](raw, qk_norm, cos, sin, pos, q_out, k_cache, T, S, eps,
                                     n_heads, KVH, HD, G, BLOCK_T=BT,
