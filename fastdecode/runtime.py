@@ -30,6 +30,7 @@ from .triton_kernels.attention import split_plan
 from .triton_kernels.config import (attention_blocks, attention_config, merge_block, merge_splits,
                                     stream_config)
 from .triton_kernels.lm_head import n_vocab_tiles
+from .triton_kernels.qkv_rope import qk_norm_slots
 from .triton_kernels._common import INTERPRET
 from .triton_kernels.megakernel import STATUS_WORDS, megakernel
 
@@ -556,7 +557,8 @@ class Runtime:
         kw.update(
             D=s.d_model, FFN=s.ffn_dim, H=s.n_heads, HD=s.head_dim,
             BIAS_QKV=pw.b_qkv is not None, QK_NORM=pw.qk_norm is not None and not tg.qk_defer,
-            QK_DEFER=tg.qk_defer, BLOCK_HALF=triton.next_power_of_2(s.head_dim // 2),
+            QK_DEFER=tg.qk_defer, QKN_SLOTS=qk_norm_slots(G),
+            BLOCK_HALF=triton.next_power_of_2(s.head_dim // 2),
             BIAS_O=pw.b_o is not None, BIAS_MLP=pw.b_gu is not None,
             SAMPLE=sampling.do_sample, BLOCK_T=tg.block_t, STREAM=tg.stream, RQ=tg.rows_q,
             RD=tg.rows_d, RF=tg.rows_f, RG=tg.rows_g, KQ=tg.bk_q, KD=tg.bk_d, KF=tg.bk_f,

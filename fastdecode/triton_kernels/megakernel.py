@@ -119,11 +119,11 @@ def merge_group(opart_ptr, lse_ptr, attn_ptr, pos, T, TM, H, HD, CHUNK, n_splits
 
 @triton.jit
 def qk_norm_group(layer, g, qkraw_ptr, qkn_ptr, cos_ptr, sin_ptr, pos, q_ptr, kc_ptr, T, S,
-                  eps, H, KVH, HD, GROUP, BLOCK_T: tl.constexpr, BLOCK_HALF: tl.constexpr):
+                  eps, H, KVH, HD, GROUP, BLOCK_SLOT: tl.constexpr, BLOCK_HALF: tl.constexpr):
     """Layer `layer`'s KV group g q/k-normalized and rotated (a QKNORM task, or the QKV task that
     completes the group's tiles: NORM_IN_QKV)."""
     qk_norm_rope_body(qkraw_ptr, qkn_ptr + layer * 2 * HD, cos_ptr, sin_ptr, pos, q_ptr,
-                      kc_ptr + layer * KVH * S * HD, T, S, eps, H, KVH, HD, g, GROUP, BLOCK_T,
+                      kc_ptr + layer * KVH * S * HD, T, S, eps, H, KVH, HD, g, GROUP, BLOCK_SLOT,
                       BLOCK_HALF)
 
 
@@ -182,7 +182,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                xtab_ptr, rank, x_ctr, x_spin, x_red, x_lmv, x_lmi, v0, VFULL, tkt_base, qtkt_base,
                D: tl.constexpr, FFN: tl.constexpr, H: tl.constexpr, HD: tl.constexpr,
                BIAS_QKV: tl.constexpr, QK_NORM: tl.constexpr, QK_DEFER: tl.constexpr,
-               BLOCK_HALF: tl.constexpr, BIAS_O: tl.constexpr,
+               QKN_SLOTS: tl.constexpr, BLOCK_HALF: tl.constexpr, BIAS_O: tl.constexpr,
                BIAS_MLP: tl.constexpr, SAMPLE: tl.constexpr, BLOCK_T: tl.constexpr,
                STREAM: tl.constexpr, RQ: tl.constexpr, RD: tl.constexpr, RF: tl.constexpr,
                RG: tl.constexpr, KQ: tl.constexpr, KD: tl.constexpr, KF: tl.constexpr,
@@ -291,7 +291,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                             if QK_DEFER:
                                 qk_norm_group(layer, a0, qkraw_ptr, qkn_ptr, cos_ptr, sin_ptr,
                                               pos, q_ptr, kc_ptr, T, S, eps, H, KVH, HD, GROUP,
-                                              BLOCK_T, BLOCK_HALF)
+                                              QKN_SLOTS, BLOCK_HALF)
                             if op == OP_QKVA:
                                 tl.debug_barrier()  # q / k rows normed by other threads
                                 for tb in range(0, tl.cdiv(T, BLOCK_TOK)):
@@ -383,7 +383,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                         if QK_DEFER:
                             qk_norm_group(layer, a0, qkraw_ptr, qkn_ptr, cos_ptr, sin_ptr,
                                           pos, q_ptr, kc_ptr, T, S, eps, H, KVH, HD, GROUP,
-                                          BLOCK_T, BLOCK_HALF)
+                                          QKN_SLOTS, BLOCK_HALF)
                     elif op == OP_MERGE:
                         merge_group(opart_ptr, lse_ptr, attn_ptr, pos, T, TM, H, HD, CHUNK,
                                     n_splits, a0, GROUP, BLOCK_G, BLOCK_SP, BLOCK_D)

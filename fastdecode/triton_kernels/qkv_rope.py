@@ -31,6 +31,11 @@ from .config import StreamConfig, gemv_config, qkv_pairs, stream_ptx, use_pdl
 from .gemv import block_t
 
 
+def qk_norm_slots(group: int) -> int:
+    """BLOCK_SLOT of qk_norm_rope_body: a KV group's q heads and its k head."""
+    return triton.next_power_of_2(group + 1)
+
+
 def defer_qk_norm(qk_norm: bool, T: int) -> bool:
     """Decode (T=1) with q/k RMSNorm runs it after the QKV tiles (DEFER), in both modes; prefill
     chunks keep whole-head tiles (their tl.dot tiles have >= 16 pairs anyway)."""
@@ -248,16 +253,23 @@ def qkv_rope_finish(lo, hi, opnd, j, offs_t, mask_t, offs_h, mask_h, pos, q_ptr,
 
 
 @triton.jit
+def norm_rotate(lo, hi, nlo, nhi, c, s, eps, HD, QK_NORM: tl.constexpr):
+    """Rows of q / k heads as lo / hi halves [R, BLOCK_H]: per-head RMSNorm (QK_NORM: whole heads,
+    weights nlo / nhi) then the rotary embedding (cos c, sin s)."""
+    if QK_NORM:
+        r = 1.0 / tl.sqrt((tl.sum(lo * lo, axis=1) + tl.sum(hi * hi, axis=1)) / HD + eps)
+        lo = lo * r[:, None] * nlo
+        hi = hi * r[:, None] * nhi
+    return lo * c - hi * s, hi * c + lo * s
+
+
+@triton.jit
 def qkv_rope_store(lo, hi, nlo, nhi, c, s, j, offs_t, offs_h, mask, p, q_ptr, k_ptr, v_ptr, S,
                    eps, H, KVH, HD, QK_NORM: tl.constexpr):
     """q/k RMSNorm (whole heads in lo / hi), RoPE, and the store to q or the caches."""
     half = HD // 2
     if j < H + KVH:  # q or k head: per-head norm (Qwen3) then rotary embedding
-        if QK_NORM:
-            r = 1.0 / tl.sqrt((tl.sum(lo * lo, axis=1) + tl.sum(hi * hi, axis=1)) / HD + eps)
-            lo = lo * r[:, None] * nlo
-            hi = hi * r[:, None] * nhi
-        lo, hi = lo * c - hi * s, hi * c + lo * s
+        lo, hi = norm_rotate(lo, hi, nlo, nhi, c, s, eps, HD, QK_NORM)
     if j < H:
         dst = q_ptr + (offs_t[:, None] * H + j) * HD + offs_h[None, :]
     elif j < H + KVH:
@@ -270,27 +282,35 @@ def qkv_rope_store(lo, hi, nlo, nhi, c, s, j, offs_t, offs_h, mask, p, q_ptr, k_
 
 @triton.jit
 def qk_norm_rope_body(raw_ptr, qk_norm_ptr, cos_ptr, sin_ptr, pos, q_ptr, k_ptr, T, S, eps,
-                      H, KVH, HD, g, GROUP, BLOCK_T: tl.constexpr, BLOCK_HALF: tl.constexpr):
+                      H, KVH, HD, g, GROUP, BLOCK_SLOT: tl.constexpr, BLOCK_HALF: tl.constexpr):
     """The deferred half of qkv_rope_body (DEFER), for KV group g: its q heads and k head, every
-    token: the raw fp32 rows from raw_ptr [T, H + KVH, HD] through the same epilogue as a
-    whole-head tile (q/k RMSNorm, RoPE, store to q / the k cache). BLOCK_HALF >= HD / 2."""
+    token: the raw fp32 rows from raw_ptr [T, H + KVH, HD] through q/k RMSNorm and RoPE
+    (norm_rotate, as a whole-head tile) to q / the k cache. The group's GROUP + 1 heads are one
+    [BLOCK_SLOT >= GROUP + 1, BLOCK_HALF >= HD / 2] tile per token, so their loads go out
+    together: this runs on the attention chain (the HBM idles), where a head at a time cost a
+    dependent L2 round trip each (Qwen3-8B, 2026-12-01 trace: ~7 us from a group's last QKV
+    tile to its attention's end, ~3.7 us without q/k norm)."""
     half = HD // 2
     offs_h = tl.arange(0, BLOCK_HALF)
-    mask_h = offs_h < half
-    for slot in range(0, GROUP + 1):
-        j = tl.where(slot < GROUP, g * GROUP + slot, H + g)
-        for t0 in range(0, T, BLOCK_T):
-            offs_t = t0 + tl.arange(0, BLOCK_T)
-            mask_t = offs_t < T
-            m = mask_t[:, None] & mask_h[None, :]
-            src = raw_ptr + (offs_t[:, None] * (H + KVH) + j) * HD + offs_h[None, :]
-            lo = tl.load(src, mask=m, other=0.0)
-            hi = tl.load(src + half, mask=m, other=0.0)
-            _, _, nlo, nhi, c, s = qkv_operands(j, offs_t, mask_t, offs_h, mask_h, pos, raw_ptr,
-                                                qk_norm_ptr, cos_ptr, sin_ptr, H, HD, False,
-                                                True)
-            qkv_rope_store(lo, hi, nlo, nhi, c, s, j, offs_t, offs_h, m, pos + offs_t, q_ptr,
-                           k_ptr, k_ptr, S, eps, H, KVH, HD, True)
+    slot = tl.arange(0, BLOCK_SLOT)
+    m = (slot < GROUP + 1)[:, None] & (offs_h < half)[None, :]
+    j = tl.where(slot < GROUP, g * GROUP + slot, H + g)  # the group's q heads, then its k head
+    # q / k norm weights: row 0 for q heads, row 1 for the k head
+    nrm = qk_norm_ptr + (j >= H).to(tl.int32)[:, None] * HD + offs_h[None, :]
+    nlo = tl.load(nrm, mask=m, other=0.0).to(tl.float32)
+    nhi = tl.load(nrm + half, mask=m, other=0.0).to(tl.float32)
+    for t in range(0, T):
+        p = pos + t
+        src = raw_ptr + (t * (H + KVH) + j)[:, None] * HD + offs_h[None, :]
+        lo = tl.load(src, mask=m, other=0.0)
+        hi = tl.load(src + half, mask=m, other=0.0)
+        c = tl.load(cos_ptr + p * half + offs_h, mask=offs_h < half, other=1.0)[None, :]
+        s = tl.load(sin_ptr + p * half + offs_h, mask=offs_h < half, other=0.0)[None, :]
+        lo, hi = norm_rotate(lo, hi, nlo, nhi, c, s, eps, HD, True)
+        dst = tl.where(j < H, q_ptr + (t * H + j) * HD, k_ptr + ((j - H) * S + p) * HD)
+        dst = dst[:, None] + offs_h[None, :]
+        tl.store(dst, lo.to(q_ptr.dtype.element_ty), mask=m)
+        tl.store(dst + half, hi.to(q_ptr.dtype.element_ty), mask=m)
 
 
 @triton.jit
@@ -318,14 +338,14 @@ def qkv_rope_kernel(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_
 
 @triton.jit
 def qk_norm_rope_kernel(raw_ptr, qk_norm_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_ptr, T, S, eps,
-                        H, KVH, HD, GROUP, BLOCK_T: tl.constexpr, BLOCK_HALF: tl.constexpr,
+                        H, KVH, HD, GROUP, BLOCK_SLOT: tl.constexpr, BLOCK_HALF: tl.constexpr,
                         PDL: tl.constexpr):
     """Grid (KV groups,): the deferred q/k norm + RoPE of qkv_rope (DEFER). Bytes: (GROUP + 1)
     raw fp32 heads in (L2: just written), bf16 out -- a few us of latency, no bandwidth."""
     pdl_start(PDL)
     pdl_wait(PDL)
     qk_norm_rope_body(raw_ptr, qk_norm_ptr, cos_ptr, sin_ptr, tl.load(pos_ptr), q_ptr, k_ptr, T,
-                      S, eps, H, KVH, HD, tl.program_id(0), GROUP, BLOCK_T, BLOCK_HALF)
+                      S, eps, H, KVH, HD, tl.program_id(0), GROUP, BLOCK_SLOT, BLOCK_HALF)
 
 
 def qkv_tile(head_dim: int, qk_norm: bool, T: int, K: int, device, pairs=None,
@@ -384,7 +404,7 @@ def qkv_rope(x, w_qkv, norm_w, cos, sin, pos, k_cache, v_cache, *, n_heads, eps,
                           num_warps=warps, launch_pdl=pdl)
     if defer:
         qk_norm_rope_kernel[(KVH,)](raw, qk_norm, cos, sin, pos, q_out, k_cache, T, S, eps,
-                                    n_heads, KVH, HD, G, BLOCK_T=BT,
+                                    n_heads, KVH, HD, G, BLOCK_SLOT=qk_norm_slots(G),
                                     BLOCK_HALF=triton.next_power_of_2(HD // 2), PDL=pdl,
                                     launch_pdl=pdl)
     return q_out
