@@ -140,7 +140,8 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
                   ptx=st is not None and st.ptx and ptx_stream_ok(dtype, *dims),
                   merge_in_attn=st is not None and st.merge_in_attn,
                   norm_in_qkv=st is not None and st.norm_in_qkv and defer,
-                  attn_in_qkv=attn_in_qkv, stages=st.op_stages(spec.d_model) if st is not None else (1, 1, 1, 1))
+                  attn_in_qkv=attn_in_qkv,
+                  stages=st.op_stages(spec.d_model) if st is not None else (1, 1, 1, 1))
 
 
 REMOTE = ("xo", "xdown", "xlm")  # counter keys signalled across ranks (tensor parallelism)

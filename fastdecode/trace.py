@@ -92,6 +92,44 @@ def load_chrome_json(path, scale_us=1e-3):
     return evs
 
 
+def compare(named):
+    """Per op, per trace: (wait, work) per program over the trace -- breakdown divided by the
+    trace's programs -- plus the step span, for traces of the same model before and after a
+    change. named: [(label, events), ...] -> ({op: [(wait, work), ...]}, [span, ...])."""
+    ops, spans = {}, []
+    for i, (_, evs) in enumerate(named):
+        P = 1 + max(e["program"] for e in evs)
+        spans.append(max(e["end"] for e in evs) - min(e["start"] for e in evs))
+        for op, r in breakdown(evs).items():
+            ops.setdefault(op, [(0.0, 0.0)] * len(named))[i] = (r["wait"] / P, r["work"] / P)
+    order = [o.name for o in Op if o.name in ops]
+    return {op: ops[op] for op in order}, spans
+
+
+def compare_png(named, path, title="", scale=1e-3, unit="us"):
+    """compare() as grouped bars: per op, each trace's wait (hatched) stacked under its work."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    rows, spans = compare(named)
+    n = len(named)
+    width = 0.8 / n
+    fig, ax = plt.subplots(figsize=(9, 4))
+    for i, (label, _) in enumerate(named):
+        xs = [k + (i - (n - 1) / 2) * width for k in range(len(rows))]
+        wait = [v[i][0] * scale for v in rows.values()]
+        work = [v[i][1] * scale for v in rows.values()]
+        ax.bar(xs, wait, width, color=f"C{i}", alpha=0.45, hatch="//",
+               label=f"{label}: wait (step {spans[i] * scale:.0f} {unit})")
+        ax.bar(xs, work, width, bottom=wait, color=f"C{i}", label=f"{label}: work")
+    ax.set_xticks(range(len(rows)), list(rows), fontsize=8)
+    ax.set_ylabel(f"per program over the step ({unit})")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def timeline_png(evs, path, title=""):
     import matplotlib
     matplotlib.use("Agg")

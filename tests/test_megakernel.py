@@ -191,6 +191,24 @@ def test_forced_missing_producer_times_out():
         fm(torch.tensor([[1]], device=DEVICE))
 
 
+def test_trace_compare_per_program_waits():
+    """trace.compare: per op and trace, the summed waits / work over the trace's programs, in
+    opcode order, and each trace's span (first start to last end)."""
+    from fastdecode import trace as tr
+
+    def ev(p, op, start, ready, end):
+        return dict(program=p, step=0, op=op, layer=0, arg0=0, start=start, ready=ready, end=end)
+    a = [ev(0, "GATE_UP", 0, 4, 10), ev(1, "GATE_UP", 0, 2, 12), ev(1, "QKV", 12, 13, 20)]
+    b = [ev(0, "QKV", 5, 5, 9), ev(1, "GATE_UP", 0, 1, 3), ev(2, "GATE_UP", 1, 2, 6),
+         ev(2, "DOWN", 6, 9, 11)]
+    rows, spans = tr.compare([("a", a), ("b", b)])
+    assert list(rows) == ["QKV", "GATE_UP", "DOWN"]  # opcodes.Op order
+    assert rows["GATE_UP"] == [((4 + 2) / 2, (6 + 10) / 2), ((1 + 1) / 3, (2 + 4) / 3)]
+    assert rows["QKV"] == [(1 / 2, 7 / 2), (0.0, 4 / 3)]
+    assert rows["DOWN"] == [(0.0, 0.0), (3 / 3, 2 / 3)]  # absent from a
+    assert spans == [20, 11]
+
+
 def test_trace_records_every_task_in_order(tmp_path):
     from fastdecode import trace as tr
     model = tiny_model("mistral").to(DEVICE)
