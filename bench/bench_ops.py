@@ -8,8 +8,11 @@ what the one before left there):
   stream+PTX   the same stream, its weight pieces loaded by ptx_inline.ld_stream_b128
   persistent   the stream as the megakernel runs it: 2 programs per SM, each a run of tiles
   persist+PTX  the same with the PTX pieces
-  ops+PDL, persist+PDL  ops tile / persistent, each launch with programmatic dependent launch
-               (config.use_pdl): it starts while the launch before it drains, as the kernels of
+  persist+smem the persistent stream through shared memory (StreamConfig.stages 3: Triton's loop
+               pipeline, cp.async, two pieces ahead), as the megakernel's 8B-class tasks run
+  ops+PDL, persist+PDL, persist+smem+PDL  ops tile / persistent / persist+smem, each launch
+               with programmatic dependent launch (config.use_pdl): it starts while the launch
+               before it drains (its first pieces requested before the wait), as the kernels of
                an ops-mode decode step do (the rows above have it off)
 and prints GB/s and % of the read roofline (bench_decode.read_bandwidth, measured in this run);
 appends the rows to bench/RESULTS.md.
@@ -86,6 +89,7 @@ def variants(K, N, sms):
     n_tiles = triton.cdiv(N, base.tile(K).block_n)
     per = triton.cdiv(n_tiles, base.per_sm * sms)  # the megakernel's programs, tiles in a run
     persist = dataclasses.replace(base, tiles=per)
+    smem = dataclasses.replace(persist, stages=3)
     out = {
         "ops tile": lambda x, w, o: gemv(x, w, out=o),
         "stream": lambda x, w, o: gemv(x, w, out=o, stream=base),
@@ -93,10 +97,12 @@ def variants(K, N, sms):
         "persistent": lambda x, w, o: gemv(x, w, out=o, stream=persist),
         "persist+PTX": lambda x, w, o: gemv(x, w, out=o, stream=dataclasses.replace(
             persist, ptx=True)),
+        "persist+smem": lambda x, w, o: gemv(x, w, out=o, stream=smem),
     }
     out = {k: pdl(fn, False) for k, fn in out.items()}
     out["ops+PDL"] = pdl(out["ops tile"], True)
     out["persist+PDL"] = pdl(lambda x, w, o: gemv(x, w, out=o, stream=persist), True)
+    out["persist+smem+PDL"] = pdl(lambda x, w, o: gemv(x, w, out=o, stream=smem), True)
     return out
 
 
@@ -119,9 +125,9 @@ def main():
             rows.append((shape, name, t, bw))
             print(f"  [{K:6d}, {N:6d}] {name:12s} {t * 1e6:8.1f} us {bw / 1e9:7.0f} GB/s "
                   f"{100 * bw / roof:5.1f}%", flush=True)
-    print(f"\n{'[K, N]':14s}" + "".join(f"{v:>13s}" for v in variants(1, 1, 1)) + "   (GB/s)")
+    print(f"\n{'[K, N]':14s}" + "".join(f"{v:>17s}" for v in variants(1, 1, 1)) + "   (GB/s)")
     for shape in args.shapes.split(","):
-        print(f"{shape:14s}" + "".join(f"{bw / 1e9:13.0f}" for s, _, _, bw in rows if s == shape))
+        print(f"{shape:14s}" + "".join(f"{bw / 1e9:17.0f}" for s, _, _, bw in rows if s == shape))
     append_results(args.results_md, [
         [gpu, f"GEMV [K, N] = [{shape.replace('x', ', ')}] bf16, cold L2", name,
          f"{bw / 1e9:.0f} GB/s", f"{100 * bw / roof:.1f}% of {roof / 1e12:.2f} TB/s", "-",

@@ -246,3 +246,47 @@ def test_mega_top_p_steps_replay_a_cuda_graph(llama1b):
     want = fastdecode.from_hf(llama1b, max_seq_len=64, mode="mega", cuda_graph=False).generate(
         ids, **kw)
     assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("stages", [1, 3])
+def test_stream_pdl_chain_reads_each_launchs_output(stages, monkeypatch):
+    """A CUDA graph of decode-stream GEMVs (x_{i+1} = W_i rmsnorm(x_i), 2 tiles per program),
+    with programmatic dependent launch off and on: every launch must read the output of the one
+    before it, though its first weight pieces load before PDL's wait (stages 3: inside the
+    shared-memory stream, gemv.gemv_kernel). The outputs are zeroed before the replay, so a load
+    of x issued before the wait would read zeros (or a stale step). Each step against the fp32
+    reference of its own input: bf16 output rounding (rel. 2^-9 per element) dominates, fp32
+    sums over K=4096 add ~1e-6; 1e-2 leaves room for the roundings' sum over N. PDL on and off
+    bit-identical."""
+    from fastdecode import reference as R
+    from fastdecode.ops import gemv
+    from fastdecode.triton_kernels import config
+    from fastdecode.triton_kernels.config import StreamConfig
+    K, n = 4096, 6
+    g = torch.Generator("cuda").manual_seed(3)
+    ws = [(torch.randn(K, K, device="cuda", generator=g) * K ** -0.5).to(torch.bfloat16)
+          for _ in range(n)]
+    nw = (1 + 0.1 * torch.randn(K, device="cuda", generator=g)).to(torch.bfloat16)
+    x0 = torch.randn(1, K, device="cuda", generator=g).to(torch.bfloat16)
+    stream = StreamConfig(tiles=2, stages=stages)
+    runs = []
+    for flag in ("0", "1"):
+        monkeypatch.setattr(config, "_PDL_ENV", flag)
+        xs = [x0.clone()] + [torch.empty_like(x0) for _ in ws]
+
+        def chain():
+            for i, w in enumerate(ws):
+                gemv(xs[i], w, norm_w=nw, eps=1e-5, out=xs[i + 1], stream=stream)
+        chain()  # compile
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            chain()
+        for x in xs[1:]:
+            x.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        for i, w in enumerate(ws):
+            ref = R.gemv(xs[i], w, norm_w=nw, eps=1e-5)
+            assert float((xs[i + 1].float() - ref).norm() / ref.norm()) < 1e-2, (flag, i)
+        runs.append(torch.cat(xs[1:]))
+    assert torch.equal(runs[0], runs[1])

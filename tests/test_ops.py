@@ -264,12 +264,14 @@ def test_tolerances_reject_wrong_kernels():
         assert close(ops.gemv(x, w2, norm_w=nw, eps=1e-5, swiglu=True), ref, dtype, K)
 
 
-@pytest.mark.parametrize("stream", [None, StreamConfig(64, 4, 2, max_k=16)])
+@pytest.mark.parametrize("stream", [None, StreamConfig(64, 4, 2, max_k=16),
+                                    StreamConfig(64, 4, 2, max_k=16, stages=3)])
 def test_pdl_launches_compute_the_same(stream, monkeypatch):
     """FASTDECODE_PDL=1 (config.use_pdl) changes when the ops-mode kernels start, not what they
     compute: gemv, QKV + RoPE with the deferred q/k norm, attention and lm_head with it on equal
     them with it off, bit for bit (the interpreter runs its no-op fallbacks; on the GPU,
-    tests/test_gpu.py checks the real launches)."""
+    tests/test_gpu.py checks the real launches). stages 3: the shared-memory stream, PDL's wait
+    inside its first iteration (gemv.gemv_kernel)."""
     from fastdecode.triton_kernels import config
     g = torch.Generator().manual_seed(5)
     T, H, KVH, HD, K, pos = 1, 4, 2, 16, 48, 3

@@ -35,6 +35,14 @@ def pdl_wait(PDL: tl.constexpr):
 
 
 @triton.jit
+def pdl_ready(PDL: tl.constexpr):
+    """pdl_wait as a shared-memory stream's dependency wait (gemv.gemv_body's WAIT): the stream's
+    first pieces are requested before it, inside the stream. Returns 1 (met)."""
+    pdl_wait(PDL)
+    return 1
+
+
+@triton.jit
 def row_rstd(x_ptr, stride_x, offs_t, mask_t, K, eps, BLOCK_K: tl.constexpr):
     """1 / sqrt(mean(x[t, :K]^2) + eps) for each row t of a [T, K] activation (fp32 math) -> [BLOCK_T]."""
     ss = tl.zeros([offs_t.shape[0]], dtype=tl.float32)

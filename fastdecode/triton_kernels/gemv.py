@@ -13,8 +13,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import (INTERPRET, gemv_acc, next_x_chunk, pdl_start, pdl_wait, row_dot, row_rstd,
-                      weight_chunk, x_chunk)
+from ._common import (INTERPRET, gemv_acc, next_x_chunk, pdl_ready, pdl_start, pdl_wait, row_dot,
+                      row_rstd, weight_chunk, x_chunk)
 from .config import StreamConfig, gemv_config, stream_ptx, use_pdl
 
 
@@ -232,16 +232,22 @@ def gemv_kernel(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, str
                 RESIDUAL: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr,
                 BLOCK_K: tl.constexpr, STREAM: tl.constexpr, F32: tl.constexpr,
                 PTX: tl.constexpr, PDL: tl.constexpr, STAGES: tl.constexpr):
-    """PDL (config.use_pdl): the stream's first weight piece is requested before pdl_wait, so it
-    loads while the kernel before this one finishes."""
+    """PDL (config.use_pdl): the stream's first weight piece (STAGES > 1: its first STAGES - 1)
+    is requested before pdl_wait, so it loads while the kernel before this one finishes."""
     pdl_start(PDL)
     lo = tl.program_id(0) * tiles_per_program
     hi = tl.minimum(lo + tiles_per_program, tl.cdiv(N, BLOCK_N))
-    w0, w20 = stream_start(w_ptr, N, K, lo, hi, BLOCK_N, BLOCK_K, SWIGLU, STREAM, PTX)
-    pdl_wait(PDL)
-    gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, stride_x, stride_res,
-              stride_out, eps, lo, hi, tl.program_id(1), w0, w20, NORM, BIAS, SWIGLU, RESIDUAL,
-              BLOCK_T, BLOCK_N, BLOCK_K, STREAM, F32, PTX, STAGES)
+    if STREAM and STAGES > 1:
+        gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, stride_x,
+                  stride_res, stride_out, eps, lo, hi, tl.program_id(1), 0, 0, NORM, BIAS,
+                  SWIGLU, RESIDUAL, BLOCK_T, BLOCK_N, BLOCK_K, STREAM, F32, PTX, STAGES,
+                  pdl_ready, (PDL,))
+    else:
+        w0, w20 = stream_start(w_ptr, N, K, lo, hi, BLOCK_N, BLOCK_K, SWIGLU, STREAM, PTX)
+        pdl_wait(PDL)
+        gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, stride_x,
+                  stride_res, stride_out, eps, lo, hi, tl.program_id(1), w0, w20, NORM, BIAS,
+                  SWIGLU, RESIDUAL, BLOCK_T, BLOCK_N, BLOCK_K, STREAM, F32, PTX)
 
 
 def block_t(T: int) -> int:

@@ -322,13 +322,14 @@ def qkv_rope_kernel(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_
                     F32: tl.constexpr, DEFER: tl.constexpr, PTX: tl.constexpr,
                     PDL: tl.constexpr, STAGES: tl.constexpr):
     """Grid (KV groups, tile ranges of the group). PDL: the first weight piece before pdl_wait
-    (gemv.gemv_kernel)."""
+    (gemv.gemv_kernel; STAGES > 1: none -- the position is read after the wait, before the
+    body, which the shared-memory stream would need inside its first iteration)."""
     pdl_start(PDL)
     per_group = (GROUP + 2) * n_chunks * tl.cdiv(T, BLOCK_T)
     lo = tl.program_id(1) * tiles_per_program
     hi = tl.minimum(lo + tiles_per_program, per_group)
     w_lo, w_hi = qkv_start(w_ptr, K, H, KVH, HD, tl.program_id(0), lo, hi, GROUP, n_chunks,
-                           BLOCK_H, BLOCK_K, STREAM, PTX)
+                           BLOCK_H, BLOCK_K, STREAM and STAGES == 1, PTX)
     pdl_wait(PDL)
     qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_ptr,
                   tl.load(pos_ptr), q_ptr, k_ptr, v_ptr, T, K, stride_x, S, eps, H, KVH, HD,
