@@ -143,8 +143,9 @@ def main():
     p.add_argument("--ptx-stream", action="store_true", help="decode weight pieces by inline PTX")
     p.add_argument("--merge-in-attn", action="store_true", help="no MERGE tasks (graph.py)")
     p.add_argument("--norm-in-qkv", action="store_true", help="no QKNORM tasks (graph.py)")
-    p.add_argument("--stages", type=int, default=0,
-                   help="StreamConfig.stages: a digit, or four (QKV, o, gate|up, down)")
+    p.add_argument("--stages", default="0",
+                   help="StreamConfig.stages: a digit, or four (QKV, o, gate|up, down); a comma "
+                        "list compiles the decode megakernel once per entry and prints each")
     args = p.parse_args()
     driver.set_active(CompileOnlyDriver())
     JITFunction.run = _compile_only(JITFunction.run)
@@ -163,11 +164,22 @@ def main():
         name, model = random_model(args.model, device="cpu", n_layers=2)
         name += " (2 layers; sizes as the real model)"
     d = StreamConfig()
-    stream = StreamConfig(args.elems or d.tile_elems, args.warps or d.num_warps,
-                          max_k=args.max_k or d.max_k, ptx=args.ptx_stream,
-                          stages=_stages(args.stages),
-                          merge_in_attn=args.merge_in_attn, norm_in_qkv=args.norm_in_qkv)
+    streams = [StreamConfig(args.elems or d.tile_elems, args.warps or d.num_warps,
+                            max_k=args.max_k or d.max_k, ptx=args.ptx_stream,
+                            stages=_stages(int(v)), merge_in_attn=args.merge_in_attn,
+                            norm_in_qkv=args.norm_in_qkv) for v in args.stages.split(",")]
     ids = torch.randint(0, 100, (4,))
+    if len(streams) > 1:  # the decode megakernel per stages entry (pipelined loads per op)
+        print(f"{name}, sm_90a, decode megakernel by stages (QKV, o_proj, gate|up, down):")
+        for v, stream in zip(args.stages.split(","), streams):
+            COMPILED.clear()
+            fm = fastdecode.from_hf(model, max_seq_len=256 if args.family else 64, mode="mega")
+            fm.runtime.n_programs = args.programs
+            fm.runtime.mega_stream = stream
+            fm.runtime.forward(ids[:1].clone())
+            print(f"  stages {v:6s} {kernel_report(*COMPILED['megakernel'])}")
+        return
+    stream = streams[0]
     # tiny models: room for several attention splits, so ops mode launches its merge kernel too
     # (one split is written by attention_kernel directly); the real shapes keep 64, as their
     # register reports in bench/RESULTS.md and config.py did
@@ -193,11 +205,15 @@ def main():
             fm.runtime.forward(ids[1:].clone())  # T=3: prefill tiles
     print(f"{name}, sm_90a:")
     for kname, (k, secs) in COMPILED.items():
-        pdl = ", PDL" if k.metadata.launch_pdl else ""  # launched with launch_pdl (use_pdl)
-        # loads Triton's pipeliner made cp.async copies to shared memory (StreamConfig.stages)
-        piped = k.asm["ttgir"].count("ttg.async_copy_global_to_local")
-        print(f"  {kname:24s} {ptxas_report(k.asm['ptx'])}, smem {k.metadata.shared} B, "
-              f"{piped} pipelined loads  compiled in {secs:5.1f} s{pdl}")
+        print(f"  {kname:24s} {kernel_report(k, secs)}")
+
+
+def kernel_report(k, secs):
+    """registers / spills, shared memory, the loads Triton's pipeliner made cp.async copies to
+    shared memory (StreamConfig.stages), compile time; ', PDL' if launched with launch_pdl."""
+    piped = k.asm["ttgir"].count("ttg.async_copy_global_to_local")
+    return (f"{ptxas_report(k.asm['ptx'])}, smem {k.metadata.shared} B, {piped} pipelined loads"
+            f"  compiled in {secs:5.1f} s" + (", PDL" if k.metadata.launch_pdl else ""))
 
 
 if __name__ == "__main__":

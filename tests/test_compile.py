@@ -42,3 +42,21 @@ def test_ptx_wrappers_compile_for_sm90():
         out.stdout
     assert " ? regs" not in out.stdout, out.stdout  # ptxas accepted each one
 
+
+
+def test_each_stream_op_is_pipelined():
+    """StreamConfig.stages > 1 must turn each decode op's weight stream (QKV, o_proj, gate|up,
+    down) into a cp.async pipeline: a gpu.barrier or a nested loop inside a stream loop makes
+    Triton's pipeliner skip it without a word (gemv.gemv_body), and the only symptom would be a
+    slower GPU run. Each op's stages alone adds pipelined loads to the register-stream kernel."""
+    env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=ROOT)
+    variants = ["1", "3111", "1311", "1131", "1113"]
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "compile_check.py"),
+                          "--family", "qwen3", "--stages", ",".join(variants)],
+                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    piped = {line.split()[1]: int(line.split(" pipelined loads")[0].split()[-1])
+             for line in out.stdout.splitlines() if line.strip().startswith("stages ")}
+    assert set(piped) == set(variants), out.stdout
+    for v in variants[1:]:
+        assert piped[v] > piped["1"], out.stdout
