@@ -24,7 +24,6 @@ import time
 os.environ["TRITON_INTERPRET"] = "0"  # compile, do not interpret (read at kernel definition)
 os.environ.setdefault("FASTDECODE_PDL", "1")  # ops-mode kernels as an H200 launches them
 import torch  # noqa: E402
-import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.runtime import driver  # noqa: E402
 from triton.runtime.jit import JITFunction  # noqa: E402
