@@ -4,8 +4,9 @@
 #   device run:  bash bench/gpu_session.sh  [stages...]
 #   stages: tests kernels sweep bench trace tp variants first pdl ab
 #   (ab: the megakernel of an older commit against this tree in one run -- bench/sweep_mega.py
-#    with AB_CONFIGS for each of AB_MODELS, first in ab_old/ then here. Make ab_old/ (ignored by
-#    git) with `git archive <sha> fastdecode bench | tar -x -C ab_old` and pass carry=["ab_old"])
+#    with AB_CONFIGS for each of AB_MODELS, in each of AB_TREES (default: ab_old, then here). Make
+#    ab_old/ (ignored by git) with `git archive <sha> fastdecode bench | tar -x -C ab_old` and pass
+#    carry=["ab_old"]; several: ab_old/<name>/ each, AB_TREES="ab_old/a ab_old/b . ")
 #   (pdl: programmatic dependent launch of the ops-mode kernels -- its GPU tests, bench_ops with
 #    ops+PDL / persist+PDL, bench_decode's ops peer without (FASTDECODE_PDL=0) and with it)
 #   (variants: the PTX weight pieces and merge-in-attn -- their tests, bench_ops.py, sweep_mega
@@ -26,7 +27,7 @@ for s in $stages; do
              tests/test_megakernel.py tests/test_ops.py tests/test_models.py -p no:cacheprovider 2>&1 \
              | tee "$OUT/pytest_kernels.log" | tail -15 ;;
     ab) for m in ${AB_MODELS:-1b 8b}; do
-          for tree in ab_old .; do (cd $tree && PYTHONPATH=. timeout ${AB_TIMEOUT:-150} python3 \
+          for tree in ${AB_TREES:-ab_old .}; do (cd $tree && PYTHONPATH=. timeout ${AB_TIMEOUT:-150} python3 \
             bench/sweep_mega.py --model $m --new-tokens 160 --configs ${AB_CONFIGS:-16384/4/4096/2} \
             2>&1 | grep -v -i warn | tail -1 | sed "s|^|$m $tree |"); done; done ;;
     sweep) timeout ${SWEEP_TIMEOUT:-420} python3 bench/sweep_mega.py ${SWEEP_ARGS:---model 1b} 2>&1 | grep -v -i warn \
