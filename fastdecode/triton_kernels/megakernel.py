@@ -258,11 +258,12 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
             tr = trace_ptr + ((pid * n_steps + s) * LMAX + i) * 3
             if TRACE:
                 tl.store(tr, globaltimer_ns(op, clock_ptr, USE_ASM))
+            # this task's dependency wait (ready's arguments)
+            wargs = (ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, tr, clock_ptr, op,
+                     xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE)
             # weight tasks: first weight piece, then the wait; the others: the wait
             if (op == OP_QKV) | (op == OP_QKVA):
                 w_qkv = wqkv_ptr + layer * QKVN * D
-                wargs = (ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, tr, clock_ptr,
-                         op, xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE)
                 qargs = (h_ptr, w_qkv, anorm_ptr + layer * D, bqkv_ptr + layer * QKVN,
                          qkn_ptr + layer * 2 * HD, cos_ptr, sin_ptr, pos, q_ptr,
                          kc_ptr + layer * KVH * S * HD, vc_ptr + layer * KVH * S * HD,
@@ -310,8 +311,6 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                     KQ, STREAM, F32, WORLD, RED_BLOCK, USE_ASM, TRACE, PTX, SO)
             elif op == OP_GU:
                 w_gu = wgu_ptr + layer * 2 * FFN * D
-                wargs = (ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, tr, clock_ptr,
-                         op, xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE)
                 if SG > 1:
                     run = gemv_body(h_ptr, w_gu, mnorm_ptr + layer * D, bgu_ptr + layer * 2 * FFN,
                                     h_ptr, act_ptr, T, FFN, D, D, D, FFN, eps, a1, a2, a0, 0, 0,
@@ -333,8 +332,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                     TRACE, PTX, SF)
             elif op == OP_LM:
                 w0, _ = stream_start(lm_ptr, V, D, a1, a2, RD, KD, False, STREAM, PTX)
-                run = ready(ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, tr, clock_ptr,
-                            op, xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE)
+                run = ready(*wargs)
                 if run == 1:
                     voff = 0  # one rank: constants, compiled as before tensor parallelism
                     vkey = V
@@ -358,8 +356,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                 tl.store(peer(xtab_ptr, p, x_lmi, tl.int32) + at, pi)
             else:
                 win = tl.load(win_ptr + layer)  # attention's window: requested before the wait
-                run = ready(ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, tr, clock_ptr,
-                            op, xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE)
+                run = ready(*wargs)
                 if run == 1:
                     if op == OP_EMBED:
                         for t in range(a0, a1):
