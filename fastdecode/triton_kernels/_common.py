@@ -68,6 +68,21 @@ def x_chunk(x_ptr, norm_ptr, k0, K, rstd, NORM: tl.constexpr, BLOCK_K: tl.conste
 
 
 @triton.jit
+def stream_x0(x, x_ptr, norm_ptr, stride_x, offs_t, mask_t, K, eps, n_k, NORM: tl.constexpr,
+              BLOCK_K: tl.constexpr):
+    """A shared-memory stream's activations at its first piece (gemv.gemv_body STAGES > 1), in the
+    branch on its dependency wait's result (the pipeliner leaves those loads there, after the
+    wait): (x, rstd) -- the norm's statistics if NORM (else zero), and x's chunk 0 if the rows
+    are whole (n_k == 1; chunked rows load their chunk per piece, x returned as given)."""
+    rstd = tl.zeros([1, 1], dtype=tl.float32)
+    if NORM:
+        rstd = row_rstd(x_ptr, stride_x, offs_t, mask_t, K, eps, BLOCK_K)[:, None]
+    if n_k == 1:
+        x = x_chunk(x_ptr, norm_ptr, 0, K, rstd, NORM, BLOCK_K)
+    return x, rstd
+
+
+@triton.jit
 def next_x_chunk(x, x_ptr, norm_ptr, k0, K, n_k, rstd, NORM: tl.constexpr, BLOCK_K: tl.constexpr):
     """The activation chunk at k0 for the next piece of a decode stream: loaded when rows span
     n_k > 1 chunks; with whole rows the row x already in registers (n_k is a constexpr when K is,

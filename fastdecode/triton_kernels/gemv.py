@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from ._common import (INTERPRET, gemv_acc, next_x_chunk, pdl_ready, pdl_start, pdl_wait, row_dot,
-                      row_rstd, weight_chunk, x_chunk)
+                      row_rstd, stream_x0, weight_chunk, x_chunk)
 from .config import StreamConfig, gemv_config, stream_ptx, use_pdl
 
 
@@ -151,10 +151,8 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
                     b, b2, r = epilogue_operands(bias_ptr, res_ptr, offs_t, mask_t, rows0,
                                                  rows0 < N, N, stride_res, BIAS, SWIGLU,
                                                  RESIDUAL)
-                    if NORM:
-                        rstd = row_rstd(x_ptr, stride_x, offs_t, mask_t, K, eps, BLOCK_K)[:, None]
-                    if n_k == 1:
-                        x = x_chunk(x_ptr, norm_ptr, 0, K, rstd, NORM, BLOCK_K)
+                    x, rstd = stream_x0(x, x_ptr, norm_ptr, stride_x, offs_t, mask_t, K, eps,
+                                        n_k, NORM, BLOCK_K)
             if run == 1:
                 kc = i % n_k
                 if n_k > 1:

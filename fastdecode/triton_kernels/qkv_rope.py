@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from ._common import (INTERPRET, gemv_acc, next_x_chunk, pdl_start, pdl_wait, row_dot, row_rstd,
-                      weight_chunk, x_chunk)
+                      stream_x0, weight_chunk, x_chunk)
 from .config import StreamConfig, gemv_config, qkv_pairs, stream_ptx, use_pdl
 from .gemv import block_t
 
@@ -128,9 +128,8 @@ def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_pt
                     blo, bhi, nlo, nhi, cs, sn = qkv_operands(
                         j, offs_t, mask_t, offs_h, offs_h < half, pos, bias_ptr, qk_norm_ptr,
                         cos_ptr, sin_ptr, H, HD, BIAS, QK_NORM)
-                    rstd = row_rstd(x_ptr, stride_x, offs_t, mask_t, K, eps, BLOCK_K)[:, None]
-                    if n_k == 1:
-                        x = x_chunk(x_ptr, norm_ptr, 0, K, rstd, True, BLOCK_K)
+                    x, rstd = stream_x0(x, x_ptr, norm_ptr, stride_x, offs_t, mask_t, K, eps,
+                                        n_k, True, BLOCK_K)
             if run == 1:
                 kc = i % n_k
                 if n_k > 1:
