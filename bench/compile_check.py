@@ -168,21 +168,21 @@ def main():
                             stages=_stages(int(v)), merge_in_attn=args.merge_in_attn,
                             norm_in_qkv=args.norm_in_qkv) for v in args.stages.split(",")]
     ids = torch.randint(0, 100, (4,))
+    # tiny models: room for several attention splits, so ops mode launches its merge kernel too
+    # (one split is written by attention_kernel directly); the real shapes keep 64, as their
+    # register reports in bench/RESULTS.md and config.py did
+    seq = 256 if args.family else 64
     if len(streams) > 1:  # the decode megakernel per stages entry (pipelined loads per op)
         print(f"{name}, sm_90a, decode megakernel by stages (QKV, o_proj, gate|up, down):")
         for v, stream in zip(args.stages.split(","), streams):
             COMPILED.clear()
-            fm = fastdecode.from_hf(model, max_seq_len=256 if args.family else 64, mode="mega")
+            fm = fastdecode.from_hf(model, max_seq_len=seq, mode="mega")
             fm.runtime.n_programs = args.programs
             fm.runtime.mega_stream = stream
             fm.runtime.forward(ids[:1].clone())
             print(f"  stages {v:6s} {kernel_report(*COMPILED['megakernel'])}")
         return
     stream = streams[0]
-    # tiny models: room for several attention splits, so ops mode launches its merge kernel too
-    # (one split is written by attention_kernel directly); the real shapes keep 64, as their
-    # register reports in bench/RESULTS.md and config.py did
-    seq = 256 if args.family else 64
     for mode in ("mega",) + (("ops",) if args.family else ()):
         if args.tp > 1:
             from fastdecode.module import FastModel
