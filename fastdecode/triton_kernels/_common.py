@@ -56,15 +56,34 @@ def row_rstd(x_ptr, stride_x, offs_t, mask_t, K, eps, BLOCK_K: tl.constexpr):
 
 
 @triton.jit
+def x_chunk_raw(x_ptr, norm_ptr, k0, K, NORM: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The loads of x_chunk, as stored (x, and norm_w if NORM; else zeros of its dtype): a stream
+    can request them an iteration before it converts them (x_chunk_apply), so their latency does
+    not stall the iteration that requests them."""
+    offs = k0 + tl.arange(0, BLOCK_K)
+    m = offs < K
+    x = tl.load(x_ptr + offs, mask=m, other=0.0)[None, :]
+    nw = tl.zeros([1, BLOCK_K], dtype=norm_ptr.dtype.element_ty)
+    if NORM:
+        nw = tl.load(norm_ptr + offs, mask=m, other=0.0)[None, :]
+    return x, nw
+
+
+@triton.jit
+def x_chunk_apply(x, nw, rstd, NORM: tl.constexpr):
+    """x_chunk from x_chunk_raw's loads."""
+    x = x.to(tl.float32)
+    if NORM:
+        x = x * rstd * nw.to(tl.float32)
+    return x
+
+
+@triton.jit
 def x_chunk(x_ptr, norm_ptr, k0, K, rstd, NORM: tl.constexpr, BLOCK_K: tl.constexpr):
     """Activation row x[k0 : k0 + BLOCK_K] as fp32 [1, BLOCK_K], times rstd [1, 1] * norm_w if
     NORM (the RMSNorm prologue). A few KB, served by L1 after the first tile of a decode task."""
-    offs = k0 + tl.arange(0, BLOCK_K)
-    m = offs < K
-    x = tl.load(x_ptr + offs, mask=m, other=0.0).to(tl.float32)[None, :]
-    if NORM:
-        x = x * rstd * tl.load(norm_ptr + offs, mask=m, other=0.0).to(tl.float32)[None, :]
-    return x
+    x, nw = x_chunk_raw(x_ptr, norm_ptr, k0, K, NORM, BLOCK_K)
+    return x_chunk_apply(x, nw, rstd, NORM)
 
 
 @triton.jit

@@ -317,8 +317,12 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                     True, BIAS_MLP, True, False, BLOCK_T, RG, KG, STREAM, F32,
                                     PTX, SG, ready, wargs)
                 else:
-                    w0, w20 = stream_start(w_gu, FFN, D, a1, a2, RG, KG, True, STREAM, PTX)
+                    # register stream (the 1B class): the first piece after the wait, not before
+                    # it -- with every gate|up task's first pieces (the whole grid's, ~8 MB)
+                    # queued ahead of it, the o_proj -> gate|up hand-off took 1.7 us (trace,
+                    # median); requested after, the 1B decodes 2% faster (RESULTS.md session 11)
                     run = ready(*wargs)
+                    w0, w20 = stream_start(w_gu, FFN, D, a1, a2, RG, KG, True, STREAM, PTX)
                     if run == 1:
                         gemv_body(h_ptr, w_gu, mnorm_ptr + layer * D, bgu_ptr + layer * 2 * FFN,
                                   h_ptr, act_ptr, T, FFN, D, D, D, FFN, eps, a1, a2, a0, w0, w20,
