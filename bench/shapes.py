@@ -36,10 +36,11 @@ def random_model(key, device="cuda", n_layers=None):
         cfg.num_hidden_layers = n_layers
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).eval()
+    gen = torch.Generator(device).manual_seed(0)  # the same weights in every process (A/B runs)
     with torch.no_grad():  # weights of realistic scale (HF's init is std 0.02; fine for speed too)
         for n, p in model.named_parameters():
             if p.dim() > 1:
-                p.normal_(0, p.shape[-1] ** -0.5)
+                p.normal_(0, p.shape[-1] ** -0.5, generator=gen)
     return name, model
 
 
