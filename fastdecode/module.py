@@ -98,6 +98,8 @@ class FastModel(nn.Module):
         if max_new_tokens is None:
             total = max_length if max_length is not None else (gc.max_length or 20)
             max_new_tokens = max(0, total - ids.shape[0])
+        if int(max_new_tokens) < 0:
+            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
         sampling = Sampling(do_sample=bool(pick(do_sample, "do_sample", False)),
                             temperature=float(pick(temperature, "temperature", 1.0)),
                             top_k=pick(top_k, "top_k", None), top_p=pick(top_p, "top_p", None))

@@ -41,7 +41,7 @@ FAMILIES: dict[str, Family] = {
     "qwen2": Family(qkv_bias=True, qk_norm=False, window_field="use_sliding_window"),
     "qwen3": Family(qkv_bias=False, qk_norm=True, window_field="use_sliding_window"),
 }
-ROPE_TYPES = ("default", "linear", "llama3")
+ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 
 
 @dataclass(frozen=True)
@@ -131,14 +131,50 @@ class ModelSpec:
             mid = (1 - smooth) * scaled / factor + smooth * scaled
             is_mid = (wavelen >= old / hi) & (wavelen <= old / lo)
             inv = torch.where(is_mid, mid, scaled)
+        elif kind == "yarn":
+            # YaRN (arXiv 2309.00071), as transformers' _compute_yarn_parameters: frequencies
+            # that turn fewer than beta_slow times over the original context are interpolated
+            # (/ factor), more than beta_fast times kept, a linear ramp between
+            old = self._yarn_original()
+            betas = (float(self.rope.get("beta_fast") or 32), float(self.rope.get("beta_slow") or 1))
+            lo, hi = (hd * math.log(old / (b * 2 * math.pi)) / (2 * math.log(self.rope_theta))
+                      for b in betas)
+            if self.rope.get("truncate", True):
+                lo, hi = math.floor(lo), math.ceil(hi)
+            lo, hi = max(lo, 0), min(hi, hd - 1)
+            ramp = ((torch.arange(hd // 2, dtype=torch.float64) - lo)
+                    / (hi - lo if hi != lo else 0.001)).clamp(0, 1)
+            inv = inv / self._yarn_factor() * ramp + inv * (1 - ramp)
         return inv.to(torch.float32)
 
+    def _yarn_original(self) -> float:
+        return float(self.rope.get("original_max_position_embeddings") or self.max_position)
+
+    def _yarn_factor(self) -> float:
+        return float(self.rope.get("factor") or self.max_position / self._yarn_original())
+
+    def rope_attention_factor(self) -> float:
+        """The factor HF multiplies cos and sin by (its attention_scaling): 1 but for YaRN, whose
+        attention_factor defaults to 0.1 ln(factor) + 1 (or the mscale / mscale_all_dim ratio)."""
+        if self.rope.get("rope_type") != "yarn":
+            return 1.0
+        if self.rope.get("attention_factor") is not None:
+            return float(self.rope["attention_factor"])
+        factor = self._yarn_factor()
+        g = lambda m: 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0  # noqa: E731
+        ms, ms_all = self.rope.get("mscale"), self.rope.get("mscale_all_dim")
+        return g(float(ms)) / g(float(ms_all)) if ms and ms_all else g(1.0)
+
     def rope_table(self, max_seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos, sin tables [max_seq_len, head_dim/2] fp32, computed as HF does (fp32 outer product)."""
+        """cos, sin tables [max_seq_len, head_dim/2] fp32, computed as HF does (fp32 outer product,
+        times rope_attention_factor)."""
         inv = self.rope_inv_freq()
         pos = torch.arange(max_seq_len, dtype=torch.float32)
         freqs = torch.outer(pos, inv)
-        return freqs.cos(), freqs.sin()
+        att = self.rope_attention_factor()
+        if att == 1.0:
+            return freqs.cos(), freqs.sin()
+        return freqs.cos() * att, freqs.sin() * att
 
     @classmethod
     def from_hf_config(cls, cfg) -> "ModelSpec":

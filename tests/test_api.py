@@ -106,6 +106,8 @@ def test_bad_inputs_raise(fm):
         fm.generate(ok, attention_mask=torch.tensor([[0, 1]], device=DEVICE), max_new_tokens=2)
     with pytest.raises(ValueError, match="max_seq_len"):
         fm.generate(ok, max_new_tokens=47)
+    with pytest.raises(ValueError, match="max_new_tokens must be >= 0"):
+        fm.generate(ok, max_new_tokens=-1)
     fm.reset()
     with pytest.raises(ValueError, match="max_seq_len"):
         fm(torch.ones(1, 49, dtype=torch.long, device=DEVICE))

@@ -42,6 +42,19 @@ def test_family_fp32_matches_hf(family, mode):
     assert fm.position == PROMPT + STEPS
 
 
+@pytest.mark.parametrize("mode", ["torch", "ops", "mega"])
+def test_yarn_rope_fp32_matches_hf(mode):
+    """A YaRN-scaled RoPE (Qwen3's long-context recipe; original context 16 < the 37 positions
+    run) through the scaled cos / sin tables, q/k norm included: the same 1e-5 as above."""
+    model = tiny_model("qwen3", rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                                              "original_max_position_embeddings": 16}).to(DEVICE)
+    ids = torch.randint(0, 101, (1, PROMPT + STEPS), generator=torch.Generator().manual_seed(5))
+    ids = ids.to(DEVICE)
+    ref = hf_logits(model, ids)
+    got = teacher_forced(fastdecode.from_hf(model, max_seq_len=64, mode=mode), ids)
+    assert rel_err(got, ref) < 1e-5, (mode, rel_err(got, ref))
+
+
 @pytest.mark.parametrize("family", ["llama", "qwen3"])
 def test_bf16_ops_close_to_fp32_hf(family):
     """bf16 weights and activations vs the fp32 HF model holding the same (bf16-rounded) weights.

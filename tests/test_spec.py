@@ -25,6 +25,31 @@ def test_spec_fields_and_rope_match_hf(family):
     assert getattr(model.model.rotary_emb, "attention_scaling", 1.0) == 1.0
 
 
+@pytest.mark.parametrize("family,yarn", [
+    ("qwen3", {"factor": 4.0, "original_max_position_embeddings": 64}),
+    ("llama", {"factor": 8.0, "original_max_position_embeddings": 32, "beta_fast": 16.0,
+               "beta_slow": 2.0, "truncate": False}),
+    ("qwen2", {"factor": 2.0, "original_max_position_embeddings": 128, "mscale": 0.8,
+               "mscale_all_dim": 0.5}),
+    ("mistral", {"factor": 3.0, "original_max_position_embeddings": 40, "attention_factor": 1.3}),
+])
+def test_yarn_rope_matches_hf(family, yarn):
+    """YaRN: the inverse frequencies and the cos / sin scale of HF's own rotary embedding (fp32
+    there, fp64 here: 1e-6 relative is a few fp32 ulps)."""
+    model = tiny_model(family, rope_scaling={"rope_type": "yarn", **yarn})
+    s = ModelSpec.from_hf_config(model.config)
+    rot = model.model.rotary_emb
+    assert torch.allclose(s.rope_inv_freq(), rot.inv_freq.float(), rtol=1e-6, atol=0)
+    assert s.rope_attention_factor() == pytest.approx(rot.attention_scaling, rel=1e-12)
+    assert s.rope_attention_factor() != 1.0
+    pos = torch.arange(50)[None]
+    cos, sin = rot(torch.zeros(1, 50, 1), pos)
+    c, sn = s.rope_table(50)
+    half = s.head_dim // 2
+    assert torch.allclose(c, cos[0, :, :half], rtol=1e-5, atol=1e-6)
+    assert torch.allclose(sn, sin[0, :, :half], rtol=1e-5, atol=1e-6)
+
+
 def test_family_differences():
     spec = lambda fam: ModelSpec.from_hf_config(tiny_model(fam).config)  # noqa: E731
     assert spec("qwen2").attn_bias and not spec("qwen2").o_bias
@@ -44,7 +69,7 @@ def _raw(**kw):  # a config HF itself would refuse to build (odd head_dim)
     (lambda: tf.GPT2Config(), "gpt2"),
     (lambda: tf.LlamaConfig(hidden_act="gelu"), "hidden_act"),
     (lambda: tf.LlamaConfig(max_position_embeddings=4096, rope_scaling={
-        "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024}), "yarn"),
+        "rope_type": "dynamic", "factor": 4.0}), "dynamic"),
     (lambda: _raw(num_attention_heads=6, num_key_value_heads=4, hidden_size=48), "multiple"),
     (lambda: _raw(head_dim=7), "odd"),
     (lambda: _raw(partial_rotary_factor=0.5), "partial_rotary_factor"),
