@@ -81,3 +81,9 @@ def run_ranks(world: int, fn):
         if e is not None:
             raise e
     return out
+
+
+def needs_gpus(n: int):
+    """Skip marker for a test of n real GPUs (2: the x2 machines; 4 / 8 where such are lent)."""
+    import pytest
+    return pytest.mark.skipif(torch.cuda.device_count() < n, reason=f"needs {n} GPUs")

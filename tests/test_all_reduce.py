@@ -11,6 +11,7 @@ import fastdecode
 from conftest import DEVICE
 from fastdecode.distributed import all_reduce_fp32 as rank_order_sum
 from fastdecode.ops import PeerBuffers, all_reduce
+from helpers import needs_gpus
 
 
 @given(world=st.integers(2, 4), ns=st.lists(st.sampled_from([1, 7, 255, 1000, 4099]),
@@ -82,19 +83,20 @@ def test_too_long_a_vector_is_refused():
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
-def test_two_gpus_over_symmetric_memory(tmp_path):
-    """Real ranks: torchrun, one GPU each, PyTorch symmetric memory (NVLink peer-to-peer, no
-    multicast); each rank's result equals the rank-order fp32 sum and every rank's bits agree."""
+@pytest.mark.parametrize("world", [pytest.param(n, marks=needs_gpus(n)) for n in (2, 4, 8)])
+def test_gpus_over_symmetric_memory(tmp_path, world):
+    """Real ranks: torchrun, one GPU each (2, 4, 8 as the machine has them), PyTorch symmetric
+    memory (NVLink peer-to-peer, no multicast); each rank's result equals the rank-order fp32 sum
+    and every rank's bits agree."""
     import os
     import subprocess
     import sys
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, PYTHONPATH=root, NCCL_NVLS_ENABLE="0",
                TORCH_SYMM_MEM_DISABLE_MULTICAST="1")
-    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                          os.path.join(root, "tests", "all_reduce_worker.py"), "2",
-                          str(tmp_path / "bad")], env=env, capture_output=True, text=True,
-                         timeout=300, cwd=root)
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node",
+                          str(world), os.path.join(root, "tests", "all_reduce_worker.py"),
+                          str(world), str(tmp_path / "bad")], env=env, capture_output=True,
+                         text=True, timeout=300, cwd=root)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert [(tmp_path / f"bad.{r}").read_text() for r in range(2)] == ["0", "0"]
+    assert [(tmp_path / f"bad.{r}").read_text() for r in range(world)] == ["0"] * world

@@ -13,7 +13,7 @@ from fastdecode.loading import safetensors_getter
 from fastdecode.packing import dict_getter, pack
 from fastdecode.spec import ModelSpec
 from fastdecode.triton_kernels.config import StreamConfig
-from helpers import rel_err, run_ranks
+from helpers import needs_gpus, rel_err, run_ranks
 from models import tiny_model
 
 # (family, world) pairs the tiny models allow (tp must divide KV heads, heads and ffn)
@@ -121,13 +121,14 @@ def test_rank_reads_its_shard_from_safetensors(tmp_path, family, world):
                 assert torch.equal(a.tensors()[name], t), (name, r)
 
 
-TWO_GPUS = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
 
 
 @pytest.mark.parametrize("family,world,mode,device", [
     ("qwen3", 2, "torch", "cpu"), ("llama", 2, "ops", "cpu"),
-    pytest.param("llama", 2, "mega", "cuda", marks=[pytest.mark.gpu, TWO_GPUS]),
-    pytest.param("qwen3", 2, "mega", "cuda", marks=[pytest.mark.gpu, TWO_GPUS])])
+    pytest.param("llama", 2, "mega", "cuda", marks=[pytest.mark.gpu, needs_gpus(2)]),
+    pytest.param("qwen3", 2, "mega", "cuda", marks=[pytest.mark.gpu, needs_gpus(2)]),
+    pytest.param("wide", 4, "mega", "cuda", marks=[pytest.mark.gpu, needs_gpus(4)]),
+    pytest.param("wide", 8, "mega", "cuda", marks=[pytest.mark.gpu, needs_gpus(8)])])
 def test_torchrun_ranks_match_single_process(tmp_path, family, world, mode, device):
     """Real processes: torchrun, each rank packs its shard from safetensors; every rank
     holds the same logits and tokens, equal to the single-process model's. cpu: gloo; ops: the
