@@ -53,6 +53,13 @@ def main():
         for op, n, sp, spread, d0, dm, d1 in tr.phases(evs, layer):
             print(f"    {op:8s} tasks {n:4d}  span {sp / 1e3:6.1f}  spread {spread / 1e3:5.1f}  "
                   f"dur {d0 / 1e3:5.1f} / {dm / 1e3:5.1f} / {d1 / 1e3:5.1f}")
+        print("  per-program rates over the layers (trace.program_skew): p10 / p90 of the relative "
+              "rate, split-half correlation")
+        for op in ("QKV", "QKV_ATTN", "O_PROJ", "GATE_UP", "DOWN"):
+            r = tr.program_skew(evs, op)
+            if r:
+                print(f"    {op:8s} programs {r[0]:4d}  rate {r[1]:.3f} / {r[2]:.3f}  "
+                      f"corr {r[3]:+.2f}")
         del fm
         torch.cuda.empty_cache()
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 
-from .opcodes import F_A0, F_LAYER, F_OP, Op
+from .opcodes import F_A0, F_A1, F_A2, F_LAYER, F_OP, Op
 
 
 def events(sched, trace):
-    """-> list of dicts (program, step, op, layer, arg0, start, ready, end), times relative to the
-    first start. trace: [P, steps, max_len, 3] from Runtime.trace_decode."""
+    """-> list of dicts (program, step, op, layer, arg0, tiles (arg2 - arg1: a weight task's row
+    tiles), start, ready, end), times relative to the first start. trace: [P, steps, max_len, 3]
+    from Runtime.trace_decode."""
     P, steps = trace.shape[:2]
     out = []
     for p in range(P):
@@ -21,8 +22,9 @@ def events(sched, trace):
                     continue
                 w = sched.words[p, i]
                 out.append(dict(program=p, step=s, op=Op(int(w[F_OP])).name,
-                                layer=int(w[F_LAYER]), arg0=int(w[F_A0]), start=start,
-                                ready=ready, end=end))
+                                layer=int(w[F_LAYER]), arg0=int(w[F_A0]),
+                                tiles=int(w[F_A2]) - int(w[F_A1]), start=start, ready=ready,
+                                end=end))
     t0 = min(e["start"] for e in out)
     for e in out:
         for k in ("start", "ready", "end"):
@@ -58,6 +60,35 @@ def phases(evs, layer: int, step: int = 0):
     return rows
 
 
+def program_skew(evs, op: str, step: int = 0):
+    """Is a phase's slowest program slow by chance or every time? For the tasks of op (one per
+    program and layer), each program's rate (tiles / working time) relative to the layer's median
+    rate; then per program the mean over the even layers and over the odd ones, and the Pearson
+    correlation of the two halves across programs: near 1, the same programs are slow in every
+    layer (a per-program cost table would rebalance the static queues, issue 4); near 0, it is
+    noise that only dynamic scheduling evens out. -> (programs, p10 and p90 of the programs' mean
+    relative rate, split-half correlation), or None with fewer than 2 layers of op."""
+    by_layer = {}
+    for e in evs:
+        if e["op"] == op and e["step"] == step and e.get("tiles", 0) > 0 and e["end"] > e["ready"]:
+            by_layer.setdefault(e["layer"], {})[e["program"]] = e["tiles"] / (e["end"] - e["ready"])
+    if len(by_layer) < 2:
+        return None
+    halves = ({}, {})
+    for layer, rates in by_layer.items():
+        med = sorted(rates.values())[len(rates) // 2]
+        for p, r in rates.items():
+            halves[layer % 2].setdefault(p, []).append(r / med)
+    progs = sorted(set(halves[0]) & set(halves[1]))
+    a = [sum(halves[0][p]) / len(halves[0][p]) for p in progs]
+    b = [sum(halves[1][p]) / len(halves[1][p]) for p in progs]
+    both = sorted((x + y) / 2 for x, y in zip(a, b))
+    ma, mb = sum(a) / len(a), sum(b) / len(b)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(a, b))
+    var = (sum((x - ma) ** 2 for x in a) * sum((y - mb) ** 2 for y in b)) ** 0.5
+    return len(progs), both[len(both) // 10], both[(9 * len(both)) // 10], cov / var if var else 0.0
+
+
 def chrome_json(evs, path, scale_us=1e-3):
     """Chrome trace (chrome://tracing, Perfetto): one row per program; waits and work as slices."""
     out = []
@@ -68,7 +99,7 @@ def chrome_json(evs, path, scale_us=1e-3):
                             ts=e["start"] * scale_us, dur=(e["ready"] - e["start"]) * scale_us))
         out.append(dict(name=name, cat=e["op"], ph="X", pid=0, tid=e["program"],
                         ts=e["ready"] * scale_us, dur=(e["end"] - e["ready"]) * scale_us,
-                        args=dict(step=e["step"], arg0=e["arg0"])))
+                        args=dict(step=e["step"], arg0=e["arg0"], tiles=e.get("tiles", 0))))
     with open(path, "w") as f:
         json.dump({"traceEvents": out, "displayTimeUnit": "ns"}, f)
 
@@ -86,7 +117,7 @@ def load_chrome_json(path, scale_us=1e-3):
         w = waits.get((e["tid"], round(e["ts"], 6)))
         ready = round(e["ts"] / scale_us)
         evs.append(dict(program=e["tid"], step=e["args"]["step"], op=op, layer=int(layer),
-                        arg0=e["args"].get("arg0", 0),
+                        arg0=e["args"].get("arg0", 0), tiles=e["args"].get("tiles", 0),
                         start=round(w["ts"] / scale_us) if w else ready, ready=ready,
                         end=ready + round(e["dur"] / scale_us)))
     return evs
