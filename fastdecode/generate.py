@@ -16,7 +16,21 @@ from .runtime import Runtime, Sampling
 _HARMLESS = {"pad_token_id", "bos_token_id", "use_cache", "return_dict_in_generate",
              "output_scores", "output_logits", "output_attentions", "output_hidden_states",
              "num_beams", "num_return_sequences", "repetition_penalty", "min_new_tokens",
-             "token_type_ids", "tokenizer", "synced_gpus", "logits_processor", "stopping_criteria"}
+             "token_type_ids", "tokenizer", "synced_gpus", "logits_processor", "stopping_criteria",
+             # beam-search only, or about HF's own cache / compile: nothing here
+             "length_penalty", "early_stopping", "low_memory", "cache_implementation",
+             "disable_compile", "compile_config"}
+# HF generate() arguments that change the tokens unless at these values (HF's defaults): passed at
+# one of them they are accepted, otherwise refused (check_hf_kwargs)
+_NEUTRAL = {"no_repeat_ngram_size": (0,), "encoder_no_repeat_ngram_size": (0,),
+            "bad_words_ids": (), "suppress_tokens": (), "begin_suppress_tokens": (),
+            "forced_bos_token_id": (), "forced_eos_token_id": (), "typical_p": (1.0,),
+            "epsilon_cutoff": (0.0,), "eta_cutoff": (0.0,), "min_p": (0.0,),
+            "renormalize_logits": (False,), "guidance_scale": (1.0,), "sequence_bias": (),
+            "exponential_decay_length_penalty": (), "remove_invalid_values": (False,),
+            "max_time": (), "num_beam_groups": (1,), "diversity_penalty": (0.0,),
+            "min_length": (0,), "stop_strings": (), "assistant_model": (),
+            "prompt_lookup_num_tokens": (), "past_key_values": ()}
 
 
 def check_hf_kwargs(kwargs, eos_ids, gc=None):
@@ -51,7 +65,12 @@ def check_hf_kwargs(kwargs, eos_ids, gc=None):
         if kwargs.get(name):
             raise ValueError(f"{name}=True is not supported: generate() returns the token ids "
                              f"(LongTensor [1, T + new]); fm(input_ids) returns logits")
-    unknown = set(kwargs) - _HARMLESS
+    for name, ok in _NEUTRAL.items():
+        v = kwargs.get(name)
+        if not (v is None or (isinstance(v, (list, tuple, dict)) and not v) or v in ok):
+            raise ValueError(f"{name}={v!r} is not supported: the token choice runs on the GPU "
+                             f"(greedy, temperature, top_k, top_p; stop tokens by eos_token_id)")
+    unknown = set(kwargs) - _HARMLESS - set(_NEUTRAL)
     if unknown:
         raise TypeError(f"generate() got unsupported arguments {sorted(unknown)}")
 

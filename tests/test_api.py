@@ -130,6 +130,12 @@ def test_bad_inputs_raise(fm):
         fm.generate(ok, max_new_tokens=2, repetition_penalty=1.2)
     with pytest.raises(TypeError, match="unsupported arguments"):
         fm.generate(ok, max_new_tokens=2, penalty_alpha=0.6)
+    with pytest.raises(ValueError, match="no_repeat_ngram_size"):
+        fm.generate(ok, max_new_tokens=2, no_repeat_ngram_size=2)
+    with pytest.raises(ValueError, match="bad_words_ids"):
+        fm.generate(ok, max_new_tokens=2, bad_words_ids=[[5]])
+    with pytest.raises(ValueError, match="stop_strings"):
+        fm.generate(ok, max_new_tokens=2, stop_strings=["."])
     with pytest.raises(ValueError, match="temperature"):
         fm.generate(ok, max_new_tokens=2, do_sample=True, temperature=0.0)
     assert fm.position == 0  # nothing ran
@@ -137,13 +143,16 @@ def test_bad_inputs_raise(fm):
 
 def test_harmless_hf_arguments_at_their_defaults(fm):
     """The same tokens with HF's no-op arguments (min_new_tokens without stop tokens, empty
-    processor lists, num_beams=1) as without them; a generation_config repetition_penalty is
+    processor lists, num_beams=1, the logits processors' neutral values, beam-only and cache
+    arguments) as without them; a generation_config repetition_penalty is
     not applied, and a warning says so."""
     ok = torch.tensor([[1, 2]], device=DEVICE)
     want = fm.generate(ok, max_new_tokens=4, eos_token_id=[])
     got = fm.generate(ok, max_new_tokens=4, eos_token_id=[], min_new_tokens=4, num_beams=1,
                       logits_processor=[], stopping_criteria=[], output_scores=False,
-                      pad_token_id=0)
+                      pad_token_id=0, no_repeat_ngram_size=0, bad_words_ids=None, typical_p=1.0,
+                      min_p=0.0, stop_strings=[], length_penalty=1.3,
+                      cache_implementation="static")
     assert torch.equal(got, want)
     import copy
     gc = copy.deepcopy(fm.generation_config)
