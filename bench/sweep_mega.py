@@ -15,9 +15,13 @@ another order than ops mode's, so greedy tokens may part at a near-tie) and the 
         (the last QKV task of a group runs its attention; config.StreamConfig.attn_in_qkv_keys;
         -1: the default, config.StreamConfig.short_context_keys)
     --prompt-len: the prompt (the context then grows by --new-tokens)
+    --record: write the best config of the run into fastdecode/triton_kernels/stream_table.json
+        for this GPU and model shape (config.stream_config then uses it for that shape)
 """
 import argparse
+import dataclasses
 import itertools
+import json
 import os
 import sys
 
@@ -26,8 +30,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fastdecode  # noqa: E402
-from bench_decode import decode_rate  # noqa: E402
-from fastdecode.triton_kernels.config import StreamConfig  # noqa: E402
+from bench_decode import bench_command, decode_rate, run_stamp  # noqa: E402
+from fastdecode.triton_kernels.config import STREAM_TABLE, StreamConfig  # noqa: E402
 from shapes import random_model, stream_configs  # noqa: E402
 
 
@@ -38,6 +42,25 @@ def teacher_forced(fm, ids, n):
     steps = torch.randint(0, 1000, (1, n), device=ids.device,
                           generator=torch.Generator(ids.device).manual_seed(1))
     return torch.cat([fm(steps[:, t:t + 1])[0] for t in range(n)]).float()
+
+
+def record(path, gpu, model_name, d_model, ffn_dim, cfg, rate, cmd):
+    """Put cfg (a StreamConfig, its stages resolved for d_model) into the stream table at path as
+    the entry for (gpu, d_model, ffn_dim), replacing any earlier one, with its provenance."""
+    with open(path) as f:
+        table = json.load(f)
+    d = StreamConfig()
+    keep = {k: v for k, v in dataclasses.asdict(cfg).items()
+            if k in ("tile_elems", "num_warps", "per_sm", "max_k") or v != getattr(d, k)}
+    keep["stages"] = list(cfg.op_stages(d_model))
+    stamp, commit = run_stamp()
+    rows = [e for e in table.get(gpu, []) if (e["d_model"], e["ffn_dim"]) != (d_model, ffn_dim)]
+    rows.append(dict(d_model=d_model, ffn_dim=ffn_dim, model=model_name, config=keep,
+                     tok_s=round(rate, 1), commit=commit, date=stamp, command=cmd))
+    table[gpu] = sorted(rows, key=lambda e: (e["d_model"], e["ffn_dim"]))
+    with open(path, "w") as f:
+        json.dump(table, f, indent=1)
+        f.write("\n")
 
 
 def main():
@@ -54,6 +77,7 @@ def main():
     p.add_argument("--configs", default=None, help="e/w/k/p,... instead of the grid")
     p.add_argument("--prompt-len", type=int, default=32)
     p.add_argument("--new-tokens", type=int, default=160)
+    p.add_argument("--record", action="store_true", help="the best config into the stream table")
     args = p.parse_args()
     name, model = random_model(args.model)
     ids = torch.randint(0, 1000, (1, args.prompt_len), device="cuda",
@@ -94,13 +118,19 @@ def main():
             print(f"  {tag} failed: {type(e).__name__}: "
                   f"{str(e)[:200]}", flush=True)
             continue
-        rows.append((rate, tag, ok))
+        rows.append((rate, tag, ok, c))
         print(f"  {tag:36s} {rate:8.1f} tok/s  {ok}", flush=True)
         del fm
         torch.cuda.empty_cache()
     print(f"\n{name} megakernel tiles, best first (ops + CUDA graph: {base:.1f} tok/s)")
-    for rate, tag, ok in sorted(rows, reverse=True):
+    rows.sort(key=lambda r: -r[0])
+    for rate, tag, ok, _ in rows:
         print(f"  {tag:36s} {rate:8.1f} tok/s  {rate / base:5.2f}x ops  {ok}")
+    if args.record and rows:
+        cfg = model.config
+        record(STREAM_TABLE, torch.cuda.get_device_name(), name, cfg.hidden_size,
+               cfg.intermediate_size, rows[0][3], rows[0][0], bench_command("sweep_mega.py"))
+        print(f"recorded {rows[0][1]} for {name} in {STREAM_TABLE}")
 
 
 if __name__ == "__main__":

@@ -119,7 +119,7 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
     half = spec.head_dim // 2
     dims = (spec.q_dim, spec.d_model, spec.ffn_dim)
     if T == 1:
-        st = stream or stream_config(device)
+        st = stream or stream_config(device, spec)
         tiles = [st.tile(k) for k in dims] + [st.tile(spec.d_model, 2)]
         rows, bks, warps = [t.block_n for t in tiles], [t.block_k for t in tiles], st.num_warps
     else:

@@ -247,11 +247,17 @@ class Runtime:
                                      self.collectives)
 
     @property
+    def stream(self):
+        """The megakernel's decode stream: mega_stream if set (sweeps, the one-program-per-SM
+        fallback), else this GPU's and model's entry of the shipped table (config.stream_config)."""
+        return self.mega_stream or stream_config(self.pw.device, self.spec)
+
+    @property
     def n_programs(self) -> int:
         if self._n_programs:
             return self._n_programs
         if self.mode == "mega" and self.cuda:
-            return _sm_count(self.pw.device) * (self.mega_stream or stream_config(None)).per_sm
+            return _sm_count(self.pw.device) * self.stream.per_sm
         return 1 if self.mode == "mega" else 4
 
     @n_programs.setter
@@ -452,7 +458,7 @@ class Runtime:
         (Tiling.attn_in_qkv): decode steps whose keys fit StreamConfig.short_context_keys."""
         if T != 1 or self.mode not in ("mega", "vm"):
             return 0
-        keys = (self.mega_stream or stream_config(None)).short_context_keys(
+        keys = self.stream.short_context_keys(
             self.spec.head_dim, self.pw.dtype.itemsize)
         return max(0, min(n, keys - self.state.n_pos))
 
@@ -465,7 +471,7 @@ class Runtime:
         if key not in self._schedules:
             from .graph import build_step, make_tiling
             from .schedule import build_schedule
-            tiling = make_tiling(self.spec, T, self.max_seq_len, self.pw.device, self.mega_stream,
+            tiling = make_tiling(self.spec, T, self.max_seq_len, self.pw.device, self.stream,
                                  self.pw.dtype, attn_in_qkv=short)
             world = self.collectives.world
             # every rank tiles the largest shard's rows (rank 0's): the same lm_head tasks
@@ -499,7 +505,7 @@ class Runtime:
         try:
             self._launch_mega_once(sched, n_steps, sampling, trace, clock)
         except RuntimeError as e:
-            stream = self.mega_stream or stream_config(None)
+            stream = self.stream
             if "cooperative" not in str(e) or stream.per_sm == 1 or trace is not None or \
                     self._n_programs:
                 raise

@@ -8,8 +8,12 @@ eight Llama-3.2-1B / Llama-3.1-8B shapes (4.37 TB/s on 2048x128256, 3.95 on 4096
 QKV + RoPE uses the same tile as pairs of rows (lo, hi halves of a head): 4 pairs = 8 rows.
 Prefill (T>1): tl.dot tiles need M, N, K >= 16; 64x64 keeps the bf16 operand tiles in registers.
 Interpreter (CPU CI): each program instance is a Python loop, so use few, large tiles.
+Megakernel decode stream (StreamConfig): per GPU and model shape from stream_table.json, which
+bench/sweep_mega.py --record writes (its best config of a run); shapes and GPUs not in it get
+StreamConfig's defaults, whose constants below say which sweeps chose them.
 """
 import functools
+import json
 import os
 from dataclasses import dataclass
 
@@ -204,8 +208,41 @@ def use_pdl(device) -> bool:
     return device.type != "cuda" or _pdl_gpu(device.index)
 
 
-def stream_config(device) -> StreamConfig:
-    return StreamConfig()
+STREAM_TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stream_table.json")
+
+
+@functools.lru_cache(maxsize=None)
+def _stream_table(path: str = STREAM_TABLE) -> dict:
+    with open(path) as f:
+        return {gpu: rows for gpu, rows in json.load(f).items() if not gpu.startswith("_")}
+
+
+def table_stream(entry: dict) -> StreamConfig:
+    """A stream_table.json entry's config as a StreamConfig (JSON lists back to tuples)."""
+    cfg = dict(entry["config"])
+    if isinstance(cfg.get("stages"), list):
+        cfg["stages"] = tuple(cfg["stages"])
+    return StreamConfig(**cfg)
+
+
+def stream_config(device, spec=None, path: str = STREAM_TABLE) -> StreamConfig:
+    """The megakernel's decode stream for this GPU and model: the entry of stream_table.json
+    (written by bench/sweep_mega.py --record: its best config by tok/s on that GPU) for the
+    model's exact (d_model, ffn_dim), else StreamConfig's defaults (their rules: tile, op_stages)
+    -- a shipped table, no autotuning at first call."""
+    device = torch.device(device) if device is not None else None
+    if spec is None or device is None or device.type != "cuda" or INTERPRET:
+        return StreamConfig()
+    return lookup_stream(torch.cuda.get_device_name(device), spec.d_model, spec.ffn_dim,
+                         path) or StreamConfig()
+
+
+def lookup_stream(gpu: str, d_model: int, ffn_dim: int, path: str = STREAM_TABLE):
+    """stream_table.json's StreamConfig for (gpu, d_model, ffn_dim), or None."""
+    for entry in _stream_table(path).get(gpu, ()):
+        if (entry["d_model"], entry["ffn_dim"]) == (d_model, ffn_dim):
+            return table_stream(entry)
+    return None
 
 
 def gemv_config(N: int, K: int, T: int, device) -> TileConfig:
