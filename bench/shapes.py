@@ -23,6 +23,18 @@ SHAPES = {
         hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
         num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=False,
         rope_theta=1000000.0, max_position_embeddings=40960, rms_norm_eps=1e-6)),
+    # shapes no benchmark row measured yet (compile_check covers them): a d_model between the
+    # stages rule's sizes, and one above max_k with biased QKV
+    "3b": ("Llama-3.2-3B", lambda: tf.LlamaConfig(
+        hidden_size=3072, intermediate_size=8192, num_hidden_layers=28, num_attention_heads=24,
+        num_key_value_heads=8, head_dim=128, vocab_size=128256, tie_word_embeddings=True,
+        rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+        rope_theta=500000.0, max_position_embeddings=131072, rms_norm_eps=1e-5)),
+    "qwen2.5-14b": ("Qwen2.5-14B", lambda: tf.Qwen2Config(
+        hidden_size=5120, intermediate_size=13824, num_hidden_layers=48, num_attention_heads=40,
+        num_key_value_heads=8, vocab_size=152064, tie_word_embeddings=False,
+        rope_theta=1000000.0, max_position_embeddings=32768, rms_norm_eps=1e-6)),
 }
 
 
