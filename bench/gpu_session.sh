@@ -32,10 +32,12 @@ for s in $stages; do
             2>&1 | grep -v -i warn | tail -1 | sed "s|^|$m $tree |"); done; done ;;
     sweep) timeout ${SWEEP_TIMEOUT:-420} python3 bench/sweep_mega.py ${SWEEP_ARGS:---model 1b} 2>&1 | grep -v -i warn \
              | tee -a "$OUT/sweep_mega.log" | tail -20 ;;
-    bench) FASTDECODE_COMMIT=$COMMIT timeout ${BENCH_TIMEOUT:-480} python3 bench/bench_decode.py \
+    bench) touch /tmp/bench_start  # only this run's CSV / PNG go back (the device tool caps files)
+           FASTDECODE_COMMIT=$COMMIT timeout ${BENCH_TIMEOUT:-480} python3 bench/bench_decode.py \
              --models ${BENCH_MODELS:-1b,8b} --peers ${BENCH_PEERS:-fastdecode,mega,hf_eager,hf_compile} \
              --first-call 2>&1 | grep -v -i "warn\|cudagraph" | tail -16
-           cp bench/RESULTS.md bench/results/*.csv bench/results/*.png "$OUT/" ;;
+           cp bench/RESULTS.md "$OUT/"
+           find bench/results -newer /tmp/bench_start -type f -exec cp {} "$OUT/" \; ;;
     variants) timeout ${PTX_TEST_TIMEOUT:-240} python3 -m pytest -q tests/test_ptx.py \
            tests/test_ops.py tests/test_gpu.py -k "ptx or PTX or merge_in_attn or norm_in_qkv" \
            -p no:cacheprovider 2>&1 | tee "$OUT/pytest_variants.log" | tail -6
