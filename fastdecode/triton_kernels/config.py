@@ -103,7 +103,8 @@ class StreamConfig:
     attn_in_qkv_keys: int | None = None
     attn_in_qkv_bytes: int = 96 * 1024
     # QKV / o_proj / gate|up / down tasks: 1 -- the piece in flight and the next one in
-    # registers, the first requested before the task's wait (gemv.stream_start); > 1 -- that many
+    # registers, the first requested before the task's wait (gemv.stream_start; gate|up: after
+    # it, megakernel.py's OP_GU branch says why); > 1 -- that many
     # stages of Triton's loop pipeline, the pieces in flight in shared memory (cp.async, stages x
     # 32 KB per program), the first stages - 1 of a task requested before its wait
     # (gemv.gemv_body / qkv_rope.qkv_rope_body STAGES). One number for the four ops, or (QKV,

@@ -5,6 +5,8 @@ Program p walks its static queue (schedule.py) once per step; for each instructi
     start:    a weight task (GEMV, QKV, lm_head) requests its first weight piece (shared-memory
               stages: its first stages - 1 pieces, the wait inside the stream's first
               iteration): weights never depend on the wait, so their latency hides behind it
+              (but a register-stream gate|up task requests its first piece after the wait:
+              measured faster, see the OP_GU branch)
     wait:     spin on an acquire load of counters[wait] until >= (epoch + off) * producers
     run:      dispatch on the opcode to the same *_body functions the `ops` mode launches
     publish:  block barrier, one release add (GPU scope) to counters[signal]
