@@ -14,6 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fastdecode  # noqa: E402
 from fastdecode import trace as tr  # noqa: E402
+from bench_decode import read_bandwidth  # noqa: E402
 from shapes import random_model, stream_configs  # noqa: E402
 
 
@@ -27,6 +28,7 @@ def main():
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
     name, model = random_model(args.model)
+    roof = max(read_bandwidth().values())  # bytes / s
     streams = stream_configs(args.configs) if args.configs else [None]
     for stream in streams:
         fm = fastdecode.from_hf(model, max_seq_len=256, mode="mega")
@@ -53,6 +55,12 @@ def main():
         for op, n, sp, spread, d0, dm, d1 in tr.phases(evs, layer):
             print(f"    {op:8s} tasks {n:4d}  span {sp / 1e3:6.1f}  spread {spread / 1e3:5.1f}  "
                   f"dur {d0 / 1e3:5.1f} / {dm / 1e3:5.1f} / {d1 / 1e3:5.1f}")
+        rates = tr.phase_rates(evs, layer, tr.layer_weight_bytes(fm.spec, model.dtype.itemsize))
+        print(f"  layer {layer} weight streams (trace.phase_rates; read roofline "
+              f"{roof / 1e12:.2f} TB/s measured in this run)")
+        for op, (nbytes, sp, rate) in rates.items():
+            print(f"    {op:8s} {nbytes / 1e6:7.1f} MB in {sp / 1e3:6.1f} us  {rate / 1e3:5.2f} TB/s  "
+                  f"{100 * rate * 1e9 / roof:5.1f}% of the roofline")
         print("  per-program rates over the layers (trace.program_skew): p10 / p90 of the relative "
               "rate, split-half correlation")
         for op in ("QKV", "QKV_ATTN", "O_PROJ", "GATE_UP", "DOWN"):

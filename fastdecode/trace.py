@@ -60,6 +60,30 @@ def phases(evs, layer: int, step: int = 0):
     return rows
 
 
+def layer_weight_bytes(spec, itemsize: int = 2) -> dict:
+    """Bytes of weights each decode op of one layer streams (the phase_rates numerators)."""
+    d, q, f = spec.d_model, spec.q_dim, spec.ffn_dim
+    qkv = spec.qkv_dim * d * itemsize
+    return {"QKV": qkv, "QKV_ATTN": qkv, "O_PROJ": q * d * itemsize,
+            "GATE_UP": 2 * f * d * itemsize, "DOWN": f * d * itemsize}
+
+
+def phase_rates(evs, layer: int, op_bytes: dict, step: int = 0) -> dict:
+    """Per weight op of one layer: (bytes, span from its first task's ready to its last task's
+    end, bytes / span) -- how fast the phase streamed its weights, for comparison with the read
+    roofline (issue 4: >= 85%). QKV and QKV_ATTN tasks (the short-context schedule) stream one
+    matrix: counted as one phase."""
+    spans = {}
+    for e in evs:
+        if e["layer"] != layer or e["step"] != step or e["op"] not in op_bytes:
+            continue
+        op = "QKV" if e["op"] == "QKV_ATTN" else e["op"]
+        lo, hi = spans.get(op, (e["ready"], e["end"]))
+        spans[op] = (min(lo, e["ready"]), max(hi, e["end"]))
+    return {op: (op_bytes[op], hi - lo, op_bytes[op] / (hi - lo))
+            for op, (lo, hi) in spans.items() if hi > lo}
+
+
 def program_skew(evs, op: str, step: int = 0):
     """Is a phase's slowest program slow by chance or every time? For the tasks of op (one per
     program and layer), each program's rate (tiles / working time) relative to the layer's median

@@ -228,6 +228,27 @@ def test_trace_program_skew_tells_systematic_from_random():
     assert tr.program_skew(evs(lambda p, layer: 1.0), "O_PROJ") is None  # no such tasks
 
 
+def test_trace_phase_rates_bytes_over_span():
+    """trace.phase_rates: a phase's bytes over its first ready to last end; QKV_ATTN tasks join
+    the QKV phase; other layers, steps and ops without bytes are left out."""
+    from fastdecode import trace as tr
+    from fastdecode.spec import ModelSpec
+
+    def ev(op, layer, ready, end, step=0):
+        return dict(program=0, step=step, op=op, layer=layer, arg0=0, tiles=1, start=0,
+                    ready=ready, end=end)
+    evs = [ev("QKV", 1, 10, 30), ev("QKV_ATTN", 1, 12, 50), ev("O_PROJ", 1, 60, 70),
+           ev("O_PROJ", 1, 65, 80), ev("ATTN", 1, 40, 55), ev("O_PROJ", 2, 0, 999),
+           ev("O_PROJ", 1, 0, 999, step=1)]
+    spec = ModelSpec.from_hf_config(tiny_model("llama").config)
+    b = tr.layer_weight_bytes(spec)
+    assert b["O_PROJ"] == spec.q_dim * spec.d_model * 2 and b["DOWN"] * 2 == b["GATE_UP"]
+    got = tr.phase_rates(evs, 1, b)
+    assert set(got) == {"QKV", "O_PROJ"}
+    assert got["QKV"] == (b["QKV"], 40, b["QKV"] / 40)
+    assert got["O_PROJ"] == (b["O_PROJ"], 20, b["O_PROJ"] / 20)
+
+
 def test_trace_records_every_task_in_order(tmp_path):
     from fastdecode import trace as tr
     model = tiny_model("mistral").to(DEVICE)
