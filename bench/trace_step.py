@@ -61,6 +61,11 @@ def main():
         for op, (nbytes, sp, rate) in rates.items():
             print(f"    {op:8s} {nbytes / 1e6:7.1f} MB in {sp / 1e3:6.1f} us  {rate / 1e3:5.2f} TB/s  "
                   f"{100 * rate * 1e9 / roof:5.1f}% of the roofline")
+        print("  task costs over the step (trace.task_costs: work = overhead + bytes / rate)")
+        for op, (n, a, r, res) in tr.task_costs(
+                evs, tr.layer_weight_bytes(fm.spec, model.dtype.itemsize)).items():
+            print(f"    {op:8s} tasks {n:5d}  overhead {a / 1e3:5.2f} us  rate {r:5.1f} GB/s per "
+                  f"program  rms residual {res / 1e3:5.2f} us")
         print("  per-program rates over the layers (trace.program_skew): p10 / p90 of the relative "
               "rate, split-half correlation")
         for op in ("QKV", "QKV_ATTN", "O_PROJ", "GATE_UP", "DOWN"):

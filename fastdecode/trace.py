@@ -84,6 +84,38 @@ def phase_rates(evs, layer: int, op_bytes: dict, step: int = 0) -> dict:
             for op, (lo, hi) in spans.items() if hi > lo}
 
 
+def task_costs(evs, op_bytes: dict, step: int = 0) -> dict:
+    """Per weight op, a least-squares fit of its tasks' working time (ready -> end) against the
+    bytes each streams: duration = overhead + bytes / rate, over every layer of the step. A
+    task's bytes are its tiles times the op's bytes per tile (op_bytes[op], one layer's bytes,
+    over the tiles its tasks cover in a layer; QKV's tiles include QKV_ATTN tasks', which are
+    left out of the fit: their time includes an attention). -> {op: (tasks, overhead ns, rate bytes / ns
+    per program, rms residual ns)} -- measured costs for the queue balancing's model
+    (opcodes.Cost: bytes plus a fixed per-task overhead)."""
+    out = {}
+    for op in op_bytes:
+        if op == "QKV_ATTN":  # QKV tiles whose task then runs an attention: not a stream's cost
+            continue
+        kin = ("QKV", "QKV_ATTN") if op == "QKV" else (op,)
+        tiles = sum(e.get("tiles", 0) for e in evs if e["op"] in kin and e["step"] == step)
+        es = [e for e in evs if e["op"] == op and e["step"] == step and e.get("tiles", 0) > 0]
+        layers = {e["layer"] for e in es}
+        if len(es) < 3 or not layers:
+            continue
+        per_tile = op_bytes[op] * len(layers) / tiles
+        xs = [e["tiles"] * per_tile for e in es]
+        ys = [e["end"] - e["ready"] for e in es]
+        n, mx, my = len(xs), sum(xs) / len(xs), sum(ys) / len(ys)
+        sxx = sum((x - mx) ** 2 for x in xs)
+        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx else 0.0
+        a = my - slope * mx
+        if sxx == 0:  # every task streams the same bytes: no overhead to separate out
+            a, slope = 0.0, my / mx
+        res = (sum((y - a - slope * x) ** 2 for x, y in zip(xs, ys)) / n) ** 0.5
+        out[op] = (n, a, 1 / slope if slope > 0 else float("inf"), res)
+    return out
+
+
 def program_skew(evs, op: str, step: int = 0):
     """Is a phase's slowest program slow by chance or every time? For the tasks of op (one per
     program and layer), each program's rate (tiles / working time) relative to the layer's median

@@ -249,6 +249,22 @@ def test_trace_phase_rates_bytes_over_span():
     assert got["O_PROJ"] == (b["O_PROJ"], 20, b["O_PROJ"] / 20)
 
 
+def test_trace_task_costs_recover_overhead_and_rate():
+    """trace.task_costs: tasks of 1-3 tiles built as 500 ns + bytes / 20 B/ns give back those two
+    numbers; equal-sized tasks give a rate with no overhead."""
+    from fastdecode import trace as tr
+    tiles = [1, 2, 3, 2, 1, 3, 2, 2]  # one layer: 16 tiles; two layers below
+    b = {"DOWN": 16 * 4096, "O_PROJ": 8 * 1000}
+    evs = [dict(program=i, step=0, op="DOWN", layer=layer, arg0=0, tiles=t, start=0, ready=100,
+                end=100 + 500 + t * 4096 / 20) for layer in (0, 1) for i, t in enumerate(tiles)]
+    evs += [dict(program=i, step=0, op="O_PROJ", layer=0, arg0=0, tiles=1, start=0, ready=0,
+                 end=100) for i in range(8)]
+    got = tr.task_costs(evs, b)
+    n, a, r, res = got["DOWN"]
+    assert n == 16 and abs(a - 500) < 1e-6 and abs(r - 20) < 1e-9 and res < 1e-6
+    assert got["O_PROJ"][1:3] == (0.0, 10.0)
+
+
 def test_trace_records_every_task_in_order(tmp_path):
     from fastdecode import trace as tr
     model = tiny_model("mistral").to(DEVICE)
