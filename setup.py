@@ -8,7 +8,7 @@ setup(
     long_description=open("README.md").read(),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["fastdecode", "fastdecode.*"]),
-    package_data={"fastdecode.triton_kernels": ["stream_table.json"]},
+    package_data={"fastdecode.triton_kernels": ["tile_table.json"]},
     python_requires=">=3.10",
     install_requires=[
         "torch>=2.4",

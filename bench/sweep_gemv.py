@@ -1,11 +1,13 @@
 """Sweep the decode GEMV tile (BLOCK_N, BLOCK_K, num_warps) per matrix shape, cold L2.
 
 Each config is timed as a CUDA graph of R launches over R distinct weight copies (> 4x the 60 MB
-L2 in total; bench_ops.cold_l2_time), so neither launch overhead nor L2 hits flatter it. Prints GB/s per config and the
-best per shape; the winners feed the table in fastdecode/triton_kernels/config.py.
+L2 in total; bench_ops.cold_l2_time), so neither launch overhead nor L2 hits flatter it. Prints
+GB/s per config and the best per shape; --record writes each shape's winner into
+fastdecode/triton_kernels/tile_table.json for this GPU (config.gemv_config then uses it).
 
-    python bench/sweep_gemv.py
+    python bench/sweep_gemv.py [--record]
 """
+import argparse
 import itertools
 import os
 import sys
@@ -14,9 +16,11 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_decode import bench_command  # noqa: E402
 from bench_ops import cold_l2_time  # noqa: E402
 from fastdecode.ops import gemv  # noqa: E402
-from fastdecode.triton_kernels.config import TileConfig, gemv_config  # noqa: E402
+from fastdecode.triton_kernels.config import TILE_TABLE, TileConfig, gemv_config  # noqa: E402
+from tile_table import record  # noqa: E402
 
 # [K, N] of the decode GEMVs of Llama-3.2-1B and Llama-3.1-8B (gate|up counted as 2N rows)
 SHAPES = {"1b o": (2048, 2048), "1b gate|up": (2048, 2 * 8192), "1b down": (8192, 2048),
@@ -30,7 +34,16 @@ def time_config(K, N, cfg):
     return N * K * 2 / t, t
 
 
+def gemv_entry(name, bn, bk, nw, bw):
+    """A tile table gemv entry: the tile and what it streamed."""
+    return dict(shape=name, config=dict(block_n=bn, block_k=bk, num_warps=nw),
+                gb_s=round(bw / 1e9))
+
+
 def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--record", action="store_true", help="each shape's best into the tile table")
+    args = p.parse_args()
     best = {}
     for name, (K, N) in SHAPES.items():
         cur = gemv_config(N, K, 1, torch.device("cuda"))
@@ -49,6 +62,12 @@ def main():
     print("\nshape          best BLOCK_N x BLOCK_K / warps    TB/s     us")
     for name, (bw, t, bn, bk, nw) in best.items():
         print(f"{name:14s} {bn:3d} x {bk:5d} / {nw}          {bw / 1e12:5.2f}  {t * 1e6:7.1f}")
+        if args.record:
+            K, N = SHAPES[name]
+            record(TILE_TABLE, "gemv", torch.cuda.get_device_name(), dict(N=N, K=K),
+                   gemv_entry(name, bn, bk, nw, bw), bench_command("sweep_gemv.py"))
+    if args.record:
+        print(f"recorded in {TILE_TABLE}")
 
 
 if __name__ == "__main__":

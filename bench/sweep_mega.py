@@ -15,13 +15,12 @@ another order than ops mode's, so greedy tokens may part at a near-tie) and the 
         (the last QKV task of a group runs its attention; config.StreamConfig.attn_in_qkv_keys;
         -1: the default, config.StreamConfig.short_context_keys)
     --prompt-len: the prompt (the context then grows by --new-tokens)
-    --record: write the best config of the run into fastdecode/triton_kernels/stream_table.json
+    --record: write the best config of the run into fastdecode/triton_kernels/tile_table.json
         for this GPU and model shape (config.stream_config then uses it for that shape)
 """
 import argparse
 import dataclasses
 import itertools
-import json
 import os
 import sys
 
@@ -30,9 +29,10 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fastdecode  # noqa: E402
-from bench_decode import bench_command, decode_rate, run_stamp  # noqa: E402
-from fastdecode.triton_kernels.config import STREAM_TABLE, StreamConfig  # noqa: E402
+from bench_decode import bench_command, decode_rate  # noqa: E402
+from fastdecode.triton_kernels.config import TILE_TABLE, StreamConfig  # noqa: E402
 from shapes import random_model, stream_configs  # noqa: E402
+from tile_table import record  # noqa: E402
 
 
 def teacher_forced(fm, ids, n):
@@ -44,23 +44,14 @@ def teacher_forced(fm, ids, n):
     return torch.cat([fm(steps[:, t:t + 1])[0] for t in range(n)]).float()
 
 
-def record(path, gpu, model_name, d_model, ffn_dim, cfg, rate, cmd):
-    """Put cfg (a StreamConfig, its stages resolved for d_model) into the stream table at path as
-    the entry for (gpu, d_model, ffn_dim), replacing any earlier one, with its provenance."""
-    with open(path) as f:
-        table = json.load(f)
+def stream_entry(cfg, d_model, model_name, rate):
+    """A tile table stream entry for cfg (a StreamConfig): its fields that differ from the
+    defaults, the four tile sizes always, and its stages resolved for d_model."""
     d = StreamConfig()
     keep = {k: v for k, v in dataclasses.asdict(cfg).items()
             if k in ("tile_elems", "num_warps", "per_sm", "max_k") or v != getattr(d, k)}
     keep["stages"] = list(cfg.op_stages(d_model))
-    stamp, commit = run_stamp()
-    rows = [e for e in table.get(gpu, []) if (e["d_model"], e["ffn_dim"]) != (d_model, ffn_dim)]
-    rows.append(dict(d_model=d_model, ffn_dim=ffn_dim, model=model_name, config=keep,
-                     tok_s=round(rate, 1), commit=commit, date=stamp, command=cmd))
-    table[gpu] = sorted(rows, key=lambda e: (e["d_model"], e["ffn_dim"]))
-    with open(path, "w") as f:
-        json.dump(table, f, indent=1)
-        f.write("\n")
+    return dict(model=model_name, config=keep, tok_s=round(rate, 1))
 
 
 def main():
@@ -128,9 +119,11 @@ def main():
         print(f"  {tag:36s} {rate:8.1f} tok/s  {rate / base:5.2f}x ops  {ok}")
     if args.record and rows:
         cfg = model.config
-        record(STREAM_TABLE, torch.cuda.get_device_name(), name, cfg.hidden_size,
-               cfg.intermediate_size, rows[0][3], rows[0][0], bench_command("sweep_mega.py"))
-        print(f"recorded {rows[0][1]} for {name} in {STREAM_TABLE}")
+        record(TILE_TABLE, "stream", torch.cuda.get_device_name(),
+               dict(d_model=cfg.hidden_size, ffn_dim=cfg.intermediate_size),
+               stream_entry(rows[0][3], cfg.hidden_size, name, rows[0][0]),
+               bench_command("sweep_mega.py"))
+        print(f"recorded {rows[0][1]} for {name} in {TILE_TABLE}")
 
 
 if __name__ == "__main__":

@@ -27,41 +27,62 @@ def test_append_results_writes_table_rows(tmp_path, monkeypatch):
     assert all(line.count("|") == lines[0].count("|") for line in lines)
 
 
-def test_stream_table_entries_are_valid_configs():
-    """Every shipped entry builds a StreamConfig whose stages rule gives back its recorded stages,
-    and says where it came from."""
+def test_tile_table_entries_are_valid_configs():
+    """Every shipped entry builds its config (a stream entry's stages rule gives back its recorded
+    stages), is found by its key, and says where it came from."""
     import json
-    from fastdecode.triton_kernels.config import STREAM_TABLE, lookup_stream, table_stream
-    with open(STREAM_TABLE) as f:
-        table = {k: v for k, v in json.load(f).items() if not k.startswith("_")}
-    assert table
-    for gpu, rows in table.items():
+    from fastdecode.triton_kernels.config import (TILE_TABLE, TileConfig, lookup_gemv,
+                                                  lookup_stream, table_stream)
+    with open(TILE_TABLE) as f:
+        table = json.load(f)
+    assert set(table) == {"_doc", "stream", "gemv"} and table["stream"]
+    for gpu, rows in table["stream"].items():
         assert len({(e["d_model"], e["ffn_dim"]) for e in rows}) == len(rows)
         for e in rows:
             cfg = table_stream(e)
             assert list(cfg.op_stages(e["d_model"])) == e["config"]["stages"]
             assert e["tok_s"] > 0 and e["commit"] and e["date"] and e["command"]
             assert lookup_stream(gpu, e["d_model"], e["ffn_dim"]) == cfg
+    for gpu, rows in table["gemv"].items():
+        assert len({(e["N"], e["K"]) for e in rows}) == len(rows)
+        for e in rows:
+            assert lookup_gemv(gpu, e["N"], e["K"]) == TileConfig(**e["config"])
+            assert e["gb_s"] > 0 and e["commit"] and e["date"] and e["command"]
     assert lookup_stream("NVIDIA H200", 3072, 8192) is None  # unmeasured shape: the defaults
+    assert lookup_gemv("No such GPU", 2048, 2048) is None
 
 
-def test_sweep_record_adds_and_replaces_an_entry(tmp_path, monkeypatch):
+def test_sweeps_record_adds_and_replaces_entries(tmp_path, monkeypatch):
+    """sweep_mega / sweep_gemv --record: an entry per GPU and shape, replaced when measured
+    again, the other entries kept; the lookups then return what was recorded."""
     import shutil
+    import sweep_gemv
     import sweep_mega
-    from fastdecode.triton_kernels.config import (STREAM_TABLE, StreamConfig, _stream_table,
-                                                  lookup_stream)
+    from tile_table import record
+    from fastdecode.triton_kernels.config import (TILE_TABLE, StreamConfig, TileConfig,
+                                                  _tile_table, lookup_gemv, lookup_stream)
     monkeypatch.setenv("FASTDECODE_COMMIT", "abc1234")
     path = str(tmp_path / "table.json")
-    shutil.copy(STREAM_TABLE, path)
+    shutil.copy(TILE_TABLE, path)
+    key = dict(d_model=3072, ffn_dim=8192)
     a = StreamConfig(8192, 8, per_sm=1, stages=(1, 3, 1, 3), attn_in_qkv_keys=64)
-    sweep_mega.record(path, "Some GPU", "m", 3072, 8192, a, 123.45, "python bench/sweep_mega.py")
-    _stream_table.cache_clear()
+    record(path, "stream", "Some GPU", key, sweep_mega.stream_entry(a, 3072, "m", 123.45), "c")
+    _tile_table.cache_clear()
     assert lookup_stream("Some GPU", 3072, 8192, path) == a
     b = StreamConfig(per_sm=2)  # default stages: recorded as resolved for d_model 3072
-    sweep_mega.record(path, "Some GPU", "m", 3072, 8192, b, 130.0, "python bench/sweep_mega.py")
-    _stream_table.cache_clear()
+    record(path, "stream", "Some GPU", key, sweep_mega.stream_entry(b, 3072, "m", 130.0), "c")
+    _tile_table.cache_clear()
     got = lookup_stream("Some GPU", 3072, 8192, path)
     assert got.op_stages(3072) == b.op_stages(3072) and got.tile_elems == b.tile_elems
-    assert len(_stream_table(path)["Some GPU"]) == 1  # replaced, not added
+    assert len(_tile_table(path)["stream"]["Some GPU"]) == 1  # replaced, not added
     assert lookup_stream("NVIDIA H200", 2048, 8192, path) is not None  # the others kept
-    _stream_table.cache_clear()
+    for bn in (8, 16):
+        record(path, "gemv", "Some GPU", dict(N=4096, K=14336),
+               sweep_gemv.gemv_entry("8b down", bn, 1024, 4, 3.9e12), "c")
+    record(path, "gemv", "Some GPU", dict(N=2048, K=2048),
+           sweep_gemv.gemv_entry("1b o", 4, 512, 8, 2.5e12), "c")
+    _tile_table.cache_clear()
+    assert lookup_gemv("Some GPU", 4096, 14336, path) == TileConfig(16, 1024, 4)
+    assert lookup_gemv("Some GPU", 2048, 2048, path) == TileConfig(4, 512, 8)
+    assert len(_tile_table(path)["gemv"]["Some GPU"]) == 2
+    _tile_table.cache_clear()

@@ -8,9 +8,11 @@ eight Llama-3.2-1B / Llama-3.1-8B shapes (4.37 TB/s on 2048x128256, 3.95 on 4096
 QKV + RoPE uses the same tile as pairs of rows (lo, hi halves of a head): 4 pairs = 8 rows.
 Prefill (T>1): tl.dot tiles need M, N, K >= 16; 64x64 keeps the bf16 operand tiles in registers.
 Interpreter (CPU CI): each program instance is a Python loop, so use few, large tiles.
-Megakernel decode stream (StreamConfig): per GPU and model shape from stream_table.json, which
-bench/sweep_mega.py --record writes (its best config of a run); shapes and GPUs not in it get
-StreamConfig's defaults, whose constants below say which sweeps chose them.
+Per GPU and shape, tile_table.json overrides these rules where a sweep measured it: the
+megakernel's decode stream (StreamConfig) per model shape, written by bench/sweep_mega.py
+--record, and the decode GEMV tile per matrix shape, by bench/sweep_gemv.py --record (each the
+best config of its run); shapes and GPUs not in it get the rules, whose constants say which sweeps
+chose them.
 """
 import functools
 import json
@@ -209,50 +211,78 @@ def use_pdl(device) -> bool:
     return device.type != "cuda" or _pdl_gpu(device.index)
 
 
-STREAM_TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stream_table.json")
+TILE_TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tile_table.json")
 
 
 @functools.lru_cache(maxsize=None)
-def _stream_table(path: str = STREAM_TABLE) -> dict:
+def _tile_table(path: str = TILE_TABLE) -> dict:
+    """{section: {gpu: [entry, ...]}} of tile_table.json (sections: stream, gemv)."""
     with open(path) as f:
-        return {gpu: rows for gpu, rows in json.load(f).items() if not gpu.startswith("_")}
+        return {k: v for k, v in json.load(f).items() if not k.startswith("_")}
+
+
+@functools.lru_cache(maxsize=None)
+def _gpu_name(index: int) -> str:
+    return torch.cuda.get_device_name(index)
+
+
+def _cuda_gpu(device):
+    """The GPU name whose table entries apply, or None (CPU, the interpreter)."""
+    if device is None or INTERPRET:
+        return None
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    return _gpu_name(device.index if device.index is not None else torch.cuda.current_device())
 
 
 def table_stream(entry: dict) -> StreamConfig:
-    """A stream_table.json entry's config as a StreamConfig (JSON lists back to tuples)."""
+    """A stream entry's config as a StreamConfig (JSON lists back to tuples)."""
     cfg = dict(entry["config"])
     if isinstance(cfg.get("stages"), list):
         cfg["stages"] = tuple(cfg["stages"])
     return StreamConfig(**cfg)
 
 
-def stream_config(device, spec=None, path: str = STREAM_TABLE) -> StreamConfig:
-    """The megakernel's decode stream for this GPU and model: the entry of stream_table.json
-    (written by bench/sweep_mega.py --record: its best config by tok/s on that GPU) for the
-    model's exact (d_model, ffn_dim), else StreamConfig's defaults (their rules: tile, op_stages)
-    -- a shipped table, no autotuning at first call."""
-    device = torch.device(device) if device is not None else None
-    if spec is None or device is None or device.type != "cuda" or INTERPRET:
-        return StreamConfig()
-    return lookup_stream(torch.cuda.get_device_name(device), spec.d_model, spec.ffn_dim,
-                         path) or StreamConfig()
-
-
-def lookup_stream(gpu: str, d_model: int, ffn_dim: int, path: str = STREAM_TABLE):
-    """stream_table.json's StreamConfig for (gpu, d_model, ffn_dim), or None."""
-    for entry in _stream_table(path).get(gpu, ()):
+def lookup_stream(gpu: str, d_model: int, ffn_dim: int, path: str = TILE_TABLE):
+    """tile_table.json's StreamConfig for (gpu, d_model, ffn_dim), or None."""
+    for entry in _tile_table(path).get("stream", {}).get(gpu, ()):
         if (entry["d_model"], entry["ffn_dim"]) == (d_model, ffn_dim):
             return table_stream(entry)
     return None
 
 
-def gemv_config(N: int, K: int, T: int, device) -> TileConfig:
+def lookup_gemv(gpu: str, N: int, K: int, path: str = TILE_TABLE):
+    """tile_table.json's decode GEMV TileConfig for (gpu, N, K), or None."""
+    for entry in _tile_table(path).get("gemv", {}).get(gpu, ()):
+        if (entry["N"], entry["K"]) == (N, K):
+            return TileConfig(**entry["config"])
+    return None
+
+
+def stream_config(device, spec=None, path: str = TILE_TABLE) -> StreamConfig:
+    """The megakernel's decode stream for this GPU and model: tile_table.json's entry (written by
+    bench/sweep_mega.py --record: its best config by tok/s on that GPU) for the model's exact
+    (d_model, ffn_dim), else StreamConfig's defaults (their rules: tile, op_stages) -- a shipped
+    table, no autotuning at first call."""
+    gpu = _cuda_gpu(device)
+    if spec is None or gpu is None:
+        return StreamConfig()
+    return lookup_stream(gpu, spec.d_model, spec.ffn_dim, path) or StreamConfig()
+
+
+def gemv_config(N: int, K: int, T: int, device, rows: int | None = None) -> TileConfig:
+    """The ops-mode GEMV tile: decode (T=1) from tile_table.json's gemv entry for this GPU and
+    exact (rows, K) -- rows: the weight rows streamed, N unless given (gate|up: 2N, as
+    bench/sweep_gemv.py --record times it) -- else the rule the module docstring derives."""
     if INTERPRET or getattr(device, "type", str(device)) == "cpu":
         return TileConfig(block_n=min(1024, triton.next_power_of_2(N)),
                           block_k=min(1024, triton.next_power_of_2(K)), num_warps=4)
     if T > 1:
         return TileConfig(block_n=64, block_k=64, num_warps=4)
-    return TileConfig(block_n=4, block_k=1024, num_warps=8 if N <= 2048 else 4)
+    gpu = _cuda_gpu(device)
+    hit = lookup_gemv(gpu, rows or N, K) if gpu is not None else None
+    return hit or TileConfig(block_n=4, block_k=1024, num_warps=8 if N <= 2048 else 4)
 
 
 def attention_config(head_dim: int, group: int, T: int):
