@@ -1,19 +1,21 @@
 """Model shapes the benchmarks use (random bf16 weights): sizes of the published configs."""
 import transformers as tf
 
+
+def llama3(hidden, ffn, layers, heads, tied, rope_factor, head_dim=None):
+    """A Llama-3.x config (8 KV heads, 128K vocabulary, Llama-3 RoPE scaling of rope_factor)."""
+    return tf.LlamaConfig(
+        hidden_size=hidden, intermediate_size=ffn, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=8, vocab_size=128256,
+        tie_word_embeddings=tied, head_dim=head_dim or hidden // heads,
+        rope_scaling={"rope_type": "llama3", "factor": rope_factor, "low_freq_factor": 1.0,
+                      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+        rope_theta=500000.0, max_position_embeddings=131072, rms_norm_eps=1e-5)
+
+
 SHAPES = {
-    "1b": ("Llama-3.2-1B", lambda: tf.LlamaConfig(
-        hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
-        num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=True, head_dim=64,
-        rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
-                      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
-        rope_theta=500000.0, max_position_embeddings=131072, rms_norm_eps=1e-5)),
-    "8b": ("Llama-3.1-8B", lambda: tf.LlamaConfig(
-        hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
-        num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=False,
-        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
-        rope_theta=500000.0, max_position_embeddings=131072, rms_norm_eps=1e-5)),
+    "1b": ("Llama-3.2-1B", lambda: llama3(2048, 8192, 16, 32, True, 32.0, head_dim=64)),
+    "8b": ("Llama-3.1-8B", lambda: llama3(4096, 14336, 32, 32, False, 8.0)),
     # the quickstart's model (python -m fastdecode generate --model smollm2): 9 heads, 3 KV heads
     "smollm2": ("SmolLM2-135M", lambda: tf.LlamaConfig(
         hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
@@ -25,12 +27,7 @@ SHAPES = {
         rope_theta=1000000.0, max_position_embeddings=40960, rms_norm_eps=1e-6)),
     # shapes no benchmark row measured yet (compile_check covers them): a d_model between the
     # stages rule's sizes, and one above max_k with biased QKV
-    "3b": ("Llama-3.2-3B", lambda: tf.LlamaConfig(
-        hidden_size=3072, intermediate_size=8192, num_hidden_layers=28, num_attention_heads=24,
-        num_key_value_heads=8, head_dim=128, vocab_size=128256, tie_word_embeddings=True,
-        rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
-                      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
-        rope_theta=500000.0, max_position_embeddings=131072, rms_norm_eps=1e-5)),
+    "3b": ("Llama-3.2-3B", lambda: llama3(3072, 8192, 28, 24, True, 32.0)),
     "qwen2.5-14b": ("Qwen2.5-14B", lambda: tf.Qwen2Config(
         hidden_size=5120, intermediate_size=13824, num_hidden_layers=48, num_attention_heads=40,
         num_key_value_heads=8, vocab_size=152064, tie_word_embeddings=False,
