@@ -55,15 +55,15 @@ def main():
         for op, n, sp, spread, d0, dm, d1 in tr.phases(evs, layer):
             print(f"    {op:8s} tasks {n:4d}  span {sp / 1e3:6.1f}  spread {spread / 1e3:5.1f}  "
                   f"dur {d0 / 1e3:5.1f} / {dm / 1e3:5.1f} / {d1 / 1e3:5.1f}")
-        rates = tr.phase_rates(evs, layer, tr.layer_weight_bytes(fm.spec, model.dtype.itemsize))
+        op_bytes = tr.layer_weight_bytes(fm.spec, model.dtype.itemsize)
+        rates = tr.phase_rates(evs, layer, op_bytes)
         print(f"  layer {layer} weight streams (trace.phase_rates; read roofline "
               f"{roof / 1e12:.2f} TB/s measured in this run)")
         for op, (nbytes, sp, rate) in rates.items():
             print(f"    {op:8s} {nbytes / 1e6:7.1f} MB in {sp / 1e3:6.1f} us  {rate / 1e3:5.2f} TB/s  "
                   f"{100 * rate * 1e9 / roof:5.1f}% of the roofline")
         print("  task costs over the step (trace.task_costs: work = overhead + bytes / rate)")
-        for op, (n, a, r, res) in tr.task_costs(
-                evs, tr.layer_weight_bytes(fm.spec, model.dtype.itemsize)).items():
+        for op, (n, a, r, res) in tr.task_costs(evs, op_bytes).items():
             print(f"    {op:8s} tasks {n:5d}  overhead {a / 1e3:5.2f} us  rate {r:5.1f} GB/s per "
                   f"program  rms residual {res / 1e3:5.2f} us")
         print("  per-program rates over the layers (trace.program_skew): p10 / p90 of the relative "

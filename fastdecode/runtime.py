@@ -13,6 +13,7 @@ the next step's input and advances the position.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import warnings
 from dataclasses import dataclass
 
@@ -235,7 +236,6 @@ class Runtime:
         self.max_spin = 1 << 17 if self.cuda else 64  # H200: ~3 us per poll -> ~0.4 s
         self._counters: dict = {}  # per schedule: (counters, encoded queues, queue lengths)
         self.mega_stream = None    # StreamConfig overriding the decode task tiles (tile sweeps)
-        self._table_stream = None
         self.x = None              # tensor parallelism, mega: the ranks' symmetric buffer
         self._tp_ready: set = set()  # megakernel variants every rank has compiled
         # a remote wait (tensor parallelism) also spans the ranks' host-side skew between
@@ -247,12 +247,14 @@ class Runtime:
             self.x = SymmetricLayout(self.spec, self.state.h.shape[0], self.n_programs,
                                      self.collectives)
 
+    @functools.cached_property
+    def _table_stream(self):  # looked up once: the host loop reads the stream per chunk
+        return stream_config(self.pw.device, self.spec)
+
     @property
     def stream(self):
         """The megakernel's decode stream: mega_stream if set (sweeps, the one-program-per-SM
         fallback), else this GPU's and model's entry of the shipped table (config.stream_config)."""
-        if self._table_stream is None:  # looked up once (the host loop reads it per chunk)
-            self._table_stream = stream_config(self.pw.device, self.spec)
         return self.mega_stream or self._table_stream
 
     @property

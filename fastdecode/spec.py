@@ -171,9 +171,7 @@ class ModelSpec:
         inv = self.rope_inv_freq()
         pos = torch.arange(max_seq_len, dtype=torch.float32)
         freqs = torch.outer(pos, inv)
-        att = self.rope_attention_factor()
-        if att == 1.0:
-            return freqs.cos(), freqs.sin()
+        att = self.rope_attention_factor()  # 1.0 (exact) but for YaRN
         return freqs.cos() * att, freqs.sin() * att
 
     @classmethod

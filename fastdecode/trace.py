@@ -3,6 +3,7 @@ and a per-op breakdown of time working vs waiting (how we see bubbles)."""
 from __future__ import annotations
 
 import json
+import statistics
 
 from .opcodes import F_A0, F_A1, F_A2, F_LAYER, F_OP, Op
 
@@ -105,14 +106,12 @@ def task_costs(evs, op_bytes: dict, step: int = 0) -> dict:
         per_tile = op_bytes[op] * len(layers) / tiles
         xs = [e["tiles"] * per_tile for e in es]
         ys = [e["end"] - e["ready"] for e in es]
-        n, mx, my = len(xs), sum(xs) / len(xs), sum(ys) / len(ys)
-        sxx = sum((x - mx) ** 2 for x in xs)
-        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx else 0.0
-        a = my - slope * mx
-        if sxx == 0:  # every task streams the same bytes: no overhead to separate out
-            a, slope = 0.0, my / mx
-        res = (sum((y - a - slope * x) ** 2 for x, y in zip(xs, ys)) / n) ** 0.5
-        out[op] = (n, a, 1 / slope if slope > 0 else float("inf"), res)
+        if len(set(xs)) > 1:
+            slope, a = statistics.linear_regression(xs, ys)
+        else:  # every task streams the same bytes: no overhead to separate out
+            slope, a = statistics.fmean(ys) / xs[0], 0.0
+        res = statistics.fmean((y - a - slope * x) ** 2 for x, y in zip(xs, ys)) ** 0.5
+        out[op] = (len(xs), a, 1 / slope if slope > 0 else float("inf"), res)
     return out
 
 
@@ -139,10 +138,8 @@ def program_skew(evs, op: str, step: int = 0):
     a = [sum(halves[0][p]) / len(halves[0][p]) for p in progs]
     b = [sum(halves[1][p]) / len(halves[1][p]) for p in progs]
     both = sorted((x + y) / 2 for x, y in zip(a, b))
-    ma, mb = sum(a) / len(a), sum(b) / len(b)
-    cov = sum((x - ma) * (y - mb) for x, y in zip(a, b))
-    var = (sum((x - ma) ** 2 for x in a) * sum((y - mb) ** 2 for y in b)) ** 0.5
-    return len(progs), both[len(both) // 10], both[(9 * len(both)) // 10], cov / var if var else 0.0
+    corr = statistics.correlation(a, b) if len(set(a)) > 1 and len(set(b)) > 1 else 0.0
+    return len(progs), both[len(both) // 10], both[(9 * len(both)) // 10], corr
 
 
 def chrome_json(evs, path, scale_us=1e-3):
