@@ -145,6 +145,7 @@ def main():
     p.add_argument("--stages", default="0",
                    help="StreamConfig.stages: a digit, or four (QKV, o, gate|up, down); a comma "
                         "list compiles the decode megakernel once per entry and prints each")
+    p.add_argument("--dump", default=None, help="write each kernel's TTGIR and PTX to this folder")
     args = p.parse_args()
     driver.set_active(CompileOnlyDriver())
     JITFunction.run = _compile_only(JITFunction.run)
@@ -205,13 +206,21 @@ def main():
     print(f"{name}, sm_90a:")
     for kname, (k, secs) in COMPILED.items():
         print(f"  {kname:24s} {kernel_report(k, secs)}")
+        if args.dump:
+            os.makedirs(args.dump, exist_ok=True)
+            for ext in ("ttgir", "ptx"):
+                with open(os.path.join(args.dump, f"{kname}.{ext}"), "w") as f:
+                    f.write(k.asm[ext])
 
 
 def kernel_report(k, secs):
     """registers / spills, shared memory, the loads Triton's pipeliner made cp.async copies to
-    shared memory (StreamConfig.stages), compile time; ', PDL' if launched with launch_pdl."""
+    shared memory (StreamConfig.stages), the layout conversions in its TTGIR (each may go through
+    shared memory and a barrier), compile time; ', PDL' if launched with launch_pdl."""
     piped = k.asm["ttgir"].count("ttg.async_copy_global_to_local")
-    return (f"{ptxas_report(k.asm['ptx'])}, smem {k.metadata.shared} B, {piped} pipelined loads"
+    conv = k.asm["ttgir"].count("ttg.convert_layout")
+    return (f"{ptxas_report(k.asm['ptx'])}, smem {k.metadata.shared} B, {piped} pipelined loads, "
+            f"{conv} layout conversions"
             f"  compiled in {secs:5.1f} s" + (", PDL" if k.metadata.launch_pdl else ""))
 
 
