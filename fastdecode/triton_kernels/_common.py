@@ -143,12 +143,12 @@ def bf16_word_dot(w, xl, xh):
 
 
 @triton.jit
-def row_dot(w, x, PTX: tl.constexpr):
-    """A weight piece (weight_chunk) . its activation chunk x [1, BLOCK_K] -> [1, BLOCK_R] fp32.
-    PTX: w is four int32 words [R, BLOCK_K / 8] of 16-byte chunks; x is split the same way
-    (element 8 j + 2 i + h of x meets half h of word i of chunk j): reshaped to
-    [1, BLOCK_K / 8, 2 (i >> 1), 2 (i & 1), 2 (h)] and split on its last axis three times --
-    in-register renames when each thread holds whole chunks of x, as the loads give it."""
+def row_partials(w, x, PTX: tl.constexpr):
+    """A weight piece (weight_chunk) times its activation chunk x [1, BLOCK_K], summed only over
+    each 16-byte chunk of a row -> [BLOCK_R, BLOCK_K * bytes / 16] fp32: sums within a thread
+    (each thread loads whole 16-byte chunks), no shuffles, no shared memory, no barrier. A stream
+    over rows chunked along K adds these up over a tile's chunks and reduces across threads once
+    per tile (row_sum) instead of once per piece. PTX: row_dot's word products before its sum."""
     if PTX:
         x0, x1 = tl.split(tl.reshape(x, [1, x.shape[1] // 8, 2, 2, 2]))  # h
         x00, x01 = tl.split(x0)  # i & 1
@@ -159,7 +159,28 @@ def row_dot(w, x, PTX: tl.constexpr):
         x110, x111 = tl.split(x11)
         acc = bf16_word_dot(w[0], x000, x100) + bf16_word_dot(w[1], x010, x110)
         acc += bf16_word_dot(w[2], x001, x101) + bf16_word_dot(w[3], x011, x111)
-        return tl.sum(acc, axis=1)[None, :]
+        return acc
+    else:
+        V: tl.constexpr = min(128 // w.dtype.primitive_bitwidth, w.shape[1])
+        p = w.to(tl.float32) * x
+        return tl.sum(tl.reshape(p, [w.shape[0], w.shape[1] // V, V]), axis=2)
+
+
+@triton.jit
+def row_sum(partials):
+    """row_partials (or their sum over a tile's chunks) -> the rows' dot products [1, BLOCK_R]."""
+    return tl.sum(partials, axis=1)[None, :]
+
+
+@triton.jit
+def row_dot(w, x, PTX: tl.constexpr):
+    """A weight piece (weight_chunk) . its activation chunk x [1, BLOCK_K] -> [1, BLOCK_R] fp32.
+    PTX: w is four int32 words [R, BLOCK_K / 8] of 16-byte chunks; x is split the same way
+    (element 8 j + 2 i + h of x meets half h of word i of chunk j): reshaped to
+    [1, BLOCK_K / 8, 2 (i >> 1), 2 (i & 1), 2 (h)] and split on its last axis three times --
+    in-register renames when each thread holds whole chunks of x, as the loads give it."""
+    if PTX:
+        return row_sum(row_partials(w, x, PTX))
     else:
         return tl.sum(w.to(tl.float32) * x, axis=1)[None, :]
 

@@ -14,8 +14,8 @@ import triton
 import triton.language as tl
 
 from ._common import (INTERPRET, gemv_acc, next_x_chunk, pdl_ready, pdl_start, pdl_wait, row_dot,
-                      row_rstd, stream_x0, weight_chunk, x_chunk, x_chunk_apply,
-                      x_chunk_raw)
+                      row_partials, row_rstd, row_sum, stream_x0, weight_chunk, x_chunk,
+                      x_chunk_apply, x_chunk_raw)
 from .config import StreamConfig, gemv_config, stream_ptx, use_pdl
 
 
@@ -133,6 +133,7 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
     does not stall the iteration (8B / Qwen3-8B down_proj, 14336 = 4 chunks: +1.5% tok/s, A/B in
     one run, bench/RESULTS.md session 11). w0 / w20 are unused."""
     run = 1
+    PV: tl.constexpr = min(128 // w_ptr.dtype.element_ty.primitive_bitwidth, BLOCK_K)
     if STREAM and STAGES > 1:
         offs_t = tl.arange(0, 1)
         mask_t = offs_t < T
@@ -148,6 +149,8 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
         b = acc
         b2 = acc
         r = acc
+        accp = tl.zeros([BLOCK_N, BLOCK_K // PV], dtype=tl.float32)  # chunked rows' row_partials
+        accp2 = accp
         for i in tl.range(0, n_it, num_stages=STAGES):
             w, w2 = stream_piece(w_ptr, N, K, tile_lo, i, n_it, BLOCK_N, BLOCK_K, SWIGLU, False)
             if i == 0:
@@ -167,10 +170,19 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
                     x = x_chunk_apply(xr, nr, rstd, NORM)
                     xr, nr = x_chunk_raw(x_ptr, norm_ptr, ((kc + 1) % n_k) * BLOCK_K, K, NORM,
                                          BLOCK_K)
-                acc += row_dot(w, x, False)
-                if SWIGLU:
-                    acc2 += row_dot(w2, x, False)
+                    accp += row_partials(w, x, False)
+                    if SWIGLU:
+                        accp2 += row_partials(w2, x, False)
+                else:
+                    acc += row_dot(w, x, False)
+                    if SWIGLU:
+                        acc2 += row_dot(w2, x, False)
                 if kc == n_k - 1:  # the tile's last chunk: epilogue, store, next tile's operands
+                    if n_k > 1:
+                        acc = row_sum(accp)
+                        acc2 = row_sum(accp2)
+                        accp = tl.zeros([BLOCK_N, BLOCK_K // PV], dtype=tl.float32)
+                        accp2 = accp
                     rows = (tile_lo + i // n_k) * BLOCK_N + tl.arange(0, BLOCK_N)
                     y = gemv_epilogue(acc, acc2, b, b2, r, SWIGLU)
                     tl.store(out_ptr + rows[None, :], y.to(out_ptr.dtype.element_ty),
@@ -201,6 +213,8 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
         x = x_chunk(x_ptr, norm_ptr, 0, K, rstd, NORM, BLOCK_K)
         acc = tl.zeros([1, BLOCK_N], dtype=tl.float32)
         acc2 = acc
+        accp = tl.zeros([BLOCK_N, BLOCK_K // PV], dtype=tl.float32)  # chunked rows' row_partials
+        accp2 = accp
         for i in range(0, n_it):
             i1 = i + 1
             rows1 = (tile_lo + i1 // n_k) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -209,10 +223,20 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
             w_n, w2_n = stream_piece(w_ptr, N, K, tile_lo, i1, n_it, BLOCK_N, BLOCK_K, SWIGLU,
                                      PTX)
             x_n = next_x_chunk(x, x_ptr, norm_ptr, k1, K, n_k, rstd, NORM, BLOCK_K)
-            acc += row_dot(w, x, PTX)
-            if SWIGLU:
-                acc2 += row_dot(w2, x, PTX)
+            if n_k > 1:
+                accp += row_partials(w, x, PTX)
+                if SWIGLU:
+                    accp2 += row_partials(w2, x, PTX)
+            else:
+                acc += row_dot(w, x, PTX)
+                if SWIGLU:
+                    acc2 += row_dot(w2, x, PTX)
             if i % n_k == n_k - 1:  # the tile's last chunk: epilogue, store, next tile's operands
+                if n_k > 1:
+                    acc = row_sum(accp)
+                    acc2 = row_sum(accp2)
+                    accp = tl.zeros([BLOCK_N, BLOCK_K // PV], dtype=tl.float32)
+                    accp2 = accp
                 b_n, b2_n, r_n = epilogue_operands(bias_ptr, res_ptr, offs_t, mask_t, rows1,
                                                    mask1, N, stride_res, BIAS, SWIGLU, RESIDUAL)
                 y = gemv_epilogue(acc, acc2, b, b2, r, SWIGLU)
