@@ -191,23 +191,8 @@ def main():
     rows = []
     for key in args.models.split(","):
         rows += bench_model(key, args, roof_bw)
-    lat = {}
-    if args.first_call:  # Llama-3.2-1B shape from a checkpoint, ops and mega, cold then warm
-        import tempfile
-        ckpt = tempfile.mkdtemp()
-        save_checkpoint("1b", ckpt)
-        for mode in ("ops", "mega"):
-            cache = tempfile.mkdtemp()
-            lat[(mode, "cold")] = first_token_latency(ckpt, cache, mode)
-            # a fresh process's import of torch alone varies 2.8-3.9 s on the H200 host (measured
-            # 2026-11-30): the warm figure is the median of WARM_RUNS processes, the spread beside it
-            warm = [v for v in (first_token_latency(ckpt, cache, mode) for _ in range(WARM_RUNS))
-                    if v]
-            if warm:
-                warm.sort(key=lambda v: v[0])
-                med = warm[len(warm) // 2]
-                lat[(mode, "warm")] = (med[0], med[1], med[2] + f"; median of {len(warm)}, "
-                                       f"{warm[0][0]:.1f}-{warm[-1][0]:.1f} s")
+    # the decode rows are saved before the first-call runs, so a time-boxed run that is cut
+    # during those keeps them
     stamp, commit = run_stamp()
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
     # the models in the name too: two runs at one commit (different models) keep both files
@@ -225,19 +210,46 @@ def main():
         vs = f"{r['vs_compile']:.2f}" if r["vs_compile"] else "-"
         fc = f"{r['first_call_s']:.1f}" if r["first_call_s"] else "-"
         print(f"{r['model']:14s} {r['peer']:26s} {r['tok_s']:8.1f} {r['roofline_pct']:6.1f} "
-              f"{vs:>9s} {fc:>10s}")
-    for (mode, cache), v in lat.items():
-        if v:
+              f"{vs:>9s} {fc:>10s}", flush=True)
+    cmd = bench_command("bench_decode.py")
+    append_results(args.results_md, [
+        [gpu, r["model"], r["peer"], f"{r['tok_s']:.1f}",
+         f"{r['roofline_pct']:.1f}% of {r['roofline_tok_s']:.0f}",
+         f"{r['vs_compile']:.2f}x" if r["vs_compile"] else "-",
+         f"{r['first_call_s']:.1f}" if r["first_call_s"] else "-"] for r in rows], cmd)
+    if args.first_call:
+        lat = first_call_latencies()
+        for (mode, cache), v in lat.items():
             print(f"first token, {mode}, {cache} Triton cache: {v[0]:.1f} s from process start "
                   f"({v[1]:.1f} s after importing torch + fastdecode: {v[2]})")
-    table = [[gpu, r["model"], r["peer"], f"{r['tok_s']:.1f}",
-              f"{r['roofline_pct']:.1f}% of {r['roofline_tok_s']:.0f}",
-              f"{r['vs_compile']:.2f}x" if r["vs_compile"] else "-",
-              f"{r['first_call_s']:.1f}" if r["first_call_s"] else "-"] for r in rows]
-    table += [[gpu, "Llama-3.2-1B", f"first token ({mode}, from_pretrained, {cache} Triton cache)",
-               "-", "-", "-", f"{v[0]:.1f} (process start)"] for (mode, cache), v in lat.items()
-              if v]
-    append_results(args.results_md, table, bench_command("bench_decode.py"))
+        append_results(args.results_md, [
+            [gpu, "Llama-3.2-1B", f"first token ({mode}, from_pretrained, {cache} Triton cache)",
+             "-", "-", "-", f"{v[0]:.1f} (process start)"] for (mode, cache), v in lat.items()],
+            cmd)
+
+
+def first_call_latencies():
+    """{(mode, cold | warm): (s from process start, s after imports, breakdown)} for a
+    Llama-3.2-1B-shape checkpoint, ops and mega: a cold Triton cache, then warm."""
+    import tempfile
+    ckpt = tempfile.mkdtemp()
+    save_checkpoint("1b", ckpt)
+    lat = {}
+    for mode in ("ops", "mega"):
+        cache = tempfile.mkdtemp()
+        cold = first_token_latency(ckpt, cache, mode)
+        if cold:
+            lat[(mode, "cold")] = cold
+        # a fresh process's import of torch alone varies 2.8-3.9 s on the H200 host (measured
+        # 2026-11-30): the warm figure is the median of WARM_RUNS processes, the spread beside it
+        warm = [v for v in (first_token_latency(ckpt, cache, mode) for _ in range(WARM_RUNS))
+                if v]
+        if warm:
+            warm.sort(key=lambda v: v[0])
+            med = warm[len(warm) // 2]
+            lat[(mode, "warm")] = (med[0], med[1], med[2] + f"; median of {len(warm)}, "
+                                   f"{warm[0][0]:.1f}-{warm[-1][0]:.1f} s")
+    return lat
 
 
 def _git_commit():
