@@ -17,6 +17,13 @@ prefetch_l2(ptrs, USE_ASM): `prefetch.global.L2 [a];` for every address of the t
     (config.StreamConfig says by how much); the megakernel holds the first weight piece in
     registers before the wait instead. Kept, with its test, as the hint to try where a stream
     has no registers to spare. Fallback (the interpreter): nothing.
+prefetch_l2_bulk(ptr, nbytes, USE_ASM): `cp.async.bulk.prefetch.L2.global [a], n;` (sm_90) from
+    thread 0 of the program only -- one instruction asks the copy engine behind the SM (the TMA
+    unit) to bring a whole byte range into L2, where prefetch_l2 needs one per 128-byte line in
+    the SM's load pipeline (ahead of the dependency polls). The range [ptr, ptr + nbytes) is
+    trimmed to 16-byte alignment inward (the instruction needs an aligned address and a size that
+    is a multiple of 16); an empty range issues nothing. A hint, like prefetch_l2: no
+    memory-ordering meaning, nothing waits on it. Returns 0. Fallback (the interpreter): nothing.
 """
 import triton
 import triton.language as tl
@@ -40,3 +47,18 @@ def prefetch_l2(ptrs, USE_ASM: tl.constexpr):
     if USE_ASM:
         tl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [ptrs],
                                   dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def prefetch_l2_bulk(ptr, nbytes, USE_ASM: tl.constexpr):
+    if USE_ASM:
+        return tl.inline_asm_elementwise(
+            "{ .reg .pred p; .reg .u32 t, n; .reg .u64 a, e; mov.u32 t, %tid.x; "
+            "add.u64 a, $1, 15; and.b64 a, a, -16; cvt.u64.u32 e, $2; add.u64 e, e, $1; "
+            "and.b64 e, e, -16; setp.eq.u32 p, t, 0; setp.gt.and.u64 p, e, a, p; "
+            "sub.u64 e, e, a; cvt.u32.u64 n, e; "
+            "@p cp.async.bulk.prefetch.L2.global [a], n; mov.u32 $0, 0; }",
+            "=r,l,r", [ptr.to(tl.pointer_type(tl.int8), bitcast=True), nbytes.to(tl.int32)],
+            dtype=tl.int32, is_pure=False, pack=1)
+    else:
+        return nbytes * 0
