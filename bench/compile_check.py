@@ -10,6 +10,7 @@ asm paths on, so ptxas checks every wrapper's PTX.
 
     python bench/compile_check.py --model 8b [--elems 8192 --warps 4 --max-k 4096] [--tp 2]
                                   [--ptx-stream] [--merge-in-attn] [--norm-in-qkv] [--stages N]
+                                  [--l2-prefetch KB] [--wait-first] [--dump DIR]
     python bench/compile_check.py --family qwen3
     python bench/compile_check.py --ptx
 """
@@ -85,6 +86,7 @@ def compile_ptx_tests():
     for scope in ("gpu", "sys"):
         t._acquire_kernel[(1,)](i32, i32, 64, SCOPE=scope, USE_ASM=True)
     t._prefetch_copy_kernel[(1,)](bf16, bf16, 64, BLOCK=512, USE_ASM=True)
+    t._bulk_prefetch_copy_kernel[(1,)](bf16, bf16, 64, 3, BLOCK=512, USE_ASM=True)
     t._timer_kernel[(1,)](i64, i64, 100, USE_ASM=True)
     t._stream_copy_kernel[(1,)](i32, i32, 4, BLOCK=64, USE_ASM=True)
     for scope in ("gpu", "sys"):
@@ -145,6 +147,10 @@ def main():
     p.add_argument("--stages", default="0",
                    help="StreamConfig.stages: a digit, or four (QKV, o, gate|up, down); a comma "
                         "list compiles the decode megakernel once per entry and prints each")
+    p.add_argument("--l2-prefetch", type=int, default=0,
+                   help="StreamConfig.l2_prefetch_kb: o_proj tasks' bulk L2 prefetch, KB")
+    p.add_argument("--wait-first", action="store_true",
+                   help="StreamConfig.stages_wait_first: staged tasks wait before streaming")
     p.add_argument("--dump", default=None, help="write each kernel's TTGIR and PTX to this folder")
     args = p.parse_args()
     driver.set_active(CompileOnlyDriver())
@@ -167,7 +173,9 @@ def main():
     streams = [StreamConfig(args.elems or d.tile_elems, args.warps or d.num_warps,
                             max_k=args.max_k or d.max_k, ptx=args.ptx_stream,
                             stages=_stages(int(v)), merge_in_attn=args.merge_in_attn,
-                            norm_in_qkv=args.norm_in_qkv) for v in args.stages.split(",")]
+                            norm_in_qkv=args.norm_in_qkv, l2_prefetch_kb=args.l2_prefetch,
+                            stages_wait_first=args.wait_first)
+               for v in args.stages.split(",")]
     ids = torch.randint(0, 100, (4,))
     # tiny models: room for several attention splits, so ops mode launches its merge kernel too
     # (one split is written by attention_kernel directly); the real shapes keep 64, as their

@@ -14,10 +14,8 @@
 #   (first: a fresh process's first token, from_pretrained of a 1B checkpoint: cold, then 3 warm)
 #   (tp: 2+ GPUs -- the all-reduce and tensor-parallel GPU tests, bench_all_reduce.py, bench_tp.py)
 #   (kernels: only the test files that compile kernels -- ops, megakernel, models, GPU-only)
-#   (exp: the experiment branches bench/RESULTS.md queues, each part against this tree in one
-#    run -- EXP_PARTS of: rowsum waitfirst bulk probes tiled; their trees under ab_old/<branch
-#    name without exp/>: for b in deferred-rowsum staged-wait-first bulk-prefetch tiled-chunks;
-#    do mkdir -p ab_old/$b && git archive exp/$b fastdecode bench | tar -x -C ab_old/$b; done)
+#   (exp: the default-off StreamConfig variants bench/RESULTS.md queues, each against the default
+#    in one sweep_mega run -- EXP_PARTS of: l2pf (l2_prefetch_kb), waitfirst (stages_wait_first))
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=. NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -34,20 +32,14 @@ for s in $stages; do
           for tree in ${AB_TREES:-ab_old .}; do (cd $tree && PYTHONPATH=. timeout ${AB_TIMEOUT:-150} python3 \
             bench/sweep_mega.py --model $m --new-tokens 160 --configs ${AB_CONFIGS:-16384/4/4096/2} \
             2>&1 | grep -v -i warn | tail -1 | sed "s|^|$m $tree |"); done; done ;;
-    exp) C=16384/4/4096/2/0/0/0/-1
-         sw() { (cd $1 && PYTHONPATH=. timeout ${EXP_TIMEOUT:-240} python3 bench/sweep_mega.py \
-                 --model $2 --new-tokens 160 --configs $3 2>&1 | grep "x ops" | sed "s|^|$2 $1|"); }
-         for part in ${EXP_PARTS:-rowsum waitfirst bulk probes tiled}; do case $part in
-           rowsum) for t in . ab_old/deferred-rowsum . ab_old/deferred-rowsum; do
-                     sw $t 8b $C/3333; sw $t qwen3-8b $C/3333; sw $t 1b $C/1111; done ;;
-           waitfirst) for t in . ab_old/staged-wait-first; do
-                        sw $t 1b $C/1111,$C/1113,$C/3333; sw $t 8b $C/3333; done ;;
-           bulk) sw ab_old/bulk-prefetch 1b $C/1111/0,$C/1111/64/32,$C/1111/128/32,$C/1111/256/32,$C/1111/64/4324
-                 sw ab_old/bulk-prefetch 8b $C/3333/0,$C/3333/128/32,$C/3333/128/4324 ;;
-           probes) sw . 8b $C/3333,8192/4/4096/2/0/0/0/-1/5555,32768/8/4096/1/0/0/0/-1/3333 ;;
-           tiled) (cd ab_old/tiled-chunks && PYTHONPATH=. FASTDECODE_COMMIT=$COMMIT timeout 240 \
-                   python3 bench/bench_ops.py --shapes 14336x4096,4096x14336,8192x2048,2048x8192 \
-                   --results-md /tmp/tiled_results.md 2>&1 | grep -v -i warn | tail -6) ;;
+    exp) C=16384/4/4096/2/0/0/0/-1  # sweep_mega config fields up to attn keys; then stages,
+         sw() { (PYTHONPATH=. timeout ${EXP_TIMEOUT:-240} python3 bench/sweep_mega.py \
+                 --model $1 --new-tokens 160 --configs $2 2>&1 | grep "x ops" | sed "s|^|$1 |"); }
+         for part in ${EXP_PARTS:-l2pf waitfirst}; do case $part in  # l2 prefetch KB, wait first
+           l2pf) sw 1b $C/1111/0,$C/1111/32,$C/1111/64,$C/1111/128,$C/1111/0
+                 sw 8b $C/3333/0,$C/3333/64,$C/3333/128,$C/3333/0 ;;
+           waitfirst) sw 1b $C/1111,$C/1333/0/1,$C/1111/0/1,$C/1333,$C/1111
+                      sw 8b $C/3333/0/0,$C/3333/0/1,$C/3333/0/0,$C/3333/0/1 ;;
          esac; done ;;
     sweep) timeout ${SWEEP_TIMEOUT:-420} python3 bench/sweep_mega.py ${SWEEP_ARGS:---model 1b} 2>&1 | grep -v -i warn \
              | tee -a "$OUT/sweep_mega.log" | tail -20 ;;

@@ -4,6 +4,8 @@ import random
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -12,7 +14,9 @@ from conftest import DEVICE
 from fastdecode.graph import build_step, make_tiling
 from fastdecode.schedule import ScheduleError, build_schedule, validate
 from fastdecode.spec import ModelSpec
+from fastdecode.opcodes import WORDS, Op
 from fastdecode.triton_kernels.config import StreamConfig
+from fastdecode.triton_kernels.megakernel import next_gate_up_range
 from helpers import drop_encoded_task
 from models import tiny_model
 
@@ -112,16 +116,22 @@ def test_vm_random_interleavings_match_torch(family, fused, keys):
 
 
 @pytest.mark.parametrize("family", ["qwen2", "qwen3"])
-@pytest.mark.parametrize("stream", [StreamConfig(64, 4, max_k=16, attn_in_qkv_keys=10, stages=3),
+@pytest.mark.parametrize("stream", [StreamConfig(64, 4, max_k=16, attn_in_qkv_keys=10, stages=3,
+                                                 l2_prefetch_kb=1),
+                                    StreamConfig(256, 4, max_k=32, stages=2, attn_in_qkv_keys=0,
+                                                 stages_wait_first=True),
                                     StreamConfig(2048, 4, merge_in_attn=True, norm_in_qkv=True,
-                                                 attn_in_qkv_keys=0)])
+                                                 attn_in_qkv_keys=0, l2_prefetch_kb=64)])
 def test_decode_stream_tiles_match_torch(family, stream):
     """The decode tasks' stream tiles: K chunked (max_k=16 < every K of the tiny models: several
     pieces per tile, odd K ends mid-chunk; QKV / o / gate|up / down streamed through shared
     memory, stages 3, their waits inside the stream) and whole rows with many rows per tile (the
     register stream); qkv bias and q/k norm epilogues. fp32 weights: only the summation order differs from torch mode.
     attn_in_qkv_keys 10: the steps at positions 8, 9 run the short-context schedule (QKV_ATTN),
-    10, 11 the split-KV one; 0: only the split-KV one, with its fused-group variants."""
+    10, 11 the split-KV one; 0: only the split-KV one, with its fused-group variants.
+    l2_prefetch_kb: o_proj tasks ask L2 for the next gate|up task's weights (a hint: results
+    unchanged; the interpreter runs the range arithmetic, a GPU the bulk prefetches);
+    stages_wait_first: the staged o / gate|up / down tasks wait before their stream."""
     model = tiny_model(family).to(DEVICE)
     ids = torch.randint(0, 101, (1, 12), generator=torch.Generator().manual_seed(4)).to(DEVICE)
     ref = fastdecode.from_hf(model, max_seq_len=32, mode="torch")
@@ -330,3 +340,35 @@ def test_mega_random_shapes_match_torch(shape, seed):
         outs.append(torch.cat([fm(ids[:, :6])[0]] + [fm(ids[:, t:t + 1])[0] for t in range(6, 9)]))
     want, got = outs
     assert float((got - want).norm() / want.norm()) < 1e-5
+
+
+@triton.jit
+def _gate_up_range_kernel(entry, has_next, wgu, out, FFN, D, RG: tl.constexpr,
+                          PF_KB: tl.constexpr):
+    ptr, n = next_gate_up_range(entry, has_next != 0, wgu, FFN, D, RG, PF_KB)
+    tl.store(out, (ptr.to(tl.int64, bitcast=True) - wgu.to(tl.int64, bitcast=True)) // 2)  # bf16
+    tl.store(out + 1, n.to(tl.int64))
+
+
+@pytest.mark.parametrize("op,has_next,lo,hi,kb", [
+    (Op.GATE_UP, 1, 3, 5, 64),   # two tiles of 4 rows x 48 x 2 B = 768 B, under the cap
+    (Op.GATE_UP, 1, 2, 9, 1),    # capped at 1 KB
+    (Op.GATE_UP, 1, 8, 10, 64),  # the last tile ends at FFN = 34 rows, not 40
+    (Op.DOWN, 1, 0, 2, 64),      # not a gate|up task: nothing
+    (Op.GATE_UP, 0, 0, 2, 64)])  # no next entry: nothing
+def test_next_gate_up_range(op, has_next, lo, hi, kb):
+    """The o_proj task's L2 prefetch range (StreamConfig.l2_prefetch_kb): the next queue entry's
+    gate rows [lo * RG, min(hi * RG, FFN)) of its layer in w_gu [L, 2 FFN, D], capped at kb KB
+    (its up rows lie FFN * D elements on)."""
+    FFN, D, RG, layer = 34, 48, 4, 2
+    entry = torch.zeros(WORDS, dtype=torch.int32, device=DEVICE)
+    entry[:5] = torch.tensor([int(op), layer, 0, lo, hi], dtype=torch.int32)
+    wgu = torch.zeros(3, 2 * FFN, D, dtype=torch.bfloat16, device=DEVICE)
+    out = torch.full((2,), -1, dtype=torch.int64, device=DEVICE)
+    _gate_up_range_kernel[(1,)](entry, has_next, wgu, out, FFN, D, RG=RG, PF_KB=kb)
+    off, n = out.tolist()
+    want = min((min(hi * RG, FFN) - lo * RG) * D * 2, kb * 1024)
+    if op == Op.GATE_UP and has_next:
+        assert (off, n) == (layer * 2 * FFN * D + lo * RG * D, want)
+    else:
+        assert n == 0

@@ -124,6 +124,21 @@ class StreamConfig:
     # Qwen3-8B 1333 225.8, 3333 235.1; Llama-3.2-1B 1111 1192.0 / 1189.0, 3111 1067.8 / 1103.9,
     # 2111 1098.4.
     stages_min_d_model: int = 4096
+    # decode: an o_proj task asks L2 for the next gate|up task's first l2_prefetch_kb KB of gate
+    # rows and of up rows by one bulk (TMA) prefetch each before its dependency wait -- the
+    # attention chain's, HBM's one idle window in a layer (megakernel.residual_task). 0: off.
+    # The fifth prefetch form: the four per-line ones (above) put an instruction per 128-byte
+    # line into the SM's load pipeline, ahead of the polls; this is one instruction from one
+    # thread. Not yet measured (bench/RESULTS.md session 12 queues the A/B: sweep_mega's tenth
+    # config field).
+    l2_prefetch_kb: int = 0
+    # decode: o_proj / gate|up / down tasks streaming through shared memory (stages > 1) wait
+    # before their stream starts instead of inside its first iteration, with their first
+    # stages - 1 pieces in flight. Tests why the 1B is slower with stages (stages_min_d_model):
+    # whether its polls queue behind every program's first pieces, as the register stream's
+    # gate|up polls did (megakernel.py's OP_GU branch). Not yet measured (bench/RESULTS.md
+    # session 12 queues the A/B: sweep_mega's eleventh config field).
+    stages_wait_first: bool = False
 
     def op_stages(self, d_model: int | None = None) -> tuple:
         """(QKV, o_proj, gate|up, down) stream stages: stages as given, else 3 for models of

@@ -35,6 +35,7 @@ import triton.language as tl
 
 from ..opcodes import WORDS, Op
 from ..ptx_inline.flags import cta_barrier, spin_acquire
+from ..ptx_inline.memory import prefetch_l2_bulk
 from ..ptx_inline.timers import globaltimer_ns
 from .all_reduce import peer, push_rows, residual_sum_body
 from .attention import attention_body, attn_merge_body
@@ -131,29 +132,71 @@ def qk_norm_group(layer, g, qkraw_ptr, qkn_ptr, cos_ptr, sin_ptr, pos, q_ptr, kc
 
 
 @triton.jit
+def next_gate_up_range(entry, has_next, wgu_ptr, FFN, D, RG: tl.constexpr, PF_KB: tl.constexpr):
+    """The queue entry after this task: if a GATE_UP task, (its gate rows' first bytes, how
+    many) -- at most PF_KB KB, the same count of its up rows lying FFN * D elements on -- else
+    (wgu_ptr, 0)."""
+    op_n = tl.load(entry, mask=has_next, other=0)
+    layer_n = tl.load(entry + 1, mask=has_next, other=0).to(tl.int64)
+    lo_n = tl.load(entry + 3, mask=has_next, other=0) * RG
+    hi_n = tl.minimum(tl.load(entry + 4, mask=has_next, other=0) * RG, FFN)
+    elt: tl.constexpr = wgu_ptr.dtype.element_ty.primitive_bitwidth // 8
+    n = tl.minimum((hi_n - lo_n) * D * elt, PF_KB * 1024)
+    n = tl.where(op_n == OP_GU, n, 0)
+    return wgu_ptr + layer_n * 2 * FFN * D + lo_n.to(tl.int64) * D, n
+
+
+@triton.jit
+def prefetch_gate_up(entry, has_next, wgu_ptr, FFN, D, RG: tl.constexpr, PF_KB: tl.constexpr,
+                     USE_ASM: tl.constexpr):
+    """next_gate_up_range's gate and up bytes asked into L2 (ptx_inline.prefetch_l2_bulk). The
+    entry's words are requested here, after the o_proj task's first weight piece (not before
+    it: they would hold registers across it, compile_check 1B spills 44 -> 88 B)."""
+    pf_ptr, pf_n = next_gate_up_range(entry, has_next, wgu_ptr, FFN, D, RG, PF_KB)
+    if pf_n > 0:
+        prefetch_l2_bulk(pf_ptr, pf_n, USE_ASM)
+        prefetch_l2_bulk(pf_ptr + FFN * D, pf_n, USE_ASM)
+
+
+@triton.jit
 def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
                   ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, tr, clock_ptr, op,
-                  xtab_ptr, rank, x_ctr, x_spin, part_off, BIAS: tl.constexpr,
+                  xtab_ptr, rank, x_ctr, x_spin, part_off, entry, has_next, wgu_ptr, FFN,
+                  BIAS: tl.constexpr,
                   BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STREAM: tl.constexpr,
                   F32: tl.constexpr, WORLD: tl.constexpr, PUSH_BLOCK: tl.constexpr,
                   USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
-                  STAGES: tl.constexpr):
+                  STAGES: tl.constexpr, RG: tl.constexpr, PF_KB: tl.constexpr,
+                  WAIT_FIRST: tl.constexpr):
     """o_proj / down_proj task: h[:, tiles lo..hi] += x @ W^T (+ bias), the residual stream in
     place -- its first weight piece requested, then its wait (ready), then the stream (STAGES >
-    1: the wait inside the stream's first iteration, gemv_body). Tensor
+    1: the wait inside the stream's first iteration, gemv_body; WAIT_FIRST: before the stream,
+    StreamConfig.stages_wait_first). Tensor
     parallelism: the fp32 partial sum goes to this rank's row of the symmetric buffer (element
-    part_off) and is pushed to every rank; REDUCE tasks add it to the residual."""
+    part_off) and is pushed to every rank; REDUCE tasks add it to the residual.
+    PF_KB > 0 (an o_proj task, StreamConfig.l2_prefetch_kb): after its first piece and before
+    its wait (the attention chain's, while HBM idles), the first PF_KB KB of gate and of up rows
+    of the gate|up task at queue entry `entry` (if has_next and it is one) are asked into L2."""
     wargs = (ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, tr, clock_ptr, op,
              xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE)
     out = h_ptr
     if WORLD > 1:
         out = peer(xtab_ptr, rank, part_off, tl.float32)
     if STAGES > 1:
-        run = gemv_body(x_ptr, w_ptr, w_ptr, b_ptr, h_ptr, out, T, D, K, K, D, D, eps, lo, hi,
-                        tb, 0, 0, False, BIAS, False, WORLD == 1, BLOCK_T, BLOCK_N, BLOCK_K,
-                        STREAM, F32, PTX, STAGES, ready, wargs)
+        if PF_KB > 0:
+            prefetch_gate_up(entry, has_next, wgu_ptr, FFN, D, RG, PF_KB, USE_ASM)
+        run = 1
+        if WAIT_FIRST:
+            run = ready(*wargs)
+        if run == 1:
+            run = gemv_body(x_ptr, w_ptr, w_ptr, b_ptr, h_ptr, out, T, D, K, K, D, D, eps, lo,
+                            hi, tb, 0, 0, False, BIAS, False, WORLD == 1, BLOCK_T, BLOCK_N,
+                            BLOCK_K, STREAM, F32, PTX, STAGES,
+                            None if WAIT_FIRST else ready, wargs)
     else:
         w0, _ = stream_start(w_ptr, D, K, lo, hi, BLOCK_N, BLOCK_K, False, STREAM, PTX)
+        if PF_KB > 0:
+            prefetch_gate_up(entry, has_next, wgu_ptr, FFN, D, RG, PF_KB, USE_ASM)
         run = ready(*wargs)
         if run == 1:
             gemv_body(x_ptr, w_ptr, w_ptr, b_ptr, h_ptr, out, T, D, K, K, D, D, eps, lo, hi,
@@ -198,7 +241,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                WORLD: tl.constexpr, RED_BLOCK: tl.constexpr,
                USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
                MERGE_IN_ATTN: tl.constexpr, NORM_IN_QKV: tl.constexpr, SQ: tl.constexpr,
-               SO: tl.constexpr, SG: tl.constexpr, SF: tl.constexpr):
+               SO: tl.constexpr, SG: tl.constexpr, SF: tl.constexpr, PF_KB: tl.constexpr = 0,
+               WF: tl.constexpr = False):
     """Model sizes D, FFN, H, HD are constexpr (one compile per model): a decode tile over whole
     rows then folds its chunk loop away and keeps the activation row in registers, which spares
     registers (bench/compile_check.py: 1B shape 255 registers with 48 B of spills when they were
@@ -227,7 +271,14 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     ticket whatever NORM_IN_QKV says; the completer norms the group if QK_DEFER, then runs its
     attention over every key as one split (CHUNK = S), written straight to the attention output
     (attention_body DIRECT): no ATTN or MERGE tasks. An opcode, not a constexpr: both decode
-    schedules run one compiled kernel."""
+    schedules run one compiled kernel.
+    PF_KB (STREAM, config.StreamConfig.l2_prefetch_kb): > 0, an o_proj task followed by a
+    gate|up task in its queue asks L2 for that task's first PF_KB KB of gate rows and of up rows
+    (one bulk prefetch each, ptx_inline.prefetch_l2_bulk) before its dependency wait -- the
+    attention chain's, when HBM idles (residual_task).
+    WF (config.StreamConfig.stages_wait_first): the o_proj / gate|up / down tasks streaming
+    through shared memory (SO / SG / SF > 1) wait before their stream instead of inside its
+    first iteration: no pieces queued ahead of the dependency polls."""
     pid = tl.program_id(0)
     qlen = tl.load(qlen_ptr + pid)
     QKVN = (H + 2 * KVH) * HD
@@ -309,15 +360,20 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                 run = residual_task(attn_ptr, wo_ptr + layer * D * QD, bo_ptr + layer * D, h_ptr,
                                     T, D, QD, eps, a1, a2, a0, ctr_ptr, target, status_ptr,
                                     max_spin, pid, i, wc, s, tr, clock_ptr, op, xtab_ptr, rank,
-                                    x_ctr, x_spin, x_red + rank * TM * D, BIAS_O, BLOCK_T, RQ,
-                                    KQ, STREAM, F32, WORLD, RED_BLOCK, USE_ASM, TRACE, PTX, SO)
+                                    x_ctr, x_spin, x_red + rank * TM * D, w + NW, i + 1 < qlen,
+                                    wgu_ptr, FFN, BIAS_O, BLOCK_T, RQ, KQ, STREAM, F32, WORLD,
+                                    RED_BLOCK, USE_ASM, TRACE, PTX, SO, RG, PF_KB, WF)
             elif op == OP_GU:
                 w_gu = wgu_ptr + layer * 2 * FFN * D
                 if SG > 1:
-                    run = gemv_body(h_ptr, w_gu, mnorm_ptr + layer * D, bgu_ptr + layer * 2 * FFN,
-                                    h_ptr, act_ptr, T, FFN, D, D, D, FFN, eps, a1, a2, a0, 0, 0,
-                                    True, BIAS_MLP, True, False, BLOCK_T, RG, KG, STREAM, F32,
-                                    PTX, SG, ready, wargs)
+                    if WF:
+                        run = ready(*wargs)
+                    if run == 1:
+                        run = gemv_body(h_ptr, w_gu, mnorm_ptr + layer * D,
+                                        bgu_ptr + layer * 2 * FFN, h_ptr, act_ptr, T, FFN, D, D,
+                                        D, FFN, eps, a1, a2, a0, 0, 0, True, BIAS_MLP, True,
+                                        False, BLOCK_T, RG, KG, STREAM, F32, PTX, SG,
+                                        None if WF else ready, wargs)
                 else:
                     # register stream (the 1B class): the first piece after the wait, not before
                     # it -- with every gate|up task's first pieces (the whole grid's, ~8 MB)
@@ -333,9 +389,9 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                 run = residual_task(act_ptr, wd_ptr + layer * D * FFN, bd_ptr + layer * D, h_ptr,
                                     T, D, FFN, eps, a1, a2, a0, ctr_ptr, target, status_ptr,
                                     max_spin, pid, i, wc, s, tr, clock_ptr, op, xtab_ptr, rank,
-                                    x_ctr, x_spin, x_red + (WORLD + rank) * TM * D, BIAS_MLP,
-                                    BLOCK_T, RF, KF, STREAM, F32, WORLD, RED_BLOCK, USE_ASM,
-                                    TRACE, PTX, SF)
+                                    x_ctr, x_spin, x_red + (WORLD + rank) * TM * D, w, False,
+                                    wgu_ptr, FFN, BIAS_MLP, BLOCK_T, RF, KF, STREAM, F32, WORLD,
+                                    RED_BLOCK, USE_ASM, TRACE, PTX, SF, RG, 0, WF)
             elif op == OP_LM:
                 w0, _ = stream_start(lm_ptr, V, D, a1, a2, RD, KD, False, STREAM, PTX)
                 run = ready(*wargs)
