@@ -15,7 +15,8 @@
 #   (tp: 2+ GPUs -- the all-reduce and tensor-parallel GPU tests, bench_all_reduce.py, bench_tp.py)
 #   (kernels: only the test files that compile kernels -- ops, megakernel, models, GPU-only)
 #   (exp: the default-off StreamConfig variants bench/RESULTS.md queues, each against the default
-#    in one sweep_mega run -- EXP_PARTS of: l2pf (l2_prefetch_kb), waitfirst (stages_wait_first),
+#    in one sweep_mega run -- EXP_PARTS of: l2pf (l2_prefetch_kb), l2own (l2_prefetch_own_kb),
+#    waitfirst (stages_wait_first),
 #    keys (attn_in_qkv_keys 288 on Qwen3-8B over 256 tokens))
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=. NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
@@ -37,9 +38,11 @@ for s in $stages; do
          sw() { (PYTHONPATH=. timeout ${EXP_TIMEOUT:-240} python3 bench/sweep_mega.py \
                  --model $1 --new-tokens ${NEW:-160} --configs $2 2>&1 | grep "x ops" | sed "s|^|$1 |"); }
          K=16384/4/4096/2/0/0/0  # ... then attn keys (-1: the 96 KB rule), stages
-         for part in ${EXP_PARTS:-l2pf waitfirst keys}; do case $part in  # l2 prefetch KB, wait first
+         for part in ${EXP_PARTS:-l2pf l2own waitfirst keys}; do case $part in  # l2 prefetch KB, wait first
            l2pf) sw 1b $C/1111/0,$C/1111/32,$C/1111/64,$C/1111/128,$C/1111/0
                  sw 8b $C/3333/0,$C/3333/64,$C/3333/128,$C/3333/0 ;;
+           l2own) sw 1b $C/1111/0/0/0,$C/1111/0/0/64,$C/1111/0/0/128,$C/1111/64/0/64,$C/1111
+                  sw 8b $C/3333/0/0/0,$C/3333/0/0/64,$C/3333/0/0/128,$C/3333 ;;
            waitfirst) sw 1b $C/1111,$C/1333/0/1,$C/1333,$C/1111,$C/1333/0/1,$C/1333
                       sw 8b $C/3333/0/0,$C/3333/0/1,$C/3333/0/0,$C/3333/0/1 ;;
            # the short-context schedule's reach with q/k norm (its QKNORM hop goes too): the

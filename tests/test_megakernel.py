@@ -16,7 +16,7 @@ from fastdecode.schedule import ScheduleError, build_schedule, validate
 from fastdecode.spec import ModelSpec
 from fastdecode.opcodes import WORDS, Op
 from fastdecode.triton_kernels.config import StreamConfig
-from fastdecode.triton_kernels.megakernel import next_gate_up_range
+from fastdecode.triton_kernels.megakernel import next_gate_up, rows_prefetch
 from helpers import drop_encoded_task
 from models import tiny_model
 
@@ -119,9 +119,10 @@ def test_vm_random_interleavings_match_torch(family, fused, keys):
 @pytest.mark.parametrize("stream", [StreamConfig(64, 4, max_k=16, attn_in_qkv_keys=10, stages=3,
                                                  l2_prefetch_kb=1),
                                     StreamConfig(256, 4, max_k=32, stages=2, attn_in_qkv_keys=0,
-                                                 stages_wait_first=True),
+                                                 stages_wait_first=True, l2_prefetch_own_kb=2),
                                     StreamConfig(2048, 4, merge_in_attn=True, norm_in_qkv=True,
-                                                 attn_in_qkv_keys=0, l2_prefetch_kb=64)])
+                                                 attn_in_qkv_keys=0, l2_prefetch_kb=64,
+                                                 l2_prefetch_own_kb=64)])
 def test_decode_stream_tiles_match_torch(family, stream):
     """The decode tasks' stream tiles: K chunked (max_k=16 < every K of the tiny models: several
     pieces per tile, odd K ends mid-chunk; QKV / o / gate|up / down streamed through shared
@@ -131,7 +132,8 @@ def test_decode_stream_tiles_match_torch(family, stream):
     10, 11 the split-KV one; 0: only the split-KV one, with its fused-group variants.
     l2_prefetch_kb: o_proj tasks ask L2 for the next gate|up task's weights (a hint: results
     unchanged; the interpreter runs the range arithmetic, a GPU the bulk prefetches);
-    stages_wait_first: the staged o / gate|up / down tasks wait before their stream."""
+    stages_wait_first: the staged o / gate|up / down tasks wait before their stream;
+    l2_prefetch_own_kb: they ask L2 for their own first weights."""
     model = tiny_model(family).to(DEVICE)
     ids = torch.randint(0, 101, (1, 12), generator=torch.Generator().manual_seed(4)).to(DEVICE)
     ref = fastdecode.from_hf(model, max_seq_len=32, mode="torch")
@@ -343,11 +345,13 @@ def test_mega_random_shapes_match_torch(shape, seed):
 
 
 @triton.jit
-def _gate_up_range_kernel(entry, has_next, wgu, out, FFN, D, RG: tl.constexpr,
-                          PF_KB: tl.constexpr):
-    ptr, n = next_gate_up_range(entry, has_next != 0, wgu, FFN, D, RG, PF_KB)
-    tl.store(out, (ptr.to(tl.int64, bitcast=True) - wgu.to(tl.int64, bitcast=True)) // 2)  # bf16
-    tl.store(out + 1, n.to(tl.int64))
+def _gate_up_prefetch_kernel(entry, has_next, wgu, out, FFN, D, RG: tl.constexpr,
+                             KB: tl.constexpr):
+    wl, lo, hi = next_gate_up(entry, has_next != 0, wgu, FFN, D)
+    n = rows_prefetch(wl, FFN, D, lo, hi, RG, KB, True, False)
+    tl.store(out, (wl.to(tl.int64, bitcast=True) - wgu.to(tl.int64, bitcast=True)) // 2)  # bf16
+    tl.store(out + 1, (lo * RG).to(tl.int64))
+    tl.store(out + 2, n.to(tl.int64))
 
 
 @pytest.mark.parametrize("op,has_next,lo,hi,kb", [
@@ -356,19 +360,19 @@ def _gate_up_range_kernel(entry, has_next, wgu, out, FFN, D, RG: tl.constexpr,
     (Op.GATE_UP, 1, 8, 10, 64),  # the last tile ends at FFN = 34 rows, not 40
     (Op.DOWN, 1, 0, 2, 64),      # not a gate|up task: nothing
     (Op.GATE_UP, 0, 0, 2, 64)])  # no next entry: nothing
-def test_next_gate_up_range(op, has_next, lo, hi, kb):
-    """The o_proj task's L2 prefetch range (StreamConfig.l2_prefetch_kb): the next queue entry's
-    gate rows [lo * RG, min(hi * RG, FFN)) of its layer in w_gu [L, 2 FFN, D], capped at kb KB
-    (its up rows lie FFN * D elements on)."""
+def test_next_gate_up_prefetch_range(op, has_next, lo, hi, kb):
+    """The o_proj task's L2 prefetch of the next task (StreamConfig.l2_prefetch_kb): the next
+    queue entry's gate rows [lo * RG, min(hi * RG, FFN)) of its layer in w_gu [L, 2 FFN, D],
+    capped at kb KB (rows_prefetch asks as much of its up rows, FFN * D elements on)."""
     FFN, D, RG, layer = 34, 48, 4, 2
     entry = torch.zeros(WORDS, dtype=torch.int32, device=DEVICE)
     entry[:5] = torch.tensor([int(op), layer, 0, lo, hi], dtype=torch.int32)
     wgu = torch.zeros(3, 2 * FFN, D, dtype=torch.bfloat16, device=DEVICE)
-    out = torch.full((2,), -1, dtype=torch.int64, device=DEVICE)
-    _gate_up_range_kernel[(1,)](entry, has_next, wgu, out, FFN, D, RG=RG, PF_KB=kb)
-    off, n = out.tolist()
+    out = torch.full((3,), -1, dtype=torch.int64, device=DEVICE)
+    _gate_up_prefetch_kernel[(1,)](entry, has_next, wgu, out, FFN, D, RG=RG, KB=kb)
+    base, row0, n = out.tolist()
     want = min((min(hi * RG, FFN) - lo * RG) * D * 2, kb * 1024)
     if op == Op.GATE_UP and has_next:
-        assert (off, n) == (layer * 2 * FFN * D + lo * RG * D, want)
+        assert (base, row0, n) == (layer * 2 * FFN * D, lo * RG, want)
     else:
         assert n == 0

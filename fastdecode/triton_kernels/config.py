@@ -132,6 +132,12 @@ class StreamConfig:
     # thread. Not yet measured (bench/RESULTS.md session 12 queues the A/B: sweep_mega's tenth
     # config field).
     l2_prefetch_kb: int = 0
+    # decode: every o_proj / gate|up / down task asks L2 for its own rows' first
+    # l2_prefetch_own_kb KB (gate|up: of gate and of up rows) by one bulk prefetch each before
+    # its wait, so HBM streams the phase's weights while the phase before it drains (the per-line
+    # form of this, a task's first 32-128 KB, measured slower above). 0: off. Not yet measured
+    # (bench/RESULTS.md session 12: sweep_mega's twelfth config field).
+    l2_prefetch_own_kb: int = 0
     # decode: o_proj / gate|up / down tasks streaming through shared memory (stages > 1) wait
     # before their stream starts instead of inside its first iteration, with their first
     # stages - 1 pieces in flight. Tests why the 1B is slower with stages (stages_min_d_model):

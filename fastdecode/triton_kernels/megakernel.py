@@ -132,30 +132,48 @@ def qk_norm_group(layer, g, qkraw_ptr, qkn_ptr, cos_ptr, sin_ptr, pos, q_ptr, kc
 
 
 @triton.jit
-def next_gate_up_range(entry, has_next, wgu_ptr, FFN, D, RG: tl.constexpr, PF_KB: tl.constexpr):
-    """The queue entry after this task: if a GATE_UP task, (its gate rows' first bytes, how
-    many) -- at most PF_KB KB, the same count of its up rows lying FFN * D elements on -- else
-    (wgu_ptr, 0)."""
+def next_gate_up(entry, has_next, wgu_ptr, FFN, D):
+    """The queue entry after this task: if a GATE_UP task, (its layer's w_gu [2 FFN, D], its row
+    tiles lo, hi), else (w_gu, 0, 0) -- for rows_prefetch."""
     op_n = tl.load(entry, mask=has_next, other=0)
     layer_n = tl.load(entry + 1, mask=has_next, other=0).to(tl.int64)
-    lo_n = tl.load(entry + 3, mask=has_next, other=0) * RG
-    hi_n = tl.minimum(tl.load(entry + 4, mask=has_next, other=0) * RG, FFN)
-    elt: tl.constexpr = wgu_ptr.dtype.element_ty.primitive_bitwidth // 8
-    n = tl.minimum((hi_n - lo_n) * D * elt, PF_KB * 1024)
-    n = tl.where(op_n == OP_GU, n, 0)
-    return wgu_ptr + layer_n * 2 * FFN * D + lo_n.to(tl.int64) * D, n
+    lo_n = tl.load(entry + 3, mask=has_next, other=0)
+    hi_n = tl.load(entry + 4, mask=has_next, other=0)
+    hi_n = tl.where(op_n == OP_GU, hi_n, lo_n)
+    return wgu_ptr + layer_n * 2 * FFN * D, lo_n, hi_n
 
 
 @triton.jit
-def prefetch_gate_up(entry, has_next, wgu_ptr, FFN, D, RG: tl.constexpr, PF_KB: tl.constexpr,
-                     USE_ASM: tl.constexpr):
-    """next_gate_up_range's gate and up bytes asked into L2 (ptx_inline.prefetch_l2_bulk). The
-    entry's words are requested here, after the o_proj task's first weight piece (not before
-    it: they would hold registers across it, compile_check 1B spills 44 -> 88 B)."""
-    pf_ptr, pf_n = next_gate_up_range(entry, has_next, wgu_ptr, FFN, D, RG, PF_KB)
-    if pf_n > 0:
-        prefetch_l2_bulk(pf_ptr, pf_n, USE_ASM)
-        prefetch_l2_bulk(pf_ptr + FFN * D, pf_n, USE_ASM)
+def rows_prefetch(w_ptr, N, K, lo, hi, BLOCK_N: tl.constexpr, KB: tl.constexpr,
+                  TWO: tl.constexpr, USE_ASM: tl.constexpr):
+    """The first KB KB of rows [lo * BLOCK_N, min(hi * BLOCK_N, N)) of W [N (x2 if TWO: gate|up,
+    the up rows N rows on), K], asked into L2 (ptx_inline.prefetch_l2_bulk; TWO: of the gate
+    rows and of the up rows). Returns the bytes asked per range (0: none)."""
+    elt: tl.constexpr = w_ptr.dtype.element_ty.primitive_bitwidth // 8
+    r0 = lo * BLOCK_N
+    n = tl.maximum(tl.minimum((tl.minimum(hi * BLOCK_N, N) - r0) * K * elt, KB * 1024), 0)
+    if n > 0:
+        p = w_ptr + r0.to(tl.int64) * K
+        prefetch_l2_bulk(p, n, USE_ASM)
+        if TWO:
+            prefetch_l2_bulk(p + N * K, n, USE_ASM)
+    return n
+
+
+@triton.jit
+def task_prefetch(w_ptr, N, K, lo, hi, entry, has_next, wgu_ptr, FFN, D, BLOCK_N: tl.constexpr,
+                  RG: tl.constexpr, PF_KB: tl.constexpr, OWN_KB: tl.constexpr,
+                  USE_ASM: tl.constexpr):
+    """A weight task's L2 prefetches before its wait (StreamConfig.l2_prefetch_kb /
+    l2_prefetch_own_kb): its own rows' first OWN_KB KB (W [N, K], row tiles [lo, hi)); the first
+    PF_KB KB of gate and of up rows of the next queue entry if it is a GATE_UP task (that
+    entry's words requested here, after the task's first weight piece: before it they held
+    registers across it, compile_check 1B spills 44 -> 88 B)."""
+    if OWN_KB > 0:
+        rows_prefetch(w_ptr, N, K, lo, hi, BLOCK_N, OWN_KB, False, USE_ASM)
+    if PF_KB > 0:
+        wl, lo_n, hi_n = next_gate_up(entry, has_next, wgu_ptr, FFN, D)
+        rows_prefetch(wl, FFN, D, lo_n, hi_n, RG, PF_KB, True, USE_ASM)
 
 
 @triton.jit
@@ -167,24 +185,26 @@ def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
                   F32: tl.constexpr, WORLD: tl.constexpr, PUSH_BLOCK: tl.constexpr,
                   USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
                   STAGES: tl.constexpr, RG: tl.constexpr, PF_KB: tl.constexpr,
-                  WAIT_FIRST: tl.constexpr):
+                  OWN_KB: tl.constexpr, WAIT_FIRST: tl.constexpr):
     """o_proj / down_proj task: h[:, tiles lo..hi] += x @ W^T (+ bias), the residual stream in
     place -- its first weight piece requested, then its wait (ready), then the stream (STAGES >
     1: the wait inside the stream's first iteration, gemv_body; WAIT_FIRST: before the stream,
     StreamConfig.stages_wait_first). Tensor
     parallelism: the fp32 partial sum goes to this rank's row of the symmetric buffer (element
     part_off) and is pushed to every rank; REDUCE tasks add it to the residual.
-    PF_KB > 0 (an o_proj task, StreamConfig.l2_prefetch_kb): after its first piece and before
-    its wait (the attention chain's, while HBM idles), the first PF_KB KB of gate and of up rows
-    of the gate|up task at queue entry `entry` (if has_next and it is one) are asked into L2."""
+    task_prefetch (StreamConfig.l2_prefetch_kb: an o_proj task, PF_KB > 0; l2_prefetch_own_kb:
+    OWN_KB > 0) after its first piece and before its wait: its own rows' first OWN_KB KB, and
+    the first PF_KB KB of gate and of up rows of the gate|up task at queue entry `entry` (if
+    has_next and it is one), asked into L2 -- an o_proj task waits on the attention chain,
+    while HBM idles."""
     wargs = (ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, tr, clock_ptr, op,
              xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE)
     out = h_ptr
     if WORLD > 1:
         out = peer(xtab_ptr, rank, part_off, tl.float32)
     if STAGES > 1:
-        if PF_KB > 0:
-            prefetch_gate_up(entry, has_next, wgu_ptr, FFN, D, RG, PF_KB, USE_ASM)
+        task_prefetch(w_ptr, D, K, lo, hi, entry, has_next, wgu_ptr, FFN, D, BLOCK_N, RG, PF_KB,
+                      OWN_KB, USE_ASM)
         run = 1
         if WAIT_FIRST:
             run = ready(*wargs)
@@ -195,8 +215,8 @@ def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
                             None if WAIT_FIRST else ready, wargs)
     else:
         w0, _ = stream_start(w_ptr, D, K, lo, hi, BLOCK_N, BLOCK_K, False, STREAM, PTX)
-        if PF_KB > 0:
-            prefetch_gate_up(entry, has_next, wgu_ptr, FFN, D, RG, PF_KB, USE_ASM)
+        task_prefetch(w_ptr, D, K, lo, hi, entry, has_next, wgu_ptr, FFN, D, BLOCK_N, RG, PF_KB,
+                      OWN_KB, USE_ASM)
         run = ready(*wargs)
         if run == 1:
             gemv_body(x_ptr, w_ptr, w_ptr, b_ptr, h_ptr, out, T, D, K, K, D, D, eps, lo, hi,
@@ -242,7 +262,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
                MERGE_IN_ATTN: tl.constexpr, NORM_IN_QKV: tl.constexpr, SQ: tl.constexpr,
                SO: tl.constexpr, SG: tl.constexpr, SF: tl.constexpr, PF_KB: tl.constexpr = 0,
-               WF: tl.constexpr = False):
+               WF: tl.constexpr = False, PFO_KB: tl.constexpr = 0):
     """Model sizes D, FFN, H, HD are constexpr (one compile per model): a decode tile over whole
     rows then folds its chunk loop away and keeps the activation row in registers, which spares
     registers (bench/compile_check.py: 1B shape 255 registers with 48 B of spills when they were
@@ -276,6 +296,9 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     gate|up task in its queue asks L2 for that task's first PF_KB KB of gate rows and of up rows
     (one bulk prefetch each, ptx_inline.prefetch_l2_bulk) before its dependency wait -- the
     attention chain's, when HBM idles (residual_task).
+    PFO_KB (STREAM, config.StreamConfig.l2_prefetch_own_kb): > 0, every o_proj / gate|up /
+    down task asks L2 for its own rows' first PFO_KB KB (gate|up: of gate and of up rows) before
+    its wait (task_prefetch, rows_prefetch).
     WF (config.StreamConfig.stages_wait_first): the o_proj / gate|up / down tasks streaming
     through shared memory (SO / SG / SF > 1) wait before their stream instead of inside its
     first iteration: no pieces queued ahead of the dependency polls."""
@@ -362,9 +385,11 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                     max_spin, pid, i, wc, s, tr, clock_ptr, op, xtab_ptr, rank,
                                     x_ctr, x_spin, x_red + rank * TM * D, w + NW, i + 1 < qlen,
                                     wgu_ptr, FFN, BIAS_O, BLOCK_T, RQ, KQ, STREAM, F32, WORLD,
-                                    RED_BLOCK, USE_ASM, TRACE, PTX, SO, RG, PF_KB, WF)
+                                    RED_BLOCK, USE_ASM, TRACE, PTX, SO, RG, PF_KB, PFO_KB, WF)
             elif op == OP_GU:
                 w_gu = wgu_ptr + layer * 2 * FFN * D
+                if PFO_KB > 0:  # before the wait, and before the staged stream's first pieces
+                    rows_prefetch(w_gu, FFN, D, a1, a2, RG, PFO_KB, True, USE_ASM)
                 if SG > 1:
                     if WF:
                         run = ready(*wargs)
@@ -391,7 +416,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                     max_spin, pid, i, wc, s, tr, clock_ptr, op, xtab_ptr, rank,
                                     x_ctr, x_spin, x_red + (WORLD + rank) * TM * D, w, False,
                                     wgu_ptr, FFN, BIAS_MLP, BLOCK_T, RF, KF, STREAM, F32, WORLD,
-                                    RED_BLOCK, USE_ASM, TRACE, PTX, SF, RG, 0, WF)
+                                    RED_BLOCK, USE_ASM, TRACE, PTX, SF, RG, 0, PFO_KB, WF)
             elif op == OP_LM:
                 w0, _ = stream_start(lm_ptr, V, D, a1, a2, RD, KD, False, STREAM, PTX)
                 run = ready(*wargs)
