@@ -193,7 +193,8 @@ def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
     parallelism: the fp32 partial sum goes to this rank's row of the symmetric buffer (element
     part_off) and is pushed to every rank; REDUCE tasks add it to the residual.
     task_prefetch (StreamConfig.l2_prefetch_kb: an o_proj task, PF_KB > 0; l2_prefetch_own_kb:
-    OWN_KB > 0) after its first piece and before its wait: its own rows' first OWN_KB KB, and
+    OWN_KB > 0) before its wait (the register stream: after its first piece; shared-memory
+    stages: before the stream's first pieces): its own rows' first OWN_KB KB, and
     the first PF_KB KB of gate and of up rows of the gate|up task at queue entry `entry` (if
     has_next and it is one), asked into L2 -- an o_proj task waits on the attention chain,
     while HBM idles."""
