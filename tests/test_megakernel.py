@@ -115,14 +115,16 @@ def test_vm_random_interleavings_match_torch(family, fused, keys):
         assert ((1, True) in fm.runtime._schedules) == (keys > 0)
 
 
-@pytest.mark.parametrize("family", ["qwen2", "qwen3"])
-@pytest.mark.parametrize("stream", [StreamConfig(64, 4, max_k=16, attn_in_qkv_keys=10, stages=3,
-                                                 l2_prefetch_kb=1),
-                                    StreamConfig(256, 4, max_k=32, stages=2, attn_in_qkv_keys=0,
-                                                 stages_wait_first=True, l2_prefetch_own_kb=2),
-                                    StreamConfig(2048, 4, merge_in_attn=True, norm_in_qkv=True,
-                                                 attn_in_qkv_keys=0, l2_prefetch_kb=64,
-                                                 l2_prefetch_own_kb=64)])
+STAGED = StreamConfig(64, 4, max_k=16, attn_in_qkv_keys=10, stages=3, l2_prefetch_kb=1)
+WHOLE_ROWS = StreamConfig(2048, 4, merge_in_attn=True, norm_in_qkv=True, attn_in_qkv_keys=0,
+                          l2_prefetch_kb=64, l2_prefetch_own_kb=64)
+WAIT_FIRST = StreamConfig(256, 4, max_k=32, stages=2, attn_in_qkv_keys=0, stages_wait_first=True,
+                          l2_prefetch_own_kb=2)
+
+
+@pytest.mark.parametrize("family,stream", [("qwen2", STAGED), ("qwen3", STAGED),
+                                           ("qwen2", WHOLE_ROWS), ("qwen3", WHOLE_ROWS),
+                                           ("qwen3", WAIT_FIRST)])
 def test_decode_stream_tiles_match_torch(family, stream):
     """The decode tasks' stream tiles: K chunked (max_k=16 < every K of the tiny models: several
     pieces per tile, odd K ends mid-chunk; QKV / o / gate|up / down streamed through shared
