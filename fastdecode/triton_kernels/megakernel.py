@@ -133,8 +133,9 @@ def qk_norm_group(layer, g, qkraw_ptr, qkn_ptr, cos_ptr, sin_ptr, pos, q_ptr, kc
 
 @triton.jit
 def next_gate_up(entry, has_next, wgu_ptr, FFN, D):
-    """The queue entry after this task: if a GATE_UP task, (its layer's w_gu [2 FFN, D], its row
-    tiles lo, hi), else (w_gu, 0, 0) -- for rows_prefetch."""
+    """The queue entry after this task: (its layer's w_gu [2 FFN, D], its row tiles lo, hi) if
+    it is a GATE_UP task; otherwise (and with no next entry) hi == lo, an empty range -- for
+    rows_prefetch."""
     op_n = tl.load(entry, mask=has_next, other=0)
     layer_n = tl.load(entry + 1, mask=has_next, other=0).to(tl.int64)
     lo_n = tl.load(entry + 3, mask=has_next, other=0)
