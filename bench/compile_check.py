@@ -10,8 +10,7 @@ asm paths on, so ptxas checks every wrapper's PTX.
 
     python bench/compile_check.py --model 8b [--elems 8192 --warps 4 --max-k 4096] [--tp 2]
                                   [--ptx-stream] [--merge-in-attn] [--norm-in-qkv] [--stages N]
-                                  [--l2-prefetch KB] [--l2-prefetch-own KB]
-                                  [--wait-first] [--dump DIR]
+                                  [--l2-prefetch KB] [--dump DIR]
     python bench/compile_check.py --family qwen3
     python bench/compile_check.py --ptx
 """
@@ -150,10 +149,6 @@ def main():
                         "list compiles the decode megakernel once per entry and prints each")
     p.add_argument("--l2-prefetch", type=int, default=0,
                    help="StreamConfig.l2_prefetch_kb: o_proj tasks' bulk L2 prefetch, KB")
-    p.add_argument("--l2-prefetch-own", type=int, default=0,
-                   help="StreamConfig.l2_prefetch_own_kb: weight tasks' own bulk L2 prefetch, KB")
-    p.add_argument("--wait-first", action="store_true",
-                   help="StreamConfig.stages_wait_first: staged tasks wait before streaming")
     p.add_argument("--dump", default=None, help="write each kernel's TTGIR and PTX to this folder")
     args = p.parse_args()
     driver.set_active(CompileOnlyDriver())
@@ -176,9 +171,7 @@ def main():
     streams = [StreamConfig(args.elems or d.tile_elems, args.warps or d.num_warps,
                             max_k=args.max_k or d.max_k, ptx=args.ptx_stream,
                             stages=_stages(int(v)), merge_in_attn=args.merge_in_attn,
-                            norm_in_qkv=args.norm_in_qkv, l2_prefetch_kb=args.l2_prefetch,
-                            stages_wait_first=args.wait_first,
-                            l2_prefetch_own_kb=args.l2_prefetch_own)
+                            norm_in_qkv=args.norm_in_qkv, l2_prefetch_kb=args.l2_prefetch)
                for v in args.stages.split(",")]
     ids = torch.randint(0, 100, (4,))
     # tiny models: room for several attention splits, so ops mode launches its merge kernel too

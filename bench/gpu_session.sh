@@ -14,10 +14,9 @@
 #   (first: a fresh process's first token, from_pretrained of a 1B checkpoint: cold, then 3 warm)
 #   (tp: 2+ GPUs -- the all-reduce and tensor-parallel GPU tests, bench_all_reduce.py, bench_tp.py)
 #   (kernels: only the test files that compile kernels -- ops, megakernel, models, GPU-only)
-#   (exp: the default-off StreamConfig variants bench/RESULTS.md queues, each against the default
-#    in one sweep_mega run -- EXP_PARTS of: l2pf (l2_prefetch_kb), l2own (l2_prefetch_own_kb),
-#    waitfirst (stages_wait_first),
-#    keys (attn_in_qkv_keys 288 on Qwen3-8B over 256 tokens))
+#   (exp: default-off StreamConfig variants, each against the default in one sweep_mega run --
+#    EXP_PARTS of: l2pf (l2_prefetch_kb), keys (attn_in_qkv_keys 288 vs the rule's 192 on the
+#    8B shapes over 256 tokens))
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=. NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -38,16 +37,13 @@ for s in $stages; do
          sw() { (PYTHONPATH=. timeout ${EXP_TIMEOUT:-240} python3 bench/sweep_mega.py \
                  --model $1 --new-tokens ${NEW:-160} --configs $2 2>&1 | grep "x ops" | sed "s|^|$1 |"); }
          K=16384/4/4096/2/0/0/0  # ... then attn keys (-1: the 96 KB rule), stages
-         for part in ${EXP_PARTS:-l2pf l2own waitfirst keys}; do case $part in  # l2 prefetch KB, wait first
+         for part in ${EXP_PARTS:-l2pf keys}; do case $part in  # then l2 prefetch KB
            l2pf) sw 1b $C/1111/0,$C/1111/32,$C/1111/64,$C/1111/128,$C/1111/0
                  sw 8b $C/3333/0,$C/3333/64,$C/3333/128,$C/3333/0 ;;
-           l2own) sw 1b $C/1111/0/0/0,$C/1111/0/0/64,$C/1111/0/0/128,$C/1111/64/0/64,$C/1111
-                  sw 8b $C/3333/0/0/0,$C/3333/0/0/64,$C/3333/0/0/128,$C/3333 ;;
-           waitfirst) sw 1b $C/1111,$C/1333/0/1,$C/1333,$C/1111,$C/1333/0/1,$C/1333
-                      sw 8b $C/3333/0/0,$C/3333/0/1,$C/3333/0/0,$C/3333/0/1 ;;
            # the short-context schedule's reach with q/k norm (its QKNORM hop goes too): the
            # bench's 256 tokens reach 288 keys, past the rule's 192 at head_dim 128
-           keys) NEW=256 sw qwen3-8b $K/-1/3333,$K/288/3333,$K/-1/3333,$K/288/3333 ;;
+           keys) for m in qwen3-8b 8b; do
+                   NEW=256 sw $m $K/-1/3333,$K/288/3333,$K/-1/3333,$K/288/3333; done ;;
          esac; done ;;
     sweep) timeout ${SWEEP_TIMEOUT:-420} python3 bench/sweep_mega.py ${SWEEP_ARGS:---model 1b} 2>&1 | grep -v -i warn \
              | tee -a "$OUT/sweep_mega.log" | tail -20 ;;

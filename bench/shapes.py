@@ -66,20 +66,20 @@ def _stages(v):
 
 def stream_configs(text):
     """'elements/warps/max K/per SM[/ptx[/merge in attn[/norm in qkv[/attn keys[/stages
-    [/l2 prefetch KB[/wait first[/own l2 prefetch KB]]]]]]]]],...' (bench --configs; ptx 1: the weight pieces by inline PTX; merge in
+    [/l2 prefetch KB]]]]]]],...' (bench --configs; ptx 1: the weight pieces by inline PTX; merge in
     attn / norm in qkv 1: no MERGE / QKNORM tasks; attn keys: StreamConfig.attn_in_qkv_keys, the
     short-context decode schedule's reach, 0 = never, -1 or absent = config.py's default; stages:
     StreamConfig.stages, 0 or absent = the default, _stages; l2 prefetch KB:
-    StreamConfig.l2_prefetch_kb, absent = 0; wait first 1: StreamConfig.stages_wait_first; own
-    l2 prefetch KB: StreamConfig.l2_prefetch_own_kb) -> [StreamConfig, ...]."""
+    StreamConfig.l2_prefetch_kb, absent = 0) -> [StreamConfig, ...]."""
     from fastdecode.triton_kernels.config import StreamConfig
     out = []
     for c in text.split(","):
         e, w, k, p, *flags = map(int, c.split("/"))
-        flags += [0, 0, 0, -1, 0, 0, 0, 0][len(flags):]
+        if len(flags) > 6:
+            raise ValueError(f"{c}: at most 10 fields (elements/warps/max K/per SM, then 6 flags)")
+        flags += [0, 0, 0, -1, 0, 0][len(flags):]
         out.append(StreamConfig(e, w, per_sm=p, max_k=k, ptx=bool(flags[0]),
                                 merge_in_attn=bool(flags[1]), norm_in_qkv=bool(flags[2]),
                                 attn_in_qkv_keys=None if flags[3] < 0 else flags[3],
-                                stages=_stages(flags[4]), l2_prefetch_kb=flags[5],
-                                stages_wait_first=bool(flags[6]), l2_prefetch_own_kb=flags[7]))
+                                stages=_stages(flags[4]), l2_prefetch_kb=flags[5]))
     return out

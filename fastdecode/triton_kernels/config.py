@@ -127,24 +127,16 @@ class StreamConfig:
     # decode: an o_proj task asks L2 for the next gate|up task's first l2_prefetch_kb KB of gate
     # rows and of up rows by one bulk (TMA) prefetch each before its dependency wait -- the
     # attention chain's, HBM's one idle window in a layer (megakernel.residual_task). 0: off.
-    # The fifth prefetch form: the four per-line ones (above) put an instruction per 128-byte
-    # line into the SM's load pipeline, ahead of the polls; this is one instruction from one
-    # thread. Not yet measured (bench/RESULTS.md session 12 queues the A/B: sweep_mega's tenth
-    # config field).
+    # The fifth prefetch form (the four per-line ones, above, put an instruction per 128-byte
+    # line into the SM's load pipeline; this is one instruction from one thread) and, like them,
+    # slower (2026-12-01, b48cad6's tree, sweep_mega 160 tokens, one run): Llama-3.2-1B off
+    # 1213.5 / 1185.1, 64 KB 1124.8, 128 KB 1068.9; Llama-3.1-8B off 251.2 / 250.2, 64 KB 238.2,
+    # 128 KB 232.7 tok/s. Measured in the same runs and removed: each o / gate|up / down task
+    # bulk-prefetching its own first 64 / 128 KB (1B 1102.4 / 1018.3 vs 1180.4 / 1178.7), and
+    # the staged tasks waiting before their stream (1B stages 1333 1037.9 / 1027.1 vs 1125.7
+    # without; 8B 3333 232.8 / 231.7 vs 251.2 / 250.2). Kept as the issue's L2-prefetch lever,
+    # off, so the A/B stays one config field away.
     l2_prefetch_kb: int = 0
-    # decode: every o_proj / gate|up / down task asks L2 for its own rows' first
-    # l2_prefetch_own_kb KB (gate|up: of gate and of up rows) by one bulk prefetch each before
-    # its wait, so HBM streams the phase's weights while the phase before it drains (the per-line
-    # form of this, a task's first 32-128 KB, measured slower above). 0: off. Not yet measured
-    # (bench/RESULTS.md session 12: sweep_mega's twelfth config field).
-    l2_prefetch_own_kb: int = 0
-    # decode: o_proj / gate|up / down tasks streaming through shared memory (stages > 1) wait
-    # before their stream starts instead of inside its first iteration, with their first
-    # stages - 1 pieces in flight. Tests why the 1B is slower with stages (stages_min_d_model):
-    # whether its polls queue behind every program's first pieces, as the register stream's
-    # gate|up polls did (megakernel.py's OP_GU branch). Not yet measured (bench/RESULTS.md
-    # session 12 queues the A/B: sweep_mega's eleventh config field).
-    stages_wait_first: bool = False
 
     def op_stages(self, d_model: int | None = None) -> tuple:
         """(QKV, o_proj, gate|up, down) stream stages: stages as given, else 3 for models of

@@ -162,16 +162,12 @@ def rows_prefetch(w_ptr, N, K, lo, hi, BLOCK_N: tl.constexpr, KB: tl.constexpr,
 
 
 @triton.jit
-def task_prefetch(w_ptr, N, K, lo, hi, entry, has_next, wgu_ptr, FFN, D, BLOCK_N: tl.constexpr,
-                  RG: tl.constexpr, PF_KB: tl.constexpr, OWN_KB: tl.constexpr,
+def task_prefetch(entry, has_next, wgu_ptr, FFN, D, RG: tl.constexpr, PF_KB: tl.constexpr,
                   USE_ASM: tl.constexpr):
-    """A weight task's L2 prefetches before its wait (StreamConfig.l2_prefetch_kb /
-    l2_prefetch_own_kb): its own rows' first OWN_KB KB (W [N, K], row tiles [lo, hi)); the first
+    """An o_proj task's L2 prefetch before its wait (StreamConfig.l2_prefetch_kb): the first
     PF_KB KB of gate and of up rows of the next queue entry if it is a GATE_UP task (that
     entry's words requested here, after the task's first weight piece: before it they held
     registers across it, compile_check 1B spills 44 -> 88 B)."""
-    if OWN_KB > 0:
-        rows_prefetch(w_ptr, N, K, lo, hi, BLOCK_N, OWN_KB, False, USE_ASM)
     if PF_KB > 0:
         wl, lo_n, hi_n = next_gate_up(entry, has_next, wgu_ptr, FFN, D)
         rows_prefetch(wl, FFN, D, lo_n, hi_n, RG, PF_KB, True, USE_ASM)
@@ -185,18 +181,15 @@ def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
                   BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STREAM: tl.constexpr,
                   F32: tl.constexpr, WORLD: tl.constexpr, PUSH_BLOCK: tl.constexpr,
                   USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
-                  STAGES: tl.constexpr, RG: tl.constexpr, PF_KB: tl.constexpr,
-                  OWN_KB: tl.constexpr, WAIT_FIRST: tl.constexpr):
+                  STAGES: tl.constexpr, RG: tl.constexpr, PF_KB: tl.constexpr):
     """o_proj / down_proj task: h[:, tiles lo..hi] += x @ W^T (+ bias), the residual stream in
     place -- its first weight piece requested, then its wait (ready), then the stream (STAGES >
-    1: the wait inside the stream's first iteration, gemv_body; WAIT_FIRST: before the stream,
-    StreamConfig.stages_wait_first). Tensor
+    1: the wait inside the stream's first iteration, gemv_body). Tensor
     parallelism: the fp32 partial sum goes to this rank's row of the symmetric buffer (element
     part_off) and is pushed to every rank; REDUCE tasks add it to the residual.
-    task_prefetch (StreamConfig.l2_prefetch_kb: an o_proj task, PF_KB > 0; l2_prefetch_own_kb:
-    OWN_KB > 0) before its wait (the register stream: after its first piece; shared-memory
-    stages: before the stream's first pieces): its own rows' first OWN_KB KB, and
-    the first PF_KB KB of gate and of up rows of the gate|up task at queue entry `entry` (if
+    task_prefetch (StreamConfig.l2_prefetch_kb: an o_proj task, PF_KB > 0) before its wait (the
+    register stream: after its first piece; shared-memory stages: before the stream's first
+    pieces): the first PF_KB KB of gate and of up rows of the gate|up task at queue entry `entry` (if
     has_next and it is one), asked into L2 -- an o_proj task waits on the attention chain,
     while HBM idles."""
     wargs = (ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, tr, clock_ptr, op,
@@ -205,20 +198,13 @@ def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
     if WORLD > 1:
         out = peer(xtab_ptr, rank, part_off, tl.float32)
     if STAGES > 1:
-        task_prefetch(w_ptr, D, K, lo, hi, entry, has_next, wgu_ptr, FFN, D, BLOCK_N, RG, PF_KB,
-                      OWN_KB, USE_ASM)
-        run = 1
-        if WAIT_FIRST:
-            run = ready(*wargs)
-        if run == 1:
-            run = gemv_body(x_ptr, w_ptr, w_ptr, b_ptr, h_ptr, out, T, D, K, K, D, D, eps, lo,
-                            hi, tb, 0, 0, False, BIAS, False, WORLD == 1, BLOCK_T, BLOCK_N,
-                            BLOCK_K, STREAM, F32, PTX, STAGES,
-                            None if WAIT_FIRST else ready, wargs)
+        task_prefetch(entry, has_next, wgu_ptr, FFN, D, RG, PF_KB, USE_ASM)
+        run = gemv_body(x_ptr, w_ptr, w_ptr, b_ptr, h_ptr, out, T, D, K, K, D, D, eps, lo, hi,
+                        tb, 0, 0, False, BIAS, False, WORLD == 1, BLOCK_T, BLOCK_N, BLOCK_K,
+                        STREAM, F32, PTX, STAGES, ready, wargs)
     else:
         w0, _ = stream_start(w_ptr, D, K, lo, hi, BLOCK_N, BLOCK_K, False, STREAM, PTX)
-        task_prefetch(w_ptr, D, K, lo, hi, entry, has_next, wgu_ptr, FFN, D, BLOCK_N, RG, PF_KB,
-                      OWN_KB, USE_ASM)
+        task_prefetch(entry, has_next, wgu_ptr, FFN, D, RG, PF_KB, USE_ASM)
         run = ready(*wargs)
         if run == 1:
             gemv_body(x_ptr, w_ptr, w_ptr, b_ptr, h_ptr, out, T, D, K, K, D, D, eps, lo, hi,
@@ -263,8 +249,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                WORLD: tl.constexpr, RED_BLOCK: tl.constexpr,
                USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
                MERGE_IN_ATTN: tl.constexpr, NORM_IN_QKV: tl.constexpr, SQ: tl.constexpr,
-               SO: tl.constexpr, SG: tl.constexpr, SF: tl.constexpr, PF_KB: tl.constexpr = 0,
-               WF: tl.constexpr = False, PFO_KB: tl.constexpr = 0):
+               SO: tl.constexpr, SG: tl.constexpr, SF: tl.constexpr, PF_KB: tl.constexpr = 0):
     """Model sizes D, FFN, H, HD are constexpr (one compile per model): a decode tile over whole
     rows then folds its chunk loop away and keeps the activation row in registers, which spares
     registers (bench/compile_check.py: 1B shape 255 registers with 48 B of spills when they were
@@ -297,13 +282,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     PF_KB (STREAM, config.StreamConfig.l2_prefetch_kb): > 0, an o_proj task followed by a
     gate|up task in its queue asks L2 for that task's first PF_KB KB of gate rows and of up rows
     (one bulk prefetch each, ptx_inline.prefetch_l2_bulk) before its dependency wait -- the
-    attention chain's, when HBM idles (residual_task).
-    PFO_KB (STREAM, config.StreamConfig.l2_prefetch_own_kb): > 0, every o_proj / gate|up /
-    down task asks L2 for its own rows' first PFO_KB KB (gate|up: of gate and of up rows) before
-    its wait (task_prefetch, rows_prefetch).
-    WF (config.StreamConfig.stages_wait_first): the o_proj / gate|up / down tasks streaming
-    through shared memory (SO / SG / SF > 1) wait before their stream instead of inside its
-    first iteration: no pieces queued ahead of the dependency polls."""
+    attention chain's, when HBM idles (residual_task)."""
     pid = tl.program_id(0)
     qlen = tl.load(qlen_ptr + pid)
     QKVN = (H + 2 * KVH) * HD
@@ -387,20 +366,14 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                     max_spin, pid, i, wc, s, tr, clock_ptr, op, xtab_ptr, rank,
                                     x_ctr, x_spin, x_red + rank * TM * D, w + NW, i + 1 < qlen,
                                     wgu_ptr, FFN, BIAS_O, BLOCK_T, RQ, KQ, STREAM, F32, WORLD,
-                                    RED_BLOCK, USE_ASM, TRACE, PTX, SO, RG, PF_KB, PFO_KB, WF)
+                                    RED_BLOCK, USE_ASM, TRACE, PTX, SO, RG, PF_KB)
             elif op == OP_GU:
                 w_gu = wgu_ptr + layer * 2 * FFN * D
-                if PFO_KB > 0:  # before the wait, and before the staged stream's first pieces
-                    rows_prefetch(w_gu, FFN, D, a1, a2, RG, PFO_KB, True, USE_ASM)
                 if SG > 1:
-                    if WF:
-                        run = ready(*wargs)
-                    if run == 1:
-                        run = gemv_body(h_ptr, w_gu, mnorm_ptr + layer * D,
-                                        bgu_ptr + layer * 2 * FFN, h_ptr, act_ptr, T, FFN, D, D,
-                                        D, FFN, eps, a1, a2, a0, 0, 0, True, BIAS_MLP, True,
-                                        False, BLOCK_T, RG, KG, STREAM, F32, PTX, SG,
-                                        None if WF else ready, wargs)
+                    run = gemv_body(h_ptr, w_gu, mnorm_ptr + layer * D, bgu_ptr + layer * 2 * FFN,
+                                    h_ptr, act_ptr, T, FFN, D, D, D, FFN, eps, a1, a2, a0, 0, 0,
+                                    True, BIAS_MLP, True, False, BLOCK_T, RG, KG, STREAM, F32,
+                                    PTX, SG, ready, wargs)
                 else:
                     # register stream (the 1B class): the first piece after the wait, not before
                     # it -- with every gate|up task's first pieces (the whole grid's, ~8 MB)
@@ -418,7 +391,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                     max_spin, pid, i, wc, s, tr, clock_ptr, op, xtab_ptr, rank,
                                     x_ctr, x_spin, x_red + (WORLD + rank) * TM * D, w, False,
                                     wgu_ptr, FFN, BIAS_MLP, BLOCK_T, RF, KF, STREAM, F32, WORLD,
-                                    RED_BLOCK, USE_ASM, TRACE, PTX, SF, RG, 0, PFO_KB, WF)
+                                    RED_BLOCK, USE_ASM, TRACE, PTX, SF, RG, 0)
             elif op == OP_LM:
                 w0, _ = stream_start(lm_ptr, V, D, a1, a2, RD, KD, False, STREAM, PTX)
                 run = ready(*wargs)
