@@ -21,7 +21,9 @@ setup(
         "numpy<2.4",
     ],
     extras_require={
-        "test": ["pytest", "hypothesis"],
+        # pytest-xdist: the README's test command runs the tests on every CPU core (-n auto); on
+        # CPU each kernel test runs in Triton's interpreter, single-threaded
+        "test": ["pytest", "hypothesis", "pytest-xdist"],
         "demo": ["gguf", "accelerate"],
     },
     entry_points={"console_scripts": ["fastdecode=fastdecode.__main__:main"]},
