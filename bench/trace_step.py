@@ -1,6 +1,8 @@
 """Trace one megakernel decode step of a random model shape and print where the time goes: per op
 the wait / work time per program over the step, then one layer's phases (span, start spread,
-task durations: see trace.phases). Saves the Chrome JSON and PNG timeline to --out.
+task durations: see trace.phases). Saves the Chrome JSON and PNG timeline to --out. The per-program rates' correlation with a
+second launch's says whether a static per-program cost table could rebalance the queues (a
+program's speed stays with its index) or not (it goes with the SM the program lands on).
 
     python bench/trace_step.py --model 8b --layer 10 [--configs 8192/4/4096/2,16384/4/4096/2]
 """
@@ -37,6 +39,7 @@ def main():
         fm.runtime.trace_decode(2)  # compile and warm
         sched, trace = fm.runtime.trace_decode(1)
         evs = tr.events(sched, trace)
+        again = tr.events(*fm.runtime.trace_decode(1))  # the next step, another launch
         tag = args.model + (f"_{stream.tile_elems}_{stream.num_warps}w" if stream else "")
         tr.chrome_json(evs, f"{args.out}/trace_{tag}.json")
         try:
@@ -67,12 +70,12 @@ def main():
             print(f"    {op:8s} tasks {n:5d}  overhead {a / 1e3:5.2f} us  rate {r:5.1f} GB/s per "
                   f"program  rms residual {res / 1e3:5.2f} us")
         print("  per-program rates over the layers (trace.program_skew): p10 / p90 of the relative "
-              "rate, split-half correlation")
+              "rate, split-half correlation, correlation with the next launch's programs")
         for op in ("QKV", "QKV_ATTN", "O_PROJ", "GATE_UP", "DOWN"):
-            r = tr.program_skew(evs, op)
+            r, n = tr.program_skew(evs, op), tr.program_skew(evs, op, other=again)
             if r:
                 print(f"    {op:8s} programs {r[0]:4d}  rate {r[1]:.3f} / {r[2]:.3f}  "
-                      f"corr {r[3]:+.2f}")
+                      f"corr {r[3]:+.2f}  next launch {n[3] if n else float('nan'):+.2f}")
         del fm
         torch.cuda.empty_cache()
 

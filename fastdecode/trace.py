@@ -115,28 +115,41 @@ def task_costs(evs, op_bytes: dict, step: int = 0) -> dict:
     return out
 
 
-def program_skew(evs, op: str, step: int = 0):
+def _relative_rates(evs, op: str, step: int, parity=None) -> dict:
+    """{program: mean over the layers (of that parity, if given) of its rate (tiles / working
+    time) relative to the layer's median rate} for op's tasks."""
+    by_layer = {}
+    for e in evs:
+        if (e["op"] == op and e["step"] == step and e.get("tiles", 0) > 0
+                and e["end"] > e["ready"] and (parity is None or e["layer"] % 2 == parity)):
+            by_layer.setdefault(e["layer"], {})[e["program"]] = e["tiles"] / (e["end"] - e["ready"])
+    out = {}
+    for rates in by_layer.values():
+        med = sorted(rates.values())[len(rates) // 2]
+        for p, r in rates.items():
+            out.setdefault(p, []).append(r / med)
+    return {p: sum(v) / len(v) for p, v in out.items()}
+
+
+def program_skew(evs, op: str, step: int = 0, other=None):
     """Is a phase's slowest program slow by chance or every time? For the tasks of op (one per
     program and layer), each program's rate (tiles / working time) relative to the layer's median
     rate; then per program the mean over the even layers and over the odd ones, and the Pearson
     correlation of the two halves across programs: near 1, the same programs are slow in every
     layer (a per-program cost table would rebalance the static queues, issue 4); near 0, it is
-    noise that only dynamic scheduling evens out. -> (programs, p10 and p90 of the programs' mean
-    relative rate, split-half correlation), or None with fewer than 2 layers of op."""
-    by_layer = {}
-    for e in evs:
-        if e["op"] == op and e["step"] == step and e.get("tiles", 0) > 0 and e["end"] > e["ready"]:
-            by_layer.setdefault(e["layer"], {})[e["program"]] = e["tiles"] / (e["end"] - e["ready"])
-    if len(by_layer) < 2:
-        return None
-    halves = ({}, {})
-    for layer, rates in by_layer.items():
-        med = sorted(rates.values())[len(rates) // 2]
-        for p, r in rates.items():
-            halves[layer % 2].setdefault(p, []).append(r / med)
+    noise that only dynamic scheduling evens out. other: the events of another launch -- the
+    halves are then this launch's layers and that one's, which says whether a program's speed
+    stays with its index from launch to launch (what a static per-program table needs) or goes
+    with whichever SM the program lands on. -> (programs, p10 and p90 of the programs' mean
+    relative rate, correlation), or None when a half has no task of op (one layer, no such op)."""
+    halves = ((_relative_rates(evs, op, step, 0), _relative_rates(evs, op, step, 1))
+              if other is None else
+              (_relative_rates(evs, op, step), _relative_rates(other, op, step)))
     progs = sorted(set(halves[0]) & set(halves[1]))
-    a = [sum(halves[0][p]) / len(halves[0][p]) for p in progs]
-    b = [sum(halves[1][p]) / len(halves[1][p]) for p in progs]
+    if not progs:
+        return None
+    a = [halves[0][p] for p in progs]
+    b = [halves[1][p] for p in progs]
     both = sorted((x + y) / 2 for x, y in zip(a, b))
     corr = statistics.correlation(a, b) if len(set(a)) > 1 and len(set(b)) > 1 else 0.0
     return len(progs), both[len(both) // 10], both[(9 * len(both)) // 10], corr

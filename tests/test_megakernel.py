@@ -220,7 +220,8 @@ def test_trace_compare_per_program_waits():
 
 def test_trace_program_skew_tells_systematic_from_random():
     """trace.program_skew: programs that are slower in every layer give a split-half correlation
-    near 1; per-layer noise near 0; the p10 / p90 of the relative rates bracket the slow ones."""
+    near 1; per-layer noise near 0; the p10 / p90 of the relative rates bracket the slow ones.
+    other=: the correlation between two launches' programs instead of between layer halves."""
     import random
     from fastdecode import trace as tr
     rng = random.Random(0)
@@ -235,6 +236,13 @@ def test_trace_program_skew_tells_systematic_from_random():
     noise = {(p, layer): 1 + 0.2 * rng.random() for p in range(64) for layer in range(16)}
     assert abs(tr.program_skew(evs(lambda p, layer: noise[p, layer]), "DOWN")[3]) < 0.4
     assert tr.program_skew(evs(lambda p, layer: 1.0), "O_PROJ") is None  # no such tasks
+    # across launches: the same slow programs in both (fixed), or a program's speed reshuffled
+    # between launches (it went with the SM, not the index)
+    assert tr.program_skew(evs(lambda p, layer: fixed[p]), "DOWN",
+                           other=evs(lambda p, layer: fixed[p]))[3] > 0.99
+    moved = {p: fixed[(p * 37 + 11) % 64] for p in range(64)}
+    assert abs(tr.program_skew(evs(lambda p, layer: fixed[p]), "DOWN",
+                               other=evs(lambda p, layer: moved[p]))[3]) < 0.4
 
 
 def test_trace_phase_rates_bytes_over_span():
