@@ -52,7 +52,7 @@ class Cost:
     many-tile tasks dominant). Used only to balance queues. Measured (trace.task_costs, Llama-3.2-1B
     on an H200 at b48cad6, bench/RESULTS.md session 13): DOWN tasks' fitted overhead 1.86 us at
     21.8 GB/s per program, ~40 KB of bytes equivalents; O_PROJ's ~0 -- the same order as 64 KB,
-    and within a phase (equal tiles per task) the overhead does not move the assignment."""
+    and a per-task constant barely moves the assignment of a phase of near-equal tasks."""
     task_overhead_bytes: int = 64 * 1024
     # a REDUCE task's column block (elements of d_model): W x 1 KB of fp32 partials per task, so
     # an 8B shape's 4096-wide all-reduce spreads its flag waits over 16 programs
