@@ -10,7 +10,7 @@ asm paths on, so ptxas checks every wrapper's PTX.
 
     python bench/compile_check.py --model 8b [--elems 8192 --warps 4 --max-k 4096] [--tp 2]
                                   [--ptx-stream] [--merge-in-attn] [--norm-in-qkv] [--stages N]
-                                  [--l2-prefetch KB] [--dump DIR]
+                                  [--l2-prefetch KB] [--trace] [--dump DIR]
     python bench/compile_check.py --family qwen3
     python bench/compile_check.py --ptx
 """
@@ -88,6 +88,7 @@ def compile_ptx_tests():
     t._prefetch_copy_kernel[(1,)](bf16, bf16, 64, BLOCK=512, USE_ASM=True)
     t._bulk_prefetch_copy_kernel[(1,)](bf16, bf16, 64, 3, BLOCK=512, USE_ASM=True)
     t._timer_kernel[(1,)](i64, i64, 100, USE_ASM=True)
+    t._sm_id_kernel[(1,)](i32, 50, USE_ASM=True)
     t._stream_copy_kernel[(1,)](i32, i32, 4, BLOCK=64, USE_ASM=True)
     for scope in ("gpu", "sys"):
         t._release_kernel[(1,)](i32, i32, SCOPE=scope, USE_ASM=True)
@@ -149,6 +150,8 @@ def main():
                         "list compiles the decode megakernel once per entry and prints each")
     p.add_argument("--l2-prefetch", type=int, default=0,
                    help="StreamConfig.l2_prefetch_kb: o_proj tasks' bulk L2 prefetch, KB")
+    p.add_argument("--trace", action="store_true",
+                   help="also the traced decode megakernel (Runtime.trace_decode: timers, %%smid)")
     p.add_argument("--dump", default=None, help="write each kernel's TTGIR and PTX to this folder")
     args = p.parse_args()
     driver.set_active(CompileOnlyDriver())
@@ -208,6 +211,10 @@ def main():
         fm.runtime.forward(ids[:1].clone())  # T=1: the decode megakernel / ops decode tiles
         if args.family:
             fm.runtime.forward(ids[1:].clone())  # T=3: prefill tiles
+        if args.trace and mode == "mega":
+            COMPILED["megakernel (decode)"] = COMPILED.pop("megakernel")
+            fm.runtime.trace_decode(1)
+            COMPILED["megakernel (trace)"] = COMPILED.pop("megakernel")
     print(f"{name}, sm_90a:")
     for kname, (k, secs) in COMPILED.items():
         print(f"  {kname:24s} {kernel_report(k, secs)}")

@@ -70,12 +70,20 @@ def main():
             print(f"    {op:8s} tasks {n:5d}  overhead {a / 1e3:5.2f} us  rate {r:5.1f} GB/s per "
                   f"program  rms residual {res / 1e3:5.2f} us")
         print("  per-program rates over the layers (trace.program_skew): p10 / p90 of the relative "
-              "rate, split-half correlation, correlation with the next launch's programs")
+              "rate, split-half correlation, correlation with the next launch's programs and "
+              "SMs (trace events' sm: %smid)")
         for op in ("QKV", "QKV_ATTN", "O_PROJ", "GATE_UP", "DOWN"):
             r, n = tr.program_skew(evs, op), tr.program_skew(evs, op, other=again)
+            m = tr.program_skew(evs, op, other=again, by="sm")
             if r:
+                nan = float("nan")
                 print(f"    {op:8s} programs {r[0]:4d}  rate {r[1]:.3f} / {r[2]:.3f}  "
-                      f"corr {r[3]:+.2f}  next launch {n[3] if n else float('nan'):+.2f}")
+                      f"corr {r[3]:+.2f}  next launch {n[3] if n else nan:+.2f}  "
+                      f"SMs {m[0] if m else 0:4d} next launch {m[3] if m else nan:+.2f}")
+        sm_of = {e["program"]: e["sm"] for e in evs}
+        same = sum(sm_of.get(e["program"]) == e["sm"] for e in {e["program"]: e for e in again}
+                   .values())
+        print(f"  programs on the same SM in the next launch: {same} of {len(sm_of)}")
         del fm
         torch.cuda.empty_cache()
 

@@ -43,6 +43,10 @@ class Op(IntEnum):
 
 WORDS = 9
 F_OP, F_LAYER, F_A0, F_A1, F_A2, F_WAIT, F_WAIT_N, F_WAIT_OFF, F_SIGNAL = range(WORDS)
+# a traced task's record (megakernel TRACE, Runtime.trace_decode, trace.events): start, ready
+# (wait over), end (published) timestamps, then the SM its program ran on
+TRACE_WORDS = 4
+T_START, T_READY, T_END, T_SM = range(TRACE_WORDS)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from . import _env  # noqa: F401
 from . import ops
 from . import reference as R
 from .errors import MegakernelTimeout
-from .opcodes import COST
+from .opcodes import COST, TRACE_WORDS
 from .packing import PackedWeights
 from .spec import vocab_range
 from .triton_kernels.attention import split_plan
@@ -601,13 +601,14 @@ class Runtime:
 
     def trace_decode(self, n_steps: int = 1):
         """Run n_steps decode steps of the megakernel with per-task timestamps (continuing the
-        current sequence). Returns (schedule, trace [P, n_steps, max_len, 3] int64 on the CPU)."""
+        current sequence). Returns (schedule, trace [P, n_steps, max_len, TRACE_WORDS] int64 on
+        the CPU: opcodes.TRACE_WORDS)."""
         if self.mode != "mega":
             raise ValueError("tracing needs mode='mega'")
         self._check_room(n_steps)
         sched = self.schedule(1, n_steps)
         P, L = sched.words.shape[:2]
-        trace = torch.zeros(P, n_steps, L, 3, device=self.pw.device, dtype=torch.int64)
+        trace = torch.zeros(P, n_steps, L, TRACE_WORDS, device=self.pw.device, dtype=torch.int64)
         clock = torch.ones(1, device=self.pw.device, dtype=torch.int64)  # interpreter's clock
         self.state.done.zero_()
         self._launch_mega(sched, n_steps, Sampling(), trace=trace, clock=clock)

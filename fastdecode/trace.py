@@ -5,27 +5,29 @@ from __future__ import annotations
 import json
 import statistics
 
-from .opcodes import F_A0, F_A1, F_A2, F_LAYER, F_OP, Op
+from .opcodes import F_A0, F_A1, F_A2, F_LAYER, F_OP, T_END, T_READY, T_SM, T_START, Op
 
 
 def events(sched, trace):
     """-> list of dicts (program, step, op, layer, arg0, tiles (arg2 - arg1: a weight task's row
-    tiles), start, ready, end), times relative to the first start. trace: [P, steps, max_len, 3]
-    from Runtime.trace_decode."""
+    tiles), start, ready, end, sm: the SM the program ran on), times relative to the first
+    start. trace: [P, steps, max_len, opcodes.TRACE_WORDS] from Runtime.trace_decode."""
     P, steps = trace.shape[:2]
+    rows = trace.tolist()
     out = []
     for p in range(P):
         n = int(sched.lengths[p])
         for s in range(steps):
             for i in range(n):
-                start, ready, end = (int(x) for x in trace[p, s, i])
+                rec = rows[p][s][i]
+                start, ready, end = rec[T_START], rec[T_READY], rec[T_END]
                 if end == 0:  # not executed (stopped early)
                     continue
                 w = sched.words[p, i]
                 out.append(dict(program=p, step=s, op=Op(int(w[F_OP])).name,
                                 layer=int(w[F_LAYER]), arg0=int(w[F_A0]),
                                 tiles=int(w[F_A2]) - int(w[F_A1]), start=start, ready=ready,
-                                end=end))
+                                end=end, sm=rec[T_SM]))
     t0 = min(e["start"] for e in out)
     for e in out:
         for k in ("start", "ready", "end"):
@@ -115,23 +117,26 @@ def task_costs(evs, op_bytes: dict, step: int = 0) -> dict:
     return out
 
 
-def _relative_rates(evs, op: str, step: int, parity=None) -> dict:
-    """{program: mean over the layers (of that parity, if given) of its rate (tiles / working
-    time) relative to the layer's median rate} for op's tasks."""
+def _relative_rates(evs, op: str, step: int, parity=None, by: str = "program") -> dict:
+    """{program (or the by field's value: "sm", the mean of its programs): mean over the layers
+    (of that parity, if given) of its rate (tiles / working time) relative to the layer's median
+    rate} for op's tasks."""
     by_layer = {}
     for e in evs:
         if (e["op"] == op and e["step"] == step and e.get("tiles", 0) > 0
                 and e["end"] > e["ready"] and (parity is None or e["layer"] % 2 == parity)):
-            by_layer.setdefault(e["layer"], {})[e["program"]] = e["tiles"] / (e["end"] - e["ready"])
+            by_layer.setdefault(e["layer"], {}).setdefault(e[by], []).append(
+                e["tiles"] / (e["end"] - e["ready"]))
     out = {}
     for rates in by_layer.values():
+        rates = {k: sum(v) / len(v) for k, v in rates.items()}
         med = sorted(rates.values())[len(rates) // 2]
-        for p, r in rates.items():
-            out.setdefault(p, []).append(r / med)
-    return {p: sum(v) / len(v) for p, v in out.items()}
+        for k, r in rates.items():
+            out.setdefault(k, []).append(r / med)
+    return {k: sum(v) / len(v) for k, v in out.items()}
 
 
-def program_skew(evs, op: str, step: int = 0, other=None):
+def program_skew(evs, op: str, step: int = 0, other=None, by: str = "program"):
     """Is a phase's slowest program slow by chance or every time? For the tasks of op (one per
     program and layer), each program's rate (tiles / working time) relative to the layer's median
     rate; then per program the mean over the even layers and over the odd ones, and the Pearson
@@ -140,11 +145,13 @@ def program_skew(evs, op: str, step: int = 0, other=None):
     noise that only dynamic scheduling evens out. other: the events of another launch -- the
     halves are then this launch's layers and that one's, which says whether a program's speed
     stays with its index from launch to launch (what a static per-program table needs) or goes
-    with whichever SM the program lands on. -> (programs, p10 and p90 of the programs' mean
-    relative rate, correlation), or None when a half has no task of op (one layer, no such op)."""
-    halves = ((_relative_rates(evs, op, step, 0), _relative_rates(evs, op, step, 1))
+    with whichever SM the program lands on; by="sm": the same per SM (trace events' sm), whose
+    correlation across launches says whether the speed is the SM's. -> (programs (or SMs), p10
+    and p90 of their mean relative rate, correlation), or None when a half has no task of op
+    (one layer, no such op)."""
+    halves = ((_relative_rates(evs, op, step, 0, by), _relative_rates(evs, op, step, 1, by))
               if other is None else
-              (_relative_rates(evs, op, step), _relative_rates(other, op, step)))
+              (_relative_rates(evs, op, step, by=by), _relative_rates(other, op, step, by=by)))
     progs = sorted(set(halves[0]) & set(halves[1]))
     if not progs:
         return None
@@ -165,7 +172,8 @@ def chrome_json(evs, path, scale_us=1e-3):
                             ts=e["start"] * scale_us, dur=(e["ready"] - e["start"]) * scale_us))
         out.append(dict(name=name, cat=e["op"], ph="X", pid=0, tid=e["program"],
                         ts=e["ready"] * scale_us, dur=(e["end"] - e["ready"]) * scale_us,
-                        args=dict(step=e["step"], arg0=e["arg0"], tiles=e.get("tiles", 0))))
+                        args=dict(step=e["step"], arg0=e["arg0"], tiles=e.get("tiles", 0),
+                                  sm=e.get("sm", -1))))
     with open(path, "w") as f:
         json.dump({"traceEvents": out, "displayTimeUnit": "ns"}, f)
 
@@ -185,7 +193,7 @@ def load_chrome_json(path, scale_us=1e-3):
         evs.append(dict(program=e["tid"], step=e["args"]["step"], op=op, layer=int(layer),
                         arg0=e["args"].get("arg0", 0), tiles=e["args"].get("tiles", 0),
                         start=round(w["ts"] / scale_us) if w else ready, ready=ready,
-                        end=ready + round(e["dur"] / scale_us)))
+                        end=ready + round(e["dur"] / scale_us), sm=e["args"].get("sm", -1)))
     return evs
 
 

@@ -221,14 +221,15 @@ def test_trace_compare_per_program_waits():
 def test_trace_program_skew_tells_systematic_from_random():
     """trace.program_skew: programs that are slower in every layer give a split-half correlation
     near 1; per-layer noise near 0; the p10 / p90 of the relative rates bracket the slow ones.
-    other=: the correlation between two launches' programs instead of between layer halves."""
+    other=: the correlation between two launches' programs instead of between layer halves;
+    by="sm": per SM (the mean of its programs), which finds the speed that moved with the SM."""
     import random
     from fastdecode import trace as tr
     rng = random.Random(0)
 
-    def evs(speed):
+    def evs(speed, sm=lambda p: p // 2):  # two programs per SM
         return [dict(program=p, step=0, op="DOWN", layer=layer, arg0=0, tiles=2, start=0,
-                     ready=0, end=round(1000 * 2 / speed(p, layer)))
+                     ready=0, end=round(1000 * 2 / speed(p, layer)), sm=sm(p))
                 for p in range(64) for layer in range(16)]
     fixed = {p: 1 + 0.2 * rng.random() for p in range(64)}
     n, lo, hi, corr = tr.program_skew(evs(lambda p, layer: fixed[p]), "DOWN")
@@ -243,6 +244,14 @@ def test_trace_program_skew_tells_systematic_from_random():
     moved = {p: fixed[(p * 37 + 11) % 64] for p in range(64)}
     assert abs(tr.program_skew(evs(lambda p, layer: fixed[p]), "DOWN",
                                other=evs(lambda p, layer: moved[p]))[3]) < 0.4
+    # the speed is the SM's (32 SMs), and the second launch puts the programs on other SMs
+    sm_speed = {m: 1 + 0.2 * rng.random() for m in range(32)}
+    perm = lambda p: (p * 37 + 11) % 64 // 2  # noqa: E731
+    first = evs(lambda p, layer: sm_speed[p // 2])
+    second = evs(lambda p, layer: sm_speed[perm(p)], sm=perm)
+    assert abs(tr.program_skew(first, "DOWN", other=second)[3]) < 0.4
+    n, lo, hi, corr = tr.program_skew(first, "DOWN", other=second, by="sm")
+    assert n == 32 and corr > 0.99
 
 
 def test_trace_phase_rates_bytes_over_span():
@@ -292,6 +301,7 @@ def test_trace_records_every_task_in_order(tmp_path):
     assert len(evs) == 2 * len(sched.graph.tasks)
     for e in evs:
         assert e["start"] <= e["ready"] <= e["end"]
+        assert e["sm"] == e["program"] if DEVICE.type == "cpu" else e["sm"] >= 0  # %smid
     if DEVICE.type == "cpu":  # serial: the logical clock orders tasks exactly as the queue
         assert [e["end"] for e in evs] == sorted(e["end"] for e in evs)
     rows = tr.breakdown(evs)

@@ -9,7 +9,7 @@ from conftest import DEVICE
 from fastdecode.ptx_inline import (cta_barrier, globaltimer_ns, grid_launch_dependents, grid_wait,
                                    ld_acquire, ld_stream_b128, nanosleep, prefetch_l2,
                                    prefetch_l2_bulk,
-                                   red_release_add, spin_acquire, st_release)
+                                   red_release_add, sm_id, spin_acquire, st_release)
 from fastdecode.triton_kernels._common import INTERPRET
 
 USE_ASM = not INTERPRET
@@ -67,6 +67,34 @@ def _timer_kernel(out, clock, spins, USE_ASM: tl.constexpr):
     t1 = globaltimer_ns(spins + acc * 0, clock, USE_ASM)
     tl.store(out, t0)
     tl.store(out + 1, t1)
+
+
+@triton.jit
+def _sm_id_kernel(out, spins, USE_ASM: tl.constexpr):
+    pid = tl.program_id(0)
+    first = sm_id(pid, pid, USE_ASM)
+    acc = pid * 0
+    for i in range(0, spins):  # some time on the SM between the two reads
+        acc += tl.load(out + 2 * pid, volatile=True)
+    tl.store(out + 2 * pid, first)
+    tl.store(out + 2 * pid + 1, sm_id(pid + acc * 0, pid, USE_ASM))
+
+
+def test_sm_id_names_the_programs_sm():
+    """A grid of 4 x the SM count: every program reads the same SM id twice (a program never
+    moves), ids are >= 0, and the grid spreads over at least half the SMs (the block scheduler
+    fills SMs breadth-first; a constant, e.g. a wrong register, fails this). Whether the ids
+    are contiguous (0 .. SMs - 1) PTX does not promise, so it is not asserted. Interpreted: the
+    program id."""
+    n_sm = torch.cuda.get_device_properties(0).multi_processor_count if DEVICE == "cuda" else 8
+    out = torch.full((4 * n_sm, 2), -1, dtype=torch.int32, device=DEVICE)
+    _sm_id_kernel[(4 * n_sm,)](out, 50, USE_ASM=USE_ASM)
+    out = out.cpu()
+    assert torch.equal(out[:, 0], out[:, 1]) and int(out.min()) >= 0
+    if USE_ASM:
+        assert len(torch.unique(out[:, 0])) >= n_sm // 2
+    else:
+        assert torch.equal(out[:, 0], torch.arange(4 * n_sm, dtype=torch.int32))
 
 
 @pytest.mark.parametrize("scope", ["gpu", "sys"])

@@ -4,4 +4,4 @@ from .flags import (cta_barrier, ld_acquire, nanosleep, red_release_add, spin_ac
                     st_release)
 from .grid import grid_launch_dependents, grid_wait  # noqa: F401
 from .memory import ld_stream_b128, prefetch_l2, prefetch_l2_bulk  # noqa: F401
-from .timers import globaltimer_ns  # noqa: F401
+from .timers import globaltimer_ns, sm_id  # noqa: F401

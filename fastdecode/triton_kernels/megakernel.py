@@ -27,16 +27,17 @@ rank (all_reduce.push_rows), then release the remote counter on every rank (syst
 waits for every rank's word of it (acquire, system scope) and adds the partials in rank order
 (all_reduce.residual_sum_body); LM_HEAD pushes its partial choice, CHOOSE merges all ranks'.
 Every rank computes the same numbers in the same order, so every rank picks the same token.
-TRACE: each task records [start, ready (wait over), end (published)] timestamps in
-trace[program, step * LMAX + position] (globaltimer ns on the GPU; a logical clock interpreted).
+TRACE: each task records [start, ready (wait over), end (published)] timestamps and its SM
+(opcodes.TRACE_WORDS) in trace[program, step * LMAX + position] (globaltimer ns on the GPU; a
+logical clock interpreted, and the program id for the SM).
 """
 import triton
 import triton.language as tl
 
-from ..opcodes import WORDS, Op
+from ..opcodes import TRACE_WORDS, WORDS, Op
 from ..ptx_inline.flags import cta_barrier, spin_acquire
 from ..ptx_inline.memory import prefetch_l2_bulk
-from ..ptx_inline.timers import globaltimer_ns
+from ..ptx_inline.timers import globaltimer_ns, sm_id
 from .all_reduce import peer, push_rows, residual_sum_body
 from .attention import attention_body, attn_merge_body
 from .embedding import embedding_body
@@ -44,6 +45,7 @@ from .gemv import gemv_body, stream_start
 from .lm_head import choose_merge_body, lm_head_body
 from .qkv_rope import qk_norm_rope_body, qkv_rope_body, qkv_start
 
+TW: tl.constexpr = tl.constexpr(TRACE_WORDS)
 OP_EMBED: tl.constexpr = tl.constexpr(int(Op.EMBED))
 OP_QKV: tl.constexpr = tl.constexpr(int(Op.QKV))
 OP_ATTN: tl.constexpr = tl.constexpr(int(Op.ATTN))
@@ -312,9 +314,10 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
             wc = tl.load(w + 5)
             target = (epoch + tl.load(w + 7)) * tl.load(w + 6)
             sig = tl.load(w + 8)
-            tr = trace_ptr + ((pid * n_steps + s) * LMAX + i) * 3
+            tr = trace_ptr + ((pid * n_steps + s) * LMAX + i) * TW
             if TRACE:
                 tl.store(tr, globaltimer_ns(op, clock_ptr, USE_ASM))
+                tl.store(tr + 3, sm_id(op, pid, USE_ASM).to(tl.int64))  # opcodes.T_SM
             # this task's dependency wait (ready's arguments)
             wargs = (ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, tr, clock_ptr, op,
                      xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE)
