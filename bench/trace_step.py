@@ -1,8 +1,9 @@
 """Trace one megakernel decode step of a random model shape and print where the time goes: per op
 the wait / work time per program over the step, then one layer's phases (span, start spread,
-task durations: see trace.phases). Saves the Chrome JSON and PNG timeline to --out. The per-program rates' correlation with a
-second launch's says whether a static per-program cost table could rebalance the queues (a
-program's speed stays with its index) or not (it goes with the SM the program lands on).
+task durations: see trace.phases). Saves the Chrome JSON and PNG timeline to --out. The
+per-program rates' correlation with a second launch's says whether a static per-program cost
+table could rebalance the queues (a program's speed stays with its index) or not (it goes with
+the SM the program lands on: the same correlation per SM).
 
     python bench/trace_step.py --model 8b --layer 10 [--configs 8192/4/4096/2,16384/4/4096/2]
 """
@@ -80,9 +81,8 @@ def main():
                 print(f"    {op:8s} programs {r[0]:4d}  rate {r[1]:.3f} / {r[2]:.3f}  "
                       f"corr {r[3]:+.2f}  next launch {n[3] if n else nan:+.2f}  "
                       f"SMs {m[0] if m else 0:4d} next launch {m[3] if m else nan:+.2f}")
-        sm_of = {e["program"]: e["sm"] for e in evs}
-        same = sum(sm_of.get(e["program"]) == e["sm"] for e in {e["program"]: e for e in again}
-                   .values())
+        sm_of, sm_next = ({e["program"]: e["sm"] for e in x} for x in (evs, again))
+        same = sum(sm == sm_next.get(p) for p, sm in sm_of.items())
         print(f"  programs on the same SM in the next launch: {same} of {len(sm_of)}")
         del fm
         torch.cuda.empty_cache()

@@ -363,7 +363,7 @@ def test_mega_random_shapes_match_torch(shape, seed):
 def _gate_up_prefetch_kernel(entry, has_next, wgu, out, FFN, D, RG: tl.constexpr,
                              KB: tl.constexpr):
     wl, lo, hi = next_gate_up(entry, has_next != 0, wgu, FFN, D)
-    n = rows_prefetch(wl, FFN, D, lo, hi, RG, KB, True, False)
+    n = rows_prefetch(wl, FFN, D, lo, hi, RG, KB, False)
     tl.store(out, (wl.to(tl.int64, bitcast=True) - wgu.to(tl.int64, bitcast=True)) // 2)  # bf16
     tl.store(out + 1, (lo * RG).to(tl.int64))
     tl.store(out + 2, n.to(tl.int64))

@@ -148,18 +148,17 @@ def next_gate_up(entry, has_next, wgu_ptr, FFN, D):
 
 @triton.jit
 def rows_prefetch(w_ptr, N, K, lo, hi, BLOCK_N: tl.constexpr, KB: tl.constexpr,
-                  TWO: tl.constexpr, USE_ASM: tl.constexpr):
-    """The first KB KB of rows [lo * BLOCK_N, min(hi * BLOCK_N, N)) of W [N (x2 if TWO: gate|up,
-    the up rows N rows on), K], asked into L2 (ptx_inline.prefetch_l2_bulk; TWO: of the gate
-    rows and of the up rows). Returns the bytes asked per range (0: none)."""
+                  USE_ASM: tl.constexpr):
+    """The first KB KB of gate rows [lo * BLOCK_N, min(hi * BLOCK_N, N)) of w_gu [2 N, K] and of
+    the up rows N rows on, asked into L2 (ptx_inline.prefetch_l2_bulk, one per range). Returns
+    the bytes asked per range (0: none)."""
     elt: tl.constexpr = w_ptr.dtype.element_ty.primitive_bitwidth // 8
     r0 = lo * BLOCK_N
     n = tl.maximum(tl.minimum((tl.minimum(hi * BLOCK_N, N) - r0) * K * elt, KB * 1024), 0)
     if n > 0:
         p = w_ptr + r0.to(tl.int64) * K
         prefetch_l2_bulk(p, n, USE_ASM)
-        if TWO:
-            prefetch_l2_bulk(p + N * K, n, USE_ASM)
+        prefetch_l2_bulk(p + N * K, n, USE_ASM)
     return n
 
 
@@ -172,7 +171,7 @@ def task_prefetch(entry, has_next, wgu_ptr, FFN, D, RG: tl.constexpr, PF_KB: tl.
     registers across it, compile_check 1B spills 44 -> 88 B)."""
     if PF_KB > 0:
         wl, lo_n, hi_n = next_gate_up(entry, has_next, wgu_ptr, FFN, D)
-        rows_prefetch(wl, FFN, D, lo_n, hi_n, RG, PF_KB, True, USE_ASM)
+        rows_prefetch(wl, FFN, D, lo_n, hi_n, RG, PF_KB, USE_ASM)
 
 
 @triton.jit
