@@ -8,8 +8,8 @@ import triton.language as tl
 from conftest import DEVICE
 from fastdecode.ptx_inline import (cta_barrier, globaltimer_ns, grid_launch_dependents, grid_wait,
                                    ld_acquire, ld_stream_b128, nanosleep, prefetch_l2,
-                                   prefetch_l2_bulk,
-                                   red_release_add, sm_id, spin_acquire, st_release)
+                                   prefetch_l2_bulk, red_release_add, sm_id, spin_acquire,
+                                   st_release)
 from fastdecode.triton_kernels._common import INTERPRET
 
 USE_ASM = not INTERPRET
@@ -86,7 +86,7 @@ def test_sm_id_names_the_programs_sm():
     fills SMs breadth-first; a constant, e.g. a wrong register, fails this). Whether the ids
     are contiguous (0 .. SMs - 1) PTX does not promise, so it is not asserted. Interpreted: the
     program id."""
-    n_sm = torch.cuda.get_device_properties(0).multi_processor_count if DEVICE == "cuda" else 8
+    n_sm = torch.cuda.get_device_properties(0).multi_processor_count if DEVICE.type == "cuda" else 8
     out = torch.full((4 * n_sm, 2), -1, dtype=torch.int32, device=DEVICE)
     _sm_id_kernel[(4 * n_sm,)](out, 50, USE_ASM=USE_ASM)
     out = out.cpu()
