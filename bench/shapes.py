@@ -70,16 +70,24 @@ def stream_configs(text):
     attn / norm in qkv 1: no MERGE / QKNORM tasks; attn keys: StreamConfig.attn_in_qkv_keys, the
     short-context decode schedule's reach, 0 = never, -1 or absent = config.py's default; stages:
     StreamConfig.stages, 0 or absent = the default, _stages; l2 prefetch KB:
-    StreamConfig.l2_prefetch_kb, absent = 0) -> [StreamConfig, ...]."""
+    StreamConfig.l2_prefetch_kb, absent = 0), then any StreamConfig field by name (`/kv_prefetch=1`)
+    -> [StreamConfig, ...]."""
+    import dataclasses
     from fastdecode.triton_kernels.config import StreamConfig
+    types = {f.name: type(f.default) for f in dataclasses.fields(StreamConfig)}
     out = []
     for c in text.split(","):
-        e, w, k, p, *flags = map(int, c.split("/"))
+        named = dict(f.split("=") for f in c.split("/") if "=" in f)
+        if set(named) - set(types):
+            raise ValueError(f"{c}: StreamConfig has no field {sorted(set(named) - set(types))}")
+        named = {n: int(v) if types[n] is type(None) else types[n](int(v))
+                 for n, v in named.items()}
+        e, w, k, p, *flags = (int(f) for f in c.split("/") if "=" not in f)
         if len(flags) > 6:
             raise ValueError(f"{c}: at most 10 fields (elements/warps/max K/per SM, then 6 flags)")
         flags += [0, 0, 0, -1, 0, 0][len(flags):]
         out.append(StreamConfig(e, w, per_sm=p, max_k=k, ptx=bool(flags[0]),
                                 merge_in_attn=bool(flags[1]), norm_in_qkv=bool(flags[2]),
                                 attn_in_qkv_keys=None if flags[3] < 0 else flags[3],
-                                stages=_stages(flags[4]), l2_prefetch_kb=flags[5]))
+                                stages=_stages(flags[4]), l2_prefetch_kb=flags[5], **named))
     return out
