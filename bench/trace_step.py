@@ -3,7 +3,9 @@ the wait / work time per program over the step, then one layer's phases (span, s
 task durations: see trace.phases). Saves the Chrome JSON and PNG timeline to --out. The
 per-program rates' correlation with a second launch's says whether a static per-program cost
 table could rebalance the queues (a program's speed stays with its index) or not (it goes with
-the SM the program lands on: the same correlation per SM).
+the SM the program lands on: the same correlation per SM); a third launch with the queues dealt
+ROT programs on (so onto other SMs) tells a queue's speed (its tasks: the per-queue correlation
+stays) from an SM's (the per-SM correlation stays).
 
     python bench/trace_step.py --model 8b --layer 10 [--configs 8192/4/4096/2,16384/4/4096/2]
 """
@@ -13,6 +15,8 @@ import sys
 
 import torch
 
+ROT = 7  # programs the third launch moves each queue by: odd, so it leaves its SM either way
+         # the programs pair up on SMs
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fastdecode  # noqa: E402
@@ -41,6 +45,11 @@ def main():
         sched, trace = fm.runtime.trace_decode(1)
         evs = tr.events(sched, trace)
         again = tr.events(*fm.runtime.trace_decode(1))  # the next step, another launch
+        # and one with every queue dealt to the program ROT on (schedule.rotated): labelled by
+        # the queue's own program, so per program it compares queues and per SM the hardware
+        moved = tr.events(*fm.runtime.trace_decode(1, rotate=ROT))
+        for e in moved:
+            e["program"] = (e["program"] + ROT) % sched.n_programs
         tag = args.model + (f"_{stream.tile_elems}_{stream.num_warps}w" if stream else "")
         tr.chrome_json(evs, f"{args.out}/trace_{tag}.json")
         try:
@@ -72,15 +81,24 @@ def main():
                   f"program  rms residual {res / 1e3:5.2f} us")
         print("  per-program rates over the layers (trace.program_skew): p10 / p90 of the relative "
               "rate, split-half correlation, correlation with the next launch's programs and "
-              "SMs (trace events' sm: %smid)")
+              "SMs (trace events' sm: %smid); with the queues moved to other SMs: per queue, "
+              "per SM")
         for op in ("QKV", "QKV_ATTN", "O_PROJ", "GATE_UP", "DOWN"):
             r, n = tr.program_skew(evs, op), tr.program_skew(evs, op, other=again)
             m = tr.program_skew(evs, op, other=again, by="sm")
+            mq, ms = (tr.program_skew(evs, op, other=moved, by=by) for by in ("program", "sm"))
             if r:
-                nan = float("nan")
+                c = lambda x: f"{x[3]:+.2f}" if x else "  nan"  # noqa: E731
                 print(f"    {op:8s} programs {r[0]:4d}  rate {r[1]:.3f} / {r[2]:.3f}  "
-                      f"corr {r[3]:+.2f}  next launch {n[3] if n else nan:+.2f}  "
-                      f"SMs {m[0] if m else 0:4d} next launch {m[3] if m else nan:+.2f}")
+                      f"corr {r[3]:+.2f}  next launch {c(n)}  SMs {m[0] if m else 0:4d} next "
+                      f"launch {c(m)}  moved: queues {c(mq)} SMs {c(ms)}")
+        chain = tr.attention_chain(evs)
+        if chain:
+            print(f"  attention chain, median over {chain['chains']} (layer, KV group)s (us): group's "
+                  f"last tiles -> ticket {chain['ticket'] / 1e3:.2f}, -> q/k normed "
+                  f"{chain['norm'] / 1e3:.2f}, -> attention stored {chain['attention'] / 1e3:.2f}, "
+                  f"-> published {chain['publish'] / 1e3:.2f}; "
+                  f"layer's last -> first O_PROJ ready {chain['hop'] / 1e3:.2f}")
         sm_of, sm_next = ({e["program"]: e["sm"] for e in x} for x in (evs, again))
         same = sum(sm == sm_next.get(p) for p, sm in sm_of.items())
         print(f"  programs on the same SM in the next launch: {same} of {len(sm_of)}")

@@ -44,9 +44,12 @@ class Op(IntEnum):
 WORDS = 9
 F_OP, F_LAYER, F_A0, F_A1, F_A2, F_WAIT, F_WAIT_N, F_WAIT_OFF, F_SIGNAL = range(WORDS)
 # a traced task's record (megakernel TRACE, Runtime.trace_decode, trace.events): start, ready
-# (wait over), end (published) timestamps, then the SM its program ran on
-TRACE_WORDS = 4
-T_START, T_READY, T_END, T_SM = range(TRACE_WORDS)
+# (wait over), end (published) timestamps, the SM its program ran on; then, a task that takes a
+# KV group's ticket (QKV_ATTN, NORM_IN_QKV), its tiles' end (before the ticket) and, the one that
+# completes the group, the ticket's return, the group's q / k normed (its attention starts) and
+# its attention's output stored (its publish starts; 0: not those)
+TRACE_WORDS = 8
+T_START, T_READY, T_END, T_SM, T_TILES, T_TICKET, T_NORMED, T_ATTENDED = range(TRACE_WORDS)
 
 
 @dataclass(frozen=True)

@@ -599,14 +599,22 @@ class Runtime:
             self._tp_ready.add(variant)
         megakernel[grid](*args, **kw)
 
-    def trace_decode(self, n_steps: int = 1):
+    def trace_decode(self, n_steps: int = 1, rotate: int = 0):
         """Run n_steps decode steps of the megakernel with per-task timestamps (continuing the
         current sequence). Returns (schedule, trace [P, n_steps, max_len, TRACE_WORDS] int64 on
-        the CPU: opcodes.TRACE_WORDS)."""
+        the CPU: opcodes.TRACE_WORDS). rotate: program p runs the queue of program p + rotate
+        (schedule.rotated; the returned schedule is that one)."""
         if self.mode != "mega":
             raise ValueError("tracing needs mode='mega'")
         self._check_room(n_steps)
         sched = self.schedule(1, n_steps)
+        if rotate % sched.n_programs:
+            from .schedule import rotated
+            # cached beside its schedule: its counters continue from launch to launch
+            key = ("rotated", id(sched), rotate % sched.n_programs)
+            if key not in self._schedules:
+                self._schedules[key] = rotated(sched, rotate)
+            sched = self._schedules[key]
         P, L = sched.words.shape[:2]
         trace = torch.zeros(P, n_steps, L, TRACE_WORDS, device=self.pw.device, dtype=torch.int64)
         clock = torch.ones(1, device=self.pw.device, dtype=torch.int64)  # interpreter's clock

@@ -83,6 +83,17 @@ def build_schedule(graph: StepGraph, n_programs: int, validate_it: bool = True) 
     return sched
 
 
+def rotated(sched: Schedule, r: int) -> Schedule:
+    """The same queues dealt to other programs: program p runs the queue of program (p + r) % P.
+    Any assignment of the queues to programs is as deadlock-free as the original (all programs
+    are resident; the counters are global); trace_step runs one to tell a queue's speed (its
+    tasks) from an SM's (the program index stays on its SM from launch to launch)."""
+    P = sched.n_programs
+    order = [(p + r) % P for p in range(P)]
+    return Schedule(sched.graph, [sched.queues[q] for q in order], sched.words[order],
+                    sched.lengths[order])
+
+
 def _sim(c: int, n_local: int) -> int:
     """A counter's index in the simulation: remote counters (-1 - x) after the local ones."""
     return c if c >= 0 else n_local - 1 - c

@@ -5,13 +5,18 @@ from __future__ import annotations
 import json
 import statistics
 
-from .opcodes import F_A0, F_A1, F_A2, F_LAYER, F_OP, T_END, T_READY, T_SM, T_START, Op
+from .opcodes import (F_A0, F_A1, F_A2, F_LAYER, F_OP, T_ATTENDED, T_END, T_NORMED, T_READY, T_SM,
+                      T_START, T_TICKET, T_TILES, Op)
+
+CHAIN_KEYS = ("tiles_end", "ticket", "normed", "attended")  # a ticket-taking task's extra timestamps
 
 
 def events(sched, trace):
     """-> list of dicts (program, step, op, layer, arg0, tiles (arg2 - arg1: a weight task's row
-    tiles), start, ready, end, sm: the SM the program ran on), times relative to the first
-    start. trace: [P, steps, max_len, opcodes.TRACE_WORDS] from Runtime.trace_decode."""
+    tiles), start, ready, end, sm: the SM the program ran on; a task that took its KV group's
+    ticket also tiles_end and, the group's completer, ticket and normed: opcodes.T_TILES..),
+    times relative to the first start. trace: [P, steps, max_len, opcodes.TRACE_WORDS] from
+    Runtime.trace_decode."""
     P, steps = trace.shape[:2]
     rows = trace.tolist()
     out = []
@@ -28,11 +33,49 @@ def events(sched, trace):
                                 layer=int(w[F_LAYER]), arg0=int(w[F_A0]),
                                 tiles=int(w[F_A2]) - int(w[F_A1]), start=start, ready=ready,
                                 end=end, sm=rec[T_SM]))
+                for k, f in zip(CHAIN_KEYS, (T_TILES, T_TICKET, T_NORMED, T_ATTENDED)):
+                    if rec[f]:
+                        out[-1][k] = rec[f]
     t0 = min(e["start"] for e in out)
     for e in out:
-        for k in ("start", "ready", "end"):
-            e[k] -= t0
+        for k in ("start", "ready", "end") + CHAIN_KEYS:
+            if k in e:
+                e[k] -= t0
     return out
+
+
+def attention_chain(evs, step: int = 0):
+    """Where the short-context schedule's attention chain spends its time: per (layer, KV group)
+    of QKV_ATTN tasks, from the group's last tiles' end to its completer's ticket (the acq_rel
+    ticket round trip; and any later tile), to its q / k normed, to its attention stored, to its
+    end (the publish: barrier, release add), then from the layer's last completer to its first
+    O_PROJ ready (the hop). -> dict of those five stages' medians over layers and groups (ns or
+    ticks), and the chains counted, or None without QKV_ATTN completers."""
+    groups, o_ready = {}, {}
+    for e in evs:
+        if e["step"] != step:
+            continue
+        if e["op"] == "QKV_ATTN" and "tiles_end" in e:
+            g = groups.setdefault((e["layer"], e["arg0"]), dict(last=0, done=None))
+            g["last"] = max(g["last"], e["tiles_end"])
+            if "ticket" in e:
+                g["done"] = e
+        elif e["op"] == "O_PROJ":
+            o_ready[e["layer"]] = min(o_ready.get(e["layer"], e["ready"]), e["ready"])
+    done = {k: g for k, g in groups.items() if g["done"] is not None and "attended" in g["done"]}
+    if not done:
+        return None
+    med = lambda xs: statistics.median(xs)  # noqa: E731
+    ends = {}
+    for (layer, _), g in done.items():
+        ends[layer] = max(ends.get(layer, 0), g["done"]["end"])
+    return dict(
+        ticket=med([g["done"]["ticket"] - g["last"] for g in done.values()]),
+        norm=med([g["done"]["normed"] - g["done"]["ticket"] for g in done.values()]),
+        attention=med([g["done"]["attended"] - g["done"]["normed"] for g in done.values()]),
+        publish=med([g["done"]["end"] - g["done"]["attended"] for g in done.values()]),
+        hop=med([o_ready[la] - t for la, t in ends.items() if la in o_ready]),
+        chains=len(done))
 
 
 def breakdown(evs):
@@ -173,7 +216,8 @@ def chrome_json(evs, path, scale_us=1e-3):
         out.append(dict(name=name, cat=e["op"], ph="X", pid=0, tid=e["program"],
                         ts=e["ready"] * scale_us, dur=(e["end"] - e["ready"]) * scale_us,
                         args=dict(step=e["step"], arg0=e["arg0"], tiles=e.get("tiles", 0),
-                                  sm=e.get("sm", -1))))
+                                  sm=e.get("sm", -1),
+                                  **{k: e[k] for k in CHAIN_KEYS if k in e})))
     with open(path, "w") as f:
         json.dump({"traceEvents": out, "displayTimeUnit": "ns"}, f)
 
@@ -193,7 +237,8 @@ def load_chrome_json(path, scale_us=1e-3):
         evs.append(dict(program=e["tid"], step=e["args"]["step"], op=op, layer=int(layer),
                         arg0=e["args"].get("arg0", 0), tiles=e["args"].get("tiles", 0),
                         start=round(w["ts"] / scale_us) if w else ready, ready=ready,
-                        end=ready + round(e["dur"] / scale_us), sm=e["args"].get("sm", -1)))
+                        end=ready + round(e["dur"] / scale_us), sm=e["args"].get("sm", -1),
+                        **{k: e["args"][k] for k in CHAIN_KEYS if k in e["args"]}))
     return evs
 
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import fastdecode
 from conftest import DEVICE
 from fastdecode.graph import build_step, make_tiling
-from fastdecode.schedule import ScheduleError, build_schedule, validate
+from fastdecode.schedule import ScheduleError, build_schedule, rotated, validate
 from fastdecode.spec import ModelSpec
 from fastdecode.opcodes import WORDS, Op
 from fastdecode.triton_kernels.config import StreamConfig
@@ -51,6 +51,10 @@ def test_schedule_properties(spec, T, P, max_seq, seed, fused, short):
     assert sched.words.shape[0] == P and int(sched.lengths.sum()) == len(graph.tasks)
     order = validate(sched, steps=2, rng=random.Random(seed))  # a random legal interleaving
     assert len(order) == 2 * len(graph.tasks)
+    moved = rotated(sched, seed)  # the queues dealt to other programs: as legal
+    assert [moved.queues[p] for p in range(P)] == [sched.queues[(p + seed) % P] for p in range(P)]
+    assert torch.equal(moved.words[0], sched.words[seed % P])
+    assert len(validate(moved, steps=2, rng=random.Random(seed + 1))) == 2 * len(graph.tasks)
     for key, n in graph.producers.items():
         assert n == sum(1 for t in graph.tasks if t.signal == key)
 
@@ -304,6 +308,12 @@ def test_trace_records_every_task_in_order(tmp_path):
         assert e["sm"] == e["program"] if DEVICE.type == "cpu" else e["sm"] >= 0  # %smid
     if DEVICE.type == "cpu":  # serial: the logical clock orders tasks exactly as the queue
         assert [e["end"] for e in evs] == sorted(e["end"] for e in evs)
+    # the short-context step's attention chain: one completer per (layer, KV group), its stages
+    # in order (serial: the logical clock counts them)
+    chain = tr.attention_chain(evs, step=1)
+    spec = fm.spec
+    assert chain["chains"] == spec.n_layers * spec.n_kv_heads
+    assert min(chain[k] for k in ("ticket", "norm", "attention", "publish", "hop")) > 0
     rows = tr.breakdown(evs)
     assert rows["CHOOSE"]["tasks"] == 2 and sum(r["tasks"] for r in rows.values()) == len(evs)
     # one layer's phases: every task of the layer's ops, spans no shorter than their tasks
@@ -320,11 +330,20 @@ def test_trace_records_every_task_in_order(tmp_path):
     back = tr.load_chrome_json(tmp_path / "t.json")  # the JSON holds every task and its wait
     key = lambda e: (e["program"], e["start"], e["op"])  # noqa: E731
     assert sorted(back, key=key) == sorted(evs, key=key)
+    # a launch with the queues moved 3 programs on: program p runs queue p + 3's tasks in order
+    moved, trace = fm.runtime.trace_decode(1, rotate=3)
+    P = sched.n_programs
+    for p in range(P):
+        ran = [(e["op"], e["layer"], e["arg0"]) for e in tr.events(moved, trace)
+               if e["program"] == p]
+        want = [(t.op.name, t.layer, t.args[0]) for t in
+                (sched.graph.tasks[i] for i in sched.queues[(p + 3) % P])]
+        assert ran == want
     # tracing ran real steps: the sequence continues correctly afterwards
     ref = fastdecode.from_hf(model, max_seq_len=32, mode="torch")
     ref(torch.tensor([[3, 4, 5]], device=DEVICE))
-    ref.runtime.decode(2, fastdecode.runtime.Sampling())
-    assert torch.equal(fm.runtime.tokens(0, 3), ref.runtime.tokens(0, 3))
+    ref.runtime.decode(3, fastdecode.runtime.Sampling())
+    assert torch.equal(fm.runtime.tokens(0, 4), ref.runtime.tokens(0, 4))
 
 
 @st.composite

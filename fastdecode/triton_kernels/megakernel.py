@@ -29,7 +29,9 @@ waits for every rank's word of it (acquire, system scope) and adds the partials 
 Every rank computes the same numbers in the same order, so every rank picks the same token.
 TRACE: each task records [start, ready (wait over), end (published)] timestamps and its SM
 (opcodes.TRACE_WORDS) in trace[program, step * LMAX + position] (globaltimer ns on the GPU; a
-logical clock interpreted, and the program id for the SM).
+logical clock interpreted, and the program id for the SM); a ticket-taking QKV task also its
+tiles' end, and the group's completer its ticket's return, its q / k normed and its attention
+stored.
 """
 import triton
 import triton.language as tl
@@ -344,17 +346,23 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                     # deferred q/k norm in QKV_ATTN) and, QKV_ATTN, runs its attention
                     if (op == OP_QKVA) | NORM_IN_QKV:
                         tl.debug_barrier()  # this task's rows stored before its ticket
+                        if TRACE:
+                            tl.store(tr + 4, globaltimer_ns(op, clock_ptr, USE_ASM))  # T_TILES
                         tkt = tl.atomic_add(ctr_ptr + qtkt_base + layer * KVH + a0, a2 - a1,
                                             sem="acq_rel", scope="gpu")
                         # the step's last ticket acquired every other tile's release
                         if (tkt + a2 - a1) % ((GROUP + 2) * QKV_CHUNKS * tl.cdiv(T, BLOCK_T)) \
                                 == 0:
+                            if TRACE:
+                                tl.store(tr + 5, globaltimer_ns(op, clock_ptr, USE_ASM))
                             if QK_DEFER:
                                 qk_norm_group(layer, a0, qkraw_ptr, qkn_ptr, cos_ptr, sin_ptr,
                                               pos, q_ptr, kc_ptr, T, S, eps, H, KVH, HD, GROUP,
                                               QKN_SLOTS, BLOCK_HALF)
                             if op == OP_QKVA:
                                 tl.debug_barrier()  # q / k rows normed by other threads
+                                if TRACE:
+                                    tl.store(tr + 6, globaltimer_ns(op, clock_ptr, USE_ASM))
                                 for tb in range(0, tl.cdiv(T, BLOCK_TOK)):
                                     attention_body(q_ptr, kc_ptr + layer * KVH * S * HD,
                                                    vc_ptr + layer * KVH * S * HD, attn_ptr,
@@ -362,6 +370,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                                    tl.load(win_ptr + layer), scale, S,
                                                    a0, 0, tb, GROUP, BLOCK_G, BLOCK_TOK,
                                                    BLOCK_M, BLOCK_S, BLOCK_D, F32, True)
+                                if TRACE:
+                                    tl.store(tr + 7, globaltimer_ns(op, clock_ptr, USE_ASM))
             elif op == OP_O:
                 run = residual_task(attn_ptr, wo_ptr + layer * D * QD, bo_ptr + layer * D, h_ptr,
                                     T, D, QD, eps, a1, a2, a0, ctr_ptr, target, status_ptr,
