@@ -130,7 +130,10 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
     pairs, qkv_bk, _, _ = qkv_tile(spec.head_dim, spec.qk_norm, T, spec.d_model, device,
                                    stream=st, defer=defer)
     block_s, block_tok = attention_config(spec.head_dim, spec.group, T)
+    # the split plan of the runtime's partials buffer (runtime.py), whatever the decode loop's block
     chunk, n_splits = split_plan(max_seq_len, spec.n_kv_heads, block_s)
+    if T == 1:
+        block_s = st.attention_block(spec.head_dim)
     return Tiling(T=T, block_t=bt, stream=T == 1, rows_q=rows[0], rows_d=rows[1],
                   rows_f=rows[2], rows_g=rows[3], bk_q=bks[0], bk_d=bks[1], bk_f=bks[2],
                   bk_g=bks[3], num_warps=warps,

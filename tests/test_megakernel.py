@@ -16,6 +16,7 @@ from fastdecode.schedule import ScheduleError, build_schedule, rotated, validate
 from fastdecode.spec import ModelSpec
 from fastdecode.opcodes import WORDS, Op
 from fastdecode.triton_kernels.config import StreamConfig
+from fastdecode.triton_kernels.attention import split_plan
 from fastdecode.triton_kernels.megakernel import next_gate_up, rows_prefetch
 from helpers import drop_encoded_task
 from models import tiny_model
@@ -69,6 +70,25 @@ def test_short_context_reach():
     assert StreamConfig(attn_in_qkv_keys=21).short_context_keys(128) == 21
 
 
+def test_decode_attention_block():
+    """The decode megakernel's attention loop block (StreamConfig.attention_block): 32 keys at
+    head_dim <= 64, 64 above, or as asked; the split plan (chunk, splits: the runtime's partials
+    buffer) stays attention_config's whatever the loop block."""
+    assert StreamConfig().attention_block(64) == 32 and StreamConfig().attention_block(32) == 32
+    assert StreamConfig().attention_block(128) == 64
+    assert StreamConfig(attn_block_s=16).attention_block(128) == 16
+    for hd, stream in ((64, None), (128, None), (64, StreamConfig(attn_block_s=16))):
+        spec = ModelSpec(family="llama", n_layers=1, d_model=256, n_heads=4, n_kv_heads=2,
+                         head_dim=hd, ffn_dim=512, vocab_size=100, rms_eps=1e-5, rope_theta=1e4,
+                         qk_norm=False, layer_windows=(0,))
+        decode = make_tiling(spec, 1, 4096, DEVICE, stream)
+        prefill = make_tiling(spec, 8, 4096, DEVICE, stream)
+        assert decode.attn_block_s == (stream or StreamConfig()).attention_block(hd)
+        assert prefill.attn_block_s == 64
+        assert (decode.attn_chunk, decode.n_splits) == (prefill.attn_chunk, prefill.n_splits) \
+            == split_plan(4096, 2, 64)
+
+
 def test_stream_stages_rule():
     """Shared-memory stream stages (QKV, o_proj, gate|up, down): 3 from stages_min_d_model on,
     the register stream below it, with the PTX pieces and for a standalone launch; explicit
@@ -119,7 +139,8 @@ def test_vm_random_interleavings_match_torch(family, fused, keys):
         assert ((1, True) in fm.runtime._schedules) == (keys > 0)
 
 
-STAGED = StreamConfig(64, 4, max_k=16, attn_in_qkv_keys=10, stages=3, l2_prefetch_kb=1)
+STAGED = StreamConfig(64, 4, max_k=16, attn_in_qkv_keys=10, stages=3, l2_prefetch_kb=1,
+                      attn_block_s=16)
 WHOLE_ROWS = StreamConfig(2048, 4, merge_in_attn=True, norm_in_qkv=True, attn_in_qkv_keys=0,
                           l2_prefetch_kb=64)
 
@@ -134,7 +155,9 @@ def test_decode_stream_tiles_match_torch(family, stream):
     attn_in_qkv_keys 10: the steps at positions 8, 9 run the short-context schedule (QKV_ATTN),
     10, 11 the split-KV one; 0: only the split-KV one, with its fused-group variants.
     l2_prefetch_kb: o_proj tasks ask L2 for the next gate|up task's weights (a hint: results
-    unchanged; the interpreter runs the range arithmetic, a GPU the bulk prefetches)."""
+    unchanged; the interpreter runs the range arithmetic, a GPU the bulk prefetches).
+    attn_block_s 16: the attention loops' key blocks smaller than the split plan's (its chunk, and
+    the partials' buffer, stay those of attention_config's block)."""
     model = tiny_model(family).to(DEVICE)
     ids = torch.randint(0, 101, (1, 12), generator=torch.Generator().manual_seed(4)).to(DEVICE)
     ref = fastdecode.from_hf(model, max_seq_len=32, mode="torch")

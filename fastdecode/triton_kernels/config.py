@@ -137,6 +137,31 @@ class StreamConfig:
     # without; 8B 3333 232.8 / 231.7 vs 251.2 / 250.2). Kept as the issue's L2-prefetch lever,
     # off, so the A/B stays one config field away.
     l2_prefetch_kb: int = 0
+    # decode: keys per iteration of the megakernel's attention loop (each a tl.dot of the group's
+    # q rows padded to 16 against BLOCK_S keys, then one against the values); None:
+    # attention_block's rule, 32 at head_dim <= 64, else attention_config's 64. Measured on an H200
+    # (2026-12-01, dd555bf's tree + this field, sweep_mega 256 tokens, default first, two runs):
+    # Llama-3.2-1B (head_dim 64) 64 keys 1152.2 / 1148.6, 32 keys 1188.2 / 1175.5, 128 keys
+    # 1057.9 / 1081.0 tok/s (another run); Qwen3-8B (128) 64 keys 242.2 / 242.1, 32 keys 241.7 /
+    # 241.8 -- no gain at head_dim 128, so 64 there.
+    attn_block_s: int | None = None
+    # The short-context attention (one program per KV group after the group's ticket) costs 2.2 /
+    # 4.4 / 3.5 us per layer at 35 keys on the 1B / 8B / Qwen3-8B shapes (trace_step's attention
+    # chain, 2026-12-01), after a ~1 us ticket round trip. Measured and removed (2026-12-01,
+    # dd555bf's tree, sweep_mega 256 tokens, two runs each, default first): each QKV_ATTN / ATTN
+    # task bulk-prefetching its share of the group's cached K / V into L2 before its wait -- 1B
+    # 1146.1 / 1136.2 vs 1148.4 / 1151.3, 8B 248.7 / 249.0 vs 245.2 / 244.8, Qwen3-8B 241.7 / 242.2
+    # vs 242.5 / 242.7 tok/s (the attention's K / V round trip is not what it waits on); 128 keys
+    # per attention block at head_dim 64 (1B 1057.9 / 1081.0); the attention key loop without
+    # Triton's cp.async pipeline (num_stages 1: 1B 1124.3 / 1133.4 vs 1159.0 / 1134.8, 8B 245.0 /
+    # 245.1 vs 248.5 / 248.7, Qwen3-8B 237.2 / 235.9 vs 242.6 / 241.4; its 35-key attention stage
+    # unchanged at 4.4 us on 8B).
+
+    def attention_block(self, head_dim: int) -> int:
+        """Keys per iteration of the decode megakernel's attention loop (attn_block_s's rule)."""
+        if self.attn_block_s:
+            return self.attn_block_s
+        return 32 if head_dim <= 64 else attention_config(head_dim, 1, 1)[0]
 
     def op_stages(self, d_model: int | None = None) -> tuple:
         """(QKV, o_proj, gate|up, down) stream stages: stages as given, else 3 for models of
