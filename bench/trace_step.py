@@ -8,6 +8,7 @@ ROT programs on (so onto other SMs) tells a queue's speed (its tasks: the per-qu
 stays) from an SM's (the per-SM correlation stays).
 
     python bench/trace_step.py --model 8b --layer 10 [--configs 8192/4/4096/2,16384/4/4096/2]
+        [--prompt-len 200]
 """
 import argparse
 import os
@@ -31,6 +32,8 @@ def main():
     p.add_argument("--layer", type=int, default=None, help="layer of the phase table (middle)")
     p.add_argument("--configs", default=None,
                    help="elements/warps/max K/per SM,... (default: config.py's)")
+    p.add_argument("--prompt-len", type=int, default=32,
+                   help="the traced steps attend over this many keys + 3 (then 4, 5)")
     p.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -38,9 +41,10 @@ def main():
     roof = max(read_bandwidth().values())  # bytes / s
     streams = stream_configs(args.configs) if args.configs else [None]
     for stream in streams:
-        fm = fastdecode.from_hf(model, max_seq_len=256, mode="mega")
+        fm = fastdecode.from_hf(model, max_seq_len=max(256, args.prompt_len + 16),
+                                mode="mega")
         fm.runtime.mega_stream = stream
-        fm(torch.randint(0, 1000, (1, 32), device="cuda"))
+        fm(torch.randint(0, 1000, (1, args.prompt_len), device="cuda"))
         fm.runtime.trace_decode(2)  # compile and warm
         sched, trace = fm.runtime.trace_decode(1)
         evs = tr.events(sched, trace)
