@@ -14,7 +14,8 @@ CHAIN_KEYS = ("tiles_end", "ticket", "normed", "attended")  # a ticket-taking ta
 def events(sched, trace):
     """-> list of dicts (program, step, op, layer, arg0, tiles (arg2 - arg1: a weight task's row
     tiles), start, ready, end, sm: the SM the program ran on; a task that took its KV group's
-    ticket also tiles_end and, the group's completer, ticket and normed: opcodes.T_TILES..),
+    ticket also tiles_end and, the group's completer, ticket, normed and attended:
+    opcodes.T_TILES..),
     times relative to the first start. trace: [P, steps, max_len, opcodes.TRACE_WORDS] from
     Runtime.trace_decode."""
     P, steps = trace.shape[:2]
