@@ -150,6 +150,8 @@ def main():
                         "list compiles the decode megakernel once per entry and prints each")
     p.add_argument("--l2-prefetch", type=int, default=0,
                    help="StreamConfig.l2_prefetch_kb: o_proj tasks' bulk L2 prefetch, KB")
+    p.add_argument("--o-first-after-wait", action="store_true",
+                   help="StreamConfig.o_first_after_wait: o_proj's first piece after its wait")
     p.add_argument("--trace", action="store_true",
                    help="also the traced decode megakernel (Runtime.trace_decode: timers, %%smid)")
     p.add_argument("--dump", default=None, help="write each kernel's TTGIR and PTX to this folder")
@@ -174,7 +176,8 @@ def main():
     streams = [StreamConfig(args.elems or d.tile_elems, args.warps or d.num_warps,
                             max_k=args.max_k or d.max_k, ptx=args.ptx_stream,
                             stages=_stages(int(v)), merge_in_attn=args.merge_in_attn,
-                            norm_in_qkv=args.norm_in_qkv, l2_prefetch_kb=args.l2_prefetch)
+                            norm_in_qkv=args.norm_in_qkv, l2_prefetch_kb=args.l2_prefetch,
+                            o_first_after_wait=args.o_first_after_wait)
                for v in args.stages.split(",")]
     ids = torch.randint(0, 100, (4,))
     # tiny models: room for several attention splits, so ops mode launches its merge kernel too

@@ -17,7 +17,10 @@
 #   (exp: default-off StreamConfig variants, each against the default in one sweep_mega run --
 #    EXP_PARTS of: l2pf (l2_prefetch_kb), keys (attn_in_qkv_keys 288 vs the rule's 192 on the
 #    8B shapes over 256 tokens), ablock (the decode attention's key block, attn_block_s: the
-#    rule against 32 and 64 over 256 tokens, the 8B's steps past 192 keys on the split-KV path))
+#    rule against 32 and 64 over 256 tokens, the 8B's steps past 192 keys on the split-KV path),
+#    ofirst (o_proj tasks' weights requested before the attention chain's loads or not: 1B
+#    o_first_after_wait, 8B / Qwen3-8B o_proj stages 2 vs 3; then each model's chain traced
+#    both ways))
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=. NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -48,6 +51,13 @@ for s in $stages; do
            ablock) for m in 1b 8b qwen3-8b; do B=16384/4/4096/2; NEW=256 sw $m \
                      $B,$B/attn_block_s=32,$B/attn_block_s=64,$B,$B/attn_block_s=32,$B/attn_block_s=64
                    done ;;
+           ofirst) B=16384/4/4096/2; A=$B/0/0/0/-1/0/0/o_first_after_wait=1
+                   NEW=256 sw 1b $B,$A,$B,$A
+                   for m in 8b qwen3-8b; do NEW=256 sw $m $K/-1/3333,$K/-1/3233,$K/-1/3333,$K/-1/3233
+                   done
+                   for c in "1b $B" "1b $A" "8b $K/-1/3333" "8b $K/-1/3233"; do set -- $c
+                     timeout 90 python3 bench/trace_step.py --model $1 --configs $2 2>&1 \
+                       | grep "attention chain" | sed "s|^|$1 $2 |"; done ;;
          esac; done ;;
     sweep) timeout ${SWEEP_TIMEOUT:-420} python3 bench/sweep_mega.py ${SWEEP_ARGS:---model 1b} 2>&1 | grep -v -i warn \
              | tee -a "$OUT/sweep_mega.log" | tail -20 ;;

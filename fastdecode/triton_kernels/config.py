@@ -145,6 +145,14 @@ class StreamConfig:
     # 1057.9 / 1081.0 tok/s (another run); Qwen3-8B (128) 64 keys 242.2 / 242.1, 32 keys 241.7 /
     # 241.8 -- no gain at head_dim 128, so 64 there.
     attn_block_s: int | None = None
+    # decode, the register stream (stages 1): each o_proj task asks its first weight piece after
+    # its wait instead of before it. Every o_proj task's first pieces (the grid's: 8 MB at one
+    # 32 KB piece each, 17 MB at the 8B's two stages) are requested as the layer's attention
+    # chain starts, and the chain's own loads (q, K, V: ~100 KB) queue behind them in HBM: the
+    # attention stage took 2.2 us on the 1B (one piece a task) and 4.4 on the 8B (two), against
+    # ~1.5 us of work (trace_step, 2026-12-01); the 8B-class test is stages (3, 2, 3, 3). Off
+    # until measured.
+    o_first_after_wait: bool = False
     # The short-context attention (one program per KV group after the group's ticket) costs 2.2 /
     # 4.4 / 3.5 us per layer at 35 keys on the 1B / 8B / Qwen3-8B shapes (trace_step's attention
     # chain, 2026-12-01), after a ~1 us ticket round trip. Measured and removed (2026-12-01,

@@ -184,7 +184,8 @@ def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
                   BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STREAM: tl.constexpr,
                   F32: tl.constexpr, WORLD: tl.constexpr, PUSH_BLOCK: tl.constexpr,
                   USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
-                  STAGES: tl.constexpr, RG: tl.constexpr, PF_KB: tl.constexpr):
+                  STAGES: tl.constexpr, RG: tl.constexpr, PF_KB: tl.constexpr,
+                  FIRST_AFTER: tl.constexpr = False):
     """o_proj / down_proj task: h[:, tiles lo..hi] += x @ W^T (+ bias), the residual stream in
     place -- its first weight piece requested, then its wait (ready), then the stream (STAGES >
     1: the wait inside the stream's first iteration, gemv_body). Tensor
@@ -194,7 +195,8 @@ def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
     register stream: after its first piece; shared-memory stages: before the stream's first
     pieces): the first PF_KB KB of gate and of up rows of the gate|up task at queue entry `entry` (if
     has_next and it is one), asked into L2 -- an o_proj task waits on the attention chain,
-    while HBM idles."""
+    while HBM idles. FIRST_AFTER (the register stream; StreamConfig.o_first_after_wait for
+    o_proj): the first piece requested after the wait, as gate|up does."""
     wargs = (ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, tr, clock_ptr, op,
              xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE)
     out = h_ptr
@@ -206,9 +208,14 @@ def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
                         tb, 0, 0, False, BIAS, False, WORLD == 1, BLOCK_T, BLOCK_N, BLOCK_K,
                         STREAM, F32, PTX, STAGES, ready, wargs)
     else:
-        w0, _ = stream_start(w_ptr, D, K, lo, hi, BLOCK_N, BLOCK_K, False, STREAM, PTX)
-        task_prefetch(entry, has_next, wgu_ptr, FFN, D, RG, PF_KB, USE_ASM)
-        run = ready(*wargs)
+        if FIRST_AFTER:
+            task_prefetch(entry, has_next, wgu_ptr, FFN, D, RG, PF_KB, USE_ASM)
+            run = ready(*wargs)
+            w0, _ = stream_start(w_ptr, D, K, lo, hi, BLOCK_N, BLOCK_K, False, STREAM, PTX)
+        else:
+            w0, _ = stream_start(w_ptr, D, K, lo, hi, BLOCK_N, BLOCK_K, False, STREAM, PTX)
+            task_prefetch(entry, has_next, wgu_ptr, FFN, D, RG, PF_KB, USE_ASM)
+            run = ready(*wargs)
         if run == 1:
             gemv_body(x_ptr, w_ptr, w_ptr, b_ptr, h_ptr, out, T, D, K, K, D, D, eps, lo, hi,
                       tb, w0, w0, False, BIAS, False, WORLD == 1, BLOCK_T, BLOCK_N, BLOCK_K,
@@ -252,7 +259,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                WORLD: tl.constexpr, RED_BLOCK: tl.constexpr,
                USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
                MERGE_IN_ATTN: tl.constexpr, NORM_IN_QKV: tl.constexpr, SQ: tl.constexpr,
-               SO: tl.constexpr, SG: tl.constexpr, SF: tl.constexpr, PF_KB: tl.constexpr = 0):
+               SO: tl.constexpr, SG: tl.constexpr, SF: tl.constexpr, PF_KB: tl.constexpr = 0,
+               O_AFTER: tl.constexpr = False):
     """Model sizes D, FFN, H, HD are constexpr (one compile per model): a decode tile over whole
     rows then folds its chunk loop away and keeps the activation row in registers, which spares
     registers (bench/compile_check.py: 1B shape 255 registers with 48 B of spills when they were
@@ -285,7 +293,9 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     PF_KB (STREAM, config.StreamConfig.l2_prefetch_kb): > 0, an o_proj task followed by a
     gate|up task in its queue asks L2 for that task's first PF_KB KB of gate rows and of up rows
     (one bulk prefetch each, ptx_inline.prefetch_l2_bulk) before its dependency wait -- the
-    attention chain's, when HBM idles (residual_task)."""
+    attention chain's, when HBM idles (residual_task).
+    O_AFTER (config.StreamConfig.o_first_after_wait; the register stream): an o_proj task asks
+    its first weight piece after its wait, not before it."""
     pid = tl.program_id(0)
     qlen = tl.load(qlen_ptr + pid)
     QKVN = (H + 2 * KVH) * HD
@@ -348,6 +358,9 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                         tl.debug_barrier()  # this task's rows stored before its ticket
                         if TRACE:
                             tl.store(tr + 4, globaltimer_ns(op, clock_ptr, USE_ASM))  # T_TILES
+                        # the layer's window, requested under the ticket's round trip: the
+                        # attention's key range (its K / V addresses) waits on it
+                        win = tl.load(win_ptr + layer)
                         tkt = tl.atomic_add(ctr_ptr + qtkt_base + layer * KVH + a0, a2 - a1,
                                             sem="acq_rel", scope="gpu")
                         # the step's last ticket acquired every other tile's release
@@ -367,7 +380,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                     attention_body(q_ptr, kc_ptr + layer * KVH * S * HD,
                                                    vc_ptr + layer * KVH * S * HD, attn_ptr,
                                                    lse_ptr, pos, T, TM, S, H, HD,
-                                                   tl.load(win_ptr + layer), scale, S,
+                                                   win, scale, S,
                                                    a0, 0, tb, GROUP, BLOCK_G, BLOCK_TOK,
                                                    BLOCK_M, BLOCK_S, BLOCK_D, F32, True)
                                 if TRACE:
@@ -378,7 +391,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                     max_spin, pid, i, wc, s, tr, clock_ptr, op, xtab_ptr, rank,
                                     x_ctr, x_spin, x_red + rank * TM * D, w + NW, i + 1 < qlen,
                                     wgu_ptr, FFN, BIAS_O, BLOCK_T, RQ, KQ, STREAM, F32, WORLD,
-                                    RED_BLOCK, USE_ASM, TRACE, PTX, SO, RG, PF_KB)
+                                    RED_BLOCK, USE_ASM, TRACE, PTX, SO, RG, PF_KB, O_AFTER)
             elif op == OP_GU:
                 w_gu = wgu_ptr + layer * 2 * FFN * D
                 if SG > 1:
