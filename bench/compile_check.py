@@ -152,6 +152,8 @@ def main():
                    help="StreamConfig.l2_prefetch_kb: o_proj tasks' bulk L2 prefetch, KB")
     p.add_argument("--o-first-after-wait", action="store_true",
                    help="StreamConfig.o_first_after_wait: o_proj's first piece after its wait")
+    p.add_argument("--o-after-tickets", action="store_true",
+                   help="StreamConfig.o_after_tickets: o_proj's pieces after the layer's tickets")
     p.add_argument("--trace", action="store_true",
                    help="also the traced decode megakernel (Runtime.trace_decode: timers, %%smid)")
     p.add_argument("--dump", default=None, help="write each kernel's TTGIR and PTX to this folder")
@@ -177,7 +179,8 @@ def main():
                             max_k=args.max_k or d.max_k, ptx=args.ptx_stream,
                             stages=_stages(int(v)), merge_in_attn=args.merge_in_attn,
                             norm_in_qkv=args.norm_in_qkv, l2_prefetch_kb=args.l2_prefetch,
-                            o_first_after_wait=args.o_first_after_wait)
+                            o_first_after_wait=args.o_first_after_wait,
+                            o_after_tickets=args.o_after_tickets)
                for v in args.stages.split(",")]
     ids = torch.randint(0, 100, (4,))
     # tiny models: room for several attention splits, so ops mode launches its merge kernel too

@@ -19,8 +19,8 @@
 #    8B shapes over 256 tokens), ablock (the decode attention's key block, attn_block_s: the
 #    rule against 32 and 64 over 256 tokens, the 8B's steps past 192 keys on the split-KV path),
 #    ofirst (o_proj tasks' weights requested before the attention chain's loads or not: 1B
-#    o_first_after_wait, 8B / Qwen3-8B o_proj stages 2 vs 3; then each model's chain traced
-#    both ways))
+#    o_first_after_wait, 8B / Qwen3-8B o_proj stages 2 vs 3, all three o_after_tickets; ~7
+#    min), otrace (the 1B's and the 8B's attention chains traced each of those ways, ~4 min))
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=. NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -52,10 +52,14 @@ for s in $stages; do
                      $B,$B/attn_block_s=32,$B/attn_block_s=64,$B,$B/attn_block_s=32,$B/attn_block_s=64
                    done ;;
            ofirst) B=16384/4/4096/2; A=$B/0/0/0/-1/0/0/o_first_after_wait=1
-                   NEW=256 sw 1b $B,$A,$B,$A
-                   for m in 8b qwen3-8b; do NEW=256 sw $m $K/-1/3333,$K/-1/3233,$K/-1/3333,$K/-1/3233
-                   done
-                   for c in "1b $B" "1b $A" "8b $K/-1/3333" "8b $K/-1/3233"; do set -- $c
+                   E=$B/o_after_tickets=1; F=$K/-1/3333/o_after_tickets=1
+                   NEW=256 sw 1b $B,$A,$E,$B,$A,$E
+                   for m in 8b qwen3-8b; do
+                     NEW=256 sw $m $K/-1/3333,$K/-1/3233,$F,$K/-1/3333,$K/-1/3233,$F; done ;;
+           otrace) B=16384/4/4096/2; A=$B/0/0/0/-1/0/0/o_first_after_wait=1
+                   E=$B/o_after_tickets=1; F=$K/-1/3333/o_after_tickets=1
+                   for c in "1b $B" "1b $A" "1b $E" "8b $K/-1/3333" "8b $K/-1/3233" "8b $F"; do
+                     set -- $c
                      timeout 90 python3 bench/trace_step.py --model $1 --configs $2 2>&1 \
                        | grep "attention chain" | sed "s|^|$1 $2 |"; done ;;
          esac; done ;;

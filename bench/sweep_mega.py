@@ -100,7 +100,8 @@ def main():
             f"/attn-keys {c.short_context_keys(model.config.head_dim)}" + \
             (f"/l2-prefetch {c.l2_prefetch_kb} KB" if c.l2_prefetch_kb else "") + \
             (f"/attn-block {c.attn_block_s}" if c.attn_block_s else "") + \
-            ("/o-first-after-wait" if c.o_first_after_wait else "")
+            ("/o-first-after-wait" if c.o_first_after_wait else "") + \
+            ("/o-after-tickets" if c.o_after_tickets else "")
         try:
             err = float((teacher_forced(fm, ids, 24) - want_logits).norm() / want_logits.norm())
             same = fm.generate(ids, max_new_tokens=24, eos_token_id=[]) == want

@@ -153,6 +153,12 @@ class StreamConfig:
     # ~1.5 us of work (trace_step, 2026-12-01); the 8B-class test is stages (3, 2, 3, 3). Off
     # until measured.
     o_first_after_wait: bool = False
+    # decode: the ordering that hypothesis asks for, keeping o_proj's head start -- each o_proj
+    # task first waits until its counter (merge[l]) is within the KV groups of its target (every
+    # QKV_ATTN task but the groups' completers has published: every completer has issued its
+    # attention's loads), then asks its first pieces, then waits for the target
+    # (megakernel.residual_task EARLY). Off until measured.
+    o_after_tickets: bool = False
     # The short-context attention (one program per KV group after the group's ticket) costs 2.2 /
     # 4.4 / 3.5 us per layer at 35 keys on the 1B / 8B / Qwen3-8B shapes (trace_step's attention
     # chain, 2026-12-01), after a ~1 us ticket round trip. Measured and removed (2026-12-01,
