@@ -66,7 +66,7 @@ def attention_chain(evs, step: int = 0):
     done = {k: g for k, g in groups.items() if g["done"] is not None and "attended" in g["done"]}
     if not done:
         return None
-    med = lambda xs: statistics.median(xs)  # noqa: E731
+    med = statistics.median
     ends = {}
     for (layer, _), g in done.items():
         ends[layer] = max(ends.get(layer, 0), g["done"]["end"])

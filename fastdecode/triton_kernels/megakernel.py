@@ -215,14 +215,12 @@ def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
                         tb, 0, 0, False, BIAS, False, WORLD == 1, BLOCK_T, BLOCK_N, BLOCK_K,
                         STREAM, F32, PTX, STAGES, ready, wargs)
     else:
+        if not FIRST_AFTER:
+            w0, _ = stream_start(w_ptr, D, K, lo, hi, BLOCK_N, BLOCK_K, False, STREAM, PTX)
+        task_prefetch(entry, has_next, wgu_ptr, FFN, D, RG, PF_KB, USE_ASM)
+        run = ready(*wargs)
         if FIRST_AFTER:
-            task_prefetch(entry, has_next, wgu_ptr, FFN, D, RG, PF_KB, USE_ASM)
-            run = ready(*wargs)
             w0, _ = stream_start(w_ptr, D, K, lo, hi, BLOCK_N, BLOCK_K, False, STREAM, PTX)
-        else:
-            w0, _ = stream_start(w_ptr, D, K, lo, hi, BLOCK_N, BLOCK_K, False, STREAM, PTX)
-            task_prefetch(entry, has_next, wgu_ptr, FFN, D, RG, PF_KB, USE_ASM)
-            run = ready(*wargs)
         if run == 1:
             gemv_body(x_ptr, w_ptr, w_ptr, b_ptr, h_ptr, out, T, D, K, K, D, D, eps, lo, hi,
                       tb, w0, w0, False, BIAS, False, WORLD == 1, BLOCK_T, BLOCK_N, BLOCK_K,
