@@ -41,6 +41,8 @@ for s in $stages; do
          sw() { (PYTHONPATH=. timeout ${EXP_TIMEOUT:-240} python3 bench/sweep_mega.py \
                  --model $1 --new-tokens ${NEW:-160} --configs $2 2>&1 | grep "x ops" | sed "s|^|$1 |"); }
          K=16384/4/4096/2/0/0/0  # ... then attn keys (-1: the 96 KB rule), stages
+         B=16384/4/4096/2  # the defaults; then StreamConfig fields by name (ofirst / otrace):
+         A=$B/o_first_after_wait=1; E=$B/o_after_tickets=1; F=$K/-1/3333/o_after_tickets=1
          for part in ${EXP_PARTS:-l2pf keys}; do case $part in  # then l2 prefetch KB
            l2pf) sw 1b $C/1111/0,$C/1111/32,$C/1111/64,$C/1111/128,$C/1111/0
                  sw 8b $C/3333/0,$C/3333/64,$C/3333/128,$C/3333/0 ;;
@@ -48,17 +50,13 @@ for s in $stages; do
            # bench's 256 tokens reach 288 keys, past the rule's 192 at head_dim 128
            keys) for m in qwen3-8b 8b; do
                    NEW=256 sw $m $K/-1/3333,$K/288/3333,$K/-1/3333,$K/288/3333; done ;;
-           ablock) for m in 1b 8b qwen3-8b; do B=16384/4/4096/2; NEW=256 sw $m \
+           ablock) for m in 1b 8b qwen3-8b; do NEW=256 sw $m \
                      $B,$B/attn_block_s=32,$B/attn_block_s=64,$B,$B/attn_block_s=32,$B/attn_block_s=64
                    done ;;
-           ofirst) B=16384/4/4096/2; A=$B/0/0/0/-1/0/0/o_first_after_wait=1
-                   E=$B/o_after_tickets=1; F=$K/-1/3333/o_after_tickets=1
-                   NEW=256 sw 1b $B,$A,$E,$B,$A,$E
+           ofirst) NEW=256 sw 1b $B,$A,$E,$B,$A,$E
                    for m in 8b qwen3-8b; do
                      NEW=256 sw $m $K/-1/3333,$K/-1/3233,$F,$K/-1/3333,$K/-1/3233,$F; done ;;
-           otrace) B=16384/4/4096/2; A=$B/0/0/0/-1/0/0/o_first_after_wait=1
-                   E=$B/o_after_tickets=1; F=$K/-1/3333/o_after_tickets=1
-                   for c in "1b $B" "1b $A" "1b $E" "8b $K/-1/3333" "8b $K/-1/3233" "8b $F"; do
+           otrace) for c in "1b $B" "1b $A" "1b $E" "8b $K/-1/3333" "8b $K/-1/3233" "8b $F"; do
                      set -- $c
                      timeout 90 python3 bench/trace_step.py --model $1 --configs $2 2>&1 \
                        | grep "attention chain" | sed "s|^|$1 $2 |"; done ;;

@@ -44,6 +44,17 @@ def teacher_forced(fm, ids, n):
     return torch.cat([fm(steps[:, t:t + 1])[0] for t in range(n)]).float()
 
 
+LABELLED = ("tile_elems", "num_warps", "max_k", "per_sm", "ptx", "merge_in_attn", "norm_in_qkv",
+            "stages", "attn_in_qkv_keys", "l2_prefetch_kb")  # the tag's own labels
+
+
+def named_fields(cfg):
+    """cfg's other fields that differ from the defaults, as --configs names them (name=value)."""
+    d = StreamConfig()
+    return {k: int(v) if isinstance(v, bool) else v for k, v in dataclasses.asdict(cfg).items()
+            if k not in LABELLED and v != getattr(d, k)}
+
+
 def stream_entry(cfg, d_model, model_name, rate):
     """A tile table stream entry for cfg (a StreamConfig): its fields that differ from the
     defaults, the four tile sizes always, and its stages resolved for d_model."""
@@ -99,9 +110,7 @@ def main():
             ("/norm-in-qkv" if c.norm_in_qkv else "") + f"/stages {stages}" + \
             f"/attn-keys {c.short_context_keys(model.config.head_dim)}" + \
             (f"/l2-prefetch {c.l2_prefetch_kb} KB" if c.l2_prefetch_kb else "") + \
-            (f"/attn-block {c.attn_block_s}" if c.attn_block_s else "") + \
-            ("/o-first-after-wait" if c.o_first_after_wait else "") + \
-            ("/o-after-tickets" if c.o_after_tickets else "")
+            "".join(f"/{k}={v}" for k, v in named_fields(c).items())
         try:
             err = float((teacher_forced(fm, ids, 24) - want_logits).norm() / want_logits.norm())
             same = fm.generate(ids, max_new_tokens=24, eos_token_id=[]) == want
