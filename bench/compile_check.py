@@ -9,8 +9,8 @@ compiles the inline-PTX wrappers' test kernels (tests/test_ptx.py) and the all-r
 asm paths on, so ptxas checks every wrapper's PTX.
 
     python bench/compile_check.py --model 8b [--elems 8192 --warps 4 --max-k 4096] [--tp 2]
-                                  [--ptx-stream] [--merge-in-attn] [--norm-in-qkv] [--stages N]
-                                  [--l2-prefetch KB] [--trace] [--dump DIR]
+                                  [--stages N] [--set ptx=1 l2_prefetch_kb=64 ...]
+                                  [--trace] [--dump DIR]
     python bench/compile_check.py --family qwen3
     python bench/compile_check.py --ptx
 """
@@ -142,18 +142,12 @@ def main():
     p.add_argument("--programs", type=int, default=132)
     p.add_argument("--ptx", action="store_true", help="the PTX wrappers' test kernels instead")
     p.add_argument("--tp", type=int, default=1, help="rank 0 of a tensor-parallel megakernel")
-    p.add_argument("--ptx-stream", action="store_true", help="decode weight pieces by inline PTX")
-    p.add_argument("--merge-in-attn", action="store_true", help="no MERGE tasks (graph.py)")
-    p.add_argument("--norm-in-qkv", action="store_true", help="no QKNORM tasks (graph.py)")
     p.add_argument("--stages", default="0",
                    help="StreamConfig.stages: a digit, or four (QKV, o, gate|up, down); a comma "
                         "list compiles the decode megakernel once per entry and prints each")
-    p.add_argument("--l2-prefetch", type=int, default=0,
-                   help="StreamConfig.l2_prefetch_kb: o_proj tasks' bulk L2 prefetch, KB")
-    p.add_argument("--o-first-after-wait", action="store_true",
-                   help="StreamConfig.o_first_after_wait: o_proj's first piece after its wait")
-    p.add_argument("--o-after-tickets", action="store_true",
-                   help="StreamConfig.o_after_tickets: o_proj's pieces after the layer's tickets")
+    p.add_argument("--set", nargs="+", default=[], metavar="FIELD=VALUE",
+                   help="any other StreamConfig field, integer values (ptx=1, merge_in_attn=1, "
+                        "norm_in_qkv=1, l2_prefetch_kb=64, attn_block_s=32, ...)")
     p.add_argument("--trace", action="store_true",
                    help="also the traced decode megakernel (Runtime.trace_decode: timers, %%smid)")
     p.add_argument("--dump", default=None, help="write each kernel's TTGIR and PTX to this folder")
@@ -164,7 +158,7 @@ def main():
         return compile_ptx_tests()
     import fastdecode
     from fastdecode.triton_kernels.config import StreamConfig
-    from shapes import _stages, random_model
+    from shapes import _stages, random_model, stream_fields
     if args.family:
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
             os.path.abspath(__file__))), "tests"))
@@ -176,11 +170,8 @@ def main():
         name += " (2 layers; sizes as the real model)"
     d = StreamConfig()
     streams = [StreamConfig(args.elems or d.tile_elems, args.warps or d.num_warps,
-                            max_k=args.max_k or d.max_k, ptx=args.ptx_stream,
-                            stages=_stages(int(v)), merge_in_attn=args.merge_in_attn,
-                            norm_in_qkv=args.norm_in_qkv, l2_prefetch_kb=args.l2_prefetch,
-                            o_first_after_wait=args.o_first_after_wait,
-                            o_after_tickets=args.o_after_tickets)
+                            max_k=args.max_k or d.max_k, stages=_stages(int(v)),
+                            **stream_fields(args.set))
                for v in args.stages.split(",")]
     ids = torch.randint(0, 100, (4,))
     # tiny models: room for several attention splits, so ops mode launches its merge kernel too

@@ -17,10 +17,7 @@
 #   (exp: default-off StreamConfig variants, each against the default in one sweep_mega run --
 #    EXP_PARTS of: l2pf (l2_prefetch_kb), keys (attn_in_qkv_keys 288 vs the rule's 192 on the
 #    8B shapes over 256 tokens), ablock (the decode attention's key block, attn_block_s: the
-#    rule against 32 and 64 over 256 tokens, the 8B's steps past 192 keys on the split-KV path),
-#    ofirst (o_proj tasks' weights requested before the attention chain's loads or not: 1B
-#    o_first_after_wait, 8B / Qwen3-8B o_proj stages 2 vs 3, all three o_after_tickets; ~7
-#    min), otrace (the 1B's and the 8B's attention chains traced each of those ways, ~4 min))
+#    rule against 32 and 64 over 256 tokens, the 8B's steps past 192 keys on the split-KV path))
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=. NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -41,8 +38,7 @@ for s in $stages; do
          sw() { (PYTHONPATH=. timeout ${EXP_TIMEOUT:-240} python3 bench/sweep_mega.py \
                  --model $1 --new-tokens ${NEW:-160} --configs $2 2>&1 | grep "x ops" | sed "s|^|$1 |"); }
          K=16384/4/4096/2/0/0/0  # ... then attn keys (-1: the 96 KB rule), stages
-         B=16384/4/4096/2  # the defaults; then StreamConfig fields by name (ofirst / otrace):
-         A=$B/o_first_after_wait=1; E=$B/o_after_tickets=1; F=$K/-1/3333/o_after_tickets=1
+         B=16384/4/4096/2  # the defaults; then StreamConfig fields by name (ablock)
          for part in ${EXP_PARTS:-l2pf keys}; do case $part in  # then l2 prefetch KB
            l2pf) sw 1b $C/1111/0,$C/1111/32,$C/1111/64,$C/1111/128,$C/1111/0
                  sw 8b $C/3333/0,$C/3333/64,$C/3333/128,$C/3333/0 ;;
@@ -53,13 +49,6 @@ for s in $stages; do
            ablock) for m in 1b 8b qwen3-8b; do NEW=256 sw $m \
                      $B,$B/attn_block_s=32,$B/attn_block_s=64,$B,$B/attn_block_s=32,$B/attn_block_s=64
                    done ;;
-           ofirst) NEW=256 sw 1b $B,$A,$E,$B,$A,$E
-                   for m in 8b qwen3-8b; do
-                     NEW=256 sw $m $K/-1/3333,$K/-1/3233,$F,$K/-1/3333,$K/-1/3233,$F; done ;;
-           otrace) for c in "1b $B" "1b $A" "1b $E" "8b $K/-1/3333" "8b $K/-1/3233" "8b $F"; do
-                     set -- $c
-                     timeout 90 python3 bench/trace_step.py --model $1 --configs $2 2>&1 \
-                       | grep "attention chain" | sed "s|^|$1 $2 |"; done ;;
          esac; done ;;
     sweep) timeout ${SWEEP_TIMEOUT:-420} python3 bench/sweep_mega.py ${SWEEP_ARGS:---model 1b} 2>&1 | grep -v -i warn \
              | tee -a "$OUT/sweep_mega.log" | tail -20 ;;

@@ -64,6 +64,17 @@ def _stages(v):
     return v or StreamConfig.stages
 
 
+def stream_fields(pairs):
+    """'name=value' strings -> {StreamConfig field: value}, integer values (1 / 0 for flags)."""
+    import dataclasses
+    from fastdecode.triton_kernels.config import StreamConfig
+    types = {f.name: type(f.default) for f in dataclasses.fields(StreamConfig)}
+    named = dict(f.split("=") for f in pairs)
+    if set(named) - set(types):
+        raise ValueError(f"StreamConfig has no field {sorted(set(named) - set(types))}")
+    return {n: int(v) if types[n] is type(None) else types[n](int(v)) for n, v in named.items()}
+
+
 def stream_configs(text):
     """'elements/warps/max K/per SM[/ptx[/merge in attn[/norm in qkv[/attn keys[/stages
     [/l2 prefetch KB]]]]]]],...' (bench --configs; ptx 1: the weight pieces by inline PTX; merge in
@@ -72,16 +83,10 @@ def stream_configs(text):
     StreamConfig.stages, 0 or absent = the default, _stages; l2 prefetch KB:
     StreamConfig.l2_prefetch_kb, absent = 0), then any StreamConfig field by name (`/kv_prefetch=1`)
     -> [StreamConfig, ...]."""
-    import dataclasses
     from fastdecode.triton_kernels.config import StreamConfig
-    types = {f.name: type(f.default) for f in dataclasses.fields(StreamConfig)}
     out = []
     for c in text.split(","):
-        named = dict(f.split("=") for f in c.split("/") if "=" in f)
-        if set(named) - set(types):
-            raise ValueError(f"{c}: StreamConfig has no field {sorted(set(named) - set(types))}")
-        named = {n: int(v) if types[n] is type(None) else types[n](int(v))
-                 for n, v in named.items()}
+        named = stream_fields(f for f in c.split("/") if "=" in f)
         e, w, k, p, *flags = (int(f) for f in c.split("/") if "=" not in f)
         if len(flags) > 6:
             raise ValueError(f"{c}: at most 10 fields (elements/warps/max K/per SM, then 6 flags)")

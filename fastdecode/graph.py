@@ -86,8 +86,6 @@ class Tiling:
                                  # split over all keys: short contexts, config.StreamConfig)
     stages: tuple = (1, 1, 1, 1)  # decode: QKV / o / gate|up / down stream stages (StreamConfig)
     l2_prefetch_kb: int = 0       # decode: o_proj tasks' bulk L2 prefetch (StreamConfig)
-    o_first_after_wait: bool = False  # decode: o_proj's first piece after its wait (StreamConfig)
-    o_after_tickets: bool = False  # decode: o_proj's pieces after the layer's tickets (StreamConfig)
 
     def n_t(self, block=None):
         return triton.cdiv(self.T, block or self.block_t)
@@ -148,9 +146,7 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
                   norm_in_qkv=st is not None and st.norm_in_qkv and defer,
                   attn_in_qkv=attn_in_qkv,
                   stages=st.op_stages(spec.d_model) if st is not None else (1, 1, 1, 1),
-                  l2_prefetch_kb=st.l2_prefetch_kb if st is not None else 0,
-                  o_first_after_wait=st is not None and st.o_first_after_wait,
-                  o_after_tickets=st is not None and st.o_after_tickets)
+                  l2_prefetch_kb=st.l2_prefetch_kb if st is not None else 0)
 
 
 REMOTE = ("xo", "xdown", "xlm")  # counter keys signalled across ranks (tensor parallelism)

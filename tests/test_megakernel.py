@@ -140,9 +140,9 @@ def test_vm_random_interleavings_match_torch(family, fused, keys):
 
 
 STAGED = StreamConfig(64, 4, max_k=16, attn_in_qkv_keys=10, stages=3, l2_prefetch_kb=1,
-                      attn_block_s=16, o_after_tickets=True)
+                      attn_block_s=16)
 WHOLE_ROWS = StreamConfig(2048, 4, merge_in_attn=True, norm_in_qkv=True, attn_in_qkv_keys=0,
-                          l2_prefetch_kb=64, o_first_after_wait=True)
+                          l2_prefetch_kb=64)
 
 
 @pytest.mark.parametrize("family,stream", [("qwen2", STAGED), ("qwen3", STAGED),
@@ -157,9 +157,7 @@ def test_decode_stream_tiles_match_torch(family, stream):
     l2_prefetch_kb: o_proj tasks ask L2 for the next gate|up task's weights (a hint: results
     unchanged; the interpreter runs the range arithmetic, a GPU the bulk prefetches).
     attn_block_s 16: the attention loops' key blocks smaller than the split plan's (its chunk, and
-    the partials' buffer, stay those of attention_config's block). o_first_after_wait: the
-    register stream's o_proj tasks ask their first piece after their wait; o_after_tickets: the
-    staged ones first wait for all but the KV groups' completers (a hint: results unchanged)."""
+    the partials' buffer, stay those of attention_config's block)."""
     model = tiny_model(family).to(DEVICE)
     ids = torch.randint(0, 101, (1, 12), generator=torch.Generator().manual_seed(4)).to(DEVICE)
     ref = fastdecode.from_hf(model, max_seq_len=32, mode="torch")

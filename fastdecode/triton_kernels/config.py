@@ -143,22 +143,20 @@ class StreamConfig:
     # (2026-12-01, dd555bf's tree + this field, sweep_mega 256 tokens, default first, two runs):
     # Llama-3.2-1B (head_dim 64) 64 keys 1152.2 / 1148.6, 32 keys 1188.2 / 1175.5, 128 keys
     # 1057.9 / 1081.0 tok/s (another run); Qwen3-8B (128) 64 keys 242.2 / 242.1, 32 keys 241.7 /
-    # 241.8 -- no gain at head_dim 128, so 64 there.
+    # 241.8 -- no gain at head_dim 128, so 64 there. Again (2026-12-01, c4a771b, one run each,
+    # default first and last): 1B rule 1156.1 / 1133.9, 64 keys 1152.4, 32 keys 1131.9; 8B rule
+    # 250.6 / 249.7, 32 keys 249.9 (the split-KV path past 192 keys; tokens agree), 64 keys 250.9
+    # -- the 1B's 32-key gain is within its run-to-run spread; the rule stays, it costs nothing.
     attn_block_s: int | None = None
-    # decode, the register stream (stages 1): each o_proj task asks its first weight piece after
-    # its wait instead of before it. Every o_proj task's first pieces (the grid's: 8 MB at one
-    # 32 KB piece each, 17 MB at the 8B's two stages) are requested as the layer's attention
-    # chain starts, and the chain's own loads (q, K, V: ~100 KB) queue behind them in HBM: the
-    # attention stage took 2.2 us on the 1B (one piece a task) and 4.4 on the 8B (two), against
-    # ~1.5 us of work (trace_step, 2026-12-01); the 8B-class test is stages (3, 2, 3, 3). Off
-    # until measured.
-    o_first_after_wait: bool = False
-    # decode: the ordering that hypothesis asks for, keeping o_proj's head start -- each o_proj
-    # task first waits until its counter (merge[l]) is within the KV groups of its target (every
-    # QKV_ATTN task but the groups' completers has published: every completer has issued its
-    # attention's loads), then asks its first pieces, then waits for the target
-    # (megakernel.residual_task EARLY). Off until measured.
-    o_after_tickets: bool = False
+    # Measured and removed (2026-12-01, c4a771b, sweep_mega 256 tokens, two runs each): the
+    # hypothesis that the attention chain's loads (q, K, V: ~100 KB) queue in HBM behind every
+    # o_proj task's first pieces (8 MB on the 1B, 17 MB on the 8B at o_proj stages 3), requested
+    # as the chain starts. o_proj's first piece after its wait (the register stream): 1B 1154.3 /
+    # 1132.9 vs 1158.7 / 1140.3; o_proj stages 2 (one piece less ahead): 8B 250.9 / 249.5 vs
+    # 251.6 / 250.7, Qwen3-8B 242.1 / 240.8 vs 242.4 / 242.0; o_proj's pieces only after every
+    # QKV_ATTN task but the KV groups' completers had published (a first wait on merge[l] at its
+    # target - KVH): 1B 1152.7 / 1150.4, 8B 250.5 / 249.8, Qwen3-8B 241.0 / 239.5 tok/s. None
+    # beats the default beyond the spread: the chain does not wait on o_proj's queued loads.
     # The short-context attention (one program per KV group after the group's ticket) costs 2.2 /
     # 4.4 / 3.5 us per layer at 35 keys on the 1B / 8B / Qwen3-8B shapes (trace_step's attention
     # chain, 2026-12-01), after a ~1 us ticket round trip. Measured and removed (2026-12-01,

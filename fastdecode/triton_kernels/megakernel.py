@@ -184,8 +184,7 @@ def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
                   BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STREAM: tl.constexpr,
                   F32: tl.constexpr, WORLD: tl.constexpr, PUSH_BLOCK: tl.constexpr,
                   USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
-                  STAGES: tl.constexpr, RG: tl.constexpr, PF_KB: tl.constexpr,
-                  FIRST_AFTER: tl.constexpr = False, EARLY: tl.constexpr = False, n_groups=0):
+                  STAGES: tl.constexpr, RG: tl.constexpr, PF_KB: tl.constexpr):
     """o_proj / down_proj task: h[:, tiles lo..hi] += x @ W^T (+ bias), the residual stream in
     place -- its first weight piece requested, then its wait (ready), then the stream (STAGES >
     1: the wait inside the stream's first iteration, gemv_body). Tensor
@@ -195,17 +194,10 @@ def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
     register stream: after its first piece; shared-memory stages: before the stream's first
     pieces): the first PF_KB KB of gate and of up rows of the gate|up task at queue entry `entry` (if
     has_next and it is one), asked into L2 -- an o_proj task waits on the attention chain,
-    while HBM idles. FIRST_AFTER (the register stream; StreamConfig.o_first_after_wait for
-    o_proj): the first piece requested after the wait, as gate|up does. EARLY
-    (StreamConfig.o_after_tickets for o_proj): before any of that, a first wait for the counter
-    to reach target - n_groups (ready's wait then follows): with n_groups the KV groups, every
-    QKV_ATTN task but the groups' completers has published, so every completer has issued its
-    attention's loads, which then go to HBM ahead of this task's pieces."""
+    while HBM idles. (The first piece after the wait, or every piece after all but the KV
+    groups' completers had published, measured no faster: config.StreamConfig.)"""
     wargs = (ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, tr, clock_ptr, op,
              xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE)
-    if EARLY:
-        wait_counter(ctr_ptr, target - n_groups, status_ptr, max_spin, pid, qi, ctr, step, xtab_ptr,
-                     rank, x_ctr, x_spin, WORLD, USE_ASM)  # a timeout also fails ready's wait
     out = h_ptr
     if WORLD > 1:
         out = peer(xtab_ptr, rank, part_off, tl.float32)
@@ -215,12 +207,9 @@ def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
                         tb, 0, 0, False, BIAS, False, WORLD == 1, BLOCK_T, BLOCK_N, BLOCK_K,
                         STREAM, F32, PTX, STAGES, ready, wargs)
     else:
-        if not FIRST_AFTER:
-            w0, _ = stream_start(w_ptr, D, K, lo, hi, BLOCK_N, BLOCK_K, False, STREAM, PTX)
+        w0, _ = stream_start(w_ptr, D, K, lo, hi, BLOCK_N, BLOCK_K, False, STREAM, PTX)
         task_prefetch(entry, has_next, wgu_ptr, FFN, D, RG, PF_KB, USE_ASM)
         run = ready(*wargs)
-        if FIRST_AFTER:
-            w0, _ = stream_start(w_ptr, D, K, lo, hi, BLOCK_N, BLOCK_K, False, STREAM, PTX)
         if run == 1:
             gemv_body(x_ptr, w_ptr, w_ptr, b_ptr, h_ptr, out, T, D, K, K, D, D, eps, lo, hi,
                       tb, w0, w0, False, BIAS, False, WORLD == 1, BLOCK_T, BLOCK_N, BLOCK_K,
@@ -264,8 +253,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                WORLD: tl.constexpr, RED_BLOCK: tl.constexpr,
                USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
                MERGE_IN_ATTN: tl.constexpr, NORM_IN_QKV: tl.constexpr, SQ: tl.constexpr,
-               SO: tl.constexpr, SG: tl.constexpr, SF: tl.constexpr, PF_KB: tl.constexpr = 0,
-               O_AFTER: tl.constexpr = False, O_EARLY: tl.constexpr = False):
+               SO: tl.constexpr, SG: tl.constexpr, SF: tl.constexpr, PF_KB: tl.constexpr = 0):
     """Model sizes D, FFN, H, HD are constexpr (one compile per model): a decode tile over whole
     rows then folds its chunk loop away and keeps the activation row in registers, which spares
     registers (bench/compile_check.py: 1B shape 255 registers with 48 B of spills when they were
@@ -298,12 +286,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     PF_KB (STREAM, config.StreamConfig.l2_prefetch_kb): > 0, an o_proj task followed by a
     gate|up task in its queue asks L2 for that task's first PF_KB KB of gate rows and of up rows
     (one bulk prefetch each, ptx_inline.prefetch_l2_bulk) before its dependency wait -- the
-    attention chain's, when HBM idles (residual_task).
-    O_AFTER (config.StreamConfig.o_first_after_wait; the register stream): an o_proj task asks
-    its first weight piece after its wait, not before it. O_EARLY
-    (config.StreamConfig.o_after_tickets): an o_proj task first waits for its counter to come
-    within KVH of its target, then asks its pieces, then waits for the target (residual_task
-    EARLY)."""
+    attention chain's, when HBM idles (residual_task)."""
     pid = tl.program_id(0)
     qlen = tl.load(qlen_ptr + pid)
     QKVN = (H + 2 * KVH) * HD
@@ -399,8 +382,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                     max_spin, pid, i, wc, s, tr, clock_ptr, op, xtab_ptr, rank,
                                     x_ctr, x_spin, x_red + rank * TM * D, w + NW, i + 1 < qlen,
                                     wgu_ptr, FFN, BIAS_O, BLOCK_T, RQ, KQ, STREAM, F32, WORLD,
-                                    RED_BLOCK, USE_ASM, TRACE, PTX, SO, RG, PF_KB, O_AFTER,
-                                    O_EARLY, KVH)
+                                    RED_BLOCK, USE_ASM, TRACE, PTX, SO, RG, PF_KB)
             elif op == OP_GU:
                 w_gu = wgu_ptr + layer * 2 * FFN * D
                 if SG > 1:
