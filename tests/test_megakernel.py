@@ -332,11 +332,16 @@ def test_trace_records_every_task_in_order(tmp_path):
     if DEVICE.type == "cpu":  # serial: the logical clock orders tasks exactly as the queue
         assert [e["end"] for e in evs] == sorted(e["end"] for e in evs)
     # the short-context step's attention chain: one completer per (layer, KV group), its stages
-    # in order (serial: the logical clock counts them)
+    # in order. Serial: the logical clock counts every stamp, so each stage is > 0; a GPU's
+    # %globaltimer can give two back-to-back stamps the same tick (no q/k norm here: ticket and
+    # normed are stamped one after the other; an H200 run gave a 0), while the attention itself
+    # spans ticks.
     chain = tr.attention_chain(evs, step=1)
     spec = fm.spec
     assert chain["chains"] == spec.n_layers * spec.n_kv_heads
-    assert min(chain[k] for k in ("ticket", "norm", "attention", "publish", "hop")) > 0
+    stages = [chain[k] for k in ("ticket", "norm", "attention", "publish", "hop")]
+    assert min(stages) > 0 if DEVICE.type == "cpu" else (min(stages) >= 0 and
+                                                          chain["attention"] > 0)
     rows = tr.breakdown(evs)
     assert rows["CHOOSE"]["tasks"] == 2 and sum(r["tasks"] for r in rows.values()) == len(evs)
     # one layer's phases: every task of the layer's ops, spans no shorter than their tasks
