@@ -15,9 +15,11 @@ what the one before left there):
                before it drains (its first pieces requested before the wait), as the kernels of
                an ops-mode decode step do (the rows above have it off)
 and prints GB/s and % of the read roofline (bench_decode.read_bandwidth, measured in this run);
-appends the rows to bench/RESULTS.md.
+appends the rows to bench/RESULTS.md. --configs (bench/shapes.stream_configs: elements/warps/max
+K/per SM[/...]) adds a persist+PDL row per StreamConfig -- its tile, its programs per SM -- to find
+a large shape's best persistent stream.
 
-    python bench/bench_ops.py [--shapes 2048x16384,...]
+    python bench/bench_ops.py [--shapes 2048x16384,...] [--configs 8192/4/4096/2,32768/8/4096/1]
 """
 import argparse
 import dataclasses
@@ -34,6 +36,7 @@ from bench_decode import append_results, bench_command, read_bandwidth  # noqa: 
 from fastdecode.ops import gemv  # noqa: E402
 from fastdecode.triton_kernels import config  # noqa: E402
 from fastdecode.triton_kernels.config import StreamConfig  # noqa: E402
+from shapes import stream_configs  # noqa: E402
 
 # [K, N]: the issue's large shapes (1B gate|up, 8B gate|up, 8B down, 1B lm_head) and small ones
 # (1B QKV, 1B down, 8B QKV)
@@ -84,11 +87,20 @@ def pdl(fn, on):
     return run
 
 
-def variants(K, N, sms):
+def persistent(cfg, K, N, sms):
+    """cfg as the megakernel runs it: per_sm programs per SM, each a run of tiles."""
+    n_tiles = triton.cdiv(N, cfg.tile(K).block_n)
+    return dataclasses.replace(cfg, tiles=triton.cdiv(n_tiles, cfg.per_sm * sms))
+
+
+def config_tag(c):
+    """A --configs entry's row name: its tile elements / warps / max K / programs per SM."""
+    return f"persist+PDL {c.tile_elems}/{c.num_warps}/{c.max_k}/{c.per_sm}"
+
+
+def variants(K, N, sms, configs=()):
     base = StreamConfig()
-    n_tiles = triton.cdiv(N, base.tile(K).block_n)
-    per = triton.cdiv(n_tiles, base.per_sm * sms)  # the megakernel's programs, tiles in a run
-    persist = dataclasses.replace(base, tiles=per)
+    persist = persistent(base, K, N, sms)
     smem = dataclasses.replace(persist, stages=3)
     out = {
         "ops tile": lambda x, w, o: gemv(x, w, out=o),
@@ -103,14 +115,20 @@ def variants(K, N, sms):
     out["ops+PDL"] = pdl(out["ops tile"], True)
     out["persist+PDL"] = pdl(lambda x, w, o: gemv(x, w, out=o, stream=persist), True)
     out["persist+smem+PDL"] = pdl(lambda x, w, o: gemv(x, w, out=o, stream=smem), True)
+    for c in configs:
+        out[config_tag(c)] = pdl(lambda x, w, o, s=persistent(c, K, N, sms): gemv(
+            x, w, out=o, stream=s), True)
     return out
 
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--shapes", default=SHAPES)
+    p.add_argument("--configs", default=None,
+                   help="persist+PDL rows of these StreamConfigs too (shapes.stream_configs)")
     p.add_argument("--results-md", default=os.path.join(HERE, "RESULTS.md"))
     args = p.parse_args()
+    configs = stream_configs(args.configs) if args.configs else []
     gpu = torch.cuda.get_device_name()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     roof = max(read_bandwidth().values())
@@ -119,15 +137,17 @@ def main():
     rows = []
     for shape in args.shapes.split(","):
         K, N = (int(v) for v in shape.split("x"))
-        for name, fn in variants(K, N, sms).items():
+        for name, fn in variants(K, N, sms, configs).items():
             t = cold_l2_time(K, N, fn)
             bw = N * K * 2 / t
             rows.append((shape, name, t, bw))
-            print(f"  [{K:6d}, {N:6d}] {name:12s} {t * 1e6:8.1f} us {bw / 1e9:7.0f} GB/s "
+            print(f"  [{K:6d}, {N:6d}] {name:16s} {t * 1e6:8.1f} us {bw / 1e9:7.0f} GB/s "
                   f"{100 * bw / roof:5.1f}%", flush=True)
-    print(f"\n{'[K, N]':14s}" + "".join(f"{v:>17s}" for v in variants(1, 1, 1)) + "   (GB/s)")
+    names = list(variants(1, 1, 1, configs))
+    w = max(17, *(len(v) + 2 for v in names))
+    print(f"\n{'[K, N]':14s}" + "".join(f"{v:>{w}s}" for v in names) + "   (GB/s)")
     for shape in args.shapes.split(","):
-        print(f"{shape:14s}" + "".join(f"{bw / 1e9:17.0f}" for s, _, _, bw in rows if s == shape))
+        print(f"{shape:14s}" + "".join(f"{bw / 1e9:{w}.0f}" for s, _, _, bw in rows if s == shape))
     append_results(args.results_md, [
         [gpu, f"GEMV [K, N] = [{shape.replace('x', ', ')}] bf16, cold L2", name,
          f"{bw / 1e9:.0f} GB/s", f"{100 * bw / roof:.1f}% of {roof / 1e12:.2f} TB/s", "-",

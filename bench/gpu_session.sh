@@ -14,6 +14,8 @@
 #   (first: a fresh process's first token, from_pretrained of a 1B checkpoint: cold, then 3 warm)
 #   (tp: 2+ GPUs -- the all-reduce and tensor-parallel GPU tests, bench_all_reduce.py, bench_tp.py)
 #   (kernels: only the test files that compile kernels -- ops, megakernel, models, GPU-only)
+#   (gemvcfg: bench_ops.py on the two large shapes short of 4 TB/s, with a persist+PDL row per
+#    StreamConfig of GEMV_CONFIGS -- tile elements / warps / max K / programs per SM)
 #   (exp: default-off StreamConfig variants, each against the default in one sweep_mega run --
 #    EXP_PARTS of: l2pf (l2_prefetch_kb), keys (attn_in_qkv_keys 288 vs the rule's 192 on the
 #    8B shapes over 256 tokens), ablock (the decode attention's key block, attn_block_s: the
@@ -50,6 +52,11 @@ for s in $stages; do
                      $B,$B/attn_block_s=32,$B/attn_block_s=64,$B,$B/attn_block_s=32,$B/attn_block_s=64
                    done ;;
          esac; done ;;
+    gemvcfg) FASTDECODE_COMMIT=$COMMIT timeout ${OPS_TIMEOUT:-300} python3 bench/bench_ops.py \
+           --shapes ${GEMV_SHAPES:-2048x16384,14336x4096} --configs ${GEMV_CONFIGS:-8192/4/4096/2,\
+16384/8/4096/2,32768/8/4096/2,16384/4/4096/3,16384/4/4096/1,32768/8/4096/1,16384/4/2048/2,\
+65536/8/4096/1} 2>&1 | grep -v -i warn | tail -6
+         cp bench/RESULTS.md "$OUT/" ;;
     sweep) timeout ${SWEEP_TIMEOUT:-420} python3 bench/sweep_mega.py ${SWEEP_ARGS:---model 1b} 2>&1 | grep -v -i warn \
              | tee -a "$OUT/sweep_mega.log" | tail -20 ;;
     bench) touch /tmp/bench_start  # only this run's CSV / PNG go back (the device tool caps files)

@@ -86,3 +86,42 @@ def test_sweeps_record_adds_and_replaces_entries(tmp_path, monkeypatch):
     assert lookup_gemv("Some GPU", 2048, 2048, path) == TileConfig(4, 512, 8)
     assert len(_tile_table(path)["gemv"]["Some GPU"]) == 2
     _tile_table.cache_clear()
+
+
+def test_stream_config_strings_parse_and_round_trip():
+    """The benches' --configs / --set syntax (bench/shapes.py): positional fields, then any
+    StreamConfig field by name; sweep_mega's tag names the non-positional fields the same way, so
+    a printed row's config can be pasted back; an unknown field is an error, not a silent
+    default."""
+    import pytest
+    import shapes
+    import sweep_mega
+    from fastdecode.triton_kernels.config import StreamConfig
+    a, b = shapes.stream_configs("8192/8/2048/1/0/1/0/96/1133/32,16384/4/4096/2/attn_block_s=32")
+    assert (a.tile_elems, a.num_warps, a.max_k, a.per_sm) == (8192, 8, 2048, 1)
+    assert a.merge_in_attn and not a.ptx and not a.norm_in_qkv
+    assert (a.attn_in_qkv_keys, a.stages, a.l2_prefetch_kb) == (96, (1, 1, 3, 3), 32)
+    assert b == StreamConfig(16384, 4, max_k=4096, per_sm=2, attn_block_s=32)
+    assert sweep_mega.named_fields(b) == {"attn_block_s": 32}
+    text = "16384/4/4096/2/" + "/".join(f"{k}={v}" for k, v in sweep_mega.named_fields(b).items())
+    assert shapes.stream_configs(text) == [b]
+    assert shapes.stream_fields(["ptx=1", "l2_prefetch_kb=64"]) == dict(ptx=True,
+                                                                         l2_prefetch_kb=64)
+    with pytest.raises(ValueError, match="no field"):
+        shapes.stream_fields(["o_first_after_wait=1"])
+
+
+def test_bench_ops_persistent_runs_cover_every_tile():
+    """bench_ops' persistent rows: per_sm programs per SM, each a run of whole tiles, together
+    covering the matrix's row tiles with no run more than one SM-round too many."""
+    import math
+    import bench_ops
+    import shapes
+    for cfg in shapes.stream_configs("16384/4/4096/2,8192/4/4096/2,32768/8/4096/1"):
+        for K, N in [(2048, 16384), (14336, 4096), (2048, 128256), (4096, 6144)]:
+            p = bench_ops.persistent(cfg, K, N, 132)
+            n_tiles = math.ceil(N / cfg.tile(K).block_n)
+            programs = math.ceil(n_tiles / p.tiles)
+            assert programs <= cfg.per_sm * 132 and programs * p.tiles >= n_tiles
+            assert bench_ops.config_tag(cfg).endswith(
+                f"{cfg.tile_elems}/{cfg.num_warps}/{cfg.max_k}/{cfg.per_sm}")
