@@ -16,14 +16,16 @@ import sys
 
 import torch
 
-ROT = 7  # programs the third launch moves each queue by: odd, so it leaves its SM either way
-         # the programs pair up on SMs
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fastdecode  # noqa: E402
 from fastdecode import trace as tr  # noqa: E402
 from bench_decode import read_bandwidth  # noqa: E402
 from shapes import random_model, stream_configs  # noqa: E402
+
+# programs the third launch moves each queue by: odd, so it leaves its SM whichever way the
+# programs pair up on SMs
+ROT = 7
 
 
 def main():
