@@ -81,12 +81,15 @@ def stream_configs(text):
     attn / norm in qkv 1: no MERGE / QKNORM tasks; attn keys: StreamConfig.attn_in_qkv_keys, the
     short-context decode schedule's reach, 0 = never, -1 or absent = config.py's default; stages:
     StreamConfig.stages, 0 or absent = the default, _stages; l2 prefetch KB:
-    StreamConfig.l2_prefetch_kb, absent = 0), then any StreamConfig field by name (`/kv_prefetch=1`)
+    StreamConfig.l2_prefetch_kb, absent = 0), then any StreamConfig field by name (`/attn_block_s=32`)
     -> [StreamConfig, ...]."""
     from fastdecode.triton_kernels.config import StreamConfig
     out = []
     for c in text.split(","):
-        named = stream_fields(f for f in c.split("/") if "=" in f)
+        try:
+            named = stream_fields(f for f in c.split("/") if "=" in f)
+        except ValueError as e:
+            raise ValueError(f"{c}: {e}") from None
         e, w, k, p, *flags = (int(f) for f in c.split("/") if "=" not in f)
         if len(flags) > 6:
             raise ValueError(f"{c}: at most 10 fields (elements/warps/max K/per SM, then 6 flags)")
