@@ -2,8 +2,10 @@
 
 For each [K, N] (y = W x, W [N, K] bf16, T=1) it times, as a CUDA graph of R launches over R
 distinct weight copies (> 256 MB in all, 4x the H200's 60 MB L2, so no launch reads from L2
-what the one before left there):
-  ops tile     ops mode's tile (config.gemv_config: 4 rows x 1024, one tile per program)
+what the one before left there), the variants' graphs replayed round-robin (cold_l2_times):
+  ops (table)  ops mode's decode GEMV, gemv() without a config: tile_table.json's choice for this
+               GPU and shape (bench/sweep_gemv.py --record: a tile, one per program, or the
+               persistent stream), else config.gemv_config's rule (4 rows x 1024)
   stream       the megakernel's decode stream (config.StreamConfig), one tile per program
   stream+PTX   the same stream, its weight pieces loaded by ptx_inline.ld_stream_b128
   persistent   the stream as the megakernel runs it: 2 programs per SM, each a run of tiles
@@ -27,7 +29,6 @@ import os
 import sys
 
 import torch
-import triton
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
@@ -43,36 +44,48 @@ from shapes import stream_configs  # noqa: E402
 SHAPES = ("2048x16384,4096x28672,14336x4096,2048x128256,2048x3072,8192x2048,4096x6144")
 
 
-def cold_l2_time(K, N, launch, check=True):
-    """Median seconds per launch(x, w, out) over R distinct [N, K] bf16 weight copies, launched
-    back to back in one CUDA graph (5 replays)."""
+def cold_l2_times(K, N, launches, rounds=15, check=True):
+    """{name: median seconds per launch(x, w, out)} for each of launches ({name: launch}): each
+    launch a CUDA graph of R back-to-back launches over the same R distinct [N, K] bf16 weight
+    copies; the graphs replayed round-robin, `rounds` times each, so a drift of the GPU's clocks
+    over the run (+-5% between two runs of one config, session 16) lands on every variant alike
+    instead of on whichever ran last."""
     nbytes = N * K * 2
     R = max(4, min(64, (256 * 2**20) // nbytes + 1))
     ws = [torch.randn(N, K, device="cuda", dtype=torch.bfloat16) for _ in range(R)]
     x = torch.randn(1, K, device="cuda", dtype=torch.bfloat16)
     out = torch.empty(1, N, device="cuda", dtype=torch.bfloat16)
-    launch(x, ws[0], out)  # compile
-    if check:
-        ref = x.float() @ ws[0].float().t()
-        err = float((out.float() - ref).norm() / ref.norm())
-        assert err < 1e-2, f"[{K}, {N}]: rel. error {err:.2e}"
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for w in ws:
-            launch(x, w, out)
-    g.replay()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(5):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
+    ref = x.float() @ ws[0].float().t()
+    graphs = {}
+    for name, launch in launches.items():
+        launch(x, ws[0], out)  # compile
+        if check:
+            err = float((out.float() - ref).norm() / ref.norm())
+            assert err < 1e-2, f"[{K}, {N}] {name}: rel. error {err:.2e}"
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for w in ws:
+                launch(x, w, out)
         g.replay()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b) / 1e3 / R)
-    del ws, g
+        graphs[name] = g
+    torch.cuda.synchronize()
+    ts = {name: [] for name in graphs}
+    for _ in range(rounds):
+        for name, g in graphs.items():
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            g.replay()
+            b.record()
+            b.synchronize()
+            ts[name].append(a.elapsed_time(b) / 1e3 / R)
+    del ws, graphs
     torch.cuda.empty_cache()
-    return sorted(ts)[len(ts) // 2]
+    return {name: sorted(v)[len(v) // 2] for name, v in ts.items()}
+
+
+def cold_l2_time(K, N, launch, check=True):
+    """Median seconds per launch(x, w, out), cold L2 (cold_l2_times of the one launch)."""
+    return cold_l2_times(K, N, {"": launch}, check=check)[""]
 
 
 def pdl(fn, on):
@@ -87,12 +100,6 @@ def pdl(fn, on):
     return run
 
 
-def persistent(cfg, K, N, sms):
-    """cfg as the megakernel runs it: per_sm programs per SM, each a run of tiles."""
-    n_tiles = triton.cdiv(N, cfg.tile(K).block_n)
-    return dataclasses.replace(cfg, tiles=triton.cdiv(n_tiles, cfg.per_sm * sms))
-
-
 def config_tag(c):
     """A --configs entry's row name: its tile elements / warps / max K / programs per SM."""
     return f"persist+PDL {c.tile_elems}/{c.num_warps}/{c.max_k}/{c.per_sm}"
@@ -100,10 +107,10 @@ def config_tag(c):
 
 def variants(K, N, sms, configs=()):
     base = StreamConfig()
-    persist = persistent(base, K, N, sms)
+    persist = base.persistent(N, K, sms)
     smem = dataclasses.replace(persist, stages=3)
     out = {
-        "ops tile": lambda x, w, o: gemv(x, w, out=o),
+        "ops (table)": lambda x, w, o: gemv(x, w, out=o),
         "stream": lambda x, w, o: gemv(x, w, out=o, stream=base),
         "stream+PTX": lambda x, w, o: gemv(x, w, out=o, stream=dataclasses.replace(base, ptx=True)),
         "persistent": lambda x, w, o: gemv(x, w, out=o, stream=persist),
@@ -112,11 +119,11 @@ def variants(K, N, sms, configs=()):
         "persist+smem": lambda x, w, o: gemv(x, w, out=o, stream=smem),
     }
     out = {k: pdl(fn, False) for k, fn in out.items()}
-    out["ops+PDL"] = pdl(out["ops tile"], True)
+    out["ops+PDL"] = pdl(out["ops (table)"], True)
     out["persist+PDL"] = pdl(lambda x, w, o: gemv(x, w, out=o, stream=persist), True)
     out["persist+smem+PDL"] = pdl(lambda x, w, o: gemv(x, w, out=o, stream=smem), True)
     for c in configs:
-        out[config_tag(c)] = pdl(lambda x, w, o, s=persistent(c, K, N, sms): gemv(
+        out[config_tag(c)] = pdl(lambda x, w, o, s=c.persistent(N, K, sms): gemv(
             x, w, out=o, stream=s), True)
     return out
 
@@ -137,8 +144,7 @@ def main():
     rows = []
     for shape in args.shapes.split(","):
         K, N = (int(v) for v in shape.split("x"))
-        for name, fn in variants(K, N, sms, configs).items():
-            t = cold_l2_time(K, N, fn)
+        for name, t in cold_l2_times(K, N, variants(K, N, sms, configs)).items():
             bw = N * K * 2 / t
             rows.append((shape, name, t, bw))
             print(f"  [{K:6d}, {N:6d}] {name:16s} {t * 1e6:8.1f} us {bw / 1e9:7.0f} GB/s "

@@ -1,11 +1,17 @@
-"""Sweep the decode GEMV tile (BLOCK_N, BLOCK_K, num_warps) per matrix shape, cold L2.
+"""Sweep the ops-mode decode GEMV per matrix shape, cold L2: the tile (BLOCK_N, BLOCK_K,
+num_warps; one tile per program) against the persistent stream (--streams: StreamConfigs, each
+per_sm programs per SM streaming a run of tiles, as the megakernel does).
 
 Each config is timed as a CUDA graph of R launches over R distinct weight copies (> 4x the 60 MB
-L2 in total; bench_ops.cold_l2_time), so neither launch overhead nor L2 hits flatter it. Prints
-GB/s per config and the best per shape; --record writes each shape's winner into
-fastdecode/triton_kernels/tile_table.json for this GPU (config.gemv_config then uses it).
+L2 in total), every config of a shape over the same copies, the graphs replayed round-robin
+(bench_ops.cold_l2_times), so neither launch overhead, L2 hits nor a clock drift over the run
+flatter one. Launches as the process's ops mode does (FASTDECODE_PDL, config.use_pdl: off by
+default). Prints GB/s per config and the best per shape; --record writes each shape's winner --
+a tile or a stream -- into fastdecode/triton_kernels/tile_table.json for this GPU (gemv() then
+uses it: config.gemv_config / gemv_stream).
 
-    python bench/sweep_gemv.py [--record]
+    python bench/sweep_gemv.py [--shapes "8b down,1b gate|up"] [--streams 16384/4/4096/2,...]
+                               [--record]
 """
 import argparse
 import itertools
@@ -17,9 +23,11 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_decode import bench_command  # noqa: E402
-from bench_ops import cold_l2_time  # noqa: E402
+from bench_ops import cold_l2_times  # noqa: E402
 from fastdecode.ops import gemv  # noqa: E402
-from fastdecode.triton_kernels.config import TILE_TABLE, TileConfig, gemv_config  # noqa: E402
+from fastdecode.triton_kernels.config import (TILE_TABLE, StreamConfig, TileConfig,  # noqa: E402
+                                              gemv_config, gemv_stream, sm_count)
+from shapes import stream_configs  # noqa: E402
 from tile_table import record  # noqa: E402
 
 # [K, N] of the decode GEMVs of Llama-3.2-1B and Llama-3.1-8B (gate|up counted as 2N rows)
@@ -27,45 +35,69 @@ SHAPES = {"1b o": (2048, 2048), "1b gate|up": (2048, 2 * 8192), "1b down": (8192
           "1b lm_head": (2048, 128256), "8b o": (4096, 4096), "8b gate|up": (4096, 2 * 14336),
           "8b down": (14336, 4096), "8b lm_head": (4096, 128256)}
 GRID = list(itertools.product([4, 8, 16, 32], [256, 512, 1024], [4, 8]))
+# persistent streams: the megakernel's default (16384 elements / 4 warps / max K 4096 / 2 per
+# SM) and the best of bench_ops --configs on an H200 (2026-12-01, session 16, persist+PDL rows):
+# 8192/4/4096/4 on 2048x16384 and 14336x4096, 16384/8/4096/2 and 8192/4/4096/3 on 4096x28672
+STREAMS = "16384/4/4096/2,8192/4/4096/4,16384/8/4096/2,8192/4/4096/3,32768/8/4096/2"
+STREAM_FIELDS = ("tile_elems", "num_warps", "max_k", "per_sm")
 
 
-def time_config(K, N, cfg):
-    t = cold_l2_time(K, N, lambda x, w, out: gemv(x, w, out=out, config=cfg))
-    return N * K * 2 / t, t
+def tag(cfg):
+    """A config's row name: BLOCK_NxBLOCK_K/warps for a tile, stream elements/warps/max K/per SM."""
+    if isinstance(cfg, TileConfig):
+        return f"{cfg.block_n}x{cfg.block_k}/{cfg.num_warps}w"
+    return "stream " + "/".join(str(getattr(cfg, f)) for f in STREAM_FIELDS)
 
 
-def gemv_entry(name, bn, bk, nw, bw):
-    """A tile table gemv entry: the tile and what it streamed."""
-    return dict(shape=name, config=dict(block_n=bn, block_k=bk, num_warps=nw),
-                gb_s=round(bw / 1e9))
+def gemv_entry(name, cfg, bw):
+    """A tile table gemv entry: the tile ("config") or the persistent stream ("stream": the
+    StreamConfig fields sweep_gemv varies) and what it streamed."""
+    if isinstance(cfg, TileConfig):
+        chosen = dict(config=dict(block_n=cfg.block_n, block_k=cfg.block_k,
+                                  num_warps=cfg.num_warps))
+    else:
+        chosen = dict(stream={f: getattr(cfg, f) for f in STREAM_FIELDS})
+    return dict(shape=name, **chosen, gb_s=round(bw / 1e9))
+
+
+def launcher(cfg, K, N, sms):
+    if isinstance(cfg, TileConfig):
+        return lambda x, w, out: gemv(x, w, out=out, config=cfg)
+    s = cfg.persistent(N, K, sms)
+    return lambda x, w, out: gemv(x, w, out=out, stream=s)
 
 
 def main():
     p = argparse.ArgumentParser()
+    p.add_argument("--shapes", default=",".join(SHAPES), help="names of SHAPES, comma-separated")
+    p.add_argument("--streams", default=STREAMS, help="persistent StreamConfigs (shapes.py syntax)")
     p.add_argument("--record", action="store_true", help="each shape's best into the tile table")
     args = p.parse_args()
+    dev = torch.device("cuda")
+    sms = sm_count(dev)
+    configs = [TileConfig(*g) for g in GRID]
+    configs += [StreamConfig(**{f: getattr(s, f) for f in STREAM_FIELDS})
+                for s in stream_configs(args.streams)] if args.streams else []
     best = {}
-    for name, (K, N) in SHAPES.items():
-        cur = gemv_config(N, K, 1, torch.device("cuda"))
-        rows = []
-        for bn, bk, nw in GRID:
-            bw, t = time_config(K, N, TileConfig(bn, bk, nw))
-            rows.append((bw, t, bn, bk, nw))
-        rows.sort(reverse=True)
-        bw_cur = next(r[0] for r in rows if (r[2], r[3], r[4]) == (cur.block_n, cur.block_k,
-                                                                   cur.num_warps)) \
-            if cur.block_k in (256, 512, 1024) else float("nan")
+    for name in args.shapes.split(","):
+        K, N = SHAPES[name]
+        cur = gemv_stream(N, K, dev) or gemv_config(N, K, 1, dev)
+        if isinstance(cur, StreamConfig):
+            cur = StreamConfig(**{f: getattr(cur, f) for f in STREAM_FIELDS})
+        ts = cold_l2_times(K, N, {c: launcher(c, K, N, sms) for c in configs})
+        rows = sorted(((N * K * 2 / t, t, c) for c, t in ts.items()), key=lambda r: -r[0])
+        t_cur = ts.get(cur, float("nan"))
         best[name] = rows[0]
-        top = ", ".join(f"{bn}x{bk}/{nw}w {bw / 1e12:.2f}" for bw, _, bn, bk, nw in rows[:4])
-        print(f"{name:12s} K={K:6d} N={N:6d} | current {cur.block_n}x{cur.block_k}/"
-              f"{cur.num_warps}w {bw_cur / 1e12:.2f} TB/s | best {top}", flush=True)
-    print("\nshape          best BLOCK_N x BLOCK_K / warps    TB/s     us")
-    for name, (bw, t, bn, bk, nw) in best.items():
-        print(f"{name:14s} {bn:3d} x {bk:5d} / {nw}          {bw / 1e12:5.2f}  {t * 1e6:7.1f}")
+        top = ", ".join(f"{tag(c)} {bw / 1e12:.2f}" for bw, _, c in rows[:4])
+        print(f"{name:12s} K={K:6d} N={N:6d} | current {tag(cur)} "
+              f"{N * K * 2 / t_cur / 1e12:.2f} TB/s | best {top}", flush=True)
+    print(f"\n{'shape':14s} {'best':28s} TB/s     us")
+    for name, (bw, t, cfg) in best.items():
+        print(f"{name:14s} {tag(cfg):28s} {bw / 1e12:5.2f}  {t * 1e6:7.1f}")
         if args.record:
             K, N = SHAPES[name]
             record(TILE_TABLE, "gemv", torch.cuda.get_device_name(), dict(N=N, K=K),
-                   gemv_entry(name, bn, bk, nw, bw), bench_command("sweep_gemv.py"))
+                   gemv_entry(name, cfg, bw), bench_command("sweep_gemv.py"))
     if args.record:
         print(f"recorded in {TILE_TABLE}")
 

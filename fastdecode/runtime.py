@@ -29,7 +29,7 @@ from .packing import PackedWeights
 from .spec import vocab_range
 from .triton_kernels.attention import split_plan
 from .triton_kernels.config import (attention_blocks, attention_config, merge_block, merge_splits,
-                                    stream_config)
+                                    sm_count, stream_config)
 from .triton_kernels.lm_head import n_vocab_tiles
 from .triton_kernels.qkv_rope import qk_norm_slots
 from .triton_kernels._common import INTERPRET
@@ -181,10 +181,6 @@ class SingleRank:
         return x
 
 
-def _sm_count(device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 class Runtime:
     def __init__(self, pw: PackedWeights, max_seq_len: int, mode: str, max_chunk: int | None = None,
                  cuda_graph: bool = True, n_programs: int | None = None, collectives=None,
@@ -262,7 +258,7 @@ class Runtime:
         if self._n_programs:
             return self._n_programs
         if self.mode == "mega" and self.cuda:
-            return _sm_count(self.pw.device) * self.stream.per_sm
+            return sm_count(self.pw.device) * self.stream.per_sm
         return 1 if self.mode == "mega" else 4
 
     @n_programs.setter

@@ -31,8 +31,8 @@ def test_tile_table_entries_are_valid_configs():
     """Every shipped entry builds its config (a stream entry's stages rule gives back its recorded
     stages), is found by its key, and says where it came from."""
     import json
-    from fastdecode.triton_kernels.config import (TILE_TABLE, TileConfig, lookup_gemv,
-                                                  lookup_stream, table_stream)
+    from fastdecode.triton_kernels.config import (TILE_TABLE, StreamConfig, TileConfig,
+                                                  lookup_gemv, lookup_stream, table_stream)
     with open(TILE_TABLE) as f:
         table = json.load(f)
     assert set(table) == {"_doc", "stream", "gemv"} and table["stream"]
@@ -46,7 +46,8 @@ def test_tile_table_entries_are_valid_configs():
     for gpu, rows in table["gemv"].items():
         assert len({(e["N"], e["K"]) for e in rows}) == len(rows)
         for e in rows:
-            assert lookup_gemv(gpu, e["N"], e["K"]) == TileConfig(**e["config"])
+            want = StreamConfig(**e["stream"]) if "stream" in e else TileConfig(**e["config"])
+            assert lookup_gemv(gpu, e["N"], e["K"]) == want
             assert e["gb_s"] > 0 and e["commit"] and e["date"] and e["command"]
     assert lookup_stream("NVIDIA H200", 3072, 8192) is None  # unmeasured shape: the defaults
     assert lookup_gemv("No such GPU", 2048, 2048) is None
@@ -78,13 +79,17 @@ def test_sweeps_record_adds_and_replaces_entries(tmp_path, monkeypatch):
     assert lookup_stream("NVIDIA H200", 2048, 8192, path) is not None  # the others kept
     for bn in (8, 16):
         record(path, "gemv", "Some GPU", dict(N=4096, K=14336),
-               sweep_gemv.gemv_entry("8b down", bn, 1024, 4, 3.9e12), "c")
+               sweep_gemv.gemv_entry("8b down", TileConfig(bn, 1024, 4), 3.9e12), "c")
     record(path, "gemv", "Some GPU", dict(N=2048, K=2048),
-           sweep_gemv.gemv_entry("1b o", 4, 512, 8, 2.5e12), "c")
+           sweep_gemv.gemv_entry("1b o", TileConfig(4, 512, 8), 2.5e12), "c")
+    s = StreamConfig(8192, 4, per_sm=4)
+    record(path, "gemv", "Some GPU", dict(N=16384, K=2048),
+           sweep_gemv.gemv_entry("1b gate|up", s, 4.0e12), "c")
     _tile_table.cache_clear()
     assert lookup_gemv("Some GPU", 4096, 14336, path) == TileConfig(16, 1024, 4)
     assert lookup_gemv("Some GPU", 2048, 2048, path) == TileConfig(4, 512, 8)
-    assert len(_tile_table(path)["gemv"]["Some GPU"]) == 2
+    assert lookup_gemv("Some GPU", 16384, 2048, path) == s
+    assert len(_tile_table(path)["gemv"]["Some GPU"]) == 3
     _tile_table.cache_clear()
 
 
@@ -111,17 +116,41 @@ def test_stream_config_strings_parse_and_round_trip():
         shapes.stream_fields(["o_first_after_wait=1"])
 
 
-def test_bench_ops_persistent_runs_cover_every_tile():
-    """bench_ops' persistent rows: per_sm programs per SM, each a run of whole tiles, together
+def test_persistent_stream_runs_cover_every_tile():
+    """StreamConfig.persistent (bench_ops' persistent rows, the table's stream GEMVs): per_sm programs per SM, each a run of whole tiles, together
     covering the matrix's row tiles with no run more than one SM-round too many."""
+    import itertools
     import math
     import bench_ops
     import shapes
     for cfg in shapes.stream_configs("16384/4/4096/2,8192/4/4096/2,32768/8/4096/1"):
-        for K, N in [(2048, 16384), (14336, 4096), (2048, 128256), (4096, 6144)]:
-            p = bench_ops.persistent(cfg, K, N, 132)
-            n_tiles = math.ceil(N / cfg.tile(K).block_n)
+        for (K, N), parts in itertools.product(
+                [(2048, 16384), (14336, 4096), (2048, 128256), (4096, 6144), (4096, 14336)],
+                (1, 2)):
+            p = cfg.persistent(N, K, 132, parts)
+            n_tiles = math.ceil(N / cfg.tile(K, parts).block_n)
             programs = math.ceil(n_tiles / p.tiles)
             assert programs <= cfg.per_sm * 132 and programs * p.tiles >= n_tiles
             assert bench_ops.config_tag(cfg).endswith(
                 f"{cfg.tile_elems}/{cfg.num_warps}/{cfg.max_k}/{cfg.per_sm}")
+
+
+def test_gemv_table_entry_picks_tile_or_stream(monkeypatch):
+    """gemv()'s decode choice per shape on a GPU: a table stream entry gives config.gemv_stream
+    (persistent over the op's own rows: gate|up streams half the table's rows per tile, parts=2)
+    and leaves gemv_config at its rule; a tile entry gives that tile and no stream; the CPU (the
+    interpreter's device) never takes a table entry."""
+    from fastdecode.triton_kernels import config
+    from fastdecode.triton_kernels.config import StreamConfig, TileConfig
+    s, t = StreamConfig(8192, 4, per_sm=4), TileConfig(8, 512, 4)
+    table = {(16384, 2048): s, (4096, 14336): t}
+    monkeypatch.setattr(config, "lookup_gemv", lambda gpu, N, K, path=None: table.get((N, K)))
+    assert config.gemv_stream(8192, 2048, "cpu", rows=16384, parts=2) is None
+    monkeypatch.setattr(config, "_cuda_gpu", lambda device: "Some GPU")
+    got = config.gemv_stream(8192, 2048, "cpu", rows=16384, parts=2)
+    assert got == s.persistent(8192, 2048, config.GPU_SMS, 2) and got.tiles >= 1
+    assert got.tile(2048, 2).block_n == s.tile(2048).block_n // 2
+    assert config.gemv_stream(4096, 14336, "cpu") is None
+    monkeypatch.setattr(config, "INTERPRET", False)
+    assert config.gemv_config(4096, 14336, 1, "cuda") == t
+    assert config.gemv_config(8192, 2048, 1, "cuda", rows=16384) == TileConfig(4, 1024, 4)

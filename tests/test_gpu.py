@@ -290,3 +290,35 @@ def test_stream_pdl_chain_reads_each_launchs_output(stages, monkeypatch):
             assert float((xs[i + 1].float() - ref).norm() / ref.norm()) < 1e-2, (flag, i)
         runs.append(torch.cat(xs[1:]))
     assert torch.equal(runs[0], runs[1])
+
+
+@pytest.mark.parametrize("swiglu", [False, True])
+def test_table_stream_gemv_matches_reference(swiglu, monkeypatch):
+    """gemv() without a config where the tile table names a persistent stream for the shape
+    (config.gemv_stream; here every shape, through a patched lookup): the ops-mode calls -- gate|up
+    with RMSNorm and SwiGLU, down / o_proj with the residual added -- on odd shapes (N not a
+    multiple of the tile's rows, K not a power of two) against the fp32 reference. Tolerance as in
+    test_stream_pdl_chain: bf16 output rounding (2^-9 relative) dominates, fp32 sums over K add
+    ~1e-6."""
+    from fastdecode import reference as R
+    from fastdecode.ops import gemv
+    from fastdecode.triton_kernels import config
+    from fastdecode.triton_kernels.config import StreamConfig
+    picked = StreamConfig(8192, 4, per_sm=4)
+    monkeypatch.setattr(config, "lookup_gemv", lambda gpu, N, K, path=None: picked)
+    g = torch.Generator("cuda").manual_seed(5)
+    for K, N in [(2048, 3000), (1536, 8192), (14336, 4100)]:
+        rows = 2 * N if swiglu else N
+        w = (torch.randn(rows, K, device="cuda", generator=g) * K ** -0.5).to(torch.bfloat16)
+        x = torch.randn(1, K, device="cuda", generator=g).to(torch.bfloat16)
+        assert config.gemv_stream(N, K, x.device, rows=rows, parts=2 if swiglu else 1).tiles > 1
+        if swiglu:
+            nw = (1 + 0.1 * torch.randn(K, device="cuda", generator=g)).to(torch.bfloat16)
+            out = gemv(x, w, norm_w=nw, eps=1e-5, swiglu=True)
+            ref = R.gemv(x, w, norm_w=nw, eps=1e-5, swiglu=True)
+        else:
+            res = torch.randn(1, N, device="cuda", generator=g).to(torch.bfloat16)
+            ref = R.gemv(x, w, residual=res)
+            out = gemv(x, w, residual=res, out=res)
+        err = float((out.float() - ref.float()).norm() / ref.float().norm())
+        assert err < 1e-2, (K, N, err)

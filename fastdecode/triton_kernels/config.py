@@ -14,6 +14,7 @@ megakernel's decode stream (StreamConfig) per model shape, written by bench/swee
 best config of its run); shapes and GPUs not in it get the rules, whose constants say which sweeps
 chose them.
 """
+import dataclasses
 import functools
 import json
 import os
@@ -204,6 +205,12 @@ class StreamConfig:
             return self.attn_in_qkv_keys
         return self.attn_in_qkv_bytes // (2 * head_dim * elt)
 
+    def persistent(self, N: int, K: int, sms: int, parts: int = 1) -> "StreamConfig":
+        """This stream launched standalone over N output rows of K as the megakernel runs it:
+        per_sm programs per SM, each a run of `tiles` whole tiles."""
+        n_tiles = triton.cdiv(N, self.tile(K, parts).block_n)
+        return dataclasses.replace(self, tiles=triton.cdiv(n_tiles, self.per_sm * sms))
+
     def tile(self, K: int, parts: int = 1) -> TileConfig:
         """rows (a power of two, 1 to 128) x block_k of a tile over rows of K elements, of
         tile_elems / parts elements (parts=2: gate|up streams two matrices per piece, so every
@@ -303,11 +310,40 @@ def lookup_stream(gpu: str, d_model: int, ffn_dim: int, path: str = TILE_TABLE):
 
 
 def lookup_gemv(gpu: str, N: int, K: int, path: str = TILE_TABLE):
-    """tile_table.json's decode GEMV TileConfig for (gpu, N, K), or None."""
+    """tile_table.json's decode GEMV for (gpu, N, K): its TileConfig (one tile per program), or
+    the StreamConfig of a "stream" entry (bench/sweep_gemv.py found the persistent stream
+    fastest for that shape), or None."""
     for entry in _tile_table(path).get("gemv", {}).get(gpu, ()):
         if (entry["N"], entry["K"]) == (N, K):
+            if "stream" in entry:
+                return StreamConfig(**entry["stream"])
             return TileConfig(**entry["config"])
     return None
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def sm_count(device) -> int:
+    """The device's streaming multiprocessors (GPU_SMS off CUDA: grid sizing only)."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return GPU_SMS
+    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def gemv_stream(N: int, K: int, device, rows: int | None = None,
+                parts: int = 1) -> StreamConfig | None:
+    """The ops-mode decode GEMV as a persistent stream (StreamConfig.persistent over N rows,
+    parts=2 for gate|up) where tile_table.json's gemv entry for this GPU and exact (rows, K) is a
+    stream entry; else None (the tile of gemv_config)."""
+    gpu = _cuda_gpu(device)
+    hit = lookup_gemv(gpu, rows or N, K) if gpu is not None else None
+    if not isinstance(hit, StreamConfig):
+        return None
+    return hit.persistent(N, K, sm_count(device), parts)
 
 
 def stream_config(device, spec=None, path: str = TILE_TABLE) -> StreamConfig:
@@ -332,7 +368,9 @@ def gemv_config(N: int, K: int, T: int, device, rows: int | None = None) -> Tile
         return TileConfig(block_n=64, block_k=64, num_warps=4)
     gpu = _cuda_gpu(device)
     hit = lookup_gemv(gpu, rows or N, K) if gpu is not None else None
-    return hit or TileConfig(block_n=4, block_k=1024, num_warps=8 if N <= 2048 else 4)
+    if isinstance(hit, TileConfig):
+        return hit
+    return TileConfig(block_n=4, block_k=1024, num_warps=8 if N <= 2048 else 4)
 
 
 def attention_config(head_dim: int, group: int, T: int):

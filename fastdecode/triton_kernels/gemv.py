@@ -16,7 +16,7 @@ import triton.language as tl
 from ._common import (INTERPRET, gemv_acc, next_x_chunk, pdl_ready, pdl_start, pdl_wait, row_dot,
                       row_partials, row_rstd, row_sum, stream_x0, weight_chunk, x_chunk,
                       x_chunk_apply, x_chunk_raw)
-from .config import StreamConfig, gemv_config, stream_ptx, use_pdl
+from .config import StreamConfig, gemv_config, gemv_stream, stream_ptx, use_pdl
 
 
 @triton.jit
@@ -296,10 +296,13 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
          stream: StreamConfig | None = None) -> torch.Tensor:
     """Launcher: x [T, K], w [N, K] (or [2N, K] with swiglu) -> out [T, N] in x's dtype.
     stream (T=1 only): the megakernel's decode stream, `stream.tiles` tiles per program, for
-    testing and timing that path standalone."""
+    testing and timing that path standalone. Neither config nor stream: decode takes
+    tile_table.json's choice for this GPU and shape (config.gemv_stream, else gemv_config)."""
     T, K = x.shape
     N = w.shape[0] // 2 if swiglu else w.shape[0]
     assert w.shape[1] == K and x.stride(1) == 1 and w.is_contiguous()
+    if stream is None and config is None and T == 1:
+        stream = gemv_stream(N, K, x.device, rows=w.shape[0], parts=2 if swiglu else 1)
     if out is None:
         out = torch.empty(T, N, device=x.device, dtype=x.dtype)
     res = residual if residual is not None else out
