@@ -1,6 +1,7 @@
 """Sweep the ops-mode decode GEMV per matrix shape, cold L2: the tile (BLOCK_N, BLOCK_K,
 num_warps; one tile per program) against the persistent stream (--streams: StreamConfigs, each
-per_sm programs per SM streaming a run of tiles, as the megakernel does).
+per_sm programs per SM streaming a run of tiles, as the megakernel does), each timed as the op
+ops mode runs on that shape (fused_op: gate|up with RMSNorm + SwiGLU, o / down with the residual).
 
 Each config is timed as a CUDA graph of R launches over R distinct weight copies (> 4x the 60 MB
 L2 in total), every config of a shape over the same copies, the graphs replayed round-robin
@@ -24,6 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_decode import bench_command  # noqa: E402
 from bench_ops import cold_l2_times  # noqa: E402
+from fastdecode import reference as R  # noqa: E402
 from fastdecode.ops import gemv  # noqa: E402
 from fastdecode.triton_kernels.config import (TILE_TABLE, StreamConfig, TileConfig,  # noqa: E402
                                               gemv_config, gemv_stream, sm_count)
@@ -60,11 +62,28 @@ def gemv_entry(name, cfg, bw):
     return dict(shape=name, **chosen, gb_s=round(bw / 1e9))
 
 
-def launcher(cfg, K, N, sms):
+def fused_op(name, K, N):
+    """The op as ops mode launches it on this shape (runtime.py): gate|up with its RMSNorm and
+    SwiGLU (N = 2 x ffn rows in, ffn out), o / down with the residual added, lm_head plain ->
+    (extra gemv keywords, output rows, fp32 reference(x, w)). Timing the plain GEMV instead picked
+    the stream for the 8B's gate|up, which ops mode then ran 10% slower end to end (234.8 vs
+    213.4 tok/s; H200, 2026-12-01, RESULTS.md session 16)."""
+    g = torch.Generator("cuda").manual_seed(0)
+    if name.endswith("gate|up"):
+        nw = (1 + 0.1 * torch.randn(K, device="cuda", generator=g)).to(torch.bfloat16)
+        return (dict(norm_w=nw, eps=1e-5, swiglu=True), N // 2,
+                lambda x, w: R.gemv(x, w, norm_w=nw, eps=1e-5, swiglu=True))
+    if name.endswith((" o", " down")):
+        res = torch.randn(1, N, device="cuda", generator=g).to(torch.bfloat16)
+        return dict(residual=res), N, lambda x, w: R.gemv(x, w, residual=res)
+    return {}, N, None
+
+
+def launcher(cfg, K, N, kw, n_out, sms):
     if isinstance(cfg, TileConfig):
-        return lambda x, w, out: gemv(x, w, out=out, config=cfg)
-    s = cfg.persistent(N, K, sms)
-    return lambda x, w, out: gemv(x, w, out=out, stream=s)
+        return lambda x, w, out: gemv(x, w, out=out[:, :n_out], config=cfg, **kw)
+    s = cfg.persistent(n_out, K, sms, 2 if kw.get("swiglu") else 1)
+    return lambda x, w, out: gemv(x, w, out=out[:, :n_out], stream=s, **kw)
 
 
 def main():
@@ -81,10 +100,14 @@ def main():
     best = {}
     for name in args.shapes.split(","):
         K, N = SHAPES[name]
-        cur = gemv_stream(N, K, dev) or gemv_config(N, K, 1, dev)
+        kw, n_out, ref = fused_op(name, K, N)
+        parts = 2 if kw.get("swiglu") else 1
+        cur = gemv_stream(n_out, K, dev, rows=N, parts=parts) or gemv_config(n_out, K, 1, dev,
+                                                                               rows=N)
         if isinstance(cur, StreamConfig):
             cur = StreamConfig(**{f: getattr(cur, f) for f in STREAM_FIELDS})
-        ts = cold_l2_times(K, N, {c: launcher(c, K, N, sms) for c in configs})
+        ts = cold_l2_times(K, N, {c: launcher(c, K, N, kw, n_out, sms) for c in configs},
+                           ref=ref)
         rows = sorted(((N * K * 2 / t, t, c) for c, t in ts.items()), key=lambda r: -r[0])
         t_cur = ts.get(cur, float("nan"))
         best[name] = rows[0]
