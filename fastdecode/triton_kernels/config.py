@@ -10,9 +10,11 @@ Prefill (T>1): tl.dot tiles need M, N, K >= 16; 64x64 keeps the bf16 operand til
 Interpreter (CPU CI): each program instance is a Python loop, so use few, large tiles.
 Per GPU and shape, tile_table.json overrides these rules where a sweep measured it: the
 megakernel's decode stream (StreamConfig) per model shape, written by bench/sweep_mega.py
---record, and the decode GEMV tile per matrix shape, by bench/sweep_gemv.py --record (each the
-best config of its run); shapes and GPUs not in it get the rules, whose constants say which sweeps
-chose them.
+--record, and the ops-mode decode GEMV per matrix shape -- a tile, or the persistent stream
+(gemv_stream) -- by bench/sweep_gemv.py --record, timing the op as ops mode fuses it (each the best
+config of its run: on an H200, 2026-12-01, streams won 9 of 11 shapes and took ops + CUDA graph
+from 218 to 240 tok/s on Llama-3.1-8B, 1005 to 1120 on Llama-3.2-1B, 208 to 228 on Qwen3-8B);
+shapes and GPUs not in it get the rules, whose constants say which sweeps chose them.
 """
 import dataclasses
 import functools
@@ -261,7 +263,9 @@ def use_pdl(device) -> bool:
     code (compile_check) or runs its no-op fallbacks (the interpreter). Off: on an H200
     (2026-11-30, 0160aae, bench/gpu_session.sh pdl) ops + CUDA graph decode ran slower with it
     (Llama-3.2-1B 907.0 vs 991.7 tok/s, Llama-3.1-8B 197.6 vs 211.1); only a persistent stream
-    GEMV launched back to back gained (bench_ops persist+PDL 3740 vs 3408 GB/s on 2048x16384)."""
+    GEMV launched back to back gained (bench_ops persist+PDL 3740 vs 3408 GB/s on 2048x16384).
+    Again with the stream GEMV table (2026-12-01, 566d73c): 1B 1022.0 vs 1122.3, 8B 195.1 vs
+    241.3 tok/s."""
     if _PDL_ENV != "1":
         return False
     device = torch.device(device)
