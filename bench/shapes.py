@@ -65,14 +65,20 @@ def _stages(v):
 
 
 def stream_fields(pairs):
-    """'name=value' strings -> {StreamConfig field: value}, integer values (1 / 0 for flags)."""
+    """'name=value' strings -> {StreamConfig field: value}, integer values (1 / 0 for flags), a
+    tuple's as a:b:c:d (op_elems=8192:8192:8192:16384)."""
     import dataclasses
     from fastdecode.triton_kernels.config import StreamConfig
     types = {f.name: type(f.default) for f in dataclasses.fields(StreamConfig)}
     named = dict(f.split("=") for f in pairs)
     if set(named) - set(types):
         raise ValueError(f"StreamConfig has no field {sorted(set(named) - set(types))}")
-    return {n: int(v) if types[n] is type(None) else types[n](int(v)) for n, v in named.items()}
+
+    def value(n, v):
+        if ":" in v:
+            return tuple(int(x) for x in v.split(":"))
+        return int(v) if types[n] is type(None) else types[n](int(v))
+    return {n: value(n, v) for n, v in named.items()}
 
 
 def stream_configs(text):

@@ -51,7 +51,11 @@ LABELLED = ("tile_elems", "num_warps", "max_k", "per_sm", "ptx", "merge_in_attn"
 def named_fields(cfg):
     """cfg's other fields that differ from the defaults, as --configs names them (name=value)."""
     d = StreamConfig()
-    return {k: int(v) if isinstance(v, bool) else v for k, v in dataclasses.asdict(cfg).items()
+    def text(v):
+        if isinstance(v, tuple):
+            return ":".join(str(x) for x in v)
+        return int(v) if isinstance(v, bool) else v
+    return {k: text(v) for k, v in dataclasses.asdict(cfg).items()
             if k not in LABELLED and v != getattr(d, k)}
 
 

@@ -121,7 +121,10 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
     dims = (spec.q_dim, spec.d_model, spec.ffn_dim)
     if T == 1:
         st = stream or stream_config(device, spec)
-        tiles = [st.tile(k) for k in dims] + [st.tile(spec.d_model, 2)]
+        # o_proj (rows of q_dim), the lm_head (d_model), down (ffn_dim), gate|up (d_model, two
+        # matrices a piece): each op's piece elements (StreamConfig.elems)
+        tiles = [st.tile(spec.q_dim, elems=st.elems(1)), st.tile(spec.d_model),
+                 st.tile(spec.ffn_dim, elems=st.elems(3)), st.tile(spec.d_model, 2, st.elems(2))]
         rows, bks, warps = [t.block_n for t in tiles], [t.block_k for t in tiles], st.num_warps
     else:
         cfg = gemv_config(spec.d_model * 4, spec.d_model, T, device)

@@ -102,7 +102,8 @@ def test_stream_config_strings_parse_and_round_trip():
     import shapes
     import sweep_mega
     from fastdecode.triton_kernels.config import StreamConfig
-    a, b = shapes.stream_configs("8192/8/2048/1/0/1/0/96/1133/32,16384/4/4096/2/attn_block_s=32")
+    a, b, c = shapes.stream_configs("8192/8/2048/1/0/1/0/96/1133/32,16384/4/4096/2/attn_block_s=32,"
+                                    "16384/4/4096/2/op_elems=8192:8192:8192:16384/attn_block_s=16")
     assert (a.tile_elems, a.num_warps, a.max_k, a.per_sm) == (8192, 8, 2048, 1)
     assert a.merge_in_attn and not a.ptx and not a.norm_in_qkv
     assert (a.attn_in_qkv_keys, a.stages, a.l2_prefetch_kb) == (96, (1, 1, 3, 3), 32)
@@ -110,6 +111,12 @@ def test_stream_config_strings_parse_and_round_trip():
     assert sweep_mega.named_fields(b) == {"attn_block_s": 32}
     text = "16384/4/4096/2/" + "/".join(f"{k}={v}" for k, v in sweep_mega.named_fields(b).items())
     assert shapes.stream_configs(text) == [b]
+    assert c.op_elems == (8192, 8192, 8192, 16384) and c.attn_block_s == 16
+    assert sweep_mega.named_fields(c) == {"op_elems": "8192:8192:8192:16384", "attn_block_s": 16}
+    text = "16384/4/4096/2/" + "/".join(f"{k}={v}" for k, v in sweep_mega.named_fields(c).items())
+    assert shapes.stream_configs(text) == [c]
+    with pytest.raises(ValueError, match="op_elems"):
+        shapes.stream_configs("16384/4/4096/2/op_elems=8192:8192")
     assert shapes.stream_fields(["ptx=1", "l2_prefetch_kb=64"]) == dict(ptx=True,
                                                                          l2_prefetch_kb=64)
     with pytest.raises(ValueError, match="no field"):
@@ -117,8 +124,8 @@ def test_stream_config_strings_parse_and_round_trip():
 
 
 def test_persistent_stream_runs_cover_every_tile():
-    """StreamConfig.persistent (bench_ops' persistent rows, the table's stream GEMVs): per_sm programs per SM, each a run of whole tiles, together
-    covering the matrix's row tiles with no run more than one SM-round too many."""
+    """StreamConfig.persistent (bench_ops' persistent rows, the table's stream GEMVs): per_sm
+    programs per SM, each a run of whole tiles, together covering the matrix's row tiles with no run more than one SM-round too many."""
     import itertools
     import math
     import bench_ops

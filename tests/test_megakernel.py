@@ -107,6 +107,26 @@ def test_stream_stages_rule():
         StreamConfig(stages=(1, 3, 2))
 
 
+def test_op_elems_set_each_ops_tile():
+    """StreamConfig.op_elems: each decode op's piece elements (QKV, o_proj, gate|up, down) set its
+    own tile rows (gate|up: two matrices a piece, half the rows), the lm_head keeps tile_elems;
+    None is tile_elems everywhere; a tuple not of four is refused."""
+    from fastdecode.spec import ModelSpec
+    spec = ModelSpec(family="llama", n_layers=1, d_model=2048, n_heads=32, n_kv_heads=8,
+                     head_dim=64, ffn_dim=8192, vocab_size=1000, rms_eps=1e-5, rope_theta=1e4,
+                     qk_norm=False, layer_windows=(0,))
+    base = StreamConfig(16384, 4)
+    per_op = StreamConfig(16384, 4, op_elems=(4096, 8192, 32768, 65536))
+    a, b = (make_tiling(spec, 1, 256, DEVICE, s) for s in (base, per_op))
+    assert (a.rows_q, a.rows_g, a.rows_f, a.rows_d) == (8, 4, 4, 8)  # 16384 / K (/ 2 gate|up)
+    assert (b.rows_q, b.rows_g, b.rows_f, b.rows_d) == (4, 8, 16, 8)
+    assert (b.bk_q, b.bk_g, b.bk_f) == (a.bk_q, a.bk_g, a.bk_f)  # whole rows up to max_k
+    assert b.qkv_pairs * 2 * b.qkv_bk <= 4096 < a.qkv_pairs * 2 * a.qkv_bk
+    assert base.elems(2) == 16384 and per_op.elems(2) == 32768
+    with pytest.raises(ValueError, match="op_elems"):
+        StreamConfig(op_elems=(8192, 8192))
+
+
 def test_validator_rejects_missing_producer():
     spec = ModelSpec.from_hf_config(tiny_model("qwen2").config)
     graph = build_step(spec, make_tiling(spec, 1, 64, DEVICE), 5)
@@ -142,7 +162,7 @@ def test_vm_random_interleavings_match_torch(family, fused, keys):
 STAGED = StreamConfig(64, 4, max_k=16, attn_in_qkv_keys=10, stages=3, l2_prefetch_kb=1,
                       attn_block_s=16)
 WHOLE_ROWS = StreamConfig(2048, 4, merge_in_attn=True, norm_in_qkv=True, attn_in_qkv_keys=0,
-                          l2_prefetch_kb=64)
+                          l2_prefetch_kb=64, op_elems=(512, 4096, 1024, 2048))
 
 
 @pytest.mark.parametrize("family,stream", [("qwen2", STAGED), ("qwen3", STAGED),
@@ -157,7 +177,8 @@ def test_decode_stream_tiles_match_torch(family, stream):
     l2_prefetch_kb: o_proj tasks ask L2 for the next gate|up task's weights (a hint: results
     unchanged; the interpreter runs the range arithmetic, a GPU the bulk prefetches).
     attn_block_s 16: the attention loops' key blocks smaller than the split plan's (its chunk, and
-    the partials' buffer, stay those of attention_config's block)."""
+    the partials' buffer, stay those of attention_config's block). op_elems: each op's own piece
+    elements, so QKV / o / gate|up / down tiles differ in rows (WHOLE_ROWS)."""
     model = tiny_model(family).to(DEVICE)
     ids = torch.randint(0, 101, (1, 12), generator=torch.Generator().manual_seed(4)).to(DEVICE)
     ref = fastdecode.from_hf(model, max_seq_len=32, mode="torch")

@@ -151,6 +151,18 @@ class StreamConfig:
     # 250.6 / 249.7, 32 keys 249.9 (the split-KV path past 192 keys; tokens agree), 64 keys 250.9
     # -- the 1B's 32-key gain is within its run-to-run spread; the rule stays, it costs nothing.
     attn_block_s: int | None = None
+    # decode: elements per weight piece of the (QKV, o_proj, gate|up, down) tasks; None:
+    # tile_elems for all (the lm_head always streams tile_elems). Warps and programs per SM are
+    # one per megakernel launch, a piece's elements are not: ops mode's per-shape sweep
+    # (bench/sweep_gemv.py, H200, 2026-12-01) found different bests per op on Llama-3.2-1B
+    # (o_proj 8192 / gate|up 8192 at 4 warps, down 16384 at 8), and ops + CUDA graph then came
+    # within 0.6% of the megakernel there. Not yet measured in the megakernel: off (queued:
+    # EXP_PARTS=opelems bash bench/gpu_session.sh exp). compile_check (sm_90a, 2026-12-01),
+    # spill store/load bytes: 1B default 44/48, 16384:8192:8192:16384 32/32, 16384:8192:16384:16384
+    # 24/24, 16384:16384:8192:16384 40/40, 16384:16384:32768:16384 904/928; 8B default 64/72,
+    # down 8192 60/68, down 32768 64/88, gate|up 32768 104/156; Qwen3-8B default 36/40, down 8192
+    # 48/48, gate|up 32768 52/64.
+    op_elems: tuple | None = None
     # Measured and removed (2026-12-01, c4a771b, sweep_mega 256 tokens, two runs each): the
     # hypothesis that the attention chain's loads (q, K, V: ~100 KB) queue in HBM behind every
     # o_proj task's first pieces (8 MB on the 1B, 17 MB on the 8B at o_proj stages 3), requested
@@ -196,7 +208,15 @@ class StreamConfig:
         normed = 3 if big and d_model <= self.max_k else 1
         return (normed, 3, normed, 3) if big else (1, 1, 1, 1)
 
+    def elems(self, op: int) -> int:
+        """Elements per weight piece of op 0-3 (QKV, o_proj, gate|up, down): op_elems[op], else
+        tile_elems."""
+        return self.op_elems[op] if self.op_elems is not None else self.tile_elems
+
     def __post_init__(self):
+        if self.op_elems is not None and (len(self.op_elems) != 4 or min(self.op_elems) < 1):
+            raise ValueError(f"StreamConfig.op_elems: (QKV, o_proj, gate|up, down) elements per "
+                             f"piece, each >= 1, got {self.op_elems}")
         if min(self.op_stages()) < 1 or (max(self.op_stages()) > 1 and self.ptx):
             raise ValueError(f"StreamConfig.stages is >= 1, and 1 with the PTX weight pieces "
                              f"(got stages={self.stages}, ptx={self.ptx})")
@@ -213,9 +233,9 @@ class StreamConfig:
         n_tiles = triton.cdiv(N, self.tile(K, parts).block_n)
         return dataclasses.replace(self, tiles=triton.cdiv(n_tiles, self.per_sm * sms))
 
-    def tile(self, K: int, parts: int = 1) -> TileConfig:
+    def tile(self, K: int, parts: int = 1, elems: int | None = None) -> TileConfig:
         """rows (a power of two, 1 to 128) x block_k of a tile over rows of K elements, of
-        tile_elems / parts elements (parts=2: gate|up streams two matrices per piece, so every
+        elems (default tile_elems) / parts elements (parts=2: gate|up streams two matrices per piece, so every
         op keeps the same bytes -- and registers -- in flight per piece): whole rows
         up to max_k, else the largest power-of-two chunk <= max_k that pads the row by <= 1/16:
         14336 = 7 x 2048 streams in 2048-chunks, not in 4 x 4096 with a half-masked last one
@@ -225,7 +245,7 @@ class StreamConfig:
             bk = self.max_k
             while bk > 16 and (triton.cdiv(K, bk) * bk - K) * 16 > K:
                 bk //= 2
-        r = max(1, self.tile_elems // parts // bk)
+        r = max(1, (elems or self.tile_elems) // parts // bk)
         return TileConfig(min(128, 1 << (r.bit_length() - 1)), bk, self.num_warps)
 
 
@@ -300,8 +320,9 @@ def _cuda_gpu(device):
 def table_stream(entry: dict) -> StreamConfig:
     """A stream entry's config as a StreamConfig (JSON lists back to tuples)."""
     cfg = dict(entry["config"])
-    if isinstance(cfg.get("stages"), list):
-        cfg["stages"] = tuple(cfg["stages"])
+    for k in ("stages", "op_elems"):
+        if isinstance(cfg.get(k), list):
+            cfg[k] = tuple(cfg[k])
     return StreamConfig(**cfg)
 
 

@@ -351,13 +351,14 @@ def qk_norm_rope_kernel(raw_ptr, qk_norm_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, 
 def qkv_tile(head_dim: int, qk_norm: bool, T: int, K: int, device, pairs=None,
              stream: StreamConfig | None = None, defer: bool = False):
     """(BLOCK_H rotation pairs, BLOCK_K, num_warps, stream) of a QKV + RoPE tile.
-    stream (T=1): the megakernel's decode stream, lo + hi rows of about stream.tile_elems
+    stream (T=1): the megakernel's decode stream, lo + hi rows of about stream.elems(0) (QKV's)
     elements (q/k norm: whole heads, K chunked to the same tile elements; defer
     (defer_qk_norm): the q/k norm runs in qk_norm_rope_body, so any tile)."""
     if stream is not None and T == 1:
-        cfg = stream.tile(K)
+        elems = stream.elems(0)
+        cfg = stream.tile(K, elems=elems)
         bh = qkv_pairs(head_dim, qk_norm and not defer, T, max(1, cfg.block_n // 2))
-        bk = max(16, min(cfg.block_k, stream.tile_elems // (2 * bh)))
+        bk = max(16, min(cfg.block_k, elems // (2 * bh)))
         return bh, bk, stream.num_warps, True
     cfg = gemv_config(K * 4, K, T, device)
     whole = qk_norm and not defer
