@@ -65,19 +65,19 @@ def gemv_entry(name, cfg, bw):
     return dict(shape=name, **chosen, gb_s=round(bw / 1e9))
 
 
-def fused_op(name, K, N):
+def fused_op(name, K, N, device="cuda"):
     """The op as ops mode launches it on this shape (runtime.py): gate|up with its RMSNorm and
     SwiGLU (N = 2 x ffn rows in, ffn out), o / down with the residual added, lm_head plain ->
     (extra gemv keywords, output rows, fp32 reference(x, w)). Timing the plain GEMV instead picked
     the stream for the 8B's gate|up, which ops mode then ran 10% slower end to end (234.8 vs
     213.4 tok/s; H200, 2026-12-01, RESULTS.md session 16)."""
-    g = torch.Generator("cuda").manual_seed(0)
+    g = torch.Generator(device).manual_seed(0)
     if name.endswith("gate|up"):
-        nw = (1 + 0.1 * torch.randn(K, device="cuda", generator=g)).to(torch.bfloat16)
+        nw = (1 + 0.1 * torch.randn(K, device=device, generator=g)).to(torch.bfloat16)
         return (dict(norm_w=nw, eps=1e-5, swiglu=True), N // 2,
                 lambda x, w: R.gemv(x, w, norm_w=nw, eps=1e-5, swiglu=True))
     if name.endswith((" o", " down")):
-        res = torch.randn(1, N, device="cuda", generator=g).to(torch.bfloat16)
+        res = torch.randn(1, N, device=device, generator=g).to(torch.bfloat16)
         return dict(residual=res), N, lambda x, w: R.gemv(x, w, residual=res)
     return {}, N, None
 

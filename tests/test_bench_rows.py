@@ -3,6 +3,9 @@ appends its bench/RESULTS.md rows through it, so its format is checked here, on 
 import os
 import sys
 
+import pytest
+import torch
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "bench"))
 
@@ -98,7 +101,6 @@ def test_stream_config_strings_parse_and_round_trip():
     StreamConfig field by name; sweep_mega's tag names the non-positional fields the same way, so
     a printed row's config can be pasted back; an unknown field is an error, not a silent
     default."""
-    import pytest
     import shapes
     import sweep_mega
     from fastdecode.triton_kernels.config import StreamConfig
@@ -161,3 +163,27 @@ def test_gemv_table_entry_picks_tile_or_stream(monkeypatch):
     monkeypatch.setattr(config, "INTERPRET", False)
     assert config.gemv_config(4096, 14336, 1, "cuda") == t
     assert config.gemv_config(8192, 2048, 1, "cuda", rows=16384) == TileConfig(4, 1024, 4)
+
+
+@pytest.mark.parametrize("name", ["x gate|up", "x down", "x o", "x lm_head"])
+def test_sweep_gemv_times_the_fused_op(name):
+    """sweep_gemv's launches are ops mode's fused ops on the swept shape -- gate|up with RMSNorm
+    and SwiGLU (2N rows in, N out), o / down with the residual -- as a tile and as a persistent
+    stream, each equal to the fp32 reference it is checked against before timing (bf16 output:
+    2^-9 relative rounding dominates; fp32 sums over K <= 96 add ~1e-7)."""
+    import sweep_gemv
+    from fastdecode.triton_kernels.config import StreamConfig, TileConfig
+    from conftest import DEVICE
+    K, N = 40, 96
+    kw, n_out, ref = sweep_gemv.fused_op(name, K, N, device=DEVICE)
+    assert n_out == (N // 2 if "gate|up" in name else N)
+    assert (ref is None) == (name == "x lm_head")
+    g = torch.Generator(DEVICE).manual_seed(1)
+    x = torch.randn(1, K, device=DEVICE, generator=g).to(torch.bfloat16)
+    w = (torch.randn(N, K, device=DEVICE, generator=g) * K ** -0.5).to(torch.bfloat16)
+    want = ref(x, w) if ref is not None else x.float() @ w.float().t()
+    for cfg in (TileConfig(16, 32, 4), StreamConfig(256, 4, per_sm=2)):
+        out = torch.zeros(1, N, device=DEVICE, dtype=torch.bfloat16)
+        sweep_gemv.launcher(cfg, K, N, kw, n_out, 3)(x, w, out)
+        err = float((out[:, :n_out].float() - want).norm() / want.norm())
+        assert err < 1e-2, (name, cfg, err)
