@@ -152,6 +152,9 @@ def _stream_variants(model, seed, name, values=(False, True), **fixed):
         tiling = fm.runtime._last_sched.graph.tiling
         if name == "attn_in_qkv_keys":
             assert tiling.attn_in_qkv == (on > 0)
+        elif name == "op_elems":  # o_proj's rows per tile follow its piece elements
+            st, q_dim = fm.runtime.mega_stream, fm.runtime._last_sched.graph.spec.q_dim
+            assert tiling.rows_q == st.tile(q_dim, elems=st.elems(1)).block_n
         else:
             assert getattr(tiling, name) == on
         del fm
@@ -199,6 +202,17 @@ def test_mega_fused_group_tasks_are_bit_identical(llama, flag):
         pytest.skip("no q/k norm")
     out = _stream_variants(llama, 8, flag)
     assert torch.equal(out[True][0], out[False][0]) and torch.equal(out[True][1], out[False][1])
+
+
+def test_mega_op_elems_match_default(llama1b):
+    """Per-op weight-piece elements (StreamConfig.op_elems; o_proj and gate|up at half the
+    default's 16384: twice the tiles, other task ranges) against the default: each output row's
+    sum over K is the same whole-row piece either way, but the tiles' rows and the tasks' ranges
+    move, so the check is the same argmax wherever it is clear (bf16 rounding flips only); a wrong
+    tile range or a missed tile moves every token."""
+    out = _stream_variants(llama1b, 9, "op_elems", values=(None, (16384, 8192, 8192, 16384)))
+    _same_argmax_where_clear(out[None][0], out[(16384, 8192, 8192, 16384)][0],
+                             "op_elems vs default")
 
 
 def test_mega_timeout_is_fast(llama1b):
