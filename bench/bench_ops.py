@@ -12,7 +12,7 @@ what the one before left there), the variants' graphs replayed round-robin (cold
   persist+PTX  the same with the PTX pieces
   persist+smem the persistent stream through shared memory (StreamConfig.stages 3: Triton's loop
                pipeline, cp.async, two pieces ahead), as the megakernel's 8B-class tasks run
-  ops+PDL, persist+PDL, persist+smem+PDL  ops tile / persistent / persist+smem, each launch
+  ops+PDL, persist+PDL, persist+smem+PDL  ops (table) / persistent / persist+smem, each launch
                with programmatic dependent launch (config.use_pdl): it starts while the launch
                before it drains (its first pieces requested before the wait), as the kernels of
                an ops-mode decode step do (the rows above have it off)
