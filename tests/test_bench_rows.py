@@ -69,7 +69,8 @@ def test_sweeps_record_adds_and_replaces_entries(tmp_path, monkeypatch):
     path = str(tmp_path / "table.json")
     shutil.copy(TILE_TABLE, path)
     key = dict(d_model=3072, ffn_dim=8192)
-    a = StreamConfig(8192, 8, per_sm=1, stages=(1, 3, 1, 3), attn_in_qkv_keys=64)
+    a = StreamConfig(8192, 8, per_sm=1, stages=(1, 3, 1, 3), attn_in_qkv_keys=64,
+                     op_elems=(8192, 4096, 8192, 16384))
     record(path, "stream", "Some GPU", key, sweep_mega.stream_entry(a, 3072, "m", 123.45), "c")
     _tile_table.cache_clear()
     assert lookup_stream("Some GPU", 3072, 8192, path) == a
