@@ -84,11 +84,6 @@ def cold_l2_times(K, N, launches, rounds=15, check=True, ref=None):
     return {name: sorted(v)[len(v) // 2] for name, v in ts.items()}
 
 
-def cold_l2_time(K, N, launch, check=True):
-    """Median seconds per launch(x, w, out), cold L2 (cold_l2_times of the one launch)."""
-    return cold_l2_times(K, N, {"": launch}, check=check)[""]
-
-
 def pdl(fn, on):
     """fn launched with programmatic dependent launch on or off (config.use_pdl): on, each launch
     of the graph starts while the one before it drains."""

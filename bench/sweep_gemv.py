@@ -47,6 +47,11 @@ STREAMS = "16384/4/4096/2,8192/4/4096/4,16384/8/4096/2,8192/4/4096/3,32768/8/409
 STREAM_FIELDS = ("tile_elems", "num_warps", "max_k", "per_sm")
 
 
+def swept(s):
+    """{field: value} of the StreamConfig fields this sweep varies (the table's stream entry)."""
+    return {f: getattr(s, f) for f in STREAM_FIELDS}
+
+
 def tag(cfg):
     """A config's row name: BLOCK_NxBLOCK_K/warps for a tile, stream elements/warps/max K/per SM."""
     if isinstance(cfg, TileConfig):
@@ -61,7 +66,7 @@ def gemv_entry(name, cfg, bw):
         chosen = dict(config=dict(block_n=cfg.block_n, block_k=cfg.block_k,
                                   num_warps=cfg.num_warps))
     else:
-        chosen = dict(stream={f: getattr(cfg, f) for f in STREAM_FIELDS})
+        chosen = dict(stream=swept(cfg))
     return dict(shape=name, **chosen, gb_s=round(bw / 1e9))
 
 
@@ -98,8 +103,8 @@ def main():
     dev = torch.device("cuda")
     sms = sm_count(dev)
     configs = [TileConfig(*g) for g in GRID]
-    configs += [StreamConfig(**{f: getattr(s, f) for f in STREAM_FIELDS})
-                for s in stream_configs(args.streams)] if args.streams else []
+    configs += [StreamConfig(**swept(s)) for s in stream_configs(args.streams)] \
+        if args.streams else []
     best = {}
     for name in args.shapes.split(","):
         K, N = SHAPES[name]
@@ -108,7 +113,7 @@ def main():
         cur = gemv_stream(n_out, K, dev, rows=N, parts=parts) or gemv_config(n_out, K, 1, dev,
                                                                                rows=N)
         if isinstance(cur, StreamConfig):
-            cur = StreamConfig(**{f: getattr(cur, f) for f in STREAM_FIELDS})
+            cur = StreamConfig(**swept(cur))  # its tiles per program aside
         ts = cold_l2_times(K, N, {c: launcher(c, K, N, kw, n_out, sms) for c in configs},
                            ref=ref)
         rows = sorted(((N * K * 2 / t, t, c) for c, t in ts.items()), key=lambda r: -r[0])
