@@ -156,13 +156,23 @@ class StreamConfig:
     # one per megakernel launch, a piece's elements are not: ops mode's per-shape sweep
     # (bench/sweep_gemv.py, H200, 2026-12-01) found different bests per op on Llama-3.2-1B
     # (o_proj 8192 / gate|up 8192 at 4 warps, down 16384 at 8), and ops + CUDA graph then came
-    # within 0.6% of the megakernel there. Not yet measured in the megakernel: off (queued:
-    # EXP_PARTS=opelems bash bench/gpu_session.sh exp). compile_check (sm_90a, 2026-12-01),
+    # within 0.6% of the megakernel there. In the megakernel no better (H200, 2026-12-01, 1a8d9c3,
+    # EXP_PARTS=opelems bash bench/gpu_session.sh exp: sweep_mega 256 tokens, default first and
+    # last, tok/s): 1B default 1155.3 / 1124.3, 16384:8192:16384:16384 1170.7, 16384:8192:8192:16384
+    # 1150.5, 16384:16384:8192:16384 1150.0 (within the default's spread); 8B default 249.9 /
+    # 249.8, 16384:8192:16384:16384 248.5, down 8192 245.7, down 32768 233.6; Qwen3-8B default
+    # 242.8 / 241.5, 240.9, 235.0, 221.3 (the same variants) -- off. compile_check (sm_90a, 2026-12-01),
     # spill store/load bytes: 1B default 44/48, 16384:8192:8192:16384 32/32, 16384:8192:16384:16384
     # 24/24, 16384:16384:8192:16384 40/40, 16384:16384:32768:16384 904/928; 8B default 64/72,
     # down 8192 60/68, down 32768 64/88, gate|up 32768 104/156; Qwen3-8B default 36/40, down 8192
     # 48/48, gate|up 32768 52/64.
     op_elems: tuple | None = None
+    # decode with q/k norm, the short-context schedule: the QKV_ATTN task completing a KV group
+    # norms and rotates its q heads and new key inside the attention, in registers, from the raw
+    # fp32 rows (attention_body QKN) -- no q/k norm pass storing q and k for the attention to load
+    # back (Qwen3-8B's chain: 1.46 us of ~6.8 a layer at 35 keys, trace 2026-12-01). Off until
+    # measured.
+    qk_norm_in_attn: bool = False
     # Measured and removed (2026-12-01, c4a771b, sweep_mega 256 tokens, two runs each): the
     # hypothesis that the attention chain's loads (q, K, V: ~100 KB) queue in HBM behind every
     # o_proj task's first pieces (8 MB on the 1B, 17 MB on the 8B at o_proj stages 3), requested
