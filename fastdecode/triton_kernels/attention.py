@@ -18,26 +18,17 @@ import triton.language as tl
 
 from ._common import INTERPRET, mm_tile, pdl_start, pdl_wait
 from .config import GPU_SMS, attention_blocks, attention_config, merge_splits, use_pdl
-from .qkv_rope import norm_rotate_rows
 
 
 @triton.jit
 def attention_body(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos, T, TM, S, H, HD, window, scale,
-                   CHUNK, kvh, split, pid_t, raw_ptr, nrm_ptr, cos_ptr, sin_ptr, eps,
+                   CHUNK, kvh, split, pid_t,
                    GROUP: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_TOK: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
-                   F32: tl.constexpr, DIRECT: tl.constexpr, QKN: tl.constexpr):
+                   F32: tl.constexpr, DIRECT: tl.constexpr):
     """One (KV head, split, token block) program of phase 1 (module docstring). DIRECT (one split
     covers every key): o_ptr is the attention output [T, H * HD] in its dtype, written final --
-    no lse, no merge.
-    QKN (decode, T = 1, one split: the megakernel's QKV_ATTN with a deferred q/k norm,
-    config.StreamConfig.qk_norm_in_attn): q and the new key (position pos) are not read from q_ptr
-    / the k cache but normalized and rotated here from the raw fp32 QKV rows raw_ptr [T, H + KVH,
-    HD] (norm weights nrm_ptr: q's row, then k's; qkv_rope.norm_rotate_rows), in registers; the
-    key also goes to the cache for later steps. The online softmax starts from the new key (its
-    score, weight 1 on its value row) and the loop covers the keys before it, so nothing extra
-    stays live across the loop. Its loads go out with the first K / V block's: one L2 round trip
-    instead of the q/k norm pass's store, barrier and reload."""
+    no lse, no merge."""
     offs_m = tl.arange(0, BLOCK_M)
     tloc = offs_m // BLOCK_G
     g = offs_m % BLOCK_G
@@ -47,36 +38,18 @@ def attention_body(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos, T, TM, S, H, HD, wi
     offs_d = tl.arange(0, BLOCK_D)
     mask_d = offs_d < HD
     qp = pos + t
-    kv_base = kvh.to(tl.int64) * S * HD
+    q = tl.load(q_ptr + (t[:, None] * H + h[:, None]) * HD + offs_d[None, :],
+                mask=valid[:, None] & mask_d[None, :], other=0.0)
     # keys this program may need: [first, last] over its tokens, clipped to its split
     t_hi = tl.minimum(T, (pid_t + 1) * BLOCK_TOK)
     start = split * CHUNK
     end = tl.minimum(start + CHUNK, pos + t_hi)
     if window > 0:
         start = tl.maximum(start, pos + pid_t * BLOCK_TOK - window + 1)
-    if QKN:
-        # the new key (position pos) first, from registers: the softmax state starts at it, and
-        # the loop runs over the cached keys before it (T = 1)
-        v_new = tl.load(v_ptr + kv_base + pos * HD + offs_d[None, :], mask=mask_d[None, :],
-                        other=0.0)
-        dt = k_ptr.dtype.element_ty  # rounded as the q/k norm pass stores them
-        KVH = H // GROUP
-        q = norm_rotate_rows(raw_ptr, t * (H + KVH) + h, valid, nrm_ptr, cos_ptr, sin_ptr, qp,
-                             eps, HD, BLOCK_D).to(dt)
-        one = tl.arange(0, 1)
-        k_new = norm_rotate_rows(raw_ptr, one * 0 + H + kvh, one == 0, nrm_ptr + HD, cos_ptr,
-                                 sin_ptr, one * 0 + pos, eps, HD, BLOCK_D).to(dt)  # [1, BLOCK_D]
-        tl.store(k_ptr + kv_base + pos * HD + offs_d[None, :], k_new, mask=mask_d[None, :])
-        m_i = tl.sum(q.to(tl.float32) * k_new.to(tl.float32), axis=1) * scale
-        l_i = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
-        acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32) + v_new.to(tl.float32)
-        end = pos
-    else:
-        q = tl.load(q_ptr + (t[:, None] * H + h[:, None]) * HD + offs_d[None, :],
-                    mask=valid[:, None] & mask_d[None, :], other=0.0)
-        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-        acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    kv_base = kvh.to(tl.int64) * S * HD
     for s0 in range(start, end, BLOCK_S):
         offs_s = s0 + tl.arange(0, BLOCK_S)
         mask_s = offs_s < end
@@ -118,8 +91,7 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos_ptr, T, TM, S, H, 
     pdl_wait(PDL)
     attention_body(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, tl.load(pos_ptr), T, TM, S, H, HD, window,
                    scale, CHUNK, tl.program_id(0), tl.program_id(1), tl.program_id(2),
-                   q_ptr, q_ptr, q_ptr, q_ptr, 0.0,
-                   GROUP, BLOCK_G, BLOCK_TOK, BLOCK_M, BLOCK_S, BLOCK_D, F32, DIRECT, False)
+                   GROUP, BLOCK_G, BLOCK_TOK, BLOCK_M, BLOCK_S, BLOCK_D, F32, DIRECT)
 
 
 @triton.jit

@@ -167,12 +167,13 @@ class StreamConfig:
     # down 8192 60/68, down 32768 64/88, gate|up 32768 104/156; Qwen3-8B default 36/40, down 8192
     # 48/48, gate|up 32768 52/64.
     op_elems: tuple | None = None
-    # decode with q/k norm, the short-context schedule: the QKV_ATTN task completing a KV group
-    # norms and rotates its q heads and new key inside the attention, in registers, from the raw
-    # fp32 rows (attention_body QKN) -- no q/k norm pass storing q and k for the attention to load
-    # back (Qwen3-8B's chain: 1.46 us of ~6.8 a layer at 35 keys, trace 2026-12-01). Off until
-    # measured.
-    qk_norm_in_attn: bool = False
+    # Measured and removed (H200, 2026-12-01, 739ccee, sweep_mega 256 tokens): Qwen3-8B's q/k
+    # norm inside the short-context attention (the completer's attention normed and rotated q
+    # and the new key in registers from the raw fp32 rows, its softmax started at the new key;
+    # compile_check spills 36/40 -> 76/80 B): 237.6 / 237.3 vs 241.9 / 241.1 tok/s. Traced
+    # (trace_step, the same commit), the chain's norm + attention took 6.34 us vs 1.34 + 3.28:
+    # the attention loop's first K / V loads (Triton's pipeline prologue) still go out only after
+    # q is computed, so the round trip it was to save stays, and the norm's work joins it.
     # Measured and removed (2026-12-01, c4a771b, sweep_mega 256 tokens, two runs each): the
     # hypothesis that the attention chain's loads (q, K, V: ~100 KB) queue in HBM behind every
     # o_proj task's first pieces (8 MB on the 1B, 17 MB on the 8B at o_proj stages 3), requested

@@ -253,8 +253,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                WORLD: tl.constexpr, RED_BLOCK: tl.constexpr,
                USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
                MERGE_IN_ATTN: tl.constexpr, NORM_IN_QKV: tl.constexpr, SQ: tl.constexpr,
-               SO: tl.constexpr, SG: tl.constexpr, SF: tl.constexpr, PF_KB: tl.constexpr = 0,
-               QKN_IN_ATTN: tl.constexpr = False):
+               SO: tl.constexpr, SG: tl.constexpr, SF: tl.constexpr, PF_KB: tl.constexpr = 0):
     """Model sizes D, FFN, H, HD are constexpr (one compile per model): a decode tile over whole
     rows then folds its chunk loop away and keeps the activation row in registers, which spares
     registers (bench/compile_check.py: 1B shape 255 registers with 48 B of spills when they were
@@ -283,9 +282,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     ticket whatever NORM_IN_QKV says; the completer norms the group if QK_DEFER, then runs its
     attention over every key as one split (CHUNK = S), written straight to the attention output
     (attention_body DIRECT): no ATTN or MERGE tasks. An opcode, not a constexpr: both decode
-    schedules run one compiled kernel. QKN_IN_ATTN (QK_DEFER, config.StreamConfig.
-    qk_norm_in_attn): that completer's attention norms and rotates the group's q heads and new
-    key itself, in registers (attention_body QKN), instead of a q/k norm pass through memory.
+    schedules run one compiled kernel.
     PF_KB (STREAM, config.StreamConfig.l2_prefetch_kb): > 0, an o_proj task followed by a
     gate|up task in its queue asks L2 for that task's first PF_KB KB of gate rows and of up rows
     (one bulk prefetch each, ptx_inline.prefetch_l2_bulk) before its dependency wait -- the
@@ -363,29 +360,20 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                             if TRACE:
                                 tl.store(tr + 5, globaltimer_ns(op, clock_ptr, USE_ASM))
                             if QK_DEFER:
-                                if QKN_IN_ATTN:  # QKV_ATTN: the attention norms q / k itself
-                                    if op != OP_QKVA:
-                                        qk_norm_group(layer, a0, qkraw_ptr, qkn_ptr, cos_ptr,
-                                                      sin_ptr, pos, q_ptr, kc_ptr, T, S, eps, H,
-                                                      KVH, HD, GROUP, QKN_SLOTS, BLOCK_HALF)
-                                else:
-                                    qk_norm_group(layer, a0, qkraw_ptr, qkn_ptr, cos_ptr, sin_ptr,
-                                                  pos, q_ptr, kc_ptr, T, S, eps, H, KVH, HD,
-                                                  GROUP, QKN_SLOTS, BLOCK_HALF)
+                                qk_norm_group(layer, a0, qkraw_ptr, qkn_ptr, cos_ptr, sin_ptr,
+                                              pos, q_ptr, kc_ptr, T, S, eps, H, KVH, HD, GROUP,
+                                              QKN_SLOTS, BLOCK_HALF)
                             if op == OP_QKVA:
-                                if not QKN_IN_ATTN:
-                                    tl.debug_barrier()  # q / k rows normed by other threads
+                                tl.debug_barrier()  # q / k rows normed by other threads
                                 if TRACE:
                                     tl.store(tr + 6, globaltimer_ns(op, clock_ptr, USE_ASM))
                                 for tb in range(0, tl.cdiv(T, BLOCK_TOK)):
                                     attention_body(q_ptr, kc_ptr + layer * KVH * S * HD,
                                                    vc_ptr + layer * KVH * S * HD, attn_ptr,
                                                    lse_ptr, pos, T, TM, S, H, HD,
-                                                   win, scale, S, a0, 0, tb, qkraw_ptr,
-                                                   qkn_ptr + layer * 2 * HD, cos_ptr, sin_ptr,
-                                                   eps, GROUP, BLOCK_G, BLOCK_TOK, BLOCK_M,
-                                                   BLOCK_S, BLOCK_D, F32, True,
-                                                   QK_DEFER and QKN_IN_ATTN)
+                                                   win, scale, S,
+                                                   a0, 0, tb, GROUP, BLOCK_G, BLOCK_TOK,
+                                                   BLOCK_M, BLOCK_S, BLOCK_D, F32, True)
                                 if TRACE:
                                     tl.store(tr + 7, globaltimer_ns(op, clock_ptr, USE_ASM))
             elif op == OP_O:
@@ -456,9 +444,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                         attention_body(q_ptr, kc_ptr + layer * KVH * S * HD,
                                        vc_ptr + layer * KVH * S * HD, opart_ptr, lse_ptr, pos,
                                        T, TM, S, H, HD, win, scale, CHUNK,
-                                       a0, a1, a2, q_ptr, q_ptr, q_ptr, q_ptr, eps, GROUP,
-                                       BLOCK_G, BLOCK_TOK, BLOCK_M, BLOCK_S, BLOCK_D, F32, False,
-                                       False)
+                                       a0, a1, a2, GROUP, BLOCK_G, BLOCK_TOK, BLOCK_M, BLOCK_S,
+                                       BLOCK_D, F32, False)
                         if MERGE_IN_ATTN:  # the group's last split to finish merges it
                             tl.debug_barrier()  # this split's partials stored before its ticket
                             tkt = tl.atomic_add(ctr_ptr + tkt_base + layer * KVH + a0, 1,

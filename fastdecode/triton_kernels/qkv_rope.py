@@ -263,35 +263,6 @@ def norm_rotate(lo, hi, nlo, nhi, c, s, eps, HD, QK_NORM: tl.constexpr):
 
 
 @triton.jit
-def norm_rotate_rows(raw_ptr, rows, mask, nrm_ptr, cos_ptr, sin_ptr, p, eps, HD,
-                     BLOCK_D: tl.constexpr):
-    """Whole q / k heads [R, BLOCK_D >= HD] from the raw fp32 QKV rows raw_ptr[rows[r] * HD + d]
-    (mask [R]) through the per-head RMSNorm (weights nrm_ptr [HD]) and RoPE at positions p [R]:
-    norm_rotate on full rows, the rotate-half partner of column d (d +- HD / 2) loaded beside it,
-    so the row never crosses threads -- the attention's q / new-key rows in its own layout
-    (attention_body QKN). Two loads of each raw row and norm weight: one L2 round trip."""
-    half = HD // 2
-    offs_d = tl.arange(0, BLOCK_D)
-    first = offs_d < half
-    sw = tl.where(first, offs_d + half, offs_d - half)  # the rotate-half partner column
-    ci = tl.where(first, offs_d, offs_d - half)         # its cos / sin column
-    md = offs_d < HD
-    m = mask[:, None] & md[None, :]
-    base = raw_ptr + rows[:, None] * HD
-    x = tl.load(base + offs_d[None, :], mask=m, other=0.0)
-    xs = tl.load(base + sw[None, :], mask=m, other=0.0)
-    w = tl.load(nrm_ptr + offs_d, mask=md, other=0.0).to(tl.float32)
-    ws = tl.load(nrm_ptr + sw, mask=md, other=0.0).to(tl.float32)
-    cs = p[:, None] * half + ci[None, :]
-    c = tl.load(cos_ptr + cs, mask=m, other=1.0)
-    s = tl.load(sin_ptr + cs, mask=m, other=0.0)
-    r = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / HD + eps)
-    y = x * r[:, None] * w[None, :]
-    ys = xs * r[:, None] * ws[None, :]
-    return y * c + tl.where(first[None, :], -ys, ys) * s
-
-
-@triton.jit
 def qkv_rope_store(lo, hi, nlo, nhi, c, s, j, offs_t, offs_h, mask, p, q_ptr, k_ptr, v_ptr, S,
                    eps, H, KVH, HD, QK_NORM: tl.constexpr):
     """q/k RMSNorm (whole heads in lo / hi), RoPE, and the store to q or the caches."""
