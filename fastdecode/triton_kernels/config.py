@@ -167,6 +167,13 @@ class StreamConfig:
     # down 8192 60/68, down 32768 64/88, gate|up 32768 104/156; Qwen3-8B default 36/40, down 8192
     # 48/48, gate|up 32768 52/64.
     op_elems: tuple | None = None
+    # decode, one GPU: the last pool_frac of each o_proj / gate|up / down phase's tiles are not
+    # assigned but claimed one at a time (atomic ticket) by the phase's tasks after their own
+    # range (graph.py, opcodes.py): the phase's slow programs -- a different one each launch,
+    # so no static cost table can spare them (RESULTS.md session 15) -- leave tiles to the fast
+    # ones. Unlike session 7's steal_frac (claims inside the stream loop: spills), each claimed
+    # tile is one more pass of the task's own stream call. 0: off.
+    pool_frac: float = 0.0
     # Measured and removed (H200, 2026-12-01, 739ccee, sweep_mega 256 tokens): Qwen3-8B's q/k
     # norm inside the short-context attention (the completer's attention normed and rotated q
     # and the new key in registers from the raw fp32 rows, its softmax started at the new key;
