@@ -17,8 +17,7 @@
 #   (gemvcfg: bench_ops.py on the two large shapes short of 4 TB/s, with a persist+PDL row per
 #    StreamConfig of GEMV_CONFIGS -- tile elements / warps / max K / programs per SM)
 #   (exp: default-off StreamConfig variants, each against the default in one sweep_mega run --
-#    EXP_PARTS of: opelems (StreamConfig.op_elems per model), pool (StreamConfig.pool_frac per
-#    model), l2pf (l2_prefetch_kb), keys (attn_in_qkv_keys 288 vs the rule's 192 on the
+#    EXP_PARTS of: opelems (StreamConfig.op_elems per model), l2pf (l2_prefetch_kb), keys (attn_in_qkv_keys 288 vs the rule's 192 on the
 #    8B shapes over 256 tokens), ablock (the decode attention's key block, attn_block_s: the
 #    rule against 32 and 64 over 256 tokens, the 8B's steps past 192 keys on the split-KV path))
 set -u
@@ -61,8 +60,6 @@ for s in $stages; do
                       )$E=16384:16384:16384:32768,$B
                     NEW=256 sw qwen3-8b $Q,$Q/op_elems=16384:8192:16384:16384,$(
                       )$Q/op_elems=16384:16384:16384:8192,$Q/op_elems=16384:16384:16384:32768,$Q ;;
-           pool) for m in 1b 8b qwen3-8b; do Q=$B; [ $m = qwen3-8b ] && Q=$K/288
-                   NEW=256 sw $m $Q,$Q/pool_frac=0.05,$Q/pool_frac=0.1,$Q/pool_frac=0.2,$Q; done ;;
          esac; done ;;
     gemvcfg) FASTDECODE_COMMIT=$COMMIT timeout ${OPS_TIMEOUT:-300} python3 bench/bench_ops.py \
            --shapes ${GEMV_SHAPES:-2048x16384,14336x4096} --configs ${GEMV_CONFIGS:-8192/4/4096/2,\

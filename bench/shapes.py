@@ -65,8 +65,8 @@ def _stages(v):
 
 
 def stream_fields(pairs):
-    """'name=value' strings -> {StreamConfig field: value}, integer values (1 / 0 for flags; a
-    float field's as written: pool_frac=0.1), a tuple's as a:b:c:d (op_elems=8192:8192:8192:16384)."""
+    """'name=value' strings -> {StreamConfig field: value}, integer values (1 / 0 for flags), a
+    tuple's as a:b:c:d (op_elems=8192:8192:8192:16384)."""
     import dataclasses
     from fastdecode.triton_kernels.config import StreamConfig
     types = {f.name: type(f.default) for f in dataclasses.fields(StreamConfig)}
@@ -77,8 +77,6 @@ def stream_fields(pairs):
     def value(n, v):
         if ":" in v:
             return tuple(int(x) for x in v.split(":"))
-        if types[n] is float:
-            return float(v)
         return int(v) if types[n] is type(None) else types[n](int(v))
     return {n: value(n, v) for n, v in named.items()}
 

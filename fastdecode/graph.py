@@ -22,9 +22,6 @@ are counters, one per (op, layer[, KV group]):
      QKV task that completes group g's tiles (qticket[l, g] counts tiles) normalizes and rotates
      the group, and every QKV(l, g) signals qkn[l, g])
     GATE_UP(l) waits o[l];  DOWN(l) waits gu[l];  LM_HEAD waits down[L-1];  CHOOSE waits lm
-    (Tiling.pool_frac, decode on one GPU: the last pool_frac of each o / gate|up / down phase's
-    tiles are a pool its tasks claim one tile at a time after their own, counter claim[l, op]
-    (opcodes.py); the phase counter's producers are its tasks plus its pool tiles)
 Tensor parallelism (world W > 1; the spec is one rank's shard, distributed.py): O and DOWN tasks
 write fp32 partial sums and push them to every rank (remote counters xo / xdown, opcodes.py), and
 REDUCE tasks add the ranks' partials to the residual in rank order:
@@ -89,11 +86,6 @@ class Tiling:
                                  # split over all keys: short contexts, config.StreamConfig)
     stages: tuple = (1, 1, 1, 1)  # decode: QKV / o / gate|up / down stream stages (StreamConfig)
     l2_prefetch_kb: int = 0       # decode: o_proj tasks' bulk L2 prefetch (StreamConfig)
-    pool_frac: float = 0.0        # decode: o / gate|up / down tiles claimed at run time (StreamConfig)
-
-    def pool_tiles(self, n_tiles: int) -> int:
-        """Pool tiles of a phase of n_tiles (decode; at least one tile stays with the tasks)."""
-        return min(int(n_tiles * self.pool_frac), n_tiles - 1) if self.stream else 0
 
     def n_t(self, block=None):
         return triton.cdiv(self.T, block or self.block_t)
@@ -157,8 +149,7 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
                   norm_in_qkv=st is not None and st.norm_in_qkv and defer,
                   attn_in_qkv=attn_in_qkv,
                   stages=st.op_stages(spec.d_model) if st is not None else (1, 1, 1, 1),
-                  l2_prefetch_kb=st.l2_prefetch_kb if st is not None else 0,
-                  pool_frac=st.pool_frac if st is not None else 0.0)
+                  l2_prefetch_kb=st.l2_prefetch_kb if st is not None else 0)
 
 
 REMOTE = ("xo", "xdown", "xlm")  # counter keys signalled across ranks (tensor parallelism)
@@ -173,7 +164,6 @@ class Task:
     signal: tuple         # counter key
     cost: int
     wait_off: int = 0     # target = (epoch + wait_off) * producers(wait)
-    pool: tuple = ()      # (claim counter key, pool lo, pool hi, claims a step): opcodes.py
 
 
 @dataclass
@@ -182,8 +172,7 @@ class StepGraph:
     tiling: Tiling
     tasks: list = field(default_factory=list)
     counters: dict = field(default_factory=dict)   # key -> index (remote: -1 - x, opcodes.py)
-    producers: dict = field(default_factory=dict)  # key -> signals a step (per rank): the tasks
-                                                   # signalling it (+ a pool's tiles: claim_pool)
+    producers: dict = field(default_factory=dict)  # key -> number of tasks (per rank) signalling it
     n_vparts: int = 0     # lm_head tasks per token block: partial choices per token row
     world: int = 1        # tensor-parallel ranks
     n_local: int = 0      # local counters
@@ -204,14 +193,6 @@ class StepGraph:
         self.counter(task.signal)
         self.producers[task.signal] = self.producers.get(task.signal, 0) + 1
         self.tasks.append(task)
-
-    def claim_pool(self, tasks: list, key, lo: int, hi: int):
-        """tasks (one phase's, all signalling one counter) share the pool of tiles [lo, hi)
-        through claim counter `key`: each signals 1 + the pool tiles it claimed."""
-        self.counter(key)
-        for t in tasks:
-            t.pool = (key, lo, hi, hi - lo + len(tasks))
-        self.producers[tasks[0].signal] += hi - lo
 
 
 def ranges(total: int, parts: int):
@@ -280,15 +261,10 @@ def build_step(spec: ModelSpec, tiling: Tiling, n_programs: int, world: int = 1,
                                     (Op.DOWN, "down", ("gu", l), s.d_model, s.ffn_dim)):
             tile_bytes = tg.gemv_rows(op) * K * elt
             sig = ("x" + key, l) if tp and key != "gu" else (key, l)
-            n_tiles = tg.gemv_tiles(op, N)
-            pool = 0 if tp else tg.pool_tiles(n_tiles)  # (decode: one token block)
-            first = len(g.tasks)
             for tb in range(tg.n_t()):
-                for a, b in ranges(n_tiles - pool, n_programs):
+                for a, b in ranges(tg.gemv_tiles(op, N), n_programs):
                     g.add(Task(op, l, (tb, a, b), wait, sig,
                                COST.task_overhead_bytes + (b - a) * tile_bytes))
-            if pool:
-                g.claim_pool(g.tasks[first:], ("claim", l, key), n_tiles - pool, n_tiles)
             if tp and key != "gu":
                 which = 0 if key == "o" else 1
                 for a, b in ranges(n_red, n_programs):

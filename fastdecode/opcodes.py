@@ -4,18 +4,10 @@ The kernel's constexpr opcode values, the graph builder, the scheduler, the VM a
 read this one table; nothing else spells an opcode number.
 
 An instruction is WORDS int32s:
-    [opcode, layer, arg0, arg1, arg2, wait_counter, wait_producers, wait_epoch_offset, signal_counter,
-     claim_counter, pool_lo, pool_hi, claims_per_step]
+    [opcode, layer, arg0, arg1, arg2, wait_counter, wait_producers, wait_epoch_offset, signal_counter]
 The task waits until counters[wait_counter] >= (epoch + wait_epoch_offset) * wait_producers (counters
 only grow: nothing is reset between steps or launches), runs, then adds 1 to counters[signal_counter]
 with release semantics.
-Tile pool (decode o_proj / gate|up / down, config.StreamConfig.pool_frac; claim_counter -1: none):
-after its own tiles the task claims the phase's pool tiles [pool_lo, pool_hi) one at a time,
-ticket = atomic add of 1 on counters[claim_counter], tile = pool_lo + ticket % claims_per_step
-while < pool_hi, and adds 1 + its pool tiles to the signal counter (whose wait_producers count
-the phase's tasks plus its pool tiles). claims_per_step = pool tiles + the phase's tasks: each task
-makes exactly one failing claim a step, before it signals, and the next step's claims follow
-the step's last signal, so tickets never mix steps.
 
 Tensor parallelism adds REMOTE counters, encoded as negative numbers c = -1 - x: they live in every
 rank's symmetric buffer, one word per (x, source rank). A task signalling c adds 1 (system-scope
@@ -49,9 +41,8 @@ class Op(IntEnum):
                    # (short-context decode: no ATTN / MERGE tasks)
 
 
-WORDS = 13
-(F_OP, F_LAYER, F_A0, F_A1, F_A2, F_WAIT, F_WAIT_N, F_WAIT_OFF, F_SIGNAL, F_CLAIM, F_PLO, F_PHI,
- F_PSTEP) = range(WORDS)
+WORDS = 9
+F_OP, F_LAYER, F_A0, F_A1, F_A2, F_WAIT, F_WAIT_N, F_WAIT_OFF, F_SIGNAL = range(WORDS)
 # a traced task's record (megakernel TRACE, Runtime.trace_decode, trace.events): start, ready
 # (wait over), end (published) timestamps, the SM its program ran on; then, a task that takes a
 # KV group's ticket (QKV_ATTN, NORM_IN_QKV), its tiles' end (before the ticket) and, the one that

@@ -20,8 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from .graph import StepGraph
-from .opcodes import (F_CLAIM, F_OP, F_PHI, F_PLO, F_SIGNAL, F_WAIT, F_WAIT_N, F_WAIT_OFF,
-                      WORDS)
+from .opcodes import WORDS, F_OP, F_SIGNAL, F_WAIT, F_WAIT_N, F_WAIT_OFF
 
 
 class ScheduleError(ValueError):
@@ -68,11 +67,10 @@ def encode(graph: StepGraph, queues: list) -> tuple:
     for p, q in enumerate(queues):
         for k, i in enumerate(q):
             t = graph.tasks[i]
-            key, lo, hi, per_step = t.pool or (None, 0, 0, 0)
             words[p, k] = torch.tensor(
                 [int(t.op), t.layer, *t.args, graph.counters[t.wait],
-                 graph.producers.get(t.wait, 0), t.wait_off, graph.counters[t.signal],
-                 graph.counters[key] if key else -1, lo, hi, per_step], dtype=torch.int32)
+                 graph.producers.get(t.wait, 0), t.wait_off, graph.counters[t.signal]],
+                dtype=torch.int32)
     return words, torch.tensor([len(q) for q in queues], dtype=torch.int32)
 
 
@@ -114,24 +112,19 @@ def validate(sched: Schedule, steps: int = 2, rng: random.Random | None = None):
 
 
 def interleave(sched: Schedule, steps: int = 1, rng: random.Random | None = None):
-    """Yield (program, queue position, step, pool tiles (lo, hi) it claimed) in a legal execution
-    order of the encoded queues, advancing simulated counters; ScheduleError if no queue head can
-    run. A task with a tile pool claims every pool tile still unclaimed in the step when it runs
-    (the first of its phase to run takes them all: a legal, extreme outcome of the claims).
-    Tensor parallelism: every rank runs the same queues, so one rank is simulated and a remote
-    counter (index -1 - x) counts as this rank's word of it: a wait met here is met on every
-    rank in the same legal order."""
+    """Yield (program, queue position, step) in a legal execution order of the encoded queues,
+    advancing simulated counters; ScheduleError if no queue head can run. Tensor parallelism: every
+    rank runs the same queues, so one rank is simulated and a remote counter (index -1 - x) counts
+    as this rank's word of it: a wait met here is met on every rank in the same legal order."""
     n_local = sched.graph.n_local
     words = [[w[:F_WAIT] + [_sim(w[F_WAIT], n_local)] + w[F_WAIT + 1:F_SIGNAL]
-              + [_sim(w[F_SIGNAL], n_local)] + w[F_SIGNAL + 1:] for w in q]
-             for q in sched.words.tolist()]
+              + [_sim(w[F_SIGNAL], n_local)] for w in q] for q in sched.words.tolist()]
     lengths = sched.lengths.tolist()
     counters = [0] * (n_local + sched.graph.n_remote)
     P = len(lengths)
     for s in range(steps):
         epoch = s + 1
         head = [0] * P
-        claimed = {}  # claim counter -> pool tiles claimed this step
         while True:
             ready, pending = [], False
             for p in range(P):
@@ -151,10 +144,6 @@ def interleave(sched: Schedule, steps: int = 1, rng: random.Random | None = None
                     f"{(epoch + w[F_WAIT_OFF]) * w[F_WAIT_N]}")
             for p in ([rng.choice(ready)] if rng else ready):
                 w = words[p][head[p]]
-                tiles = (0, 0)
-                if w[F_CLAIM] >= 0:
-                    tiles = (w[F_PLO] + claimed.get(w[F_CLAIM], 0), w[F_PHI])
-                    claimed[w[F_CLAIM]] = w[F_PHI] - w[F_PLO]
-                yield p, head[p], s, tiles
-                counters[w[F_SIGNAL]] += 1 + tiles[1] - tiles[0]
+                yield p, head[p], s
+                counters[w[F_SIGNAL]] += 1
                 head[p] += 1

@@ -4,7 +4,6 @@ tiles from what the buffers hold when it runs, so a missing or mis-ordered depen
 wrong result (DESIGN.md: the `vm` rung of the debugging ladder)."""
 from __future__ import annotations
 
-import dataclasses
 import random
 
 import torch
@@ -39,11 +38,8 @@ class VM:
         # ("a" | "q", layer, KV group) -> ATTN tasks / QKV tiles done this step (merge_in_attn,
         # norm_in_qkv)
         self.tickets = {}
-        for p, k, _, (lo, hi) in interleave(sched, 1, rng):
-            task = tasks[sched.queues[p][k]]
-            self.execute(task, sampling)
-            if hi > lo:  # the pool tiles it claimed (opcodes.py)
-                self.execute(dataclasses.replace(task, args=(task.args[0], lo, hi)), sampling)
+        for p, k, _ in interleave(sched, 1, rng):
+            self.execute(tasks[sched.queues[p][k]], sampling)
 
     def _tokens(self, tb, block):
         T = self.tiling.T

@@ -204,16 +204,6 @@ def test_mega_fused_group_tasks_are_bit_identical(llama, flag):
     assert torch.equal(out[True][0], out[False][0]) and torch.equal(out[True][1], out[False][1])
 
 
-def test_mega_tile_pool_is_bit_identical(llama):
-    """Each o / gate|up / down phase's last tiles claimed at run time (StreamConfig.pool_frac:
-    relaxed atomic tickets on all SMs, each claimed tile one more pass of the task's stream)
-    against every tile assigned: a tile's rows are summed in the same order whoever streams them,
-    so the same bits -- a tile claimed twice or never, or a phase counter released before its
-    pool is done, shows as a wrong or stale row."""
-    out = _stream_variants(llama, 10, "pool_frac", values=(0.0, 0.2), attn_in_qkv_keys=None)
-    assert torch.equal(out[0.2][0], out[0.0][0]) and torch.equal(out[0.2][1], out[0.0][1])
-
-
 def test_mega_op_elems_match_default(llama1b):
     """Per-op weight-piece elements (StreamConfig.op_elems; o_proj and gate|up at half the
     default's 16384: twice the tiles, other task ranges) against the default: each output row's

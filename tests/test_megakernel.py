@@ -14,7 +14,7 @@ from conftest import DEVICE
 from fastdecode.graph import build_step, make_tiling
 from fastdecode.schedule import ScheduleError, build_schedule, rotated, validate
 from fastdecode.spec import ModelSpec
-from fastdecode.opcodes import F_CLAIM, WORDS, Op
+from fastdecode.opcodes import WORDS, Op
 from fastdecode.triton_kernels.config import StreamConfig
 from fastdecode.triton_kernels.attention import split_plan
 from fastdecode.triton_kernels.megakernel import next_gate_up, rows_prefetch
@@ -37,15 +37,13 @@ def specs(draw):
 
 @given(spec=specs(), T=st.sampled_from([1, 3, 16]), P=st.integers(1, 17),
        max_seq=st.integers(20, 300), seed=st.integers(0, 1000), fused=st.booleans(),
-       short=st.booleans(), pool=st.sampled_from([0.0, 0.3, 0.9]))
-def test_schedule_properties(spec, T, P, max_seq, seed, fused, short, pool):
+       short=st.booleans())
+def test_schedule_properties(spec, T, P, max_seq, seed, fused, short):
     """fused: merge_in_attn and norm_in_qkv (no MERGE / QKNORM tasks in decode steps); short: the
-    short-context decode step (QKV_ATTN tasks, no ATTN / MERGE / QKNORM tasks); pool: the decode
-    o / gate|up / down phases' tile pools (pool_frac): every pool tile claimed once a step, and
-    the phase counter's producers count them."""
+    short-context decode step (QKV_ATTN tasks, no ATTN / MERGE / QKNORM tasks)."""
     short = short and T == 1
     graph = build_step(spec, make_tiling(spec, T, max_seq, DEVICE, StreamConfig(
-        merge_in_attn=fused, norm_in_qkv=fused, pool_frac=pool), attn_in_qkv=short), P)
+        merge_in_attn=fused, norm_in_qkv=fused), attn_in_qkv=short), P)
     ops = {t.op.name for t in graph.tasks}
     assert ("QKV_ATTN" in ops) == short and ("QKV" in ops) != short
     assert not short or not ops & {"ATTN", "MERGE", "QKNORM"}
@@ -54,27 +52,12 @@ def test_schedule_properties(spec, T, P, max_seq, seed, fused, short, pool):
     assert sched.words.shape[0] == P and int(sched.lengths.sum()) == len(graph.tasks)
     order = validate(sched, steps=2, rng=random.Random(seed))  # a random legal interleaving
     assert len(order) == 2 * len(graph.tasks)
-    pools = {t.pool for t in graph.tasks if t.pool}
-    assert bool(pools) == (T == 1 and pool > 0 and any(
-        graph.tiling.pool_tiles(graph.tiling.gemv_tiles(op, n)) for op, n in (
-            (Op.O_PROJ, spec.d_model), (Op.GATE_UP, spec.ffn_dim), (Op.DOWN, spec.d_model))))
-    for s in range(2):  # each pool's tiles, claimed across its phase's tasks, exactly once a step
-        for key, lo, hi, per_step in pools:
-            c = graph.counters[key]
-            got = [t for p, k, st_, (a, b) in order if st_ == s
-                   for t in range(a, b) if sched.words[p, k, F_CLAIM] == c]
-            assert sorted(got) == list(range(lo, hi))
-            phase = [t for t in graph.tasks if t.pool and t.pool[0] == key]
-            assert per_step == hi - lo + len(phase)
-            assert all(t.args[2] <= lo for t in phase)  # the tasks' own tiles precede the pool
     moved = rotated(sched, seed)  # the queues dealt to other programs: as legal
     assert [moved.queues[p] for p in range(P)] == [sched.queues[(p + seed) % P] for p in range(P)]
     assert torch.equal(moved.words[0], sched.words[seed % P])
     assert len(validate(moved, steps=2, rng=random.Random(seed + 1))) == 2 * len(graph.tasks)
     for key, n in graph.producers.items():
-        pool = {t.pool for t in graph.tasks if t.signal == key and t.pool}
-        assert n == sum(1 for t in graph.tasks if t.signal == key) + sum(
-            hi - lo for _, lo, hi, _ in pool)
+        assert n == sum(1 for t in graph.tasks if t.signal == key)
 
 
 def test_short_context_reach():
@@ -158,8 +141,7 @@ def test_validator_rejects_missing_producer():
                                                 ("mistral", False, 21), ("qwen3", False, 21)])
 def test_vm_random_interleavings_match_torch(family, fused, keys):
     """fused (merge_in_attn, norm_in_qkv): whichever ATTN task of a group runs last in the
-    interleaving merges it, whichever QKV task completes a group's tiles norms it; with them a tile
-    pool (pool_frac): whichever o / gate|up / down task of a phase runs first claims its pool. keys 21: the
+    interleaving merges it, whichever QKV task completes a group's tiles norms it. keys 21: the
     decode steps at positions 19, 20 run the short-context schedule (the QKV task completing a
     group runs its attention), the later ones the split-KV schedule."""
     model = tiny_model(family)
@@ -170,20 +152,17 @@ def test_vm_random_interleavings_match_torch(family, fused, keys):
         fm = fastdecode.from_hf(model, max_seq_len=48, mode="vm")
         fm.runtime.n_programs = 3 + seed
         fm.runtime.vm_rng = random.Random(seed)
-        fm.runtime.mega_stream = StreamConfig(16384 >> 6 * fused, merge_in_attn=fused,
-                                              norm_in_qkv=fused, attn_in_qkv_keys=keys,
-                                              pool_frac=0.4 * fused)
+        fm.runtime.mega_stream = StreamConfig(merge_in_attn=fused, norm_in_qkv=fused,
+                                              attn_in_qkv_keys=keys)
         got = torch.cat([fm(ids[:, :19])[0]] + [fm(ids[:, t:t + 1])[0] for t in range(19, 24)])
         assert float((got - want).norm() / want.norm()) < 1e-6
         assert ((1, True) in fm.runtime._schedules) == (keys > 0)
-        pools = {t.pool[0][2] for t in fm.runtime.schedule(1).graph.tasks if t.pool}
-        assert pools == ({"o", "gu", "down"} if fused else set())
 
 
 STAGED = StreamConfig(64, 4, max_k=16, attn_in_qkv_keys=10, stages=3, l2_prefetch_kb=1,
-                      attn_block_s=16, pool_frac=0.5)
+                      attn_block_s=16)
 WHOLE_ROWS = StreamConfig(2048, 4, merge_in_attn=True, norm_in_qkv=True, attn_in_qkv_keys=0,
-                          l2_prefetch_kb=64, op_elems=(512, 4096, 1024, 2048), pool_frac=0.3)
+                          l2_prefetch_kb=64, op_elems=(512, 4096, 1024, 2048))
 
 
 @pytest.mark.parametrize("family,stream", [("qwen2", STAGED), ("qwen3", STAGED),
@@ -199,9 +178,7 @@ def test_decode_stream_tiles_match_torch(family, stream):
     unchanged; the interpreter runs the range arithmetic, a GPU the bulk prefetches).
     attn_block_s 16: the attention loops' key blocks smaller than the split plan's (its chunk, and
     the partials' buffer, stay those of attention_config's block). op_elems: each op's own piece
-    elements, so QKV / o / gate|up / down tiles differ in rows (WHOLE_ROWS). pool_frac: the o /
-    gate|up / down phases' last tiles claimed by ticket after each task's own (one program here:
-    it claims them all, through both the shared-memory and the register stream's pool loops)."""
+    elements, so QKV / o / gate|up / down tiles differ in rows (WHOLE_ROWS)."""
     model = tiny_model(family).to(DEVICE)
     ids = torch.randint(0, 101, (1, 12), generator=torch.Generator().manual_seed(4)).to(DEVICE)
     ref = fastdecode.from_hf(model, max_seq_len=32, mode="torch")

@@ -167,13 +167,6 @@ class StreamConfig:
     # down 8192 60/68, down 32768 64/88, gate|up 32768 104/156; Qwen3-8B default 36/40, down 8192
     # 48/48, gate|up 32768 52/64.
     op_elems: tuple | None = None
-    # decode, one GPU: the last pool_frac of each o_proj / gate|up / down phase's tiles are not
-    # assigned but claimed one at a time (atomic ticket) by the phase's tasks after their own
-    # range (graph.py, opcodes.py): the phase's slow programs -- a different one each launch,
-    # so no static cost table can spare them (RESULTS.md session 15) -- leave tiles to the fast
-    # ones. Unlike session 7's steal_frac (claims inside the stream loop: spills), each claimed
-    # tile is one more pass of the task's own stream call. 0: off.
-    pool_frac: float = 0.0
     # Measured and removed (H200, 2026-12-01, 739ccee, sweep_mega 256 tokens): Qwen3-8B's q/k
     # norm inside the short-context attention (the completer's attention normed and rotated q
     # and the new key in registers from the raw fp32 rows, its softmax started at the new key;
@@ -181,6 +174,16 @@ class StreamConfig:
     # (trace_step, the same commit), the chain's norm + attention took 6.34 us vs 1.34 + 3.28:
     # the attention loop's first K / V loads (Triton's pipeline prologue) still go out only after
     # q is computed, so the round trip it was to save stays, and the norm's work joins it.
+    # Measured and removed (H200, 2026-12-01, 2c6dd93, sweep_mega 256 tokens, default first and
+    # last): tile pools, session 15's dynamic assignment in the form that leaves the stream loop
+    # alone -- each o / gate|up / down phase's last pool_frac of tiles claimed one at a time by
+    # relaxed atomic ticket after a task's own range, each claimed tile one more pass of the
+    # task's stream call, the task signalling 1 + its pool tiles (bit-identical outputs on the
+    # GPU; compile_check spills 1B 44/48 -> 60/76 B, 8B 64/72 -> 92/116). tok/s at pool_frac 0 /
+    # 0.05 / 0.1 / 0.2: 1B 1151.0 and 1117.7 / 1019.1 / 983.9 / 973.2, 8B 250.8 and 248.8 /
+    # 226.8 / 216.7 / 198.8, Qwen3-8B 242.5 and 242.4 / 217.7 / 212.2 / 200.4 -- slower with
+    # every pool tile: a claimed tile pays a ticket round trip and its stream's fill and drain
+    # (one 32 KB piece, latency-bound) where the phase tails it evens out are ~2-4 us a layer.
     # Measured and removed (2026-12-01, c4a771b, sweep_mega 256 tokens, two runs each): the
     # hypothesis that the attention chain's loads (q, K, V: ~100 KB) queue in HBM behind every
     # o_proj task's first pieces (8 MB on the 1B, 17 MB on the 8B at o_proj stages 3), requested

@@ -111,8 +111,7 @@ def ready(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, tr, clock_p
     ok = wait_counter(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, xtab_ptr, rank,
                       x_ctr, x_spin, WORLD, USE_ASM)
     if TRACE:
-        if target >= 0:  # (a pool tile's pass, target -1, waits on nothing: the task's stays)
-            tl.store(tr + 1, globaltimer_ns(op, clock_ptr, USE_ASM))
+        tl.store(tr + 1, globaltimer_ns(op, clock_ptr, USE_ASM))
     return ok
 
 
@@ -178,53 +177,7 @@ def task_prefetch(entry, has_next, wgu_ptr, FFN, D, RG: tl.constexpr, PF_KB: tl.
 
 
 @triton.jit
-def pool_next(ctr_ptr, inst, run, POOL: tl.constexpr):
-    """The next pool tile [lo, lo + 1) the task at queue entry `inst` claims (opcodes.py: one
-    relaxed atomic ticket; the tile's inputs were acquired by the task's own wait), or an empty
-    range: no pool, the pool drained, or the task did not run (abort)."""
-    hi = tl.load(inst + 11)
-    lo = hi
-    if POOL:
-        claim = tl.load(inst + 9)
-        if (claim >= 0) & (run == 1):
-            t = tl.atomic_add(ctr_ptr + claim, 1, sem="relaxed", scope="gpu")
-            lo = tl.load(inst + 10) + t % tl.load(inst + 12)
-    return lo, tl.minimum(lo + 1, hi)
-
-
-@triton.jit
 def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
-                  ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, tr, clock_ptr, op,
-                  xtab_ptr, rank, x_ctr, x_spin, part_off, entry, has_next, wgu_ptr, FFN,
-                  BIAS: tl.constexpr,
-                  BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STREAM: tl.constexpr,
-                  F32: tl.constexpr, WORLD: tl.constexpr, PUSH_BLOCK: tl.constexpr,
-                  USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
-                  STAGES: tl.constexpr, RG: tl.constexpr, PF_KB: tl.constexpr,
-                  inst, POOL: tl.constexpr):
-    """residual_pass over the task's tiles [lo, hi), then (POOL) over each pool tile it claims
-    (pool_next), waiting on nothing more (target -1). Returns (ran, pool tiles done)."""
-    run = residual_pass(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb, ctr_ptr, target,
-                        status_ptr, max_spin, pid, qi, ctr, step, tr, clock_ptr, op, xtab_ptr,
-                        rank, x_ctr, x_spin, part_off, entry, has_next, wgu_ptr, FFN, BIAS,
-                        BLOCK_T, BLOCK_N, BLOCK_K, STREAM, F32, WORLD, PUSH_BLOCK, USE_ASM, TRACE,
-                        PTX, STAGES, RG, PF_KB)
-    n = pid * 0
-    if POOL:
-        p_lo, p_hi = pool_next(ctr_ptr, inst, run, POOL)
-        while p_lo < p_hi:
-            residual_pass(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, p_lo, p_hi, tb, ctr_ptr, -1,
-                          status_ptr, max_spin, pid, qi, ctr, step, tr, clock_ptr, op, xtab_ptr,
-                          rank, x_ctr, x_spin, part_off, entry, False, wgu_ptr, FFN, BIAS,
-                          BLOCK_T, BLOCK_N, BLOCK_K, STREAM, F32, WORLD, PUSH_BLOCK, USE_ASM,
-                          TRACE, PTX, STAGES, RG, 0)
-            n += 1
-            p_lo, p_hi = pool_next(ctr_ptr, inst, n * 0 + 1, POOL)
-    return run, n
-
-
-@triton.jit
-def residual_pass(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
                   ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, tr, clock_ptr, op,
                   xtab_ptr, rank, x_ctr, x_spin, part_off, entry, has_next, wgu_ptr, FFN,
                   BIAS: tl.constexpr,
@@ -269,30 +222,6 @@ def residual_pass(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
     return run
 
 
-@triton.jit
-def gate_up_pass(h_ptr, w_gu, norm_ptr, b_ptr, act_ptr, T, FFN, D, eps, lo, hi, tb, wargs,
-                 BIAS: tl.constexpr, BLOCK_T: tl.constexpr, RG: tl.constexpr, KG: tl.constexpr,
-                 STREAM: tl.constexpr, F32: tl.constexpr, PTX: tl.constexpr, SG: tl.constexpr):
-    """gate|up tiles [lo, hi): act = silu(gate) * up of the RMSNormed residual, after the wait
-    `ready(*wargs)` (SG > 1: inside the stream's first iteration)."""
-    if SG > 1:
-        run = gemv_body(h_ptr, w_gu, norm_ptr, b_ptr, h_ptr, act_ptr, T, FFN, D, D, D, FFN, eps,
-                        lo, hi, tb, 0, 0, True, BIAS, True, False, BLOCK_T, RG, KG, STREAM, F32,
-                        PTX, SG, ready, wargs)
-    else:
-        # register stream (the 1B class): the first piece after the wait, not before it -- with
-        # every gate|up task's first pieces (the whole grid's, ~8 MB) queued ahead of it, the
-        # o_proj -> gate|up hand-off took 1.7 us (trace, median); requested after, the 1B
-        # decodes 2% faster (RESULTS.md session 11)
-        run = ready(*wargs)
-        w0, w20 = stream_start(w_gu, FFN, D, lo, hi, RG, KG, True, STREAM, PTX)
-        if run == 1:
-            gemv_body(h_ptr, w_gu, norm_ptr, b_ptr, h_ptr, act_ptr, T, FFN, D, D, D, FFN, eps,
-                      lo, hi, tb, w0, w20, True, BIAS, True, False, BLOCK_T, RG, KG, STREAM, F32,
-                      PTX)
-    return run
-
-
 # run-time values that change between launches must not trigger Triton's integer specialisation
 # (== 1, % 16): a recompile of this kernel costs seconds
 @triton.jit(do_not_specialize=["tok_ctr", "max_spin", "n_steps", "n_eos", "max_step", "rank",
@@ -324,8 +253,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                WORLD: tl.constexpr, RED_BLOCK: tl.constexpr,
                USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
                MERGE_IN_ATTN: tl.constexpr, NORM_IN_QKV: tl.constexpr, SQ: tl.constexpr,
-               SO: tl.constexpr, SG: tl.constexpr, SF: tl.constexpr, PF_KB: tl.constexpr = 0,
-               POOL: tl.constexpr = False):
+               SO: tl.constexpr, SG: tl.constexpr, SF: tl.constexpr, PF_KB: tl.constexpr = 0):
     """Model sizes D, FFN, H, HD are constexpr (one compile per model): a decode tile over whole
     rows then folds its chunk loop away and keeps the activation row in registers, which spares
     registers (bench/compile_check.py: 1B shape 255 registers with 48 B of spills when they were
@@ -355,10 +283,6 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     attention over every key as one split (CHUNK = S), written straight to the attention output
     (attention_body DIRECT): no ATTN or MERGE tasks. An opcode, not a constexpr: both decode
     schedules run one compiled kernel.
-    POOL (config.StreamConfig.pool_frac, decode on one GPU): an o / gate|up / down task whose
-    instruction names a claim counter (opcodes.py) then claims pool tiles one at a time
-    (pool_next) and streams each as one more pass of its own stream, without a wait, and
-    signals 1 + those tiles.
     PF_KB (STREAM, config.StreamConfig.l2_prefetch_kb): > 0, an o_proj task followed by a
     gate|up task in its queue asks L2 for that task's first PF_KB KB of gate rows and of up rows
     (one bulk prefetch each, ptx_inline.prefetch_l2_bulk) before its dependency wait -- the
@@ -399,7 +323,6 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
             # this task's dependency wait (ready's arguments)
             wargs = (ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, tr, clock_ptr, op,
                      xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE)
-            extra = pid * 0  # pool tiles done (POOL: o / gate|up / down), signalled with the task
             # weight tasks: first weight piece, then the wait; the others: the wait
             if (op == OP_QKV) | (op == OP_QKVA):
                 w_qkv = wqkv_ptr + layer * QKVN * D
@@ -454,34 +377,37 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                 if TRACE:
                                     tl.store(tr + 7, globaltimer_ns(op, clock_ptr, USE_ASM))
             elif op == OP_O:
-                run, extra = residual_task(attn_ptr, wo_ptr + layer * D * QD, bo_ptr + layer * D, h_ptr,
+                run = residual_task(attn_ptr, wo_ptr + layer * D * QD, bo_ptr + layer * D, h_ptr,
                                     T, D, QD, eps, a1, a2, a0, ctr_ptr, target, status_ptr,
                                     max_spin, pid, i, wc, s, tr, clock_ptr, op, xtab_ptr, rank,
                                     x_ctr, x_spin, x_red + rank * TM * D, w + NW, i + 1 < qlen,
                                     wgu_ptr, FFN, BIAS_O, BLOCK_T, RQ, KQ, STREAM, F32, WORLD,
-                                    RED_BLOCK, USE_ASM, TRACE, PTX, SO, RG, PF_KB, w, POOL)
+                                    RED_BLOCK, USE_ASM, TRACE, PTX, SO, RG, PF_KB)
             elif op == OP_GU:
                 w_gu = wgu_ptr + layer * 2 * FFN * D
-                gargs = (h_ptr, w_gu, mnorm_ptr + layer * D, bgu_ptr + layer * 2 * FFN, act_ptr,
-                         T, FFN, D, eps)
-                run = gate_up_pass(*gargs, a1, a2, a0, wargs, BIAS_MLP, BLOCK_T, RG, KG, STREAM,
-                                   F32, PTX, SG)
-                if POOL:  # the pool tiles it claims (residual_task's loop)
-                    pargs = (ctr_ptr, -1, status_ptr, max_spin, pid, i, wc, s, tr, clock_ptr, op,
-                             xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE)
-                    p_lo, p_hi = pool_next(ctr_ptr, w, run, POOL)
-                    while p_lo < p_hi:
-                        gate_up_pass(*gargs, p_lo, p_hi, a0, pargs, BIAS_MLP, BLOCK_T, RG, KG,
-                                     STREAM, F32, PTX, SG)
-                        extra += 1
-                        p_lo, p_hi = pool_next(ctr_ptr, w, run, POOL)
+                if SG > 1:
+                    run = gemv_body(h_ptr, w_gu, mnorm_ptr + layer * D, bgu_ptr + layer * 2 * FFN,
+                                    h_ptr, act_ptr, T, FFN, D, D, D, FFN, eps, a1, a2, a0, 0, 0,
+                                    True, BIAS_MLP, True, False, BLOCK_T, RG, KG, STREAM, F32,
+                                    PTX, SG, ready, wargs)
+                else:
+                    # register stream (the 1B class): the first piece after the wait, not before
+                    # it -- with every gate|up task's first pieces (the whole grid's, ~8 MB)
+                    # queued ahead of it, the o_proj -> gate|up hand-off took 1.7 us (trace,
+                    # median); requested after, the 1B decodes 2% faster (RESULTS.md session 11)
+                    run = ready(*wargs)
+                    w0, w20 = stream_start(w_gu, FFN, D, a1, a2, RG, KG, True, STREAM, PTX)
+                    if run == 1:
+                        gemv_body(h_ptr, w_gu, mnorm_ptr + layer * D, bgu_ptr + layer * 2 * FFN,
+                                  h_ptr, act_ptr, T, FFN, D, D, D, FFN, eps, a1, a2, a0, w0, w20,
+                                  True, BIAS_MLP, True, False, BLOCK_T, RG, KG, STREAM, F32, PTX)
             elif op == OP_DOWN:
-                run, extra = residual_task(act_ptr, wd_ptr + layer * D * FFN, bd_ptr + layer * D, h_ptr,
+                run = residual_task(act_ptr, wd_ptr + layer * D * FFN, bd_ptr + layer * D, h_ptr,
                                     T, D, FFN, eps, a1, a2, a0, ctr_ptr, target, status_ptr,
                                     max_spin, pid, i, wc, s, tr, clock_ptr, op, xtab_ptr, rank,
                                     x_ctr, x_spin, x_red + (WORLD + rank) * TM * D, w, False,
                                     wgu_ptr, FFN, BIAS_MLP, BLOCK_T, RF, KF, STREAM, F32, WORLD,
-                                    RED_BLOCK, USE_ASM, TRACE, PTX, SF, RG, 0, w, POOL)
+                                    RED_BLOCK, USE_ASM, TRACE, PTX, SF, RG, 0)
             elif op == OP_LM:
                 w0, _ = stream_start(lm_ptr, V, D, a1, a2, RD, KD, False, STREAM, PTX)
                 run = ready(*wargs)
@@ -568,7 +494,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                         tl.atomic_add(peer(xtab_ptr, p, x_ctr + (-1 - sig) * WORLD + rank,
                                            tl.int32), 1, sem="release", scope="sys")
                 else:
-                    tl.atomic_add(ctr_ptr + sig, 1 + extra, sem="release", scope="gpu")
+                    tl.atomic_add(ctr_ptr + sig, 1, sem="release", scope="gpu")
                 if TRACE:
                     tl.store(tr + 2, globaltimer_ns(op, clock_ptr, USE_ASM))
             i += 1
