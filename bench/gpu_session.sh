@@ -17,8 +17,7 @@
 #   (gemvcfg: bench_ops.py on the two large shapes short of 4 TB/s, with a persist+PDL row per
 #    StreamConfig of GEMV_CONFIGS -- tile elements / warps / max K / programs per SM)
 #   (exp: default-off StreamConfig variants, each against the default in one sweep_mega run --
-#    EXP_PARTS of: opelems (StreamConfig.op_elems per model), astages (the attention loop's
-#    pipeline depth, StreamConfig.attn_stages), l2pf (l2_prefetch_kb), keys (attn_in_qkv_keys 288 vs the rule's 192 on the
+#    EXP_PARTS of: opelems (StreamConfig.op_elems per model), l2pf (l2_prefetch_kb), keys (attn_in_qkv_keys 288 vs the rule's 192 on the
 #    8B shapes over 256 tokens), ablock (the decode attention's key block, attn_block_s: the
 #    rule against 32 and 64 over 256 tokens, the 8B's steps past 192 keys on the split-KV path))
 set -u
@@ -61,10 +60,6 @@ for s in $stages; do
                       )$E=16384:16384:16384:32768,$B
                     NEW=256 sw qwen3-8b $Q,$Q/op_elems=16384:8192:16384:16384,$(
                       )$Q/op_elems=16384:16384:16384:8192,$Q/op_elems=16384:16384:16384:32768,$Q ;;
-           astages) Q=$K/288; NEW=256 sw qwen3-8b $Q,$Q/attn_stages=4,$(
-                      )$Q/attn_block_s=32/attn_stages=6,$Q
-                    NEW=256 sw 1b $B,$B/attn_stages=4,$B/attn_stages=8,$B
-                    NEW=256 sw 8b $B,$B/attn_stages=4,$B ;;
          esac; done ;;
     gemvcfg) FASTDECODE_COMMIT=$COMMIT timeout ${OPS_TIMEOUT:-300} python3 bench/bench_ops.py \
            --shapes ${GEMV_SHAPES:-2048x16384,14336x4096} --configs ${GEMV_CONFIGS:-8192/4/4096/2,\

@@ -150,14 +150,12 @@ class StreamConfig:
     # default first and last): 1B rule 1156.1 / 1133.9, 64 keys 1152.4, 32 keys 1131.9; 8B rule
     # 250.6 / 249.7, 32 keys 249.9 (the split-KV path past 192 keys; tokens agree), 64 keys 250.9
     # -- the 1B's 32-key gain is within its run-to-run spread; the rule stays, it costs nothing.
+    # The loop's pipeline depth, measured and removed (2026-12-01, 2f7d09b, sweep_mega 256
+    # tokens, default first and last; Triton's num_stages 3 by default): Qwen3-8B 4 stages
+    # 243.6, 32 keys x 6 stages 242.9 vs 243.1 / 241.5; 1B 4 stages 1137.7, 8 stages 1029.2 vs
+    # 1141.5 / 1124.4; 8B 4 stages 249.6 vs 250.2 / 249.7 tok/s -- more K / V blocks in flight
+    # do not shorten the chain's attention stage.
     attn_block_s: int | None = None
-    # decode: the megakernel attention loop's pipeline depth (attention_body STAGES: K / V blocks
-    # in shared memory, stages - 1 in flight); 0: the kernel's num_stages (Triton's 3). The
-    # short-context attention at up to 288 keys is 1-5 blocks of 64 whose loads wait in HBM's
-    # loaded latency one or two at a time (the chain's 3.3 us on Qwen3-8B): deeper, more of
-    # them travel together, within the GEMV stream's shared memory (stages x 32 KB at 64 keys of
-    # head_dim 128 in bf16). Off until measured.
-    attn_stages: int = 0
     # decode: elements per weight piece of the (QKV, o_proj, gate|up, down) tasks; None:
     # tile_elems for all (the lm_head always streams tile_elems). Warps and programs per SM are
     # one per megakernel launch, a piece's elements are not: ops mode's per-shape sweep

@@ -253,8 +253,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                WORLD: tl.constexpr, RED_BLOCK: tl.constexpr,
                USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
                MERGE_IN_ATTN: tl.constexpr, NORM_IN_QKV: tl.constexpr, SQ: tl.constexpr,
-               SO: tl.constexpr, SG: tl.constexpr, SF: tl.constexpr, PF_KB: tl.constexpr = 0,
-               ATTN_STAGES: tl.constexpr = 0):
+               SO: tl.constexpr, SG: tl.constexpr, SF: tl.constexpr, PF_KB: tl.constexpr = 0):
     """Model sizes D, FFN, H, HD are constexpr (one compile per model): a decode tile over whole
     rows then folds its chunk loop away and keeps the activation row in registers, which spares
     registers (bench/compile_check.py: 1B shape 255 registers with 48 B of spills when they were
@@ -284,8 +283,6 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     attention over every key as one split (CHUNK = S), written straight to the attention output
     (attention_body DIRECT): no ATTN or MERGE tasks. An opcode, not a constexpr: both decode
     schedules run one compiled kernel.
-    ATTN_STAGES (config.StreamConfig.attn_stages): > 0, the attention key loops' pipeline
-    depth (attention_body STAGES).
     PF_KB (STREAM, config.StreamConfig.l2_prefetch_kb): > 0, an o_proj task followed by a
     gate|up task in its queue asks L2 for that task's first PF_KB KB of gate rows and of up rows
     (one bulk prefetch each, ptx_inline.prefetch_l2_bulk) before its dependency wait -- the
@@ -376,8 +373,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                                    lse_ptr, pos, T, TM, S, H, HD,
                                                    win, scale, S,
                                                    a0, 0, tb, GROUP, BLOCK_G, BLOCK_TOK,
-                                                   BLOCK_M, BLOCK_S, BLOCK_D, F32, True,
-                                                   ATTN_STAGES)
+                                                   BLOCK_M, BLOCK_S, BLOCK_D, F32, True)
                                 if TRACE:
                                     tl.store(tr + 7, globaltimer_ns(op, clock_ptr, USE_ASM))
             elif op == OP_O:
@@ -449,7 +445,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                        vc_ptr + layer * KVH * S * HD, opart_ptr, lse_ptr, pos,
                                        T, TM, S, H, HD, win, scale, CHUNK,
                                        a0, a1, a2, GROUP, BLOCK_G, BLOCK_TOK, BLOCK_M, BLOCK_S,
-                                       BLOCK_D, F32, False, ATTN_STAGES)
+                                       BLOCK_D, F32, False)
                         if MERGE_IN_ATTN:  # the group's last split to finish merges it
                             tl.debug_barrier()  # this split's partials stored before its ticket
                             tkt = tl.atomic_add(ctr_ptr + tkt_base + layer * KVH + a0, 1,
