@@ -161,16 +161,16 @@ class StreamConfig:
     # one per megakernel launch, a piece's elements are not: ops mode's per-shape sweep
     # (bench/sweep_gemv.py, H200, 2026-12-01) found different bests per op on Llama-3.2-1B
     # (o_proj 8192 / gate|up 8192 at 4 warps, down 16384 at 8), and ops + CUDA graph then came
-    # within 0.6% of the megakernel there. In the megakernel no better (H200, 2026-12-01, 1a8d9c3,
-    # EXP_PARTS=opelems bash bench/gpu_session.sh exp: sweep_mega 256 tokens, default first and
-    # last, tok/s): 1B default 1155.3 / 1124.3, 16384:8192:16384:16384 1170.7, 16384:8192:8192:16384
-    # 1150.5, 16384:16384:8192:16384 1150.0 (within the default's spread); 8B default 249.9 /
-    # 249.8, 16384:8192:16384:16384 248.5, down 8192 245.7, down 32768 233.6; Qwen3-8B default
-    # 242.8 / 241.5, 240.9, 235.0, 221.3 (the same variants) -- off. compile_check (sm_90a, 2026-12-01),
-    # spill store/load bytes: 1B default 44/48, 16384:8192:8192:16384 32/32, 16384:8192:16384:16384
-    # 24/24, 16384:16384:8192:16384 40/40, 16384:16384:32768:16384 904/928; 8B default 64/72,
-    # down 8192 60/68, down 32768 64/88, gate|up 32768 104/156; Qwen3-8B default 36/40, down 8192
-    # 48/48, gate|up 32768 52/64.
+    # within 0.6% of the megakernel there. In the megakernel no better (H200, 2026-12-01,
+    # 1a8d9c3, EXP_PARTS=opelems bash bench/gpu_session.sh exp: sweep_mega 256 tokens, default
+    # first and last, tok/s): 1B default 1155.3 / 1124.3, 16384:8192:16384:16384 1170.7,
+    # 16384:8192:8192:16384 1150.5, 16384:16384:8192:16384 1150.0 (within the default's spread);
+    # 8B default 249.9 / 249.8, 16384:8192:16384:16384 248.5, down 8192 245.7, down 32768 233.6;
+    # Qwen3-8B default 242.8 / 241.5, 240.9, 235.0, 221.3 (the same variants) -- off.
+    # compile_check (sm_90a, 2026-12-01), spill store/load bytes: 1B default 44/48,
+    # 16384:8192:8192:16384 32/32, 16384:8192:16384:16384 24/24, 16384:16384:8192:16384 40/40,
+    # 16384:16384:32768:16384 904/928; 8B default 64/72, down 8192 60/68, down 32768 64/88,
+    # gate|up 32768 104/156; Qwen3-8B default 36/40, down 8192 48/48, gate|up 32768 52/64.
     op_elems: tuple | None = None
     # Measured and removed (H200, 2026-12-01, 739ccee, sweep_mega 256 tokens): Qwen3-8B's q/k
     # norm inside the short-context attention (the completer's attention normed and rotated q
