@@ -96,6 +96,7 @@ def compile_ptx_tests():
         t._message_kernel[(2,)](i32, i32, i32, 64, 100, BLOCK=256, USE_ASM=True, CTA_BARRIER=cta)
     for abort in (True, False):
         t._spin_kernel[(1,)](i32, i32, i64, i32, 20, ABORT=abort, USE_ASM=True)
+        t._spin_cta_kernel[(1,)](i32, i32, i64, i32, 20, ABORT=abort, USE_ASM=True)
     t._pdl_producer_kernel[(1,)](i32, 63, 100, BLOCK=64, USE_ASM=True)
     t._pdl_consumer_kernel[(1,)](i32, i32, 63, BLOCK=64, USE_ASM=True, launch_pdl=True)
     from fastdecode.ops import PeerBuffers, all_reduce  # system-scope flags, peer pointers

@@ -215,9 +215,24 @@ def test_mega_op_elems_match_default(llama1b):
                              "op_elems vs default")
 
 
-def test_mega_timeout_is_fast(llama1b):
+@pytest.mark.parametrize("keys", [0, None])
+def test_mega_one_poller_is_bit_identical(llama, keys):
+    """Every dependency wait polled by one thread of the program, the verdict shared by a
+    barrier reduction (StreamConfig.one_poller), on both decode schedules (split-KV, and the
+    short-context one at keys=None): only when a task starts may change, not what it computes, so
+    the same bits -- teacher-forced logits and greedy tokens. A thread that ran ahead of the
+    acquire (the barrier not ordering thread 0's acquire before the others' loads) would read
+    stale rows."""
+    out = _stream_variants(llama, 10, "one_poller", attn_in_qkv_keys=keys)
+    assert torch.equal(out[True][0], out[False][0]) and torch.equal(out[True][1], out[False][1])
+
+
+@pytest.mark.parametrize("one_poller", [False, True])
+def test_mega_timeout_is_fast(llama1b, one_poller):
     import time
+    from fastdecode.triton_kernels.config import StreamConfig
     fm = fastdecode.from_hf(llama1b, max_seq_len=64, mode="mega")
+    fm.runtime.mega_stream = StreamConfig(one_poller=one_poller)
     fm(torch.tensor([[1]], device="cuda"))  # compile the T=1 step outside the timed region
     from helpers import drop_encoded_task
     drop_encoded_task(fm.runtime, 1, "GATE_UP")

@@ -9,7 +9,7 @@ from conftest import DEVICE
 from fastdecode.ptx_inline import (cta_barrier, globaltimer_ns, grid_launch_dependents, grid_wait,
                                    ld_acquire, ld_stream_b128, nanosleep, prefetch_l2,
                                    prefetch_l2_bulk, red_release_add, sm_id, spin_acquire,
-                                   st_release)
+                                   spin_acquire_cta, st_release)
 from fastdecode.triton_kernels._common import INTERPRET
 
 USE_ASM = not INTERPRET
@@ -29,6 +29,16 @@ def _spin_kernel(flags, targets, aborts, out, max_spin, ABORT: tl.constexpr,
     v, n = spin_acquire(flags + i, tl.load(targets + i), max_spin, aborts + i, "gpu", USE_ASM,
                         ABORT)
     tl.store(out + 2 * i, v)
+    tl.store(out + 2 * i + 1, n)
+
+
+@triton.jit
+def _spin_cta_kernel(flags, targets, aborts, out, max_spin, ABORT: tl.constexpr,
+                     USE_ASM: tl.constexpr):
+    i = tl.program_id(0)
+    met, n = spin_acquire_cta(flags + i, tl.load(targets + i), max_spin, aborts + i, "gpu",
+                              USE_ASM, ABORT)
+    tl.store(out + 2 * i, met)
     tl.store(out + 2 * i + 1, n)
 
 
@@ -119,6 +129,25 @@ def test_spin_acquire_is_bounded(abort):
     _spin_kernel[(4,)](flags, targets, aborts, out, max_spin, ABORT=abort, USE_ASM=USE_ASM)
     v, n = out.view(4, 2).cpu().unbind(1)
     assert v.tolist() == [5, 5, 3, 3]
+    assert n.tolist() == [0, 0, max_spin, 1 if abort else max_spin]
+
+
+@pytest.mark.parametrize("num_warps", [4, 8])
+@pytest.mark.parametrize("abort", [True, False])
+def test_spin_acquire_cta_is_bounded(abort, num_warps):
+    """The one-thread poll with its outcome shared by a barrier reduction: the same cases as
+    test_spin_acquire_is_bounded, each program's verdict (met 1 / 0) and polls the same in every
+    thread -- a thread that left the loop on its own would hang the barrier or store another
+    count (every thread stores; the last store wins)."""
+    max_spin = 20
+    flags = torch.tensor([5, 5, 3, 3], dtype=torch.int32, device=DEVICE)
+    targets = torch.tensor([5, 4, 4, 9], dtype=torch.int32, device=DEVICE)
+    aborts = torch.tensor([0, 0, 0, 1], dtype=torch.int64, device=DEVICE)
+    out = torch.full((8,), -1, dtype=torch.int32, device=DEVICE)
+    _spin_cta_kernel[(4,)](flags, targets, aborts, out, max_spin, ABORT=abort, USE_ASM=USE_ASM,
+                           num_warps=num_warps)
+    met, n = out.view(4, 2).cpu().unbind(1)
+    assert met.tolist() == [1, 1, 0, 0]
     assert n.tolist() == [0, 0, max_spin, 1 if abort else max_spin]
 
 

@@ -26,6 +26,18 @@ spin_acquire(ptr, target, max_spin, abort_ptr, SCOPE, USE_ASM, ABORT) -> (value,
     volatile load) BEFORE the acquire load: no later load may pass an acquire, so after it the
     two would be two L2 round trips in series; before it they are one. Bounded whatever the
     flag does: the caller reports a timeout instead of hanging the GPU.
+spin_acquire_cta(ptr, target, max_spin, abort_ptr, SCOPE, USE_ASM, ABORT) -> (met, polls): the
+    same bounded wait for a whole program, polled by one thread: each poll, thread 0 issues the
+    acquire load of *ptr (and, if ABORT, threads 1 and 2 the volatile load of the abort word --
+    two, so their vote outweighs thread 0's) and every thread meets in `bar.red.popc.u32`, which
+    counts the threads whose poll succeeded and hands the count to all of them: met = count & 1,
+    aborted = count >= 2. One request per poll per program where spin_acquire's scalar code
+    makes every warp issue its own (4-8 per program), on the counter's one L2 slice that every
+    consumer of a phase polls at once. The barrier makes thread 0's acquire cover the others:
+    the producer's release synchronizes with thread 0's acquire, and the barrier orders
+    thread 0's side before every thread's later accesses (the CUDA idiom: one thread spins, then
+    __syncthreads). Returns met (1 / 0: timed out or aborted) and the polls after the first.
+    Every thread of the program must call it (a barrier). Fallback (interpreter): spin_acquire.
 cta_barrier(USE_ASM): `bar.sync 0` -- every thread of the program waits there for the others,
     and their shared and global memory accesses before it are ordered before (and visible to)
     the accesses after it of every thread of the program: tl.debug_barrier as an opaque asm
@@ -63,6 +75,50 @@ def spin_acquire(ptr, target, max_spin, abort_ptr, SCOPE: tl.constexpr, USE_ASM:
         v = ld_acquire(ptr, SCOPE, USE_ASM)
         n += 1
     return v, n
+
+
+# _poll_cta's PTX: thread 0's acquire load (at the scope between _POLL and _MET), its vote met;
+# the abort vote (ABORT): threads 1 and 2 load the abort word, a nonzero one is their vote; then
+# every thread's vote counted, the count to all
+_POLL = tl.constexpr("{ .reg .pred p, q; .reg .b32 t, v, a; mov.u32 t, %tid.x; mov.u32 v, 0; "
+                     "mov.u32 a, 0; setp.eq.u32 p, t, 0; @p ld.global.acquire.")
+_MET = tl.constexpr(".b32 v, [$1]; setp.ge.and.s32 p, v, $2, p; ")
+_ABORT_VOTE = tl.constexpr("setp.eq.u32 q, t, 1; setp.eq.or.u32 q, t, 2, q; "
+                           "@q ld.volatile.global.b32 a, [$3]; setp.ne.and.u32 q, a, 0, q; "
+                           "or.pred p, p, q; ")
+_POPC = tl.constexpr("bar.red.popc.u32 $0, 0, p; }")
+
+
+@triton.jit
+def _poll_cta(ptr, target, abort_ptr, SCOPE: tl.constexpr, ABORT: tl.constexpr):
+    """One poll of spin_acquire_cta: thread 0's acquire load against target, threads 1 and 2's
+    load of the abort word (ABORT), the votes counted by bar.red.popc -> met + 2 x aborted."""
+    # the abort word's low 32 bits (little-endian; any nonzero abort word has them nonzero here:
+    # the megakernel's is 0 or 1)
+    args = [ptr, tl.cast(target, tl.int32), abort_ptr.to(tl.pointer_type(tl.int32))]
+    if ABORT:
+        c = tl.inline_asm_elementwise(_POLL + SCOPE + _MET + _ABORT_VOTE + _POPC, "=r,l,r,l",
+                                      args, dtype=tl.int32, is_pure=False, pack=1)
+    else:
+        c = tl.inline_asm_elementwise(_POLL + SCOPE + _MET + _POPC, "=r,l,r,l", args,
+                                      dtype=tl.int32, is_pure=False, pack=1)
+    return c
+
+
+@triton.jit
+def spin_acquire_cta(ptr, target, max_spin, abort_ptr, SCOPE: tl.constexpr,
+                     USE_ASM: tl.constexpr, ABORT: tl.constexpr):
+    if USE_ASM:  # the first poll without the abort word, as spin_acquire
+        c = _poll_cta(ptr, target, abort_ptr, SCOPE, False)
+        n = 0
+        while (c == 0) & (n < max_spin):
+            c = _poll_cta(ptr, target, abort_ptr, SCOPE, ABORT)
+            n += 1
+        met = c == 1
+    else:
+        v, n = spin_acquire(ptr, target, max_spin, abort_ptr, SCOPE, USE_ASM, ABORT)
+        met = v >= target
+    return met.to(tl.int32), n
 
 
 @triton.jit

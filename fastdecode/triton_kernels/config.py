@@ -172,6 +172,13 @@ class StreamConfig:
     # 16384:16384:32768:16384 904/928; 8B default 64/72, down 8192 60/68, down 32768 64/88,
     # gate|up 32768 104/156; Qwen3-8B default 36/40, down 8192 48/48, gate|up 32768 52/64.
     op_elems: tuple | None = None
+    # decode: every dependency wait polled by one thread of the program, the outcome handed to
+    # the others by a barrier reduction (ptx_inline.spin_acquire_cta), instead of a poll per
+    # warp: all consumers of a phase poll one counter word, on one L2 slice, and a barrier of 264
+    # programs cost 1.94 us against 1.06 with 132 (KNOWLEDGE.md) -- fewer requests there might
+    # shorten every hop (trace at cdaee78: the last producer's end -> the consumers' median ready
+    # 0.5-0.9 us, the last one's 1.0-1.4). Off until measured.
+    one_poller: bool = False
     # Measured and removed (H200, 2026-12-01, 739ccee, sweep_mega 256 tokens): Qwen3-8B's q/k
     # norm inside the short-context attention (the completer's attention normed and rotated q
     # and the new key in registers from the raw fp32 rows, its softmax started at the new key;

@@ -37,7 +37,7 @@ import triton
 import triton.language as tl
 
 from ..opcodes import TRACE_WORDS, WORDS, Op
-from ..ptx_inline.flags import cta_barrier, spin_acquire
+from ..ptx_inline.flags import cta_barrier, spin_acquire, spin_acquire_cta
 from ..ptx_inline.memory import prefetch_l2_bulk
 from ..ptx_inline.timers import globaltimer_ns, sm_id
 from .all_reduce import peer, push_rows, residual_sum_body
@@ -69,17 +69,28 @@ STATUS_WORDS = 8
 
 @triton.jit
 def wait_counter(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, xtab_ptr, rank,
-                 x_ctr, x_spin, WORLD: tl.constexpr, USE_ASM: tl.constexpr):
+                 x_ctr, x_spin, WORLD: tl.constexpr, USE_ASM: tl.constexpr,
+                 POLL1: tl.constexpr):
     """Spin until counters[ctr] >= target -- for a remote counter (ctr < 0, tensor
     parallelism), until every rank's word of it in this rank's symmetric buffer does, in rank
     order, at most x_spin polls each (the other ranks' launches start when their hosts get there);
-    returns 1 if met, 0 on timeout or abort."""
+    returns 1 if met, 0 on timeout or abort. POLL1 (StreamConfig.one_poller): a local counter
+    is polled by one thread of the program, the outcome shared by a barrier reduction
+    (ptx_inline.spin_acquire_cta); its value is read again only for a timeout's report."""
     q = pid * 0 - 1
     local = True
     if WORLD > 1:
         local = ctr >= 0
     if local:
-        v, _ = spin_acquire(ctr_ptr + ctr, target, max_spin, status_ptr, "gpu", USE_ASM, True)
+        if POLL1:
+            met, _ = spin_acquire_cta(ctr_ptr + ctr, target, max_spin, status_ptr, "gpu",
+                                      USE_ASM, True)
+            v = target
+            if met == 0:  # timed out or aborted (a met wait reads nothing more): for the report
+                v = tl.minimum(tl.load(ctr_ptr + ctr, volatile=True), target - 1)
+        else:
+            v, _ = spin_acquire(ctr_ptr + ctr, target, max_spin, status_ptr, "gpu", USE_ASM,
+                                True)
     else:
         words = peer(xtab_ptr, rank, x_ctr + (-1 - ctr) * WORLD, tl.int32)
         v = target
@@ -106,10 +117,10 @@ def wait_counter(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, xtab
 @triton.jit
 def ready(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, tr, clock_ptr, op,
           xtab_ptr, rank, x_ctr, x_spin, WORLD: tl.constexpr, USE_ASM: tl.constexpr,
-          TRACE: tl.constexpr):
+          TRACE: tl.constexpr, POLL1: tl.constexpr):
     """A task's dependency wait (wait_counter), then its 'ready' timestamp."""
     ok = wait_counter(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, xtab_ptr, rank,
-                      x_ctr, x_spin, WORLD, USE_ASM)
+                      x_ctr, x_spin, WORLD, USE_ASM, POLL1)
     if TRACE:
         tl.store(tr + 1, globaltimer_ns(op, clock_ptr, USE_ASM))
     return ok
@@ -184,7 +195,8 @@ def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
                   BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STREAM: tl.constexpr,
                   F32: tl.constexpr, WORLD: tl.constexpr, PUSH_BLOCK: tl.constexpr,
                   USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
-                  STAGES: tl.constexpr, RG: tl.constexpr, PF_KB: tl.constexpr):
+                  STAGES: tl.constexpr, RG: tl.constexpr, PF_KB: tl.constexpr,
+                  POLL1: tl.constexpr):
     """o_proj / down_proj task: h[:, tiles lo..hi] += x @ W^T (+ bias), the residual stream in
     place -- its first weight piece requested, then its wait (ready), then the stream (STAGES >
     1: the wait inside the stream's first iteration, gemv_body). Tensor
@@ -197,7 +209,7 @@ def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
     while HBM idles. (The first piece after the wait, or every piece after all but the KV
     groups' completers had published, measured no faster: config.StreamConfig.)"""
     wargs = (ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, tr, clock_ptr, op,
-             xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE)
+             xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE, POLL1)
     out = h_ptr
     if WORLD > 1:
         out = peer(xtab_ptr, rank, part_off, tl.float32)
@@ -253,7 +265,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                WORLD: tl.constexpr, RED_BLOCK: tl.constexpr,
                USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
                MERGE_IN_ATTN: tl.constexpr, NORM_IN_QKV: tl.constexpr, SQ: tl.constexpr,
-               SO: tl.constexpr, SG: tl.constexpr, SF: tl.constexpr, PF_KB: tl.constexpr = 0):
+               SO: tl.constexpr, SG: tl.constexpr, SF: tl.constexpr, PF_KB: tl.constexpr = 0,
+               POLL1: tl.constexpr = False):
     """Model sizes D, FFN, H, HD are constexpr (one compile per model): a decode tile over whole
     rows then folds its chunk loop away and keeps the activation row in registers, which spares
     registers (bench/compile_check.py: 1B shape 255 registers with 48 B of spills when they were
@@ -297,7 +310,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     while (s < n_steps) & (run == 1):
         if s > 0:  # the previous step's token must be chosen before we look at the done flag
             run = wait_counter(ctr_ptr, e0 + s, status_ptr, max_spin, pid, pid * 0 - 1, tok_ctr,
-                               s, xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM)
+                               s, xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, POLL1)
         if run == 1:
             run = (tl.load(done_ptr, volatile=True) == 0).to(tl.int32)
         # the step's first position, read once: CHOOSE advances it after every other task of the
@@ -322,7 +335,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                 tl.store(tr + 3, sm_id(op, pid, USE_ASM).to(tl.int64))  # opcodes.T_SM
             # this task's dependency wait (ready's arguments)
             wargs = (ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, tr, clock_ptr, op,
-                     xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE)
+                     xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE, POLL1)
             # weight tasks: first weight piece, then the wait; the others: the wait
             if (op == OP_QKV) | (op == OP_QKVA):
                 w_qkv = wqkv_ptr + layer * QKVN * D
@@ -382,7 +395,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                     max_spin, pid, i, wc, s, tr, clock_ptr, op, xtab_ptr, rank,
                                     x_ctr, x_spin, x_red + rank * TM * D, w + NW, i + 1 < qlen,
                                     wgu_ptr, FFN, BIAS_O, BLOCK_T, RQ, KQ, STREAM, F32, WORLD,
-                                    RED_BLOCK, USE_ASM, TRACE, PTX, SO, RG, PF_KB)
+                                    RED_BLOCK, USE_ASM, TRACE, PTX, SO, RG, PF_KB, POLL1)
             elif op == OP_GU:
                 w_gu = wgu_ptr + layer * 2 * FFN * D
                 if SG > 1:
@@ -407,7 +420,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                     max_spin, pid, i, wc, s, tr, clock_ptr, op, xtab_ptr, rank,
                                     x_ctr, x_spin, x_red + (WORLD + rank) * TM * D, w, False,
                                     wgu_ptr, FFN, BIAS_MLP, BLOCK_T, RF, KF, STREAM, F32, WORLD,
-                                    RED_BLOCK, USE_ASM, TRACE, PTX, SF, RG, 0)
+                                    RED_BLOCK, USE_ASM, TRACE, PTX, SF, RG, 0, POLL1)
             elif op == OP_LM:
                 w0, _ = stream_start(lm_ptr, V, D, a1, a2, RD, KD, False, STREAM, PTX)
                 run = ready(*wargs)
