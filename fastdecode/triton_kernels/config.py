@@ -172,13 +172,17 @@ class StreamConfig:
     # 16384:16384:32768:16384 904/928; 8B default 64/72, down 8192 60/68, down 32768 64/88,
     # gate|up 32768 104/156; Qwen3-8B default 36/40, down 8192 48/48, gate|up 32768 52/64.
     op_elems: tuple | None = None
-    # decode: every dependency wait polled by one thread of the program, the outcome handed to
+    # decode: every dependency wait polled by one thread of the program, the verdict handed to
     # the others by a barrier reduction (ptx_inline.spin_acquire_cta), instead of a poll per
-    # warp: all consumers of a phase poll one counter word, on one L2 slice, and a barrier of 264
-    # programs cost 1.94 us against 1.06 with 132 (KNOWLEDGE.md) -- fewer requests there might
-    # shorten every hop (trace at cdaee78: the last producer's end -> the consumers' median ready
-    # 0.5-0.9 us, the last one's 1.0-1.4). Off until measured.
-    one_poller: bool = False
+    # warp (4-8 requests per poll per program, all consumers of a phase on one counter word, one
+    # L2 slice; a barrier of 264 programs cost 1.94 us against 1.06 with 132, KNOWLEDGE.md).
+    # Measured on an H200 (2026-12-02, 59c43b8, sweep_mega 256 tokens, each variant
+    # twice in one run, tok/s): Llama-3.2-1B 1191.7 / 1161.1 vs 1140.1 / 1122.7, again 1200.3 /
+    # 1189.6 vs 1160.8 / 1154.2 (+3%; trace_step's step span 760.8 us vs 799.8 at cdaee78, the
+    # waits per program: QKV 34.8 vs 42.1 us, GATE_UP 15.8 vs 24.3, DOWN 33.4 vs 40.3);
+    # Llama-3.1-8B 250.7 / 250.7 vs 250.0 / 250.0; Qwen3-8B 242.1 / 241.3 vs 242.3 / 242.2 (within
+    # its spread). Hence on.
+    one_poller: bool = True
     # Measured and removed (H200, 2026-12-01, 739ccee, sweep_mega 256 tokens): Qwen3-8B's q/k
     # norm inside the short-context attention (the completer's attention normed and rotated q
     # and the new key in registers from the raw fp32 rows, its softmax started at the new key;

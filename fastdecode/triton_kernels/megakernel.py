@@ -8,6 +8,8 @@ Program p walks its static queue (schedule.py) once per step; for each instructi
               (but a register-stream gate|up task requests its first piece after the wait:
               measured faster, see the OP_GU branch)
     wait:     spin on an acquire load of counters[wait] until >= (epoch + off) * producers
+              (decode: one thread polls, a barrier reduction hands every thread the verdict --
+              StreamConfig.one_poller)
     run:      dispatch on the opcode to the same *_body functions the `ops` mode launches
     publish:  block barrier, one release add (GPU scope) to counters[signal]
 Counters only grow. The epoch is read from the token counter at launch (it counts completed
