@@ -183,6 +183,11 @@ class StreamConfig:
     # Llama-3.1-8B 250.7 / 250.7 vs 250.0 / 250.0; Qwen3-8B 242.1 / 241.3 vs 242.3 / 242.2 (within
     # its spread). Hence on.
     one_poller: bool = True
+    # decode: words between two local dependency counters in the megakernel's counter buffer
+    # (1: packed; 32: one 128-byte L2 line each) -- every consumer of a phase polls its counter
+    # while the producers of the neighbouring counters (the next phase, the KV groups' tickets)
+    # add to theirs, on the same line when packed. Off (1) until measured.
+    counter_stride: int = 1
     # Measured and removed (H200, 2026-12-01, 739ccee, sweep_mega 256 tokens): Qwen3-8B's q/k
     # norm inside the short-context attention (the completer's attention normed and rotated q
     # and the new key in registers from the raw fp32 rows, its softmax started at the new key;
