@@ -528,9 +528,8 @@ class Runtime:
             self._counters.clear()
             self._tp_ready.clear()
         key = id(sched)
-        cs = sched.graph.tiling.counter_stride
         if key not in self._counters:
-            self._counters[key] = (torch.zeros(sched.n_counters * cs, device=pw.device,
+            self._counters[key] = (torch.zeros(sched.n_counters, device=pw.device,
                                                dtype=torch.int32),
                                    sched.words.to(pw.device), sched.lengths.to(pw.device))
         ctr, words, lengths = self._counters[key]
@@ -544,7 +543,7 @@ class Runtime:
         x, world = self.x, self.collectives.world
         x_ctr = x.counters(sched) if x is not None else 0
         args = (
-            words, lengths, words.shape[1], ctr, sched.graph.counters[("tok",)] * cs, st.status,
+            words, lengths, words.shape[1], ctr, sched.graph.counters[("tok",)], st.status,
             # with tensor parallelism any wait may stand behind another rank: the remote bound
             self.max_spin_remote if self.tp else self.max_spin, n_steps,
             trace if trace is not None else st.status,
@@ -560,8 +559,8 @@ class Runtime:
             s.head_dim ** -0.5, tg.attn_chunk, tg.n_splits, n_vparts,
             x.table if x else st.status, self.collectives.rank, x_ctr, self.max_spin_remote,
             x.red if x else 0, x.lmv if x else 0, x.lmi if x else 0, self.vocab[0],
-            st.logits.shape[1], sched.graph.counters.get(("ticket", 0, 0), 0) * cs,
-            sched.graph.counters.get(("qticket", 0, 0), 0) * cs)
+            st.logits.shape[1], sched.graph.counters.get(("ticket", 0, 0), 0),
+            sched.graph.counters.get(("qticket", 0, 0), 0))
         kw.update(
             D=s.d_model, FFN=s.ffn_dim, H=s.n_heads, HD=s.head_dim,
             BIAS_QKV=pw.b_qkv is not None, QK_NORM=pw.qk_norm is not None and not tg.qk_defer,
@@ -581,7 +580,7 @@ class Runtime:
             RED_BLOCK=COST.reduce_block, USE_ASM=not INTERPRET,
             TRACE=trace is not None, PTX=tg.ptx, MERGE_IN_ATTN=tg.merge_in_attn,
             NORM_IN_QKV=tg.norm_in_qkv, SQ=tg.stages[0], SO=tg.stages[1], SG=tg.stages[2],
-            SF=tg.stages[3], PF_KB=tg.l2_prefetch_kb, POLL1=tg.one_poller, CSTRIDE=cs,
+            SF=tg.stages[3], PF_KB=tg.l2_prefetch_kb, POLL1=tg.one_poller,
             num_warps=tg.num_warps)
         grid = (sched.n_programs,)
         variant = (key, sampling.do_sample, trace is not None)
@@ -627,8 +626,7 @@ class Runtime:
         if self.mode != "mega" or int(st.status[0]) == 0:
             return
         prog, qi, ctr, val, target, step, rank = st.status[1:].tolist()
-        cs = self._last_sched.graph.tiling.counter_stride  # the kernel reports c x stride
-        names = {v * cs if v >= 0 else v: k for k, v in self._last_sched.graph.counters.items()}
+        names = {v: k for k, v in self._last_sched.graph.counters.items()}
         for c, _, _ in self._counters.values():
             c.zero_()
         st.status.zero_()

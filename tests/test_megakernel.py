@@ -160,9 +160,9 @@ def test_vm_random_interleavings_match_torch(family, fused, keys):
 
 
 STAGED = StreamConfig(64, 4, max_k=16, attn_in_qkv_keys=10, stages=3, l2_prefetch_kb=1,
-                      attn_block_s=16, counter_stride=32)
+                      attn_block_s=16)
 WHOLE_ROWS = StreamConfig(2048, 4, merge_in_attn=True, norm_in_qkv=True, attn_in_qkv_keys=0,
-                          l2_prefetch_kb=64, op_elems=(512, 4096, 1024, 2048), counter_stride=3)
+                          l2_prefetch_kb=64, op_elems=(512, 4096, 1024, 2048))
 
 
 @pytest.mark.parametrize("family,stream", [("qwen2", STAGED), ("qwen3", STAGED),
@@ -178,9 +178,7 @@ def test_decode_stream_tiles_match_torch(family, stream):
     unchanged; the interpreter runs the range arithmetic, a GPU the bulk prefetches).
     attn_block_s 16: the attention loops' key blocks smaller than the split plan's (its chunk, and
     the partials' buffer, stay those of attention_config's block). op_elems: each op's own piece
-    elements, so QKV / o / gate|up / down tiles differ in rows (WHOLE_ROWS). counter_stride: the
-    local counters 32 / 3 words apart (a counter or ticket indexed unscaled would meet another's
-    word: a wait that never comes, or a group's attention never run)."""
+    elements, so QKV / o / gate|up / down tiles differ in rows (WHOLE_ROWS)."""
     model = tiny_model(family).to(DEVICE)
     ids = torch.randint(0, 101, (1, 12), generator=torch.Generator().manual_seed(4)).to(DEVICE)
     ref = fastdecode.from_hf(model, max_seq_len=32, mode="torch")

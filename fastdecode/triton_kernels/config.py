@@ -181,13 +181,11 @@ class StreamConfig:
     # 1189.6 vs 1160.8 / 1154.2 (+3%; trace_step's step span 760.8 us vs 799.8 at cdaee78, the
     # waits per program: QKV 34.8 vs 42.1 us, GATE_UP 15.8 vs 24.3, DOWN 33.4 vs 40.3);
     # Llama-3.1-8B 250.7 / 250.7 vs 250.0 / 250.0; Qwen3-8B 242.1 / 241.3 vs 242.3 / 242.2 (within
-    # its spread). Hence on.
+    # its spread). Hence on. Measured and removed with it on (2026-12-02, 04cbbc4, the same
+    # sweep): the local counters 32 words apart, each on its own 128-byte L2 line instead of
+    # packed (polls of a phase's counter and atomics on its neighbours share lines when packed) --
+    # 1B 1154.1 / 1141.9 vs 1139.4 / 1144.3, Qwen3-8B 237.7 / 238.3 vs 241.6 / 241.5 tok/s.
     one_poller: bool = True
-    # decode: words between two local dependency counters in the megakernel's counter buffer
-    # (1: packed; 32: one 128-byte L2 line each) -- every consumer of a phase polls its counter
-    # while the producers of the neighbouring counters (the next phase, the KV groups' tickets)
-    # add to theirs, on the same line when packed. Off (1) until measured.
-    counter_stride: int = 1
     # Measured and removed (H200, 2026-12-01, 739ccee, sweep_mega 256 tokens): Qwen3-8B's q/k
     # norm inside the short-context attention (the completer's attention normed and rotated q
     # and the new key in registers from the raw fp32 rows, its softmax started at the new key;

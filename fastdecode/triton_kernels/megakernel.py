@@ -268,7 +268,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
                MERGE_IN_ATTN: tl.constexpr, NORM_IN_QKV: tl.constexpr, SQ: tl.constexpr,
                SO: tl.constexpr, SG: tl.constexpr, SF: tl.constexpr, PF_KB: tl.constexpr = 0,
-               POLL1: tl.constexpr = False, CSTRIDE: tl.constexpr = 1):
+               POLL1: tl.constexpr = False):
     """Model sizes D, FFN, H, HD are constexpr (one compile per model): a decode tile over whole
     rows then folds its chunk loop away and keeps the activation row in registers, which spares
     registers (bench/compile_check.py: 1B shape 255 registers with 48 B of spills when they were
@@ -301,10 +301,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     PF_KB (STREAM, config.StreamConfig.l2_prefetch_kb): > 0, an o_proj task followed by a
     gate|up task in its queue asks L2 for that task's first PF_KB KB of gate rows and of up rows
     (one bulk prefetch each, ptx_inline.prefetch_l2_bulk) before its dependency wait -- the
-    attention chain's, when HBM idles (residual_task).
-    CSTRIDE (config.StreamConfig.counter_stride): local counter c lives at word c * CSTRIDE of
-    ctr_ptr (the queue words hold c; tok_ctr, tkt_base and qtkt_base come scaled), so that the
-    counters sit on separate L2 lines."""
+    attention chain's, when HBM idles (residual_task)."""
     pid = tl.program_id(0)
     qlen = tl.load(qlen_ptr + pid)
     QKVN = (H + 2 * KVH) * HD
@@ -334,9 +331,6 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
             wc = tl.load(w + 5)
             target = (epoch + tl.load(w + 7)) * tl.load(w + 6)
             sig = tl.load(w + 8)
-            if CSTRIDE > 1:  # local counters CSTRIDE words apart (remote ones: -1 - x, as is)
-                wc = tl.where(wc >= 0, wc * CSTRIDE, wc)
-                sig = tl.where(sig >= 0, sig * CSTRIDE, sig)
             tr = trace_ptr + ((pid * n_steps + s) * LMAX + i) * TW
             if TRACE:
                 tl.store(tr, globaltimer_ns(op, clock_ptr, USE_ASM))
@@ -373,9 +367,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                         # the layer's window, requested under the ticket's round trip: the
                         # attention's key range (its K / V addresses) waits on it
                         win = tl.load(win_ptr + layer)
-                        tkt = tl.atomic_add(
-                            ctr_ptr + qtkt_base + (layer * KVH + a0) * CSTRIDE, a2 - a1,
-                            sem="acq_rel", scope="gpu")
+                        tkt = tl.atomic_add(ctr_ptr + qtkt_base + layer * KVH + a0, a2 - a1,
+                                            sem="acq_rel", scope="gpu")
                         # the step's last ticket acquired every other tile's release
                         if (tkt + a2 - a1) % ((GROUP + 2) * QKV_CHUNKS * tl.cdiv(T, BLOCK_T)) \
                                 == 0:
@@ -470,9 +463,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                        BLOCK_D, F32, False)
                         if MERGE_IN_ATTN:  # the group's last split to finish merges it
                             tl.debug_barrier()  # this split's partials stored before its ticket
-                            tkt = tl.atomic_add(
-                                ctr_ptr + tkt_base + (layer * KVH + a0) * CSTRIDE, 1,
-                                sem="acq_rel", scope="gpu")
+                            tkt = tl.atomic_add(ctr_ptr + tkt_base + layer * KVH + a0, 1,
+                                                sem="acq_rel", scope="gpu")
                             # acquired every other split's release at the step's last ticket
                             if (tkt + 1) % (n_splits * tl.cdiv(T, BLOCK_TOK)) == 0:
                                 merge_group(opart_ptr, lse_ptr, attn_ptr, pos, T, TM, H, HD,
