@@ -30,8 +30,8 @@ spin_acquire_cta(ptr, target, max_spin, abort_ptr, SCOPE, USE_ASM, ABORT) -> (me
     same bounded wait for a whole program, polled by one thread: each poll, thread 0 issues the
     acquire load of *ptr (and, if ABORT, threads 1 and 2 the volatile load of the abort word --
     two, so their vote outweighs thread 0's) and every thread meets in `bar.red.popc.u32`, which
-    counts the threads whose poll succeeded and hands the count to all of them: met = count & 1,
-    aborted = count >= 2. One request per poll per program where spin_acquire's scalar code
+    counts the threads whose vote is yes and hands the count to all of them: 1 -- met; 2 or 3 --
+    aborted (an abort wins over a met counter, as a program told to stop should). One request per poll per program where spin_acquire's scalar code
     makes every warp issue its own (4-8 per program), on the counter's one L2 slice that every
     consumer of a phase polls at once. The barrier makes thread 0's acquire cover the others:
     the producer's release synchronizes with thread 0's acquire, and the barrier orders
