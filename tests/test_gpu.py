@@ -227,12 +227,16 @@ def test_mega_one_poller_is_bit_identical(llama, keys):
     assert torch.equal(out[True][0], out[False][0]) and torch.equal(out[True][1], out[False][1])
 
 
-@pytest.mark.parametrize("one_poller", [False, True])
-def test_mega_timeout_is_fast(llama1b, one_poller):
+@pytest.mark.parametrize("one_poller,abort_every", [(False, 1), (True, 1), (True, 16)])
+def test_mega_timeout_is_fast(llama1b, one_poller, abort_every):
+    """A task that never runs (its queue entry dropped): its consumer times out, raises the abort
+    word, every other program notices it (at every poll, or every 16th) and exits -- the host
+    raises MegakernelTimeout naming the counter within a second, not after every program's own
+    timeout."""
     import time
     from fastdecode.triton_kernels.config import StreamConfig
     fm = fastdecode.from_hf(llama1b, max_seq_len=64, mode="mega")
-    fm.runtime.mega_stream = StreamConfig(one_poller=one_poller)
+    fm.runtime.mega_stream = StreamConfig(one_poller=one_poller, abort_every=abort_every)
     fm(torch.tensor([[1]], device="cuda"))  # compile the T=1 step outside the timed region
     from helpers import drop_encoded_task
     drop_encoded_task(fm.runtime, 1, "GATE_UP")

@@ -34,10 +34,10 @@ def _spin_kernel(flags, targets, aborts, out, max_spin, ABORT: tl.constexpr,
 
 @triton.jit
 def _spin_cta_kernel(flags, targets, aborts, out, max_spin, ABORT: tl.constexpr,
-                     USE_ASM: tl.constexpr):
+                     USE_ASM: tl.constexpr, EVERY: tl.constexpr = 1):
     i = tl.program_id(0)
     met, n = spin_acquire_cta(flags + i, tl.load(targets + i), max_spin, aborts + i, "gpu",
-                              USE_ASM, ABORT)
+                              USE_ASM, ABORT, EVERY)
     tl.store(out + 2 * i, met)
     tl.store(out + 2 * i + 1, n)
 
@@ -132,23 +132,25 @@ def test_spin_acquire_is_bounded(abort):
     assert n.tolist() == [0, 0, max_spin, 1 if abort else max_spin]
 
 
+@pytest.mark.parametrize("every", [1, 4])
 @pytest.mark.parametrize("num_warps", [4, 8])
 @pytest.mark.parametrize("abort", [True, False])
-def test_spin_acquire_cta_is_bounded(abort, num_warps):
+def test_spin_acquire_cta_is_bounded(abort, num_warps, every):
     """The one-thread poll with its outcome shared by a barrier reduction: the same cases as
     test_spin_acquire_is_bounded, each program's verdict (met 1 / 0) and polls the same in every
     thread -- a thread that left the loop on its own would hang the barrier or store another
-    count (every thread stores; the last store wins)."""
+    count (every thread stores; the last store wins). every: the abort word read at every
+    every-th poll, so an abort stops the spin at poll `every`."""
     max_spin = 20
     flags = torch.tensor([5, 5, 3, 3], dtype=torch.int32, device=DEVICE)
     targets = torch.tensor([5, 4, 4, 9], dtype=torch.int32, device=DEVICE)
     aborts = torch.tensor([0, 0, 0, 1], dtype=torch.int64, device=DEVICE)
     out = torch.full((8,), -1, dtype=torch.int32, device=DEVICE)
     _spin_cta_kernel[(4,)](flags, targets, aborts, out, max_spin, ABORT=abort, USE_ASM=USE_ASM,
-                           num_warps=num_warps)
+                           EVERY=every, num_warps=num_warps)
     met, n = out.view(4, 2).cpu().unbind(1)
     assert met.tolist() == [1, 1, 0, 0]
-    assert n.tolist() == [0, 0, max_spin, 1 if abort else max_spin]
+    assert n.tolist() == [0, 0, max_spin, every if abort else max_spin]
 
 
 def test_grid_wait_sees_the_previous_kernels_writes():

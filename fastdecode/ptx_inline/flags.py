@@ -26,18 +26,21 @@ spin_acquire(ptr, target, max_spin, abort_ptr, SCOPE, USE_ASM, ABORT) -> (value,
     volatile load) BEFORE the acquire load: no later load may pass an acquire, so after it the
     two would be two L2 round trips in series; before it they are one. Bounded whatever the
     flag does: the caller reports a timeout instead of hanging the GPU.
-spin_acquire_cta(ptr, target, max_spin, abort_ptr, SCOPE, USE_ASM, ABORT) -> (met, polls): the
-    same bounded wait for a whole program, polled by one thread: each poll, thread 0 issues the
-    acquire load of *ptr (and, if ABORT, threads 1 and 2 the volatile load of the abort word --
-    two, so their vote outweighs thread 0's) and every thread meets in `bar.red.popc.u32`, which
-    counts the threads whose vote is yes and hands the count to all of them: 1 -- met; 2 or 3 --
-    aborted (an abort wins over a met counter, as a program told to stop should). One request per poll per program where spin_acquire's scalar code
-    makes every warp issue its own (4-8 per program), on the counter's one L2 slice that every
-    consumer of a phase polls at once. The barrier makes thread 0's acquire cover the others:
-    the producer's release synchronizes with thread 0's acquire, and the barrier orders
-    thread 0's side before every thread's later accesses (the CUDA idiom: one thread spins, then
-    __syncthreads). Returns met (1 / 0: timed out or aborted) and the polls after the first.
-    Every thread of the program must call it (a barrier). Fallback (interpreter): spin_acquire.
+spin_acquire_cta(ptr, target, max_spin, abort_ptr, SCOPE, USE_ASM, ABORT, EVERY=1) -> (met,
+    polls): the same bounded wait for a whole program, polled by one thread: each poll, thread 0
+    issues the acquire load of *ptr (and, if ABORT, threads 1 and 2 the volatile load of the
+    abort word -- two, so their vote outweighs thread 0's) and every thread meets in
+    `bar.red.popc.u32`, which counts the threads whose vote is yes and hands the count to all of
+    them: 1 -- met; 2 or 3 -- aborted (an abort wins over a met counter, as a program told to
+    stop should). One request per poll per program where spin_acquire's scalar code makes every
+    warp issue its own (4-8 per program), on the counter's one L2 slice that every consumer of a
+    phase polls at once. The barrier makes thread 0's acquire cover the others: the producer's
+    release synchronizes with thread 0's acquire, and the barrier orders thread 0's side before
+    every thread's later accesses (the CUDA idiom: one thread spins, then __syncthreads).
+    EVERY: the abort word is read only at every EVERY-th poll after the first (the one word
+    every waiting program polls). Returns met (1 / 0: timed out or aborted) and the polls after
+    the first. Every thread of the program must call it (a barrier). Fallback (interpreter):
+    the same polls and verdicts by one thread (ld_acquire's fallback).
 cta_barrier(USE_ASM): `bar.sync 0` -- every thread of the program waits there for the others,
     and their shared and global memory accesses before it are ordered before (and visible to)
     the accesses after it of every thread of the program: tl.debug_barrier as an opaque asm
@@ -107,17 +110,30 @@ def _poll_cta(ptr, target, abort_ptr, SCOPE: tl.constexpr, ABORT: tl.constexpr):
 
 @triton.jit
 def spin_acquire_cta(ptr, target, max_spin, abort_ptr, SCOPE: tl.constexpr,
-                     USE_ASM: tl.constexpr, ABORT: tl.constexpr):
+                     USE_ASM: tl.constexpr, ABORT: tl.constexpr, EVERY: tl.constexpr = 1):
     if USE_ASM:  # the first poll without the abort word, as spin_acquire
         c = _poll_cta(ptr, target, abort_ptr, SCOPE, False)
         n = 0
         while (c == 0) & (n < max_spin):
-            c = _poll_cta(ptr, target, abort_ptr, SCOPE, ABORT)
             n += 1
+            if EVERY == 1:
+                c = _poll_cta(ptr, target, abort_ptr, SCOPE, ABORT)
+            elif n % EVERY == 0:
+                c = _poll_cta(ptr, target, abort_ptr, SCOPE, ABORT)
+            else:
+                c = _poll_cta(ptr, target, abort_ptr, SCOPE, False)
         met = c == 1
-    else:
-        v, n = spin_acquire(ptr, target, max_spin, abort_ptr, SCOPE, USE_ASM, ABORT)
-        met = v >= target
+    else:  # the same polls and verdicts, one thread
+        v = ld_acquire(ptr, SCOPE, USE_ASM)
+        n = 0
+        aborted = 0
+        while (v < target) & (n < max_spin) & (aborted == 0):
+            n += 1
+            if ABORT:
+                if n % EVERY == 0:
+                    aborted = (tl.load(abort_ptr, volatile=True) != 0).to(tl.int32)
+            v = ld_acquire(ptr, SCOPE, USE_ASM)
+        met = (v >= target) & (aborted == 0)
     return met.to(tl.int32), n
 
 

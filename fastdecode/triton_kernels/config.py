@@ -186,6 +186,13 @@ class StreamConfig:
     # packed (polls of a phase's counter and atomics on its neighbours share lines when packed) --
     # 1B 1154.1 / 1141.9 vs 1139.4 / 1144.3, Qwen3-8B 237.7 / 238.3 vs 241.6 / 241.5 tok/s.
     one_poller: bool = True
+    # decode, one_poller: the abort word (raised by a program that timed out, so the others stop)
+    # read at every abort_every-th poll only -- every waiting program polls that one word, the
+    # whole grid's polls during a phase's tail and the lm_head's (the next step's wait). The
+    # one_poller trace (59c43b8) had the lm_head's work 20 us shorter than the per-warp poll's
+    # while the hops themselves barely moved: the polls slow the programs still streaming. An
+    # abort is then noticed EVERY polls (~1 us each) later. 1 (every poll) until measured.
+    abort_every: int = 1
     # Measured and removed (H200, 2026-12-01, 739ccee, sweep_mega 256 tokens): Qwen3-8B's q/k
     # norm inside the short-context attention (the completer's attention normed and rotated q
     # and the new key in registers from the raw fp32 rows, its softmax started at the new key;

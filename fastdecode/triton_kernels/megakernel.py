@@ -76,9 +76,10 @@ def wait_counter(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, xtab
     """Spin until counters[ctr] >= target -- for a remote counter (ctr < 0, tensor
     parallelism), until every rank's word of it in this rank's symmetric buffer does, in rank
     order, at most x_spin polls each (the other ranks' launches start when their hosts get there);
-    returns 1 if met, 0 on timeout or abort. POLL1 (StreamConfig.one_poller): a local counter
-    is polled by one thread of the program, the outcome shared by a barrier reduction
-    (ptx_inline.spin_acquire_cta); its value is read again only for a timeout's report."""
+    returns 1 if met, 0 on timeout or abort. POLL1 > 0 (StreamConfig.one_poller): a local
+    counter is polled by one thread of the program, the outcome shared by a barrier reduction
+    (ptx_inline.spin_acquire_cta), the abort word read every POLL1-th poll
+    (StreamConfig.abort_every); its value is read again only for a timeout's report."""
     q = pid * 0 - 1
     local = True
     if WORLD > 1:
@@ -86,7 +87,7 @@ def wait_counter(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, xtab
     if local:
         if POLL1:
             met, _ = spin_acquire_cta(ctr_ptr + ctr, target, max_spin, status_ptr, "gpu",
-                                      USE_ASM, True)
+                                      USE_ASM, True, POLL1)
             v = target
             if met == 0:  # timed out or aborted (a met wait reads nothing more): for the report
                 v = tl.minimum(tl.load(ctr_ptr + ctr, volatile=True), target - 1)
@@ -268,7 +269,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
                MERGE_IN_ATTN: tl.constexpr, NORM_IN_QKV: tl.constexpr, SQ: tl.constexpr,
                SO: tl.constexpr, SG: tl.constexpr, SF: tl.constexpr, PF_KB: tl.constexpr = 0,
-               POLL1: tl.constexpr = False):
+               POLL1: tl.constexpr = 0):
     """Model sizes D, FFN, H, HD are constexpr (one compile per model): a decode tile over whole
     rows then folds its chunk loop away and keeps the activation row in registers, which spares
     registers (bench/compile_check.py: 1B shape 255 registers with 48 B of spills when they were
