@@ -18,14 +18,16 @@ st_release(ptr, val, SCOPE, USE_ASM) / red_release_add(ptr, val, SCOPE, USE_ASM)
     sem="release" at that scope (one program instance is one thread there).
     The megakernel publishes with tl.atomic_add(sem="release"), which Triton already issues once
     per program; these wrappers are the explicit forms, for kernels that need a bare store.
-spin_acquire(ptr, target, max_spin, abort_ptr, SCOPE, USE_ASM, ABORT) -> (value, polls): ld_acquire
+spin_acquire(ptr, target, max_spin, abort_ptr, SCOPE, USE_ASM, ABORT, EVERY=1) -> (value, polls):
+    ld_acquire
     of *ptr until it reads >= target, at most max_spin polls after the first load -- and, if
     ABORT, until the word at abort_ptr is nonzero (the megakernel's abort flag: another program
     timed out). Returns the last value read (>= target: met; the acquire orders this thread's
     later loads after it) and the polls made. ABORT: each poll requests the abort word (a plain
     volatile load) BEFORE the acquire load: no later load may pass an acquire, so after it the
-    two would be two L2 round trips in series; before it they are one. Bounded whatever the
-    flag does: the caller reports a timeout instead of hanging the GPU.
+    two would be two L2 round trips in series; before it they are one; with EVERY > 1 only
+    every EVERY-th poll reads it. Bounded whatever the flag does: the caller reports a timeout
+    instead of hanging the GPU.
 spin_acquire_cta(ptr, target, max_spin, abort_ptr, SCOPE, USE_ASM, ABORT, EVERY=1) -> (met,
     polls): the same bounded wait for a whole program, polled by one thread: each poll, thread 0
     issues the acquire load of *ptr (and, if ABORT, threads 1 and 2 the volatile load of the
@@ -40,7 +42,7 @@ spin_acquire_cta(ptr, target, max_spin, abort_ptr, SCOPE, USE_ASM, ABORT, EVERY=
     EVERY: the abort word is read only at every EVERY-th poll after the first (the one word
     every waiting program polls). Returns met (1 / 0: timed out or aborted) and the polls after
     the first. Every thread of the program must call it (a barrier). Fallback (interpreter):
-    the same polls and verdicts by one thread (ld_acquire's fallback).
+    spin_acquire with the same EVERY.
 cta_barrier(USE_ASM): `bar.sync 0` -- every thread of the program waits there for the others,
     and their shared and global memory accesses before it are ordered before (and visible to)
     the accesses after it of every thread of the program: tl.debug_barrier as an opaque asm
@@ -68,15 +70,16 @@ def ld_acquire(ptr, SCOPE: tl.constexpr, USE_ASM: tl.constexpr):
 
 @triton.jit
 def spin_acquire(ptr, target, max_spin, abort_ptr, SCOPE: tl.constexpr, USE_ASM: tl.constexpr,
-                 ABORT: tl.constexpr):
+                 ABORT: tl.constexpr, EVERY: tl.constexpr = 1):
     v = ld_acquire(ptr, SCOPE, USE_ASM)
     n = 0
     aborted = 0
     while (v < target) & (n < max_spin) & (aborted == 0):
-        if ABORT:
-            aborted = tl.load(abort_ptr, volatile=True).to(tl.int32)
-        v = ld_acquire(ptr, SCOPE, USE_ASM)
         n += 1
+        if ABORT:
+            if n % EVERY == 0:
+                aborted = tl.load(abort_ptr, volatile=True).to(tl.int32)
+        v = ld_acquire(ptr, SCOPE, USE_ASM)
     return v, n
 
 
@@ -116,24 +119,14 @@ def spin_acquire_cta(ptr, target, max_spin, abort_ptr, SCOPE: tl.constexpr,
         n = 0
         while (c == 0) & (n < max_spin):
             n += 1
-            if EVERY == 1:
-                c = _poll_cta(ptr, target, abort_ptr, SCOPE, ABORT)
-            elif n % EVERY == 0:
+            if n % EVERY == 0:
                 c = _poll_cta(ptr, target, abort_ptr, SCOPE, ABORT)
             else:
                 c = _poll_cta(ptr, target, abort_ptr, SCOPE, False)
         met = c == 1
-    else:  # the same polls and verdicts, one thread
-        v = ld_acquire(ptr, SCOPE, USE_ASM)
-        n = 0
-        aborted = 0
-        while (v < target) & (n < max_spin) & (aborted == 0):
-            n += 1
-            if ABORT:
-                if n % EVERY == 0:
-                    aborted = (tl.load(abort_ptr, volatile=True) != 0).to(tl.int32)
-            v = ld_acquire(ptr, SCOPE, USE_ASM)
-        met = (v >= target) & (aborted == 0)
+    else:  # one program instance is one thread: spin_acquire's polls
+        v, n = spin_acquire(ptr, target, max_spin, abort_ptr, SCOPE, USE_ASM, ABORT, EVERY)
+        met = v >= target
     return met.to(tl.int32), n
 
 
