@@ -193,6 +193,18 @@ class StreamConfig:
     # while the hops themselves barely moved: the polls slow the programs still streaming. An
     # abort is then noticed EVERY polls (~1 us each) later. 1 (every poll) until measured.
     abort_every: int = 1
+    # decode: the gate|up -> down pipeline (graph.py, Tiling.gu_chunk_tiles; megakernel GU_TPC).
+    # Each gate|up task streams its share of every block of gate|up tiles that writes one K
+    # chunk of act (down's stream chunk, the row's max_k piece) block by block, publishing each
+    # on its own counter; down tasks stream K chunk by K chunk, waiting for chunk c only at its
+    # first piece -- so the programs done with gate|up stream down's first chunks through
+    # gate|up's tail and the hop (~18.8 us from the gate|up phase's first ready to its last end
+    # against ~15 us of its bytes on the 1B, trace at 59c43b8). Only where act splits into
+    # equal chunks (the 1B's 8192 = 2 x 4096, Qwen3-8B's 12288 = 3 x 4096, Llama-3.1-8B's
+    # 14336 = 7 x 2048). Costs: one more publish per block and task, each down piece reduced
+    # across threads (not once per tile), a down task's tile sums held across its chunks.
+    # Off until measured.
+    down_pipeline: bool = False
     # Measured and removed (H200, 2026-12-01, 739ccee, sweep_mega 256 tokens): Qwen3-8B's q/k
     # norm inside the short-context attention (the completer's attention normed and rotated q
     # and the new key in registers from the raw fp32 rows, its softmax started at the new key;
