@@ -22,14 +22,6 @@ are counters, one per (op, layer[, KV group]):
      QKV task that completes group g's tiles (qticket[l, g] counts tiles) normalizes and rotates
      the group, and every QKV(l, g) signals qkn[l, g])
     GATE_UP(l) waits o[l];  DOWN(l) waits gu[l];  LM_HEAD waits down[L-1];  CHOOSE waits lm
-    (Tiling.gu_chunk_tiles, the gate|up -> down pipeline: gu[l] is one counter gu[l, c] per K
-     chunk c of down's stream -- the gate|up tiles [c * tpc, (c + 1) * tpc) write act's chunk c.
-     Each GATE_UP task takes the same range of every block, streams them block by block and
-     signals gu[l, c] after block c (Task.signals); a DOWN task waits gu[l, 0] before its
-     stream and gu[l, c] at chunk c's first piece (Task.waits_more), streaming K chunk by K
-     chunk. Deadlock-free as before: every GATE_UP(l) precedes every DOWN(l) in the graph's
-     order, so in every queue; validate() simulates a DOWN task as waiting for all its
-     counters at once, which only a kernel that waits for less can beat)
 Tensor parallelism (world W > 1; the spec is one rank's shard, distributed.py): O and DOWN tasks
 write fp32 partial sums and push them to every rank (remote counters xo / xdown, opcodes.py), and
 REDUCE tasks add the ranks' partials to the residual in rank order:
@@ -96,8 +88,6 @@ class Tiling:
     l2_prefetch_kb: int = 0       # decode: o_proj tasks' bulk L2 prefetch (StreamConfig)
     one_poller: bool = False      # decode: waits polled by one thread (StreamConfig)
     abort_every: int = 1          # decode, one_poller: polls per read of the abort word
-    gu_chunk_tiles: int = 0       # decode, StreamConfig.down_pipeline: gate|up tiles per K
-                                  # chunk of down's stream (0: no pipeline)
 
     def n_t(self, block=None):
         return triton.cdiv(self.T, block or self.block_t)
@@ -117,20 +107,6 @@ class Tiling:
     def gemv_tiles(self, op: Op, N: int) -> int:
         """Tiles of N output rows per token block."""
         return triton.cdiv(N, self.gemv_rows(op))
-
-    def gu_blocks(self, ffn_dim: int) -> int:
-        """Blocks of gu_chunk_tiles gate|up tiles (K chunks of down's stream); 1 unpipelined."""
-        if not self.gu_chunk_tiles:
-            return 1
-        return triton.cdiv(self.gemv_tiles(Op.GATE_UP, ffn_dim), self.gu_chunk_tiles)
-
-    def task_tiles(self, op: Op, lo: int, hi: int, ffn_dim: int) -> list:
-        """The row tiles of a GEMV task of args (tb, lo, hi), in stream order: [lo, hi), or a
-        pipelined gate|up task's [lo, hi) of every block (gemv.BY_CHUNK)."""
-        if op != Op.GATE_UP or not self.gu_chunk_tiles:
-            return list(range(lo, hi))
-        tpc = self.gu_chunk_tiles
-        return [c * tpc + u for c in range(self.gu_blocks(ffn_dim)) for u in range(lo, hi)]
 
 
 def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
@@ -163,13 +139,6 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
     chunk, n_splits = split_plan(max_seq_len, spec.n_kv_heads, block_s)
     if T == 1:
         block_s = st.attention_block(spec.head_dim)
-    # the gate|up -> down pipeline: act's K chunks of down's stream, each a whole number of
-    # gate|up tiles, all the same size (a short last chunk would leave its block to part of the
-    # tasks: off there -- e.g. Llama-3.1-8B's 14336 = 3.5 x 4096)
-    gu_tpc = 0
-    if T == 1 and st.down_pipeline and spec.ffn_dim % bks[2] == 0 and bks[2] % rows[3] == 0 \
-            and spec.ffn_dim > bks[2]:
-        gu_tpc = bks[2] // rows[3]
     return Tiling(T=T, block_t=bt, stream=T == 1, rows_q=rows[0], rows_d=rows[1],
                   rows_f=rows[2], rows_g=rows[3], bk_q=bks[0], bk_d=bks[1], bk_f=bks[2],
                   bk_g=bks[3], num_warps=warps,
@@ -184,8 +153,7 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
                   stages=st.op_stages(spec.d_model) if st is not None else (1, 1, 1, 1),
                   l2_prefetch_kb=st.l2_prefetch_kb if st is not None else 0,
                   one_poller=st is not None and st.one_poller,
-                  abort_every=st.abort_every if st is not None else 1,
-                  gu_chunk_tiles=gu_tpc)
+                  abort_every=st.abort_every if st is not None else 1)
 
 
 REMOTE = ("xo", "xdown", "xlm")  # counter keys signalled across ranks (tensor parallelism)
@@ -200,11 +168,6 @@ class Task:
     signal: tuple         # counter key
     cost: int
     wait_off: int = 0     # target = (epoch + wait_off) * producers(wait)
-    # the gate|up -> down pipeline (Tiling.gu_chunk_tiles): counters a GATE_UP task signals
-    # before `signal`, one per block, and a DOWN task waits after `wait`, one per K chunk; each
-    # list contiguous with its word's counter (signal's before it, wait's after it)
-    signals: tuple = ()
-    waits_more: tuple = ()
 
 
 @dataclass
@@ -231,9 +194,8 @@ class StepGraph:
 
     def add(self, task: Task):
         self.counter(task.wait)
-        for key in task.signals + (task.signal,):
-            self.counter(key)
-            self.producers[key] = self.producers.get(key, 0) + 1
+        self.counter(task.signal)
+        self.producers[task.signal] = self.producers.get(task.signal, 0) + 1
         self.tasks.append(task)
 
 
@@ -298,27 +260,15 @@ def build_step(spec: ModelSpec, tiling: Tiling, n_programs: int, world: int = 1,
         for kv in range(s.n_kv_heads if split_attn and not tg.merge_in_attn else 0):
             g.add(Task(Op.MERGE, l, (kv, 0, 0), ("attn", l, kv), ("merge", l),
                        COST.task_overhead_bytes))
-        # the gate|up -> down pipeline: one gu counter per block, contiguous
-        n_blk = tg.gu_blocks(s.ffn_dim)
-        gu = [("gu", l, c) for c in range(n_blk)] if tg.gu_chunk_tiles else [("gu", l)]
-        for key in gu:
-            g.counter(key)
         for op, key, wait, N, K in ((Op.O_PROJ, "o", ("merge", l), s.d_model, s.q_dim),
                                     (Op.GATE_UP, "gu", after["o"](l), s.ffn_dim, 2 * s.d_model),
-                                    (Op.DOWN, "down", gu[0], s.d_model, s.ffn_dim)):
+                                    (Op.DOWN, "down", ("gu", l), s.d_model, s.ffn_dim)):
             tile_bytes = tg.gemv_rows(op) * K * elt
             sig = ("x" + key, l) if tp and key != "gu" else (key, l)
-            n_tiles, more = tg.gemv_tiles(op, N), {}
-            if op == Op.GATE_UP:  # pipelined: each task the same range of every block
-                sig, more = gu[-1], dict(signals=tuple(gu[:-1]))
-                n_tiles = tg.gu_chunk_tiles or n_tiles
-            elif op == Op.DOWN:
-                more = dict(waits_more=tuple(gu[1:]))
             for tb in range(tg.n_t()):
-                for a, b in ranges(n_tiles, n_programs):
+                for a, b in ranges(tg.gemv_tiles(op, N), n_programs):
                     g.add(Task(op, l, (tb, a, b), wait, sig,
-                               COST.task_overhead_bytes + (b - a) * tile_bytes *
-                               (n_blk if op == Op.GATE_UP else 1), **more))
+                               COST.task_overhead_bytes + (b - a) * tile_bytes))
             if tp and key != "gu":
                 which = 0 if key == "o" else 1
                 for a, b in ranges(n_red, n_programs):

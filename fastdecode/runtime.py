@@ -24,7 +24,7 @@ from . import _env  # noqa: F401
 from . import ops
 from . import reference as R
 from .errors import MegakernelTimeout
-from .opcodes import COST, TRACE_WORDS, Op
+from .opcodes import COST, TRACE_WORDS
 from .packing import PackedWeights
 from .spec import vocab_range
 from .triton_kernels.attention import split_plan
@@ -581,8 +581,7 @@ class Runtime:
             TRACE=trace is not None, PTX=tg.ptx, MERGE_IN_ATTN=tg.merge_in_attn,
             NORM_IN_QKV=tg.norm_in_qkv, SQ=tg.stages[0], SO=tg.stages[1], SG=tg.stages[2],
             SF=tg.stages[3], PF_KB=tg.l2_prefetch_kb,
-            POLL1=tg.abort_every if tg.one_poller else 0, GU_TPC=tg.gu_chunk_tiles,
-            MT=triton.next_power_of_2(sched.max_tiles(Op.DOWN)) if tg.gu_chunk_tiles else 1,
+            POLL1=tg.abort_every if tg.one_poller else 0,
             num_warps=tg.num_warps)
         grid = (sched.n_programs,)
         variant = (key, sampling.do_sample, trace is not None)

@@ -38,11 +38,6 @@ class Schedule:
     def n_programs(self) -> int:
         return len(self.queues)
 
-    def max_tiles(self, op) -> int:
-        """The most row tiles (arg2 - arg1) of a task of op (a pipelined down task keeps each
-        tile's sums in registers: the megakernel's MT); 1 if none."""
-        return max([t.args[2] - t.args[1] for t in self.graph.tasks if t.op == op] + [1])
-
     @property
     def n_counters(self) -> int:
         """Local counters (remote ones live in the ranks' symmetric buffers)."""
@@ -61,8 +56,7 @@ def assign(graph: StepGraph, n_programs: int) -> list:
         start = max(at, ready)
         queues[p].append(i)
         heapq.heappush(free, (start + t.cost, p))
-        for key in t.signals + (t.signal,):
-            done[key] = max(done.get(key, 0), start + t.cost)
+        done[t.signal] = max(done.get(t.signal, 0), start + t.cost)
     return queues
 
 
@@ -125,10 +119,6 @@ def interleave(sched: Schedule, steps: int = 1, rng: random.Random | None = None
     n_local = sched.graph.n_local
     words = [[w[:F_WAIT] + [_sim(w[F_WAIT], n_local)] + w[F_WAIT + 1:F_SIGNAL]
               + [_sim(w[F_SIGNAL], n_local)] for w in q] for q in sched.words.tolist()]
-    # the gate|up -> down pipeline: a task's further counters, contiguous with its word's
-    # (graph.Task.signals before the signal, waits_more after the wait): as the kernel finds them
-    tasks = sched.graph.tasks
-    more = [[(len(tasks[i].waits_more), len(tasks[i].signals)) for i in q] for q in sched.queues]
     lengths = sched.lengths.tolist()
     counters = [0] * (n_local + sched.graph.n_remote)
     P = len(lengths)
@@ -141,9 +131,7 @@ def interleave(sched: Schedule, steps: int = 1, rng: random.Random | None = None
                 if head[p] < lengths[p]:
                     pending = True
                     w = words[p][head[p]]
-                    c = w[F_WAIT]
-                    if all(counters[c + k] >= (epoch + w[F_WAIT_OFF]) * w[F_WAIT_N]
-                           for k in range(1 + more[p][head[p]][0])):
+                    if counters[w[F_WAIT]] >= (epoch + w[F_WAIT_OFF]) * w[F_WAIT_N]:
                         ready.append(p)
             if not pending:
                 break
@@ -157,6 +145,5 @@ def interleave(sched: Schedule, steps: int = 1, rng: random.Random | None = None
             for p in ([rng.choice(ready)] if rng else ready):
                 w = words[p][head[p]]
                 yield p, head[p], s
-                for k in range(1 + more[p][head[p]][1]):
-                    counters[w[F_SIGNAL] - k] += 1
+                counters[w[F_SIGNAL]] += 1
                 head[p] += 1

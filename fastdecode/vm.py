@@ -115,9 +115,7 @@ class VM:
                  Op.LM_HEAD: s.vocab_size}[task.op]
             tb = a0 // self.n_vparts if task.op == Op.LM_HEAD else a0
             r = tg.gemv_rows(task.op)
-            rows = torch.tensor([u for t in tg.task_tiles(task.op, a1, a2, s.ffn_dim)
-                                 for u in range(t * r, min(N, (t + 1) * r))],
-                                dtype=torch.long, device=st.h.device)
+            rows = torch.arange(a1 * r, min(N, a2 * r), device=st.h.device)
             self._gemv_tile(task.op, l, self._tokens(tb, tg.block_t), rows)
         elif task.op == Op.CHOOSE:
             T = tg.T

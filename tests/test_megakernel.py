@@ -1,6 +1,5 @@
 """The task stream: schedule properties, the VM under random legal interleavings, and the
 megakernel (serial mode on CPU, all SMs on GPU): multi-step launches, in-kernel EOS, watchdog."""
-import dataclasses
 import random
 
 import pytest
@@ -38,18 +37,13 @@ def specs(draw):
 
 @given(spec=specs(), T=st.sampled_from([1, 3, 16]), P=st.integers(1, 17),
        max_seq=st.integers(20, 300), seed=st.integers(0, 1000), fused=st.booleans(),
-       short=st.booleans(), pipe=st.booleans())
-def test_schedule_properties(spec, T, P, max_seq, seed, fused, short, pipe):
+       short=st.booleans())
+def test_schedule_properties(spec, T, P, max_seq, seed, fused, short):
     """fused: merge_in_attn and norm_in_qkv (no MERGE / QKNORM tasks in decode steps); short: the
-    short-context decode step (QKV_ATTN tasks, no ATTN / MERGE / QKNORM tasks); pipe: the gate|up
-    -> down pipeline (down_pipeline; pieces of 64 elements up to 8 long, so that act splits
-    into K chunks of whole gate|up tiles where the shape allows)."""
+    short-context decode step (QKV_ATTN tasks, no ATTN / MERGE / QKNORM tasks)."""
     short = short and T == 1
-    if pipe:  # act in whole chunks of 8
-        spec = dataclasses.replace(spec, ffn_dim=8 * triton.cdiv(spec.ffn_dim, 8))
     graph = build_step(spec, make_tiling(spec, T, max_seq, DEVICE, StreamConfig(
-        64 if pipe else 16384, merge_in_attn=fused, norm_in_qkv=fused, down_pipeline=pipe,
-        max_k=8 if pipe else 4096), attn_in_qkv=short), P)
+        merge_in_attn=fused, norm_in_qkv=fused), attn_in_qkv=short), P)
     ops = {t.op.name for t in graph.tasks}
     assert ("QKV_ATTN" in ops) == short and ("QKV" in ops) != short
     assert not short or not ops & {"ATTN", "MERGE", "QKNORM"}
@@ -63,35 +57,7 @@ def test_schedule_properties(spec, T, P, max_seq, seed, fused, short, pipe):
     assert torch.equal(moved.words[0], sched.words[seed % P])
     assert len(validate(moved, steps=2, rng=random.Random(seed + 1))) == 2 * len(graph.tasks)
     for key, n in graph.producers.items():
-        assert n == sum(1 for t in graph.tasks if key in t.signals + (t.signal,))
-    check_pipeline(graph)
-
-
-def check_pipeline(graph):
-    """The gate|up -> down pipeline's graph: a layer's block counters contiguous (the kernel
-    finds block c at the first's index + c); every gate|up task signals every block and its
-    tiles (Tiling.task_tiles) cover the layer's gate|up tiles exactly once, block c's in
-    [c * tpc, (c + 1) * tpc); every down task waits on every block, the first in its word."""
-    tg, s = graph.tiling, graph.spec
-    n_blk = tg.gu_blocks(s.ffn_dim)
-    assert (n_blk > 1) == (tg.gu_chunk_tiles > 0)
-    if n_blk > 1:  # K chunks of down's stream: equal, whole gate|up tiles
-        assert tg.gu_chunk_tiles * tg.rows_g == tg.bk_f and s.ffn_dim == n_blk * tg.bk_f
-    for l in range(s.n_layers):
-        keys = [("gu", l, c) for c in range(n_blk)] if n_blk > 1 else [("gu", l)]
-        assert [graph.counters[k] for k in keys] == list(range(graph.counters[keys[0]],
-                                                               graph.counters[keys[0]] + n_blk))
-        gu = [t for t in graph.tasks if t.op == Op.GATE_UP and t.layer == l]
-        assert all(t.signals + (t.signal,) == tuple(keys) for t in gu)
-        for tb in range(tg.n_t()):
-            tiles = sorted(u for t in gu if t.args[0] == tb
-                           for u in tg.task_tiles(Op.GATE_UP, t.args[1], t.args[2], s.ffn_dim))
-            assert tiles == list(range(tg.gemv_tiles(Op.GATE_UP, s.ffn_dim)))
-        for t in gu:
-            for k, u in enumerate(tg.task_tiles(Op.GATE_UP, t.args[1], t.args[2], s.ffn_dim)):
-                assert u // (tg.gu_chunk_tiles or u + 1) == k // (t.args[2] - t.args[1])
-        down = [t for t in graph.tasks if t.op == Op.DOWN and t.layer == l]
-        assert all((t.wait,) + t.waits_more == tuple(keys) for t in down)
+        assert n == sum(1 for t in graph.tasks if t.signal == key)
 
 
 def test_short_context_reach():
@@ -170,18 +136,14 @@ def test_validator_rejects_missing_producer():
         build_schedule(graph, 5)
 
 
-@pytest.mark.parametrize("family,fused,keys,pipe", [
-    ("llama", False, 0, False), ("mistral", False, 0, False), ("qwen3", False, 0, False),
-    ("qwen3", True, 0, False), ("mistral", False, 21, False), ("qwen3", False, 21, False),
-    ("llama", False, 21, True)])
-def test_vm_random_interleavings_match_torch(family, fused, keys, pipe):
+@pytest.mark.parametrize("family,fused,keys", [("llama", False, 0), ("mistral", False, 0),
+                                                ("qwen3", False, 0), ("qwen3", True, 0),
+                                                ("mistral", False, 21), ("qwen3", False, 21)])
+def test_vm_random_interleavings_match_torch(family, fused, keys):
     """fused (merge_in_attn, norm_in_qkv): whichever ATTN task of a group runs last in the
     interleaving merges it, whichever QKV task completes a group's tiles norms it. keys 21: the
     decode steps at positions 19, 20 run the short-context schedule (the QKV task completing a
-    group runs its attention), the later ones the split-KV schedule. pipe: the gate|up -> down
-    pipeline (64-element pieces up to 8 long: act's 72 rows in 9 chunks; a down task runs once
-    every block's gate|up tasks have -- a gate|up task left out of a block's count would let it
-    read act rows not yet written)."""
+    group runs its attention), the later ones the split-KV schedule."""
     model = tiny_model(family)
     ids = torch.randint(0, 101, (1, 24), generator=torch.Generator().manual_seed(9))
     ref = fastdecode.from_hf(model, max_seq_len=48, mode="torch")
@@ -190,30 +152,21 @@ def test_vm_random_interleavings_match_torch(family, fused, keys, pipe):
         fm = fastdecode.from_hf(model, max_seq_len=48, mode="vm")
         fm.runtime.n_programs = 3 + seed
         fm.runtime.vm_rng = random.Random(seed)
-        fm.runtime.mega_stream = StreamConfig(64 if pipe else 16384, merge_in_attn=fused,
-                                              norm_in_qkv=fused, attn_in_qkv_keys=keys,
-                                              down_pipeline=pipe, max_k=8 if pipe else 4096)
+        fm.runtime.mega_stream = StreamConfig(merge_in_attn=fused, norm_in_qkv=fused,
+                                              attn_in_qkv_keys=keys)
         got = torch.cat([fm(ids[:, :19])[0]] + [fm(ids[:, t:t + 1])[0] for t in range(19, 24)])
         assert float((got - want).norm() / want.norm()) < 1e-6
         assert ((1, True) in fm.runtime._schedules) == (keys > 0)
-        assert (fm.runtime.schedule(1, short=False).graph.tiling.gu_chunk_tiles > 0) == pipe
 
 
 STAGED = StreamConfig(64, 4, max_k=16, attn_in_qkv_keys=10, stages=3, l2_prefetch_kb=1,
                       attn_block_s=16)
 WHOLE_ROWS = StreamConfig(2048, 4, merge_in_attn=True, norm_in_qkv=True, attn_in_qkv_keys=0,
                           l2_prefetch_kb=64, op_elems=(512, 4096, 1024, 2048))
-# the gate|up -> down pipeline (act's 40 / 72 rows in K chunks of 8): gate|up through shared
-# memory and down in the register stream, and the other way round
-PIPE_A = StreamConfig(64, 4, max_k=8, attn_in_qkv_keys=10, stages=(1, 1, 3, 1),
-                      down_pipeline=True)
-PIPE_B = StreamConfig(64, 4, max_k=8, attn_in_qkv_keys=0, stages=(1, 1, 1, 3),
-                      down_pipeline=True)
 
 
 @pytest.mark.parametrize("family,stream", [("qwen2", STAGED), ("qwen3", STAGED),
-                                           ("qwen2", WHOLE_ROWS), ("qwen3", WHOLE_ROWS),
-                                           ("llama_bias_tied", PIPE_A), ("llama", PIPE_B)])
+                                           ("qwen2", WHOLE_ROWS), ("qwen3", WHOLE_ROWS)])
 def test_decode_stream_tiles_match_torch(family, stream):
     """The decode tasks' stream tiles: K chunked (max_k=16 < every K of the tiny models: several
     pieces per tile, odd K ends mid-chunk; QKV / o / gate|up / down streamed through shared
@@ -225,10 +178,7 @@ def test_decode_stream_tiles_match_torch(family, stream):
     unchanged; the interpreter runs the range arithmetic, a GPU the bulk prefetches).
     attn_block_s 16: the attention loops' key blocks smaller than the split plan's (its chunk, and
     the partials' buffer, stay those of attention_config's block). op_elems: each op's own piece
-    elements, so QKV / o / gate|up / down tiles differ in rows (WHOLE_ROWS). PIPE_A / PIPE_B:
-    the gate|up -> down pipeline (StreamConfig.down_pipeline), gate|up tasks publishing block by
-    block mid-stream, down tasks streaming K chunk by K chunk (serial mode: every wait met; the
-    VM test checks the dependencies, the GPU tests the waits), with mlp biases (PIPE_A)."""
+    elements, so QKV / o / gate|up / down tiles differ in rows (WHOLE_ROWS)."""
     model = tiny_model(family).to(DEVICE)
     ids = torch.randint(0, 101, (1, 12), generator=torch.Generator().manual_seed(4)).to(DEVICE)
     ref = fastdecode.from_hf(model, max_seq_len=32, mode="torch")
@@ -241,8 +191,6 @@ def test_decode_stream_tiles_match_torch(family, stream):
     assert ("MERGE" not in ops) == stream.merge_in_attn  # the last ATTN task of a group merged
     assert ("QKNORM" in ops) == (family == "qwen3" and not stream.norm_in_qkv)
     assert ((1, True) in fm.runtime._schedules) == (stream.attn_in_qkv_keys > 0)
-    tiling = fm.runtime.schedule(1, short=False).graph.tiling
-    assert (tiling.gu_chunk_tiles > 0) == stream.down_pipeline
 
 
 def test_ptx_stream_gives_the_plain_streams_tokens():

@@ -193,18 +193,19 @@ class StreamConfig:
     # while the hops themselves barely moved: the polls slow the programs still streaming. An
     # abort is then noticed EVERY polls (~1 us each) later. 1 (every poll) until measured.
     abort_every: int = 1
-    # decode: the gate|up -> down pipeline (graph.py, Tiling.gu_chunk_tiles; megakernel GU_TPC).
-    # Each gate|up task streams its share of every block of gate|up tiles that writes one K
-    # chunk of act (down's stream chunk, the row's max_k piece) block by block, publishing each
-    # on its own counter; down tasks stream K chunk by K chunk, waiting for chunk c only at its
-    # first piece -- so the programs done with gate|up stream down's first chunks through
-    # gate|up's tail and the hop (~18.8 us from the gate|up phase's first ready to its last end
-    # against ~15 us of its bytes on the 1B, trace at 59c43b8). Only where act splits into
-    # equal chunks (the 1B's 8192 = 2 x 4096, Qwen3-8B's 12288 = 3 x 4096, Llama-3.1-8B's
-    # 14336 = 7 x 2048). Costs: one more publish per block and task, each down piece reduced
-    # across threads (not once per tile), a down task's tile sums held across its chunks.
-    # Off until measured.
-    down_pipeline: bool = False
+    # Measured and removed (H200, 2026-12-02, d685df3, sweep_mega 256 tokens): the gate|up ->
+    # down pipeline -- each gate|up task streamed its range of every block of gate|up tiles that
+    # writes one K chunk of act (down's max_k piece) block by block and published each block on
+    # its own counter mid-stream; down tasks streamed K chunk by K chunk, waiting for chunk c at
+    # its first piece, each tile's sum in registers across chunks (graph, validator and VM knew
+    # the per-block counters; compile_check 1B spills 44/48 -> 184/216 B: the wait's spin inside
+    # the register stream). Llama-3.2-1B 970.1 / 1042.6 vs 1181.4 / 1167.8 tok/s (968.4 with the
+    # chunk wait inlined instead of a call). Traced (trace_step, the same run): the step 797.4 vs
+    # 760.5 us, layer 8's DOWN phase 16.7 vs 10.3 us from its first ready with its starts spread
+    # over 8.2 us: the programs done with gate|up early stream down's first chunk and then wait
+    # for the last block, but the last gate|up finishers still stream their whole down share after
+    # it, at one program's latency-bound rate (~25 GB/s) -- the phase ends no earlier, and the
+    # next layer's QKV waited 26 us more per program over the step.
     # Measured and removed (H200, 2026-12-01, 739ccee, sweep_mega 256 tokens): Qwen3-8B's q/k
     # norm inside the short-context attention (the completer's attention normed and rotated q
     # and the new key in registers from the raw fp32 rows, its softmax started at the new key;

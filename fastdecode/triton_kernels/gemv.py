@@ -69,43 +69,16 @@ def gemv_tile(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, T, N, K, stride_x, stri
     return gemv_epilogue(acc, acc2, b, b2, r, SWIGLU), offs_t, mask_t, offs_n, mask_n
 
 
-# the order of a decode-stream task's pieces (gemv_body ORDER); n_k = cdiv(K, BLOCK_K) chunks a
-# row, the task's tiles [lo, hi), nt = hi - lo
-ROW_MAJOR: tl.constexpr = tl.constexpr(0)    # piece i: tile lo + i // n_k, K chunk i % n_k
-CHUNK_MAJOR: tl.constexpr = tl.constexpr(1)  # piece i: tile lo + i % nt, K chunk i // nt
-BY_CHUNK: tl.constexpr = tl.constexpr(2)     # ROW_MAJOR over tiles c * tpc + [lo, hi) for
-                                             # c = 0, 1, ..: a range in each block of tpc tiles
-
-
-@triton.jit
-def piece_at(i, tile_lo, nt, n_k, tpc, ORDER: tl.constexpr):
-    """Piece i of a stream task in ORDER -> (its tile, its K chunk, the tile's ordinal j in the
-    task: CHUNK_MAJOR, j < nt; else i // n_k)."""
-    if ORDER == CHUNK_MAJOR:
-        j = i % nt
-        kc = i // nt
-        tile = tile_lo + j
-    else:
-        j = i // n_k
-        kc = i % n_k
-        tile = tile_lo + j
-        if ORDER == BY_CHUNK:
-            tile = (j // nt) * tpc + tile_lo + j % nt
-    return tile, kc, j
-
-
 @triton.jit
 def stream_piece(w_ptr, N, K, tile_lo, i, n_it, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 TWO: tl.constexpr, PTX: tl.constexpr, nt=1, tpc=0,
-                 ORDER: tl.constexpr = ROW_MAJOR):
-    """Piece i of a decode-stream task over row tiles from tile_lo of W [N (x2 if TWO), K], in
-    ORDER (piece_at; nt: the task's tiles, tpc: BY_CHUNK's block); a piece at or past n_it is
-    masked off (no traffic). -> (w, w2), w2 the up rows if TWO."""
+                 TWO: tl.constexpr, PTX: tl.constexpr):
+    """Piece i of a decode-stream task over row tiles from tile_lo of W [N (x2 if TWO), K]: rows
+    of tile tile_lo + i // n_k, K chunk i % n_k (n_k = cdiv(K, BLOCK_K)); a piece at or past
+    n_it is masked off (no traffic). -> (w, w2), w2 the up rows if TWO."""
     n_k = tl.cdiv(K, BLOCK_K)
-    tile, kc, _ = piece_at(i, tile_lo, nt, n_k, tpc, ORDER)
-    rows = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+    rows = (tile_lo + i // n_k) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = (rows < N) & (i < n_it)
-    k0 = kc * BLOCK_K
+    k0 = (i % n_k) * BLOCK_K
     w = weight_chunk(w_ptr, rows, mask, k0, K, BLOCK_K, PTX)
     w2 = w
     if TWO:
@@ -132,26 +105,14 @@ def stream_start(w_ptr, N, K, tile_lo, tile_hi, BLOCK_N: tl.constexpr, BLOCK_K: 
 
 
 @triton.jit
-def tile_sums(accT, d, j, last):
-    """CHUNK_MAJOR's per-tile sums: a piece's row sums d [1, BLOCK_N] of the task's tile j added to
-    row j of accT [MT, BLOCK_N] -> (accT, the tile's whole sum if `last` (its last K chunk), else
-    zeros). Registers: MT x BLOCK_N fp32, a few per thread."""
-    sel = tl.arange(0, accT.shape[0])[:, None] == j
-    total = tl.sum(tl.where(sel, accT, 0.0), axis=0)[None, :] + d
-    return tl.where(sel & (last == 0), accT + d, accT), total
-
-
-@triton.jit
 def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, stride_x, stride_res,
               stride_out, eps, tile_lo, tile_hi, pid_t, w0, w20,
               NORM: tl.constexpr, BIAS: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
               BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
               STREAM: tl.constexpr, F32: tl.constexpr, PTX: tl.constexpr,
-              STAGES: tl.constexpr = 1, WAIT: tl.constexpr = None, wargs=None,
-              ORDER: tl.constexpr = ROW_MAJOR, tpc=0, MT: tl.constexpr = 1,
-              HOOK: tl.constexpr = None, hargs=None):
+              STAGES: tl.constexpr = 1, WAIT: tl.constexpr = None, wargs=None):
     """Output tiles [tile_lo, tile_hi) of BLOCK_N rows for token block pid_t; (w0, w20): the
-    first piece from stream_start (STREAM) or ignored. Returns 1, or 0 if WAIT or HOOK said so.
+    first piece from stream_start (STREAM) or ignored. Returns 1, or WAIT's result.
 
     STREAM (decode, T=1): the task is one continuous weight stream of (tile, K chunk) pieces;
     each iteration first requests the next piece (weights, activation chunk, and at a tile's
@@ -174,46 +135,28 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
     Rows chunked over K (both streams) add up each piece's row_partials -- sums within a thread
     -- and reduce across threads (shuffles, shared memory, a barrier) once per tile, at its last
     chunk, not once per piece (+0.4-0.9% tok/s on 8B / Qwen3-8B / 1B, A/B in one run, session
-    12).
-    ORDER (STREAM; the gate|up -> down pipeline, config.StreamConfig.down_pipeline): BY_CHUNK,
-    the task's tiles are [tile_lo, tile_hi) in each block of tpc tiles (gate|up: one down K
-    chunk of act each), block by block, and HOOK(c, *hargs) runs after block c's last tile is
-    stored (the megakernel publishes the block; the last block's is the task's own publish).
-    CHUNK_MAJOR (n_k > 1): the pieces go K chunk by K chunk over all the task's tiles (<= MT),
-    each tile's sum kept in registers across chunks (tile_sums; each piece reduced across threads),
-    and before chunk c > 0's first piece HOOK(c, *hargs) waits for it (down: for the gate|up
-    block that writes act's chunk c; the chunk-0 wait is the task's) -- its weights requested
-    before the wait, so the stream runs into the hook with a piece in flight; the chunk's
-    activations loaded once, after it. Outputs are stored in the last chunk only."""
+    12)."""
     run = 1
     PV: tl.constexpr = min(128 // w_ptr.dtype.element_ty.primitive_bitwidth, BLOCK_K)
-    if STREAM:
+    if STREAM and STAGES > 1:
         offs_t = tl.arange(0, 1)
         mask_t = offs_t < T
         n_k = tl.cdiv(K, BLOCK_K)
-        nt = tile_hi - tile_lo
-        n_it = nt * n_k
-        if ORDER == BY_CHUNK:
-            n_it = n_it * tl.cdiv(tl.cdiv(N, BLOCK_N), tpc)
-        nt = tl.maximum(nt, 1)
+        n_it = (tile_hi - tile_lo) * n_k
         rows0 = tile_lo * BLOCK_N + tl.arange(0, BLOCK_N)
-        acc = tl.zeros([1, BLOCK_N], dtype=tl.float32)
-        acc2 = acc
-        accp = tl.zeros([BLOCK_N, BLOCK_K // PV], dtype=tl.float32)  # chunked rows' row_partials
-        accp2 = accp
-        accT = tl.zeros([MT, BLOCK_N], dtype=tl.float32)  # CHUNK_MAJOR: each tile's sums
-    if STREAM and STAGES > 1:
         rstd = tl.zeros([1, 1], dtype=tl.float32)
         x = tl.zeros([1, BLOCK_K], dtype=tl.float32)
         xr = tl.zeros([1, BLOCK_K], dtype=x_ptr.dtype.element_ty)  # chunked rows: the next
         nr = tl.zeros([1, BLOCK_K], dtype=norm_ptr.dtype.element_ty)  # chunk's loads, as stored
+        acc = tl.zeros([1, BLOCK_N], dtype=tl.float32)
+        acc2 = acc
         b = acc
         b2 = acc
         r = acc
+        accp = tl.zeros([BLOCK_N, BLOCK_K // PV], dtype=tl.float32)  # chunked rows' row_partials
+        accp2 = accp
         for i in tl.range(0, n_it, num_stages=STAGES):
-            w, w2 = stream_piece(w_ptr, N, K, tile_lo, i, n_it, BLOCK_N, BLOCK_K, SWIGLU, False,
-                                 nt, tpc, ORDER)
-            tile, kc, j = piece_at(i, tile_lo, nt, n_k, tpc, ORDER)
+            w, w2 = stream_piece(w_ptr, N, K, tile_lo, i, n_it, BLOCK_N, BLOCK_K, SWIGLU, False)
             if i == 0:
                 if WAIT is not None:
                     run = WAIT(*wargs)
@@ -223,18 +166,11 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
                                                  RESIDUAL)
                     x, rstd = stream_x0(x, x_ptr, norm_ptr, stride_x, offs_t, mask_t, K, eps,
                                         n_k, NORM, BLOCK_K)
-                    if ORDER == CHUNK_MAJOR:
-                        x = x_chunk(x_ptr, norm_ptr, 0, K, rstd, NORM, BLOCK_K)
-                    elif n_k > 1:
+                    if n_k > 1:
                         xr, nr = x_chunk_raw(x_ptr, norm_ptr, 0, K, NORM, BLOCK_K)
-            if ORDER == CHUNK_MAJOR:
-                if (j == 0) & (kc > 0) & (run == 1):  # chunk kc's first piece: its wait
-                    run = HOOK(kc, *hargs)
-                    x = x_chunk(x_ptr, norm_ptr, kc * BLOCK_K, K, rstd, NORM, BLOCK_K)
             if run == 1:
-                if ORDER == CHUNK_MAJOR:
-                    accT, acc = tile_sums(accT, row_dot(w, x, False), j, kc == n_k - 1)
-                elif n_k > 1:  # this piece's chunk, requested an iteration ago; the next one's
+                kc = i % n_k
+                if n_k > 1:  # this piece's chunk, requested an iteration ago; the next one's
                     x = x_chunk_apply(xr, nr, rstd, NORM)
                     xr, nr = x_chunk_raw(x_ptr, norm_ptr, ((kc + 1) % n_k) * BLOCK_K, K, NORM,
                                          BLOCK_K)
@@ -246,20 +182,16 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
                     if SWIGLU:
                         acc2 += row_dot(w2, x, False)
                 if kc == n_k - 1:  # the tile's last chunk: epilogue, store, next tile's operands
-                    if (n_k > 1) & (ORDER != CHUNK_MAJOR):
+                    if n_k > 1:
                         acc = row_sum(accp)
                         acc2 = row_sum(accp2)
                         accp = tl.zeros([BLOCK_N, BLOCK_K // PV], dtype=tl.float32)
                         accp2 = accp
-                    rows = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+                    rows = (tile_lo + i // n_k) * BLOCK_N + tl.arange(0, BLOCK_N)
                     y = gemv_epilogue(acc, acc2, b, b2, r, SWIGLU)
                     tl.store(out_ptr + rows[None, :], y.to(out_ptr.dtype.element_ty),
                              mask=mask_t[:, None] & (rows < N)[None, :])
-                    if ORDER == BY_CHUNK:
-                        if ((j + 1) % nt == 0) & (i + 1 < n_it):  # block j // nt stored
-                            run = HOOK(j // nt, *hargs)
-                    tile1, _, _ = piece_at(i + 1, tile_lo, nt, n_k, tpc, ORDER)
-                    rows1 = tile1 * BLOCK_N + tl.arange(0, BLOCK_N)
+                    rows1 = rows + BLOCK_N
                     b, b2, r = epilogue_operands(bias_ptr, res_ptr, offs_t, mask_t, rows1,
                                                  (rows1 < N) & (i + 1 < n_it), N, stride_res,
                                                  BIAS, SWIGLU, RESIDUAL)
@@ -269,43 +201,42 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
             if WAIT is not None:
                 run = WAIT(*wargs)
     elif STREAM:
-        mask_r = (rows0 < N) & (n_it > 0)
+        offs_t = tl.arange(0, 1)
+        mask_t = offs_t < T
+        n_k = tl.cdiv(K, BLOCK_K)
+        n_it = (tile_hi - tile_lo) * n_k
+        rows = tile_lo * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask_r = (rows < N) & (n_it > 0)
         w, w2 = w0, w20  # requested before the activations (before the dependency wait)
-        b, b2, r = epilogue_operands(bias_ptr, res_ptr, offs_t, mask_t, rows0, mask_r, N,
+        b, b2, r = epilogue_operands(bias_ptr, res_ptr, offs_t, mask_t, rows, mask_r, N,
                                      stride_res, BIAS, SWIGLU, RESIDUAL)
         if NORM:
             rstd = row_rstd(x_ptr, stride_x, offs_t, mask_t, K, eps, BLOCK_K)[:, None]
         else:
             rstd = tl.zeros([1, 1], dtype=tl.float32)
         x = x_chunk(x_ptr, norm_ptr, 0, K, rstd, NORM, BLOCK_K)
+        acc = tl.zeros([1, BLOCK_N], dtype=tl.float32)
+        acc2 = acc
+        accp = tl.zeros([BLOCK_N, BLOCK_K // PV], dtype=tl.float32)  # chunked rows' row_partials
+        accp2 = accp
         for i in range(0, n_it):
-            tile, kc, j = piece_at(i, tile_lo, nt, n_k, tpc, ORDER)
-            tile1, kc1, _ = piece_at(i + 1, tile_lo, nt, n_k, tpc, ORDER)
-            rows1 = tile1 * BLOCK_N + tl.arange(0, BLOCK_N)
-            mask1 = (rows1 < N) & (i + 1 < n_it)
-            w_n, w2_n = stream_piece(w_ptr, N, K, tile_lo, i + 1, n_it, BLOCK_N, BLOCK_K, SWIGLU,
-                                     PTX, nt, tpc, ORDER)
-            if ORDER == CHUNK_MAJOR:
-                accT, acc = tile_sums(accT, row_dot(w, x, PTX), j, kc == n_k - 1)
-                # the next piece starts chunk kc1: its wait, then its x (after this piece's sums,
-                # so only the next piece's weights stay live across the wait)
-                x_n = x
-                if (kc1 != kc) & (i + 1 < n_it) & (run == 1):
-                    run = HOOK(kc1, *hargs)
-                    x_n = x_chunk(x_ptr, norm_ptr, kc1 * BLOCK_K, K, rstd, NORM, BLOCK_K)
+            i1 = i + 1
+            rows1 = (tile_lo + i1 // n_k) * BLOCK_N + tl.arange(0, BLOCK_N)
+            mask1 = (rows1 < N) & (i1 < n_it)
+            k1 = (i1 % n_k) * BLOCK_K
+            w_n, w2_n = stream_piece(w_ptr, N, K, tile_lo, i1, n_it, BLOCK_N, BLOCK_K, SWIGLU,
+                                     PTX)
+            x_n = next_x_chunk(x, x_ptr, norm_ptr, k1, K, n_k, rstd, NORM, BLOCK_K)
+            if n_k > 1:
+                accp += row_partials(w, x, PTX)
+                if SWIGLU:
+                    accp2 += row_partials(w2, x, PTX)
             else:
-                x_n = next_x_chunk(x, x_ptr, norm_ptr, kc1 * BLOCK_K, K, n_k, rstd, NORM,
-                                   BLOCK_K)
+                acc += row_dot(w, x, PTX)
+                if SWIGLU:
+                    acc2 += row_dot(w2, x, PTX)
+            if i % n_k == n_k - 1:  # the tile's last chunk: epilogue, store, next tile's operands
                 if n_k > 1:
-                    accp += row_partials(w, x, PTX)
-                    if SWIGLU:
-                        accp2 += row_partials(w2, x, PTX)
-                else:
-                    acc += row_dot(w, x, PTX)
-                    if SWIGLU:
-                        acc2 += row_dot(w2, x, PTX)
-            if kc == n_k - 1:  # the tile's last chunk: epilogue, store, next tile's operands
-                if (n_k > 1) & (ORDER != CHUNK_MAJOR):
                     acc = row_sum(accp)
                     acc2 = row_sum(accp2)
                     accp = tl.zeros([BLOCK_N, BLOCK_K // PV], dtype=tl.float32)
@@ -313,12 +244,9 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
                 b_n, b2_n, r_n = epilogue_operands(bias_ptr, res_ptr, offs_t, mask_t, rows1,
                                                    mask1, N, stride_res, BIAS, SWIGLU, RESIDUAL)
                 y = gemv_epilogue(acc, acc2, b, b2, r, SWIGLU)
-                offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+                offs_n = (tile_lo + i // n_k) * BLOCK_N + tl.arange(0, BLOCK_N)
                 tl.store(out_ptr + offs_n[None, :], y.to(out_ptr.dtype.element_ty),
                          mask=mask_t[:, None] & (offs_n < N)[None, :])
-                if ORDER == BY_CHUNK:
-                    if ((j + 1) % nt == 0) & (i + 1 < n_it):  # block j // nt stored
-                        run = HOOK(j // nt, *hargs)
                 acc = tl.zeros([1, BLOCK_N], dtype=tl.float32)
                 acc2 = acc
                 b, b2, r = b_n, b2_n, r_n

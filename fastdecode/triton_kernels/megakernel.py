@@ -45,7 +45,7 @@ from ..ptx_inline.timers import globaltimer_ns, sm_id
 from .all_reduce import peer, push_rows, residual_sum_body
 from .attention import attention_body, attn_merge_body
 from .embedding import embedding_body
-from .gemv import BY_CHUNK, CHUNK_MAJOR, ROW_MAJOR, gemv_body, stream_start
+from .gemv import gemv_body, stream_start
 from .lm_head import choose_merge_body, lm_head_body
 from .qkv_rope import qk_norm_rope_body, qkv_rope_body, qkv_start
 
@@ -129,28 +129,6 @@ def ready(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, tr, clock_p
     return ok
 
 
-@triton.jit(noinline=True)
-def chunk_ready(c, ctr_ptr, target, status_ptr, max_spin, qi, ctr, step, USE_ASM: tl.constexpr,
-                POLL1: tl.constexpr):
-    """A pipelined down task's wait for act's K chunk c > 0 (gemv_body CHUNK_MAJOR's HOOK;
-    StreamConfig.down_pipeline): on the counter of the gate|up block that writes it, c after its
-    chunk-0 wait's (graph.py: a layer's block counters are contiguous), the same target (every
-    gate|up task signals every block). A local counter whatever WORLD (gate|up's are): only
-    what the wait and its timeout report need stays live in the stream loop."""
-    return wait_counter(ctr_ptr, target, status_ptr, max_spin, tl.program_id(0), qi, ctr + c,
-                        step, status_ptr, 0, 0, 0, 1, USE_ASM, POLL1)
-
-
-@triton.jit
-def chunk_done(c, ctr_ptr, first, USE_ASM: tl.constexpr):
-    """A pipelined gate|up task's publish of its block c before the last (gemv_body BY_CHUNK's
-    HOOK): every thread's stores of it precede the barrier, then one release add to counter
-    first + c -- the megakernel's publish, mid-stream (the last block's is the task's own)."""
-    cta_barrier(USE_ASM)
-    tl.atomic_add(ctr_ptr + first + c, 1, sem="release", scope="gpu")
-    return 1
-
-
 @triton.jit
 def merge_group(opart_ptr, lse_ptr, attn_ptr, pos, T, TM, H, HD, CHUNK, n_splits, g,
                 GROUP, BLOCK_G: tl.constexpr, BLOCK_SP: tl.constexpr, BLOCK_D: tl.constexpr):
@@ -221,7 +199,7 @@ def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
                   F32: tl.constexpr, WORLD: tl.constexpr, PUSH_BLOCK: tl.constexpr,
                   USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
                   STAGES: tl.constexpr, RG: tl.constexpr, PF_KB: tl.constexpr,
-                  POLL1: tl.constexpr, ORDER: tl.constexpr = ROW_MAJOR, MT: tl.constexpr = 1):
+                  POLL1: tl.constexpr):
     """o_proj / down_proj task: h[:, tiles lo..hi] += x @ W^T (+ bias), the residual stream in
     place -- its first weight piece requested, then its wait (ready), then the stream (STAGES >
     1: the wait inside the stream's first iteration, gemv_body). Tensor
@@ -232,12 +210,9 @@ def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
     pieces): the first PF_KB KB of gate and of up rows of the gate|up task at queue entry `entry` (if
     has_next and it is one), asked into L2 -- an o_proj task waits on the attention chain,
     while HBM idles. (The first piece after the wait, or every piece after all but the KV
-    groups' completers had published, measured no faster: config.StreamConfig.)
-    ORDER CHUNK_MAJOR (a pipelined down task, StreamConfig.down_pipeline): K chunk by K chunk,
-    the wait for chunk c > 0 at its first piece (chunk_ready), up to MT tiles."""
+    groups' completers had published, measured no faster: config.StreamConfig.)"""
     wargs = (ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, tr, clock_ptr, op,
              xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE, POLL1)
-    hargs = (ctr_ptr, target, status_ptr, max_spin, qi, ctr, step, USE_ASM, POLL1)
     out = h_ptr
     if WORLD > 1:
         out = peer(xtab_ptr, rank, part_off, tl.float32)
@@ -245,17 +220,15 @@ def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
         task_prefetch(entry, has_next, wgu_ptr, FFN, D, RG, PF_KB, USE_ASM)
         run = gemv_body(x_ptr, w_ptr, w_ptr, b_ptr, h_ptr, out, T, D, K, K, D, D, eps, lo, hi,
                         tb, 0, 0, False, BIAS, False, WORLD == 1, BLOCK_T, BLOCK_N, BLOCK_K,
-                        STREAM, F32, PTX, STAGES, ready, wargs, ORDER=ORDER, MT=MT,
-                        HOOK=chunk_ready, hargs=hargs)
+                        STREAM, F32, PTX, STAGES, ready, wargs)
     else:
         w0, _ = stream_start(w_ptr, D, K, lo, hi, BLOCK_N, BLOCK_K, False, STREAM, PTX)
         task_prefetch(entry, has_next, wgu_ptr, FFN, D, RG, PF_KB, USE_ASM)
         run = ready(*wargs)
         if run == 1:
-            run = gemv_body(x_ptr, w_ptr, w_ptr, b_ptr, h_ptr, out, T, D, K, K, D, D, eps, lo,
-                            hi, tb, w0, w0, False, BIAS, False, WORLD == 1, BLOCK_T, BLOCK_N,
-                            BLOCK_K, STREAM, F32, PTX, ORDER=ORDER, MT=MT, HOOK=chunk_ready,
-                            hargs=hargs)
+            gemv_body(x_ptr, w_ptr, w_ptr, b_ptr, h_ptr, out, T, D, K, K, D, D, eps, lo, hi,
+                      tb, w0, w0, False, BIAS, False, WORLD == 1, BLOCK_T, BLOCK_N, BLOCK_K,
+                      STREAM, F32, PTX)
     if WORLD > 1:
         if run == 1:
             tl.debug_barrier()  # every thread's partial sums stored before they are pushed
@@ -296,7 +269,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
                MERGE_IN_ATTN: tl.constexpr, NORM_IN_QKV: tl.constexpr, SQ: tl.constexpr,
                SO: tl.constexpr, SG: tl.constexpr, SF: tl.constexpr, PF_KB: tl.constexpr = 0,
-               POLL1: tl.constexpr = 0, GU_TPC: tl.constexpr = 0, MT: tl.constexpr = 1):
+               POLL1: tl.constexpr = 0):
     """Model sizes D, FFN, H, HD are constexpr (one compile per model): a decode tile over whole
     rows then folds its chunk loop away and keeps the activation row in registers, which spares
     registers (bench/compile_check.py: 1B shape 255 registers with 48 B of spills when they were
@@ -329,17 +302,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     PF_KB (STREAM, config.StreamConfig.l2_prefetch_kb): > 0, an o_proj task followed by a
     gate|up task in its queue asks L2 for that task's first PF_KB KB of gate rows and of up rows
     (one bulk prefetch each, ptx_inline.prefetch_l2_bulk) before its dependency wait -- the
-    attention chain's, when HBM idles (residual_task).
-    GU_TPC > 0 (STREAM, config.StreamConfig.down_pipeline, Tiling.gu_chunk_tiles): the gate|up
-    -> down pipeline. A gate|up task's tiles are [lo, hi) in each block of GU_TPC tiles -- the
-    act rows of one down K chunk -- block by block, and it publishes each block on its own
-    counter (chunk_done; the word's signal is the last block's, the others just before it); a
-    down task (at most MT tiles) streams K chunk by K chunk, its wait for chunk c > 0 at the
-    chunk's first piece (chunk_ready), so the programs done with gate|up stream down's first
-    chunks through gate|up's tail."""
-    GU_ORDER: tl.constexpr = BY_CHUNK if GU_TPC > 0 else ROW_MAJOR
-    DOWN_ORDER: tl.constexpr = CHUNK_MAJOR if GU_TPC > 0 else ROW_MAJOR
-    GU_BLOCKS: tl.constexpr = triton.cdiv(triton.cdiv(FFN, RG), GU_TPC) if GU_TPC > 0 else 1
+    attention chain's, when HBM idles (residual_task)."""
     pid = tl.program_id(0)
     qlen = tl.load(qlen_ptr + pid)
     QKVN = (H + 2 * KVH) * HD
@@ -438,13 +401,11 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                     RED_BLOCK, USE_ASM, TRACE, PTX, SO, RG, PF_KB, POLL1)
             elif op == OP_GU:
                 w_gu = wgu_ptr + layer * 2 * FFN * D
-                hargs = (ctr_ptr, sig - (GU_BLOCKS - 1), USE_ASM)  # GU_TPC: block c's counter
                 if SG > 1:
                     run = gemv_body(h_ptr, w_gu, mnorm_ptr + layer * D, bgu_ptr + layer * 2 * FFN,
                                     h_ptr, act_ptr, T, FFN, D, D, D, FFN, eps, a1, a2, a0, 0, 0,
                                     True, BIAS_MLP, True, False, BLOCK_T, RG, KG, STREAM, F32,
-                                    PTX, SG, ready, wargs, ORDER=GU_ORDER, tpc=GU_TPC,
-                                    HOOK=chunk_done, hargs=hargs)
+                                    PTX, SG, ready, wargs)
                 else:
                     # register stream (the 1B class): the first piece after the wait, not before
                     # it -- with every gate|up task's first pieces (the whole grid's, ~8 MB)
@@ -453,20 +414,16 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                     run = ready(*wargs)
                     w0, w20 = stream_start(w_gu, FFN, D, a1, a2, RG, KG, True, STREAM, PTX)
                     if run == 1:
-                        run = gemv_body(h_ptr, w_gu, mnorm_ptr + layer * D,
-                                        bgu_ptr + layer * 2 * FFN, h_ptr, act_ptr, T, FFN, D, D,
-                                        D, FFN, eps, a1, a2, a0, w0, w20, True, BIAS_MLP, True,
-                                        False, BLOCK_T, RG, KG, STREAM, F32, PTX,
-                                        ORDER=GU_ORDER, tpc=GU_TPC, HOOK=chunk_done,
-                                        hargs=hargs)
+                        gemv_body(h_ptr, w_gu, mnorm_ptr + layer * D, bgu_ptr + layer * 2 * FFN,
+                                  h_ptr, act_ptr, T, FFN, D, D, D, FFN, eps, a1, a2, a0, w0, w20,
+                                  True, BIAS_MLP, True, False, BLOCK_T, RG, KG, STREAM, F32, PTX)
             elif op == OP_DOWN:
                 run = residual_task(act_ptr, wd_ptr + layer * D * FFN, bd_ptr + layer * D, h_ptr,
                                     T, D, FFN, eps, a1, a2, a0, ctr_ptr, target, status_ptr,
                                     max_spin, pid, i, wc, s, tr, clock_ptr, op, xtab_ptr, rank,
                                     x_ctr, x_spin, x_red + (WORLD + rank) * TM * D, w, False,
                                     wgu_ptr, FFN, BIAS_MLP, BLOCK_T, RF, KF, STREAM, F32, WORLD,
-                                    RED_BLOCK, USE_ASM, TRACE, PTX, SF, RG, 0, POLL1,
-                                    DOWN_ORDER, MT)
+                                    RED_BLOCK, USE_ASM, TRACE, PTX, SF, RG, 0, POLL1)
             elif op == OP_LM:
                 w0, _ = stream_start(lm_ptr, V, D, a1, a2, RD, KD, False, STREAM, PTX)
                 run = ready(*wargs)
