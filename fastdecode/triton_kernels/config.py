@@ -108,8 +108,8 @@ class StreamConfig:
     attn_in_qkv_keys: int | None = None
     attn_in_qkv_bytes: int = 96 * 1024
     # QKV / o_proj / gate|up / down tasks: 1 -- the piece in flight and the next one in
-    # registers, the first requested before the task's wait (gemv.stream_start; gate|up: after
-    # it, megakernel.py's OP_GU branch says why); > 1 -- that many
+    # registers, the first requested before the task's wait (gemv.stream_start; megakernel.py's
+    # OP_GU branch: gate|up's order, measured both ways); > 1 -- that many
     # stages of Triton's loop pipeline, the pieces in flight in shared memory (cp.async, stages x
     # 32 KB per program), the first stages - 1 of a task requested before its wait
     # (gemv.gemv_body / qkv_rope.qkv_rope_body STAGES). One number for the four ops, or (QKV,
@@ -191,8 +191,12 @@ class StreamConfig:
     # whole grid's polls during a phase's tail and the lm_head's (the next step's wait). The
     # one_poller trace (59c43b8) had the lm_head's work 20 us shorter than the per-warp poll's
     # while the hops themselves barely moved: the polls slow the programs still streaming. An
-    # abort is then noticed EVERY polls (~1 us each) later. 1 (every poll) until measured.
-    abort_every: int = 1
+    # abort is then noticed up to abort_every polls (~1 us each) later (test_gpu's
+    # test_mega_timeout_is_fast: still well under a second). Measured on an H200 (2026-12-02,
+    # c1a1b1c's tree, sweep_mega 256 tokens, 16 vs 1, each twice in one run, tok/s): Qwen3-8B
+    # 243.0 / 243.4 vs 242.1 / 242.9, Llama-3.1-8B 250.3 / 250.6 vs 248.3 / 249.9, Llama-3.2-1B
+    # 1156.7 / 1175.0 vs 1172.3 / 1153.2 (within its spread) -- a small gain on the 8B shapes.
+    abort_every: int = 16
     # Measured and removed (H200, 2026-12-02, d685df3, sweep_mega 256 tokens): the gate|up ->
     # down pipeline -- each gate|up task streamed its range of every block of gate|up tiles that
     # writes one K chunk of act (down's max_k piece) block by block and published each block on

@@ -5,8 +5,6 @@ Program p walks its static queue (schedule.py) once per step; for each instructi
     start:    a weight task (GEMV, QKV, lm_head) requests its first weight piece (shared-memory
               stages: its first stages - 1 pieces, the wait inside the stream's first
               iteration): weights never depend on the wait, so their latency hides behind it
-              (but a register-stream gate|up task requests its first piece after the wait:
-              measured faster, see the OP_GU branch)
     wait:     spin on an acquire load of counters[wait] until >= (epoch + off) * producers
               (decode: one thread polls, a barrier reduction hands every thread the verdict --
               StreamConfig.one_poller)
@@ -407,12 +405,13 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                     True, BIAS_MLP, True, False, BLOCK_T, RG, KG, STREAM, F32,
                                     PTX, SG, ready, wargs)
                 else:
-                    # register stream (the 1B class): the first piece after the wait, not before
-                    # it -- with every gate|up task's first pieces (the whole grid's, ~8 MB)
-                    # queued ahead of it, the o_proj -> gate|up hand-off took 1.7 us (trace,
-                    # median); requested after, the 1B decodes 2% faster (RESULTS.md session 11)
-                    run = ready(*wargs)
+                    # register stream (the 1B class): the first piece before the wait, as the
+                    # other ops. Session 11 (per-warp polls) measured it 2% faster after the
+                    # wait; with one poller per program (StreamConfig.one_poller) before is
+                    # faster: 1B 1249.3 / 1252.7 vs 1172.3 / 1153.2 / 1156.7 / 1175.0 tok/s
+                    # (H200, 2026-12-02, c1a1b1c's tree, sweep_mega 256 tokens; RESULTS.md)
                     w0, w20 = stream_start(w_gu, FFN, D, a1, a2, RG, KG, True, STREAM, PTX)
+                    run = ready(*wargs)
                     if run == 1:
                         gemv_body(h_ptr, w_gu, mnorm_ptr + layer * D, bgu_ptr + layer * 2 * FFN,
                                   h_ptr, act_ptr, T, FFN, D, D, D, FFN, eps, a1, a2, a0, w0, w20,
