@@ -197,6 +197,13 @@ class StreamConfig:
     # 243.0 / 243.4 vs 242.1 / 242.9, Llama-3.1-8B 250.3 / 250.6 vs 248.3 / 249.9, Llama-3.2-1B
     # 1156.7 / 1175.0 vs 1172.3 / 1153.2 (within its spread) -- a small gain on the 8B shapes.
     abort_every: int = 16
+    # decode, the register stream (stages 1): weight pieces an o_proj / gate|up / down task
+    # requests before its dependency wait -- 1, or 2 (gemv.gemv_body AHEAD: the loop then reduces
+    # a piece before it requests the one after next, so the loop keeps two pieces in flight in
+    # the same two register sets). The 1B's tasks stream 1-8 pieces each at a program's
+    # latency-bound rate (~25-35 GB/s, trace_step at 0058dcb), so a task's second piece requested
+    # only after its wait starts each phase with half the bytes in flight. 1 until measured.
+    ahead: int = 1
     # Measured and removed (H200, 2026-12-02, d685df3, sweep_mega 256 tokens): the gate|up ->
     # down pipeline -- each gate|up task streamed its range of every block of gate|up tiles that
     # writes one K chunk of act (down's max_k piece) block by block and published each block on
@@ -281,6 +288,8 @@ class StreamConfig:
         if self.op_elems is not None and (len(self.op_elems) != 4 or min(self.op_elems) < 1):
             raise ValueError(f"StreamConfig.op_elems: (QKV, o_proj, gate|up, down) elements per "
                              f"piece, each >= 1, got {self.op_elems}")
+        if self.ahead not in (1, 2):
+            raise ValueError(f"StreamConfig.ahead is 1 or 2, got {self.ahead}")
         if min(self.op_stages()) < 1 or (max(self.op_stages()) > 1 and self.ptx):
             raise ValueError(f"StreamConfig.stages is >= 1, and 1 with the PTX weight pieces "
                              f"(got stages={self.stages}, ptx={self.ptx})")
