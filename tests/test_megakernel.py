@@ -92,8 +92,7 @@ def test_decode_attention_block():
 def test_stream_stages_rule():
     """Shared-memory stream stages (QKV, o_proj, gate|up, down): 3 from stages_min_d_model on,
     the register stream below it, with the PTX pieces and for a standalone launch; explicit
-    stages as given; PTX pieces with explicit stages, and a tuple not of four, are refused (and
-    pieces ahead of a wait other than 1 or 2)."""
+    stages as given; PTX pieces with explicit stages, and a tuple not of four, are refused."""
     assert StreamConfig().op_stages(2048) == (1, 1, 1, 1)
     assert StreamConfig().op_stages(4096) == (3, 3, 3, 3)
     # QKV / gate|up rows chunked (> max_k): their row_rstd loop would nest in the stream
@@ -106,8 +105,6 @@ def test_stream_stages_rule():
         StreamConfig(ptx=True, stages=2)
     with pytest.raises(ValueError, match="stages"):
         StreamConfig(stages=(1, 3, 2))
-    with pytest.raises(ValueError, match="ahead"):  # pieces before a wait: 1 or 2
-        StreamConfig(ahead=3)
 
 
 def test_op_elems_set_each_ops_tile():
@@ -165,7 +162,7 @@ def test_vm_random_interleavings_match_torch(family, fused, keys):
 STAGED = StreamConfig(64, 4, max_k=16, attn_in_qkv_keys=10, stages=3, l2_prefetch_kb=1,
                       attn_block_s=16)
 WHOLE_ROWS = StreamConfig(2048, 4, merge_in_attn=True, norm_in_qkv=True, attn_in_qkv_keys=0,
-                          l2_prefetch_kb=64, op_elems=(512, 4096, 1024, 2048), ahead=2)
+                          l2_prefetch_kb=64, op_elems=(512, 4096, 1024, 2048))
 
 
 @pytest.mark.parametrize("family,stream", [("qwen2", STAGED), ("qwen3", STAGED),
@@ -181,8 +178,7 @@ def test_decode_stream_tiles_match_torch(family, stream):
     unchanged; the interpreter runs the range arithmetic, a GPU the bulk prefetches).
     attn_block_s 16: the attention loops' key blocks smaller than the split plan's (its chunk, and
     the partials' buffer, stay those of attention_config's block). op_elems: each op's own piece
-    elements, so QKV / o / gate|up / down tiles differ in rows (WHOLE_ROWS), whose o / gate|up /
-    down tasks request two pieces before their waits (ahead=2)."""
+    elements, so QKV / o / gate|up / down tiles differ in rows (WHOLE_ROWS)."""
     model = tiny_model(family).to(DEVICE)
     ids = torch.randint(0, 101, (1, 12), generator=torch.Generator().manual_seed(4)).to(DEVICE)
     ref = fastdecode.from_hf(model, max_seq_len=32, mode="torch")
@@ -202,16 +198,13 @@ def test_ptx_stream_gives_the_plain_streams_tokens():
     PTX (the interpreter runs the wrappers' plain loads and the same unpacking) against the
     plain stream: teacher-forced logits within bf16 rounding of each other (the pieces' sums run
     in another order, so a bf16 store may round the other way: 2^-8 relative, then through 2
-    layers), and the same greedy tokens. Llama's tiny model: K = 48 (q_dim, d_model) and 72.
-    The PTX run also requests each o / gate|up / down task's first two pieces before its wait
-    (ahead=2: the loop reduces a piece before requesting the one after next), which changes
-    no sum."""
+    layers), and the same greedy tokens. Llama's tiny model: K = 48 (q_dim, d_model) and 72."""
     model = tiny_model("llama", dtype=torch.bfloat16).to(DEVICE)
     ids = torch.randint(0, 101, (1, 7), generator=torch.Generator().manual_seed(4)).to(DEVICE)
     out = {}
     for ptx in (False, True):
         fm = fastdecode.from_hf(model, max_seq_len=16, mode="mega")
-        fm.runtime.mega_stream = StreamConfig(64, 4, max_k=16, ptx=ptx, ahead=1 + ptx)
+        fm.runtime.mega_stream = StreamConfig(64, 4, max_k=16, ptx=ptx)
         logits = torch.cat([fm(ids[:, :5])[0]] + [fm(ids[:, t:t + 1])[0] for t in range(5, 7)])
         out[ptx] = logits.float(), fm.generate(ids[:, :3], max_new_tokens=5, eos_token_id=[])
         assert fm.runtime.schedule(1).graph.tiling.ptx == ptx

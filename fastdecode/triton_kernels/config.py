@@ -197,13 +197,6 @@ class StreamConfig:
     # 243.0 / 243.4 vs 242.1 / 242.9, Llama-3.1-8B 250.3 / 250.6 vs 248.3 / 249.9, Llama-3.2-1B
     # 1156.7 / 1175.0 vs 1172.3 / 1153.2 (within its spread) -- a small gain on the 8B shapes.
     abort_every: int = 16
-    # decode, the register stream (stages 1): weight pieces an o_proj / gate|up / down task
-    # requests before its dependency wait -- 1, or 2 (gemv.gemv_body AHEAD: the loop then reduces
-    # a piece before it requests the one after next, so the loop keeps two pieces in flight in
-    # the same two register sets). The 1B's tasks stream 1-8 pieces each at a program's
-    # latency-bound rate (~25-35 GB/s, trace_step at 0058dcb), so a task's second piece requested
-    # only after its wait starts each phase with half the bytes in flight. 1 until measured.
-    ahead: int = 1
     # Measured and removed (H200, 2026-12-02, d685df3, sweep_mega 256 tokens): the gate|up ->
     # down pipeline -- each gate|up task streamed its range of every block of gate|up tiles that
     # writes one K chunk of act (down's max_k piece) block by block and published each block on
@@ -217,6 +210,11 @@ class StreamConfig:
     # for the last block, but the last gate|up finishers still stream their whole down share after
     # it, at one program's latency-bound rate (~25 GB/s) -- the phase ends no earlier, and the
     # next layer's QKV waited 26 us more per program over the step.
+    # Measured and removed (H200, 2026-12-02, 4a672a6, sweep_mega 256 tokens, one run): a
+    # register-stream o_proj / gate|up / down task requesting its first two weight pieces before
+    # its wait (the loop reducing a piece before requesting the one after next: two pieces in
+    # flight in two register sets; compile_check 1B spills 52/56 -> 212/244 B) -- Llama-3.2-1B
+    # 1119.4 / 1089.5 vs 1196.0 / 1199.6 tok/s.
     # Measured and removed (H200, 2026-12-01, 739ccee, sweep_mega 256 tokens): Qwen3-8B's q/k
     # norm inside the short-context attention (the completer's attention normed and rotated q
     # and the new key in registers from the raw fp32 rows, its softmax started at the new key;
@@ -288,8 +286,6 @@ class StreamConfig:
         if self.op_elems is not None and (len(self.op_elems) != 4 or min(self.op_elems) < 1):
             raise ValueError(f"StreamConfig.op_elems: (QKV, o_proj, gate|up, down) elements per "
                              f"piece, each >= 1, got {self.op_elems}")
-        if self.ahead not in (1, 2):
-            raise ValueError(f"StreamConfig.ahead is 1 or 2, got {self.ahead}")
         if min(self.op_stages()) < 1 or (max(self.op_stages()) > 1 and self.ptx):
             raise ValueError(f"StreamConfig.stages is >= 1, and 1 with the PTX weight pieces "
                              f"(got stages={self.stages}, ptx={self.ptx})")

@@ -88,22 +88,20 @@ def stream_piece(w_ptr, N, K, tile_lo, i, n_it, BLOCK_N: tl.constexpr, BLOCK_K: 
 
 @triton.jit
 def stream_start(w_ptr, N, K, tile_lo, tile_hi, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 TWO: tl.constexpr, STREAM: tl.constexpr, PTX: tl.constexpr,
-                 AHEAD: tl.constexpr = 1):
-    """The first AHEAD (1 or 2) pieces of a decode-stream task over row tiles [tile_lo,
-    tile_hi) of W [N (x2 if TWO: gate|up), K]: its weights only. They depend on nothing, so the
-    megakernel requests them before the task's dependency wait and the wait hides their latency.
-    -> (w0, w20, w1, w21), pieces 0 and 1 (w2*: the up rows if TWO; piece 1 only if AHEAD == 2,
-    else piece 0 again, no load); zeros unless STREAM."""
+                 TWO: tl.constexpr, STREAM: tl.constexpr, PTX: tl.constexpr):
+    """The first piece of a decode-stream task over row tiles [tile_lo, tile_hi) of W [N (x2 if
+    TWO: gate|up), K]: its weights only. They depend on nothing, so the megakernel requests them
+    before the task's dependency wait and the wait hides their latency. (0, 0) unless STREAM."""
     if STREAM:
-        n_it = (tile_hi - tile_lo) * tl.cdiv(K, BLOCK_K)
-        w, w2 = stream_piece(w_ptr, N, K, tile_lo, 0, n_it, BLOCK_N, BLOCK_K, TWO, PTX)
-        w1, w21 = w, w2
-        if AHEAD == 2:
-            w1, w21 = stream_piece(w_ptr, N, K, tile_lo, 1, n_it, BLOCK_N, BLOCK_K, TWO, PTX)
-        return w, w2, w1, w21
+        rows = tile_lo * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask_r = (rows < N) & (tile_hi > tile_lo)
+        w = weight_chunk(w_ptr, rows, mask_r, 0, K, BLOCK_K, PTX)
+        w2 = w
+        if TWO:
+            w2 = weight_chunk(w_ptr, rows + N, mask_r, 0, K, BLOCK_K, PTX)
+        return w, w2
     else:
-        return 0, 0, 0, 0
+        return 0, 0
 
 
 @triton.jit
@@ -112,11 +110,9 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
               NORM: tl.constexpr, BIAS: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
               BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
               STREAM: tl.constexpr, F32: tl.constexpr, PTX: tl.constexpr,
-              STAGES: tl.constexpr = 1, WAIT: tl.constexpr = None, wargs=None, w1=0, w21=0,
-              AHEAD: tl.constexpr = 1):
-    """Output tiles [tile_lo, tile_hi) of BLOCK_N rows for token block pid_t; (w0, w20) -- and
-    (w1, w21) if AHEAD == 2 -- the first pieces from stream_start (STREAM) or ignored. Returns 1,
-    or WAIT's result.
+              STAGES: tl.constexpr = 1, WAIT: tl.constexpr = None, wargs=None):
+    """Output tiles [tile_lo, tile_hi) of BLOCK_N rows for token block pid_t; (w0, w20): the
+    first piece from stream_start (STREAM) or ignored. Returns 1, or WAIT's result.
 
     STREAM (decode, T=1): the task is one continuous weight stream of (tile, K chunk) pieces;
     each iteration first requests the next piece (weights, activation chunk, and at a tile's
@@ -139,12 +135,7 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
     Rows chunked over K (both streams) add up each piece's row_partials -- sums within a thread
     -- and reduce across threads (shuffles, shared memory, a barrier) once per tile, at its last
     chunk, not once per piece (+0.4-0.9% tok/s on 8B / Qwen3-8B / 1B, A/B in one run, session
-    12).
-    AHEAD (the register stream, config.StreamConfig.ahead): 1 -- each iteration requests the
-    next piece, then reduces its own; 2 -- each iteration reduces its piece, then requests the
-    one after next: the same two pieces in flight and the same two register sets in the loop,
-    but the task's first two pieces requested before its dependency wait (stream_start), not
-    one."""
+    12)."""
     run = 1
     PV: tl.constexpr = min(128 // w_ptr.dtype.element_ty.primitive_bitwidth, BLOCK_K)
     if STREAM and STAGES > 1:
@@ -228,16 +219,13 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
         acc2 = acc
         accp = tl.zeros([BLOCK_N, BLOCK_K // PV], dtype=tl.float32)  # chunked rows' row_partials
         accp2 = accp
-        if AHEAD == 2:  # the next piece, in flight since before the wait
-            w_n, w2_n = w1, w21
         for i in range(0, n_it):
             i1 = i + 1
             rows1 = (tile_lo + i1 // n_k) * BLOCK_N + tl.arange(0, BLOCK_N)
             mask1 = (rows1 < N) & (i1 < n_it)
             k1 = (i1 % n_k) * BLOCK_K
-            if AHEAD == 1:
-                w_n, w2_n = stream_piece(w_ptr, N, K, tile_lo, i1, n_it, BLOCK_N, BLOCK_K,
-                                         SWIGLU, PTX)
+            w_n, w2_n = stream_piece(w_ptr, N, K, tile_lo, i1, n_it, BLOCK_N, BLOCK_K, SWIGLU,
+                                     PTX)
             x_n = next_x_chunk(x, x_ptr, norm_ptr, k1, K, n_k, rstd, NORM, BLOCK_K)
             if n_k > 1:
                 accp += row_partials(w, x, PTX)
@@ -263,9 +251,6 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
                 acc2 = acc
                 b, b2, r = b_n, b2_n, r_n
             w, w2, x = w_n, w2_n, x_n
-            if AHEAD == 2:  # this piece reduced: its registers take the piece after next
-                w_n, w2_n = stream_piece(w_ptr, N, K, tile_lo, i + 2, n_it, BLOCK_N, BLOCK_K,
-                                         SWIGLU, PTX)
     else:
         for tile in range(tile_lo, tile_hi):
             y, offs_t, mask_t, offs_n, mask_n = gemv_tile(
@@ -294,8 +279,7 @@ def gemv_kernel(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, str
                   SWIGLU, RESIDUAL, BLOCK_T, BLOCK_N, BLOCK_K, STREAM, F32, PTX, STAGES,
                   pdl_ready, (PDL,))
     else:
-        w0, w20, _, _ = stream_start(w_ptr, N, K, lo, hi, BLOCK_N, BLOCK_K, SWIGLU, STREAM,
-                                     PTX)
+        w0, w20 = stream_start(w_ptr, N, K, lo, hi, BLOCK_N, BLOCK_K, SWIGLU, STREAM, PTX)
         pdl_wait(PDL)
         gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, stride_x,
                   stride_res, stride_out, eps, lo, hi, tl.program_id(1), w0, w20, NORM, BIAS,

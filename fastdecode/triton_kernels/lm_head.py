@@ -118,7 +118,7 @@ def lm_head_kernel(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_
     pid = tl.program_id(0)
     lo = pid * tiles_per_program
     hi = tl.minimum(lo + tiles_per_program, tl.cdiv(V, BLOCK_N))
-    w0, _, _, _ = stream_start(w_ptr, V, K, lo, hi, BLOCK_N, BLOCK_K, False, STREAM, PTX)
+    w0, _ = stream_start(w_ptr, V, K, lo, hi, BLOCK_N, BLOCK_K, False, STREAM, PTX)
     pdl_wait(PDL)
     lm_head_body(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_ptr, temp_ptr,
                  T, V, K, stride_x, stride_logits, eps, tl.num_programs(0), lo, hi, pid,

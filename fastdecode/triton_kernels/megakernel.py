@@ -197,7 +197,7 @@ def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
                   F32: tl.constexpr, WORLD: tl.constexpr, PUSH_BLOCK: tl.constexpr,
                   USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
                   STAGES: tl.constexpr, RG: tl.constexpr, PF_KB: tl.constexpr,
-                  POLL1: tl.constexpr, AHEAD: tl.constexpr = 1):
+                  POLL1: tl.constexpr):
     """o_proj / down_proj task: h[:, tiles lo..hi] += x @ W^T (+ bias), the residual stream in
     place -- its first weight piece requested, then its wait (ready), then the stream (STAGES >
     1: the wait inside the stream's first iteration, gemv_body). Tensor
@@ -220,14 +220,13 @@ def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
                         tb, 0, 0, False, BIAS, False, WORLD == 1, BLOCK_T, BLOCK_N, BLOCK_K,
                         STREAM, F32, PTX, STAGES, ready, wargs)
     else:
-        w0, _, w1, _ = stream_start(w_ptr, D, K, lo, hi, BLOCK_N, BLOCK_K, False, STREAM, PTX,
-                                    AHEAD)
+        w0, _ = stream_start(w_ptr, D, K, lo, hi, BLOCK_N, BLOCK_K, False, STREAM, PTX)
         task_prefetch(entry, has_next, wgu_ptr, FFN, D, RG, PF_KB, USE_ASM)
         run = ready(*wargs)
         if run == 1:
             gemv_body(x_ptr, w_ptr, w_ptr, b_ptr, h_ptr, out, T, D, K, K, D, D, eps, lo, hi,
                       tb, w0, w0, False, BIAS, False, WORLD == 1, BLOCK_T, BLOCK_N, BLOCK_K,
-                      STREAM, F32, PTX, w1=w1, w21=w1, AHEAD=AHEAD)
+                      STREAM, F32, PTX)
     if WORLD > 1:
         if run == 1:
             tl.debug_barrier()  # every thread's partial sums stored before they are pushed
@@ -268,7 +267,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
                MERGE_IN_ATTN: tl.constexpr, NORM_IN_QKV: tl.constexpr, SQ: tl.constexpr,
                SO: tl.constexpr, SG: tl.constexpr, SF: tl.constexpr, PF_KB: tl.constexpr = 0,
-               POLL1: tl.constexpr = 0, AHEAD: tl.constexpr = 1):
+               POLL1: tl.constexpr = 0):
     """Model sizes D, FFN, H, HD are constexpr (one compile per model): a decode tile over whole
     rows then folds its chunk loop away and keeps the activation row in registers, which spares
     registers (bench/compile_check.py: 1B shape 255 registers with 48 B of spills when they were
@@ -301,9 +300,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     PF_KB (STREAM, config.StreamConfig.l2_prefetch_kb): > 0, an o_proj task followed by a
     gate|up task in its queue asks L2 for that task's first PF_KB KB of gate rows and of up rows
     (one bulk prefetch each, ptx_inline.prefetch_l2_bulk) before its dependency wait -- the
-    attention chain's, when HBM idles (residual_task).
-    AHEAD (STREAM, config.StreamConfig.ahead): weight pieces a register-stream o_proj / gate|up
-    / down task requests before its wait (gemv.stream_start, gemv_body)."""
+    attention chain's, when HBM idles (residual_task)."""
     pid = tl.program_id(0)
     qlen = tl.load(qlen_ptr + pid)
     QKVN = (H + 2 * KVH) * HD
@@ -399,7 +396,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                     max_spin, pid, i, wc, s, tr, clock_ptr, op, xtab_ptr, rank,
                                     x_ctr, x_spin, x_red + rank * TM * D, w + NW, i + 1 < qlen,
                                     wgu_ptr, FFN, BIAS_O, BLOCK_T, RQ, KQ, STREAM, F32, WORLD,
-                                    RED_BLOCK, USE_ASM, TRACE, PTX, SO, RG, PF_KB, POLL1, AHEAD)
+                                    RED_BLOCK, USE_ASM, TRACE, PTX, SO, RG, PF_KB, POLL1)
             elif op == OP_GU:
                 w_gu = wgu_ptr + layer * 2 * FFN * D
                 if SG > 1:
@@ -413,23 +410,21 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                     # wait; with one poller per program (StreamConfig.one_poller) before is
                     # faster: 1B 1249.3 / 1252.7 vs 1172.3 / 1153.2 / 1156.7 / 1175.0 tok/s
                     # (H200, 2026-12-02, c1a1b1c's tree, sweep_mega 256 tokens; RESULTS.md)
-                    w0, w20, w1, w21 = stream_start(w_gu, FFN, D, a1, a2, RG, KG, True,
-                                                    STREAM, PTX, AHEAD)
+                    w0, w20 = stream_start(w_gu, FFN, D, a1, a2, RG, KG, True, STREAM, PTX)
                     run = ready(*wargs)
                     if run == 1:
                         gemv_body(h_ptr, w_gu, mnorm_ptr + layer * D, bgu_ptr + layer * 2 * FFN,
                                   h_ptr, act_ptr, T, FFN, D, D, D, FFN, eps, a1, a2, a0, w0, w20,
-                                  True, BIAS_MLP, True, False, BLOCK_T, RG, KG, STREAM, F32, PTX,
-                                  w1=w1, w21=w21, AHEAD=AHEAD)
+                                  True, BIAS_MLP, True, False, BLOCK_T, RG, KG, STREAM, F32, PTX)
             elif op == OP_DOWN:
                 run = residual_task(act_ptr, wd_ptr + layer * D * FFN, bd_ptr + layer * D, h_ptr,
                                     T, D, FFN, eps, a1, a2, a0, ctr_ptr, target, status_ptr,
                                     max_spin, pid, i, wc, s, tr, clock_ptr, op, xtab_ptr, rank,
                                     x_ctr, x_spin, x_red + (WORLD + rank) * TM * D, w, False,
                                     wgu_ptr, FFN, BIAS_MLP, BLOCK_T, RF, KF, STREAM, F32, WORLD,
-                                    RED_BLOCK, USE_ASM, TRACE, PTX, SF, RG, 0, POLL1, AHEAD)
+                                    RED_BLOCK, USE_ASM, TRACE, PTX, SF, RG, 0, POLL1)
             elif op == OP_LM:
-                w0, _, _, _ = stream_start(lm_ptr, V, D, a1, a2, RD, KD, False, STREAM, PTX)
+                w0, _ = stream_start(lm_ptr, V, D, a1, a2, RD, KD, False, STREAM, PTX)
                 run = ready(*wargs)
                 if run == 1:
                     voff = 0  # one rank: constants, compiled as before tensor parallelism
