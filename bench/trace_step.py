@@ -3,9 +3,13 @@ the wait / work time per program over the step, then one layer's phases (span, s
 task durations: see trace.phases). Saves the Chrome JSON and PNG timeline to --out. The
 per-program rates' correlation with a second launch's says whether a static per-program cost
 table could rebalance the queues (a program's speed stays with its index) or not (it goes with
-the SM the program lands on: the same correlation per SM); a third launch with the queues dealt
-ROT programs on (so onto other SMs) tells a queue's speed (its tasks: the per-queue correlation
-stays) from an SM's (the per-SM correlation stays).
+the SM the program lands on: the same correlation per SM). A third launch swaps the queues of
+the two programs on each SM (schedule.permuted): each SM runs the same pair of queues, but the
+earlier-launched program (the lower index) now runs the other's -- trace.sm_pair_gap, the later
+program's task end minus the earlier's on equal tiles, keeps its sign if the lag is the
+program's (its place on the SM) and flips it if it is the queue's. (A rotation of the queues by
+a few programs, this script's earlier third launch, keeps the SM pairs of queues together on an
+H200, where programs p and p + 124 share an SM: its "per queue" correlation included them.)
 
     python bench/trace_step.py --model 8b --layer 10 [--configs 8192/4/4096/2,16384/4/4096/2]
         [--prompt-len 200]
@@ -23,9 +27,10 @@ from fastdecode import trace as tr  # noqa: E402
 from bench_decode import read_bandwidth  # noqa: E402
 from shapes import random_model, stream_configs  # noqa: E402
 
-# programs the third launch moves each queue by: odd, so it leaves its SM whichever way the
-# programs pair up on SMs
-ROT = 7
+
+def _gap(g):
+    """trace.sm_pair_gap's (n, median, p10, p90) in us."""
+    return f"{g[1] / 1e3:+.2f} ({g[2] / 1e3:+.2f} / {g[3] / 1e3:+.2f})" if g else "nan"
 
 
 def main():
@@ -51,11 +56,10 @@ def main():
         sched, trace = fm.runtime.trace_decode(1)
         evs = tr.events(sched, trace)
         again = tr.events(*fm.runtime.trace_decode(1))  # the next step, another launch
-        # and one with every queue dealt to the program ROT on (schedule.rotated): labelled by
-        # the queue's own program, so per program it compares queues and per SM the hardware
-        moved = tr.events(*fm.runtime.trace_decode(1, rotate=ROT))
-        for e in moved:
-            e["program"] = (e["program"] + ROT) % sched.n_programs
+        # and one with the two queues of each SM swapped (schedule.permuted)
+        pairs = tr.sm_pairs(evs)
+        swap = [pairs.get(p, p) for p in range(sched.n_programs)]
+        swapped = tr.events(*fm.runtime.trace_decode(1, order=swap))
         tag = args.model + (f"_{stream.tile_elems}_{stream.num_warps}w" if stream else "")
         tr.chrome_json(evs, f"{args.out}/trace_{tag}.json")
         try:
@@ -87,17 +91,18 @@ def main():
                   f"program  rms residual {res / 1e3:5.2f} us")
         print("  per-program rates over the layers (trace.program_skew): p10 / p90 of the relative "
               "rate, split-half correlation, correlation with the next launch's programs and "
-              "SMs (trace events' sm: %smid); with the queues moved to other SMs: per queue, "
-              "per SM")
+              "SMs (trace events' sm: %smid); the later-launched program of each SM pair minus "
+              "the earlier on equal tiles (trace.sm_pair_gap, us: median, p10 / p90), and with "
+              "each SM's two queues swapped")
         for op in ("QKV", "QKV_ATTN", "O_PROJ", "GATE_UP", "DOWN"):
             r, n = tr.program_skew(evs, op), tr.program_skew(evs, op, other=again)
             m = tr.program_skew(evs, op, other=again, by="sm")
-            mq, ms = (tr.program_skew(evs, op, other=moved, by=by) for by in ("program", "sm"))
+            g, gs = tr.sm_pair_gap(evs, op), tr.sm_pair_gap(swapped, op, pairs=pairs)
             if r:
                 c = lambda x: f"{x[3]:+.2f}" if x else "  nan"  # noqa: E731
                 print(f"    {op:8s} programs {r[0]:4d}  rate {r[1]:.3f} / {r[2]:.3f}  "
                       f"corr {r[3]:+.2f}  next launch {c(n)}  SMs {m[0] if m else 0:4d} next "
-                      f"launch {c(m)}  moved: queues {c(mq)} SMs {c(ms)}")
+                      f"launch {c(m)}  pair gap {_gap(g)}, queues swapped {_gap(gs)}")
         chain = tr.attention_chain(evs)
         if chain:
             print(f"  attention chain, median over {chain['chains']} (layer, KV group)s (us): group's "

@@ -596,21 +596,21 @@ class Runtime:
             self._tp_ready.add(variant)
         megakernel[grid](*args, **kw)
 
-    def trace_decode(self, n_steps: int = 1, rotate: int = 0):
+    def trace_decode(self, n_steps: int = 1, order=None):
         """Run n_steps decode steps of the megakernel with per-task timestamps (continuing the
         current sequence). Returns (schedule, trace [P, n_steps, max_len, TRACE_WORDS] int64 on
-        the CPU: opcodes.TRACE_WORDS). rotate: program p runs the queue of program p + rotate
-        (schedule.rotated; the returned schedule is that one)."""
+        the CPU: opcodes.TRACE_WORDS). order: program p runs the queue of program order[p]
+        (schedule.permuted; the returned schedule is that one)."""
         if self.mode != "mega":
             raise ValueError("tracing needs mode='mega'")
         self._check_room(n_steps)
         sched = self.schedule(1, n_steps)
-        if rotate % sched.n_programs:
-            from .schedule import rotated
+        if order is not None and list(order) != list(range(sched.n_programs)):
+            from .schedule import permuted
             # cached beside its schedule: its counters continue from launch to launch
-            key = ("rotated", id(sched), rotate % sched.n_programs)
+            key = ("permuted", id(sched), tuple(order))
             if key not in self._schedules:
-                self._schedules[key] = rotated(sched, rotate)
+                self._schedules[key] = permuted(sched, order)
             sched = self._schedules[key]
         P, L = sched.words.shape[:2]
         trace = torch.zeros(P, n_steps, L, TRACE_WORDS, device=self.pw.device, dtype=torch.int64)

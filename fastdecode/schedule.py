@@ -83,13 +83,15 @@ def build_schedule(graph: StepGraph, n_programs: int, validate_it: bool = True) 
     return sched
 
 
-def rotated(sched: Schedule, r: int) -> Schedule:
-    """The same queues dealt to other programs: program p runs the queue of program (p + r) % P.
-    Any assignment of the queues to programs is as deadlock-free as the original (all programs
-    are resident; the counters are global); trace_step runs one to tell a queue's speed (its
-    tasks) from an SM's (the program index stays on its SM from launch to launch)."""
-    P = sched.n_programs
-    order = [(p + r) % P for p in range(P)]
+def permuted(sched: Schedule, order) -> Schedule:
+    """The same queues dealt to other programs: program p runs the queue of program order[p]
+    (a permutation). Any assignment of the queues to programs is as deadlock-free as the
+    original (all programs are resident; the counters are global); trace_step runs one to tell
+    a queue's speed (its tasks) from its program's (the program index stays on its SM from
+    launch to launch, and so does its place among the SM's programs)."""
+    order = list(order)
+    if sorted(order) != list(range(sched.n_programs)):
+        raise ScheduleError(f"not a permutation of the {sched.n_programs} programs")
     return Schedule(sched.graph, [sched.queues[q] for q in order], sched.words[order],
                     sched.lengths[order])
 

@@ -206,6 +206,38 @@ def program_skew(evs, op: str, step: int = 0, other=None, by: str = "program"):
     return len(progs), both[len(both) // 10], both[(9 * len(both)) // 10], corr
 
 
+def sm_pairs(evs) -> dict:
+    """{program: the other program on its SM} for the SMs that ran exactly two (trace events'
+    sm; programs stay on their SMs from launch to launch on an H200, trace_step checks it)."""
+    on = {}
+    for e in evs:
+        on.setdefault(e["sm"], set()).add(e["program"])
+    out = {}
+    for progs in on.values():
+        if len(progs) == 2:
+            a, b = sorted(progs)
+            out[a], out[b] = b, a
+    return out
+
+
+def sm_pair_gap(evs, op: str, step: int = 0, pairs=None):
+    """Within each SM running two programs, the later program's task end minus the earlier
+    one's (the higher program index minus the lower: the block launched later) for the op's
+    tasks of one layer that stream equal tiles -- how far apart two programs sharing an SM's
+    load pipeline finish the same work. pairs: sm_pairs of another launch (default: these
+    events'). -> (pairs counted, median, p10, p90) in ns, or None."""
+    pairs = pairs if pairs is not None else sm_pairs(evs)
+    ends = {(e["program"], e["layer"]): e for e in evs
+            if e["op"] == op and e["step"] == step and e.get("tiles", 0) > 0}
+    gaps = sorted(ends[(b, l)]["end"] - ends[(a, l)]["end"] for (a, l) in ends
+                  for b in (pairs.get(a, -1),) if b > a and (b, l) in ends
+                  and ends[(b, l)]["tiles"] == ends[(a, l)]["tiles"])
+    if not gaps:
+        return None
+    n = len(gaps)
+    return n, gaps[n // 2], gaps[n // 10], gaps[(9 * n) // 10]
+
+
 def chrome_json(evs, path, scale_us=1e-3):
     """Chrome trace (chrome://tracing, Perfetto): one row per program; waits and work as slices."""
     out = []

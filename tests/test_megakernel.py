@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import fastdecode
 from conftest import DEVICE
 from fastdecode.graph import build_step, make_tiling
-from fastdecode.schedule import ScheduleError, build_schedule, rotated, validate
+from fastdecode.schedule import ScheduleError, build_schedule, permuted, validate
 from fastdecode.spec import ModelSpec
 from fastdecode.opcodes import WORDS, Op
 from fastdecode.triton_kernels.config import StreamConfig
@@ -52,10 +52,14 @@ def test_schedule_properties(spec, T, P, max_seq, seed, fused, short):
     assert sched.words.shape[0] == P and int(sched.lengths.sum()) == len(graph.tasks)
     order = validate(sched, steps=2, rng=random.Random(seed))  # a random legal interleaving
     assert len(order) == 2 * len(graph.tasks)
-    moved = rotated(sched, seed)  # the queues dealt to other programs: as legal
-    assert [moved.queues[p] for p in range(P)] == [sched.queues[(p + seed) % P] for p in range(P)]
-    assert torch.equal(moved.words[0], sched.words[seed % P])
+    order = list(range(P))
+    random.Random(seed).shuffle(order)
+    moved = permuted(sched, order)  # the queues dealt to other programs: as legal
+    assert [moved.queues[p] for p in range(P)] == [sched.queues[order[p]] for p in range(P)]
+    assert torch.equal(moved.words[0], sched.words[order[0]])
     assert len(validate(moved, steps=2, rng=random.Random(seed + 1))) == 2 * len(graph.tasks)
+    with pytest.raises(ScheduleError, match="permutation"):
+        permuted(sched, order + [P])
     for key, n in graph.producers.items():
         assert n == sum(1 for t in graph.tasks if t.signal == key)
 
@@ -302,6 +306,30 @@ def test_trace_program_skew_tells_systematic_from_random():
     assert n == 32 and corr > 0.99
 
 
+def test_trace_sm_pair_gap_tells_program_from_queue():
+    """trace.sm_pairs finds the two programs of each SM; sm_pair_gap (the later-launched
+    program's task end minus the earlier's, equal tiles only) keeps its sign when each SM's two
+    queues are swapped if the lag is the program's, and flips it if it is the queue's."""
+    from fastdecode import trace as tr
+
+    def evs(lag, tiles=lambda p: 2):  # programs p and p + 8 share SM p % 8
+        return [dict(program=p, step=0, op="DOWN", layer=layer, arg0=0, tiles=tiles(p),
+                     start=0, ready=0, end=1000 + lag(p) + layer, sm=p % 8)
+                for p in range(16) for layer in range(4)]
+    assert tr.sm_pairs(evs(lambda p: 0)) == {p: (p + 8) % 16 for p in range(16)}
+    later = lambda p: 300 * (p >= 8)  # noqa: E731 -- the program's: the later one lags
+    n, med, lo, hi = tr.sm_pair_gap(evs(later), "DOWN")
+    assert (n, med, lo, hi) == (32, 300, 300, 300)
+    queue_lag = {p: 100 * (p % 3) for p in range(16)}  # the queue's, dealt to the partner
+    pairs = tr.sm_pairs(evs(later))
+    first = tr.sm_pair_gap(evs(lambda p: queue_lag[p]), "DOWN")
+    swapped = tr.sm_pair_gap(evs(lambda p: queue_lag[pairs[p]]), "DOWN", pairs=pairs)
+    assert swapped[1:] == (-first[1], -first[3], -first[2])
+    # unequal tiles are not compared; no such op: None
+    assert tr.sm_pair_gap(evs(later, tiles=lambda p: 1 + (p >= 8)), "DOWN") is None
+    assert tr.sm_pair_gap(evs(later), "O_PROJ") is None
+
+
 def test_trace_phase_rates_bytes_over_span():
     """trace.phase_rates: a phase's bytes over its first ready to last end; QKV_ATTN tasks join
     the QKV phase; other layers, steps and ops without bytes are left out."""
@@ -379,14 +407,15 @@ def test_trace_records_every_task_in_order(tmp_path):
     back = tr.load_chrome_json(tmp_path / "t.json")  # the JSON holds every task and its wait
     key = lambda e: (e["program"], e["start"], e["op"])  # noqa: E731
     assert sorted(back, key=key) == sorted(evs, key=key)
-    # a launch with the queues moved 3 programs on: program p runs queue p + 3's tasks in order
-    moved, trace = fm.runtime.trace_decode(1, rotate=3)
+    # a launch with the queues dealt to other programs: program p runs queue order[p] in order
     P = sched.n_programs
+    order = [(p + 3) % P for p in range(P)]
+    moved, trace = fm.runtime.trace_decode(1, order=order)
     for p in range(P):
         ran = [(e["op"], e["layer"], e["arg0"]) for e in tr.events(moved, trace)
                if e["program"] == p]
         want = [(t.op.name, t.layer, t.args[0]) for t in
-                (sched.graph.tasks[i] for i in sched.queues[(p + 3) % P])]
+                (sched.graph.tasks[i] for i in sched.queues[order[p]])]
         assert ran == want
     # tracing ran real steps: the sequence continues correctly afterwards
     ref = fastdecode.from_hf(model, max_seq_len=32, mode="torch")
