@@ -75,13 +75,22 @@ class StreamConfig:
     tile_elems: int = 16384
     num_warps: int = 4
     tiles: int = 1
+    # on every SM. Measured and removed (H200, 2026-12-02, sweep_mega 256 tokens, one run): 128
+    # of the 132 SMs (256 programs: every weight op of the 1B / 8B / Qwen3-8B shapes then divides
+    # evenly -- the 1B's 2048 gate|up tiles 8 each, not 8 on 200 programs and 7 on 64): 1B
+    # 1235.9 / 1207.1 vs 1220.1 / 1209.4 tok/s, Qwen3-8B 241.5 / 241.0 vs 242.7 / 242.2,
+    # Llama-3.1-8B 249.3 / 249.8 vs 250.4 / 249.1 -- the phases' tails are not the tiles'
+    # quantization. They are partly the SM's second program, which lags the first on the same
+    # work (trace.sm_pair_gap: +0.5 us on the 1B's gate|up, with the queues swapped too).
     per_sm: int = 2
     max_k: int = 4096
     # weight pieces by inline PTX (_common.weight_chunk) where ptx_stream_ok. Off: on an H200
     # (2026-11-30, 49fd481, sweep_mega 16384/4w/4096/2) Llama-3.2-1B 1150.6 tok/s plain vs
     # 1056.8 PTX, Llama-3.1-8B 223.5 vs 227.7 (within the 8B's run-to-run 219-226); standalone
     # (bench_ops, cold L2) PTX pieces streamed 1-12% faster one tile per program, but 0.97-1.12x
-    # in the megakernel's persistent form (lm_head 2048x128256: 4328 plain vs 4129 GB/s)
+    # in the megakernel's persistent form (lm_head 2048x128256: 4328 plain vs 4129 GB/s). Again
+    # with one poller (2026-12-02, 253fd6c, sweep_mega 256 tokens): 1B 1195.0 vs 1224.7 plain; the
+    # PTX pieces' 168 registers do not fit 3 programs per SM in a cooperative launch.
     ptx: bool = False
     # decode: the last ATTN task of a KV group merges its splits (graph.py, Tiling.merge_in_attn)
     # instead of a MERGE task one dependency hop later. Off: on an H200 (2026-11-30, 009b042,
@@ -138,7 +147,13 @@ class StreamConfig:
     # bulk-prefetching its own first 64 / 128 KB (1B 1102.4 / 1018.3 vs 1180.4 / 1178.7), and
     # the staged tasks waiting before their stream (1B stages 1333 1037.9 / 1027.1 vs 1125.7
     # without; 8B 3333 232.8 / 231.7 vs 251.2 / 250.2). Kept as the issue's L2-prefetch lever,
-    # off, so the A/B stays one config field away.
+    # off, so the A/B stays one config field away. Measured and removed (2026-12-02, 253fd6c's
+    # tree, sweep_mega 256 tokens, one run): the same prefetch after the o_proj task's wait (16
+    # KB of gate and of up rows: the gate|up task's first piece) -- 1B 1188.1 vs 1220.1 /
+    # 1209.4; the attention runner (the QKV_ATTN task completing a KV group) asking L2 for its
+    # next o_proj task's weights before its attention (the runners' o_proj tasks ended last in
+    # 13 of 16 layers of a 1B trace, ~0.5 us after the others) -- 1B 1213.0, Qwen3-8B 239.7 vs
+    # 242.7 / 242.2.
     l2_prefetch_kb: int = 0
     # decode: keys per iteration of the megakernel's attention loop (each a tl.dot of the group's
     # q rows padded to 16 against BLOCK_S keys, then one against the values); None:
@@ -166,7 +181,9 @@ class StreamConfig:
     # first and last, tok/s): 1B default 1155.3 / 1124.3, 16384:8192:16384:16384 1170.7,
     # 16384:8192:8192:16384 1150.5, 16384:16384:8192:16384 1150.0 (within the default's spread);
     # 8B default 249.9 / 249.8, 16384:8192:16384:16384 248.5, down 8192 245.7, down 32768 233.6;
-    # Qwen3-8B default 242.8 / 241.5, 240.9, 235.0, 221.3 (the same variants) -- off.
+    # Qwen3-8B default 242.8 / 241.5, 240.9, 235.0, 221.3 (the same variants) -- off. QKV pieces
+    # of 8192 (2026-12-02, 253fd6c: ~2.9 QKV tiles per program instead of 1 or 2): 1B 1162.5 vs
+    # 1220.1 / 1209.4.
     # compile_check (sm_90a, 2026-12-01), spill store/load bytes: 1B default 44/48,
     # 16384:8192:8192:16384 32/32, 16384:8192:16384:16384 24/24, 16384:16384:8192:16384 40/40,
     # 16384:16384:32768:16384 904/928; 8B default 64/72, down 8192 60/68, down 32768 64/88,
@@ -185,6 +202,10 @@ class StreamConfig:
     # sweep): the local counters 32 words apart, each on its own 128-byte L2 line instead of
     # packed (polls of a phase's counter and atomics on its neighbours share lines when packed) --
     # 1B 1154.1 / 1141.9 vs 1139.4 / 1144.3, Qwen3-8B 237.7 / 238.3 vs 241.6 / 241.5 tok/s.
+    # And (2026-12-02, 253fd6c's tree, the same sweep): the poll a relaxed load, with one
+    # fence.acq_rel once met, instead of an acquire load per poll -- 1B 1181.3 / 1182.3 vs
+    # 1224.7 / 1221.6, Qwen3-8B 243.1 / 242.6 vs 245.2 / 245.3, Llama-3.1-8B 249.9 / 251.9 vs
+    # 253.5 / 253.7.
     one_poller: bool = True
     # decode, one_poller: the abort word (raised by a program that timed out, so the others stop)
     # read at every abort_every-th poll only -- every waiting program polls that one word, the
@@ -304,9 +325,9 @@ class StreamConfig:
 
     def tile(self, K: int, parts: int = 1, elems: int | None = None) -> TileConfig:
         """rows (a power of two, 1 to 128) x block_k of a tile over rows of K elements, of
-        elems (default tile_elems) / parts elements (parts=2: gate|up streams two matrices per piece, so every
-        op keeps the same bytes -- and registers -- in flight per piece): whole rows
-        up to max_k, else the largest power-of-two chunk <= max_k that pads the row by <= 1/16:
+        elems (default tile_elems) / parts elements (parts=2: gate|up streams two matrices per
+        piece, so every op keeps the same bytes -- and registers -- in flight per piece): whole
+        rows up to max_k, else the largest power-of-two chunk <= max_k that pads the row by <= 1/16:
         14336 = 7 x 2048 streams in 2048-chunks, not in 4 x 4096 with a half-masked last one
         (masked lanes cost no bandwidth, but registers and FMAs)."""
         bk = triton.next_power_of_2(K)
