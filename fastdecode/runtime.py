@@ -41,6 +41,16 @@ MODES = ("torch", "vm", "ops", "mega")
 MAX_EOS = 16  # EOS ids the megakernel checks in-kernel
 
 
+def _set_carveout(function: int, percent: int):
+    """cuFuncSetAttribute(function, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT (9),
+    percent) through the driver library torch has loaded."""
+    import ctypes
+    rc = ctypes.CDLL("libcuda.so.1").cuFuncSetAttribute(ctypes.c_void_p(function), 9,
+                                                        ctypes.c_int(percent))
+    if rc != 0:
+        raise RuntimeError(f"cuFuncSetAttribute(carveout {percent}) failed: CUresult {rc}")
+
+
 @dataclass(frozen=True)
 class Sampling:
     """How the next token is chosen. top_k / top_p filter the logits as HF's warpers do."""
@@ -234,6 +244,7 @@ class Runtime:
         self.mega_stream = None    # StreamConfig overriding the decode task tiles (tile sweeps)
         self.x = None              # tensor parallelism, mega: the ranks' symmetric buffer
         self._tp_ready: set = set()  # megakernel variants every rank has compiled
+        self._carved: set = set()  # (compiled kernel's CUfunction, StreamConfig.carveout) set
         # a remote wait (tensor parallelism) also spans the ranks' host-side skew between
         # launches: GPU ~4 M polls of ~1-3 us = seconds; interpreter: the other ranks' threads
         # share the CPU
@@ -594,6 +605,13 @@ class Runtime:
                 k._init_handles()
             x.barrier(self.tp_barrier_s)
             self._tp_ready.add(variant)
+        carve = self.stream.carveout if self.cuda else None
+        if carve is not None:  # on the compiled kernel this launch runs, once
+            k = megakernel.run(*args, grid=grid, warmup=True, **kw)
+            k._init_handles()
+            if (k.function, carve) not in self._carved:
+                _set_carveout(k.function, carve)
+                self._carved.add((k.function, carve))
         megakernel[grid](*args, **kw)
 
     def trace_decode(self, n_steps: int = 1, order=None):

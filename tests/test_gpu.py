@@ -152,6 +152,8 @@ def _stream_variants(model, seed, name, values=(False, True), **fixed):
         tiling = fm.runtime._last_sched.graph.tiling
         if name == "attn_in_qkv_keys":
             assert tiling.attn_in_qkv == (on > 0)
+        elif name == "carveout":  # a launch attribute: the tiling is the default's
+            assert fm.runtime.stream.carveout == on
         elif name == "op_elems":  # o_proj's rows per tile follow its piece elements
             st, q_dim = fm.runtime.mega_stream, fm.runtime._last_sched.graph.spec.q_dim
             assert tiling.rows_q == st.tile(q_dim, elems=st.elems(1)).block_n
@@ -213,6 +215,14 @@ def test_mega_op_elems_match_default(llama1b):
     out = _stream_variants(llama1b, 9, "op_elems", values=(None, (16384, 8192, 8192, 16384)))
     _same_argmax_where_clear(out[None][0], out[(16384, 8192, 8192, 16384)][0],
                              "op_elems vs default")
+
+
+def test_mega_carveout_is_bit_identical(llama1b):
+    """StreamConfig.carveout (the kernel's preferred shared memory / L1 split, set by
+    cuFuncSetAttribute, which raises on failure) with shared-memory stages: where the pieces
+    wait changes, not what is computed -- the same bits as the driver's own carveout."""
+    out = _stream_variants(llama1b, 11, "carveout", values=(None, 72), stages=2)
+    assert torch.equal(out[None][0], out[72][0]) and torch.equal(out[None][1], out[72][1])
 
 
 @pytest.mark.parametrize("keys", [0, None])

@@ -109,6 +109,11 @@ def test_stream_stages_rule():
         StreamConfig(ptx=True, stages=2)
     with pytest.raises(ValueError, match="stages"):
         StreamConfig(stages=(1, 3, 2))
+    # the shared-memory carveout: a percent, or -1 (the driver's default)
+    assert StreamConfig(carveout=-1).carveout == -1 and StreamConfig(carveout=72).carveout == 72
+    for bad in (-2, 101):
+        with pytest.raises(ValueError, match="carveout"):
+            StreamConfig(carveout=bad)
 
 
 def test_op_elems_set_each_ops_tile():

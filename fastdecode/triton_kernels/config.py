@@ -155,6 +155,20 @@ class StreamConfig:
     # 13 of 16 layers of a 1B trace, ~0.5 us after the others) -- 1B 1213.0, Qwen3-8B 239.7 vs
     # 242.7 / 242.2.
     l2_prefetch_kb: int = 0
+    # decode: the megakernel's preferred shared-memory carveout, percent of the SM's maximum
+    # (228 KB on an H200; cuFuncSetAttribute PREFERRED_SHARED_MEMORY_CARVEOUT, runtime.py; the
+    # rest of the SM's 256 KB is L1; -1: the driver's default); None: not set. Why the 1B lost
+    # with shared-memory stages (stages_min_d_model above): ncu (H200, 2026-12-02, one launch of
+    # 16 decode steps) shows the driver picking a 102 KB carveout for its register stream (19.5
+    # KB per program) but 233 KB for stages 2222 (66 KB per program: ~23 KB of L1 left) -- long
+    # scoreboard stalls 1.91 -> 2.40 and short scoreboard 0.47 -> 0.78 per issued instruction,
+    # 12.41 -> 13.29 ms. With 72% (164 KB: ~92 KB of L1) the loss is gone (sweep_mega 256
+    # tokens, one run, bd5f632's tree + this field): stages 2222 1128.2 / 1143.7 tok/s at the
+    # driver's carveout, 1198.6 / 1198.5 at 72%, the register stream 1212.2 / 1209.8 (25%: two
+    # programs no longer fit an SM). Not yet measured: deeper stages that leave L1 room -- 1B
+    # stages 1144 with 8192-element gate|up / down pieces (65.6 KB per program, 72%), 1155
+    # (82 KB, 86%); the 8B shapes' stages 3333 need 99.4 KB per program, so the driver's 228 KB.
+    carveout: int | None = None
     # decode: keys per iteration of the megakernel's attention loop (each a tl.dot of the group's
     # q rows padded to 16 against BLOCK_S keys, then one against the values); None:
     # attention_block's rule, 32 at head_dim <= 64, else attention_config's 64. Measured on an H200
@@ -310,6 +324,9 @@ class StreamConfig:
         if min(self.op_stages()) < 1 or (max(self.op_stages()) > 1 and self.ptx):
             raise ValueError(f"StreamConfig.stages is >= 1, and 1 with the PTX weight pieces "
                              f"(got stages={self.stages}, ptx={self.ptx})")
+        if self.carveout is not None and not -1 <= self.carveout <= 100:
+            raise ValueError(f"StreamConfig.carveout: percent of the SM's shared memory, 0-100, "
+                             f"or -1 (the driver's default); got {self.carveout}")
 
     def short_context_keys(self, head_dim: int, elt: int = 2) -> int:
         """Keys up to which a decode step runs the short-context schedule."""
