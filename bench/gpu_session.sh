@@ -17,8 +17,9 @@
 #   (gemvcfg: bench_ops.py on the two large shapes short of 4 TB/s, with a persist+PDL row per
 #    StreamConfig of GEMV_CONFIGS -- tile elements / warps / max K / programs per SM)
 #   (exp: default-off StreamConfig variants, each against the default in one sweep_mega run --
-#    EXP_PARTS of: opelems (StreamConfig.op_elems per model), l2pf (l2_prefetch_kb), keys (attn_in_qkv_keys 288 vs the rule's 192 on the
-#    8B shapes over 256 tokens), ablock (the decode attention's key block, attn_block_s: the
+#    EXP_PARTS of: opelems (StreamConfig.op_elems per model), carve (StreamConfig.carveout),
+#    l2pf (l2_prefetch_kb), keys (attn_in_qkv_keys 288 vs the rule's 192 on the 8B shapes over
+#    256 tokens), ablock (the decode attention's key block, attn_block_s: the
 #    rule against 32 and 64 over 256 tokens, the 8B's steps past 192 keys on the split-KV path))
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=. NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
@@ -60,6 +61,14 @@ for s in $stages; do
                       )$E=16384:16384:16384:32768,$B
                     NEW=256 sw qwen3-8b $Q,$Q/op_elems=16384:8192:16384:16384,$(
                       )$Q/op_elems=16384:16384:16384:8192,$Q/op_elems=16384:16384:16384:32768,$Q ;;
+           # the shared-memory carveout (StreamConfig.carveout, RESULTS.md session 20): the 1B's
+           # deeper stages with L1 left (1144 / 1155 with 8192-element gate|up and down pieces:
+           # 65.6 / 82 KB per program, 72% / 86% = 164 / 196 KB of shared memory per SM). A
+           # compiled kernel keeps its carveout for the process: each stages variant's driver
+           # default runs before its carveout
+           carve) G=op_elems=16384:16384:8192:8192
+                  NEW=256 sw 1b $B,$K/-1/1144/$G,$K/-1/1144/$G/carveout=72,$(
+                    )$K/-1/1155/$G/carveout=86,$K/-1/2222/carveout=72,$B ;;
          esac; done ;;
     gemvcfg) FASTDECODE_COMMIT=$COMMIT timeout ${OPS_TIMEOUT:-300} python3 bench/bench_ops.py \
            --shapes ${GEMV_SHAPES:-2048x16384,14336x4096} --configs ${GEMV_CONFIGS:-8192/4/4096/2,\
