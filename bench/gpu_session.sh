@@ -66,9 +66,16 @@ for s in $stages; do
            # 65.6 / 82 KB per program, 72% / 86% = 164 / 196 KB of shared memory per SM). A
            # compiled kernel keeps its carveout for the process: each stages variant's driver
            # default runs before its carveout
-           carve) G=op_elems=16384:16384:8192:8192
+           # default runs before its carveout. The 8B shapes (compile_check, 2026-12-02): stages
+           # 3333 at 16384 elements 98.4 KB per program (the driver's 228 KB, ~28 KB of L1);
+           # 8192-element pieces at 4444 71.7 KB (72%: 164 KB), at 5555 82 KB (86%: 196 KB; the
+           # same 64 KB ahead of each wait as 3333)
+           carve) G=op_elems=16384:16384:8192:8192; H=op_elems=8192:8192:8192:8192
                   NEW=256 sw 1b $B,$K/-1/1144/$G,$K/-1/1144/$G/carveout=72,$(
-                    )$K/-1/1155/$G/carveout=86,$K/-1/2222/carveout=72,$B ;;
+                    )$K/-1/1155/$G/carveout=86,$K/-1/2222/carveout=72,$B
+                  for m in 8b qwen3-8b; do k=-1; [ $m = qwen3-8b ] && k=288
+                    NEW=256 sw $m $K/$k/3333,$K/$k/5555/$H,$K/$k/5555/$H/carveout=86,$(
+                      )$K/$k/4444/$H/carveout=72,$K/$k/3333; done ;;
          esac; done ;;
     gemvcfg) FASTDECODE_COMMIT=$COMMIT timeout ${OPS_TIMEOUT:-300} python3 bench/bench_ops.py \
            --shapes ${GEMV_SHAPES:-2048x16384,14336x4096} --configs ${GEMV_CONFIGS:-8192/4/4096/2,\
