@@ -65,7 +65,6 @@ for s in $stages; do
            # deeper stages with L1 left (1144 / 1155 with 8192-element gate|up and down pieces:
            # 65.6 / 82 KB per program, 72% / 86% = 164 / 196 KB of shared memory per SM). A
            # compiled kernel keeps its carveout for the process: each stages variant's driver
-           # default runs before its carveout
            # default runs before its carveout. The 8B shapes (compile_check, 2026-12-02): stages
            # 3333 at 16384 elements 98.4 KB per program (the driver's 228 KB, ~28 KB of L1);
            # 8192-element pieces at 4444 71.7 KB (72%: 164 KB), at 5555 82 KB (86%: 196 KB; the

@@ -596,19 +596,22 @@ class Runtime:
             num_warps=tg.num_warps)
         grid = (sched.n_programs,)
         variant = (key, sampling.do_sample, trace is not None)
+
+        def loaded_kernel():  # this launch's compiled kernel, compiled and loaded, not launched
+            k = megakernel.run(*args, grid=grid, warmup=True, **kw)
+            if self.cuda and hasattr(k, "_init_handles"):
+                k._init_handles()
+            return k
         if self.tp and variant not in self._tp_ready:
             # every rank compiles this variant, builds its launcher and loads it (Triton does the
             # last two at the first launch: seconds on a cold cache) before any rank launches
             # it: a rank still compiling would leave the others' bounded waits to time out
-            k = megakernel.run(*args, grid=grid, warmup=True, **kw)
-            if self.cuda and hasattr(k, "_init_handles"):
-                k._init_handles()
+            loaded_kernel()
             x.barrier(self.tp_barrier_s)
             self._tp_ready.add(variant)
         carve = self.stream.carveout if self.cuda else None
         if carve is not None:  # on the compiled kernel this launch runs, once
-            k = megakernel.run(*args, grid=grid, warmup=True, **kw)
-            k._init_handles()
+            k = loaded_kernel()
             if (k.function, carve) not in self._carved:
                 _set_carveout(k.function, carve)
                 self._carved.add((k.function, carve))

@@ -229,9 +229,12 @@ def sm_pair_gap(evs, op: str, step: int = 0, pairs=None):
     pairs = pairs if pairs is not None else sm_pairs(evs)
     ends = {(e["program"], e["layer"]): e for e in evs
             if e["op"] == op and e["step"] == step and e.get("tiles", 0) > 0}
-    gaps = sorted(ends[(b, l)]["end"] - ends[(a, l)]["end"] for (a, l) in ends
-                  for b in (pairs.get(a, -1),) if b > a and (b, l) in ends
-                  and ends[(b, l)]["tiles"] == ends[(a, l)]["tiles"])
+    gaps = []
+    for (a, layer), first in ends.items():
+        later = ends.get((pairs.get(a, -1), layer))
+        if later is not None and later["program"] > a and later["tiles"] == first["tiles"]:
+            gaps.append(later["end"] - first["end"])
+    gaps.sort()
     if not gaps:
         return None
     n = len(gaps)

@@ -52,14 +52,14 @@ def test_schedule_properties(spec, T, P, max_seq, seed, fused, short):
     assert sched.words.shape[0] == P and int(sched.lengths.sum()) == len(graph.tasks)
     order = validate(sched, steps=2, rng=random.Random(seed))  # a random legal interleaving
     assert len(order) == 2 * len(graph.tasks)
-    order = list(range(P))
-    random.Random(seed).shuffle(order)
-    moved = permuted(sched, order)  # the queues dealt to other programs: as legal
-    assert [moved.queues[p] for p in range(P)] == [sched.queues[order[p]] for p in range(P)]
-    assert torch.equal(moved.words[0], sched.words[order[0]])
+    perm = list(range(P))
+    random.Random(seed).shuffle(perm)
+    moved = permuted(sched, perm)  # the queues dealt to other programs: as legal
+    assert [moved.queues[p] for p in range(P)] == [sched.queues[perm[p]] for p in range(P)]
+    assert torch.equal(moved.words[0], sched.words[perm[0]])
     assert len(validate(moved, steps=2, rng=random.Random(seed + 1))) == 2 * len(graph.tasks)
     with pytest.raises(ScheduleError, match="permutation"):
-        permuted(sched, order + [P])
+        permuted(sched, perm + [P])
     for key, n in graph.producers.items():
         assert n == sum(1 for t in graph.tasks if t.signal == key)
 
