@@ -165,9 +165,15 @@ class StreamConfig:
     # 12.41 -> 13.29 ms. With 72% (164 KB: ~92 KB of L1) the loss is gone (sweep_mega 256
     # tokens, one run, bd5f632's tree + this field): stages 2222 1128.2 / 1143.7 tok/s at the
     # driver's carveout, 1198.6 / 1198.5 at 72%, the register stream 1212.2 / 1209.8 (25%: two
-    # programs no longer fit an SM). Not yet measured: deeper stages that leave L1 room -- 1B
-    # stages 1144 with 8192-element gate|up / down pieces (65.6 KB per program, 72%), 1155
-    # (82 KB, 86%); the 8B shapes' stages 3333 need 99.4 KB per program, so the driver's 228 KB.
+    # programs no longer fit an SM). Deeper stages with L1 left (2026-12-02, 2bda05e,
+    # EXP_PARTS=carve bash bench/gpu_session.sh exp: sweep_mega 256 tokens, tok/s): 1B default
+    # 1238.8 / 1233.1, stages 2222 at 72% 1178.2, 1144 with 8192-element gate|up / down pieces
+    # (65.6 KB per program) 1102.0 at the driver's carveout, 1171.7 at 72%, 1155 (82 KB) at 86%
+    # 1066.9 -- the 1B stays on the register stream. 8192-element pieces on the 8B shapes
+    # (stages 3333 at 16384 elements need 98.4 KB per program, so the driver's 228 KB):
+    # Llama-3.1-8B 3333 253.7 / 252.6, 4444 at 72% (71.7 KB) 253.1, 5555 (82 KB) 242.1, at 86%
+    # 242.4; Qwen3-8B 3333 245.2 / 245.1, 4444 at 72% 247.3, 5555 231.7, at 86% 232.1 -- again,
+    # interleaved, 244.4 / 243.8 vs 243.2 / 241.1: Qwen3-8B's tile table entry (4444 at 72%).
     carveout: int | None = None
     # decode: keys per iteration of the megakernel's attention loop (each a tl.dot of the group's
     # q rows padded to 16 against BLOCK_S keys, then one against the values); None:
