@@ -2,7 +2,7 @@
 # One device-tool call that checks and measures everything GPU-side, shortest first; each stage is
 # time-boxed so a failure or a slow stage cannot eat the call. Outputs land in $OUT (or /tmp/out).
 #   device run:  bash bench/gpu_session.sh  [stages...]
-#   stages: tests kernels sweep bench trace tp variants first pdl ab
+#   stages: tests kernels sweep bench trace tp variants first pdl ab exp gemvcfg wsprobe
 #   (ab: the megakernel of an older commit against this tree in one run -- bench/sweep_mega.py
 #    with AB_CONFIGS for each of AB_MODELS, in each of AB_TREES (default: ab_old, then here). Make
 #    ab_old/ (ignored by git) with `git archive <sha> fastdecode bench | tar -x -C ab_old` and pass
@@ -16,6 +16,9 @@
 #   (kernels: only the test files that compile kernels -- ops, megakernel, models, GPU-only)
 #   (gemvcfg: bench_ops.py on the two large shapes short of 4 TB/s, with a persist+PDL row per
 #    StreamConfig of GEMV_CONFIGS -- tile elements / warps / max K / programs per SM)
+#   (wsprobe: bench/probe_ws_stream.py on PROBE_MODELS -- a step's GEMV chain with the
+#    megakernel's grid-wide waits, weights streamed by a warp-specialized TMA loader into a
+#    shared-memory ring of 1-6 slots, against the read roofline, with and without the waits)
 #   (exp: default-off StreamConfig variants, each against the default in one sweep_mega run --
 #    EXP_PARTS of: opelems (StreamConfig.op_elems per model), carve (StreamConfig.carveout),
 #    l2pf (l2_prefetch_kb), keys (attn_in_qkv_keys 288 vs the rule's 192 on the 8B shapes over
@@ -76,6 +79,9 @@ for s in $stages; do
                     NEW=256 sw $m $K/$k/3333,$K/$k/5555/$H,$K/$k/5555/$H/carveout=86,$(
                       )$K/$k/4444/$H/carveout=72,$K/$k/3333; done ;;
          esac; done ;;
+    wsprobe) for m in ${PROBE_MODELS:-1b 8b}; do timeout ${PROBE_TIMEOUT:-240} python3 \
+               bench/probe_ws_stream.py --model $m ${PROBE_ARGS:-} 2>&1 | grep -v -i warn \
+               | tee -a "$OUT/probe_ws.log" | tail -16; done ;;
     gemvcfg) FASTDECODE_COMMIT=$COMMIT timeout ${OPS_TIMEOUT:-300} python3 bench/bench_ops.py \
            --shapes ${GEMV_SHAPES:-2048x16384,14336x4096} --configs ${GEMV_CONFIGS:-8192/4/4096/2,\
 16384/8/4096/2,32768/8/4096/2,16384/4/4096/3,8192/4/4096/4,16384/4/4096/1,32768/8/4096/1,\

@@ -1,0 +1,309 @@
+"""Probe for issue 4's next lever: does a warp-specialized weight loader keep HBM busy across the
+megakernel's dependency waits? (Triton 3.6's Gluon: TMA copies into a shared-memory ring,
+completing on mbarriers, issued by a loader warp that never waits on a dependency counter.)
+
+The chain of one decode step's GEMVs of a model shape (bench/shapes.py): per layer QKV, O,
+gate|up, down, then the lm_head -- every op's weights streamed once, y = W x in fp32, each op
+reading the previous op's output (its first K elements) after a grid-wide wait: every program
+adds 1 to the op's counter (release) when its rows are stored, and waits for all programs' adds
+on the op before (acquire) -- the megakernel's dependency pattern without its attention, norms or
+token choice. Weights stream as [RB rows x CB*256] pieces (RB x CB x 256 TMA boxes of a
+[rows, K/256, 256] view; RB=8, CB=8: 32 KB, the megakernel's 16384-element pieces); program p of P
+takes op rows [p*nrb/P, (p+1)*nrb/P) of 8-row blocks. The loader runs at most `slots` pieces
+ahead of the compute warps -- across op boundaries and their waits -- so `slots` 1 is the
+megakernel's register stream (one piece requested before each wait), 2-6 the run-ahead ring.
+
+Prints the step time, GB/s and % of the read roofline (bytes / 4.46 TB/s, KNOWLEDGE.md's large
+plain-Triton GEMV rate) per variant, and the same chain without waits (the streams alone). Checks
+the last op's output against torch (fp32 math on the same bf16 weights: sums of <= 14336
+products of O(1) terms in another order, rel err < 1e-4). The launch is cooperative (refused if
+the programs cannot all be resident), and a wait that does not complete within 2 M polls (~1 s)
+sets an error word and the kernel runs on without waits (the probe raises): never a hang.
+Next, if the ring wins: the megakernel's weight tasks on such a loader (a Gluon megakernel).
+tests/test_probe.py checks the op table on the CPU and compiles the kernel for sm_90a.
+
+    python bench/probe_ws_stream.py --model 1b [--configs slots/per_sm/warps,...] [--steps 20]
+    python bench/probe_ws_stream.py --compile-only      # sm_90a compile on a machine without GPU
+"""
+import argparse
+import os
+import sys
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from shapes import SHAPES  # noqa: E402
+
+OPW = gl.constexpr(8)  # words per op in the op table: row0, row blocks, chunk blocks, which
+#                       descriptor, y offset, x offset, rows, unused
+CHUNK = gl.constexpr(256)  # elements per TMA box row (the box's inner dimension limit)
+READ_TBS = 4.46  # TB/s: KNOWLEDGE.md's large plain-Triton GEMV read rate on an H200
+
+
+@gluon.jit
+def _loader(desc_a, desc_b, ring, full, empty, ops_ptr, n_ops, P,
+            RB: gl.constexpr, CB: gl.constexpr, SLOTS: gl.constexpr):
+    """One warp: every piece of this program's rows of every op, in order, into the ring --
+    waiting only for a free slot, never on a dependency counter."""
+    pid = gl.program_id(0)
+    i = 0
+    for o in range(n_ops):
+        row0 = gl.load(ops_ptr + o * OPW)
+        nrb = gl.load(ops_ptr + o * OPW + 1)
+        ncb = gl.load(ops_ptr + o * OPW + 2)
+        which = gl.load(ops_ptr + o * OPW + 3)
+        for rb in range(nrb * pid // P, nrb * (pid + 1) // P):
+            for cb in range(ncb):
+                slot = i % SLOTS
+                mbarrier.wait(empty.index(slot), ((i // SLOTS) & 1) ^ 1)
+                mbarrier.expect(full.index(slot), RB * CB * CHUNK * 2)
+                if which == 0:
+                    tma.async_copy_global_to_shared(desc_a, [row0 + rb * RB, cb * CB, 0],
+                                                    full.index(slot), ring.index(slot))
+                else:
+                    tma.async_copy_global_to_shared(desc_b, [row0 + rb * RB, cb * CB, 0],
+                                                    full.index(slot), ring.index(slot))
+                i += 1
+
+
+@gluon.jit
+def _compute(ring, full, empty, ops_ptr, n_ops, P, y_ptr, cnt_ptr, target, err_ptr, max_polls,
+             RB: gl.constexpr, CB: gl.constexpr, SLOTS: gl.constexpr, WAIT: gl.constexpr,
+             L3: gl.constexpr):
+    """The default partition: per op, wait for every program's rows of the op before (one
+    acquire poll per iteration, bounded), then y rows = pieces x the op's input, stored, then
+    this program's release add on the op's counter."""
+    pid = gl.program_id(0)
+    LX: gl.constexpr = gl.SliceLayout(0, L3)
+    LY: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, L3))
+    xc = gl.arange(0, CB, layout=gl.SliceLayout(1, LX))
+    xj = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, LX))
+    x_offs = xc[:, None] * CHUNK + xj[None, :]
+    rows = gl.arange(0, RB, layout=LY)
+    i = 0
+    dead = 0  # a wait timed out: the rest run without waits (the pieces still drain the ring)
+    for o in range(n_ops):
+        nrb = gl.load(ops_ptr + o * OPW + 1)
+        ncb = gl.load(ops_ptr + o * OPW + 2)
+        y_off = gl.load(ops_ptr + o * OPW + 4)
+        x_off = gl.load(ops_ptr + o * OPW + 5)
+        if WAIT:
+            if (o > 0) & (dead == 0):
+                polls = 0
+                seen = gl.atomic_add(cnt_ptr + o - 1, 0, sem="acquire", scope="gpu")
+                while (seen < target) & (polls < max_polls):
+                    seen = gl.atomic_add(cnt_ptr + o - 1, 0, sem="acquire", scope="gpu")
+                    polls += 1
+                if seen < target:
+                    gl.atomic_max(err_ptr, o)  # never completed: the host raises
+                    dead = 1
+        for rb in range(nrb * pid // P, nrb * (pid + 1) // P):
+            acc = gl.zeros([RB], gl.float32, LY)
+            for cb in range(ncb):
+                slot = i % SLOTS
+                mbarrier.wait(full.index(slot), (i // SLOTS) & 1)
+                w = ring.index(slot).load(L3).to(gl.float32)
+                fence_async_shared()
+                mbarrier.arrive(empty.index(slot), count=1)
+                x = gl.load(y_ptr + x_off + cb * CB * CHUNK + x_offs)
+                acc += gl.sum(gl.sum(w * x[None, :, :], axis=2), axis=1)
+                i += 1
+            gl.store(y_ptr + y_off + rb * RB + rows, acc)
+        gl.thread_barrier()  # every warp's rows stored before the release add
+        gl.atomic_add(cnt_ptr + o, 1, sem="release", scope="gpu")
+
+
+@gluon.jit
+def ws_chain_kernel(desc_a, desc_b, ops_ptr, n_ops, P, y_ptr, cnt_ptr, target, err_ptr, max_polls,
+                    RB: gl.constexpr, CB: gl.constexpr, SLOTS: gl.constexpr, WAIT: gl.constexpr,
+                    num_warps: gl.constexpr):
+    L3: gl.constexpr = gl.BlockedLayout([1, 1, 8], [1, 1, 32], [1, num_warps, 1], [2, 1, 0])
+    ring = gl.allocate_shared_memory(gl.bfloat16, [SLOTS, RB, CB, CHUNK], desc_a.layout)
+    full = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
+    for s in gl.static_range(SLOTS):
+        mbarrier.init(full.index(s), count=1)
+        mbarrier.init(empty.index(s), count=1)
+    gl.warp_specialize([
+        (_compute, (ring, full, empty, ops_ptr, n_ops, P, y_ptr, cnt_ptr, target, err_ptr,
+                    max_polls, RB, CB, SLOTS, WAIT, L3)),
+        (_loader, (desc_a, desc_b, ring, full, empty, ops_ptr, n_ops, P, RB, CB, SLOTS)),
+    ], [1], [40])
+
+
+def chain(cfg, n_layers=None, vocab=None):
+    """The ops of one step of an HF config's shape: (name, N, K) in order; each reads the op
+    before's first K outputs."""
+    d, f, hd = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
+    qkv = (cfg.num_attention_heads + 2 * cfg.num_key_value_heads) * hd
+    ops = []
+    for _ in range(n_layers or cfg.num_hidden_layers):
+        ops += [("qkv", qkv, d), ("o", d, cfg.num_attention_heads * hd),
+                ("gate_up", 2 * f, d), ("down", d, f)]
+    return ops + [("lm_head", vocab or cfg.vocab_size, d)]
+
+
+class Chain:
+    """The weights (two [rows, K/256, 256] bf16 tensors: the ops of each K, stacked), the op
+    table, the output buffer and counters of one model shape's GEMV chain."""
+
+    def __init__(self, ops: list, RB: int = 8, CB: int = 8, device="cuda"):
+        self.ops = ops
+        ks = sorted({k for _, _, k in self.ops})
+        if len(ks) > 2 or any(k % (CB * 256) for k in ks) or any(n % RB for _, n, _ in self.ops):
+            raise ValueError(f"probe needs <= 2 distinct K, each a multiple of {CB * 256}, and "
+                             f"rows a multiple of {RB}: {sorted(set(self.ops))}")
+        self.RB, self.CB, self.ks = RB, CB, ks
+        rows = {k: sum(n for _, n, kk in self.ops if kk == k) for k in ks}
+        g = torch.Generator(device=device).manual_seed(0)
+        self.w = {k: (torch.randn(rows[k], k // 256, 256, device=device, generator=g)
+                      / k ** 0.5).to(torch.bfloat16) for k in ks}
+        x0 = max(ks)
+        table, at, y_at = [], {k: 0 for k in ks}, x0
+        for name, n, k in self.ops:
+            x_off = 0 if not table else table[-1][4]
+            table.append([at[k], n // RB, k // (CB * 256), ks.index(k), y_at, x_off, n, 0])
+            at[k] += n
+            y_at += n
+        self.table = torch.tensor(table, dtype=torch.int32, device=device)
+        self.y = torch.zeros(y_at, device=device)
+        self.y[:x0] = torch.randn(x0, device=device, generator=g)
+        self.cnt = torch.zeros(len(self.ops), dtype=torch.int32, device=device)
+        self.err = torch.zeros(1, dtype=torch.int32, device=device)
+        self.bytes = sum(n * k * 2 for _, n, k in self.ops)
+        self.launches = 0
+        self.sms = torch.cuda.get_device_properties(0).multi_processor_count \
+            if torch.device(device).type == "cuda" else 132
+        layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=16, rank=3)
+        self.desc = [TensorDescriptor.from_tensor(self.w[k], [RB, CB, 256], layout) for k in ks]
+        if len(self.desc) == 1:
+            self.desc.append(self.desc[0])
+
+    def reference(self) -> torch.Tensor:
+        """The last op's output, fp32 math on the same weights."""
+        x = self.y[:max(self.ks)].clone()
+        for (name, n, k), row in zip(self.ops, self.table.tolist()):
+            w = self.w[k][row[0]:row[0] + n].reshape(n, k).float()
+            x = w @ x[:k]
+        return x
+
+    def emulate(self) -> torch.Tensor:
+        """The last op's output computed the kernel's way, with torch: piece by piece from the
+        op table (the table's offsets checked without a GPU; tests/test_probe.py)."""
+        y, RB, CB = self.y.clone(), self.RB, self.CB
+        for row0, nrb, ncb, which, y_off, x_off, n, _ in self.table.tolist():
+            w = self.w[self.ks[which]][row0:row0 + nrb * RB].float()
+            x = y[x_off:x_off + ncb * CB * 256].reshape(ncb * CB, 256)
+            acc = torch.zeros(nrb, RB)
+            for cb in range(ncb):
+                piece = w[:, cb * CB:(cb + 1) * CB].reshape(nrb, RB, CB, 256)
+                acc += (piece * x[cb * CB:(cb + 1) * CB]).sum((2, 3))
+            y[y_off:y_off + n] = acc.reshape(n)
+        return y[y_off:y_off + n]
+
+    def run(self, P: int, slots: int, warps: int, wait: bool = True, max_polls: int = 1 << 21):
+        """One step: P programs, all resident (a cooperative launch, refused if they do not fit;
+        a wait gives up after max_polls polls, ~1 s)."""
+        self.launches += 1
+        ws_chain_kernel[(P,)](self.desc[0], self.desc[1], self.table, len(self.ops), P, self.y,
+                              self.cnt, P * self.launches, self.err, max_polls, RB=self.RB,
+                              CB=self.CB, SLOTS=slots, WAIT=wait, num_warps=warps,
+                              maxnreg=maxnreg(warps, P // self.sms), launch_cooperative_grid=True)
+
+    def last(self) -> torch.Tensor:
+        t = self.table[-1].tolist()
+        return self.y[t[4]:t[4] + t[6]]
+
+
+def maxnreg(warps: int, per_sm: int) -> int:
+    """Registers per thread that let per_sm programs share an SM's 64 K: the compute warps and
+    the loader's warp group (warps are allocated by groups of 4), a multiple of 8, <= 168."""
+    threads = (-(-warps // 4) * 4 + 4) * 32
+    return min(168, 65536 // (per_sm * threads) // 8 * 8)
+
+
+def measure(ch: Chain, P: int, slots: int, warps: int, wait: bool, steps: int) -> float:
+    """Median step time over `steps` launches (us), after checking the output and error word."""
+    ch.run(P, slots, warps, wait)
+    torch.cuda.synchronize()
+    if int(ch.err.item()):
+        raise RuntimeError(f"a wait on op {int(ch.err.item()) - 1}'s counter timed out "
+                           f"(P={P}, slots={slots})")
+    if wait:
+        want = ch.reference()
+        err = float((ch.last() - want).norm() / want.norm())
+        if not err < 1e-4:
+            raise AssertionError(f"chain output rel err {err:.2e} (P={P}, slots={slots})")
+    times = []
+    for _ in range(steps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        ch.run(P, slots, warps, wait)
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b) * 1e3)
+    if int(ch.err.item()):
+        raise RuntimeError(f"a wait timed out while timing (P={P}, slots={slots})")
+    return sorted(times)[len(times) // 2]
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", default="1b")
+    p.add_argument("--configs", default="1/1/8,2/1/8,4/1/8,6/1/8,3/2/4,2/2/4",
+                   help="slots/programs per SM/compute warps,...")
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--compile-only", action="store_true")
+    args = p.parse_args()
+    cfg = SHAPES[args.model][1]()
+    if args.compile_only:
+        return compile_only(cfg, args.configs)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    ch = Chain(chain(cfg))
+    roof = ch.bytes / (READ_TBS * 1e12) * 1e6
+    print(f"{args.model}: {len(ch.ops)} GEMVs, {ch.bytes / 1e9:.2f} GB a step, read roofline "
+          f"{roof:.1f} us ({1e6 / roof:.0f} steps/s)")
+    rows = []
+    for c in args.configs.split(","):
+        slots, per_sm, warps = map(int, c.split("/"))
+        for wait in (True, False):
+            try:
+                us = measure(ch, sms * per_sm, slots, warps, wait, args.steps)
+            except Exception as e:  # report and go on: one variant must not end the sweep
+                print(f"  {c} wait={int(wait)} failed: {type(e).__name__}: {str(e)[:300]}")
+                continue
+            rows.append((c, wait, us))
+            print(f"  slots {slots} x {per_sm}/SM, {warps} warps, waits {'on ' if wait else 'off'}"
+                  f" {us:8.1f} us  {ch.bytes / us / 1e3:6.0f} GB/s  {100 * roof / us:5.1f}% of "
+                  f"roofline  ({1e6 / us:.0f} steps/s)", flush=True)
+    print(f"\n{args.model} GEMV chain, best first (read roofline {roof:.1f} us):")
+    for c, wait, us in sorted(rows, key=lambda r: r[2]):
+        print(f"  {c:10s} waits {'on ' if wait else 'off'} {us:8.1f} us  {100 * roof / us:5.1f}%")
+
+
+def compile_only(cfg, configs: str):
+    """Compile every variant for sm_90a without a GPU (compile_check's driver): catches what
+    only the compiler rejects before device time is spent."""
+    import compile_check as cc
+    from triton.runtime import driver
+    driver.set_active(cc.CompileOnlyDriver())
+    ch = Chain(chain(cfg, n_layers=1, vocab=4096), device="cpu")
+    for c in configs.split(","):
+        slots, per_sm, warps = map(int, c.split("/"))
+        for wait in (True, False):
+            k = ws_chain_kernel.warmup(
+                ch.desc[0], ch.desc[1], ch.table, len(ch.ops), 132, ch.y, ch.cnt, 132, ch.err,
+                1 << 21, RB=ch.RB, CB=ch.CB, SLOTS=slots, WAIT=wait, num_warps=warps,
+                maxnreg=maxnreg(warps, per_sm), grid=(132 * per_sm,))
+            ptx = k.asm["ptx"]
+            print(f"  {c} wait={int(wait)}: {cc.ptxas_report(ptx)}, smem {k.metadata.shared} B, "
+                  f"{ptx.count('cp.async.bulk.tensor')} TMA copy, "
+                  f"{ptx.count('setmaxnreg')} setmaxnreg", flush=True)
+
+
+if __name__ == "__main__":
+    main()
