@@ -18,7 +18,8 @@
 #    StreamConfig of GEMV_CONFIGS -- tile elements / warps / max K / programs per SM)
 #   (wsprobe: bench/probe_ws_stream.py on PROBE_MODELS -- a step's GEMV chain with the
 #    megakernel's grid-wide waits, weights streamed by a warp-specialized TMA loader into a
-#    shared-memory ring of 1-6 slots, against the read roofline, with and without the waits)
+#    shared-memory ring of 1-6 slots, against the read roofline, with and without the waits;
+#    then issue 4's four large GEMV shapes alone through the same loader, cold L2)
 #   (exp: default-off StreamConfig variants, each against the default in one sweep_mega run --
 #    EXP_PARTS of: opelems (StreamConfig.op_elems per model), carve (StreamConfig.carveout),
 #    l2pf (l2_prefetch_kb), keys (attn_in_qkv_keys 288 vs the rule's 192 on the 8B shapes over
@@ -81,7 +82,10 @@ for s in $stages; do
          esac; done ;;
     wsprobe) for m in ${PROBE_MODELS:-1b 8b}; do timeout ${PROBE_TIMEOUT:-240} python3 \
                bench/probe_ws_stream.py --model $m ${PROBE_ARGS:-} 2>&1 | grep -v -i warn \
-               | tee -a "$OUT/probe_ws.log" | tail -16; done ;;
+               | tee -a "$OUT/probe_ws.log" | tail -16; done
+             timeout ${PROBE_TIMEOUT:-240} python3 bench/probe_ws_stream.py --gemv \
+               ${PROBE_GEMV:-2048x16384,14336x4096,4096x28672,2048x128256} ${PROBE_ARGS:-} 2>&1 \
+               | grep -v -i warn | tee -a "$OUT/probe_ws.log" | grep -A8 "best first" ;;
     gemvcfg) FASTDECODE_COMMIT=$COMMIT timeout ${OPS_TIMEOUT:-300} python3 bench/bench_ops.py \
            --shapes ${GEMV_SHAPES:-2048x16384,14336x4096} --configs ${GEMV_CONFIGS:-8192/4/4096/2,\
 16384/8/4096/2,32768/8/4096/2,16384/4/4096/3,8192/4/4096/4,16384/4/4096/1,32768/8/4096/1,\

@@ -23,6 +23,7 @@ Next, if the ring wins: the megakernel's weight tasks on such a loader (a Gluon 
 tests/test_probe.py checks the op table on the CPU and compiles the kernel for sm_90a.
 
     python bench/probe_ws_stream.py --model 1b [--configs slots/per_sm/warps,...] [--steps 20]
+    python bench/probe_ws_stream.py --gemv 2048x16384,14336x4096   # single GEMVs [K, N], cold L2
     python bench/probe_ws_stream.py --compile-only      # sm_90a compile on a machine without GPU
 """
 import argparse
@@ -198,7 +199,7 @@ class Chain:
         for row0, nrb, ncb, which, y_off, x_off, n, _ in self.table.tolist():
             w = self.w[self.ks[which]][row0:row0 + nrb * RB].float()
             x = y[x_off:x_off + ncb * CB * 256].reshape(ncb * CB, 256)
-            acc = torch.zeros(nrb, RB)
+            acc = torch.zeros(nrb, RB, device=y.device)
             for cb in range(ncb):
                 piece = w[:, cb * CB:(cb + 1) * CB].reshape(nrb, RB, CB, 256)
                 acc += (piece * x[cb * CB:(cb + 1) * CB]).sum((2, 3))
@@ -226,8 +227,11 @@ def maxnreg(warps: int, per_sm: int) -> int:
     return min(168, 65536 // (per_sm * threads) // 8 * 8)
 
 
-def measure(ch: Chain, P: int, slots: int, warps: int, wait: bool, steps: int) -> float:
-    """Median step time over `steps` launches (us), after checking the output and error word."""
+def measure(ch: Chain, P: int, slots: int, warps: int, wait: bool, steps: int,
+            flush: torch.Tensor | None = None) -> float:
+    """Median launch time over `steps` launches (us; each launch one step, its launch cost
+    included), after checking the output and the error word; flush: written before each launch,
+    outside the timed span (a cold L2)."""
     ch.run(P, slots, warps, wait)
     torch.cuda.synchronize()
     if int(ch.err.item()):
@@ -241,6 +245,8 @@ def measure(ch: Chain, P: int, slots: int, warps: int, wait: bool, steps: int) -
     times = []
     for _ in range(steps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if flush is not None:
+            flush.zero_()
         a.record()
         ch.run(P, slots, warps, wait)
         b.record()
@@ -254,6 +260,7 @@ def measure(ch: Chain, P: int, slots: int, warps: int, wait: bool, steps: int) -
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="1b")
+    p.add_argument("--gemv", default=None, help="KxN,...: single GEMVs (cold L2) instead")
     p.add_argument("--configs", default="1/1/8,2/1/8,4/1/8,6/1/8,3/2/4,2/2/4",
                    help="slots/programs per SM/compute warps,...")
     p.add_argument("--steps", type=int, default=20)
@@ -263,26 +270,36 @@ def main():
     if args.compile_only:
         return compile_only(cfg, args.configs)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    ch = Chain(chain(cfg))
-    roof = ch.bytes / (READ_TBS * 1e12) * 1e6
-    print(f"{args.model}: {len(ch.ops)} GEMVs, {ch.bytes / 1e9:.2f} GB a step, read roofline "
-          f"{roof:.1f} us ({1e6 / roof:.0f} steps/s)")
-    rows = []
-    for c in args.configs.split(","):
-        slots, per_sm, warps = map(int, c.split("/"))
-        for wait in (True, False):
-            try:
-                us = measure(ch, sms * per_sm, slots, warps, wait, args.steps)
-            except Exception as e:  # report and go on: one variant must not end the sweep
-                print(f"  {c} wait={int(wait)} failed: {type(e).__name__}: {str(e)[:300]}")
-                continue
-            rows.append((c, wait, us))
-            print(f"  slots {slots} x {per_sm}/SM, {warps} warps, waits {'on ' if wait else 'off'}"
-                  f" {us:8.1f} us  {ch.bytes / us / 1e3:6.0f} GB/s  {100 * roof / us:5.1f}% of "
-                  f"roofline  ({1e6 / us:.0f} steps/s)", flush=True)
-    print(f"\n{args.model} GEMV chain, best first (read roofline {roof:.1f} us):")
-    for c, wait, us in sorted(rows, key=lambda r: r[2]):
-        print(f"  {c:10s} waits {'on ' if wait else 'off'} {us:8.1f} us  {100 * roof / us:5.1f}%")
+    if args.gemv:  # issue 4's standalone GEMV bar: >= 4.0 TB/s on the large shapes, cold L2
+        flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")  # > the 50 MB L2
+        cases = [(f"GEMV [K, N] = [{s}]", [("gemv", int(s.split("x")[1]), int(s.split("x")[0]))],
+                  (True,), flush) for s in args.gemv.split(",")]
+    else:
+        cases = [(f"{args.model} GEMV chain", chain(cfg), (True, False), None)]
+    for label, ops, waits, flush in cases:
+        ch = Chain(ops)
+        roof = ch.bytes / (READ_TBS * 1e12) * 1e6
+        print(f"{label}: {len(ch.ops)} GEMVs, {ch.bytes / 1e6:.1f} MB a launch, read roofline "
+              f"{roof:.1f} us at {READ_TBS} TB/s")
+        rows = []
+        for c in args.configs.split(","):
+            slots, per_sm, warps = map(int, c.split("/"))
+            for wait in waits:
+                try:
+                    us = measure(ch, sms * per_sm, slots, warps, wait, args.steps, flush)
+                except Exception as e:  # report and go on: one variant must not end the sweep
+                    print(f"  {c} waits={int(wait)} failed: {type(e).__name__}: {str(e)[:300]}")
+                    continue
+                rows.append((c, wait, us))
+                print(f"  slots {slots} x {per_sm}/SM, {warps} warps, waits "
+                      f"{'on ' if wait else 'off'} {us:8.1f} us  {ch.bytes / us / 1e3:6.0f} GB/s  "
+                      f"{100 * roof / us:5.1f}% of roofline", flush=True)
+        print(f"\n{label}, best first (slots/per SM/warps; read roofline {roof:.1f} us):")
+        for c, wait, us in sorted(rows, key=lambda r: r[2]):
+            print(f"  {c:8s} waits {'on ' if wait else 'off'} {us:8.1f} us  "
+                  f"{ch.bytes / us / 1e3:6.0f} GB/s  {100 * roof / us:5.1f}%")
+        del ch
+        torch.cuda.empty_cache()
 
 
 def compile_only(cfg, configs: str):
