@@ -10,8 +10,10 @@ on the op before (acquire) -- the megakernel's dependency pattern without its at
 token choice. Weights stream as [RB rows x CB*256] pieces (RB x CB x 256 TMA boxes of a
 [rows, K/256, 256] view; RB=8, CB=8: 32 KB, the megakernel's 16384-element pieces); program p of P
 takes op rows [p*nrb/P, (p+1)*nrb/P) of 8-row blocks. The loader runs at most `slots` pieces
-ahead of the compute warps -- across op boundaries and their waits -- so `slots` 1 is the
-megakernel's register stream (one piece requested before each wait), 2-6 the run-ahead ring.
+ahead of the compute warps -- across op boundaries and their waits -- so `slots` 1 is close to
+the megakernel's register stream (one piece requested before each wait), 2-6 the run-ahead ring;
+`slots` 0 runs the register stream itself, in plain Triton (rs_chain_kernel: each piece loaded
+one ahead of its reduction, an op's first piece before its wait), as the baseline.
 
 Prints the step time, GB/s and % of the read roofline (bytes / 4.46 TB/s, KNOWLEDGE.md's large
 plain-Triton GEMV rate) per variant, and the same chain without waits (the streams alone). Checks
@@ -31,6 +33,8 @@ import os
 import sys
 
 import torch
+import triton
+import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
@@ -136,6 +140,58 @@ def ws_chain_kernel(desc_a, desc_b, ops_ptr, n_ops, P, y_ptr, cnt_ptr, target, e
     ], [1], [40])
 
 
+@triton.jit
+def rs_chain_kernel(w_a, w_b, ops_ptr, n_ops, P, y_ptr, cnt_ptr, target, err_ptr, max_polls,
+                    RB: tl.constexpr, CB: tl.constexpr, WAIT: tl.constexpr):
+    """The baseline in plain Triton, the megakernel's register stream: each piece loaded into
+    registers one piece ahead of its reduction, an op's first piece before its wait."""
+    pid = tl.program_id(0)
+    BK: tl.constexpr = CB * 256
+    r = tl.arange(0, RB)[:, None]
+    c = tl.arange(0, BK)[None, :]
+    dead = 0
+    for o in range(n_ops):
+        row0 = tl.load(ops_ptr + o * 8)
+        nrb = tl.load(ops_ptr + o * 8 + 1)
+        ncb = tl.load(ops_ptr + o * 8 + 2)
+        which = tl.load(ops_ptr + o * 8 + 3)
+        y_off = tl.load(ops_ptr + o * 8 + 4)
+        x_off = tl.load(ops_ptr + o * 8 + 5)
+        base = w_a
+        if which != 0:
+            base = w_b
+        K = ncb * BK
+        lo = nrb * pid // P
+        n_pieces = (nrb * (pid + 1) // P - lo) * ncb
+        ptrs = base + (row0 + lo * RB + r).to(tl.int64) * K + c
+        w = tl.load(ptrs, mask=n_pieces > 0, eviction_policy="evict_first")
+        if WAIT:
+            if (o > 0) & (dead == 0):
+                polls = 0
+                seen = tl.atomic_add(cnt_ptr + o - 1, 0, sem="acquire", scope="gpu")
+                while (seen < target) & (polls < max_polls):
+                    seen = tl.atomic_add(cnt_ptr + o - 1, 0, sem="acquire", scope="gpu")
+                    polls += 1
+                if seen < target:
+                    tl.atomic_max(err_ptr, o)
+                    dead = 1
+        acc = tl.zeros([RB], tl.float32)
+        for q in range(n_pieces):
+            rb = lo + q // ncb
+            cb = q % ncb
+            nq = q + 1
+            nxt = base + (row0 + (lo + nq // ncb) * RB + r).to(tl.int64) * K + (nq % ncb) * BK + c
+            w_next = tl.load(nxt, mask=nq < n_pieces, eviction_policy="evict_first")
+            x = tl.load(y_ptr + x_off + cb * BK + c)
+            acc += tl.sum(w.to(tl.float32) * x, axis=1)
+            if cb == ncb - 1:
+                tl.store(y_ptr + y_off + rb * RB + tl.arange(0, RB), acc)
+                acc = tl.zeros([RB], tl.float32)
+            w = w_next
+        tl.debug_barrier()  # every warp's rows stored before the release add
+        tl.atomic_add(cnt_ptr + o, 1, sem="release", scope="gpu")
+
+
 def chain(cfg, n_layers=None, vocab=None):
     """The ops of one step of an HF config's shape: (name, N, K) in order; each reads the op
     before's first K outputs."""
@@ -158,6 +214,8 @@ class Chain:
         if len(ks) > 2 or any(k % (CB * 256) for k in ks) or any(n % RB for _, n, _ in self.ops):
             raise ValueError(f"probe needs <= 2 distinct K, each a multiple of {CB * 256}, and "
                              f"rows a multiple of {RB}: {sorted(set(self.ops))}")
+        if any(k > n for (_, n, _), (_, _, k) in zip(ops, ops[1:])):
+            raise ValueError("each op reads the op before's first K outputs: K <= its rows")
         self.RB, self.CB, self.ks = RB, CB, ks
         rows = {k: sum(n for _, n, kk in self.ops if kk == k) for k in ks}
         g = torch.Generator(device=device).manual_seed(0)
@@ -208,12 +266,20 @@ class Chain:
 
     def run(self, P: int, slots: int, warps: int, wait: bool = True, max_polls: int = 1 << 21):
         """One step: P programs, all resident (a cooperative launch, refused if they do not fit;
-        a wait gives up after max_polls polls, ~1 s)."""
+        a wait gives up after max_polls polls, ~1 s). slots 0: the plain-Triton register
+        stream (rs_chain_kernel)."""
         self.launches += 1
+        coop = dict(launch_cooperative_grid=True) if self.y.is_cuda else {}
+        if slots == 0:
+            rs_chain_kernel[(P,)](self.w[self.ks[0]], self.w[self.ks[-1]], self.table,
+                                  len(self.ops), P, self.y, self.cnt, P * self.launches,
+                                  self.err, max_polls, RB=self.RB, CB=self.CB, WAIT=wait,
+                                  num_warps=warps, **coop)
+            return
         ws_chain_kernel[(P,)](self.desc[0], self.desc[1], self.table, len(self.ops), P, self.y,
                               self.cnt, P * self.launches, self.err, max_polls, RB=self.RB,
                               CB=self.CB, SLOTS=slots, WAIT=wait, num_warps=warps,
-                              maxnreg=maxnreg(warps, P // self.sms), launch_cooperative_grid=True)
+                              maxnreg=maxnreg(warps, P // self.sms), **coop)
 
     def last(self) -> torch.Tensor:
         t = self.table[-1].tolist()
@@ -261,8 +327,9 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="1b")
     p.add_argument("--gemv", default=None, help="KxN,...: single GEMVs (cold L2) instead")
-    p.add_argument("--configs", default="1/1/8,2/1/8,4/1/8,6/1/8,3/2/4,2/2/4",
-                   help="slots/programs per SM/compute warps,...")
+    p.add_argument("--configs", default="0/2/4,0/1/8,1/1/8,2/1/8,4/1/8,6/1/8,2/2/4,3/2/4",
+                   help="slots/programs per SM/compute warps,... (slots 0: the plain-Triton "
+                   "register stream, the megakernel's 1B form at 0/2/4)")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--compile-only", action="store_true")
     args = p.parse_args()
@@ -311,11 +378,16 @@ def compile_only(cfg, configs: str):
     ch = Chain(chain(cfg, n_layers=1, vocab=4096), device="cpu")
     for c in configs.split(","):
         slots, per_sm, warps = map(int, c.split("/"))
+        P = 132 * per_sm
         for wait in (True, False):
-            k = ws_chain_kernel.warmup(
-                ch.desc[0], ch.desc[1], ch.table, len(ch.ops), 132, ch.y, ch.cnt, 132, ch.err,
-                1 << 21, RB=ch.RB, CB=ch.CB, SLOTS=slots, WAIT=wait, num_warps=warps,
-                maxnreg=maxnreg(warps, per_sm), grid=(132 * per_sm,))
+            args = (ch.table, len(ch.ops), P, ch.y, ch.cnt, P, ch.err, 1 << 21)
+            if slots == 0:
+                k = rs_chain_kernel.warmup(ch.w[ch.ks[0]], ch.w[ch.ks[-1]], *args, RB=ch.RB,
+                                           CB=ch.CB, WAIT=wait, num_warps=warps, grid=(P,))
+            else:
+                k = ws_chain_kernel.warmup(ch.desc[0], ch.desc[1], *args, RB=ch.RB, CB=ch.CB,
+                                           SLOTS=slots, WAIT=wait, num_warps=warps,
+                                           maxnreg=maxnreg(warps, per_sm), grid=(P,))
             ptx = k.asm["ptx"]
             print(f"  {c} wait={int(wait)}: {cc.ptxas_report(ptx)}, smem {k.metadata.shared} B, "
                   f"{ptx.count('cp.async.bulk.tensor')} TMA copy, "
