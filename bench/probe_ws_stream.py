@@ -6,12 +6,13 @@ The chain of one decode step's GEMVs of a model shape (bench/shapes.py): per lay
 gate|up, down, then the lm_head -- every op's weights streamed once, y = W x in fp32, each op
 reading the previous op's output (its first K elements) after a grid-wide wait: every program
 adds 1 to the op's counter (release) when its rows are stored, and waits for all programs' adds
-on the op before (acquire) -- the megakernel's dependency pattern without its attention, norms or
-token choice. Weights stream as [RB rows x CB*256] pieces (RB x CB x 256 TMA boxes of a
-[rows, K/256, 256] view; RB=8, CB=8: 32 KB, the megakernel's 16384-element pieces); program p of P
-takes op rows [p*nrb/P, (p+1)*nrb/P) of 8-row blocks. The loader runs at most `slots` pieces
-ahead of the compute warps -- across op boundaries and their waits -- so `slots` 1 is close to
-the megakernel's register stream (one piece requested before each wait), 2-6 the run-ahead ring;
+on the op before (acquire) -- the megakernel's dependency pattern without its norms or token
+choice, its attention stood in for by a wait of --attn-us that 8 programs (the KV groups'
+attention runners) hold between QKV and O while the others go on to O's wait. Weights stream
+as [RB rows x CB*256] pieces (RB x CB x 256 TMA boxes of a [rows, K/256, 256] view; RB=8, CB=8:
+32 KB, the megakernel's 16384-element pieces); program p of P takes op rows [p*nrb/P,
+(p+1)*nrb/P) of 8-row blocks. The loader runs at most `slots` pieces ahead of the compute warps
+-- across op boundaries and their waits -- so `slots` 1 is close to the megakernel's register stream (one piece requested before each wait), 2-6 the run-ahead ring;
 `slots` 0 runs the register stream itself, in plain Triton (rs_chain_kernel: each piece loaded
 one ahead of its reduction, an op's first piece before its wait), as the baseline.
 
@@ -32,21 +33,33 @@ import argparse
 import os
 import sys
 
-import torch
-import triton
-import triton.language as tl
-from triton.experimental import gluon
-from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+if "--compile-only" in sys.argv:  # compile, do not interpret (fastdecode sets it without a GPU)
+    os.environ["TRITON_INTERPRET"] = "0"
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+from triton.experimental import gluon  # noqa: E402
+from triton.experimental.gluon import language as gl  # noqa: E402
+from triton.experimental.gluon.language.nvidia.hopper import (  # noqa: E402
+    fence_async_shared, mbarrier, tma)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from shapes import SHAPES  # noqa: E402
+from fastdecode.ptx_inline.timers import globaltimer_ns  # noqa: E402
 
 OPW = gl.constexpr(8)  # words per op in the op table: row0, row blocks, chunk blocks, which
 #                       descriptor, y offset, x offset, rows, unused
 CHUNK = gl.constexpr(256)  # elements per TMA box row (the box's inner dimension limit)
+HOLDERS = gl.constexpr(8)  # programs that hold an "attn" op: the 8 KV groups' attention runners
 READ_TBS = 4.46  # TB/s: KNOWLEDGE.md's large plain-Triton GEMV read rate on an H200
+
+
+@gluon.jit
+def _now_ns(dummy):
+    return gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [dummy],
+                                     dtype=gl.int64, is_pure=False, pack=1)
 
 
 @gluon.jit
@@ -118,6 +131,11 @@ def _compute(ring, full, empty, ops_ptr, n_ops, P, y_ptr, cnt_ptr, target, err_p
                 acc += gl.sum(gl.sum(w * x[None, :, :], axis=2), axis=1)
                 i += 1
             gl.store(y_ptr + y_off + rb * RB + rows, acc)
+        hold = gl.load(ops_ptr + o * OPW + 7)
+        if (hold > 0) & (pid < HOLDERS):  # the attention's stand-in: a serial step of hold ns
+            t0 = _now_ns(o)
+            while _now_ns(o) - t0 < hold:
+                pass
         gl.thread_barrier()  # every warp's rows stored before the release add
         gl.atomic_add(cnt_ptr + o, 1, sem="release", scope="gpu")
 
@@ -142,7 +160,8 @@ def ws_chain_kernel(desc_a, desc_b, ops_ptr, n_ops, P, y_ptr, cnt_ptr, target, e
 
 @triton.jit
 def rs_chain_kernel(w_a, w_b, ops_ptr, n_ops, P, y_ptr, cnt_ptr, target, err_ptr, max_polls,
-                    RB: tl.constexpr, CB: tl.constexpr, WAIT: tl.constexpr):
+                    RB: tl.constexpr, CB: tl.constexpr, WAIT: tl.constexpr,
+                    USE_ASM: tl.constexpr):
     """The baseline in plain Triton, the megakernel's register stream: each piece loaded into
     registers one piece ahead of its reduction, an op's first piece before its wait."""
     pid = tl.program_id(0)
@@ -188,18 +207,24 @@ def rs_chain_kernel(w_a, w_b, ops_ptr, n_ops, P, y_ptr, cnt_ptr, target, err_ptr
                 tl.store(y_ptr + y_off + rb * RB + tl.arange(0, RB), acc)
                 acc = tl.zeros([RB], tl.float32)
             w = w_next
+        hold = tl.load(ops_ptr + o * 8 + 7)
+        if (hold > 0) & (pid < HOLDERS):  # the attention's stand-in (interpreter: logical ns)
+            t0 = globaltimer_ns(o, err_ptr + 1, USE_ASM)
+            while globaltimer_ns(o, err_ptr + 1, USE_ASM) - t0 < hold:
+                pass
         tl.debug_barrier()  # every warp's rows stored before the release add
         tl.atomic_add(cnt_ptr + o, 1, sem="release", scope="gpu")
 
 
 def chain(cfg, n_layers=None, vocab=None):
-    """The ops of one step of an HF config's shape: (name, N, K) in order; each reads the op
-    before's first K outputs."""
+    """The ops of one step of an HF config's shape: (name, N, K) in order; each reads the first
+    K outputs of the last op before it with rows. ("attn", 0, 0): no rows -- the attention's
+    place between QKV and O, held by HOLDERS programs for Chain's attn_ns."""
     d, f, hd = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
     qkv = (cfg.num_attention_heads + 2 * cfg.num_key_value_heads) * hd
     ops = []
     for _ in range(n_layers or cfg.num_hidden_layers):
-        ops += [("qkv", qkv, d), ("o", d, cfg.num_attention_heads * hd),
+        ops += [("qkv", qkv, d), ("attn", 0, 0), ("o", d, cfg.num_attention_heads * hd),
                 ("gate_up", 2 * f, d), ("down", d, f)]
     return ops + [("lm_head", vocab or cfg.vocab_size, d)]
 
@@ -208,32 +233,36 @@ class Chain:
     """The weights (two [rows, K/256, 256] bf16 tensors: the ops of each K, stacked), the op
     table, the output buffer and counters of one model shape's GEMV chain."""
 
-    def __init__(self, ops: list, RB: int = 8, CB: int = 8, device="cuda"):
+    def __init__(self, ops: list, RB: int = 8, CB: int = 8, device="cuda", attn_ns: int = 0):
         self.ops = ops
-        ks = sorted({k for _, _, k in self.ops})
-        if len(ks) > 2 or any(k % (CB * 256) for k in ks) or any(n % RB for _, n, _ in self.ops):
+        real = [op for op in ops if op[1] > 0]
+        ks = sorted({k for _, _, k in real})
+        if len(ks) > 2 or any(k % (CB * 256) for k in ks) or any(n % RB for _, n, _ in real):
             raise ValueError(f"probe needs <= 2 distinct K, each a multiple of {CB * 256}, and "
-                             f"rows a multiple of {RB}: {sorted(set(self.ops))}")
-        if any(k > n for (_, n, _), (_, _, k) in zip(ops, ops[1:])):
+                             f"rows a multiple of {RB}: {sorted(set(real))}")
+        if any(k > n for (_, n, _), (_, _, k) in zip(real, real[1:])):
             raise ValueError("each op reads the op before's first K outputs: K <= its rows")
         self.RB, self.CB, self.ks = RB, CB, ks
-        rows = {k: sum(n for _, n, kk in self.ops if kk == k) for k in ks}
+        rows = {k: sum(n for _, n, kk in real if kk == k) for k in ks}
         g = torch.Generator(device=device).manual_seed(0)
         self.w = {k: (torch.randn(rows[k], k // 256, 256, device=device, generator=g)
                       / k ** 0.5).to(torch.bfloat16) for k in ks}
         x0 = max(ks)
-        table, at, y_at = [], {k: 0 for k in ks}, x0
+        table, at, y_at, x_off = [], {k: 0 for k in ks}, x0, 0
         for name, n, k in self.ops:
-            x_off = 0 if not table else table[-1][4]
+            if n == 0:  # rows, chunk blocks 0; hold attn_ns
+                table.append([0, 0, 0, 0, y_at, x_off, 0, attn_ns if name == "attn" else 0])
+                continue
             table.append([at[k], n // RB, k // (CB * 256), ks.index(k), y_at, x_off, n, 0])
+            x_off = y_at
             at[k] += n
             y_at += n
         self.table = torch.tensor(table, dtype=torch.int32, device=device)
         self.y = torch.zeros(y_at, device=device)
         self.y[:x0] = torch.randn(x0, device=device, generator=g)
         self.cnt = torch.zeros(len(self.ops), dtype=torch.int32, device=device)
-        self.err = torch.zeros(1, dtype=torch.int32, device=device)
-        self.bytes = sum(n * k * 2 for _, n, k in self.ops)
+        self.err = torch.zeros(2, dtype=torch.int32, device=device)  # error; interpreter clock
+        self.bytes = sum(n * k * 2 for _, n, k in real)
         self.launches = 0
         self.sms = torch.cuda.get_device_properties(0).multi_processor_count \
             if torch.device(device).type == "cuda" else 132
@@ -246,8 +275,8 @@ class Chain:
         """The last op's output, fp32 math on the same weights."""
         x = self.y[:max(self.ks)].clone()
         for (name, n, k), row in zip(self.ops, self.table.tolist()):
-            w = self.w[k][row[0]:row[0] + n].reshape(n, k).float()
-            x = w @ x[:k]
+            if n:
+                x = self.w[k][row[0]:row[0] + n].reshape(n, k).float() @ x[:k]
         return x
 
     def emulate(self) -> torch.Tensor:
@@ -255,6 +284,8 @@ class Chain:
         op table (the table's offsets checked without a GPU; tests/test_probe.py)."""
         y, RB, CB = self.y.clone(), self.RB, self.CB
         for row0, nrb, ncb, which, y_off, x_off, n, _ in self.table.tolist():
+            if n == 0:
+                continue
             w = self.w[self.ks[which]][row0:row0 + nrb * RB].float()
             x = y[x_off:x_off + ncb * CB * 256].reshape(ncb * CB, 256)
             acc = torch.zeros(nrb, RB, device=y.device)
@@ -262,7 +293,7 @@ class Chain:
                 piece = w[:, cb * CB:(cb + 1) * CB].reshape(nrb, RB, CB, 256)
                 acc += (piece * x[cb * CB:(cb + 1) * CB]).sum((2, 3))
             y[y_off:y_off + n] = acc.reshape(n)
-        return y[y_off:y_off + n]
+        return self.last(y)
 
     def run(self, P: int, slots: int, warps: int, wait: bool = True, max_polls: int = 1 << 21):
         """One step: P programs, all resident (a cooperative launch, refused if they do not fit;
@@ -274,16 +305,17 @@ class Chain:
             rs_chain_kernel[(P,)](self.w[self.ks[0]], self.w[self.ks[-1]], self.table,
                                   len(self.ops), P, self.y, self.cnt, P * self.launches,
                                   self.err, max_polls, RB=self.RB, CB=self.CB, WAIT=wait,
-                                  num_warps=warps, **coop)
+                                  USE_ASM=self.y.is_cuda, num_warps=warps, **coop)
             return
         ws_chain_kernel[(P,)](self.desc[0], self.desc[1], self.table, len(self.ops), P, self.y,
                               self.cnt, P * self.launches, self.err, max_polls, RB=self.RB,
                               CB=self.CB, SLOTS=slots, WAIT=wait, num_warps=warps,
                               maxnreg=maxnreg(warps, P // self.sms), **coop)
 
-    def last(self) -> torch.Tensor:
+    def last(self, y=None) -> torch.Tensor:
+        """The last op's rows of y (default: the kernel's output buffer)."""
         t = self.table[-1].tolist()
-        return self.y[t[4]:t[4] + t[6]]
+        return (self.y if y is None else y)[t[4]:t[4] + t[6]]
 
 
 def maxnreg(warps: int, per_sm: int) -> int:
@@ -300,8 +332,8 @@ def measure(ch: Chain, P: int, slots: int, warps: int, wait: bool, steps: int,
     outside the timed span (a cold L2)."""
     ch.run(P, slots, warps, wait)
     torch.cuda.synchronize()
-    if int(ch.err.item()):
-        raise RuntimeError(f"a wait on op {int(ch.err.item()) - 1}'s counter timed out "
+    if int(ch.err[0]):
+        raise RuntimeError(f"a wait on op {int(ch.err[0]) - 1}'s counter timed out "
                            f"(P={P}, slots={slots})")
     if wait:
         want = ch.reference()
@@ -318,7 +350,7 @@ def measure(ch: Chain, P: int, slots: int, warps: int, wait: bool, steps: int,
         b.record()
         torch.cuda.synchronize()
         times.append(a.elapsed_time(b) * 1e3)
-    if int(ch.err.item()):
+    if int(ch.err[0]):
         raise RuntimeError(f"a wait timed out while timing (P={P}, slots={slots})")
     return sorted(times)[len(times) // 2]
 
@@ -331,6 +363,9 @@ def main():
                    help="slots/programs per SM/compute warps,... (slots 0: the plain-Triton "
                    "register stream, the megakernel's 1B form at 0/2/4)")
     p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--attn-us", type=float, default=2.3,
+                   help="the attention's stand-in between QKV and O: 8 programs hold it this long "
+                   "(2.3: the 1B's attention body at 35 keys, RESULTS.md session 19's trace)")
     p.add_argument("--compile-only", action="store_true")
     args = p.parse_args()
     cfg = SHAPES[args.model][1]()
@@ -342,12 +377,13 @@ def main():
         cases = [(f"GEMV [K, N] = [{s}]", [("gemv", int(s.split("x")[1]), int(s.split("x")[0]))],
                   (True,), flush) for s in args.gemv.split(",")]
     else:
-        cases = [(f"{args.model} GEMV chain", chain(cfg), (True, False), None)]
+        cases = [(f"{args.model} GEMV chain, attention held {args.attn_us} us", chain(cfg),
+                  (True, False), None)]
     for label, ops, waits, flush in cases:
-        ch = Chain(ops)
+        ch = Chain(ops, attn_ns=int(args.attn_us * 1000))
         roof = ch.bytes / (READ_TBS * 1e12) * 1e6
-        print(f"{label}: {len(ch.ops)} GEMVs, {ch.bytes / 1e6:.1f} MB a launch, read roofline "
-              f"{roof:.1f} us at {READ_TBS} TB/s")
+        print(f"{label}: {sum(n > 0 for _, n, _ in ch.ops)} GEMVs, {ch.bytes / 1e6:.1f} MB a "
+              f"launch, read roofline {roof:.1f} us at {READ_TBS} TB/s")
         rows = []
         for c in args.configs.split(","):
             slots, per_sm, warps = map(int, c.split("/"))
@@ -383,7 +419,8 @@ def compile_only(cfg, configs: str):
             args = (ch.table, len(ch.ops), P, ch.y, ch.cnt, P, ch.err, 1 << 21)
             if slots == 0:
                 k = rs_chain_kernel.warmup(ch.w[ch.ks[0]], ch.w[ch.ks[-1]], *args, RB=ch.RB,
-                                           CB=ch.CB, WAIT=wait, num_warps=warps, grid=(P,))
+                                           CB=ch.CB, WAIT=wait, USE_ASM=True, num_warps=warps,
+                                           grid=(P,))
             else:
                 k = ws_chain_kernel.warmup(ch.desc[0], ch.desc[1], *args, RB=ch.RB, CB=ch.CB,
                                            SLOTS=slots, WAIT=wait, num_warps=warps,

@@ -33,13 +33,14 @@ def test_probe_rejects_shapes_it_cannot_tile():
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="the interpreter's run")
 def test_probe_register_stream_matches_reference():
     """The plain-Triton baseline (slots 0) in the interpreter, one program: both descriptors'
-    K (2048, 4096), every program's add on every op's counter, no wait timed out. fp32 sums of
-    4096 O(1) products in two orders: rel err ~1e-6, bound 1e-4."""
+    K (2048, 4096), an attention stand-in between (no rows: b reads a's outputs; held 5 ticks
+    of the interpreter's logical clock), every program's add on every op's counter, no wait
+    timed out. fp32 sums of 4096 O(1) products in two orders: rel err ~1e-6, bound 1e-4."""
     import probe_ws_stream as p
-    ch = p.Chain([("a", 4096, 2048), ("b", 64, 4096)], device="cpu")
+    ch = p.Chain([("a", 4096, 2048), ("attn", 0, 0), ("b", 64, 4096)], device="cpu", attn_ns=5)
     ch.run(1, 0, 4)
     want = ch.reference()
-    assert int(ch.err) == 0 and ch.cnt.tolist() == [1, 1]
+    assert int(ch.err[0]) == 0 and ch.cnt.tolist() == [1, 1, 1] and int(ch.err[1]) >= 6
     assert float((ch.last() - want).norm() / want.norm()) < 1e-4
 
 
@@ -51,7 +52,7 @@ def test_probe_wait_gives_up():
     import probe_ws_stream as p
     ch = p.Chain([("a", 2048, 2048), ("b", 16, 2048)], device="cpu")
     ch.run(2, 0, 4, max_polls=20)
-    assert int(ch.err) == 1 and ch.cnt.tolist() == [2, 2]
+    assert int(ch.err[0]) == 1 and ch.cnt.tolist() == [2, 2]
 
 
 def test_probe_compiles_to_tma_in_partitions():
