@@ -50,7 +50,7 @@ from shapes import SHAPES  # noqa: E402
 from fastdecode.ptx_inline.timers import globaltimer_ns  # noqa: E402
 
 OPW = gl.constexpr(8)  # words per op in the op table: row0, row blocks, chunk blocks, which
-#                       descriptor, y offset, x offset, rows, unused
+#                       descriptor, y offset, x offset, rows, hold ns (an "attn" op)
 CHUNK = gl.constexpr(256)  # elements per TMA box row (the box's inner dimension limit)
 HOLDERS = gl.constexpr(8)  # programs that hold an "attn" op: the 8 KV groups' attention runners
 READ_TBS = 4.46  # TB/s: KNOWLEDGE.md's large plain-Triton GEMV read rate on an H200
@@ -170,12 +170,12 @@ def rs_chain_kernel(w_a, w_b, ops_ptr, n_ops, P, y_ptr, cnt_ptr, target, err_ptr
     c = tl.arange(0, BK)[None, :]
     dead = 0
     for o in range(n_ops):
-        row0 = tl.load(ops_ptr + o * 8)
-        nrb = tl.load(ops_ptr + o * 8 + 1)
-        ncb = tl.load(ops_ptr + o * 8 + 2)
-        which = tl.load(ops_ptr + o * 8 + 3)
-        y_off = tl.load(ops_ptr + o * 8 + 4)
-        x_off = tl.load(ops_ptr + o * 8 + 5)
+        row0 = tl.load(ops_ptr + o * OPW)
+        nrb = tl.load(ops_ptr + o * OPW + 1)
+        ncb = tl.load(ops_ptr + o * OPW + 2)
+        which = tl.load(ops_ptr + o * OPW + 3)
+        y_off = tl.load(ops_ptr + o * OPW + 4)
+        x_off = tl.load(ops_ptr + o * OPW + 5)
         base = w_a
         if which != 0:
             base = w_b
@@ -207,7 +207,7 @@ def rs_chain_kernel(w_a, w_b, ops_ptr, n_ops, P, y_ptr, cnt_ptr, target, err_ptr
                 tl.store(y_ptr + y_off + rb * RB + tl.arange(0, RB), acc)
                 acc = tl.zeros([RB], tl.float32)
             w = w_next
-        hold = tl.load(ops_ptr + o * 8 + 7)
+        hold = tl.load(ops_ptr + o * OPW + 7)
         if (hold > 0) & (pid < HOLDERS):  # the attention's stand-in (interpreter: logical ns)
             t0 = globaltimer_ns(o, err_ptr + 1, USE_ASM)
             while globaltimer_ns(o, err_ptr + 1, USE_ASM) - t0 < hold:
