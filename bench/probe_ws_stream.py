@@ -363,12 +363,15 @@ def main():
                    help="slots/programs per SM/compute warps,... (slots 0: the plain-Triton "
                    "register stream, the megakernel's 1B form at 0/2/4)")
     p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--attn-us", type=float, default=2.3,
+    p.add_argument("--attn-us", type=float, default=None,
                    help="the attention's stand-in between QKV and O: 8 programs hold it this long "
-                   "(2.3: the 1B's attention body at 35 keys, RESULTS.md session 19's trace)")
+                   "(default: the attention body in RESULTS.md's traces -- 2.3 us at head_dim "
+                   "64, the 1B at 35 keys, session 19; 3.3 at 128, Qwen3-8B, session 17)")
     p.add_argument("--compile-only", action="store_true")
     args = p.parse_args()
     cfg = SHAPES[args.model][1]()
+    if args.attn_us is None:
+        args.attn_us = 2.3 if cfg.head_dim <= 64 else 3.3
     if args.compile_only:
         return compile_only(cfg, args.configs)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
