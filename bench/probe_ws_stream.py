@@ -320,9 +320,10 @@ class Chain:
 
 def maxnreg(warps: int, per_sm: int) -> int:
     """Registers per thread that let per_sm programs share an SM's 64 K: the compute warps and
-    the loader's warp group (warps are allocated by groups of 4), a multiple of 8, <= 168."""
+    the loader's warp group (warps are allocated by groups of 4), a multiple of 8 within the
+    hardware's 255 (8 compute warps, 1 per SM: 12 warps, 168)."""
     threads = (-(-warps // 4) * 4 + 4) * 32
-    return min(168, 65536 // (per_sm * threads) // 8 * 8)
+    return min(248, 65536 // (per_sm * threads) // 8 * 8)
 
 
 def measure(ch: Chain, P: int, slots: int, warps: int, wait: bool, steps: int,
