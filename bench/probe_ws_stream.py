@@ -56,10 +56,32 @@ HOLDERS = gl.constexpr(8)  # programs that hold an "attn" op: the 8 KV groups' a
 READ_TBS = 4.46  # TB/s: KNOWLEDGE.md's large plain-Triton GEMV read rate on an H200
 
 
-@gluon.jit
-def _now_ns(dummy):
-    return gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [dummy],
-                                     dtype=gl.int64, is_pure=False, pack=1)
+@triton.jit
+def _wait_op(cnt_ptr, o, target, err_ptr, max_polls, dead):
+    """Both kernels' wait before op o: one acquire poll per iteration on the op before's
+    counter until every program's add is there or max_polls polls went by (then err_ptr[0]
+    names the op and the program waits no more). Returns the new `dead`. Scalar code only, so
+    the Gluon kernel calls it too."""
+    if (o > 0) & (dead == 0):
+        polls = 0
+        seen = tl.atomic_add(cnt_ptr + o - 1, 0, sem="acquire", scope="gpu")
+        while (seen < target) & (polls < max_polls):
+            seen = tl.atomic_add(cnt_ptr + o - 1, 0, sem="acquire", scope="gpu")
+            polls += 1
+        if seen < target:
+            tl.atomic_max(err_ptr, o)  # never completed: the host raises
+            dead = 1
+    return dead
+
+
+@triton.jit
+def _hold(hold, pid, o, clock_ptr, USE_ASM: tl.constexpr):
+    """The attention's stand-in, after op o's rows: HOLDERS programs spin `hold` ns
+    (interpreter: ticks of a logical clock at clock_ptr)."""
+    if (hold > 0) & (pid < HOLDERS):
+        t0 = globaltimer_ns(o, clock_ptr, USE_ASM)
+        while globaltimer_ns(o, clock_ptr, USE_ASM) - t0 < hold:
+            pass
 
 
 @gluon.jit
@@ -110,15 +132,7 @@ def _compute(ring, full, empty, ops_ptr, n_ops, P, y_ptr, cnt_ptr, target, err_p
         y_off = gl.load(ops_ptr + o * OPW + 4)
         x_off = gl.load(ops_ptr + o * OPW + 5)
         if WAIT:
-            if (o > 0) & (dead == 0):
-                polls = 0
-                seen = gl.atomic_add(cnt_ptr + o - 1, 0, sem="acquire", scope="gpu")
-                while (seen < target) & (polls < max_polls):
-                    seen = gl.atomic_add(cnt_ptr + o - 1, 0, sem="acquire", scope="gpu")
-                    polls += 1
-                if seen < target:
-                    gl.atomic_max(err_ptr, o)  # never completed: the host raises
-                    dead = 1
+            dead = _wait_op(cnt_ptr, o, target, err_ptr, max_polls, dead)
         for rb in range(nrb * pid // P, nrb * (pid + 1) // P):
             acc = gl.zeros([RB], gl.float32, LY)
             for cb in range(ncb):
@@ -131,11 +145,7 @@ def _compute(ring, full, empty, ops_ptr, n_ops, P, y_ptr, cnt_ptr, target, err_p
                 acc += gl.sum(gl.sum(w * x[None, :, :], axis=2), axis=1)
                 i += 1
             gl.store(y_ptr + y_off + rb * RB + rows, acc)
-        hold = gl.load(ops_ptr + o * OPW + 7)
-        if (hold > 0) & (pid < HOLDERS):  # the attention's stand-in: a serial step of hold ns
-            t0 = _now_ns(o)
-            while _now_ns(o) - t0 < hold:
-                pass
+        _hold(gl.load(ops_ptr + o * OPW + 7), pid, o, err_ptr + 1, True)
         gl.thread_barrier()  # every warp's rows stored before the release add
         gl.atomic_add(cnt_ptr + o, 1, sem="release", scope="gpu")
 
@@ -185,15 +195,7 @@ def rs_chain_kernel(w_a, w_b, ops_ptr, n_ops, P, y_ptr, cnt_ptr, target, err_ptr
         ptrs = base + (row0 + lo * RB + r).to(tl.int64) * K + c
         w = tl.load(ptrs, mask=n_pieces > 0, eviction_policy="evict_first")
         if WAIT:
-            if (o > 0) & (dead == 0):
-                polls = 0
-                seen = tl.atomic_add(cnt_ptr + o - 1, 0, sem="acquire", scope="gpu")
-                while (seen < target) & (polls < max_polls):
-                    seen = tl.atomic_add(cnt_ptr + o - 1, 0, sem="acquire", scope="gpu")
-                    polls += 1
-                if seen < target:
-                    tl.atomic_max(err_ptr, o)
-                    dead = 1
+            dead = _wait_op(cnt_ptr, o, target, err_ptr, max_polls, dead)
         acc = tl.zeros([RB], tl.float32)
         for q in range(n_pieces):
             rb = lo + q // ncb
@@ -207,11 +209,7 @@ def rs_chain_kernel(w_a, w_b, ops_ptr, n_ops, P, y_ptr, cnt_ptr, target, err_ptr
                 tl.store(y_ptr + y_off + rb * RB + tl.arange(0, RB), acc)
                 acc = tl.zeros([RB], tl.float32)
             w = w_next
-        hold = tl.load(ops_ptr + o * OPW + 7)
-        if (hold > 0) & (pid < HOLDERS):  # the attention's stand-in (interpreter: logical ns)
-            t0 = globaltimer_ns(o, err_ptr + 1, USE_ASM)
-            while globaltimer_ns(o, err_ptr + 1, USE_ASM) - t0 < hold:
-                pass
+        _hold(tl.load(ops_ptr + o * OPW + 7), pid, o, err_ptr + 1, USE_ASM)
         tl.debug_barrier()  # every warp's rows stored before the release add
         tl.atomic_add(cnt_ptr + o, 1, sem="release", scope="gpu")
 
