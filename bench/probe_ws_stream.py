@@ -13,8 +13,9 @@ as [RB rows x CB*256] pieces (RB x CB x 256 TMA boxes of a [rows, K/256, 256] vi
 32 KB, the megakernel's 16384-element pieces); program p of P takes op rows [p*nrb/P,
 (p+1)*nrb/P) of 8-row blocks. The loader runs at most `slots` pieces ahead of the compute warps
 -- across op boundaries and their waits -- so `slots` 1 is close to the megakernel's register
-stream (one piece requested before each wait), 2-6 the run-ahead ring; `slots` 0 runs the register stream itself, in plain Triton (rs_chain_kernel: each piece loaded
-one ahead of its reduction, an op's first piece before its wait), as the baseline.
+stream (one piece requested before each wait), 2-6 the run-ahead ring; `slots` 0 runs the
+register stream itself, in plain Triton (rs_chain_kernel: each piece loaded one ahead of its
+reduction, an op's first piece before its wait), as the baseline.
 
 Prints the step time, GB/s and % of the read roofline (bytes / 4.46 TB/s, KNOWLEDGE.md's large
 plain-Triton GEMV rate) per variant, and the same chain without waits (the streams alone). Checks
