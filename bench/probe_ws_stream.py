@@ -262,7 +262,7 @@ class Chain:
         self.cnt = torch.zeros(len(self.ops), dtype=torch.int32, device=device)
         self.err = torch.zeros(2, dtype=torch.int32, device=device)  # error; interpreter clock
         self.bytes = sum(n * k * 2 for _, n, k in real)
-        self.launches = 0
+        self.target = 0  # every program of every launch so far adds 1 to each op's counter
         self.sms = torch.cuda.get_device_properties(0).multi_processor_count \
             if torch.device(device).type == "cuda" else 132
         layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=16, rank=3)
@@ -298,16 +298,16 @@ class Chain:
         """One step: P programs, all resident (a cooperative launch, refused if they do not fit;
         a wait gives up after max_polls polls, ~1 s). slots 0: the plain-Triton register
         stream (rs_chain_kernel)."""
-        self.launches += 1
+        self.target += P  # a sum, not P x launches: the variants differ in P
         coop = dict(launch_cooperative_grid=True) if self.y.is_cuda else {}
         if slots == 0:
             rs_chain_kernel[(P,)](self.w[self.ks[0]], self.w[self.ks[-1]], self.table,
-                                  len(self.ops), P, self.y, self.cnt, P * self.launches,
+                                  len(self.ops), P, self.y, self.cnt, self.target,
                                   self.err, max_polls, RB=self.RB, CB=self.CB, WAIT=wait,
                                   USE_ASM=self.y.is_cuda, num_warps=warps, **coop)
             return
         ws_chain_kernel[(P,)](self.desc[0], self.desc[1], self.table, len(self.ops), P, self.y,
-                              self.cnt, P * self.launches, self.err, max_polls, RB=self.RB,
+                              self.cnt, self.target, self.err, max_polls, RB=self.RB,
                               CB=self.CB, SLOTS=slots, WAIT=wait, num_warps=warps,
                               maxnreg=maxnreg(warps, P // self.sms), **coop)
 
@@ -330,6 +330,7 @@ def measure(ch: Chain, P: int, slots: int, warps: int, wait: bool, steps: int,
     """Median launch time over `steps` launches (us; each launch one step, its launch cost
     included), after checking the output and the error word; flush: written before each launch,
     outside the timed span (a cold L2)."""
+    ch.err.zero_()  # a variant's timed-out wait must not fail the variants after it
     ch.run(P, slots, warps, wait)
     torch.cuda.synchronize()
     if int(ch.err[0]):

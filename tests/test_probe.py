@@ -42,6 +42,9 @@ def test_probe_register_stream_matches_reference():
     want = ch.reference()
     assert int(ch.err[0]) == 0 and ch.cnt.tolist() == [1, 1, 1] and int(ch.err[1]) >= 6
     assert float((ch.last() - want).norm() / want.norm()) < 1e-4
+    ch.run(3, 0, 4, wait=False)  # a variant of another P: the waits' target is the sum of P's
+    ch.run(1, 0, 4)
+    assert int(ch.err[0]) == 0 and ch.cnt.tolist() == [5, 5, 5] == [ch.target] * 3
 
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="the interpreter's run")
