@@ -28,6 +28,7 @@ tests/test_probe.py checks the op table on the CPU and compiles the kernel for s
 
     python bench/probe_ws_stream.py --model 1b [--configs slots/per_sm/warps,...] [--steps 20]
     python bench/probe_ws_stream.py --gemv 2048x16384,14336x4096   # single GEMVs [K, N], cold L2
+                                                    # (graph-timed as bench/bench_ops.py)
     python bench/probe_ws_stream.py --compile-only      # sm_90a compile on a machine without GPU
 """
 import argparse
@@ -294,12 +295,13 @@ class Chain:
             y[y_off:y_off + n] = acc.reshape(n)
         return self.last(y)
 
-    def run(self, P: int, slots: int, warps: int, wait: bool = True, max_polls: int = 1 << 21):
-        """One step: P programs, all resident (a cooperative launch, refused if they do not fit;
-        a wait gives up after max_polls polls, ~1 s). slots 0: the plain-Triton register
-        stream (rs_chain_kernel)."""
+    def run(self, P: int, slots: int, warps: int, wait: bool = True, max_polls: int = 1 << 21,
+            coop: bool = True):
+        """One step: P programs, all resident (coop: a cooperative launch, refused if they do
+        not fit; a wait gives up after max_polls polls, ~1 s). slots 0: the plain-Triton
+        register stream (rs_chain_kernel)."""
         self.target += P  # a sum, not P x launches: the variants differ in P
-        coop = dict(launch_cooperative_grid=True) if self.y.is_cuda else {}
+        coop = dict(launch_cooperative_grid=True) if self.y.is_cuda and coop else {}
         if slots == 0:
             rs_chain_kernel[(P,)](self.w[self.ks[0]], self.w[self.ks[-1]], self.table,
                                   len(self.ops), P, self.y, self.cnt, self.target,
@@ -325,13 +327,10 @@ def maxnreg(warps: int, per_sm: int) -> int:
     return min(248, 65536 // (per_sm * threads) // 8 * 8)
 
 
-def measure(ch: Chain, P: int, slots: int, warps: int, wait: bool, steps: int,
-            flush: torch.Tensor | None = None) -> float:
-    """Median launch time over `steps` launches (us; each launch one step, its launch cost
-    included), after checking the output and the error word; flush: written before each launch,
-    outside the timed span (a cold L2)."""
+def check(ch: Chain, P: int, slots: int, warps: int, wait: bool, coop: bool = True):
+    """One launch, then its error word and (with the waits) its output against torch."""
     ch.err.zero_()  # a variant's timed-out wait must not fail the variants after it
-    ch.run(P, slots, warps, wait)
+    ch.run(P, slots, warps, wait, coop=coop)
     torch.cuda.synchronize()
     if int(ch.err[0]):
         raise RuntimeError(f"a wait on op {int(ch.err[0]) - 1}'s counter timed out "
@@ -341,11 +340,15 @@ def measure(ch: Chain, P: int, slots: int, warps: int, wait: bool, steps: int,
         err = float((ch.last() - want).norm() / want.norm())
         if not err < 1e-4:
             raise AssertionError(f"chain output rel err {err:.2e} (P={P}, slots={slots})")
+
+
+def measure(ch: Chain, P: int, slots: int, warps: int, wait: bool, steps: int) -> float:
+    """Median launch time over `steps` launches (us; each launch one step, its launch cost
+    included), after check()."""
+    check(ch, P, slots, warps, wait)
     times = []
     for _ in range(steps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        if flush is not None:
-            flush.zero_()
         a.record()
         ch.run(P, slots, warps, wait)
         b.record()
@@ -376,37 +379,70 @@ def main():
     if args.compile_only:
         return compile_only(cfg, args.configs)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
+    configs = [tuple(map(int, c.split("/"))) for c in args.configs.split(",")]
     if args.gemv:  # issue 4's standalone GEMV bar: >= 4.0 TB/s on the large shapes, cold L2
-        flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")  # > the 50 MB L2
-        cases = [(f"GEMV [K, N] = [{s}]", [("gemv", int(s.split("x")[1]), int(s.split("x")[0]))],
-                  (True,), flush) for s in args.gemv.split(",")]
-    else:
-        cases = [(f"{args.model} GEMV chain, attention held {args.attn_us} us", chain(cfg),
-                  (True, False), None)]
-    for label, ops, waits, flush in cases:
-        ch = Chain(ops, attn_ns=int(args.attn_us * 1000))
-        roof = ch.bytes / (READ_TBS * 1e12) * 1e6
-        print(f"{label}: {sum(n > 0 for _, n, _ in ch.ops)} GEMVs, {ch.bytes / 1e6:.1f} MB a "
-              f"launch, read roofline {roof:.1f} us at {READ_TBS} TB/s")
-        rows = []
-        for c in args.configs.split(","):
-            slots, per_sm, warps = map(int, c.split("/"))
-            for wait in waits:
-                try:
-                    us = measure(ch, sms * per_sm, slots, warps, wait, args.steps, flush)
-                except Exception as e:  # report and go on: one variant must not end the sweep
-                    print(f"  {c} waits={int(wait)} failed: {type(e).__name__}: {str(e)[:300]}")
-                    continue
-                rows.append((c, wait, us))
-                print(f"  slots {slots} x {per_sm}/SM, {warps} warps, waits "
-                      f"{'on ' if wait else 'off'} {us:8.1f} us  {ch.bytes / us / 1e3:6.0f} GB/s  "
-                      f"{100 * roof / us:5.1f}% of roofline", flush=True)
-        print(f"\n{label}, best first (slots/per SM/warps; read roofline {roof:.1f} us):")
-        for c, wait, us in sorted(rows, key=lambda r: r[2]):
-            print(f"  {c:8s} waits {'on ' if wait else 'off'} {us:8.1f} us  "
-                  f"{ch.bytes / us / 1e3:6.0f} GB/s  {100 * roof / us:5.1f}%")
-        del ch
-        torch.cuda.empty_cache()
+        for s in args.gemv.split(","):
+            K, N = map(int, s.split("x"))
+            report(f"GEMV [K, N] = [{s}]", N * K * 2, gemv_graph_times(K, N, configs, sms))
+        return
+    ch = Chain(chain(cfg), attn_ns=int(args.attn_us * 1000))
+    label = f"{args.model} GEMV chain, attention held {args.attn_us} us"
+    print(f"{label}: {sum(n > 0 for _, n, _ in ch.ops)} GEMVs, {ch.bytes / 1e6:.1f} MB a launch")
+    rows = []
+    for slots, per_sm, warps in configs:
+        for wait in (True, False):
+            tag = f"{slots}/{per_sm}/{warps} waits {'on ' if wait else 'off'}"
+            try:
+                rows.append((tag, measure(ch, sms * per_sm, slots, warps, wait, args.steps)))
+            except Exception as e:  # report and go on: one variant must not end the sweep
+                print(f"  {tag} failed: {type(e).__name__}: {str(e)[:300]}")
+                continue
+            print(f"  {tag} {rows[-1][1]:8.1f} us", flush=True)
+    report(label, ch.bytes, rows)
+
+
+def report(label: str, nbytes: int, rows: list):
+    """rows (tag, us), best first, with GB/s and % of the read roofline."""
+    roof = nbytes / (READ_TBS * 1e12) * 1e6
+    print(f"\n{label}, best first (slots/per SM/warps; {nbytes / 1e6:.1f} MB, read roofline "
+          f"{roof:.1f} us at {READ_TBS} TB/s):")
+    for tag, us in sorted(rows, key=lambda r: r[1]):
+        print(f"  {tag:18s} {us:8.2f} us  {nbytes / us / 1e3:6.0f} GB/s  {100 * roof / us:5.1f}%")
+
+
+def gemv_graph_times(K: int, N: int, configs: list, sms: int, rounds: int = 15) -> list:
+    """(tag, us per GEMV) per config, timed as bench_ops.cold_l2_times times the product's
+    tiles: a CUDA graph of R launches over R distinct weight copies (> 256 MB in all, so no
+    launch reads from the 60 MB L2 what the one before left), the graphs replayed round-robin
+    `rounds` times, median / R; each config checked against torch first. One op, so no wait and
+    no cooperative launch (capturable); launch gaps inside the graph are counted, as in
+    bench_ops."""
+    R = max(4, min(64, (256 << 20) // (N * K * 2) + 1))
+    chs = [Chain([("gemv", N, K)]) for _ in range(R)]
+    graphs = {}
+    for slots, per_sm, warps in configs:
+        tag = f"{slots}/{per_sm}/{warps}"
+        try:
+            check(chs[0], sms * per_sm, slots, warps, True, coop=False)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                for ch in chs:
+                    ch.run(sms * per_sm, slots, warps, coop=False)
+            g.replay()
+            torch.cuda.synchronize()
+            graphs[tag] = g
+        except Exception as e:  # report and go on: one variant must not end the sweep
+            print(f"  {tag} failed: {type(e).__name__}: {str(e)[:300]}")
+    times = {tag: [] for tag in graphs}
+    for _ in range(rounds):
+        for tag, g in graphs.items():
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            g.replay()
+            b.record()
+            b.synchronize()
+            times[tag].append(a.elapsed_time(b) * 1e3 / R)
+    return [(tag, sorted(t)[len(t) // 2]) for tag, t in times.items()]
 
 
 def compile_only(cfg, configs: str):
