@@ -23,7 +23,9 @@ the last op's output against torch (fp32 math on the same bf16 weights: sums of 
 products of O(1) terms in another order, rel err < 1e-4). The launch is cooperative (refused if
 the programs cannot all be resident), and a wait that does not complete within 2 M polls (~1 s)
 sets an error word and the kernel runs on without waits (the probe raises): never a hang.
-Next, if the ring wins: the megakernel's weight tasks on such a loader (a Gluon megakernel).
+Measured (RESULTS.md, session 22): with the waits the best ring draws level with the megakernel
+(not better), and alone it streams the large GEMVs below the product's plain-Triton tiles -- so
+no Gluon megakernel was built on it.
 tests/test_probe.py checks the op table on the CPU and compiles the kernel for sm_90a.
 
     python bench/probe_ws_stream.py --model 1b [--configs slots/per_sm/warps,...] [--steps 20]
