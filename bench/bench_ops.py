@@ -44,15 +44,35 @@ from shapes import stream_configs  # noqa: E402
 SHAPES = ("2048x16384,4096x28672,14336x4096,2048x128256,2048x3072,8192x2048,4096x6144")
 
 
+def cold_copies(nbytes: int) -> int:
+    """Distinct weight copies a cold-L2 graph cycles through: > 256 MB in all (4x the H200's
+    60 MB L2, so no launch reads from L2 what the one before left there), 4 to 64."""
+    return max(4, min(64, (256 * 2**20) // nbytes + 1))
+
+
+def replay_medians(graphs: dict, per: int, rounds: int = 15) -> dict:
+    """{name: median seconds per launch} of graphs ({name: CUDA graph of `per` launches}),
+    replayed round-robin, `rounds` times each, so a drift of the GPU's clocks over the run
+    (+-5% between two runs of one config, session 16) lands on every variant alike instead of
+    on whichever ran last."""
+    ts = {name: [] for name in graphs}
+    for _ in range(rounds):
+        for name, g in graphs.items():
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            g.replay()
+            b.record()
+            b.synchronize()
+            ts[name].append(a.elapsed_time(b) / 1e3 / per)
+    return {name: sorted(v)[len(v) // 2] for name, v in ts.items()}
+
+
 def cold_l2_times(K, N, launches, rounds=15, check=True, ref=None):
     """{name: median seconds per launch(x, w, out)} for each of launches ({name: launch}): each
     launch a CUDA graph of R back-to-back launches over the same R distinct [N, K] bf16 weight
-    copies; the graphs replayed round-robin, `rounds` times each, so a drift of the GPU's clocks
-    over the run (+-5% between two runs of one config, session 16) lands on every variant alike
-    instead of on whichever ran last. ref(x, w): the fp32 [1, n] each launch must write into
-    out[:, :n] (default x @ w.T, n = N)."""
-    nbytes = N * K * 2
-    R = max(4, min(64, (256 * 2**20) // nbytes + 1))
+    copies (cold_copies); the graphs replayed round-robin (replay_medians). ref(x, w): the fp32
+    [1, n] each launch must write into out[:, :n] (default x @ w.T, n = N)."""
+    R = cold_copies(N * K * 2)
     ws = [torch.randn(N, K, device="cuda", dtype=torch.bfloat16) for _ in range(R)]
     x = torch.randn(1, K, device="cuda", dtype=torch.bfloat16)
     out = torch.empty(1, N, device="cuda", dtype=torch.bfloat16)
@@ -70,18 +90,10 @@ def cold_l2_times(K, N, launches, rounds=15, check=True, ref=None):
         g.replay()
         graphs[name] = g
     torch.cuda.synchronize()
-    ts = {name: [] for name in graphs}
-    for _ in range(rounds):
-        for name, g in graphs.items():
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            g.replay()
-            b.record()
-            b.synchronize()
-            ts[name].append(a.elapsed_time(b) / 1e3 / R)
+    times = replay_medians(graphs, R, rounds)
     del ws, graphs
     torch.cuda.empty_cache()
-    return {name: sorted(v)[len(v) // 2] for name, v in ts.items()}
+    return times
 
 
 def pdl(fn, on):

@@ -414,12 +414,12 @@ def report(label: str, nbytes: int, rows: list):
 
 def gemv_graph_times(K: int, N: int, configs: list, sms: int, rounds: int = 15) -> list:
     """(tag, us per GEMV) per config, timed as bench_ops.cold_l2_times times the product's
-    tiles: a CUDA graph of R launches over R distinct weight copies (> 256 MB in all, so no
-    launch reads from the 60 MB L2 what the one before left), the graphs replayed round-robin
-    `rounds` times, median / R; each config checked against torch first. One op, so no wait and
-    no cooperative launch (capturable); launch gaps inside the graph are counted, as in
-    bench_ops."""
-    R = max(4, min(64, (256 << 20) // (N * K * 2) + 1))
+    tiles: a CUDA graph of R launches over R distinct weight copies (bench_ops.cold_copies), the
+    graphs replayed round-robin `rounds` times (bench_ops.replay_medians); each config checked
+    against torch first. One op, so no wait and no cooperative launch (capturable); launch gaps
+    inside the graph are counted, as in bench_ops."""
+    from bench_ops import cold_copies, replay_medians
+    R = cold_copies(N * K * 2)
     chs = [Chain([("gemv", N, K)]) for _ in range(R)]
     graphs = {}
     for slots, per_sm, warps in configs:
@@ -435,16 +435,7 @@ def gemv_graph_times(K: int, N: int, configs: list, sms: int, rounds: int = 15) 
             graphs[tag] = g
         except Exception as e:  # report and go on: one variant must not end the sweep
             print(f"  {tag} failed: {type(e).__name__}: {str(e)[:300]}")
-    times = {tag: [] for tag in graphs}
-    for _ in range(rounds):
-        for tag, g in graphs.items():
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            g.replay()
-            b.record()
-            b.synchronize()
-            times[tag].append(a.elapsed_time(b) * 1e3 / R)
-    return [(tag, sorted(t)[len(t) // 2]) for tag, t in times.items()]
+    return [(tag, s * 1e6) for tag, s in replay_medians(graphs, R, rounds).items()]
 
 
 def compile_only(cfg, configs: str):
