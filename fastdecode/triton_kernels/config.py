@@ -293,6 +293,20 @@ class StreamConfig:
     # Triton's cp.async pipeline (num_stages 1: 1B 1124.3 / 1133.4 vs 1159.0 / 1134.8, 8B 245.0 /
     # 245.1 vs 248.5 / 248.7, Qwen3-8B 237.2 / 235.9 vs 242.6 / 241.4; its 35-key attention stage
     # unchanged at 4.4 us on 8B).
+    # Measured and removed (H200, 2026-12-02, 4e435b4's tree + a tma field, sweep_mega 256
+    # tokens, one run): the staged o_proj / gate|up / down pieces by TMA -- a host tensor
+    # descriptor per stacked matrix, desc.load in the pipelined stream loop, which Triton 3.6
+    # lowers to cp.async.bulk.tensor copies (boxes of [rows, 256] bf16 unswizzled at 4 rows,
+    # [8, 64] with the 128-byte swizzle at 8) completing on an mbarrier, instead of cp.async;
+    # bit-identical on the GPU (test_gpu, the 1B at stages 2). Session 22's probe had TMA pieces
+    # streaming the 1B's chain at 81.8% of the read roofline without waits against 72-74% for
+    # register pieces -- but from a warp-specialized loader. In the megakernel's own loop (no
+    # loader warp: Triton's automatic warp specialization, tl.range(warp_specialize=True),
+    # partitions nothing here on sm_90a -- no MMA) it is slower: Llama-3.2-1B register stream
+    # 1220.7 / 1214.5, stages 1222 at 72% 1144.4, with TMA 1080.9, 2222 with TMA 1097.4;
+    # Llama-3.1-8B 3333 253.6 / 252.4 vs TMA 231.4 / 231.1; Qwen3-8B (its table entry, 4444 of
+    # 8192 elements at 72%) 247.1 vs TMA 239.9 tok/s. compile_check spills: 1B 1222 36/40 ->
+    # 84/96 B, 8B 3333 56/72 -> 172/200 B.
 
     def attention_block(self, head_dim: int) -> int:
         """Keys per iteration of the decode megakernel's attention loop (attn_block_s's rule)."""
