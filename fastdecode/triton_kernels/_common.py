@@ -10,12 +10,15 @@ import triton.language as tl
 
 from ..ptx_inline.grid import grid_launch_dependents, grid_wait
 from ..ptx_inline.memory import ld_stream_b128
+from ._interpreter import share_patches
 
 # Triton's CPU interpreter cannot do bf16 arithmetic or bf16 tl.dot correctly (KNOWLEDGE.md):
 # on that path every tile is converted to fp32 first and dots run in IEEE fp32.
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 # inline PTX on the GPU, the wrappers' plain-Triton fallbacks under the interpreter
 ASM: tl.constexpr = tl.constexpr(not INTERPRET)
+if INTERPRET:
+    share_patches()
 
 
 @triton.jit
