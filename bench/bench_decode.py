@@ -74,6 +74,9 @@ def add_protocol_args(p):
     """The decode-rate protocol's options, shared by bench_tp.py."""
     p.add_argument("--chunk", type=int, default=16, help="decode steps per host round trip")
     p.add_argument("--prompt-len", type=int, default=32)
+    p.add_argument("--max-seq-len", type=int, default=None,
+                   help="the KV cache fastdecode allocates (from_hf's max_seq_len; the split-KV "
+                        "plan is made for it); default: the prompt + new tokens + 8")
     p.add_argument("--new-tokens", type=int, default=256)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--results-md", default=os.path.join(HERE, "RESULTS.md"))
@@ -84,6 +87,14 @@ def step_bytes(spec, args, n_lo=32):
     timed tokens (decode_rate's n_lo .. --new-tokens)."""
     mean_ctx = args.prompt_len + (n_lo + args.new_tokens) / 2
     return spec.weight_bytes_per_token() + spec.kv_bytes(int(mean_ctx))
+
+
+def max_seq_len(args) -> int:
+    """fastdecode's KV cache length: --max-seq-len, else just what the run needs."""
+    need = args.prompt_len + args.new_tokens + 8
+    if args.max_seq_len is not None and args.max_seq_len < need:
+        raise SystemExit(f"--max-seq-len {args.max_seq_len} < prompt + new tokens + 8 = {need}")
+    return args.max_seq_len or need
 
 
 def bench_model(key, args, bw):
@@ -111,7 +122,7 @@ def bench_model(key, args, bw):
             continue
         try:
             t0 = time.perf_counter()
-            fm = fastdecode.from_hf(model, max_seq_len=args.prompt_len + n_hi + 8, mode=mode)
+            fm = fastdecode.from_hf(model, max_seq_len=max_seq_len(args), mode=mode)
             fm.runtime.decode_chunk = args.chunk
             fm.generate(ids, max_new_tokens=2, eos_token_id=[])
             torch.cuda.synchronize()

@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fastdecode  # noqa: E402
 from bench_decode import (add_protocol_args, append_results, bench_command,  # noqa: E402
-                          decode_rate, read_bandwidth, step_bytes)
+                          decode_rate, max_seq_len, read_bandwidth, step_bytes)
 from fastdecode.distributed import TorchCollectives, init  # noqa: E402
 from fastdecode.module import FastModel  # noqa: E402
 from fastdecode.packing import dict_getter, pack  # noqa: E402
@@ -51,7 +51,7 @@ def bench_model(key, args, bw, rank, world, device):
     ids = torch.randint(0, spec.vocab_size, (1, args.prompt_len), device=device,
                         generator=torch.Generator(device).manual_seed(0))
     n_lo, n_hi = 32, args.new_tokens
-    max_seq = args.prompt_len + n_hi + 8
+    max_seq = max_seq_len(args)
     nbytes = step_bytes(spec, args, n_lo)
     pw = pack(spec, dict_getter(dict(model.state_dict())), device=device, dtype=torch.bfloat16,
               rank=rank, world=world)

@@ -75,7 +75,8 @@ class Tiling:
     qkv_bk: int
     attn_block_s: int
     attn_block_tok: int
-    attn_chunk: int       # keys per split
+    attn_chunk: int       # keys per split at full context (the cost model's; each launch deals
+                          # the keys it has evenly over the splits: attention.split_range)
     n_splits: int
     emb_block: int
     qk_defer: bool = False  # q/k norm after the QKV tiles, in QKNORM tasks (qkv_rope.py)

@@ -89,7 +89,7 @@ class DecodeState:
                                   device=dev, dtype=torch.float32)
         self.act = torch.zeros(T, s.ffn_dim, device=dev, dtype=dt)
         block_s, _ = attention_config(s.head_dim, s.group, 1)
-        self.chunk, n_splits = split_plan(max_seq_len, s.n_kv_heads, block_s)
+        _, n_splits = split_plan(max_seq_len, s.n_kv_heads, block_s)
         self.o_part = torch.zeros(n_splits, T, s.n_heads, s.head_dim, device=dev,
                                   dtype=torch.float32)
         self.lse = torch.zeros(n_splits, T, s.n_heads, device=dev, dtype=torch.float32)
@@ -408,7 +408,8 @@ class Runtime:
                          st.v_cache[l], n_heads=s.n_heads, eps=s.rms_eps, bias=b_qkv,
                          qk_norm=qk_norm, q_out=st.q[:T], raw=st.qk_raw)
             ops.attention(st.q[:T], st.k_cache[l], st.v_cache[l], st.pos,
-                          window=s.layer_windows[l], chunk=st.chunk, scratch=(st.o_part, st.lse),
+                          window=s.layer_windows[l], n_splits=st.o_part.shape[0],
+                          scratch=(st.o_part, st.lse),
                           out=st.attn[:T])
             self._residual_gemv(st.attn[:T], pw.w_o[l], b_o, h)
             ops.gemv(h, pw.w_gu[l], norm_w=pw.mlp_norm[l], eps=s.rms_eps, bias=b_gu, swiglu=True,
@@ -567,7 +568,7 @@ class Runtime:
             opt(pw.b_qkv), opt(pw.qk_norm), pw.w_o, opt(pw.b_o), pw.w_gu, opt(pw.b_gu),
             pw.w_down, opt(pw.b_down),
             tg.T, st.h.shape[0], s.n_kv_heads, s.vocab_size, self.max_seq_len, s.rms_eps,
-            s.head_dim ** -0.5, tg.attn_chunk, tg.n_splits, n_vparts,
+            s.head_dim ** -0.5, tg.n_splits, n_vparts,
             x.table if x else st.status, self.collectives.rank, x_ctr, self.max_spin_remote,
             x.red if x else 0, x.lmv if x else 0, x.lmi if x else 0, self.vocab[0],
             st.logits.shape[1], sched.graph.counters.get(("ticket", 0, 0), 0),

@@ -12,6 +12,7 @@ import triton
 from . import reference as R
 from .opcodes import Op
 from .schedule import Schedule, interleave
+from .triton_kernels.attention import split_range_host
 
 
 def qkv_slot(spec, tiling, g, u):
@@ -97,8 +98,10 @@ class VM:
             toks = self._tokens(tb, tg.attn_block_tok)
             heads = slice(kv * s.group, (kv + 1) * s.group)
             if len(toks):
-                k0 = split * tg.attn_chunk
-                k1 = min(k0 + tg.attn_chunk, self.pos + int(toks[-1]) + 1)
+                first, chunk = split_range_host(self.pos, tg.T, s.layer_windows[l], tg.n_splits,
+                                                tg.attn_block_s)
+                k0 = first + split * chunk
+                k1 = min(k0 + chunk, self.pos + int(toks[-1]) + 1)
                 o, lse = R.attention_partial(st.q[toks, heads], st.k_cache[l, kv],
                                              st.v_cache[l, kv], self.pos + toks, k0, k1,
                                              s.layer_windows[l])
@@ -107,9 +110,9 @@ class VM:
             if tg.merge_in_attn:  # the group's last ATTN task merges it
                 n = self.tickets[("a", l, kv)] = self.tickets.get(("a", l, kv), 0) + 1
                 if n == tg.attn_group_tasks():
-                    self._merge(kv)
+                    self._merge(l, kv)
         elif task.op == Op.MERGE:
-            self._merge(a0)
+            self._merge(l, a0)
         elif task.op in (Op.O_PROJ, Op.GATE_UP, Op.DOWN, Op.LM_HEAD):
             N = {Op.O_PROJ: s.d_model, Op.GATE_UP: s.ffn_dim, Op.DOWN: s.d_model,
                  Op.LM_HEAD: s.vocab_size}[task.op]
@@ -151,12 +154,14 @@ class VM:
                                    self.pos + toks, 0, self.pos + T, s.layer_windows[l])
         st.attn[:T].view(T, s.n_heads, s.head_dim)[:, heads] = o.to(self.pw.dtype)
 
-    def _merge(self, kv):
-        """The LSE merge of KV group kv's splits, for its q heads and every token."""
+    def _merge(self, l, kv):
+        """The LSE merge of layer l's KV group kv's splits, for its q heads and every token."""
         s, st, tg = self.spec, self.st, self.tiling
         heads = slice(kv * s.group, (kv + 1) * s.group)
         T = tg.T
-        n_act = min(tg.n_splits, triton.cdiv(self.pos + T, tg.attn_chunk))
+        k0, chunk = split_range_host(self.pos, T, s.layer_windows[l], tg.n_splits,
+                                     tg.attn_block_s)
+        n_act = min(tg.n_splits, triton.cdiv(self.pos + T - k0, chunk))
         o = R.merge_partials(st.o_part[:n_act, :T, heads], st.lse[:n_act, :T, heads])
         st.attn[:T].view(T, s.n_heads, s.head_dim)[:, heads] = o.to(self.pw.dtype)
 

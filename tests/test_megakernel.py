@@ -16,7 +16,7 @@ from fastdecode.schedule import ScheduleError, build_schedule, permuted, validat
 from fastdecode.spec import ModelSpec
 from fastdecode.opcodes import WORDS, Op
 from fastdecode.triton_kernels.config import StreamConfig
-from fastdecode.triton_kernels.attention import split_plan
+from fastdecode.triton_kernels.attention import split_plan, split_range_host
 from fastdecode.triton_kernels.megakernel import next_gate_up, rows_prefetch
 from helpers import drop_encoded_task
 from models import tiny_model
@@ -166,6 +166,28 @@ def test_vm_random_interleavings_match_torch(family, fused, keys):
         got = torch.cat([fm(ids[:, :19])[0]] + [fm(ids[:, t:t + 1])[0] for t in range(19, 24)])
         assert float((got - want).norm() / want.norm()) < 1e-6
         assert ((1, True) in fm.runtime._schedules) == (keys > 0)
+
+
+@pytest.mark.parametrize("family", ["llama", "mistral"])
+def test_split_kv_follows_the_context_not_the_cache(family):
+    """A short context in a long cache: the split-KV decode steps (attn_in_qkv_keys 0) deal their
+    35-37 keys over a 256-key cache's 4 splits per KV head, 16-key blocks, so 3 of them hold keys
+    (a chunk fixed at max_seq_len / n_splits = 64 keys left one) -- megakernel and VM against
+    torch. Mistral's 5-key window: the splits start at the window (split_range's k0 > 0)."""
+    model = tiny_model(family).to(DEVICE)
+    ids = torch.randint(0, 101, (1, 37), generator=torch.Generator().manual_seed(5)).to(DEVICE)
+    ref = fastdecode.from_hf(model, max_seq_len=256, mode="torch")
+    want = torch.cat([ref(ids[:, :34])[0]] + [ref(ids[:, t:t + 1])[0] for t in range(34, 37)])
+    for mode in ("mega", "vm"):
+        fm = fastdecode.from_hf(model, max_seq_len=256, mode=mode)
+        fm.runtime.mega_stream = StreamConfig(attn_in_qkv_keys=0, attn_block_s=16)
+        got = torch.cat([fm(ids[:, :34])[0]] + [fm(ids[:, t:t + 1])[0] for t in range(34, 37)])
+        assert float((got - want).norm() / want.norm()) < 1e-5, mode
+    tg = fm.runtime.schedule(1, short=False).graph.tiling
+    window = 5 if family == "mistral" else 0
+    k0, chunk = split_range_host(34, 1, window, tg.n_splits, tg.attn_block_s)
+    assert (tg.n_splits, tg.attn_block_s, k0) == (4, 16, max(0, 34 - window + 1) if window else 0)
+    assert triton.cdiv(35 - k0, chunk) == (1 if window else 3)
 
 
 STAGED = StreamConfig(64, 4, max_k=16, attn_in_qkv_keys=10, stages=3, l2_prefetch_kb=1,

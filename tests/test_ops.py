@@ -1,12 +1,17 @@
 """Every fused op against reference.py (fp32 math on the same inputs), with hypothesis-drawn odd
 sizes, positions and seeds; and for each tolerance, a deliberately wrong kernel that it rejects."""
+import random
+
 import pytest
 import torch
+import triton
+import triton.language as tl
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from fastdecode import ops
 from fastdecode import reference as R
+from fastdecode.triton_kernels.attention import split_range, split_range_host
 from fastdecode.triton_kernels.config import StreamConfig
 from fastdecode.triton_kernels.qkv_rope import defer_qk_norm
 from helpers import assert_close, close
@@ -120,19 +125,56 @@ def test_qkv_rope_decode_defers_qk_norm(HD, pairs, stream):
 @given(T=TOKENS, group=st.sampled_from([1, 2, 3, 4, 7]), KVH=st.integers(1, 3),
        HD=st.sampled_from([4, 10, 16, 24, 40, 64]), pos=st.integers(0, 150),
        window=st.sampled_from([0, 0, 1, 5, 33]), seed=st.integers(0, 2**31 - 1), dtype=DTYPES,
-       chunk=st.sampled_from([None, 8, 64, 128]))
-@example(T=1, group=4, KVH=2, HD=16, pos=150, window=0, seed=0, dtype=torch.float32, chunk=8)
-def test_attention(T, group, KVH, HD, pos, window, seed, dtype, chunk):
-    """chunk 8 at pos 150: 19 active splits, so the merge runs two rounds of 16 (the online
-    rescale across rounds)."""
+       n_splits=st.sampled_from([None, 1, 2, 5, 40]), block_s=st.sampled_from([None, 16]))
+@example(T=1, group=4, KVH=2, HD=16, pos=300, window=0, seed=0, dtype=torch.float32, n_splits=40,
+         block_s=16)
+def test_attention(T, group, KVH, HD, pos, window, seed, dtype, n_splits, block_s):
+    """40 splits of 16-key blocks (tl.dot's least K) at pos 300: 301 keys in chunks of 16, 19
+    active splits, so the merge runs two rounds of 16 (the online rescale across rounds)."""
     g = torch.Generator().manual_seed(seed)
     H, S = group * KVH, pos + T + 5
     q = rnd(T, H, HD, dtype=dtype, seed_gen=g)
     kc, vc = rnd(KVH, S, HD, dtype=dtype, seed_gen=g), rnd(KVH, S, HD, dtype=dtype, seed_gen=g)
     p = torch.tensor([pos], dtype=torch.int32, device=DEVICE)
-    out = ops.attention(q, kc, vc, p, window=window, chunk=chunk)
+    out = ops.attention(q, kc, vc, p, window=window, n_splits=n_splits, block_s=block_s)
     ref = R.attention(q, kc, vc, pos, window=window)
     assert_close(out, ref, dtype, pos + T, "attention")
+
+
+@given(pos=st.integers(0, 5000), T=st.sampled_from([1, 1, 3, 17]),
+       window=st.sampled_from([0, 0, 1, 5, 700]), n_splits=st.integers(1, 40),
+       align=st.sampled_from([1, 8, 32, 64]))
+def test_split_range_deals_the_keys_evenly(pos, T, window, n_splits, align):
+    """The splits of a launch cover every key its tokens may see, [k0, pos + T) -- k0 is where
+    the first token's window starts -- in chunks of whole align-key blocks, none more than a
+    block over an even share: a short context in a long cache still runs on all its splits."""
+    k0, chunk = split_range_host(pos, T, window, n_splits, align)
+    keys = pos + T - k0
+    assert k0 == (max(0, pos - window + 1) if window else 0)
+    assert chunk % align == 0 and chunk * n_splits >= keys
+    assert chunk < -(-keys // n_splits) + align
+    assert -(-keys // chunk) <= n_splits
+
+
+@triton.jit
+def _split_range_kernel(args_ptr, out_ptr, ALIGN: tl.constexpr):
+    i = tl.program_id(0)
+    k0, chunk = split_range(tl.load(args_ptr + 4 * i), tl.load(args_ptr + 4 * i + 1),
+                            tl.load(args_ptr + 4 * i + 2), tl.load(args_ptr + 4 * i + 3), ALIGN)
+    tl.store(out_ptr + 2 * i, k0)
+    tl.store(out_ptr + 2 * i + 1, chunk)
+
+
+@pytest.mark.parametrize("align", [16, 32])
+def test_split_range_kernel_matches_host(align):
+    """The kernels' split_range and the VM's split_range_host give the same splits."""
+    rng = random.Random(align)
+    cases = [(rng.randint(0, 9000), rng.choice([1, 2, 16]), rng.choice([0, 0, 1, 7, 4096]),
+              rng.randint(1, 66)) for _ in range(64)]
+    args = torch.tensor(cases, dtype=torch.int32, device=DEVICE)
+    out = torch.zeros(len(cases), 2, dtype=torch.int32, device=DEVICE)
+    _split_range_kernel[(len(cases),)](args, out, ALIGN=align)
+    assert out.tolist() == [list(split_range_host(*c, align)) for c in cases]
 
 
 @given(T=TOKENS, K=st.integers(1, 200), V=st.integers(2, 700), seed=st.integers(0, 2**31 - 1),

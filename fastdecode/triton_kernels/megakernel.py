@@ -128,13 +128,14 @@ def ready(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, tr, clock_p
 
 
 @triton.jit
-def merge_group(opart_ptr, lse_ptr, attn_ptr, pos, T, TM, H, HD, CHUNK, n_splits, g,
-                GROUP, BLOCK_G: tl.constexpr, BLOCK_SP: tl.constexpr, BLOCK_D: tl.constexpr):
+def merge_group(opart_ptr, lse_ptr, attn_ptr, pos, T, TM, H, HD, window, n_splits, g,
+                GROUP, BLOCK_G: tl.constexpr, BLOCK_SP: tl.constexpr, BLOCK_D: tl.constexpr,
+                BLOCK_S: tl.constexpr):
     """KV group g's attention splits merged, every token (a MERGE task, or the ATTN task that
     completes the group: MERGE_IN_ATTN)."""
     for t in range(0, T):
-        attn_merge_body(opart_ptr, lse_ptr, attn_ptr, pos, T, TM, H, HD, CHUNK, n_splits, t,
-                        g, GROUP, BLOCK_G, BLOCK_SP, BLOCK_D)
+        attn_merge_body(opart_ptr, lse_ptr, attn_ptr, pos, T, TM, H, HD, window, n_splits, t,
+                        g, GROUP, BLOCK_G, BLOCK_SP, BLOCK_D, BLOCK_S)
 
 
 @triton.jit
@@ -249,7 +250,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                kc_ptr, vc_ptr, cos_ptr, sin_ptr, win_ptr,
                emb_ptr, lm_ptr, fnorm_ptr, anorm_ptr, mnorm_ptr, wqkv_ptr, bqkv_ptr, qkn_ptr,
                wo_ptr, bo_ptr, wgu_ptr, bgu_ptr, wd_ptr, bd_ptr,
-               T, TM, KVH, V, S, eps, scale, CHUNK, n_splits, n_vparts,
+               T, TM, KVH, V, S, eps, scale, n_splits, n_vparts,
                xtab_ptr, rank, x_ctr, x_spin, x_red, x_lmv, x_lmi, v0, VFULL, tkt_base, qtkt_base,
                D: tl.constexpr, FFN: tl.constexpr, H: tl.constexpr, HD: tl.constexpr,
                BIAS_QKV: tl.constexpr, QK_NORM: tl.constexpr, QK_DEFER: tl.constexpr,
@@ -294,7 +295,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     (Tiling.qkv_group_tiles) normalizes and rotates it (no QKNORM tasks).
     QKV_ATTN tasks (opcode; the short-context decode schedule, Tiling.attn_in_qkv) take the same
     ticket whatever NORM_IN_QKV says; the completer norms the group if QK_DEFER, then runs its
-    attention over every key as one split (CHUNK = S), written straight to the attention output
+    attention over every key as one split, written straight to the attention output
     (attention_body DIRECT): no ATTN or MERGE tasks. An opcode, not a constexpr: both decode
     schedules run one compiled kernel.
     PF_KB (STREAM, config.StreamConfig.l2_prefetch_kb): > 0, an o_proj task followed by a
@@ -385,7 +386,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                     attention_body(q_ptr, kc_ptr + layer * KVH * S * HD,
                                                    vc_ptr + layer * KVH * S * HD, attn_ptr,
                                                    lse_ptr, pos, T, TM, S, H, HD,
-                                                   win, scale, S,
+                                                   win, scale, 1,
                                                    a0, 0, tb, GROUP, BLOCK_G, BLOCK_TOK,
                                                    BLOCK_M, BLOCK_S, BLOCK_D, F32, True)
                                 if TRACE:
@@ -458,7 +459,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                     elif op == OP_ATTN:
                         attention_body(q_ptr, kc_ptr + layer * KVH * S * HD,
                                        vc_ptr + layer * KVH * S * HD, opart_ptr, lse_ptr, pos,
-                                       T, TM, S, H, HD, win, scale, CHUNK,
+                                       T, TM, S, H, HD, win, scale, n_splits,
                                        a0, a1, a2, GROUP, BLOCK_G, BLOCK_TOK, BLOCK_M, BLOCK_S,
                                        BLOCK_D, F32, False)
                         if MERGE_IN_ATTN:  # the group's last split to finish merges it
@@ -468,16 +469,16 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                             # acquired every other split's release at the step's last ticket
                             if (tkt + 1) % (n_splits * tl.cdiv(T, BLOCK_TOK)) == 0:
                                 merge_group(opart_ptr, lse_ptr, attn_ptr, pos, T, TM, H, HD,
-                                            CHUNK, n_splits, a0, GROUP, BLOCK_G, BLOCK_SP,
-                                            BLOCK_D)
+                                            win, n_splits, a0, GROUP, BLOCK_G, BLOCK_SP,
+                                            BLOCK_D, BLOCK_S)
                     elif op == OP_QKNORM:
                         if QK_DEFER:
                             qk_norm_group(layer, a0, qkraw_ptr, qkn_ptr, cos_ptr, sin_ptr,
                                           pos, q_ptr, kc_ptr, T, S, eps, H, KVH, HD, GROUP,
                                           QKN_SLOTS, BLOCK_HALF)
                     elif op == OP_MERGE:
-                        merge_group(opart_ptr, lse_ptr, attn_ptr, pos, T, TM, H, HD, CHUNK,
-                                    n_splits, a0, GROUP, BLOCK_G, BLOCK_SP, BLOCK_D)
+                        merge_group(opart_ptr, lse_ptr, attn_ptr, pos, T, TM, H, HD, win,
+                                    n_splits, a0, GROUP, BLOCK_G, BLOCK_SP, BLOCK_D, BLOCK_S)
                     elif op == OP_CHOOSE:
                         if WORLD == 1:
                             tok, step = choose_merge_body(pval_ptr, pidx_ptr, a0, T - 1, ids_ptr,
