@@ -96,7 +96,10 @@ class StreamConfig:
     # instead of a MERGE task one dependency hop later. Off: on an H200 (2026-11-30, 009b042,
     # sweep_mega 16384/4w/4096/2) 1B 1118.8 vs 1129.3 tok/s, 8B 219.5 vs 222.1 -- the saved hop
     # is paid back by one task merging all splits where a MERGE task ran beside the others.
-    # With norm_in_qkv on Qwen3-8B (2026-11-30, 69859da): 205.4 vs 204.3, within noise.
+    # With norm_in_qkv on Qwen3-8B (2026-11-30, 69859da): 205.4 vs 204.3, within noise. Where
+    # the split-KV schedule runs today, past the short-context reach (2026-12-02, 8e33a4a,
+    # sweep_mega --prompt-len 2048 --new-tokens 128, one run): 8B 228.0 / 222.6 vs 244.9 /
+    # 238.5, 1B 1094.0 / 988.0 vs 1276.9 / 1106.7 tok/s.
     merge_in_attn: bool = False
     # decode with q/k norm: the QKV task that completes a KV group's tiles normalizes and rotates
     # it (graph.py, Tiling.norm_in_qkv) instead of a QKNORM task. Off: on an H200 (2026-11-30,
@@ -153,7 +156,10 @@ class StreamConfig:
     # 1209.4; the attention runner (the QKV_ATTN task completing a KV group) asking L2 for its
     # next o_proj task's weights before its attention (the runners' o_proj tasks ended last in
     # 13 of 16 layers of a 1B trace, ~0.5 us after the others) -- 1B 1213.0, Qwen3-8B 239.7 vs
-    # 242.7 / 242.2.
+    # 242.7 / 242.2. And sized to the attention chain's idle HBM (~2 us x 4.46 TB/s, less
+    # o_proj's 8.4 MB already requested), before the wait (2026-12-02, e63a457, the same sweep,
+    # each twice): 1B 8 KB 1203.1 / 1200.9, 16 KB 1226.1 / 1197.9, 32 KB 1203.0 / 1181.6 vs
+    # off 1252.0 / 1218.5 tok/s.
     l2_prefetch_kb: int = 0
     # decode: the megakernel's preferred shared-memory carveout, percent of the SM's maximum
     # (228 KB on an H200; cuFuncSetAttribute PREFERRED_SHARED_MEMORY_CARVEOUT, runtime.py; the
