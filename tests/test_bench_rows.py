@@ -188,3 +188,20 @@ def test_sweep_gemv_times_the_fused_op(name):
         sweep_gemv.launcher(cfg, K, N, kw, n_out, 3)(x, w, out)
         err = float((out[:, :n_out].float() - want).norm() / want.norm())
         assert err < 1e-2, (name, cfg, err)
+
+
+def test_prefill_flops_count_the_models_matmuls():
+    """bench_prefill's compute roofline: 2 FLOPs per weight of every layer's linear layers per
+    prompt token, the lm_head once, and the causal attention's T^2 / 2 query-key pairs."""
+    import bench_prefill
+    from fastdecode.spec import ModelSpec
+    from models import tiny_model
+    for family in ("llama", "qwen3"):
+        model = tiny_model(family)
+        spec = ModelSpec.from_hf_config(model.config)
+        linear = sum(m.weight.numel() for m in model.model.layers.modules()
+                     if isinstance(m, torch.nn.Linear))
+        T = 7
+        attn = 2 * 2 * spec.n_layers * spec.q_dim * T * T / 2
+        assert bench_prefill.prefill_flops(spec, T) == \
+            2 * T * linear + 2 * model.lm_head.weight.numel() + attn
