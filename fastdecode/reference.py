@@ -1,5 +1,8 @@
 """Plain-torch fp32 reference of every op -- the oracle for tests, the `torch` runtime mode and
-the benchmarks. Same contracts (shapes, in-place cache writes) as the Triton launchers."""
+the benchmarks. Same contracts (shapes, in-place cache writes) as the Triton launchers.
+The matmuls and the attention of the layer blocks are hooks (mm, attend; fp32 by default): the long
+prompts' prefill (runtime.py) runs the same blocks with matmuls in the weights' dtype (cuBLAS on a
+GPU) and the Triton attention kernel."""
 from __future__ import annotations
 
 import torch
@@ -16,10 +19,20 @@ def rmsnorm(x, w, eps, residual=None):
     return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps) * w.float()
 
 
-def gemv(x, w, *, norm_w=None, eps=1e-6, bias=None, residual=None, swiglu=False):
-    """fp32 [T, N]: epilogue(prologue(x) @ w.T)."""
+def mm_fp32(x, w):
+    """fp32 x [T, K] @ w [N, K].T in fp32: the reference's matmul."""
+    return x.float() @ w.float().t()
+
+
+def mm_native(x, w):
+    """x @ w.T in w's dtype (bf16 / fp16 tensor cores on a GPU, fp32 accumulation), as fp32."""
+    return (x.to(w.dtype) @ w.t()).float()
+
+
+def gemv(x, w, *, norm_w=None, eps=1e-6, bias=None, residual=None, swiglu=False, mm=mm_fp32):
+    """fp32 [T, N]: epilogue(prologue(x) @ w.T); mm: the matmul (mm_fp32, or mm_native)."""
     xf = rmsnorm(x, norm_w, eps) if norm_w is not None else x.float()
-    y = xf @ w.float().t()
+    y = mm(xf, w)
     if bias is not None:
         y = y + bias.float()
     if swiglu:
@@ -38,13 +51,13 @@ def rope(y, cos, sin):
 
 
 def qkv_rope(x, w_qkv, norm_w, cos, sin, pos, k_cache, v_cache, *, n_heads, eps, bias=None,
-             qk_norm=None):
+             qk_norm=None, mm=mm_fp32):
     """Writes k/v of the T tokens at positions pos..pos+T-1 into the layer's cache; returns q fp32
     [T, H, hd]."""
     T = x.shape[0]
     KVH, S, HD = k_cache.shape
     p = int(pos)
-    y = gemv(x, w_qkv, norm_w=norm_w, eps=eps, bias=bias).view(T, n_heads + 2 * KVH, HD)
+    y = gemv(x, w_qkv, norm_w=norm_w, eps=eps, bias=bias, mm=mm).view(T, n_heads + 2 * KVH, HD)
     q, k, v = y.split([n_heads, KVH, KVH], dim=1)
     if qk_norm is not None:
         q = rmsnorm(q, qk_norm[0], eps)
@@ -127,22 +140,24 @@ def merge_partials(o, lse):
     return (w[..., None] * o).sum(0) / w.sum(0)[..., None]
 
 
-def attention_block(pw, l, h, pos, k_cache, v_cache, cos, sin):
+def attention_block(pw, l, h, pos, k_cache, v_cache, cos, sin, mm=mm_fp32, attend=attention):
     """Layer l's attention output projection, fp32 [T, d], without the residual: o_proj(attention(
     qkv_rope(rmsnorm(h)))) + o bias. On a tensor-parallel shard it is this rank's partial sum.
-    Writes the T new keys / values into the layer's cache."""
+    Writes the T new keys / values into the layer's cache. attend(q, k_cache, v_cache, pos,
+    window=): the attention (this module's, or a kernel's with the same contract)."""
     s = pw.spec
     pick = lambda t: None if t is None else t[l]  # noqa: E731
     q = qkv_rope(h, pw.w_qkv[l], pw.attn_norm[l], cos, sin, pos, k_cache, v_cache,
-                 n_heads=s.n_heads, eps=s.rms_eps, bias=pick(pw.b_qkv), qk_norm=pick(pw.qk_norm))
-    o = attention(q.to(pw.dtype), k_cache, v_cache, pos, window=s.layer_windows[l])
-    return gemv(o.to(pw.dtype), pw.w_o[l], bias=pick(pw.b_o))
+                 n_heads=s.n_heads, eps=s.rms_eps, bias=pick(pw.b_qkv), qk_norm=pick(pw.qk_norm),
+                 mm=mm)
+    o = attend(q.to(pw.dtype), k_cache, v_cache, pos, window=s.layer_windows[l])
+    return gemv(o.to(pw.dtype), pw.w_o[l], bias=pick(pw.b_o), mm=mm)
 
 
-def mlp_block(pw, l, h):
+def mlp_block(pw, l, h, mm=mm_fp32):
     """Layer l's MLP, fp32 [T, d], without the residual: down(silu(gate) * up)(rmsnorm(h))."""
     s = pw.spec
     pick = lambda t: None if t is None else t[l]  # noqa: E731
     act = gemv(h, pw.w_gu[l], norm_w=pw.mlp_norm[l], eps=s.rms_eps, bias=pick(pw.b_gu),
-               swiglu=True).to(pw.dtype)
-    return gemv(act, pw.w_down[l], bias=pick(pw.b_down))
+               swiglu=True, mm=mm).to(pw.dtype)
+    return gemv(act, pw.w_down[l], bias=pick(pw.b_down), mm=mm)

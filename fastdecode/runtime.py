@@ -222,6 +222,10 @@ class Runtime:
         self.cuda_graph = cuda_graph and self.cuda and mode in ("ops", "mega") and not self.tp
         # tokens per prefill step: the megakernel's T>1 tiles pad M to 16 (one tl.dot row block)
         self.max_chunk = max_chunk or (64 if self.cuda and mode == "ops" else 16)
+        # prompts of prefill_min tokens or more prefill through _prefill_long, prefill_chunk
+        # tokens a pass (its fp32 gate|up activations: 2 x ffn x 4 bytes a token, 235 MB at
+        # 2048 tokens of Llama-3.1-8B)
+        self.prefill_min, self.prefill_chunk = 64, 2048
         self.state = DecodeState(pw, max_seq_len, self.max_chunk, vocab_size)
         # this rank's vocabulary rows [v0, v1) of the whole vocabulary (one rank: all of it)
         self.vocab = vocab_range(self.state.logits.shape[1], self.collectives.rank,
@@ -319,9 +323,14 @@ class Runtime:
         self._check_room(T)
         self.set_stop([], 1 << 30)
         out = []
-        for c0 in range(0, T, self.max_chunk):
-            chunk = ids[c0:c0 + self.max_chunk]
+        long = self._long_prompt(T)
+        step = self.prefill_chunk if long else self.max_chunk
+        for c0 in range(0, T, step):
+            chunk = ids[c0:c0 + step]
             self.state.done.zero_()
+            if long:
+                out.append(self._prefill_long(chunk, all_logits=True, sampling=Sampling()))
+                continue
             self._run(chunk, all_logits=True, sampling=Sampling())
             out.append(self.state.logits[:chunk.shape[0]].clone())
         return torch.cat(out, 0)
@@ -330,12 +339,51 @@ class Runtime:
         """Append the prompt ids [T]; the last chunk chooses the first new token (into hist)."""
         T = ids.shape[0]
         self._check_room(T)
-        for c0 in range(0, T, self.max_chunk):
-            last = c0 + self.max_chunk >= T  # earlier chunks only fill the KV cache
+        long = self._long_prompt(T)
+        step = self.prefill_chunk if long else self.max_chunk
+        for c0 in range(0, T, step):
+            last = c0 + step >= T  # earlier chunks only fill the KV cache
             if last:
                 self.state.step.zero_()  # the token after the prompt is step 0 of the history
             self.state.done.zero_()      # a chunk's token choice is not a stop
-            self._run(ids[c0:c0 + self.max_chunk], all_logits=False, sampling=sampling, head=last)
+            run = self._prefill_long if long else self._run
+            run(ids[c0:c0 + step], all_logits=False, sampling=sampling, head=last)
+
+    def _long_prompt(self, T: int) -> bool:
+        """Whether T prompt tokens prefill through _prefill_long (ops and mega modes)."""
+        return self.mode in ("ops", "mega") and T >= self.prefill_min
+
+    def _prefill_long(self, ids, *, all_logits, sampling, head=True):
+        """ids [T] of a long prompt in one pass, compute-bound: the reference's layer blocks with
+        their matmuls in the weights' dtype (reference.mm_native: cuBLAS tensor cores on a GPU,
+        2 x params x T FLOPs) and the Triton attention kernel, one split per KV head (the T / 4-16
+        token blocks give the parallelism). The step kernels' decode-shaped tiles stream the
+        weights once per max_chunk tokens instead (16 in mega mode): 1.3-7.7 K prompt tok/s on
+        an H200, 0.03-0.38x HF eager's (bench_prefill at 71877bd, bench/RESULTS.md). head: the
+        last token's lm_head and choice (_head_ops), which advance the position. Returns the
+        fp32 logits [T, V] of every token if all_logits."""
+        st, pw, s = self.state, self.pw, self.spec
+        T = ids.shape[0]
+        h = pw.embed[ids.to(pw.device).long()]
+
+        def attend(q, k_cache, v_cache, pos, window):  # pos: st.pos on the device
+            return ops.attention(q, k_cache, v_cache, st.pos, window=window, n_splits=1)
+
+        for l in range(s.n_layers):
+            self._add_reduced(h, R.attention_block(pw, l, h, st.n_pos, st.k_cache[l],
+                                                   st.v_cache[l], st.cos, st.sin,
+                                                   mm=R.mm_native, attend=attend))
+            self._add_reduced(h, R.mlp_block(pw, l, h, mm=R.mm_native))
+        logits = None
+        if all_logits:
+            logits = self.collectives.gather_vocab(R.gemv(
+                h, pw.lm_head, norm_w=pw.final_norm, eps=s.rms_eps, mm=R.mm_native))
+        if head:
+            self._head_ops(h, T, False, sampling)
+        else:
+            st.pos += T
+        st.n_pos += T
+        return logits
 
     def decode(self, n: int, sampling: Sampling):
         """n decode steps, each feeding back the token the previous step chose. No host sync."""
@@ -415,8 +463,13 @@ class Runtime:
             ops.gemv(h, pw.w_gu[l], norm_w=pw.mlp_norm[l], eps=s.rms_eps, bias=b_gu, swiglu=True,
                      out=st.act[:T])
             self._residual_gemv(st.act[:T], pw.w_down[l], b_down, h)
-        if not head:
-            return
+        if head:
+            self._head_ops(h, T, all_logits, sampling)
+
+    def _head_ops(self, h, T, all_logits, sampling):
+        """The lm_head and the token choice of a step's rows h [T, d] (the logits of all of them
+        into state.logits, or of the last), by the ops bodies; the position advances by T."""
+        st, pw, s = self.state, self.pw, self.spec
         x = h if all_logits else h[T - 1:]
         n = x.shape[0]
         if not (self.tp or sampling.filtered):  # the token choice fused into the lm_head

@@ -171,7 +171,7 @@ def test_torchrun_ranks_match_single_process(tmp_path, family, world, mode, devi
             temperature=1.5, seed=3).cpu())
 
 
-def mega_ranks(model, world, fn):
+def mega_ranks(model, world, fn, max_seq_len=64):
     """fn(FastModel) on every virtual rank of a tensor-parallel mode="mega" model: one thread per
     rank, each rank's megakernel running concurrently (Triton's interpreter on the CPU), pushing
     partial sums into the other ranks' buffers and waiting on their flags."""
@@ -179,10 +179,36 @@ def mega_ranks(model, world, fn):
     group = ThreadGroup(world)
 
     def rank(r):
-        fm = FastModel(packed(model, r, world), model.config, max_seq_len=64, mode="mega",
+        fm = FastModel(packed(model, r, world), model.config, max_seq_len=max_seq_len, mode="mega",
                        collectives=ThreadCollectives(spec, group, r))
         return fn(fm)
     return run_ranks(world, rank)
+
+
+def test_long_prompt_prefill_over_virtual_ranks():
+    """A 70-token prompt through the long-prompt prefill (runtime._prefill_long, passes of 32) on
+    2 virtual mega ranks: each block's partial sums all-reduced by the collectives (fp32, rank
+    order), the lm_head's vocabulary shards gathered; logits against the fp32 tp=1 model (the
+    1e-5 of test_virtual_ranks_match_tp1), the same greedy continuation (decode by the
+    megakernel's in-kernel all-reduce), the ranks bit-identical."""
+    model = model_for("qwen3")
+    ids = torch.randint(0, model.config.vocab_size, (70,),
+                        generator=torch.Generator().manual_seed(4))
+    fm = fastdecode.from_hf(model, max_seq_len=96, mode="torch")
+    want = fm(ids[None])[0]
+    fm.reset()
+    greedy = fm.generate(ids[None], max_new_tokens=2, eos_token_id=[])
+
+    def run(f):
+        f.runtime.prefill_chunk = 32
+        logits = f(ids[None])[0]
+        f.reset()
+        return logits, f.generate(ids[None], max_new_tokens=2, eos_token_id=[])
+    outs = mega_ranks(model, 2, run, max_seq_len=96)
+    for logits, tokens in outs:
+        assert torch.equal(logits, outs[0][0]) and torch.equal(tokens, outs[0][1])
+    assert rel_err(outs[0][0], want) < 1e-5
+    assert torch.equal(outs[0][1], greedy)
 
 
 @pytest.mark.parametrize("family,world,stages", [("qwen3", 2, None), ("llama_bias_tied", 2, 3),
