@@ -2,7 +2,9 @@
 # One device-tool call that checks and measures everything GPU-side, shortest first; each stage is
 # time-boxed so a failure or a slow stage cannot eat the call. Outputs land in $OUT (or /tmp/out).
 #   device run:  bash bench/gpu_session.sh  [stages...]
-#   stages: tests kernels sweep bench trace tp variants first pdl ab exp gemvcfg wsprobe
+#   stages: tests kernels sweep bench trace tp variants first pdl ab exp gemvcfg wsprobe prefill
+#   (prefill: the long-prompt prefill's GPU test, then bench_prefill.py -- time to first token
+#    at 512 / 2048 / 8192 prompt tokens, ops and mega vs HF eager)
 #   (ab: the megakernel of an older commit against this tree in one run -- bench/sweep_mega.py
 #    with AB_CONFIGS for each of AB_MODELS, in each of AB_TREES (default: ab_old, then here). Make
 #    ab_old/ (ignored by git) with `git archive <sha> fastdecode bench | tar -x -C ab_old` and pass
@@ -34,6 +36,11 @@ for s in $stages; do
   case $s in
     tests) timeout 300 python3 -m pytest -q tests --ignore=tests/test_smollm2.py \
              -p no:cacheprovider 2>&1 | tee "$OUT/pytest.log" | tail -15 ;;
+    prefill) timeout 240 python3 -m pytest -q tests/test_gpu.py -k long_prompt -s -p no:cacheprovider \
+               2>&1 | grep -i "rel err\|passed\|failed\|error" | tee "$OUT/pytest_prefill.log"
+             FASTDECODE_COMMIT=$COMMIT timeout 300 python3 bench/bench_prefill.py \
+               --models ${PREFILL_MODELS:-1b,8b} 2>&1 | grep -v -i warn | tail -14
+             cp bench/RESULTS.md "$OUT/" ;;
     kernels) timeout ${KERNELS_TIMEOUT:-560} python3 -m pytest -q tests/test_gpu.py tests/test_ptx.py tests/test_all_reduce.py \
              tests/test_megakernel.py tests/test_ops.py tests/test_models.py -p no:cacheprovider 2>&1 \
              | tee "$OUT/pytest_kernels.log" | tail -15 ;;
