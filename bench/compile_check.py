@@ -209,6 +209,9 @@ def main():
         fm.runtime.forward(ids[:1].clone())  # T=1: the decode megakernel / ops decode tiles
         if args.family:
             fm.runtime.forward(ids[1:].clone())  # T=3: prefill tiles
+            if mode == "ops":  # a long prompt's pass (runtime._prefill_long): cuBLAS matmuls
+                fm.runtime.prefill_min = 2  # and the attention kernel's direct T > 1 form
+                fm.runtime.forward(ids[1:3].clone())
         if args.trace and mode == "mega":
             COMPILED["megakernel (decode)"] = COMPILED.pop("megakernel")
             fm.runtime.trace_decode(1)
