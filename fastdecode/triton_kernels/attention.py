@@ -3,8 +3,9 @@
 For query token t (position qp = pos + t) and query head h (KV head h // G):
     o[t, h] = softmax_j( q[t,h] . k[j] * scale ) @ v[j],  keys j <= qp (causal),
               and j > qp - window when the layer has a sliding window.
-Phase 1 (attention_body), one program per (KV head, split, block of tokens): every key and value row of the split is read ONCE for all G query heads of its group (rows of the score tile
-are (token, group member) pairs, M padded to >= 16 for tl.dot), online softmax in fp32, writes a
+Phase 1 (attention_body), one program per (KV head, split, block of tokens): every key and value
+row of the split is read ONCE for all G query heads of its group (rows of the score tile are
+(token, group member) pairs, M padded to >= 16 for tl.dot), online softmax in fp32, writes a
 normalised partial o [split, t, h, hd] (fp32) and its lse.
 Phase 2 (attn_merge_body), one program per (t, KV head), all G heads of the group at once:
 o = sum_i exp(lse_i - M) o_i / sum_i exp(lse_i - M) over the active splits in ascending order
@@ -49,8 +50,8 @@ def attention_body(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos, T, TM, S, H, HD, wi
                    BLOCK_M: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
                    F32: tl.constexpr, DIRECT: tl.constexpr):
     """One (KV head, split, token block) program of phase 1 (module docstring): split `split` of
-    n_splits (split_range). DIRECT (n_splits 1): o_ptr is the attention output [T, H * HD] in its dtype, written final --
-    no lse, no merge."""
+    n_splits (split_range). DIRECT (n_splits 1): o_ptr is the attention output [T, H * HD] in
+    its dtype, written final -- no lse, no merge."""
     offs_m = tl.arange(0, BLOCK_M)
     tloc = offs_m // BLOCK_G
     g = offs_m % BLOCK_G
