@@ -78,3 +78,38 @@ def test_overlapping_launches_share_the_patches():
         t.join()
     assert not errors, errors
     assert _builtins_restored()
+
+
+@triton.jit
+def _grid_kernel(out_ptr, spin):
+    """Records each program's (index, grid size) after a Python-speed loop that lets other
+    threads' launches run in between."""
+    acc = tl.program_id(0) * 0
+    for _ in range(spin):
+        acc += 1
+    pid = tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)
+    code = (tl.program_id(0) * 100 + tl.program_id(1)) * 10000 + tl.num_programs(0) * 100
+    tl.store(out_ptr + pid, code + tl.num_programs(1) + acc - spin)
+
+
+def test_threads_launch_their_own_grids():
+    """Overlapping launches of different grids (ranks' threads at different kernels of a long
+    prompt's pass): each program sees its own index and grid size, no other launch's."""
+    errors = []
+
+    def worker(gx, gy):
+        try:
+            for _ in range(3):
+                out = torch.full((gx * gy,), -1, dtype=torch.int32)
+                _grid_kernel[(gx, gy)](out, 40)
+                x, y = torch.arange(gx).repeat(gy), torch.arange(gy).repeat_interleave(gx)
+                want = (x * 100 + y) * 10000 + gx * 100 + gy
+                assert torch.equal(out, want.to(torch.int32)), (gx, gy, out.tolist())
+        except Exception as e:  # noqa: BLE001  (reported below, with the thread's grid)
+            errors.append(((gx, gy), repr(e)[:300]))
+    threads = [threading.Thread(target=worker, args=g) for g in ((17, 1), (3, 7), (1, 11))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors

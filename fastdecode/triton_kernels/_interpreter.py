@@ -17,6 +17,11 @@ and restored with the rest (Triton leaves those patched). Launches that overlap 
 tensor-parallel ranks run in threads -- share the patches, where Triton's own end of one launch
 restored the builtins under the others (its per-call re-patching covered that up). Only for the
 Triton version whose interpreter this was read from; others run unchanged.
+
+It also gives each thread its own launch grid: the interpreter keeps the grid's size and the running
+program's index on one module-wide InterpreterBuilder, so two ranks' threads launching kernels of
+different grids at once (a long prompt's RMSNorm on one, its attention on the other) read each
+other's -- "x >= grid_dim[0]", or a program id from the other launch.
 """
 import inspect
 import sys
@@ -86,5 +91,12 @@ def share_patches() -> bool:
         return _LaunchEnd() if launch else _Nothing()
 
     interp._patch_lang = shared_patch_lang
+    tls = threading.local()
+
+    def per_thread(name):
+        return property(lambda self: getattr(tls, name, None),
+                        lambda self, v: setattr(tls, name, v))
+    interp.InterpreterBuilder.grid_idx = per_thread("grid_idx")
+    interp.InterpreterBuilder.grid_dim = per_thread("grid_dim")
     interp._fastdecode_shared_patches = True
     return True
