@@ -113,8 +113,11 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos_ptr, T, TM, S, H, 
                      F32: tl.constexpr, DIRECT: tl.constexpr, PDL: tl.constexpr):
     pdl_start(PDL)
     pdl_wait(PDL)
+    # token blocks last-first: under the causal mask the last tokens' blocks read the most keys,
+    # so a long prompt's launch starts its longest programs first and ends on short ones
     attention_body(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, tl.load(pos_ptr), T, TM, S, H, HD, window,
-                   scale, n_splits, tl.program_id(0), tl.program_id(1), tl.program_id(2),
+                   scale, n_splits, tl.program_id(0), tl.program_id(1),
+                   tl.num_programs(2) - 1 - tl.program_id(2),
                    GROUP, BLOCK_G, BLOCK_TOK, BLOCK_M, BLOCK_S, BLOCK_D, F32, DIRECT)
 
 
@@ -178,17 +181,18 @@ def split_plan(max_seq_len: int, n_kv_heads: int, block_s: int = 64, sms: int = 
 
 
 def attention(q, k_cache, v_cache, pos, *, window: int = 0, scale=None, out=None,
-              n_splits=None, block_s=None, scratch=None):
+              n_splits=None, block_s=None, block_tok=None, num_warps=4, scratch=None):
     """q [T, H, hd]; k_cache/v_cache [KVH, S, hd] (one layer, positions < pos+T filled); pos int32
     [1] device tensor. Returns out [T, H*hd] in q's dtype. n_splits: programs per KV head
     (split_plan's for S by default), each taking an even share of the keys; block_s: keys per
-    iteration (attention_config's by default)."""
+    iteration, block_tok: query tokens per program (attention_config's by default; a long
+    prompt's pass takes prefill_attention_config's larger tiles)."""
     T, H, HD = q.shape
     KVH, S, _ = k_cache.shape
     G = H // KVH
     scale = HD ** -0.5 if scale is None else scale
-    bs, block_tok = attention_config(HD, G, T)
-    block_s = block_s or bs
+    bs, bt = attention_config(HD, G, T)
+    block_s, block_tok = block_s or bs, block_tok or bt
     if n_splits is None:
         _, n_splits = split_plan(S, KVH, block_s)
     direct = n_splits == 1  # one split: its program writes the output, no merge launch
@@ -209,7 +213,7 @@ def attention(q, k_cache, v_cache, pos, *, window: int = 0, scale=None, out=None
                            HD, window, scale, n_splits, GROUP=G, BLOCK_G=BLOCK_G,
                            BLOCK_TOK=block_tok, BLOCK_M=BLOCK_M, BLOCK_S=block_s, BLOCK_D=BLOCK_D,
                            F32=INTERPRET or q.dtype == torch.float32, DIRECT=direct, PDL=pdl,
-                           num_warps=4, launch_pdl=pdl)
+                           num_warps=num_warps, launch_pdl=pdl)
     if direct:
         return out
     attn_merge_kernel[(T, KVH)](o_part, lse, out, pos, T, TM, H, HD, window, n_splits, GROUP=G,
