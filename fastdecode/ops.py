@@ -3,10 +3,10 @@ from . import _env  # noqa: F401  (interpreter on CPU-only machines, before any 
 from .triton_kernels.all_reduce import PeerBuffers, all_reduce
 from .triton_kernels.attention import attention, split_plan
 from .triton_kernels.embedding import embedding
-from .triton_kernels.gemv import gemv
+from .triton_kernels.gemv import gemv, swiglu
 from .triton_kernels.lm_head import choose_merge, lm_head, sample_logits
 from .triton_kernels.qkv_rope import qkv_rope
 from .triton_kernels.rmsnorm import rmsnorm
 
 __all__ = ["PeerBuffers", "all_reduce", "attention", "choose_merge", "embedding", "gemv",
-           "lm_head", "qkv_rope", "rmsnorm", "sample_logits", "split_plan"]
+           "lm_head", "qkv_rope", "rmsnorm", "sample_logits", "split_plan", "swiglu"]

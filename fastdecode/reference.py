@@ -1,9 +1,12 @@
 """Plain-torch fp32 reference of every op -- the oracle for tests, the `torch` runtime mode and
 the benchmarks. Same contracts (shapes, in-place cache writes) as the Triton launchers.
-The matmuls and the attention of the layer blocks are hooks (mm, attend; fp32 by default): the long
-prompts' prefill (runtime.py) runs the same blocks with matmuls in the weights' dtype (cuBLAS on a
-GPU) and the Triton attention kernel."""
+How the layer blocks compute is one hook bundle, Numerics (the fp32 reference, FP32, by default):
+the long prompts' prefill (runtime.py) runs the same blocks with matmuls in the weights' dtype
+(cuBLAS on a GPU) and the Triton RMSNorm, SwiGLU and attention kernels."""
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -25,21 +28,30 @@ def mm_fp32(x, w):
 
 
 def mm_native(x, w):
-    """x @ w.T in w's dtype (bf16 / fp16 tensor cores on a GPU, fp32 accumulation), as fp32."""
-    return (x.to(w.dtype) @ w.t()).float()
+    """x @ w.T in w's dtype (bf16 / fp16 tensor cores on a GPU, fp32 accumulation, the output
+    rounded to w's dtype, as Hugging Face's layers): gemv's epilogue then runs in that dtype, its
+    tensors half the bytes of fp32 ones (a long prompt's pass is 2048 tokens of them)."""
+    return x.to(w.dtype) @ w.t()
 
 
-def gemv(x, w, *, norm_w=None, eps=1e-6, bias=None, residual=None, swiglu=False, mm=mm_fp32):
-    """fp32 [T, N]: epilogue(prologue(x) @ w.T); mm: the matmul (mm_fp32, or mm_native)."""
-    xf = rmsnorm(x, norm_w, eps) if norm_w is not None else x.float()
-    y = mm(xf, w)
+def silu_mul(y):
+    """y [T, 2N] = [gate | up] -> silu(gate) * up [T, N] in y's dtype."""
+    g, u = y.chunk(2, dim=-1)
+    return F.silu(g) * u
+
+
+def gemv(x, w, *, norm_w=None, eps=1e-6, bias=None, residual=None, swiglu=False, num=None):
+    """[T, N]: epilogue(prologue(x) @ w.T) in the matmul's output dtype; num: the Numerics (FP32:
+    fp32 throughout; the long prompts': the epilogue in the weights' dtype, each op computed in
+    fp32 and rounded, as torch does for bf16 / fp16)."""
+    num = num or FP32
+    y = num.mm(num.norm(x, norm_w, eps) if norm_w is not None else x, w)
     if bias is not None:
-        y = y + bias.float()
+        y = y + bias.to(y.dtype)
     if swiglu:
-        g, u = y.chunk(2, dim=-1)
-        y = F.silu(g) * u
+        y = num.swiglu(y)
     if residual is not None:
-        y = y + residual.float()
+        y = y + residual.to(y.dtype)
     return y
 
 
@@ -51,13 +63,13 @@ def rope(y, cos, sin):
 
 
 def qkv_rope(x, w_qkv, norm_w, cos, sin, pos, k_cache, v_cache, *, n_heads, eps, bias=None,
-             qk_norm=None, mm=mm_fp32):
+             qk_norm=None, num=None):
     """Writes k/v of the T tokens at positions pos..pos+T-1 into the layer's cache; returns q fp32
-    [T, H, hd]."""
+    [T, H, hd]. The q / k norms (qk_norm) are this module's rmsnorm whatever num's."""
     T = x.shape[0]
     KVH, S, HD = k_cache.shape
     p = int(pos)
-    y = gemv(x, w_qkv, norm_w=norm_w, eps=eps, bias=bias, mm=mm).view(T, n_heads + 2 * KVH, HD)
+    y = gemv(x, w_qkv, norm_w=norm_w, eps=eps, bias=bias, num=num).view(T, n_heads + 2 * KVH, HD)
     q, k, v = y.split([n_heads, KVH, KVH], dim=1)
     if qk_norm is not None:
         q = rmsnorm(q, qk_norm[0], eps)
@@ -140,24 +152,38 @@ def merge_partials(o, lse):
     return (w[..., None] * o).sum(0) / w.sum(0)[..., None]
 
 
-def attention_block(pw, l, h, pos, k_cache, v_cache, cos, sin, mm=mm_fp32, attend=attention):
-    """Layer l's attention output projection, fp32 [T, d], without the residual: o_proj(attention(
-    qkv_rope(rmsnorm(h)))) + o bias. On a tensor-parallel shard it is this rank's partial sum.
-    Writes the T new keys / values into the layer's cache. attend(q, k_cache, v_cache, pos,
-    window=): the attention (this module's, or a kernel's with the same contract)."""
+@dataclass(frozen=True)
+class Numerics:
+    """How the layer blocks compute. mm(x, w): x @ w.T; norm(x, w, eps): the d_model-wide
+    RMSNorms; swiglu(y [T, 2N]) -> [T, N]; attend(q, k_cache, v_cache, pos, window=): the
+    attention (this module's, or a kernel's with the same contract)."""
+    mm: Callable = mm_fp32
+    norm: Callable = rmsnorm
+    swiglu: Callable = silu_mul
+    attend: Callable = attention
+
+
+FP32 = Numerics()  # the reference
+
+
+def attention_block(pw, l, h, pos, k_cache, v_cache, cos, sin, num=FP32):
+    """Layer l's attention output projection [T, d] (fp32 under FP32), without the residual:
+    o_proj(attention(qkv_rope(rmsnorm(h)))) + o bias. On a tensor-parallel shard it is this rank's
+    partial sum. Writes the T new keys / values into the layer's cache."""
     s = pw.spec
     pick = lambda t: None if t is None else t[l]  # noqa: E731
     q = qkv_rope(h, pw.w_qkv[l], pw.attn_norm[l], cos, sin, pos, k_cache, v_cache,
                  n_heads=s.n_heads, eps=s.rms_eps, bias=pick(pw.b_qkv), qk_norm=pick(pw.qk_norm),
-                 mm=mm)
-    o = attend(q.to(pw.dtype), k_cache, v_cache, pos, window=s.layer_windows[l])
-    return gemv(o.to(pw.dtype), pw.w_o[l], bias=pick(pw.b_o), mm=mm)
+                 num=num)
+    o = num.attend(q.to(pw.dtype), k_cache, v_cache, pos, window=s.layer_windows[l])
+    return gemv(o.to(pw.dtype), pw.w_o[l], bias=pick(pw.b_o), num=num)
 
 
-def mlp_block(pw, l, h, mm=mm_fp32):
-    """Layer l's MLP, fp32 [T, d], without the residual: down(silu(gate) * up)(rmsnorm(h))."""
+def mlp_block(pw, l, h, num=FP32):
+    """Layer l's MLP [T, d] (fp32 under FP32), without the residual: down(silu(gate) * up)(
+    rmsnorm(h))."""
     s = pw.spec
     pick = lambda t: None if t is None else t[l]  # noqa: E731
     act = gemv(h, pw.w_gu[l], norm_w=pw.mlp_norm[l], eps=s.rms_eps, bias=pick(pw.b_gu),
-               swiglu=True, mm=mm).to(pw.dtype)
-    return gemv(act, pw.w_down[l], bias=pick(pw.b_down), mm=mm)
+               swiglu=True, num=num).to(pw.dtype)
+    return gemv(act, pw.w_down[l], bias=pick(pw.b_down), num=num)

@@ -29,7 +29,7 @@ from .packing import PackedWeights
 from .spec import vocab_range
 from .triton_kernels.attention import split_plan
 from .triton_kernels.config import (attention_blocks, attention_config, merge_block, merge_splits,
-                                    sm_count, stream_config)
+                                    prefill_attention_config, sm_count, stream_config)
 from .triton_kernels.lm_head import n_vocab_tiles
 from .triton_kernels.qkv_rope import qk_norm_slots
 from .triton_kernels._common import INTERPRET
@@ -354,30 +354,34 @@ class Runtime:
         return self.mode in ("ops", "mega") and T >= self.prefill_min
 
     def _prefill_long(self, ids, *, all_logits, sampling, head=True):
-        """ids [T] of a long prompt in one pass, compute-bound: the reference's layer blocks with
-        their matmuls in the weights' dtype (reference.mm_native: cuBLAS tensor cores on a GPU,
-        2 x params x T FLOPs) and the Triton attention kernel, one split per KV head (the T / 4-16
-        token blocks give the parallelism). The step kernels' decode-shaped tiles stream the
-        weights once per max_chunk tokens instead (16 in mega mode): 1.3-7.7 K prompt tok/s on
-        an H200, 0.03-0.38x HF eager's (bench_prefill at 71877bd, bench/RESULTS.md). head: the
-        last token's lm_head and choice (_head_ops), which advance the position. Returns the
-        fp32 logits [T, V] of every token if all_logits."""
+        """ids [T] of a long prompt in one pass, compute-bound: the reference's layer blocks under
+        Numerics of the weights' dtype -- cuBLAS matmuls (reference.mm_native, 2 x params x T
+        FLOPs), the Triton RMSNorm and SwiGLU, and the Triton attention kernel with one split per
+        KV head and prefill_attention_config's 64-row tiles (the T / 16 token blocks give the
+        parallelism). H200, 8B shape, 8192 tokens: 0.26 s to the first token, HF eager's time
+        (bench_prefill, bench/RESULTS.md session 25); the step kernels' decode-shaped tiles, one
+        pass over the weights per max_chunk tokens, took 6.5 s (mega) / 1.8 s (ops); fp32
+        activations between the cuBLAS calls cost 0.46 s, the 4-token attention tiles 0.33 s.
+        head: the last token's lm_head and choice (_head_ops), which advance the position.
+        Returns the fp32 logits [T, V] of every token if all_logits."""
         st, pw, s = self.state, self.pw, self.spec
         T = ids.shape[0]
         h = pw.embed[ids.to(pw.device).long()]
+        block_s, block_tok, warps = prefill_attention_config(s.head_dim, s.group)
 
         def attend(q, k_cache, v_cache, pos, window):  # pos: st.pos on the device
-            return ops.attention(q, k_cache, v_cache, st.pos, window=window, n_splits=1)
+            return ops.attention(q, k_cache, v_cache, st.pos, window=window, n_splits=1,
+                                 block_s=block_s, block_tok=block_tok, num_warps=warps)
 
+        num = R.Numerics(mm=R.mm_native, norm=ops.rmsnorm, swiglu=ops.swiglu, attend=attend)
         for l in range(s.n_layers):
             self._add_reduced(h, R.attention_block(pw, l, h, st.n_pos, st.k_cache[l],
-                                                   st.v_cache[l], st.cos, st.sin,
-                                                   mm=R.mm_native, attend=attend))
-            self._add_reduced(h, R.mlp_block(pw, l, h, mm=R.mm_native))
+                                                   st.v_cache[l], st.cos, st.sin, num=num))
+            self._add_reduced(h, R.mlp_block(pw, l, h, num=num))
         logits = None
         if all_logits:
             logits = self.collectives.gather_vocab(R.gemv(
-                h, pw.lm_head, norm_w=pw.final_norm, eps=s.rms_eps, mm=R.mm_native))
+                h, pw.lm_head, norm_w=pw.final_norm, eps=s.rms_eps, num=num).float())
         if head:
             self._head_ops(h, T, False, sampling)
         else:
@@ -435,8 +439,9 @@ class Runtime:
 
     def _add_reduced(self, h, part):
         """h += the all-reduced partial sums (fp32, rank order; one rank: part itself), the
-        residual add of both modes under tensor parallelism."""
-        h.copy_((h.float() + self.collectives.all_reduce(part)).to(h.dtype))
+        residual add of both modes under tensor parallelism: computed in fp32, rounded once to
+        h's dtype (torch's in-place add of a bf16 h)."""
+        h.add_(self.collectives.all_reduce(part))
 
     def _residual_gemv(self, x, w, bias, h):
         """h += x @ w^T (+ bias): fused in the GEMV epilogue on one rank; with tensor parallelism

@@ -46,6 +46,15 @@ def test_rmsnorm(T, K, seed, dtype, has_res):
         assert torch.equal(res, res_ref) or close(res, res_ref, dtype)
 
 
+@given(T=TOKENS, N=st.integers(1, 3000), seed=st.integers(0, 2**31 - 1), dtype=DTYPES)
+def test_swiglu(T, N, seed, dtype):
+    """The long prompts' SwiGLU on a [gate | up] matmul output against the fp32 reference's
+    silu(gate) * up: elementwise, one rounding to dtype (K=1); N past the 2048-lane block."""
+    g = torch.Generator().manual_seed(seed)
+    y = rnd(T, 2 * N, dtype=dtype, seed_gen=g, scale=3.0)
+    assert_close(ops.swiglu(y), R.silu_mul(y.float()), dtype, 1, "swiglu")
+
+
 @given(T=TOKENS, K=st.integers(1, 300), N=st.integers(1, 150), seed=st.integers(0, 2**31 - 1),
        dtype=DTYPES, norm=st.booleans(), bias=st.booleans(), swiglu=st.booleans(),
        residual=st.booleans(), stream=STREAMS)
@@ -125,18 +134,25 @@ def test_qkv_rope_decode_defers_qk_norm(HD, pairs, stream):
 @given(T=TOKENS, group=st.sampled_from([1, 2, 3, 4, 7]), KVH=st.integers(1, 3),
        HD=st.sampled_from([4, 10, 16, 24, 40, 64]), pos=st.integers(0, 150),
        window=st.sampled_from([0, 0, 1, 5, 33]), seed=st.integers(0, 2**31 - 1), dtype=DTYPES,
-       n_splits=st.sampled_from([None, 1, 2, 5, 40]), block_s=st.sampled_from([None, 16]))
+       n_splits=st.sampled_from([None, 1, 2, 5, 40]), block_s=st.sampled_from([None, 16]),
+       block_tok=st.sampled_from([None, None, 2, 8]))
 @example(T=1, group=4, KVH=2, HD=16, pos=300, window=0, seed=0, dtype=torch.float32, n_splits=40,
-         block_s=16)
-def test_attention(T, group, KVH, HD, pos, window, seed, dtype, n_splits, block_s):
+         block_s=16, block_tok=None)
+@example(T=37, group=3, KVH=2, HD=24, pos=11, window=5, seed=1, dtype=torch.bfloat16, n_splits=1,
+         block_s=32, block_tok=8)
+def test_attention(T, group, KVH, HD, pos, window, seed, dtype, n_splits, block_s, block_tok):
     """40 splits of 16-key blocks (tl.dot's least K) at pos 300: 301 keys in chunks of 16, 19
-    active splits, so the merge runs two rounds of 16 (the online rescale across rounds)."""
+    active splits, so the merge runs two rounds of 16 (the online rescale across rounds).
+    block_tok: query tokens per program, as a long prompt's pass takes (prefill_attention_config:
+    5 blocks of 8 tokens x a group of 3 padded to 4, the last block partial, launched last-first
+    under a window)."""
     g = torch.Generator().manual_seed(seed)
     H, S = group * KVH, pos + T + 5
     q = rnd(T, H, HD, dtype=dtype, seed_gen=g)
     kc, vc = rnd(KVH, S, HD, dtype=dtype, seed_gen=g), rnd(KVH, S, HD, dtype=dtype, seed_gen=g)
     p = torch.tensor([pos], dtype=torch.int32, device=DEVICE)
-    out = ops.attention(q, kc, vc, p, window=window, n_splits=n_splits, block_s=block_s)
+    out = ops.attention(q, kc, vc, p, window=window, n_splits=n_splits, block_s=block_s,
+                        block_tok=block_tok)
     ref = R.attention(q, kc, vc, pos, window=window)
     assert_close(out, ref, dtype, pos + T, "attention")
 
