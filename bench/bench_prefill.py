@@ -3,9 +3,10 @@ on random-weight bf16 models of published shapes.
 
 TTFT = generate(ids, max_new_tokens=1): the prompt's prefill (fastdecode: runtime._prefill_long's
 passes of up to prefill_chunk tokens from prefill_min tokens on, else the step kernels' chunks)
-and the first token's choice; HF: one forward over the prompt. Median of --repeats after an untimed call (compiles, allocations). Roofline
-(compute-bound): 2 x matmul params x T FLOPs + the causal attention's 2 x 2 x layers x q_dim x
-T^2 / 2, at the dense bf16 rate --tflops (H200 spec: 989). Prints prompt tok/s, ms, % of that
+and the first token's choice; HF: one forward over the prompt. Median of --repeats after an
+untimed call (compiles, allocations). Roofline (compute-bound): 2 x matmul params x T FLOPs + the
+causal attention's 2 x 2 x layers x q_dim x T^2 / 2, at the dense bf16 rate --tflops (H200 spec:
+989). Prints prompt tok/s, ms, % of that
 roofline and the ratio to HF; appends rows to bench/RESULTS.md.
 
     python bench/bench_prefill.py --models 1b,8b --prompt-lens 512,2048,8192
