@@ -360,8 +360,9 @@ class Runtime:
         KV head and prefill_attention_config's 64-row tiles (the T / 16 token blocks give the
         parallelism). H200, 8B shape, 8192 tokens: 0.26 s to the first token, HF eager's time
         (bench_prefill, bench/RESULTS.md session 25); the step kernels' decode-shaped tiles, one
-        pass over the weights per max_chunk tokens, took 6.5 s (mega) / 1.8 s (ops); fp32
-        activations between the cuBLAS calls cost 0.46 s, the 4-token attention tiles 0.33 s.
+        pass over the weights per max_chunk tokens, took 6.5 s (mega) / 1.8 s (ops); this path
+        with fp32 activations between the cuBLAS calls and 4-token attention tiles 0.46 s, with
+        the tiles fixed 0.33 s.
         head: the last token's lm_head and choice (_head_ops), which advance the position.
         Returns the fp32 logits [T, V] of every token if all_logits."""
         st, pw, s = self.state, self.pw, self.spec
