@@ -1,11 +1,13 @@
 """Long prompts' prefill (runtime._prefill_long: the reference's layer blocks with matmuls in the
-weights' dtype and the Triton attention kernel, prefill_chunk tokens a pass) against torch mode,
-every family: windows, biases, q/k norm, tied heads, passes that start mid-cache."""
+weights' dtype and the Triton RMSNorm, SwiGLU and attention kernels, prefill_chunk tokens a pass)
+against torch mode, every family: windows, biases, q/k norm, tied heads, passes that start
+mid-cache; and in bf16 against the fp32 HF model."""
 import pytest
 import torch
 
 import fastdecode
 from conftest import DEVICE
+from helpers import U, rel_err
 from models import FAMILIES, tiny_model
 
 
@@ -26,7 +28,8 @@ def count_long_passes(fm):
 def test_long_prompt_matches_torch(family, mode):
     """A 70-token prompt in passes of 32 (32 + 32 + 6 tokens, the later ones attending to the
     cache the earlier wrote): every token's logits within 1e-5 of torch mode's (fp32 weights: the
-    matmuls are torch's in both, only the attention kernel sums in another order), then the
+    matmuls are torch's in both, the Triton RMSNorm, SwiGLU and attention sum in another order
+    -- ~1e-6 of fp32 rounding through 2 layers), then the
     same greedy continuation -- the first token chosen by the long path's head, the next ones
     by the decode steps on the cache it filled."""
     model = tiny_model(family).to(DEVICE)
@@ -44,6 +47,26 @@ def test_long_prompt_matches_torch(family, mode):
     fm.reset()
     assert torch.equal(fm.generate(ids, max_new_tokens=4, eos_token_id=[]), want_toks)
     assert calls == [32, 32, 6] * 2
+
+
+@pytest.mark.parametrize("family", ["llama_bias_tied", "mistral", "qwen3"])
+def test_long_prompt_bf16_close_to_fp32_hf(family):
+    """bf16 weights: the long pass keeps activations in bf16 (cuBLAS outputs, as HF's bf16 layers),
+    rounded at ~11 points per layer (two normed inputs, the QKV output, q, the attention output,
+    o_proj's, two residual adds, gate|up's, the SwiGLU, down's; u = 2^-8 relative each) -- with
+    2 layers and the head's 2 the logits' relative error is ~ sqrt(24) u ~ 1.9e-2 at worst (the
+    step kernels' bf16 path: 1.2-2.3e-2 against torch mode on these models); we allow 4u sqrt(24)
+    = 7.7e-2, and a wrong op is off by O(1). Biases, the 5-key window across passes, q/k norm."""
+    model = tiny_model(family, dtype=torch.bfloat16).to(DEVICE)
+    ids = torch.randint(0, 101, (1, 70), generator=torch.Generator().manual_seed(5)).to(DEVICE)
+    with torch.no_grad():
+        ref = tiny_model(family, dtype=torch.bfloat16).float().to(DEVICE)(ids).logits[0]
+    fm = fastdecode.from_hf(model, max_seq_len=96, mode="ops")
+    fm.runtime.prefill_chunk = 32
+    calls = count_long_passes(fm)
+    got = fm(ids)[0]
+    assert calls == [32, 32, 6]
+    assert rel_err(got, ref) < 4 * U[torch.bfloat16] * 24 ** 0.5, rel_err(got, ref)
 
 
 def test_short_prompts_keep_the_step_kernels():
