@@ -2,8 +2,9 @@
 split per KV head, T query tokens at positions pos..pos+T-1 over keys [0, pos+T)), against torch
 SDPA (FlashAttention, lower-right causal, K/V expanded to every query head) on the same data.
 
-Variants: "block_s/block_m/warps" -- keys per iteration, score-tile rows (query tokens x the
-padded group: block_tok = block_m // next_pow2(group)) and warps. The 4-token tile first is the
+Variants: "block_s/block_m/warps[/stages]" -- keys per iteration, score-tile rows (query tokens x
+the padded group: block_tok = block_m // next_pow2(group)), warps and software-pipeline stages of
+the key loop (Triton's default 3). The 4-token tile first is the
 decode default (attention_config). FLOPs: 4 x q_dim x the (query, key) pairs the causal mask
 keeps. Prints ms, TFLOPS and the max error against SDPA per variant, best first; the winner
 feeds config.prefill_attention_config.
@@ -61,10 +62,10 @@ def sweep(name, T, pos, variants):
     rows = [("torch SDPA (flash)", time_ms(lambda: F.scaled_dot_product_attention(
         qs, ks, vs, attn_mask=bias)), 0.0)]
     for var in variants:
-        bs, bm, nw = (int(x) for x in var.split("/"))
+        bs, bm, nw, ns = ([int(x) for x in var.split("/")] + [3])[:4]
         bt = max(1, bm // triton.next_power_of_2(G))
         run = lambda: attention(q, k, v, pos_t, n_splits=1, block_s=bs,  # noqa: E731
-                                block_tok=bt, num_warps=nw)
+                                block_tok=bt, num_warps=nw, num_stages=ns)
         try:
             err = (run().float() - ref).abs().max().item()
             rows.append((f"triton {var} (tok {bt})", time_ms(run), err))

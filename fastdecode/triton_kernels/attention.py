@@ -181,7 +181,8 @@ def split_plan(max_seq_len: int, n_kv_heads: int, block_s: int = 64, sms: int = 
 
 
 def attention(q, k_cache, v_cache, pos, *, window: int = 0, scale=None, out=None,
-              n_splits=None, block_s=None, block_tok=None, num_warps=4, scratch=None):
+              n_splits=None, block_s=None, block_tok=None, num_warps=4, num_stages=3,
+              scratch=None):
     """q [T, H, hd]; k_cache/v_cache [KVH, S, hd] (one layer, positions < pos+T filled); pos int32
     [1] device tensor. Returns out [T, H*hd] in q's dtype. n_splits: programs per KV head
     (split_plan's for S by default), each taking an even share of the keys; block_s: keys per
@@ -213,7 +214,7 @@ def attention(q, k_cache, v_cache, pos, *, window: int = 0, scale=None, out=None
                            HD, window, scale, n_splits, GROUP=G, BLOCK_G=BLOCK_G,
                            BLOCK_TOK=block_tok, BLOCK_M=BLOCK_M, BLOCK_S=block_s, BLOCK_D=BLOCK_D,
                            F32=INTERPRET or q.dtype == torch.float32, DIRECT=direct, PDL=pdl,
-                           num_warps=num_warps, launch_pdl=pdl)
+                           num_warps=num_warps, num_stages=num_stages, launch_pdl=pdl)
     if direct:
         return out
     attn_merge_kernel[(T, KVH)](o_part, lse, out, pos, T, TM, H, HD, window, n_splits, GROUP=G,
