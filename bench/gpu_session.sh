@@ -4,7 +4,8 @@
 #   device run:  bash bench/gpu_session.sh  [stages...]
 #   stages: tests kernels sweep bench trace tp variants first pdl ab exp gemvcfg wsprobe prefill attn
 #   (attn: bench/sweep_attention.py -- the attention's tiles on a long prompt's 2048-token pass
-#    vs torch SDPA, ATTN_SHAPES at 0 and 6144 keys before; config.prefill_attention_config)
+#    vs torch SDPA, ATTN_SHAPES at 0 and 6144 keys before, ATTN_VARIANTS or the script's;
+#    config.prefill_attention_config)
 #   (prefill: the long-prompt prefill's GPU test, then bench_prefill.py -- time to first token
 #    at 512 / 2048 / 8192 prompt tokens, ops and mega vs HF eager)
 #   (ab: the megakernel of an older commit against this tree in one run -- bench/sweep_mega.py
@@ -44,7 +45,8 @@ for s in $stages; do
                --models ${PREFILL_MODELS:-1b,8b} 2>&1 | grep -v -i warn | tail -14
              cp bench/RESULTS.md "$OUT/" ;;
     attn) timeout ${ATTN_TIMEOUT:-300} python3 bench/sweep_attention.py --shapes \
-            ${ATTN_SHAPES:-1b,8b} 2>&1 | grep -v -i warn | tee "$OUT/sweep_attention.log" | tail -40 ;;
+            ${ATTN_SHAPES:-1b,8b} ${ATTN_VARIANTS:+--variants $ATTN_VARIANTS} 2>&1 \
+            | grep -v -i warn | tee "$OUT/sweep_attention.log" | tail -40 ;;
     kernels) timeout ${KERNELS_TIMEOUT:-560} python3 -m pytest -q tests/test_gpu.py tests/test_ptx.py tests/test_all_reduce.py \
              tests/test_megakernel.py tests/test_ops.py tests/test_models.py -p no:cacheprovider 2>&1 \
              | tee "$OUT/pytest_kernels.log" | tail -15 ;;
