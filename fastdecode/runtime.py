@@ -223,8 +223,8 @@ class Runtime:
         # tokens per prefill step: the megakernel's T>1 tiles pad M to 16 (one tl.dot row block)
         self.max_chunk = max_chunk or (64 if self.cuda and mode == "ops" else 16)
         # prompts of prefill_min tokens or more prefill through _prefill_long, prefill_chunk
-        # tokens a pass (its fp32 gate|up activations: 2 x ffn x 4 bytes a token, 235 MB at
-        # 2048 tokens of Llama-3.1-8B)
+        # tokens a pass (its gate|up activations in the weights' dtype: 2 x ffn x 2 bytes a
+        # token, 117 MB at 2048 tokens of Llama-3.1-8B in bf16)
         self.prefill_min, self.prefill_chunk = 64, 2048
         self.state = DecodeState(pw, max_seq_len, self.max_chunk, vocab_size)
         # this rank's vocabulary rows [v0, v1) of the whole vocabulary (one rank: all of it)
@@ -357,8 +357,8 @@ class Runtime:
         """ids [T] of a long prompt in one pass, compute-bound: the reference's layer blocks under
         Numerics of the weights' dtype -- cuBLAS matmuls (reference.mm_native, 2 x params x T
         FLOPs), the Triton RMSNorm and SwiGLU, and the Triton attention kernel with one split per
-        KV head and prefill_attention_config's 64-row tiles (the T / 16 token blocks give the
-        parallelism). H200, 8B shape, 8192 tokens: 0.26 s to the first token, HF eager's time
+        KV head and prefill_attention_config's 64-row tiles (the T / block_tok token blocks give
+        the parallelism). H200, 8B shape, 8192 tokens: 0.26 s to the first token, HF eager's time
         (bench_prefill, bench/RESULTS.md session 25); the step kernels' decode-shaped tiles, one
         pass over the weights per max_chunk tokens, took 6.5 s (mega) / 1.8 s (ops); this path
         with fp32 activations between the cuBLAS calls and 4-token attention tiles 0.46 s, with

@@ -543,10 +543,10 @@ def prefill_attention_config(head_dim: int, group: int):
     of query tokens, one split per KV head): 64-row score tiles (tokens x padded group) over
     32-key blocks at 4 warps; 32 rows past head_dim 128 (not measured: halves the fp32
     accumulator's registers). bench/sweep_attention.py, H200, 2026-12-02 (bench/RESULTS.md
-    session 25): best of 16 tiles on the 1B
-    (head_dim 64), 8B and Qwen2.5-7B (128) shapes, 2048 tokens at 0 and 6144 keys before them
-    -- 8B at 6144: 0.88 ms (274 TFLOPS, SDPA's FlashAttention 0.75 ms) against the decode tile's
-    16 rows x 64 keys 1.98 ms; 1B 0.65 vs 1.13 ms."""
+    session 25): best of 16 tiles on the 1B (head_dim 64), 8B and Qwen2.5-7B (128) shapes, 2048
+    tokens at 0 and 6144 keys before them -- 8B at 6144: 0.88 ms (274 TFLOPS, SDPA's
+    FlashAttention 0.75 ms) against the decode tile's 16 rows x 64 keys 1.98 ms; 1B 0.65 vs
+    1.13 ms."""
     rows = 64 if head_dim <= 128 else 32
     return 32, max(1, rows // triton.next_power_of_2(group)), 4
 
