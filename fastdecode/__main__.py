@@ -36,6 +36,7 @@ def _generate(args):
     t1 = time.perf_counter()
     out = fm.generate(ids, max_new_tokens=args.max_new_tokens, do_sample=args.temperature > 0,
                       temperature=args.temperature or 1.0, top_k=args.top_k, top_p=args.top_p,
+                      min_p=args.min_p, repetition_penalty=args.repetition_penalty,
                       streamer=streamer, seed=args.seed)
     if fm.device.type == "cuda":
         torch.cuda.synchronize()
@@ -91,6 +92,10 @@ def main(argv=None):
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     g.add_argument("--top-k", type=int, default=None)
     g.add_argument("--top-p", type=float, default=None)
+    g.add_argument("--min-p", type=float, default=None)
+    g.add_argument("--repetition-penalty", type=float, default=None,
+                   help="HF's: > 1 makes tokens already in the text less likely (default: the "
+                        "model's generation_config, else 1)")
     g.add_argument("--seed", type=int, default=None)
     g.add_argument("--device", default=None)
     g.add_argument("--mode", default=None, choices=["torch", "vm", "ops", "mega"])

@@ -5,8 +5,6 @@ the host reads the previous chunk's tokens (pinned copy + event), streams them a
 """
 from __future__ import annotations
 
-import warnings
-
 import torch
 
 from .runtime import Runtime, Sampling
@@ -15,7 +13,7 @@ from .runtime import Runtime, Sampling
 # values check_hf_kwargs lets through (a value that would change the result raises instead)
 _HARMLESS = {"pad_token_id", "bos_token_id", "use_cache", "return_dict_in_generate",
              "output_scores", "output_logits", "output_attentions", "output_hidden_states",
-             "num_beams", "num_return_sequences", "repetition_penalty", "min_new_tokens",
+             "num_beams", "num_return_sequences", "min_new_tokens",
              "token_type_ids", "tokenizer", "synced_gpus", "logits_processor", "stopping_criteria",
              # beam-search only, or about HF's own cache / compile: nothing here
              "length_penalty", "early_stopping", "low_memory", "cache_implementation",
@@ -25,7 +23,7 @@ _HARMLESS = {"pad_token_id", "bos_token_id", "use_cache", "return_dict_in_genera
 _NEUTRAL = {"no_repeat_ngram_size": (0,), "encoder_no_repeat_ngram_size": (0,),
             "bad_words_ids": (), "suppress_tokens": (), "begin_suppress_tokens": (),
             "forced_bos_token_id": (), "forced_eos_token_id": (), "typical_p": (1.0,),
-            "epsilon_cutoff": (0.0,), "eta_cutoff": (0.0,), "min_p": (0.0,),
+            "epsilon_cutoff": (0.0,), "eta_cutoff": (0.0,),
             "renormalize_logits": (False,), "guidance_scale": (1.0,), "sequence_bias": (),
             "exponential_decay_length_penalty": (), "remove_invalid_values": (False,),
             "max_time": (), "num_beam_groups": (1,), "diversity_penalty": (0.0,),
@@ -33,33 +31,23 @@ _NEUTRAL = {"no_repeat_ngram_size": (0,), "encoder_no_repeat_ngram_size": (0,),
             "prompt_lookup_num_tokens": (), "past_key_values": ()}
 
 
-def check_hf_kwargs(kwargs, eos_ids, gc=None):
+def check_hf_kwargs(kwargs, eos_ids):
     """Hugging Face generate() arguments that fastdecode cannot honour raise a clear error instead
     of being ignored (an ignored one would return another sequence than HF's, or another type);
-    eos_ids: the stop tokens in effect (min_new_tokens only matters with some). gc: the model's
-    generation config -- a repetition_penalty there (some chat models ship one) is not applied:
-    a warning says so, unless the call sets repetition_penalty=1.0."""
+    eos_ids: the stop tokens in effect (min_new_tokens only matters with some)."""
     def set_to(name, default):
         return kwargs.get(name, default) not in (None, default)
-    if "repetition_penalty" not in kwargs and getattr(gc, "repetition_penalty", None) not in (
-            None, 1.0):
-        warnings.warn(f"the model's generation_config sets repetition_penalty="
-                      f"{gc.repetition_penalty}; fastdecode does not apply it (tokens can differ "
-                      f"from Hugging Face's generate); pass repetition_penalty=1.0 to silence "
-                      f"this", stacklevel=3)
     if set_to("num_beams", 1):
         raise ValueError("beam search is not supported (num_beams must be 1)")
     if set_to("num_return_sequences", 1):
         raise ValueError("num_return_sequences must be 1")
-    if set_to("repetition_penalty", 1.0):
-        raise ValueError("repetition_penalty is not supported")
     if set_to("min_new_tokens", 0) and eos_ids:
         raise ValueError("min_new_tokens is not supported (it masks the EOS logits); pass "
                          "eos_token_id=[] to generate exactly max_new_tokens tokens")
     for name in ("logits_processor", "stopping_criteria"):
         if kwargs.get(name):
             raise ValueError(f"{name} is not supported: the token choice runs on the GPU "
-                             f"(greedy, temperature, top_k, top_p)")
+                             f"(greedy, temperature, top_k, top_p, min_p, repetition_penalty)")
     for name in ("return_dict_in_generate", "output_scores", "output_logits",
                  "output_attentions", "output_hidden_states"):
         if kwargs.get(name):
@@ -69,7 +57,8 @@ def check_hf_kwargs(kwargs, eos_ids, gc=None):
         v = kwargs.get(name)
         if not (v is None or (isinstance(v, (list, tuple, dict)) and not v) or v in ok):
             raise ValueError(f"{name}={v!r} is not supported: the token choice runs on the GPU "
-                             f"(greedy, temperature, top_k, top_p; stop tokens by eos_token_id)")
+                             f"(greedy, temperature, top_k, top_p, min_p, repetition_penalty; "
+                             f"stop tokens by eos_token_id)")
     unknown = set(kwargs) - _HARMLESS - set(_NEUTRAL)
     if unknown:
         raise TypeError(f"generate() got unsupported arguments {sorted(unknown)}")
@@ -125,6 +114,10 @@ def run_generate(rt: Runtime, ids: torch.Tensor, *, max_new_tokens: int, samplin
                          f"max_seq_len={rt.max_seq_len}; build the model with a larger max_seq_len")
     if sampling.do_sample and not sampling.temperature > 0:
         raise ValueError(f"temperature must be > 0 when sampling, got {sampling.temperature}")
+    if not sampling.repetition_penalty > 0:  # HF's check
+        raise ValueError(f"repetition_penalty must be > 0, got {sampling.repetition_penalty}")
+    if sampling.do_sample and sampling.min_p is not None and not 0 <= sampling.min_p <= 1:
+        raise ValueError(f"min_p must be in [0, 1], got {sampling.min_p}")
     eos = _eos_set(eos_token_id)
     if streamer is not None:
         streamer.put(ids[None].cpu())

@@ -79,10 +79,12 @@ class FastModel(nn.Module):
 
     @torch.no_grad()
     def generate(self, input_ids=None, max_new_tokens=None, do_sample=None, temperature=None,
-                 top_k=None, top_p=None, eos_token_id=None, streamer=None, attention_mask=None,
-                 seed=None, max_length=None, generation_config=None, **kwargs):
+                 top_k=None, top_p=None, min_p=None, repetition_penalty=None, eos_token_id=None,
+                 streamer=None, attention_mask=None, seed=None, max_length=None,
+                 generation_config=None, **kwargs):
         """HF-compatible generate for one sequence, from an empty cache. Unset arguments come from
-        generation_config (the model's, as HF does); returns LongTensor [1, T + new]."""
+        generation_config (the model's, as HF does: a repetition_penalty or min_p there applies);
+        returns LongTensor [1, T + new]."""
         if input_ids is None:
             input_ids = kwargs.pop("inputs", None)
         if input_ids is None:
@@ -91,7 +93,7 @@ class FastModel(nn.Module):
         pick = lambda v, name, default: v if v is not None else (  # noqa: E731
             getattr(gc, name, None) if getattr(gc, name, None) is not None else default)
         eos = pick(eos_token_id, "eos_token_id", None)
-        check_hf_kwargs(kwargs, _eos_set(eos), gc)
+        check_hf_kwargs(kwargs, _eos_set(eos))
         ids = validate_ids(input_ids, self.device, self.spec.vocab_size, attention_mask)
         if max_new_tokens is None:
             max_new_tokens = gc.max_new_tokens
@@ -100,11 +102,14 @@ class FastModel(nn.Module):
             max_new_tokens = max(0, total - ids.shape[0])
         if int(max_new_tokens) < 0:
             raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-        sampling = Sampling(do_sample=bool(pick(do_sample, "do_sample", False)),
-                            temperature=float(pick(temperature, "temperature", 1.0)),
-                            top_k=pick(top_k, "top_k", None), top_p=pick(top_p, "top_p", None))
-        if not sampling.do_sample:
-            sampling = Sampling()
+        penalty = float(pick(repetition_penalty, "repetition_penalty", 1.0))
+        if bool(pick(do_sample, "do_sample", False)):
+            sampling = Sampling(do_sample=True,
+                                temperature=float(pick(temperature, "temperature", 1.0)),
+                                top_k=pick(top_k, "top_k", None), top_p=pick(top_p, "top_p", None),
+                                min_p=pick(min_p, "min_p", None), repetition_penalty=penalty)
+        else:  # greedy: HF applies the penalty (a logits processor), not the warpers
+            sampling = Sampling(repetition_penalty=penalty)
         return run_generate(self.runtime, ids, max_new_tokens=int(max_new_tokens),
                             sampling=sampling, eos_token_id=eos, streamer=streamer, seed=seed)
 

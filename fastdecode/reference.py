@@ -101,8 +101,17 @@ def attention(q, k_cache, v_cache, pos, *, window=0, scale=None):
     return o.reshape(T, H * HD)
 
 
-def filter_logits(logits, top_k=None, top_p=None):
-    """HF's TopKLogitsWarper then TopPLogitsWarper (min_tokens_to_keep=1); removed -> -inf."""
+def repetition_penalty(logits, seen, penalty: float):
+    """HF's RepetitionPenaltyLogitsProcessor: the logits of the tokens already in the sequence
+    (seen [V] bool: the prompt's and the chosen tokens) divided by penalty where >= 0 and
+    multiplied by it where < 0 (so a penalty > 1 makes them less likely either way)."""
+    return torch.where(seen, torch.where(logits < 0, logits * penalty, logits / penalty), logits)
+
+
+def filter_logits(logits, top_k=None, top_p=None, min_p=None):
+    """HF's TopKLogitsWarper, TopPLogitsWarper, then MinPLogitsWarper (min_tokens_to_keep=1) on
+    temperature-scaled logits; removed -> -inf. min_p drops the tokens whose probability is below
+    min_p times the top token's (the top token itself never: min_p <= 1)."""
     out = logits
     if top_k is not None and top_k > 0:
         k = min(int(top_k), out.shape[-1])
@@ -114,6 +123,9 @@ def filter_logits(logits, top_k=None, top_p=None):
         remove = cum <= (1 - top_p)
         remove[..., -1:] = False
         out = out.masked_fill(remove.scatter(-1, idx, remove), float("-inf"))
+    if min_p is not None and min_p > 0:
+        probs = out.softmax(-1)
+        out = out.masked_fill(probs < min_p * probs.amax(-1, keepdim=True), float("-inf"))
     return out
 
 

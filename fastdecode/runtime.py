@@ -53,20 +53,44 @@ def _set_carveout(function: int, percent: int):
 
 @dataclass(frozen=True)
 class Sampling:
-    """How the next token is chosen. top_k / top_p filter the logits as HF's warpers do."""
+    """How the next token is chosen, in Hugging Face's order: the repetition penalty on the raw
+    logits (greedy or sampled), then, sampling, temperature, top_k, top_p and min_p (its
+    warpers)."""
     do_sample: bool = False
     temperature: float = 1.0
     top_k: int | None = None
     top_p: float | None = None
+    min_p: float | None = None
+    repetition_penalty: float = 1.0
+
+    @property
+    def penalized(self) -> bool:
+        return self.repetition_penalty != 1.0
 
     @property
     def filtered(self) -> bool:
-        return self.do_sample and ((self.top_k or 0) > 0 or (self.top_p is not None and self.top_p < 1.0))
+        """Whether a step needs its whole row of logits processed before the choice (by torch
+        ops on the device, graph-captured in ops mode): the task stream's fused lm_head choice
+        does greedy and temperature only, so the megakernel hands such steps to ops mode."""
+        return self.penalized or self.do_sample and (
+            (self.top_k or 0) > 0 or (self.top_p is not None and self.top_p < 1.0)
+            or (self.min_p or 0) > 0)
 
     @property
     def key(self):
-        return (self.do_sample, self.top_k if self.filtered else None,
-                self.top_p if self.filtered else None)
+        f = self.filtered
+        return (self.do_sample, self.top_k if f else None, self.top_p if f else None,
+                self.min_p if f else None, self.repetition_penalty)
+
+    def warp(self, last, temp, seen):
+        """last [1, V] fp32 logits -> (processed logits, the temperature left to the choice, None
+        once the warpers applied it): the penalty on the tokens seen ([V] bool), then the
+        warpers on last / temp (temp: a device scalar or a float)."""
+        if self.penalized:
+            last = R.repetition_penalty(last, seen, self.repetition_penalty)
+        if self.do_sample and self.filtered:
+            return R.filter_logits(last / temp, self.top_k, self.top_p, self.min_p), None
+        return last, temp
 
 
 class DecodeState:
@@ -109,6 +133,8 @@ class DecodeState:
         self.temp = torch.ones(1, device=dev, dtype=torch.float32)
         self.one = torch.ones(1, device=dev, dtype=torch.float32)
         self.hist = torch.zeros(max_seq_len + 1, device=dev, dtype=torch.int64)
+        # the tokens of the sequence so far (prompt and chosen), for the repetition penalty
+        self.seen = torch.zeros(V, device=dev, dtype=torch.bool)
         cos, sin = s.rope_table(max_seq_len)
         self.cos, self.sin = cos.to(dev), sin.to(dev)
         self.windows = torch.tensor(list(s.layer_windows), device=dev, dtype=torch.int32)
@@ -336,9 +362,13 @@ class Runtime:
         return torch.cat(out, 0)
 
     def prefill(self, ids: torch.Tensor, sampling: Sampling):
-        """Append the prompt ids [T]; the last chunk chooses the first new token (into hist)."""
+        """Append the prompt ids [T]; the last chunk chooses the first new token (into hist).
+        A repetition penalty starts from the prompt's tokens (the cache is empty: generate())."""
         T = ids.shape[0]
         self._check_room(T)
+        if sampling.penalized:
+            self.state.seen.zero_()
+            self.state.seen[ids.to(self.state.seen.device).long()] = True
         long = self._long_prompt(T)
         step = self.prefill_chunk if long else self.max_chunk
         for c0 in range(0, T, step):
@@ -423,8 +453,9 @@ class Runtime:
         if self.mode == "torch":
             self._step_torch(T, all_logits, sampling, head)
         elif self.mode == "ops" or sampling.filtered:
-            # top-k / top-p need the logits filtered on the host side of the step: the task
-            # stream samples with temperature only, so those steps run the same bodies as ops
+            # top-k / top-p / min-p and the repetition penalty process the whole row of logits
+            # (Sampling.warp): the task stream's choice is greedy or temperature sampling only,
+            # so those steps run the same bodies as ops
             self._step_ops(T, all_logits, sampling, head)
         else:  # the task stream always runs whole steps (its last task advances the position)
             self._step_tasks(T, sampling, all_logits)
@@ -485,19 +516,20 @@ class Runtime:
                                         partials=(st.pval, st.pidx))
             ops.choose_merge(pval, pidx, n - 1, st.ids, st.hist, st.pos, st.step, st.seed, T)
             return
-        # the whole last row of logits first: top-k / top-p filter it on the host side, and a
-        # vocab-parallel lm_head gathers the ranks' rows (rank order; the same bits and seed on
-        # every rank, Gumbel noise keyed on global token ids, so every rank picks the same token)
+        # the whole last row of logits first: the penalty and the warpers process it
+        # (Sampling.warp), and a vocab-parallel lm_head gathers the ranks' rows (rank order; the
+        # same bits and seed on every rank, Gumbel noise keyed on global token ids, so every rank
+        # picks the same token)
         ops.lm_head(x, pw.lm_head, pw.final_norm, s.rms_eps, logits=st.logits_shard[:n],
                     choose=False, partials=(st.pval, st.pidx))
         if self.tp:
             st.logits[:n].copy_(self.collectives.gather_vocab(st.logits_shard[:n]))
-        last, temp = st.logits[n - 1:n], st.temp
-        if sampling.filtered:
-            last, temp = R.filter_logits(last / st.temp, sampling.top_k, sampling.top_p), st.one
-        pval, pidx = ops.sample_logits(last, st.seed, temp, sample=sampling.do_sample,
-                                       partials=(st.pval, st.pidx))
+        last, temp = sampling.warp(st.logits[n - 1:n], st.temp, st.seen)
+        pval, pidx = ops.sample_logits(last, st.seed, st.one if temp is None else temp,
+                                       sample=sampling.do_sample, partials=(st.pval, st.pidx))
         ops.choose_merge(pval, pidx, 0, st.ids, st.hist, st.pos, st.step, st.seed, T)
+        if sampling.penalized:  # a device index: no sync, graph-capturable
+            st.seen.index_fill_(0, st.ids[:1].long(), True)
 
     def _step_torch(self, T, all_logits, sampling, head=True):
         """Reference ops; with tensor parallelism each block's partial sum is all-reduced (fp32,
@@ -515,10 +547,11 @@ class Runtime:
         x = h if all_logits else h[T - 1:]
         logits = tp.gather_vocab(R.gemv(x, pw.lm_head, norm_w=pw.final_norm, eps=s.rms_eps))
         st.logits[:x.shape[0]].copy_(logits)
-        last = logits[-1:]
-        if sampling.do_sample:
-            last = R.filter_logits(last / sampling.temperature, sampling.top_k, sampling.top_p)
-        tok = R.choose(last, sample=sampling.do_sample, generator=self._gen)
+        last, temp = sampling.warp(logits[-1:], sampling.temperature, st.seen)
+        tok = R.choose(last, temperature=1.0 if temp is None else temp,
+                       sample=sampling.do_sample, generator=self._gen)
+        if sampling.penalized:
+            st.seen[tok] = True
         step = int(st.step)
         st.ids[0] = tok
         st.hist[step] = tok
@@ -730,10 +763,11 @@ class Runtime:
         if key in self._graphs:
             return self._graphs[key]
         st = self.state
-        saved = [t.clone() for t in (st.pos, st.step, st.seed, st.ids)]
+        kept = (st.pos, st.step, st.seed, st.ids, st.seen)
+        saved = [t.clone() for t in kept]
 
         def restore():
-            for t, v in zip((st.pos, st.step, st.seed, st.ids), saved):
+            for t, v in zip(kept, saved):
                 t.copy_(v)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())

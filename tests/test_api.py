@@ -126,8 +126,10 @@ def test_bad_inputs_raise(fm):
         fm.generate(ok, max_new_tokens=2, logits_processor=[lambda i, s: s])
     with pytest.raises(ValueError, match="return_dict_in_generate"):
         fm.generate(ok, max_new_tokens=2, return_dict_in_generate=True)
-    with pytest.raises(ValueError, match="repetition_penalty"):
-        fm.generate(ok, max_new_tokens=2, repetition_penalty=1.2)
+    with pytest.raises(ValueError, match="repetition_penalty must be > 0"):
+        fm.generate(ok, max_new_tokens=2, repetition_penalty=0.0)
+    with pytest.raises(ValueError, match="min_p must be in"):
+        fm.generate(ok, max_new_tokens=2, do_sample=True, min_p=1.5)
     with pytest.raises(TypeError, match="unsupported arguments"):
         fm.generate(ok, max_new_tokens=2, penalty_alpha=0.6)
     with pytest.raises(ValueError, match="no_repeat_ngram_size"):
@@ -144,22 +146,24 @@ def test_bad_inputs_raise(fm):
 def test_harmless_hf_arguments_at_their_defaults(fm):
     """The same tokens with HF's no-op arguments (min_new_tokens without stop tokens, empty
     processor lists, num_beams=1, the logits processors' neutral values, beam-only and cache
-    arguments) as without them; a generation_config repetition_penalty is
-    not applied, and a warning says so."""
+    arguments) as without them; a generation_config's repetition_penalty applies, as in HF,
+    unless the call sets another."""
     ok = torch.tensor([[1, 2]], device=DEVICE)
     want = fm.generate(ok, max_new_tokens=4, eos_token_id=[])
     got = fm.generate(ok, max_new_tokens=4, eos_token_id=[], min_new_tokens=4, num_beams=1,
                       logits_processor=[], stopping_criteria=[], output_scores=False,
                       pad_token_id=0, no_repeat_ngram_size=0, bad_words_ids=None, typical_p=1.0,
-                      min_p=0.0, stop_strings=[], length_penalty=1.3,
+                      min_p=0.0, repetition_penalty=1.0, stop_strings=[], length_penalty=1.3,
                       cache_implementation="static")
     assert torch.equal(got, want)
     import copy
     gc = copy.deepcopy(fm.generation_config)
-    gc.repetition_penalty = 1.1
-    with pytest.warns(UserWarning, match="repetition_penalty"):
-        got = fm.generate(ok, max_new_tokens=4, eos_token_id=[], generation_config=gc)
-    assert torch.equal(got, want)
+    gc.repetition_penalty = 3.0
+    got = fm.generate(ok, max_new_tokens=4, eos_token_id=[], generation_config=gc)
+    assert torch.equal(got, fm.generate(ok, max_new_tokens=4, eos_token_id=[],
+                                        repetition_penalty=3.0))
+    assert torch.equal(fm.generate(ok, max_new_tokens=4, eos_token_id=[], generation_config=gc,
+                                   repetition_penalty=1.0), want)
 
 
 def test_model_level_errors(model):

@@ -1,5 +1,6 @@
-"""Sampling: Gumbel-max frequencies match softmax(logits / T) (chi-square), top-k / top-p never emit
-an excluded token and match HF's warpers, seeds reproduce."""
+"""Sampling: Gumbel-max frequencies match softmax(logits / T) (chi-square), top-k / top-p / min-p
+never emit an excluded token and match HF's warpers, the repetition penalty matches HF's processor
+and HF's greedy generate, seeds reproduce."""
 import pytest
 import torch
 
@@ -69,20 +70,83 @@ def test_filter_logits_matches_hf_warpers():
         assert torch.equal(R.filter_logits(logits, k, p), ref)
 
 
+def test_penalty_and_min_p_match_hf_processors():
+    """Bit for bit: elementwise fp32 ops in the same order as HF's."""
+    from transformers.generation.logits_process import (MinPLogitsWarper,
+                                                        RepetitionPenaltyLogitsProcessor)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(20):
+        V = int(torch.randint(2, 80, (1,), generator=g))
+        logits = torch.randn(1, V, generator=g) * 3
+        ids = torch.randint(0, V, (1, int(torch.randint(1, 30, (1,), generator=g))), generator=g)
+        seen = torch.zeros(V, dtype=torch.bool)
+        seen[ids[0]] = True
+        pen = 0.1 + 2.5 * float(torch.rand(1, generator=g))
+        ref = RepetitionPenaltyLogitsProcessor(pen)(ids, logits.clone())
+        assert torch.equal(R.repetition_penalty(logits, seen, pen), ref)
+        mp = float(torch.rand(1, generator=g))
+        ref = MinPLogitsWarper(mp)(ids, logits.clone())
+        assert torch.equal(R.filter_logits(logits, min_p=mp), ref)
+
+
+def allowed_next(logits, seq, t, kw, temp):
+    """Reference: the tokens HF's processors leave at step t of seq (penalty over seq[:t])."""
+    row = logits[t - 1:t]
+    if kw.get("repetition_penalty", 1.0) != 1.0:
+        seen = torch.zeros(row.shape[-1], dtype=torch.bool, device=row.device)
+        seen[seq[:t]] = True
+        row = R.repetition_penalty(row, seen, kw["repetition_penalty"])
+    return R.filter_logits(row / temp, kw.get("top_k"), kw.get("top_p"), kw.get("min_p"))
+
+
 @pytest.mark.parametrize("mode", ["torch", "ops", "mega"])
 def test_top_k_top_p_never_emit_excluded_tokens(mode):
     """mega: filtered sampling steps fall back to the ops bodies (the task stream samples with
-    temperature only), the rest of the sequence stays in the megakernel."""
+    temperature only), the rest of the sequence stays in the megakernel. With a repetition
+    penalty the allowed set of each step depends on every token before it."""
     model = tiny_model("llama", vocab=61).to(DEVICE)
     fm = fastdecode.from_hf(model, max_seq_len=64, mode=mode)
     ids = torch.randint(0, 61, (1, 5), generator=torch.Generator().manual_seed(2)).to(DEVICE)
-    for kw in (dict(top_k=3), dict(top_p=0.6), dict(top_k=5, top_p=0.8)):
+    for kw in (dict(top_k=3), dict(top_p=0.6), dict(top_k=5, top_p=0.8), dict(min_p=0.3),
+               dict(top_k=2, repetition_penalty=3.0), dict(min_p=0.2, repetition_penalty=0.5)):
         out = fm.generate(ids, max_new_tokens=10, do_sample=True, temperature=1.3, seed=7, **kw)
         with torch.no_grad():
             logits = model(out).logits[0].float()
         for t in range(ids.shape[1], out.shape[1]):
-            allowed = R.filter_logits(logits[t - 1:t] / 1.3, kw.get("top_k"), kw.get("top_p"))
+            allowed = allowed_next(logits, out[0], t, kw, 1.3)
             assert torch.isfinite(allowed[0, out[0, t]]), (kw, t)
+
+
+@pytest.mark.parametrize("mode", ["torch", "ops", "mega"])
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_repetition_penalty_greedy_matches_hf(family, mode):
+    """Greedy with a penalty (HF applies it without sampling too): HF's generate token for
+    token, penalties that discourage (> 1) and encourage (< 1) repeats; each one changes the
+    sequence, so the test can tell a penalty that is not applied."""
+    model = tiny_model(family, vocab=61).to(DEVICE)
+    fm = fastdecode.from_hf(model, max_seq_len=64, mode=mode)
+    ids = torch.randint(0, 61, (1, 6), generator=torch.Generator().manual_seed(4)).to(DEVICE)
+    plain = fm.generate(ids, max_new_tokens=14)
+    for pen in (2.0, 0.5):
+        out = fm.generate(ids, max_new_tokens=14, repetition_penalty=pen)
+        with torch.no_grad():
+            ref = model.generate(ids, max_new_tokens=14, do_sample=False, repetition_penalty=pen)
+        assert torch.equal(out, ref), pen
+        assert not torch.equal(out, plain), pen
+
+
+@pytest.mark.parametrize("mode", ["torch", "ops"])
+def test_min_p_one_keeps_only_the_top_token(mode):
+    """min_p=1 removes every token less likely than the top one: sampling gives the greedy
+    sequence whatever the seed and temperature."""
+    model = tiny_model("qwen3", vocab=61).to(DEVICE)
+    fm = fastdecode.from_hf(model, max_seq_len=64, mode=mode)
+    ids = torch.tensor([[3, 1, 4, 1, 5]], device=DEVICE)
+    greedy = fm.generate(ids, max_new_tokens=10)
+    for seed in (1, 2):
+        out = fm.generate(ids, max_new_tokens=10, do_sample=True, temperature=3.0, min_p=1.0,
+                          seed=seed)
+        assert torch.equal(out, greedy)
 
 
 @pytest.mark.parametrize("mode", ["torch", "ops", "mega"])

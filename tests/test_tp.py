@@ -131,7 +131,8 @@ def test_rank_reads_its_shard_from_safetensors(tmp_path, family, world):
     pytest.param("wide", 8, "mega", "cuda", marks=[pytest.mark.gpu, needs_gpus(8)])])
 def test_torchrun_ranks_match_single_process(tmp_path, family, world, mode, device):
     """Real processes: torchrun, each rank packs its shard from safetensors; every rank
-    holds the same logits and tokens, equal to the single-process model's. cpu: gloo; ops: the
+    holds the same logits and tokens (greedy, sampled, greedy with a repetition penalty: the
+    gathered vocabulary's logits), equal to the single-process model's. cpu: gloo; ops: the
     Triton kernels (interpreted) with row-parallel partial sums all-reduced between them and the
     vocab-parallel lm_head gathered before the token choice. cuda, mega: one GPU per rank, the
     megakernel's in-kernel all-reduce over NVLink (symmetric memory), fp32 weights."""
@@ -156,9 +157,12 @@ def test_torchrun_ranks_match_single_process(tmp_path, family, world, mode, devi
     for o in outs:
         assert torch.equal(o["logits"], outs[0]["logits"])      # bit-identical across ranks
         assert torch.equal(o["tokens"], outs[0]["tokens"])
+        assert torch.equal(o["penalized"], outs[0]["penalized"])
     assert rel_err(outs[0]["logits"], want) < 1e-5
     assert torch.equal(outs[0]["tokens"], fm.generate(ids[:, :5], max_new_tokens=8,
                                                       eos_token_id=[]))
+    assert torch.equal(outs[0]["penalized"], fm.generate(
+        ids[:, :5], max_new_tokens=8, eos_token_id=[], repetition_penalty=2.0))
     for o in outs:  # every rank draws the same sample
         assert torch.equal(o["sampled"], outs[0]["sampled"])
     if mode != "torch":  # the Gumbel noise is keyed on global token ids: the one-rank draw

@@ -15,6 +15,7 @@ logits = torch.cat([fm(ids[:, :9])[0]] + [fm(ids[:, t:t + 1])[0] for t in range(
 tokens = fm.generate(ids[:, :5], max_new_tokens=8, eos_token_id=[])
 sampled = fm.generate(ids[:, :5], max_new_tokens=8, eos_token_id=[], do_sample=True,
                       temperature=1.5, seed=3)
+penalized = fm.generate(ids[:, :5], max_new_tokens=8, eos_token_id=[], repetition_penalty=2.0)
 torch.save({"rank": fm.rank, "logits": logits.cpu(), "tokens": tokens.cpu(),
-            "sampled": sampled.cpu()},
+            "sampled": sampled.cpu(), "penalized": penalized.cpu()},
            f"{out}.{fm.rank}")
