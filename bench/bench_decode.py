@@ -7,11 +7,12 @@ context) over the best read-only streaming bandwidth measured in this run (a GEM
 matrix, which reads faster than a device copy moves data). Prints a table, writes CSV + PNG under
 bench/results/ and appends rows to bench/RESULTS.md.
 
-    python bench/bench_decode.py --models 1b,8b
+    python bench/bench_decode.py --models 1b,8b [--gen repetition_penalty=1.1]
 """
 from __future__ import annotations
 
 import argparse
+import ast
 import csv
 import datetime
 import os
@@ -113,9 +114,13 @@ def bench_model(key, args, bw):
         print(f"  {name:14s} {peer:28s} {rate:8.1f} tok/s  {100 * rate / roof:5.1f}% of roofline",
               flush=True)
 
+    gen = args.gen_kwargs  # the same generate() arguments for every peer
+    tag = f" ({args.gen})" if args.gen else ""
+
     def hf_gen(n):
         with torch.no_grad():
-            model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False)
+            model.generate(ids, max_new_tokens=n, min_new_tokens=n, **dict(dict(
+                do_sample=False), **gen))
 
     for peer, mode in (("fastdecode", "ops"), ("mega", "mega")):
         if peer not in args.peers:
@@ -124,19 +129,20 @@ def bench_model(key, args, bw):
             t0 = time.perf_counter()
             fm = fastdecode.from_hf(model, max_seq_len=max_seq_len(args), mode=mode)
             fm.runtime.decode_chunk = args.chunk
-            fm.generate(ids, max_new_tokens=2, eos_token_id=[])
+            fm.generate(ids, max_new_tokens=2, eos_token_id=[], **gen)
             torch.cuda.synchronize()
             first = time.perf_counter() - t0
-            rate = decode_rate(lambda n: fm.generate(ids, max_new_tokens=n, eos_token_id=[]),
-                               n_lo, n_hi, args.repeats)
+            rate = decode_rate(lambda n: fm.generate(ids, max_new_tokens=n, eos_token_id=[],
+                                                     **gen), n_lo, n_hi, args.repeats)
             pdl = "+PDL" if use_pdl(torch.device("cuda")) else ""  # config.use_pdl, ops kernels
-            add(f"fastdecode ops+graph{pdl}" if mode == "ops" else "fastdecode mega", rate, first)
+            add((f"fastdecode ops+graph{pdl}" if mode == "ops" else "fastdecode mega") + tag,
+                rate, first)
             del fm
         except Exception as e:  # record the failure, keep the other numbers
             print(f"  fastdecode {mode} failed: {type(e).__name__}: {str(e)[:300]}")
         torch.cuda.empty_cache()
     if "hf_eager" in args.peers:
-        add("HF eager", decode_rate(hf_gen, n_lo, n_hi, args.repeats))
+        add("HF eager" + tag, decode_rate(hf_gen, n_lo, n_hi, args.repeats))
     if "hf_compile" in args.peers:
         # what a notebook user does: a static cache, and generate() compiles the forward itself
         # (transformers' compile_config: torch.compile, fullgraph, CUDA graphs)
@@ -146,15 +152,16 @@ def bench_model(key, args, bw):
             hf_gen(4)
             torch.cuda.synchronize()
             first = time.perf_counter() - t0
-            add("HF static+torch.compile", decode_rate(hf_gen, n_lo, n_hi, args.repeats), first)
+            add("HF static+torch.compile" + tag, decode_rate(hf_gen, n_lo, n_hi, args.repeats),
+                first)
         except Exception as e:  # record the failure, keep the other numbers
             print(f"  HF static+torch.compile failed: {type(e).__name__}: {str(e)[:300]}")
     del model
     torch.cuda.empty_cache()
     base = {r["peer"]: r["tok_s"] for r in rows}
     for r in rows:
-        r["vs_compile"] = r["tok_s"] / base["HF static+torch.compile"] \
-            if "HF static+torch.compile" in base else None
+        r["vs_compile"] = r["tok_s"] / base["HF static+torch.compile" + tag] \
+            if "HF static+torch.compile" + tag in base else None
         r.update(step_gb=nbytes / 1e9, roofline_tok_s=roof)
     return rows
 
@@ -189,9 +196,14 @@ def main():
     p.add_argument("--models", default="1b,8b")
     p.add_argument("--peers", default="fastdecode,mega,hf_eager,hf_compile")
     p.add_argument("--first-call", action="store_true", help="also time process start -> token")
+    p.add_argument("--gen", default="",
+                   help="generate() arguments for every peer, k=v,... (repetition_penalty=1.1 or "
+                        "do_sample=True,top_p=0.9): what that token choice costs each")
     add_protocol_args(p)
     args = p.parse_args()
     args.peers = args.peers.split(",")
+    args.gen_kwargs = {k: ast.literal_eval(v) for k, v in (
+        kv.split("=") for kv in args.gen.split(",") if kv)}
     gpu = torch.cuda.get_device_name()
     print(f"{gpu} | torch {torch.__version__} | triton "
           f"{__import__('triton').__version__}", flush=True)

@@ -244,6 +244,12 @@ class StreamConfig:
     # 243.0 / 243.4 vs 242.1 / 242.9, Llama-3.1-8B 250.3 / 250.6 vs 248.3 / 249.9, Llama-3.2-1B
     # 1156.7 / 1175.0 vs 1172.3 / 1153.2 (within its spread) -- a small gain on the 8B shapes.
     abort_every: int = 16
+    # decode, short-context schedule (QKV_ATTN): the group's attention as fp32 products summed in
+    # registers over its unpadded rows (attention.attention_body BCAST) instead of tl.dot tiles
+    # of 16 padded rows, whose operands go through shared memory. The attention stage took 2.1-2.3
+    # us of a 1B layer's chain and still 1.86 us with its code and K / V warm (session 18):
+    # instruction latency, not loads.
+    attn_bcast: bool = False
     # Measured and removed (H200, 2026-12-02, d685df3, sweep_mega 256 tokens): the gate|up ->
     # down pipeline -- each gate|up task streamed its range of every block of gate|up tiles that
     # writes one K chunk of act (down's max_k piece) block by block and published each block on
