@@ -686,8 +686,6 @@ class Runtime:
             NORM_IN_QKV=tg.norm_in_qkv, SQ=tg.stages[0], SO=tg.stages[1], SG=tg.stages[2],
             SF=tg.stages[3], PF_KB=tg.l2_prefetch_kb,
             POLL1=tg.abort_every if tg.one_poller else 0,
-            ATTN_BCAST=tg.attn_bcast, BLOCK_MA=block_g * tg.attn_block_tok if tg.attn_bcast
-            else block_m,
             num_warps=tg.num_warps)
         grid = (sched.n_programs,)
         variant = (key, sampling.do_sample, trace is not None)

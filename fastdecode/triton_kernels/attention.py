@@ -48,12 +48,10 @@ def attention_body(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos, T, TM, S, H, HD, wi
                    n_splits, kvh, split, pid_t,
                    GROUP: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_TOK: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
-                   F32: tl.constexpr, DIRECT: tl.constexpr, BCAST: tl.constexpr):
+                   F32: tl.constexpr, DIRECT: tl.constexpr):
     """One (KV head, split, token block) program of phase 1 (module docstring): split `split` of
     n_splits (split_range). DIRECT (n_splits 1): o_ptr is the attention output [T, H * HD] in
-    its dtype, written final -- no lse, no merge. BCAST (decode, BLOCK_M = the group's rows,
-    no padding to 16): q.k and p.v as fp32 products summed in registers instead of tl.dot
-    tiles (whose operands go through shared memory) -- [BLOCK_M, BLOCK_S, BLOCK_D] products."""
+    its dtype, written final -- no lse, no merge."""
     offs_m = tl.arange(0, BLOCK_M)
     tloc = offs_m // BLOCK_G
     g = offs_m % BLOCK_G
@@ -83,10 +81,7 @@ def attention_body(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos, T, TM, S, H, HD, wi
         kvm = mask_s[:, None] & mask_d[None, :]
         k = tl.load(k_ptr + kv_off, mask=kvm, other=0.0)
         v = tl.load(v_ptr + kv_off, mask=kvm, other=0.0)
-        if BCAST:
-            sc = tl.sum(q[:, None, :].to(tl.float32) * k[None, :, :].to(tl.float32), 2) * scale
-        else:
-            sc = mm_tile(q, tl.trans(k), F32) * scale
+        sc = mm_tile(q, tl.trans(k), F32) * scale
         ok = mask_s[None, :] & (offs_s[None, :] <= qp[:, None])
         if window > 0:
             ok = ok & (offs_s[None, :] > qp[:, None] - window)
@@ -96,11 +91,7 @@ def attention_body(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos, T, TM, S, H, HD, wi
         p = tl.exp(sc - m_use[:, None])
         alpha = tl.exp(m_i - m_use)
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        if BCAST:
-            pv = tl.sum(p[:, :, None] * v[None, :, :].to(tl.float32), 1)
-        else:
-            pv = mm_tile(p.to(v.dtype), v, F32)
-        acc = acc * alpha[:, None] + pv
+        acc = acc * alpha[:, None] + mm_tile(p.to(v.dtype), v, F32)
         m_i = m_new
     has = l_i > 0
     out = acc / tl.where(has, l_i, 1.0)[:, None]
@@ -127,7 +118,7 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos_ptr, T, TM, S, H, 
     attention_body(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, tl.load(pos_ptr), T, TM, S, H, HD, window,
                    scale, n_splits, tl.program_id(0), tl.program_id(1),
                    tl.num_programs(2) - 1 - tl.program_id(2),
-                   GROUP, BLOCK_G, BLOCK_TOK, BLOCK_M, BLOCK_S, BLOCK_D, F32, DIRECT, False)
+                   GROUP, BLOCK_G, BLOCK_TOK, BLOCK_M, BLOCK_S, BLOCK_D, F32, DIRECT)
 
 
 @triton.jit

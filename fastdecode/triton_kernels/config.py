@@ -196,6 +196,12 @@ class StreamConfig:
     # 243.6, 32 keys x 6 stages 242.9 vs 243.1 / 241.5; 1B 4 stages 1137.7, 8 stages 1029.2 vs
     # 1141.5 / 1124.4; 8B 4 stages 249.6 vs 250.2 / 249.7 tok/s -- more K / V blocks in flight
     # do not shorten the chain's attention stage.
+    # Measured and removed (H200, 2026-12-02, d6e7378, sweep_mega 256 tokens, one run, default
+    # first and last): the short-context attention as fp32 products summed in registers over the
+    # group's unpadded rows instead of tl.dot tiles of 16 padded rows (its stage took 1.86 us
+    # even with code and K / V warm, session 18: instruction latency) -- 1B 815.4 / 808.8 (32-key
+    # blocks), 777.6 (16) vs 1212.3 / 1204.1 tok/s; 8B 216.0 (16) vs 252.3 / 249.7
+    # (compile_check: 9 more layout conversions, half the pipelined loads, spills 44 -> 64 B).
     attn_block_s: int | None = None
     # decode: elements per weight piece of the (QKV, o_proj, gate|up, down) tasks; None:
     # tile_elems for all (the lm_head always streams tile_elems). Warps and programs per SM are
@@ -244,12 +250,6 @@ class StreamConfig:
     # 243.0 / 243.4 vs 242.1 / 242.9, Llama-3.1-8B 250.3 / 250.6 vs 248.3 / 249.9, Llama-3.2-1B
     # 1156.7 / 1175.0 vs 1172.3 / 1153.2 (within its spread) -- a small gain on the 8B shapes.
     abort_every: int = 16
-    # decode, short-context schedule (QKV_ATTN): the group's attention as fp32 products summed in
-    # registers over its unpadded rows (attention.attention_body BCAST) instead of tl.dot tiles
-    # of 16 padded rows, whose operands go through shared memory. The attention stage took 2.1-2.3
-    # us of a 1B layer's chain and still 1.86 us with its code and K / V warm (session 18):
-    # instruction latency, not loads.
-    attn_bcast: bool = False
     # Measured and removed (H200, 2026-12-02, d685df3, sweep_mega 256 tokens): the gate|up ->
     # down pipeline -- each gate|up task streamed its range of every block of gate|up tiles that
     # writes one K chunk of act (down's max_k piece) block by block and published each block on

@@ -268,8 +268,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
                MERGE_IN_ATTN: tl.constexpr, NORM_IN_QKV: tl.constexpr, SQ: tl.constexpr,
                SO: tl.constexpr, SG: tl.constexpr, SF: tl.constexpr, PF_KB: tl.constexpr = 0,
-               POLL1: tl.constexpr = 0, ATTN_BCAST: tl.constexpr = False,
-               BLOCK_MA: tl.constexpr = 16):
+               POLL1: tl.constexpr = 0):
     """Model sizes D, FFN, H, HD are constexpr (one compile per model): a decode tile over whole
     rows then folds its chunk loop away and keeps the activation row in registers, which spares
     registers (bench/compile_check.py: 1B shape 255 registers with 48 B of spills when they were
@@ -298,8 +297,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     ticket whatever NORM_IN_QKV says; the completer norms the group if QK_DEFER, then runs its
     attention over every key as one split, written straight to the attention output
     (attention_body DIRECT): no ATTN or MERGE tasks. An opcode, not a constexpr: both decode
-    schedules run one compiled kernel. That attention's score rows: BLOCK_MA (BLOCK_M, or the
-    group's unpadded rows with ATTN_BCAST: attention_body BCAST, StreamConfig.attn_bcast).
+    schedules run one compiled kernel.
     PF_KB (STREAM, config.StreamConfig.l2_prefetch_kb): > 0, an o_proj task followed by a
     gate|up task in its queue asks L2 for that task's first PF_KB KB of gate rows and of up rows
     (one bulk prefetch each, ptx_inline.prefetch_l2_bulk) before its dependency wait -- the
@@ -390,8 +388,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                                    lse_ptr, pos, T, TM, S, H, HD,
                                                    win, scale, 1,
                                                    a0, 0, tb, GROUP, BLOCK_G, BLOCK_TOK,
-                                                   BLOCK_MA, BLOCK_S, BLOCK_D, F32, True,
-                                                   ATTN_BCAST)
+                                                   BLOCK_M, BLOCK_S, BLOCK_D, F32, True)
                                 if TRACE:
                                     tl.store(tr + 7, globaltimer_ns(op, clock_ptr, USE_ASM))
             elif op == OP_O:
@@ -464,7 +461,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                        vc_ptr + layer * KVH * S * HD, opart_ptr, lse_ptr, pos,
                                        T, TM, S, H, HD, win, scale, n_splits,
                                        a0, a1, a2, GROUP, BLOCK_G, BLOCK_TOK, BLOCK_M, BLOCK_S,
-                                       BLOCK_D, F32, False, False)
+                                       BLOCK_D, F32, False)
                         if MERGE_IN_ATTN:  # the group's last split to finish merges it
                             tl.debug_barrier()  # this split's partials stored before its ticket
                             tkt = tl.atomic_add(ctr_ptr + tkt_base + layer * KVH + a0, 1,
