@@ -5,6 +5,8 @@ the host reads the previous chunk's tokens (pinned copy + event), streams them a
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from .runtime import Runtime, Sampling
@@ -13,7 +15,7 @@ from .runtime import Runtime, Sampling
 # values check_hf_kwargs lets through (a value that would change the result raises instead)
 _HARMLESS = {"pad_token_id", "bos_token_id", "use_cache", "return_dict_in_generate",
              "output_scores", "output_logits", "output_attentions", "output_hidden_states",
-             "num_beams", "num_return_sequences", "min_new_tokens",
+             "num_beams", "num_return_sequences",
              "token_type_ids", "tokenizer", "synced_gpus", "logits_processor", "stopping_criteria",
              # beam-search only, or about HF's own cache / compile: nothing here
              "length_penalty", "early_stopping", "low_memory", "cache_implementation",
@@ -27,23 +29,19 @@ _NEUTRAL = {"no_repeat_ngram_size": (0,), "encoder_no_repeat_ngram_size": (0,),
             "renormalize_logits": (False,), "guidance_scale": (1.0,), "sequence_bias": (),
             "exponential_decay_length_penalty": (), "remove_invalid_values": (False,),
             "max_time": (), "num_beam_groups": (1,), "diversity_penalty": (0.0,),
-            "min_length": (0,), "stop_strings": (), "assistant_model": (),
+            "stop_strings": (), "assistant_model": (),
             "prompt_lookup_num_tokens": (), "past_key_values": ()}
 
 
-def check_hf_kwargs(kwargs, eos_ids):
+def check_hf_kwargs(kwargs):
     """Hugging Face generate() arguments that fastdecode cannot honour raise a clear error instead
-    of being ignored (an ignored one would return another sequence than HF's, or another type);
-    eos_ids: the stop tokens in effect (min_new_tokens only matters with some)."""
+    of being ignored (an ignored one would return another sequence than HF's, or another type)."""
     def set_to(name, default):
         return kwargs.get(name, default) not in (None, default)
     if set_to("num_beams", 1):
         raise ValueError("beam search is not supported (num_beams must be 1)")
     if set_to("num_return_sequences", 1):
         raise ValueError("num_return_sequences must be 1")
-    if set_to("min_new_tokens", 0) and eos_ids:
-        raise ValueError("min_new_tokens is not supported (it masks the EOS logits); pass "
-                         "eos_token_id=[] to generate exactly max_new_tokens tokens")
     for name in ("logits_processor", "stopping_criteria"):
         if kwargs.get(name):
             raise ValueError(f"{name} is not supported: the token choice runs on the GPU "
@@ -119,6 +117,8 @@ def run_generate(rt: Runtime, ids: torch.Tensor, *, max_new_tokens: int, samplin
     if sampling.do_sample and sampling.min_p is not None and not 0 <= sampling.min_p <= 1:
         raise ValueError(f"min_p must be in [0, 1], got {sampling.min_p}")
     eos = _eos_set(eos_token_id)
+    if sampling.min_new_tokens and not eos:  # nothing to mask: the plain (fused) choice
+        sampling = dataclasses.replace(sampling, min_new_tokens=0)
     if streamer is not None:
         streamer.put(ids[None].cpu())
     out = []

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from . import _env
-from .generate import _eos_set, check_hf_kwargs, run_generate, validate_ids
+from .generate import check_hf_kwargs, run_generate, validate_ids
 from .loading import generation_defaults, open_checkpoint, resolve_model_path
 from .packing import FLOAT_DTYPES, dict_getter, pack
 from .runtime import MODES, Runtime, Sampling
@@ -81,7 +81,7 @@ class FastModel(nn.Module):
     def generate(self, input_ids=None, max_new_tokens=None, do_sample=None, temperature=None,
                  top_k=None, top_p=None, min_p=None, repetition_penalty=None, eos_token_id=None,
                  streamer=None, attention_mask=None, seed=None, max_length=None,
-                 generation_config=None, **kwargs):
+                 min_new_tokens=None, min_length=None, generation_config=None, **kwargs):
         """HF-compatible generate for one sequence, from an empty cache. Unset arguments come from
         generation_config (the model's, as HF does: a repetition_penalty or min_p there applies);
         returns LongTensor [1, T + new]."""
@@ -93,7 +93,7 @@ class FastModel(nn.Module):
         pick = lambda v, name, default: v if v is not None else (  # noqa: E731
             getattr(gc, name, None) if getattr(gc, name, None) is not None else default)
         eos = pick(eos_token_id, "eos_token_id", None)
-        check_hf_kwargs(kwargs, _eos_set(eos))
+        check_hf_kwargs(kwargs)
         ids = validate_ids(input_ids, self.device, self.spec.vocab_size, attention_mask)
         if max_new_tokens is None:
             max_new_tokens = gc.max_new_tokens
@@ -102,14 +102,21 @@ class FastModel(nn.Module):
             max_new_tokens = max(0, total - ids.shape[0])
         if int(max_new_tokens) < 0:
             raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-        penalty = float(pick(repetition_penalty, "repetition_penalty", 1.0))
-        if bool(pick(do_sample, "do_sample", False)):
+        # HF's processors (greedy too): the penalty, no stop token before min_new_tokens (or
+        # min_length, prompt included)
+        lo = (int(pick(min_new_tokens, "min_new_tokens", 0)),
+              int(pick(min_length, "min_length", 0)) - ids.shape[0])
+        if lo[0] < 0:
+            raise ValueError(f"min_new_tokens must be >= 0, got {lo[0]}")
+        procs = dict(repetition_penalty=float(pick(repetition_penalty, "repetition_penalty", 1.0)),
+                     min_new_tokens=max(lo))
+        if bool(pick(do_sample, "do_sample", False)):  # and its warpers
             sampling = Sampling(do_sample=True,
                                 temperature=float(pick(temperature, "temperature", 1.0)),
                                 top_k=pick(top_k, "top_k", None), top_p=pick(top_p, "top_p", None),
-                                min_p=pick(min_p, "min_p", None), repetition_penalty=penalty)
-        else:  # greedy: HF applies the penalty (a logits processor), not the warpers
-            sampling = Sampling(repetition_penalty=penalty)
+                                min_p=pick(min_p, "min_p", None), **procs)
+        else:
+            sampling = Sampling(**procs)
         return run_generate(self.runtime, ids, max_new_tokens=int(max_new_tokens),
                             sampling=sampling, eos_token_id=eos, streamer=streamer, seed=seed)
 

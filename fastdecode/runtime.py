@@ -53,15 +53,16 @@ def _set_carveout(function: int, percent: int):
 
 @dataclass(frozen=True)
 class Sampling:
-    """How the next token is chosen, in Hugging Face's order: the repetition penalty on the raw
-    logits (greedy or sampled), then, sampling, temperature, top_k, top_p and min_p (its
-    warpers)."""
+    """How the next token is chosen, in Hugging Face's order: the stop tokens masked before
+    min_new_tokens and the repetition penalty on the raw logits (its processors: greedy or
+    sampled), then, sampling, temperature, top_k, top_p and min_p (its warpers)."""
     do_sample: bool = False
     temperature: float = 1.0
     top_k: int | None = None
     top_p: float | None = None
     min_p: float | None = None
     repetition_penalty: float = 1.0
+    min_new_tokens: int = 0  # the stop tokens (DecodeState.eos) cannot end the first ones
 
     @property
     def penalized(self) -> bool:
@@ -72,7 +73,7 @@ class Sampling:
         """Whether a step needs its whole row of logits processed before the choice (by torch
         ops on the device, graph-captured in ops mode): the task stream's fused lm_head choice
         does greedy and temperature only, so the megakernel hands such steps to ops mode."""
-        return self.penalized or self.do_sample and (
+        return self.penalized or self.min_new_tokens > 0 or self.do_sample and (
             (self.top_k or 0) > 0 or (self.top_p is not None and self.top_p < 1.0)
             or (self.min_p or 0) > 0)
 
@@ -80,14 +81,18 @@ class Sampling:
     def key(self):
         f = self.filtered
         return (self.do_sample, self.top_k if f else None, self.top_p if f else None,
-                self.min_p if f else None, self.repetition_penalty)
+                self.min_p if f else None, self.repetition_penalty, self.min_new_tokens)
 
-    def warp(self, last, temp, seen):
+    def warp(self, last, temp, st):
         """last [1, V] fp32 logits -> (processed logits, the temperature left to the choice, None
-        once the warpers applied it): the penalty on the tokens seen ([V] bool), then the
-        warpers on last / temp (temp: a device scalar or a float)."""
+        once the warpers applied it): the stop tokens at -inf while fewer than min_new_tokens
+        were chosen (st.step, on the device: no sync, graph-capturable), the penalty on the
+        tokens seen (st.seen), then the warpers on last / temp (a device scalar or a float)."""
+        if self.min_new_tokens > 0:
+            stop = torch.zeros_like(last).index_fill_(1, st.eos[:st.n_eos].long(), float("-inf"))
+            last = torch.where(st.step < self.min_new_tokens, last + stop, last)
         if self.penalized:
-            last = R.repetition_penalty(last, seen, self.repetition_penalty)
+            last = R.repetition_penalty(last, st.seen, self.repetition_penalty)
         if self.do_sample and self.filtered:
             return R.filter_logits(last / temp, self.top_k, self.top_p, self.min_p), None
         return last, temp
@@ -524,7 +529,7 @@ class Runtime:
                     choose=False, partials=(st.pval, st.pidx))
         if self.tp:
             st.logits[:n].copy_(self.collectives.gather_vocab(st.logits_shard[:n]))
-        last, temp = sampling.warp(st.logits[n - 1:n], st.temp, st.seen)
+        last, temp = sampling.warp(st.logits[n - 1:n], st.temp, st)
         pval, pidx = ops.sample_logits(last, st.seed, st.one if temp is None else temp,
                                        sample=sampling.do_sample, partials=(st.pval, st.pidx))
         ops.choose_merge(pval, pidx, 0, st.ids, st.hist, st.pos, st.step, st.seed, T)
@@ -547,7 +552,7 @@ class Runtime:
         x = h if all_logits else h[T - 1:]
         logits = tp.gather_vocab(R.gemv(x, pw.lm_head, norm_w=pw.final_norm, eps=s.rms_eps))
         st.logits[:x.shape[0]].copy_(logits)
-        last, temp = sampling.warp(logits[-1:], sampling.temperature, st.seen)
+        last, temp = sampling.warp(logits[-1:], sampling.temperature, st)
         tok = R.choose(last, temperature=1.0 if temp is None else temp,
                        sample=sampling.do_sample, generator=self._gen)
         if sampling.penalized:

@@ -135,6 +135,25 @@ def test_repetition_penalty_greedy_matches_hf(family, mode):
         assert not torch.equal(out, plain), pen
 
 
+@pytest.mark.parametrize("mode", ["torch", "ops", "mega"])
+def test_min_new_tokens_matches_hf(mode):
+    """No stop token among the first min_new_tokens (or before min_length, prompt included):
+    the stop token greedy decoding emits 2nd is masked until then, as HF's processors do,
+    greedy and with a penalty; without them the sequence ends by then."""
+    model = tiny_model("llama", vocab=61).to(DEVICE)
+    fm = fastdecode.from_hf(model, max_seq_len=64, mode=mode)
+    ids = torch.randint(0, 61, (1, 6), generator=torch.Generator().manual_seed(4)).to(DEVICE)
+    eos = [int(fm.generate(ids, max_new_tokens=2, eos_token_id=[])[0, -1]), 60]
+    assert fm.generate(ids, max_new_tokens=12, eos_token_id=eos).shape[1] <= 8
+    for kw, least in ((dict(min_new_tokens=5), 11), (dict(min_length=13), 13),
+                      (dict(min_new_tokens=9, repetition_penalty=0.7), 15)):
+        out = fm.generate(ids, max_new_tokens=12, eos_token_id=eos, **kw)
+        with torch.no_grad():
+            ref = model.generate(ids, max_new_tokens=12, eos_token_id=eos, do_sample=False, **kw)
+        assert torch.equal(out, ref), kw
+        assert out.shape[1] >= least, kw
+
+
 @pytest.mark.parametrize("mode", ["torch", "ops"])
 def test_min_p_one_keeps_only_the_top_token(mode):
     """min_p=1 removes every token less likely than the top one: sampling gives the greedy
