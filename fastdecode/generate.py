@@ -16,7 +16,7 @@ from .runtime import Runtime, Sampling
 _HARMLESS = {"pad_token_id", "bos_token_id", "use_cache", "return_dict_in_generate",
              "output_scores", "output_logits", "output_attentions", "output_hidden_states",
              "num_beams", "num_return_sequences",
-             "token_type_ids", "tokenizer", "synced_gpus", "logits_processor", "stopping_criteria",
+             "token_type_ids", "tokenizer", "synced_gpus",
              # beam-search only, or about HF's own cache / compile: nothing here
              "length_penalty", "early_stopping", "low_memory", "cache_implementation",
              "disable_compile", "compile_config"}
@@ -42,10 +42,6 @@ def check_hf_kwargs(kwargs):
         raise ValueError("beam search is not supported (num_beams must be 1)")
     if set_to("num_return_sequences", 1):
         raise ValueError("num_return_sequences must be 1")
-    for name in ("logits_processor", "stopping_criteria"):
-        if kwargs.get(name):
-            raise ValueError(f"{name} is not supported: the token choice runs on the GPU "
-                             f"(greedy, temperature, top_k, top_p, min_p, repetition_penalty)")
     for name in ("return_dict_in_generate", "output_scores", "output_logits",
                  "output_attentions", "output_hidden_states"):
         if kwargs.get(name):
@@ -54,9 +50,10 @@ def check_hf_kwargs(kwargs):
     for name, ok in _NEUTRAL.items():
         v = kwargs.get(name)
         if not (v is None or (isinstance(v, (list, tuple, dict)) and not v) or v in ok):
-            raise ValueError(f"{name}={v!r} is not supported: the token choice runs on the GPU "
-                             f"(greedy, temperature, top_k, top_p, min_p, repetition_penalty; "
-                             f"stop tokens by eos_token_id)")
+            raise ValueError(f"{name}={v!r} is not supported (the token choice: greedy, "
+                             f"temperature, top_k, top_p, min_p, repetition_penalty, "
+                             f"min_new_tokens; stop tokens by eos_token_id; anything else as a "
+                             f"logits_processor / stopping_criteria callable)")
     unknown = set(kwargs) - _HARMLESS - set(_NEUTRAL)
     if unknown:
         raise TypeError(f"generate() got unsupported arguments {sorted(unknown)}")
@@ -119,6 +116,10 @@ def run_generate(rt: Runtime, ids: torch.Tensor, *, max_new_tokens: int, samplin
     eos = _eos_set(eos_token_id)
     if sampling.min_new_tokens and not eos:  # nothing to mask: the plain (fused) choice
         sampling = dataclasses.replace(sampling, min_new_tokens=0)
+    for f in sampling.processors + sampling.criteria:
+        if not callable(f):
+            raise TypeError(f"logits_processor / stopping_criteria entries must be callables "
+                            f"(input_ids, scores) -> ..., got {type(f).__name__}")
     if streamer is not None:
         streamer.put(ids[None].cpu())
     out = []
@@ -127,12 +128,38 @@ def run_generate(rt: Runtime, ids: torch.Tensor, *, max_new_tokens: int, samplin
         rt.set_sampling(sampling, seed)
         rt.set_stop(eos, max_new_tokens)
         rt.prefill(ids, sampling)
-        chunk = chunk or rt.decode_chunk
-        out = _stream_tokens(rt, max_new_tokens, sampling, eos, streamer, chunk)
+        if sampling.host:
+            out = _host_tokens(rt, ids, max_new_tokens, sampling, eos, streamer)
+        else:
+            out = _stream_tokens(rt, max_new_tokens, sampling, eos, streamer,
+                                 chunk or rt.decode_chunk)
     if streamer is not None:
         streamer.end()
     new = torch.tensor(out, dtype=torch.long, device=ids.device)
     return torch.cat([ids.long(), new])[None]
+
+
+def _host_tokens(rt, ids, max_new, sampling, eos, streamer):
+    """The caller's logits processors and stopping criteria (Sampling.host): one step at a time,
+    each token read before the next step; a criterion that returns True for the sequence so far
+    (prompt and tokens, HF's input_ids) and the step's processed scores ends it after that
+    token, as in HF."""
+    out = []
+    for i in range(max_new):
+        if i:
+            rt.decode(1, sampling)
+        tok = int(rt.tokens(i, i + 1)[0])
+        out.append(tok)
+        if streamer is not None:
+            streamer.put(torch.tensor([tok]))
+        if tok in eos:
+            break
+        if sampling.criteria:
+            seq = torch.cat([ids.long(), torch.tensor(out, device=ids.device)])[None]
+            scores = rt.state.scores
+            if any(bool(torch.as_tensor(c(seq, scores)).any()) for c in sampling.criteria):
+                break
+    return out
 
 
 def _stream_tokens(rt, max_new, sampling, eos, streamer, chunk):

@@ -81,10 +81,12 @@ class FastModel(nn.Module):
     def generate(self, input_ids=None, max_new_tokens=None, do_sample=None, temperature=None,
                  top_k=None, top_p=None, min_p=None, repetition_penalty=None, eos_token_id=None,
                  streamer=None, attention_mask=None, seed=None, max_length=None,
-                 min_new_tokens=None, min_length=None, generation_config=None, **kwargs):
+                 min_new_tokens=None, min_length=None, logits_processor=None,
+                 stopping_criteria=None, generation_config=None, **kwargs):
         """HF-compatible generate for one sequence, from an empty cache. Unset arguments come from
-        generation_config (the model's, as HF does: a repetition_penalty or min_p there applies);
-        returns LongTensor [1, T + new]."""
+        generation_config (the model's, as HF does: a repetition_penalty or min_p there applies).
+        logits_processor / stopping_criteria: HF's lists (or any callables (input_ids, scores));
+        their steps run one at a time with the host in the loop. Returns LongTensor [1, T + new]."""
         if input_ids is None:
             input_ids = kwargs.pop("inputs", None)
         if input_ids is None:
@@ -109,7 +111,8 @@ class FastModel(nn.Module):
         if lo[0] < 0:
             raise ValueError(f"min_new_tokens must be >= 0, got {lo[0]}")
         procs = dict(repetition_penalty=float(pick(repetition_penalty, "repetition_penalty", 1.0)),
-                     min_new_tokens=max(lo))
+                     min_new_tokens=max(lo), processors=tuple(logits_processor or ()),
+                     criteria=tuple(stopping_criteria or ()))
         if bool(pick(do_sample, "do_sample", False)):  # and its warpers
             sampling = Sampling(do_sample=True,
                                 temperature=float(pick(temperature, "temperature", 1.0)),

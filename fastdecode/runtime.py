@@ -55,7 +55,10 @@ def _set_carveout(function: int, percent: int):
 class Sampling:
     """How the next token is chosen, in Hugging Face's order: the stop tokens masked before
     min_new_tokens and the repetition penalty on the raw logits (its processors: greedy or
-    sampled), then, sampling, temperature, top_k, top_p and min_p (its warpers)."""
+    sampled), the caller's logits processors, then, sampling, temperature, top_k, top_p and
+    min_p (its warpers). processors / criteria: HF LogitsProcessor / StoppingCriteria callables
+    (input_ids [1, L] with the prompt, scores [1, V] fp32): Python on the host between a step's
+    logits and its choice (Sampling.host)."""
     do_sample: bool = False
     temperature: float = 1.0
     top_k: int | None = None
@@ -63,6 +66,14 @@ class Sampling:
     min_p: float | None = None
     repetition_penalty: float = 1.0
     min_new_tokens: int = 0  # the stop tokens (DecodeState.eos) cannot end the first ones
+    processors: tuple = ()
+    criteria: tuple = ()
+
+    @property
+    def host(self) -> bool:
+        """Steps that hand the host their logits (caller's processors or stopping criteria):
+        launched one by one, no CUDA graph, the megakernel's steps not used."""
+        return bool(self.processors or self.criteria)
 
     @property
     def penalized(self) -> bool:
@@ -73,7 +84,7 @@ class Sampling:
         """Whether a step needs its whole row of logits processed before the choice (by torch
         ops on the device, graph-captured in ops mode): the task stream's fused lm_head choice
         does greedy and temperature only, so the megakernel hands such steps to ops mode."""
-        return self.penalized or self.min_new_tokens > 0 or self.do_sample and (
+        return self.penalized or self.min_new_tokens > 0 or self.host or self.do_sample and (
             (self.top_k or 0) > 0 or (self.top_p is not None and self.top_p < 1.0)
             or (self.min_p or 0) > 0)
 
@@ -93,8 +104,13 @@ class Sampling:
             last = torch.where(st.step < self.min_new_tokens, last + stop, last)
         if self.penalized:
             last = R.repetition_penalty(last, st.seen, self.repetition_penalty)
+        if self.processors:
+            seq = torch.cat([st.prompt, st.hist[:int(st.step)]])[None]
+            for p in self.processors:
+                last = p(seq, last)
         if self.do_sample and self.filtered:
-            return R.filter_logits(last / temp, self.top_k, self.top_p, self.min_p), None
+            last, temp = R.filter_logits(last / temp, self.top_k, self.top_p, self.min_p), None
+        st.scores = last  # for the stopping criteria: HF passes them the processed scores
         return last, temp
 
 
@@ -140,6 +156,10 @@ class DecodeState:
         self.hist = torch.zeros(max_seq_len + 1, device=dev, dtype=torch.int64)
         # the tokens of the sequence so far (prompt and chosen), for the repetition penalty
         self.seen = torch.zeros(V, device=dev, dtype=torch.bool)
+        # generate()'s prompt (int64) and the last step's processed scores: the caller's logits
+        # processors and stopping criteria see them (Sampling.host)
+        self.prompt = self.hist[:0]
+        self.scores = None
         cos, sin = s.rope_table(max_seq_len)
         self.cos, self.sin = cos.to(dev), sin.to(dev)
         self.windows = torch.tensor(list(s.layer_windows), device=dev, dtype=torch.int32)
@@ -374,6 +394,7 @@ class Runtime:
         if sampling.penalized:
             self.state.seen.zero_()
             self.state.seen[ids.to(self.state.seen.device).long()] = True
+        self.state.prompt = ids.to(self.state.hist.device).long()
         long = self._long_prompt(T)
         step = self.prefill_chunk if long else self.max_chunk
         for c0 in range(0, T, step):
@@ -426,7 +447,8 @@ class Runtime:
         return logits
 
     def decode(self, n: int, sampling: Sampling):
-        """n decode steps, each feeding back the token the previous step chose. No host sync."""
+        """n decode steps, each feeding back the token the previous step chose. No host sync
+        (but in the caller's logits processors: Sampling.host)."""
         self._check_room(n)
         if self.mode == "mega" and not sampling.filtered:
             short = self._short_steps(1, n)  # the short-context schedule's, then the others
@@ -434,7 +456,7 @@ class Runtime:
                 if m:
                     self._launch_mega(self.schedule(1, m), m, sampling)
                     self.state.n_pos += m
-        elif self.cuda_graph:
+        elif self.cuda_graph and not sampling.host:
             g = self._graph(sampling)
             for _ in range(n):
                 g.replay()

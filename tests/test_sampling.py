@@ -178,3 +178,52 @@ def test_seed_reproducible(mode):
     c = fm.generate(ids, max_new_tokens=12, do_sample=True, temperature=2.0, seed=12)
     assert torch.equal(a, b)
     assert not torch.equal(a, c)  # 12 tokens at T=2 over 61 ids: a collision is ~impossible
+
+
+class BanOddAndLast:
+    """A caller's logits processor that reads input_ids: no odd token id, never the last token
+    again (so HF and fastdecode must hand it the same prompt + tokens each step)."""
+    def __call__(self, input_ids, scores):
+        scores = scores.clone()
+        scores[:, 1::2] = float("-inf")
+        scores[0, input_ids[0, -1]] = float("-inf")
+        return scores
+
+
+class StopAtMultipleOf:
+    """A caller's stopping criterion: ends the sequence at a token divisible by m (HF returns a
+    bool tensor per row). HF's sampling loop hands criteria scores=None unless asked for scores;
+    fastdecode hands them the step's processed scores."""
+    def __init__(self, m):
+        self.m = m
+
+    def __call__(self, input_ids, scores, **kw):
+        assert scores is None or (scores.shape[0] == 1 and torch.isfinite(scores).any())
+        return input_ids[:, -1] % self.m == 0
+
+
+@pytest.mark.parametrize("mode", ["torch", "ops", "mega"])
+def test_caller_logits_processor_and_stopping_criteria_match_hf(mode):
+    """HF's LogitsProcessorList / StoppingCriteriaList run on the host between each step's
+    logits and its choice (after the penalty, before the warpers, as HF orders them): greedy
+    tokens equal HF's generate; the criterion ends the sequence where HF's does; sampled tokens
+    obey the processor."""
+    from transformers import LogitsProcessorList, StoppingCriteriaList
+    model = tiny_model("qwen2", vocab=61).to(DEVICE)
+    fm = fastdecode.from_hf(model, max_seq_len=64, mode=mode)
+    ids = torch.randint(0, 61, (1, 5), generator=torch.Generator().manual_seed(6)).to(DEVICE)
+    plain = fm.generate(ids, max_new_tokens=10, eos_token_id=[])
+    for kw in (dict(logits_processor=LogitsProcessorList([BanOddAndLast()])),
+               dict(logits_processor=LogitsProcessorList([BanOddAndLast()]),
+                    repetition_penalty=1.5),
+               dict(stopping_criteria=StoppingCriteriaList([StopAtMultipleOf(4)]))):
+        out = fm.generate(ids, max_new_tokens=10, eos_token_id=[], **kw)
+        with torch.no_grad():
+            ref = model.generate(ids, max_new_tokens=10, do_sample=False, eos_token_id=None,
+                                 pad_token_id=0, **kw)
+        assert torch.equal(out, ref), kw
+        assert not torch.equal(out, plain), kw  # each one changes this sequence
+    out = fm.generate(ids, max_new_tokens=10, eos_token_id=[], do_sample=True, temperature=2.0,
+                      seed=5, logits_processor=[BanOddAndLast()])
+    new = out[0, 5:]
+    assert (new % 2 == 0).all() and (new[1:] != new[:-1]).all()
