@@ -199,11 +199,17 @@ def main():
     p.add_argument("--gen", default="",
                    help="generate() arguments for every peer, k=v,... (repetition_penalty=1.1 or "
                         "do_sample=True,top_p=0.9): what that token choice costs each")
+    p.add_argument("--identity-processor", action="store_true",
+                   help="also a logits_processor that returns the scores unchanged: the cost of "
+                        "the caller's Python in the loop")
     add_protocol_args(p)
     args = p.parse_args()
     args.peers = args.peers.split(",")
     args.gen_kwargs = {k: ast.literal_eval(v) for k, v in (
         kv.split("=") for kv in args.gen.split(",") if kv)}
+    if args.identity_processor:  # the host round trip of a caller's processor, for every peer
+        args.gen_kwargs["logits_processor"] = [lambda input_ids, scores: scores]
+        args.gen = ",".join(filter(None, [args.gen, "logits_processor=[identity]"]))
     gpu = torch.cuda.get_device_name()
     print(f"{gpu} | torch {torch.__version__} | triton "
           f"{__import__('triton').__version__}", flush=True)

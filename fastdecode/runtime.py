@@ -72,7 +72,8 @@ class Sampling:
     @property
     def host(self) -> bool:
         """Steps that hand the host their logits (caller's processors or stopping criteria):
-        launched one by one, no CUDA graph, the megakernel's steps not used."""
+        one at a time, the ops bodies up to the logits (a CUDA graph on a GPU), then the
+        caller's Python and the choice (_choose_ops); the megakernel's steps not used."""
         return bool(self.processors or self.criteria)
 
     @property
@@ -456,10 +457,12 @@ class Runtime:
                 if m:
                     self._launch_mega(self.schedule(1, m), m, sampling)
                     self.state.n_pos += m
-        elif self.cuda_graph and not sampling.host:
+        elif self.cuda_graph:
             g = self._graph(sampling)
             for _ in range(n):
                 g.replay()
+                if sampling.host:  # the graph stops at the logits: the caller's Python next
+                    self._choose_ops(1, 1, sampling)
             self.state.n_pos += n
         else:
             for _ in range(n):
@@ -510,7 +513,7 @@ class Runtime:
             return
         self._add_reduced(h, ops.gemv(x, w, bias=bias, out=self.state.part[:x.shape[0]]))
 
-    def _step_ops(self, T, all_logits, sampling, head=True):
+    def _step_ops(self, T, all_logits, sampling, head=True, choose=True):
         st, pw, s = self.state, self.pw, self.spec
         h = st.h[:T]
         ops.embedding(st.ids[:T], pw.embed, out=h)
@@ -528,11 +531,12 @@ class Runtime:
                      out=st.act[:T])
             self._residual_gemv(st.act[:T], pw.w_down[l], b_down, h)
         if head:
-            self._head_ops(h, T, all_logits, sampling)
+            self._head_ops(h, T, all_logits, sampling, choose)
 
-    def _head_ops(self, h, T, all_logits, sampling):
+    def _head_ops(self, h, T, all_logits, sampling, choose=True):
         """The lm_head and the token choice of a step's rows h [T, d] (the logits of all of them
-        into state.logits, or of the last), by the ops bodies; the position advances by T."""
+        into state.logits, or of the last), by the ops bodies; the position advances by T.
+        choose False (Sampling.filtered): the logits only, _choose_ops to follow."""
         st, pw, s = self.state, self.pw, self.spec
         x = h if all_logits else h[T - 1:]
         n = x.shape[0]
@@ -551,6 +555,12 @@ class Runtime:
                     choose=False, partials=(st.pval, st.pidx))
         if self.tp:
             st.logits[:n].copy_(self.collectives.gather_vocab(st.logits_shard[:n]))
+        if choose:
+            self._choose_ops(n, T, sampling)
+
+    def _choose_ops(self, n, T, sampling):
+        """The token choice from row n - 1 of state.logits, processed (Sampling.warp)."""
+        st = self.state
         last, temp = sampling.warp(st.logits[n - 1:n], st.temp, st)
         pval, pidx = ops.sample_logits(last, st.seed, st.one if temp is None else temp,
                                        sample=sampling.do_sample, partials=(st.pval, st.pidx))
@@ -786,7 +796,7 @@ class Runtime:
 
     # ---- CUDA graph of one decode step (ops mode) --------------------------------------------
     def _graph(self, sampling: Sampling):
-        key = sampling.key
+        key = (sampling.key, sampling.host)
         if key in self._graphs:
             return self._graphs[key]
         st = self.state
@@ -798,13 +808,14 @@ class Runtime:
                 t.copy_(v)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
+        choose = not sampling.host  # else up to the logits: decode() runs _choose_ops
         with torch.cuda.stream(side):  # compile + warm up outside the capture
-            self._step_ops(1, False, sampling)
+            self._step_ops(1, False, sampling, choose=choose)
         torch.cuda.current_stream().wait_stream(side)
         restore()
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
-            self._step_ops(1, False, sampling)
+            self._step_ops(1, False, sampling, choose=choose)
         restore()
         torch.cuda.synchronize()
         self._graphs[key] = g

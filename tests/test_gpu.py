@@ -279,14 +279,18 @@ def test_mega_falls_back_to_one_program_per_sm(llama1b):
     dict(do_sample=True, top_k=40, top_p=0.9, temperature=0.8, seed=7, eos_token_id=[]),
     dict(do_sample=True, min_p=0.05, repetition_penalty=1.3, temperature=0.8, seed=7,
          eos_token_id=[]),
-    dict(repetition_penalty=1.2, min_new_tokens=20, eos_token_id=list(range(0, 128256, 8017)))])
+    dict(repetition_penalty=1.2, min_new_tokens=20, eos_token_id=list(range(0, 128256, 8017))),
+    dict(do_sample=True, temperature=0.8, seed=7, eos_token_id=[],
+         logits_processor=[lambda ids, s: s.masked_fill(ids[0, -1] % 2 == torch.arange(
+             s.shape[1], device=s.device) % 2, float("-inf"))])])
 def test_mega_top_p_steps_replay_a_cuda_graph(llama1b, kw):
     """mode="mega" (the CUDA default) with top-k / top-p, min-p, a repetition penalty or
     min_new_tokens -- what many models' generation configs ask for -- runs those steps through
     the ops bodies and their processing of the whole row of logits, replayed as one CUDA graph
     per step (the seen-token mask and the step counter updated on the device): the same tokens
-    as launching them one by one (same seed, same kernels). The last: 16 stop tokens (the most
-    the megakernel checks), masked for 20 tokens."""
+    as launching them one by one (same seed, same kernels). The third: 16 stop tokens (the
+    most the megakernel checks), masked for 20 tokens. The last: a caller's logits processor
+    (parity alternates), run between the graph's logits and the choice."""
     ids = torch.randint(0, 128256, (1, 16), device="cuda",
                         generator=torch.Generator("cuda").manual_seed(3))
     kw = dict(kw, max_new_tokens=24)
@@ -296,6 +300,8 @@ def test_mega_top_p_steps_replay_a_cuda_graph(llama1b, kw):
     want = fastdecode.from_hf(llama1b, max_seq_len=64, mode="mega", cuda_graph=False).generate(
         ids, **kw)
     assert torch.equal(got, want)
+    if "logits_processor" in kw:  # each token's parity differs from the one before
+        assert ((got[0, 16:] - got[0, 15:-1]) % 2 == 1).all()
 
 
 @pytest.mark.parametrize("stages", [1, 3])
