@@ -22,14 +22,9 @@ _HARMLESS = {"pad_token_id", "bos_token_id", "use_cache", "return_dict_in_genera
              "disable_compile", "compile_config"}
 # HF generate() arguments that change the tokens unless at these values (HF's defaults): passed at
 # one of them they are accepted, otherwise refused (check_hf_kwargs)
-_NEUTRAL = {"no_repeat_ngram_size": (0,), "encoder_no_repeat_ngram_size": (0,),
-            "bad_words_ids": (), "suppress_tokens": (), "begin_suppress_tokens": (),
-            "forced_bos_token_id": (), "forced_eos_token_id": (), "typical_p": (1.0,),
-            "epsilon_cutoff": (0.0,), "eta_cutoff": (0.0,),
-            "renormalize_logits": (False,), "guidance_scale": (1.0,), "sequence_bias": (),
-            "exponential_decay_length_penalty": (), "remove_invalid_values": (False,),
-            "max_time": (), "num_beam_groups": (1,), "diversity_penalty": (0.0,),
-            "stop_strings": (), "assistant_model": (),
+# (the processors and criteria transformers implements run through hf_processing.HOST_ARGS)
+_NEUTRAL = {"encoder_no_repeat_ngram_size": (0,), "guidance_scale": (1.0,),
+            "num_beam_groups": (1,), "diversity_penalty": (0.0,), "assistant_model": (),
             "prompt_lookup_num_tokens": (), "past_key_values": ()}
 
 
@@ -50,10 +45,9 @@ def check_hf_kwargs(kwargs):
     for name, ok in _NEUTRAL.items():
         v = kwargs.get(name)
         if not (v is None or (isinstance(v, (list, tuple, dict)) and not v) or v in ok):
-            raise ValueError(f"{name}={v!r} is not supported (the token choice: greedy, "
-                             f"temperature, top_k, top_p, min_p, repetition_penalty, "
-                             f"min_new_tokens; stop tokens by eos_token_id; anything else as a "
-                             f"logits_processor / stopping_criteria callable)")
+            raise ValueError(f"{name}={v!r} is not supported (batch-1 decoding of one model: "
+                             f"no beam groups, guidance, assistant or encoder; a custom token "
+                             f"choice as a logits_processor / stopping_criteria callable)")
     unknown = set(kwargs) - _HARMLESS - set(_NEUTRAL)
     if unknown:
         raise TypeError(f"generate() got unsupported arguments {sorted(unknown)}")

@@ -8,7 +8,8 @@ import torch
 from torch import nn
 
 from . import _env
-from .generate import check_hf_kwargs, run_generate, validate_ids
+from . import hf_processing
+from .generate import _eos_set, check_hf_kwargs, run_generate, validate_ids
 from .loading import generation_defaults, open_checkpoint, resolve_model_path
 from .packing import FLOAT_DTYPES, dict_getter, pack
 from .runtime import MODES, Runtime, Sampling
@@ -86,7 +87,9 @@ class FastModel(nn.Module):
         """HF-compatible generate for one sequence, from an empty cache. Unset arguments come from
         generation_config (the model's, as HF does: a repetition_penalty or min_p there applies).
         logits_processor / stopping_criteria: HF's lists (or any callables (input_ids, scores));
-        their steps run one at a time with the host in the loop. Returns LongTensor [1, T + new]."""
+        their steps run one at a time with the host in the loop, as do HF's other processors
+        (no_repeat_ngram_size, bad_words_ids, stop_strings with tokenizer=, ...: hf_processing).
+        Returns LongTensor [1, T + new]."""
         if input_ids is None:
             input_ids = kwargs.pop("inputs", None)
         if input_ids is None:
@@ -95,6 +98,7 @@ class FastModel(nn.Module):
         pick = lambda v, name, default: v if v is not None else (  # noqa: E731
             getattr(gc, name, None) if getattr(gc, name, None) is not None else default)
         eos = pick(eos_token_id, "eos_token_id", None)
+        host = hf_processing.set_args(kwargs, gc)
         check_hf_kwargs(kwargs)
         ids = validate_ids(input_ids, self.device, self.spec.vocab_size, attention_mask)
         if max_new_tokens is None:
@@ -113,11 +117,18 @@ class FastModel(nn.Module):
         procs = dict(repetition_penalty=float(pick(repetition_penalty, "repetition_penalty", 1.0)),
                      min_new_tokens=max(lo), processors=tuple(logits_processor or ()),
                      criteria=tuple(stopping_criteria or ()))
-        if bool(pick(do_sample, "do_sample", False)):  # and its warpers
-            sampling = Sampling(do_sample=True,
-                                temperature=float(pick(temperature, "temperature", 1.0)),
-                                top_k=pick(top_k, "top_k", None), top_p=pick(top_p, "top_p", None),
-                                min_p=pick(min_p, "min_p", None), **procs)
+        sample = bool(pick(do_sample, "do_sample", False))
+        warpers = dict(temperature=float(pick(temperature, "temperature", 1.0)),
+                       top_k=pick(top_k, "top_k", None), top_p=pick(top_p, "top_p", None),
+                       min_p=pick(min_p, "min_p", None))
+        if host:  # the whole processing by HF's classes, in HF's order
+            p, c = hf_processing.build(host, prompt_len=ids.shape[0],
+                                       max_new_tokens=int(max_new_tokens), eos=_eos_set(eos),
+                                       device=self.device, do_sample=sample,
+                                       tokenizer=kwargs.get("tokenizer"), **warpers, **procs)
+            sampling = Sampling(do_sample=sample, processors=p, criteria=c)
+        elif sample:  # and its warpers
+            sampling = Sampling(do_sample=True, **warpers, **procs)
         else:
             sampling = Sampling(**procs)
         return run_generate(self.runtime, ids, max_new_tokens=int(max_new_tokens),

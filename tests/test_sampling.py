@@ -227,3 +227,56 @@ def test_caller_logits_processor_and_stopping_criteria_match_hf(mode):
                       seed=5, logits_processor=[BanOddAndLast()])
     new = out[0, 5:]
     assert (new % 2 == 0).all() and (new[1:] != new[:-1]).all()
+
+
+# the plain greedy continuation of the test's prompt: 44 27 44 57 3 30 17 43 14 44 43 21
+HF_ARGS = [dict(no_repeat_ngram_size=1), dict(bad_words_ids=[[4], [57, 3]], suppress_tokens=[30]),
+           dict(begin_suppress_tokens=[0, 44], sequence_bias={(3,): 4.0, (17, 43): -9.0}),
+           dict(forced_eos_token_id=1, exponential_decay_length_penalty=(3, 1.4),
+                eos_token_id=[1, 10]),
+           dict(no_repeat_ngram_size=3, repetition_penalty=1.6, min_new_tokens=6,
+                renormalize_logits=True, eos_token_id=[10]),
+           dict(prefix_allowed_tokens_fn=lambda b, seq: [int(seq[-1]) // 2, 17, 40])]
+
+
+@pytest.mark.parametrize("mode", ["torch", "ops", "mega"])
+def test_hf_processors_match_hf_greedy(mode):
+    """The rest of HF's processors (n-gram bans, bad words, suppression, sequence bias, forced
+    and decayed EOS, prefix constraints) by transformers' own classes in HF's order: HF's greedy
+    generate token for token, each argument set changing this sequence."""
+    model = tiny_model("mistral", vocab=61).to(DEVICE)
+    fm = fastdecode.from_hf(model, max_seq_len=64, mode=mode)
+    ids = torch.randint(0, 61, (1, 6), generator=torch.Generator().manual_seed(9)).to(DEVICE)
+    plain = fm.generate(ids, max_new_tokens=12, eos_token_id=[10])
+    for kw in HF_ARGS:
+        kw = dict(dict(eos_token_id=[10]), **kw)
+        out = fm.generate(ids, max_new_tokens=12, **kw)
+        with torch.no_grad():
+            ref = model.generate(ids, max_new_tokens=12, do_sample=False, pad_token_id=0, **kw)
+        assert torch.equal(out, ref), kw
+        assert not torch.equal(out, plain), kw
+
+
+def test_hf_sampling_warpers_keep_their_support():
+    """typical / epsilon / eta sampling (HF's warpers, after temperature and top-k): every drawn
+    token is one the warpers keep, and they do remove some."""
+    from transformers.generation.logits_process import (EpsilonLogitsWarper, EtaLogitsWarper,
+                                                        TemperatureLogitsWarper, TopKLogitsWarper,
+                                                        TypicalLogitsWarper)
+    model = tiny_model("llama", vocab=61).to(DEVICE)
+    fm = fastdecode.from_hf(model, max_seq_len=64, mode="ops")
+    ids = torch.tensor([[2, 7, 1, 8]], device=DEVICE)
+    for kw, warper in ((dict(typical_p=0.5), TypicalLogitsWarper(0.5)),
+                       (dict(epsilon_cutoff=0.05), EpsilonLogitsWarper(0.05)),
+                       (dict(eta_cutoff=0.3), EtaLogitsWarper(0.3, device=str(DEVICE)))):
+        out = fm.generate(ids, max_new_tokens=10, do_sample=True, temperature=1.7, top_k=20,
+                          seed=1, eos_token_id=[], **kw)
+        with torch.no_grad():
+            logits = model(out).logits[0].float()
+        cut = 0  # steps where the warper removed some of top-k's 20 (so the test can fail)
+        for t in range(4, out.shape[1]):
+            s = TopKLogitsWarper(20)(None, TemperatureLogitsWarper(1.7)(None, logits[t - 1:t]))
+            w = warper(out[:, :t], s)
+            assert torch.isfinite(w[0, out[0, t]]), (kw, t)
+            cut += int(torch.isfinite(w).sum() < 20)
+        assert cut > 0, kw

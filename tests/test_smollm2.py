@@ -72,6 +72,24 @@ def test_greedy_matches_hf(smol):
     assert near_ties <= 1
 
 
+def test_stop_strings_end_where_hf_ends(smol):
+    """stop_strings with the tokenizer (HF's StopStringCriteria on the host after each token): a
+    string the greedy answer writes a few tokens in ends it there, as HF's generate does."""
+    path, tok, hf = smol
+    fm = fastdecode.from_pretrained(path, device="cpu", dtype=torch.float32, max_seq_len=256)
+    ids = chat_ids(tok, PROMPTS[0])
+    full = fm.generate(ids, max_new_tokens=16)
+    with torch.no_grad():
+        assert torch.equal(full, hf.generate(ids, max_new_tokens=16, do_sample=False))
+    stop = tok.decode(full[0, ids.shape[1] + 3:ids.shape[1] + 5])[-3:]  # 3 chars, tokens 4-5
+    out = fm.generate(ids, max_new_tokens=16, stop_strings=[stop], tokenizer=tok)
+    with torch.no_grad():
+        ref = hf.generate(ids, max_new_tokens=16, do_sample=False, stop_strings=[stop],
+                          tokenizer=tok)
+    assert torch.equal(out, ref)
+    assert out.shape[1] <= ids.shape[1] + 5 and stop in tok.decode(out[0, ids.shape[1]:])
+
+
 def test_ops_mode_logits_match_hf(smol):
     """The Triton kernels on the real model (interpreter on CPU: a few steps only, it is slow)."""
     path, tok, hf = smol
