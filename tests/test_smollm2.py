@@ -90,6 +90,22 @@ def test_stop_strings_end_where_hf_ends(smol):
     assert out.shape[1] <= ids.shape[1] + 5 and stop in tok.decode(out[0, ids.shape[1]:])
 
 
+def test_patched_model_in_hf_pipeline(smol):
+    """transformers' text-generation pipeline over a patched model (fastdecode.patch): the text
+    HF's own generate gives, for a plain prompt and a chat."""
+    from transformers import AutoModelForCausalLM, pipeline
+    path, tok, _ = smol
+    folder, gguf_file = split_gguf_path(path)
+    hf = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file,
+                                              dtype=torch.float32).eval()
+    pipe = pipeline("text-generation", model=hf, tokenizer=tok)
+    asks = ["The capital of France is", [{"role": "user", "content": PROMPTS[1]}]]
+    want = [pipe(a, max_new_tokens=12, do_sample=False) for a in asks]
+    fastdecode.patch(hf)
+    assert "_fastdecode" in hf.__dict__
+    assert [pipe(a, max_new_tokens=12, do_sample=False) for a in asks] == want
+
+
 def test_ops_mode_logits_match_hf(smol):
     """The Triton kernels on the real model (interpreter on CPU: a few steps only, it is slow)."""
     path, tok, hf = smol
