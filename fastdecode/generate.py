@@ -13,8 +13,8 @@ from .runtime import Runtime, Sampling
 
 # generate() kwargs that HF accepts and that change nothing for batch-1 decoding here -- at the
 # values check_hf_kwargs lets through (a value that would change the result raises instead)
-_HARMLESS = {"pad_token_id", "bos_token_id", "use_cache", "return_dict_in_generate",
-             "output_scores", "output_logits", "output_attentions", "output_hidden_states",
+_HARMLESS = {"pad_token_id", "bos_token_id", "use_cache", "output_attentions",
+             "output_hidden_states",
              "num_beams", "num_return_sequences",
              "token_type_ids", "tokenizer", "synced_gpus",
              # beam-search only, or about HF's own cache / compile: nothing here
@@ -37,11 +37,11 @@ def check_hf_kwargs(kwargs):
         raise ValueError("beam search is not supported (num_beams must be 1)")
     if set_to("num_return_sequences", 1):
         raise ValueError("num_return_sequences must be 1")
-    for name in ("return_dict_in_generate", "output_scores", "output_logits",
-                 "output_attentions", "output_hidden_states"):
+    for name in ("output_attentions", "output_hidden_states"):
         if kwargs.get(name):
             raise ValueError(f"{name}=True is not supported: generate() returns the token ids "
-                             f"(LongTensor [1, T + new]); fm(input_ids) returns logits")
+                             f"and, with return_dict_in_generate=True, the scores / logits "
+                             f"(output_scores, output_logits); fm(input_ids) returns logits")
     for name, ok in _NEUTRAL.items():
         v = kwargs.get(name)
         if not (v is None or (isinstance(v, (list, tuple, dict)) and not v) or v in ok):
@@ -117,6 +117,7 @@ def run_generate(rt: Runtime, ids: torch.Tensor, *, max_new_tokens: int, samplin
     if streamer is not None:
         streamer.put(ids[None].cpu())
     out = []
+    rt.state.record = ([], []) if sampling.record else None
     if max_new_tokens > 0:
         rt.reset()
         rt.set_sampling(sampling, seed)
@@ -134,16 +135,20 @@ def run_generate(rt: Runtime, ids: torch.Tensor, *, max_new_tokens: int, samplin
 
 
 def _host_tokens(rt, ids, max_new, sampling, eos, streamer):
-    """The caller's logits processors and stopping criteria (Sampling.host): one step at a time,
-    each token read before the next step; a criterion that returns True for the sequence so far
-    (prompt and tokens, HF's input_ids) and the step's processed scores ends it after that
-    token, as in HF."""
+    """The caller's logits processors and stopping criteria, or a record of each step's scores
+    and logits (Sampling.host): one step at a time, each token read before the next step; a
+    criterion that returns True for the sequence so far (prompt and tokens, HF's input_ids) and
+    the step's processed scores ends it after that token, as in HF."""
     out = []
+    st = rt.state
     for i in range(max_new):
         if i:
             rt.decode(1, sampling)
         tok = int(rt.tokens(i, i + 1)[0])
         out.append(tok)
+        if st.record is not None:  # the row is overwritten by the next step
+            st.record[0].append(st.scores.clone())
+            st.record[1].append(st.raw.clone())
         if streamer is not None:
             streamer.put(torch.tensor([tok]))
         if tok in eos:

@@ -2,6 +2,7 @@
 patch()/unpatch() to route an existing HF model's generate() through it."""
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import torch
@@ -99,6 +100,10 @@ class FastModel(nn.Module):
             getattr(gc, name, None) if getattr(gc, name, None) is not None else default)
         eos = pick(eos_token_id, "eos_token_id", None)
         host = hf_processing.set_args(kwargs, gc)
+        out_dict = bool(kwargs.pop("return_dict_in_generate", None)
+                        or getattr(gc, "return_dict_in_generate", None))
+        record = {k: bool(kwargs.pop(k, None) or getattr(gc, k, None)) and out_dict
+                  for k in ("output_scores", "output_logits")}
         check_hf_kwargs(kwargs)
         ids = validate_ids(input_ids, self.device, self.spec.vocab_size, attention_mask)
         if max_new_tokens is None:
@@ -131,8 +136,19 @@ class FastModel(nn.Module):
             sampling = Sampling(do_sample=True, **warpers, **procs)
         else:
             sampling = Sampling(**procs)
-        return run_generate(self.runtime, ids, max_new_tokens=int(max_new_tokens),
-                            sampling=sampling, eos_token_id=eos, streamer=streamer, seed=seed)
+        if any(record.values()):
+            sampling = dataclasses.replace(sampling, record=True)
+        seq = run_generate(self.runtime, ids, max_new_tokens=int(max_new_tokens),
+                           sampling=sampling, eos_token_id=eos, streamer=streamer, seed=seed)
+        if not out_dict:
+            return seq
+        # HF's output object: the sequences, and per new token [1, V] fp32 scores (processed)
+        # and logits (raw) when asked
+        from transformers.generation.utils import GenerateDecoderOnlyOutput
+        rec = self.runtime.state.record
+        return GenerateDecoderOnlyOutput(
+            sequences=seq, scores=tuple(rec[0]) if record["output_scores"] else None,
+            logits=tuple(rec[1]) if record["output_logits"] else None)
 
 
 def _check_float_params(model):

@@ -68,13 +68,14 @@ class Sampling:
     min_new_tokens: int = 0  # the stop tokens (DecodeState.eos) cannot end the first ones
     processors: tuple = ()
     criteria: tuple = ()
+    record: bool = False  # keep each step's scores and raw logits (output_scores / _logits)
 
     @property
     def host(self) -> bool:
-        """Steps that hand the host their logits (caller's processors or stopping criteria):
-        one at a time, the ops bodies up to the logits (a CUDA graph on a GPU), then the
-        caller's Python and the choice (_choose_ops); the megakernel's steps not used."""
-        return bool(self.processors or self.criteria)
+        """Steps that hand the host their logits (caller's processors or stopping criteria, a
+        record): one at a time, the ops bodies up to the logits (a CUDA graph on a GPU), then
+        the caller's Python and the choice (_choose_ops); the megakernel's steps not used."""
+        return bool(self.processors or self.criteria or self.record)
 
     @property
     def penalized(self) -> bool:
@@ -100,6 +101,7 @@ class Sampling:
         once the warpers applied it): the stop tokens at -inf while fewer than min_new_tokens
         were chosen (st.step, on the device: no sync, graph-capturable), the penalty on the
         tokens seen (st.seen), then the warpers on last / temp (a device scalar or a float)."""
+        st.raw = last
         if self.min_new_tokens > 0:
             stop = torch.zeros_like(last).index_fill_(1, st.eos[:st.n_eos].long(), float("-inf"))
             last = torch.where(st.step < self.min_new_tokens, last + stop, last)
@@ -160,7 +162,7 @@ class DecodeState:
         # generate()'s prompt (int64) and the last step's processed scores: the caller's logits
         # processors and stopping criteria see them (Sampling.host)
         self.prompt = self.hist[:0]
-        self.scores = None
+        self.scores = self.raw = self.record = None
         cos, sin = s.rope_table(max_seq_len)
         self.cos, self.sin = cos.to(dev), sin.to(dev)
         self.windows = torch.tensor(list(s.layer_windows), device=dev, dtype=torch.int32)

@@ -124,8 +124,9 @@ def test_bad_inputs_raise(fm):
         fm.generate(ok, max_new_tokens=4, min_new_tokens=-1, eos_token_id=2)
     with pytest.raises(TypeError, match="must be callables"):
         fm.generate(ok, max_new_tokens=2, logits_processor=[0.5])
-    with pytest.raises(ValueError, match="return_dict_in_generate"):
-        fm.generate(ok, max_new_tokens=2, return_dict_in_generate=True)
+    with pytest.raises(ValueError, match="output_hidden_states"):
+        fm.generate(ok, max_new_tokens=2, return_dict_in_generate=True,
+                    output_hidden_states=True)
     with pytest.raises(ValueError, match="repetition_penalty must be > 0"):
         fm.generate(ok, max_new_tokens=2, repetition_penalty=0.0)
     with pytest.raises(ValueError, match="min_p must be in"):

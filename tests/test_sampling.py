@@ -280,3 +280,30 @@ def test_hf_sampling_warpers_keep_their_support():
             assert torch.isfinite(w[0, out[0, t]]), (kw, t)
             cut += int(torch.isfinite(w).sum() < 20)
         assert cut > 0, kw
+
+
+@pytest.mark.parametrize("mode", ["torch", "ops", "mega"])
+def test_return_dict_scores_and_logits_match_hf(mode):
+    """return_dict_in_generate with output_scores / output_logits: HF's output object, the
+    sequences HF's, one [1, V] fp32 row per new token -- scores after the processors (a
+    repetition penalty and a bad word here: -inf where HF has it), logits raw. Tolerance: fp32
+    logits of a 2-layer model summed in another order (the 1e-4 of test_api's forward)."""
+    model = tiny_model("qwen3", vocab=61).to(DEVICE)
+    fm = fastdecode.from_hf(model, max_seq_len=64, mode=mode)
+    ids = torch.tensor([[5, 3, 8, 1]], device=DEVICE)
+    kw = dict(max_new_tokens=6, eos_token_id=None, return_dict_in_generate=True,
+              output_scores=True, output_logits=True, repetition_penalty=1.4, bad_words_ids=[[7]])
+    out = fm.generate(ids, **kw)
+    with torch.no_grad():
+        ref = model.generate(ids, do_sample=False, pad_token_id=0, **kw)
+    assert torch.equal(out.sequences, ref.sequences)
+    assert len(out.scores) == len(out.logits) == len(ref.scores) == out.sequences.shape[1] - 4
+    for ours, theirs in zip(out.scores + out.logits, ref.scores + ref.logits):
+        assert ours.shape == (1, 61) and ours.dtype == torch.float32
+        assert torch.equal(torch.isinf(ours), torch.isinf(theirs))
+        fin = torch.isfinite(theirs)
+        assert torch.allclose(ours[fin], theirs[fin], atol=1e-4, rtol=1e-4)
+    assert torch.isinf(out.scores[0][0, 7]) and not torch.isinf(out.logits[0][0, 7])
+    plain = fm.generate(ids, max_new_tokens=6, eos_token_id=None, return_dict_in_generate=True)
+    assert plain.scores is None and torch.equal(plain.sequences,
+                                                fm.generate(ids, max_new_tokens=6))
