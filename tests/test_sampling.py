@@ -255,6 +255,12 @@ def test_hf_processors_match_hf_greedy(mode):
             ref = model.generate(ids, max_new_tokens=12, do_sample=False, pad_token_id=0, **kw)
         assert torch.equal(out, ref), kw
         assert not torch.equal(out, plain), kw
+    import copy  # a model's generation_config setting one applies, as in HF
+    gc = copy.deepcopy(fm.generation_config)
+    gc.no_repeat_ngram_size = 1
+    assert torch.equal(fm.generate(ids, max_new_tokens=12, eos_token_id=[10], generation_config=gc),
+                       fm.generate(ids, max_new_tokens=12, eos_token_id=[10],
+                                   no_repeat_ngram_size=1))
 
 
 def test_hf_sampling_warpers_keep_their_support():
