@@ -100,7 +100,9 @@ class Sampling:
         """last [1, V] fp32 logits -> (processed logits, the temperature left to the choice, None
         once the warpers applied it): the stop tokens at -inf while fewer than min_new_tokens
         were chosen (st.step, on the device: no sync, graph-capturable), the penalty on the
-        tokens seen (st.seen), then the warpers on last / temp (a device scalar or a float)."""
+        tokens seen (st.seen), the caller's processors (on the host: they get the prompt and the
+        chosen tokens), then the warpers on last / temp (a device scalar or a float). Keeps the
+        raw and processed rows in st.raw / st.scores (output_logits / _scores, the criteria)."""
         st.raw = last
         if self.min_new_tokens > 0:
             stop = torch.zeros_like(last).index_fill_(1, st.eos[:st.n_eos].long(), float("-inf"))
