@@ -9,6 +9,7 @@ import dataclasses
 
 import torch
 
+from .hf_processing import is_neutral
 from .runtime import Runtime, Sampling
 
 # generate() kwargs that HF accepts and that change nothing for batch-1 decoding here -- at the
@@ -44,7 +45,7 @@ def check_hf_kwargs(kwargs):
                              f"(output_scores, output_logits); fm(input_ids) returns logits")
     for name, ok in _NEUTRAL.items():
         v = kwargs.get(name)
-        if not (v is None or (isinstance(v, (list, tuple, dict)) and not v) or v in ok):
+        if not is_neutral(v, ok):
             raise ValueError(f"{name}={v!r} is not supported (batch-1 decoding of one model: "
                              f"no beam groups, guidance, assistant or encoder; a custom token "
                              f"choice as a logits_processor / stopping_criteria callable)")
@@ -124,7 +125,7 @@ def run_generate(rt: Runtime, ids: torch.Tensor, *, max_new_tokens: int, samplin
         rt.set_stop(eos, max_new_tokens)
         rt.prefill(ids, sampling)
         if sampling.host:
-            out = _host_tokens(rt, ids, max_new_tokens, sampling, eos, streamer)
+            out = _host_tokens(rt, max_new_tokens, sampling, eos, streamer)
         else:
             out = _stream_tokens(rt, max_new_tokens, sampling, eos, streamer,
                                  chunk or rt.decode_chunk)
@@ -134,7 +135,7 @@ def run_generate(rt: Runtime, ids: torch.Tensor, *, max_new_tokens: int, samplin
     return torch.cat([ids.long(), new])[None]
 
 
-def _host_tokens(rt, ids, max_new, sampling, eos, streamer):
+def _host_tokens(rt, max_new, sampling, eos, streamer):
     """The caller's logits processors and stopping criteria, or a record of each step's scores
     and logits (Sampling.host): one step at a time, each token read before the next step; a
     criterion that returns True for the sequence so far (prompt and tokens, HF's input_ids) and
@@ -154,9 +155,8 @@ def _host_tokens(rt, ids, max_new, sampling, eos, streamer):
         if tok in eos:
             break
         if sampling.criteria:
-            seq = torch.cat([ids.long(), torch.tensor(out, device=ids.device)])[None]
-            scores = rt.state.scores
-            if any(bool(torch.as_tensor(c(seq, scores)).any()) for c in sampling.criteria):
+            seq = st.sequence(i + 1)
+            if any(bool(torch.as_tensor(c(seq, st.scores)).any()) for c in sampling.criteria):
                 break
     return out
 

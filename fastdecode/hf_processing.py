@@ -19,6 +19,13 @@ HOST_ARGS = {"sequence_bias": (), "no_repeat_ngram_size": (0,), "bad_words_ids":
              "prefix_allowed_tokens_fn": (), "stop_strings": (), "max_time": ()}
 
 
+def is_neutral(v, neutral) -> bool:
+    """Whether a generate() argument's value leaves HF's tokens as its default does: unset,
+    empty, or one of its neutral values (a callable never is)."""
+    empty = isinstance(v, (list, tuple, dict, str)) and not v
+    return v is None or empty or (not callable(v) and v in neutral)
+
+
 def set_args(kwargs, gc) -> dict:
     """The HOST_ARGS set to a non-neutral value, by the call, else by the generation config (as
     HF reads them); removed from kwargs."""
@@ -27,8 +34,7 @@ def set_args(kwargs, gc) -> dict:
         v = kwargs.pop(name, None)
         if v is None:
             v = getattr(gc, name, None)
-        empty = isinstance(v, (list, tuple, dict, str)) and not v
-        if not (v is None or empty or (not callable(v) and v in neutral)):
+        if not is_neutral(v, neutral):
             out[name] = v
     return out
 

@@ -94,7 +94,8 @@ class Sampling:
     def key(self):
         f = self.filtered
         return (self.do_sample, self.top_k if f else None, self.top_p if f else None,
-                self.min_p if f else None, self.repetition_penalty, self.min_new_tokens)
+                self.min_p if f else None, self.repetition_penalty, self.min_new_tokens,
+                self.host)
 
     def warp(self, last, temp, st):
         """last [1, V] fp32 logits -> (processed logits, the temperature left to the choice, None
@@ -110,7 +111,7 @@ class Sampling:
         if self.penalized:
             last = R.repetition_penalty(last, st.seen, self.repetition_penalty)
         if self.processors:
-            seq = torch.cat([st.prompt, st.hist[:int(st.step)]])[None]
+            seq = st.sequence(int(st.step))
             for p in self.processors:
                 last = p(seq, last)
         if self.do_sample and self.filtered:
@@ -174,6 +175,10 @@ class DecodeState:
         self.eos = torch.zeros(MAX_EOS, device=dev, dtype=torch.int32)
         self.n_eos, self.max_step = 0, 1 << 30
         self.status = torch.zeros(STATUS_WORDS, device=dev, dtype=torch.int64)
+
+    def sequence(self, n: int) -> torch.Tensor:
+        """HF's input_ids [1, L]: generate()'s prompt and the first n chosen tokens."""
+        return torch.cat([self.prompt, self.hist[:n]])[None]
 
 
 class SymmetricLayout:
@@ -800,7 +805,7 @@ class Runtime:
 
     # ---- CUDA graph of one decode step (ops mode) --------------------------------------------
     def _graph(self, sampling: Sampling):
-        key = (sampling.key, sampling.host)
+        key = sampling.key
         if key in self._graphs:
             return self._graphs[key]
         st = self.state
