@@ -4,13 +4,17 @@ all-reduce will be tested against).
 
 Sharding (Megatron-style, sizes from ModelSpec.shard; packing.pack reads a rank's slices):
     QKV      column-parallel by KV-head groups: rank r holds KV heads [r*KVH/W, (r+1)*KVH/W) and
-             their q heads (GQA groups never split), so attention needs no communication
+             their q heads (GQA groups never split), so attention needs no communication; when
+             W is a multiple of KVH, rank r holds q heads [r*H/W, (r+1)*H/W) and the one KV head
+             they read, KV head r*KVH/W, replicated on W/KVH ranks (its K / V rows and cache on
+             each: W/KVH times the KV bytes, as vLLM does), so again no communication
     gate|up  column-parallel: rows [r*F/W, (r+1)*F/W) of gate and of up (SwiGLU stays local)
     O, down  row-parallel: the matching input columns; each rank's output is a partial sum
     lm_head  vocab-parallel: rows [r*ceil(V/W), ...); the token choice is a cross-rank argmax
     norms, embedding: replicated. Biases of O and down live on rank 0 (added once).
 Each partial sum is all-reduced in fp32, summed in rank order, so every rank holds bit-identical
-activations (DESIGN.md). KV heads are not replicated: tp must divide num_key_value_heads.
+activations (DESIGN.md). tp must divide the heads and the FFN, and divide the KV heads or be a
+multiple of them (ModelSpec.check_tp).
 """
 from __future__ import annotations
 

@@ -99,7 +99,9 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
         return t if rank == 0 or t is None else torch.zeros_like(t)
 
     attn = "self_attn.{}_proj.{}"
-    q, kv, f = rows(sp.q_dim), rows(sp.kv_dim), rows(sp.ffn_dim)
+    q, f = rows(sp.q_dim), rows(sp.ffn_dim)
+    k0, k1 = spec.kv_heads_of(rank, world)  # replicated when world > KV heads
+    kv = (slice(k0 * spec.head_dim, k1 * spec.head_dim),)
     embed = need("model.embed_tokens.weight").contiguous()
     v0, v1 = spec.vocab_range(rank, world)
     head = "model.embed_tokens.weight" if spec.tied or get("lm_head.weight") is None \

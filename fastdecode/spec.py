@@ -94,15 +94,25 @@ class ModelSpec:
 
     # ---- tensor parallelism: the sizes of one rank's shard (distributed.py says how it shards)
     def check_tp(self, world: int):
-        if not isinstance(world, int) or world < 1:
+        """tp must divide the heads and the FFN, and divide the KV heads or be a multiple of
+        them (then each KV head is replicated on tp / num_key_value_heads ranks)."""
+        if isinstance(world, bool) or not isinstance(world, int) or world < 1:
             raise TensorParallelError(f"tensor-parallel size must be a positive integer, got "
                                       f"{world!r}")
-        for what, n in (("num_key_value_heads", self.n_kv_heads),
-                        ("num_attention_heads", self.n_heads), ("intermediate_size", self.ffn_dim)):
+        for what, n in (("num_attention_heads", self.n_heads), ("intermediate_size", self.ffn_dim)):
             if n % world:
-                raise TensorParallelError(
-                    f"tp={world} does not divide {what}={n}"
-                    + (" (KV heads are not replicated across ranks)" if "key_value" in what else ""))
+                raise TensorParallelError(f"tp={world} does not divide {what}={n}")
+        kvh = self.n_kv_heads
+        if kvh % world and world % kvh:
+            raise TensorParallelError(
+                f"tp={world} neither divides num_key_value_heads={kvh} nor is a multiple of it "
+                f"(KV heads are split over ranks, or each replicated on tp / {kvh} ranks)")
+
+    def kv_heads_of(self, rank: int, world: int) -> tuple[int, int]:
+        """Rank `rank`'s KV heads [k0, k1): its share when tp divides the KV heads, else the one
+        KV head its q heads read (replicated on world / num_key_value_heads ranks)."""
+        k0 = rank * self.n_kv_heads // world
+        return k0, k0 + max(1, self.n_kv_heads // world)
 
     def vocab_range(self, rank: int, world: int) -> tuple[int, int]:
         return vocab_range(self.vocab_size, rank, world)
@@ -111,7 +121,7 @@ class ModelSpec:
         self.check_tp(world)
         v0, v1 = self.vocab_range(rank, world)
         return dataclasses.replace(self, n_heads=self.n_heads // world,
-                                   n_kv_heads=self.n_kv_heads // world,
+                                   n_kv_heads=max(1, self.n_kv_heads // world),
                                    ffn_dim=self.ffn_dim // world, vocab_size=v1 - v0)
 
     def rope_inv_freq(self) -> torch.Tensor:

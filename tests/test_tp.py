@@ -16,9 +16,12 @@ from fastdecode.triton_kernels.config import StreamConfig
 from helpers import needs_gpus, rel_err, run_ranks
 from models import tiny_model
 
-# (family, world) pairs the tiny models allow (tp must divide KV heads, heads and ffn)
+# (family, world) pairs the tiny models allow (tp must divide heads and ffn, and divide the KV
+# heads or be a multiple of them); the last four replicate KV heads (MQA over 2 and 4 ranks, GQA
+# 3:1 over 6 ranks -- one q head each -- and Qwen3's q/k norm over 4)
 CASES = [("llama", 2), ("llama_bias_tied", 2), ("llama_bias_tied", 4), ("qwen2", 3),
-         ("qwen3", 2), ("mistral_gqa", 2)]
+         ("qwen3", 2), ("mistral_gqa", 2),
+         ("mistral", 2), ("mistral", 4), ("llama", 6), ("qwen3", 4)]
 
 
 def model_for(family):
@@ -60,9 +63,19 @@ def test_shards_concatenate_back(family, world):
     shards = [packed(model, r, world) for r in range(world)]
     hd = s.head_dim
     qs = [sh.w_qkv[:, :sh.spec.q_dim] for sh in shards]
-    ks = [sh.w_qkv[:, sh.spec.q_dim:sh.spec.q_dim + sh.spec.kv_dim] for sh in shards]
-    vs = [sh.w_qkv[:, sh.spec.q_dim + sh.spec.kv_dim:] for sh in shards]
-    assert torch.equal(torch.cat(qs + ks + vs, 1), pw.w_qkv)
+    assert torch.equal(torch.cat(qs, 1), pw.w_qkv[:, :s.q_dim])
+    # K and V rows: split over ranks, or (world > KV heads) each rank's q heads' one KV head
+    reps = max(1, world // s.n_kv_heads)
+    k_full, v_full = pw.w_qkv[:, s.q_dim:s.q_dim + s.kv_dim], pw.w_qkv[:, s.q_dim + s.kv_dim:]
+    for r, sh in enumerate(shards):
+        q_heads = range(r * s.n_heads // world, (r + 1) * s.n_heads // world)
+        kv_heads = sorted({h // s.group for h in q_heads})
+        assert sh.spec.n_kv_heads == len(kv_heads) and sh.spec.group * len(kv_heads) == \
+            len(q_heads)
+        rows = torch.cat([torch.arange(k * hd, (k + 1) * hd) for k in kv_heads])
+        kv = sh.w_qkv[:, sh.spec.q_dim:]
+        assert torch.equal(kv, torch.cat([k_full[:, rows], v_full[:, rows]], 1))
+    assert sum(sh.spec.n_kv_heads for sh in shards) == s.n_kv_heads * reps
     assert torch.equal(torch.cat([sh.w_o for sh in shards], 2), pw.w_o)
     assert torch.equal(torch.cat([sh.w_down for sh in shards], 2), pw.w_down)
     f = s.ffn_dim // world
@@ -71,7 +84,7 @@ def test_shards_concatenate_back(family, world):
     assert torch.equal(torch.cat(gates + ups, 1), pw.w_gu)
     assert torch.equal(torch.cat([sh.lm_head for sh in shards], 0), pw.lm_head)
     assert sum(sh.spec.vocab_size for sh in shards) == s.vocab_size
-    assert all(sh.spec.head_dim == hd and sh.spec.group == s.group for sh in shards)
+    assert all(sh.spec.head_dim == hd for sh in shards)
 
 
 def teacher_forced(run, ids, prompt=9):
@@ -97,16 +110,16 @@ def test_virtual_ranks_match_tp1(family, world):
 
 def test_bad_tp_sizes_raise():
     spec = packed(tiny_model("llama")).spec          # 6 heads, 2 KV heads, ffn 72
-    for world in (0, -1, 3, 4):
+    for world in (0, -1, 3, 4, 12, True, 2.0):       # 3: not a multiple of the 2 KV heads
         with pytest.raises(TensorParallelError):
             spec.check_tp(world)
     with pytest.raises(TensorParallelError, match="key_value"):
-        packed(tiny_model("mistral"), 0, 2)            # MQA: one KV head
-    spec.check_tp(1)
-    spec.check_tp(2)
+        packed(tiny_model("qwen2"), 0, 2)              # 3 KV heads over 2 ranks
+    for world in (1, 2, 6):                          # 6: each KV head on 3 ranks
+        spec.check_tp(world)
 
 
-@pytest.mark.parametrize("family,world", [("qwen3", 2), ("llama_bias_tied", 4)])
+@pytest.mark.parametrize("family,world", [("qwen3", 2), ("llama_bias_tied", 4), ("mistral", 4)])
 def test_rank_reads_its_shard_from_safetensors(tmp_path, family, world):
     model = model_for(family)
     model.save_pretrained(tmp_path, max_shard_size="40KB")
@@ -216,7 +229,7 @@ def test_long_prompt_prefill_over_virtual_ranks():
 
 
 @pytest.mark.parametrize("family,world,stages", [("qwen3", 2, None), ("llama_bias_tied", 2, 3),
-                                                ("wide", 4, None)])
+                                                ("wide", 4, None), ("mistral", 2, None)])
 def test_mega_virtual_ranks_match_tp1(family, world, stages):
     """The megakernel's in-kernel all-reduce (push partial sums + system-scope flags, rank-order
     fp32 sum) and cross-rank token choice, on virtual ranks: prefill chunks (T=9) and decode
