@@ -10,7 +10,7 @@ are counters, one per (op, layer[, KV group]):
     ATTN(l, g) waits qkv[l, g]               (only its own KV head's q, k, v tiles)
     (q/k norm, decode: QKNORM(l, g) waits qkv[l, g] and normalizes + rotates the group's raw q
      and k rows; ATTN(l, g) waits qkn[l, g] -- Tiling.qk_defer)
-    MERGE(l,g) waits attn[l, g]
+    MERGE(l,g) waits attn[l, g]             (one task per Tiling.merge_heads q heads of g)
     O(l)       waits merge[l]                (it reads the whole attention output)
     (Tiling.attn_in_qkv, short-context decode: no QKNORM, ATTN or MERGE tasks -- QKV_ATTN tasks
      count tiles on qticket[l, g] and the one completing group g normalizes and rotates it (q/k
@@ -44,8 +44,8 @@ import triton
 from .opcodes import COST, Op
 from .spec import ModelSpec
 from .triton_kernels.attention import split_plan
-from .triton_kernels.config import (StreamConfig, attention_config, gemv_config, ptx_stream_ok,
-                                     stream_config)
+from .triton_kernels.config import (StreamConfig, attention_config, gemv_config, merge_heads,
+                                     ptx_stream_ok, stream_config)
 from .triton_kernels.gemv import block_t
 from .triton_kernels.qkv_rope import defer_qk_norm, qkv_tile
 
@@ -82,6 +82,7 @@ class Tiling:
     qk_defer: bool = False  # q/k norm after the QKV tiles, in QKNORM tasks (qkv_rope.py)
     ptx: bool = False       # decode weight pieces by inline PTX (config.StreamConfig.ptx)
     merge_in_attn: bool = False  # the last ATTN task of a KV group merges it (no MERGE tasks)
+    merge_heads: int = 1         # q heads per MERGE task (config.merge_heads: a power of two)
     norm_in_qkv: bool = False    # qk_defer: the last QKV task of a group norms it (no QKNORM)
     attn_in_qkv: bool = False    # decode: the last QKV task of a group runs its attention (one
                                  # split over all keys: short contexts, config.StreamConfig)
@@ -149,6 +150,7 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
                   emb_block=min(1024, triton.next_power_of_2(spec.d_model)), qk_defer=defer,
                   ptx=st is not None and st.ptx and ptx_stream_ok(dtype, *dims),
                   merge_in_attn=st is not None and st.merge_in_attn,
+                  merge_heads=merge_heads(spec.group, st.merge_heads if st is not None else 1),
                   norm_in_qkv=st is not None and st.norm_in_qkv and defer,
                   attn_in_qkv=attn_in_qkv,
                   stages=st.op_stages(spec.d_model) if st is not None else (1, 1, 1, 1),
@@ -259,8 +261,9 @@ def build_step(spec: ModelSpec, tiling: Tiling, n_programs: int, world: int = 1,
                                ("merge", l) if tg.merge_in_attn else ("attn", l, kv),
                                COST.task_overhead_bytes + kv_bytes))
         for kv in range(s.n_kv_heads if split_attn and not tg.merge_in_attn else 0):
-            g.add(Task(Op.MERGE, l, (kv, 0, 0), ("attn", l, kv), ("merge", l),
-                       COST.task_overhead_bytes))
+            for h0 in range(0, s.group, tg.merge_heads):
+                g.add(Task(Op.MERGE, l, (kv, h0, min(s.group, h0 + tg.merge_heads)),
+                           ("attn", l, kv), ("merge", l), COST.task_overhead_bytes))
         for op, key, wait, N, K in ((Op.O_PROJ, "o", ("merge", l), s.d_model, s.q_dim),
                                     (Op.GATE_UP, "gu", after["o"](l), s.ffn_dim, 2 * s.d_model),
                                     (Op.DOWN, "down", ("gu", l), s.d_model, s.ffn_dim)):

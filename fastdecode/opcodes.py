@@ -24,7 +24,8 @@ class Op(IntEnum):
     EMBED = 1      # arg0 = first token row, arg1 = last row (exclusive): h[t] = E[ids[t]]
     QKV = 2        # arg0 = KV group g, [arg1, arg2) = tile range in the group: QKV + RoPE + append
     ATTN = 3       # arg0 = KV head, arg1 = split, arg2 = token block: split-KV partial attention
-    MERGE = 4      # arg0 = KV head: LSE merge of its splits for its q heads and all tokens
+    MERGE = 4      # arg0 = KV head, [arg1, arg2) = its q heads within the group: LSE merge of
+                   # their splits, all tokens
     O_PROJ = 5     # arg0 = token block, [arg1, arg2) = row tiles: h += attn @ Wo^T
     GATE_UP = 6    # arg0 = token block, [arg1, arg2) = row tiles: act = silu(g) * u, RMSNorm prologue
     DOWN = 7       # arg0 = token block, [arg1, arg2) = row tiles: h += act @ Wd^T

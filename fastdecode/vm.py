@@ -112,7 +112,7 @@ class VM:
                 if n == tg.attn_group_tasks():
                     self._merge(l, kv)
         elif task.op == Op.MERGE:
-            self._merge(l, a0)
+            self._merge(l, a0, a1, a2)
         elif task.op in (Op.O_PROJ, Op.GATE_UP, Op.DOWN, Op.LM_HEAD):
             N = {Op.O_PROJ: s.d_model, Op.GATE_UP: s.ffn_dim, Op.DOWN: s.d_model,
                  Op.LM_HEAD: s.vocab_size}[task.op]
@@ -154,10 +154,11 @@ class VM:
                                    self.pos + toks, 0, self.pos + T, s.layer_windows[l])
         st.attn[:T].view(T, s.n_heads, s.head_dim)[:, heads] = o.to(self.pw.dtype)
 
-    def _merge(self, l, kv):
-        """The LSE merge of layer l's KV group kv's splits, for its q heads and every token."""
+    def _merge(self, l, kv, g0=0, g1=None):
+        """The LSE merge of layer l's KV group kv's splits, for its q heads [g0, g1) (all by
+        default) and every token."""
         s, st, tg = self.spec, self.st, self.tiling
-        heads = slice(kv * s.group, (kv + 1) * s.group)
+        heads = slice(kv * s.group + g0, kv * s.group + (s.group if g1 is None else g1))
         T = tg.T
         k0, chunk = split_range_host(self.pos, T, s.layer_windows[l], tg.n_splits,
                                      tg.attn_block_s)

@@ -191,7 +191,7 @@ def test_split_kv_follows_the_context_not_the_cache(family):
 
 
 STAGED = StreamConfig(64, 4, max_k=16, attn_in_qkv_keys=10, stages=3, l2_prefetch_kb=1,
-                      attn_block_s=16)
+                      attn_block_s=16, merge_heads=0)
 WHOLE_ROWS = StreamConfig(2048, 4, merge_in_attn=True, norm_in_qkv=True, attn_in_qkv_keys=0,
                           l2_prefetch_kb=64, op_elems=(512, 4096, 1024, 2048))
 
@@ -209,7 +209,9 @@ def test_decode_stream_tiles_match_torch(family, stream):
     unchanged; the interpreter runs the range arithmetic, a GPU the bulk prefetches).
     attn_block_s 16: the attention loops' key blocks smaller than the split plan's (its chunk, and
     the partials' buffer, stay those of attention_config's block). op_elems: each op's own piece
-    elements, so QKV / o / gate|up / down tiles differ in rows (WHOLE_ROWS)."""
+    elements, so QKV / o / gate|up / down tiles differ in rows (WHOLE_ROWS). merge_heads 0: one
+    MERGE task per KV group (the default: one per q head; merge_in_attn: the group's heads one at
+    a time in its last ATTN task)."""
     model = tiny_model(family).to(DEVICE)
     ids = torch.randint(0, 101, (1, 12), generator=torch.Generator().manual_seed(4)).to(DEVICE)
     ref = fastdecode.from_hf(model, max_seq_len=32, mode="torch")
@@ -220,6 +222,8 @@ def test_decode_stream_tiles_match_torch(family, stream):
     assert float((got - want).norm() / want.norm()) < 1e-5
     ops = [t.op.name for t in fm.runtime.schedule(1, short=False).graph.tasks]
     assert ("MERGE" not in ops) == stream.merge_in_attn  # the last ATTN task of a group merged
+    assert ops.count("MERGE") in (0, model.config.num_hidden_layers
+                                  * model.config.num_key_value_heads)  # merge_heads 0
     assert ("QKNORM" in ops) == (family == "qwen3" and not stream.norm_in_qkv)
     assert ((1, True) in fm.runtime._schedules) == (stream.attn_in_qkv_keys > 0)
 

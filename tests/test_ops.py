@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from fastdecode import ops
 from fastdecode import reference as R
 from fastdecode.triton_kernels.attention import split_range, split_range_host
-from fastdecode.triton_kernels.config import StreamConfig
+from fastdecode.triton_kernels.config import StreamConfig, merge_splits
 from fastdecode.triton_kernels.qkv_rope import defer_qk_norm
 from helpers import assert_close, close
 from conftest import DEVICE
@@ -135,24 +135,30 @@ def test_qkv_rope_decode_defers_qk_norm(HD, pairs, stream):
        HD=st.sampled_from([4, 10, 16, 24, 40, 64]), pos=st.integers(0, 150),
        window=st.sampled_from([0, 0, 1, 5, 33]), seed=st.integers(0, 2**31 - 1), dtype=DTYPES,
        n_splits=st.sampled_from([None, 1, 2, 5, 40]), block_s=st.sampled_from([None, 16]),
-       block_tok=st.sampled_from([None, None, 2, 8]))
+       block_tok=st.sampled_from([None, None, 2, 8]), heads=st.sampled_from([1, 1, 2, 0]))
 @example(T=1, group=4, KVH=2, HD=16, pos=300, window=0, seed=0, dtype=torch.float32, n_splits=40,
-         block_s=16, block_tok=None)
+         block_s=16, block_tok=None, heads=1)
+@example(T=1, group=8, KVH=1, HD=64, pos=700, window=0, seed=2, dtype=torch.float32, n_splits=40,
+         block_s=16, block_tok=None, heads=0)
 @example(T=37, group=3, KVH=2, HD=24, pos=11, window=5, seed=1, dtype=torch.bfloat16, n_splits=1,
-         block_s=32, block_tok=8)
-def test_attention(T, group, KVH, HD, pos, window, seed, dtype, n_splits, block_s, block_tok):
+         block_s=32, block_tok=8, heads=1)
+def test_attention(T, group, KVH, HD, pos, window, seed, dtype, n_splits, block_s, block_tok,
+                   heads):
     """40 splits of 16-key blocks (tl.dot's least K) at pos 300: 301 keys in chunks of 16, 19
-    active splits, so the merge runs two rounds of 16 (the online rescale across rounds).
-    block_tok: query tokens per program, as a long prompt's pass takes (prefill_attention_config:
-    5 blocks of 8 tokens x a group of 3 padded to 4, the last block partial, launched last-first
-    under a window)."""
+    active splits merged one head per program in one round; at pos 700 with the whole group of
+    8 heads of 64 per merge program (heads 0), 22 active splits of 32 keys in two rounds of 16
+    (config.merge_splits: the online rescale across rounds). heads: q heads per merge program
+    (2: a group of 3 or 7 in chunks of 2, the last masked). block_tok: query tokens per program,
+    as a long prompt's pass takes (prefill_attention_config: 5 blocks of 8 tokens x a group of 3
+    padded to 4, the last block partial, launched last-first under a window)."""
+    assert merge_splits(22, 8, 64) == 16 and merge_splits(19, 1, 16) == 32  # the rounds above
     g = torch.Generator().manual_seed(seed)
     H, S = group * KVH, pos + T + 5
     q = rnd(T, H, HD, dtype=dtype, seed_gen=g)
     kc, vc = rnd(KVH, S, HD, dtype=dtype, seed_gen=g), rnd(KVH, S, HD, dtype=dtype, seed_gen=g)
     p = torch.tensor([pos], dtype=torch.int32, device=DEVICE)
     out = ops.attention(q, kc, vc, p, window=window, n_splits=n_splits, block_s=block_s,
-                        block_tok=block_tok)
+                        block_tok=block_tok, heads_per_merge=heads)
     ref = R.attention(q, kc, vc, pos, window=window)
     assert_close(out, ref, dtype, pos + T, "attention")
 

@@ -7,7 +7,8 @@ Phase 1 (attention_body), one program per (KV head, split, block of tokens): eve
 row of the split is read ONCE for all G query heads of its group (rows of the score tile are
 (token, group member) pairs, M padded to >= 16 for tl.dot), online softmax in fp32, writes a
 normalised partial o [split, t, h, hd] (fp32) and its lse.
-Phase 2 (attn_merge_body), one program per (t, KV head), all G heads of the group at once:
+Phase 2 (attn_merge_body), one program per (t, KV head, merge_heads q heads of the group; one
+head by default: config.merge_heads):
 o = sum_i exp(lse_i - M) o_i / sum_i exp(lse_i - M) over the active splits in ascending order
 (fixed order: deterministic).
 Splits: the keys the step needs, [k0, pos + T) (k0 > 0 only under a sliding window), are dealt
@@ -22,7 +23,8 @@ import triton
 import triton.language as tl
 
 from ._common import INTERPRET, mm_tile, pdl_start, pdl_wait
-from .config import GPU_SMS, attention_blocks, attention_config, merge_splits, use_pdl
+from .config import (GPU_SMS, attention_blocks, attention_config, merge_heads, merge_splits,
+                     use_pdl)
 
 
 def split_range_host(pos: int, T: int, window: int, n_splits: int, align: int) -> tuple:
@@ -122,16 +124,17 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos_ptr, T, TM, S, H, 
 
 
 @triton.jit
-def attn_merge_body(o_ptr, lse_ptr, out_ptr, pos, T, TM, H, HD, window, n_splits, t, kvh,
+def attn_merge_body(o_ptr, lse_ptr, out_ptr, pos, T, TM, H, HD, window, n_splits, t, kvh, g0,
                     GROUP: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_SP: tl.constexpr,
                     BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr):
-    """Token t, the GROUP query heads of KV head kvh, all at once: [BLOCK_SP splits, BLOCK_G
-    heads, BLOCK_D] tiles, each round's lse and partial o loaded together and merged online
-    (running max, rescaled sums): up to BLOCK_SP active splits are one round trip to L2 (the
-    megakernel waits on it between attention and o_proj; a max pass first cost a second one).
-    Splits in ascending order: deterministic. The active splits: those split_range gave keys
-    (BLOCK_S: the attention's, which it rounds the splits to)."""
-    offs_g = tl.arange(0, BLOCK_G)
+    """Token t, query heads [g0, g0 + BLOCK_G) of KV head kvh's GROUP (masked to the group):
+    [BLOCK_SP splits, BLOCK_G heads, BLOCK_D] tiles, each round's lse and partial o loaded
+    together and merged online (running max, rescaled sums): up to BLOCK_SP active splits are
+    one round trip to L2 (config.merge_splits; the megakernel waits on it between attention and
+    o_proj; a max pass first cost a second one). Bytes: active splits x BLOCK_G x (HD + 1) x 4
+    read, BLOCK_G x HD written. Splits in ascending order: deterministic. The active splits:
+    those split_range gave keys (BLOCK_S: the attention's, which it rounds the splits to)."""
+    offs_g = g0 + tl.arange(0, BLOCK_G)
     mask_g = offs_g < GROUP
     h = kvh * GROUP + offs_g
     offs_d = tl.arange(0, BLOCK_D)
@@ -164,10 +167,12 @@ def attn_merge_body(o_ptr, lse_ptr, out_ptr, pos, T, TM, H, HD, window, n_splits
 def attn_merge_kernel(o_ptr, lse_ptr, out_ptr, pos_ptr, T, TM, H, HD, window, n_splits,
                       GROUP: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_SP: tl.constexpr,
                       BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, PDL: tl.constexpr):
+    """grid (T, KV heads, head chunks of BLOCK_G)."""
     pdl_start(PDL)
     pdl_wait(PDL)
     attn_merge_body(o_ptr, lse_ptr, out_ptr, tl.load(pos_ptr), T, TM, H, HD, window, n_splits,
-                    tl.program_id(0), tl.program_id(1), GROUP, BLOCK_G, BLOCK_SP, BLOCK_D,
+                    tl.program_id(0), tl.program_id(1), tl.program_id(2) * BLOCK_G, GROUP,
+                    BLOCK_G, BLOCK_SP, BLOCK_D,
                     BLOCK_S)
 
 
@@ -182,12 +187,13 @@ def split_plan(max_seq_len: int, n_kv_heads: int, block_s: int = 64, sms: int = 
 
 def attention(q, k_cache, v_cache, pos, *, window: int = 0, scale=None, out=None,
               n_splits=None, block_s=None, block_tok=None, num_warps=4, num_stages=3,
-              scratch=None):
+              scratch=None, heads_per_merge=1):
     """q [T, H, hd]; k_cache/v_cache [KVH, S, hd] (one layer, positions < pos+T filled); pos int32
     [1] device tensor. Returns out [T, H*hd] in q's dtype. n_splits: programs per KV head
     (split_plan's for S by default), each taking an even share of the keys; block_s: keys per
     iteration, block_tok: query tokens per program (attention_config's by default; a long
-    prompt's pass takes prefill_attention_config's larger tiles)."""
+    prompt's pass takes prefill_attention_config's larger tiles); heads_per_merge: q heads per
+    merge program (config.merge_heads)."""
     T, H, HD = q.shape
     KVH, S, _ = k_cache.shape
     G = H // KVH
@@ -217,7 +223,9 @@ def attention(q, k_cache, v_cache, pos, *, window: int = 0, scale=None, out=None
                            num_warps=num_warps, num_stages=num_stages, launch_pdl=pdl)
     if direct:
         return out
-    attn_merge_kernel[(T, KVH)](o_part, lse, out, pos, T, TM, H, HD, window, n_splits, GROUP=G,
-                                BLOCK_G=BLOCK_G, BLOCK_SP=merge_splits(n_splits),
-                                BLOCK_D=BLOCK_D, BLOCK_S=block_s, PDL=pdl, launch_pdl=pdl)
+    mh = merge_heads(G, heads_per_merge)
+    attn_merge_kernel[(T, KVH, triton.cdiv(G, mh))](
+        o_part, lse, out, pos, T, TM, H, HD, window, n_splits, GROUP=G, BLOCK_G=mh,
+        BLOCK_SP=merge_splits(n_splits, mh, BLOCK_D), BLOCK_D=BLOCK_D, BLOCK_S=block_s, PDL=pdl,
+        launch_pdl=pdl)
     return out

@@ -101,6 +101,17 @@ class StreamConfig:
     # sweep_mega --prompt-len 2048 --new-tokens 128, one run): 8B 228.0 / 222.6 vs 244.9 /
     # 238.5, 1B 1094.0 / 988.0 vs 1276.9 / 1106.7 tok/s.
     merge_in_attn: bool = False
+    # the split-KV schedule: query heads per MERGE task (config.merge_heads; 0: the whole KV
+    # group, one task per group). Traced on an H200 (2026-12-03, 043ab43, trace_step
+    # --prompt-len 2048, one task per group): each MERGE task took 5.4-5.9 us on the 1B and
+    # 8.7-10.1 on the 8B (33 splits in rounds of 16: one program's L2 round trips), ~7.6 us of
+    # every 1B layer's O_PROJ wait -- the attention chain on the critical path of every layer.
+    # One head per task (the group's heads merged by `group` programs at once, 33 splits in one
+    # round): the 1B's MERGE tasks 1.9-2.8 us (trace, the same prompt). sweep_mega --prompt-len
+    # 2048 --new-tokens 128 (2026-12-03, one run per model): Llama-3.1-8B 243.8 / 243.5 vs
+    # 234.4 tok/s per group (+4%); Llama-3.2-1B 1156.7 / 1154.9 / 1154.2 vs 1160.0 / 1152.3
+    # (and a first 1295.2: the 1B's spread at 2K) -- level; 2 heads per task 1099.7 (1B).
+    merge_heads: int = 1
     # decode with q/k norm: the QKV task that completes a KV group's tiles normalizes and rotates
     # it (graph.py, Tiling.norm_in_qkv) instead of a QKNORM task. Off: on an H200 (2026-11-30,
     # 69859da, sweep_mega 16384/4w/4096/2, 128 tokens) Qwen3-8B 199.1 vs 204.3 tok/s without.
@@ -573,10 +584,21 @@ def attention_blocks(head_dim: int, group: int, block_tok: int):
     return block_g, max(16, block_g * block_tok), max(16, triton.next_power_of_2(head_dim))
 
 
-def merge_splits(n_splits: int) -> int:
-    """Splits per round of the attention merge: all of them up to 16 (one round of loads: 16 x
-    group 8 x head_dim 128 fp32 is 64 registers per thread at 8 warps), rounds of 16 beyond."""
-    return min(16, triton.next_power_of_2(n_splits))
+def merge_splits(n_splits: int, block_g: int, block_d: int, num_warps: int = 4) -> int:
+    """Splits per round of the attention merge of block_g heads (a power of two) of block_d
+    elements: all of them while one round's partials fit 64 fp32 registers per thread (one round
+    trip to L2), else rounds of as many as fit: one head of head_dim 128 merges 64 splits (32 KB)
+    in one round at 4 warps, a group of 4 such heads 16 a round."""
+    fit = max(1, 64 * 32 * num_warps // (block_g * block_d))
+    return min(triton.next_power_of_2(n_splits), 1 << (fit.bit_length() - 1))
+
+
+def merge_heads(group: int, heads: int | None = 1) -> int:
+    """Query heads per attention-merge program (MERGE task): `heads` (StreamConfig.merge_heads;
+    0 or None: the whole group) as a power of two <= the group's: one head each by default, so a
+    group's merge is `group` programs' loads in flight at once, not one program's rounds."""
+    whole = triton.next_power_of_2(group)
+    return whole if not heads else min(whole, triton.next_power_of_2(heads))
 
 
 def merge_block(n_tiles: int) -> int:

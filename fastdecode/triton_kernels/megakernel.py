@@ -128,14 +128,16 @@ def ready(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, tr, clock_p
 
 
 @triton.jit
-def merge_group(opart_ptr, lse_ptr, attn_ptr, pos, T, TM, H, HD, window, n_splits, g,
-                GROUP, BLOCK_G: tl.constexpr, BLOCK_SP: tl.constexpr, BLOCK_D: tl.constexpr,
+def merge_group(opart_ptr, lse_ptr, attn_ptr, pos, T, TM, H, HD, window, n_splits, g, h0, h1,
+                GROUP, BLOCK_GM: tl.constexpr, BLOCK_SP: tl.constexpr, BLOCK_D: tl.constexpr,
                 BLOCK_S: tl.constexpr):
-    """KV group g's attention splits merged, every token (a MERGE task, or the ATTN task that
-    completes the group: MERGE_IN_ATTN)."""
+    """KV group g's attention splits merged for its q heads [h0, h1), BLOCK_GM at a time, every
+    token (a MERGE task: one chunk of BLOCK_GM heads; or the ATTN task that completes the group:
+    MERGE_IN_ATTN, all of them)."""
     for t in range(0, T):
-        attn_merge_body(opart_ptr, lse_ptr, attn_ptr, pos, T, TM, H, HD, window, n_splits, t,
-                        g, GROUP, BLOCK_G, BLOCK_SP, BLOCK_D, BLOCK_S)
+        for g0 in range(h0, h1, BLOCK_GM):
+            attn_merge_body(opart_ptr, lse_ptr, attn_ptr, pos, T, TM, H, HD, window, n_splits,
+                            t, g, g0, GROUP, BLOCK_GM, BLOCK_SP, BLOCK_D, BLOCK_S)
 
 
 @triton.jit
@@ -262,8 +264,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                BLOCK_H: tl.constexpr, QKV_CHUNKS: tl.constexpr, QKV_BK: tl.constexpr,
                GROUP: tl.constexpr,
                BLOCK_G: tl.constexpr, BLOCK_TOK: tl.constexpr, BLOCK_M: tl.constexpr,
-               BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_SP: tl.constexpr,
-               EMB_BLOCK: tl.constexpr, MERGE_BLOCK: tl.constexpr, F32: tl.constexpr,
+               BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_GM: tl.constexpr,
+               BLOCK_SP: tl.constexpr, EMB_BLOCK: tl.constexpr, MERGE_BLOCK: tl.constexpr, F32: tl.constexpr,
                WORLD: tl.constexpr, RED_BLOCK: tl.constexpr,
                USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
                MERGE_IN_ATTN: tl.constexpr, NORM_IN_QKV: tl.constexpr, SQ: tl.constexpr,
@@ -289,7 +291,9 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     MERGE_IN_ATTN (graph.py, Tiling.merge_in_attn): each ATTN task adds 1 (acq_rel) to its
     group's ticket counter counters[tkt_base + layer * KVH + group] after storing its partials;
     the one that completes a step's tickets (the group's ATTN tasks, Tiling.attn_group_tasks)
-    merges the group (no MERGE tasks).
+    merges the group (no MERGE tasks), BLOCK_GM q heads a round.
+    BLOCK_GM (Tiling.merge_heads): q heads per MERGE task; BLOCK_SP: splits per merge round
+    (config.merge_splits).
     NORM_IN_QKV (QK_DEFER, Tiling.norm_in_qkv): likewise each QKV task adds its tile count to
     counters[qtkt_base + layer * KVH + group]; the one that completes the group's tiles
     (Tiling.qkv_group_tiles) normalizes and rotates it (no QKNORM tasks).
@@ -469,8 +473,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                             # acquired every other split's release at the step's last ticket
                             if (tkt + 1) % (n_splits * tl.cdiv(T, BLOCK_TOK)) == 0:
                                 merge_group(opart_ptr, lse_ptr, attn_ptr, pos, T, TM, H, HD,
-                                            win, n_splits, a0, GROUP, BLOCK_G, BLOCK_SP,
-                                            BLOCK_D, BLOCK_S)
+                                            win, n_splits, a0, 0, GROUP, GROUP, BLOCK_GM,
+                                            BLOCK_SP, BLOCK_D, BLOCK_S)
                     elif op == OP_QKNORM:
                         if QK_DEFER:
                             qk_norm_group(layer, a0, qkraw_ptr, qkn_ptr, cos_ptr, sin_ptr,
@@ -478,7 +482,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                           QKN_SLOTS, BLOCK_HALF)
                     elif op == OP_MERGE:
                         merge_group(opart_ptr, lse_ptr, attn_ptr, pos, T, TM, H, HD, win,
-                                    n_splits, a0, GROUP, BLOCK_G, BLOCK_SP, BLOCK_D, BLOCK_S)
+                                    n_splits, a0, a1, a2, GROUP, BLOCK_GM, BLOCK_SP, BLOCK_D,
+                                    BLOCK_S)
                     elif op == OP_CHOOSE:
                         if WORLD == 1:
                             tok, step = choose_merge_body(pval_ptr, pidx_ptr, a0, T - 1, ids_ptr,
