@@ -172,6 +172,12 @@ class StreamConfig:
     # each twice): 1B 8 KB 1203.1 / 1200.9, 16 KB 1226.1 / 1197.9, 32 KB 1203.0 / 1181.6 vs
     # off 1252.0 / 1218.5 tok/s.
     l2_prefetch_kb: int = 0
+    # decode, the split-KV schedule: each ATTN task asks L2 for its split's cached keys and
+    # values (one bulk prefetch each, megakernel.kv_prefetch) before its dependency wait -- they
+    # do not depend on it but for this step's own keys, which the prefetch may miss. Measured
+    # first at short contexts (dd555bf, 35 keys: within the spread) and removed; again where
+    # the split-KV schedule runs, at 2K keys (2026-12-03): see RESULTS.md session 27.
+    attn_prefetch: bool = False
     # decode: the megakernel's preferred shared-memory carveout, percent of the SM's maximum
     # (228 KB on an H200; cuFuncSetAttribute PREFERRED_SHARED_MEMORY_CARVEOUT, runtime.py; the
     # rest of the SM's 256 KB is L1; -1: the driver's default); None: not set. Why the 1B lost
