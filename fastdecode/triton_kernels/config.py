@@ -176,7 +176,9 @@ class StreamConfig:
     # values (one bulk prefetch each, megakernel.kv_prefetch) before its dependency wait -- they
     # do not depend on it but for this step's own keys, which the prefetch may miss. Measured
     # first at short contexts (dd555bf, 35 keys: within the spread) and removed; again where
-    # the split-KV schedule runs, at 2K keys (2026-12-03): see RESULTS.md session 27.
+    # the split-KV schedule runs (H200, 2026-12-03, 700f9d8, sweep_mega --prompt-len 2048
+    # --new-tokens 128, one run, off / on interleaved): Llama-3.1-8B 243.6 / 242.6 vs 245.7 /
+    # 245.6 tok/s (+0.9%), Llama-3.2-1B 1269.3 / 1224.0 vs 1176.1 / 1052.5 -- off.
     attn_prefetch: bool = False
     # decode: the megakernel's preferred shared-memory carveout, percent of the SM's maximum
     # (228 KB on an H200; cuFuncSetAttribute PREFERRED_SHARED_MEMORY_CARVEOUT, runtime.py; the
