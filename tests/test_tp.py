@@ -137,18 +137,21 @@ def test_rank_reads_its_shard_from_safetensors(tmp_path, family, world):
 
 
 @pytest.mark.parametrize("family,world,mode,device", [
-    ("qwen3", 2, "torch", "cpu"), ("llama", 2, "ops", "cpu"),
+    ("qwen3", 2, "torch", "cpu"), ("llama", 2, "ops", "cpu"), ("mistral", 2, "torch", "cpu"),
     pytest.param("llama", 2, "mega", "cuda", marks=[pytest.mark.gpu, needs_gpus(2)]),
+    pytest.param("mistral", 2, "mega", "cuda", marks=[pytest.mark.gpu, needs_gpus(2)]),
     pytest.param("qwen3", 2, "mega", "cuda", marks=[pytest.mark.gpu, needs_gpus(2)]),
     pytest.param("wide", 4, "mega", "cuda", marks=[pytest.mark.gpu, needs_gpus(4)]),
-    pytest.param("wide", 8, "mega", "cuda", marks=[pytest.mark.gpu, needs_gpus(8)])])
+    pytest.param("wide", 8, "mega", "cuda", marks=[pytest.mark.gpu, needs_gpus(8)]),
+    pytest.param("mistral", 8, "mega", "cuda", marks=[pytest.mark.gpu, needs_gpus(8)])])
 def test_torchrun_ranks_match_single_process(tmp_path, family, world, mode, device):
     """Real processes: torchrun, each rank packs its shard from safetensors; every rank
     holds the same logits and tokens (greedy, sampled, greedy with a repetition penalty: the
     gathered vocabulary's logits), equal to the single-process model's. cpu: gloo; ops: the
     Triton kernels (interpreted) with row-parallel partial sums all-reduced between them and the
     vocab-parallel lm_head gathered before the token choice. cuda, mega: one GPU per rank, the
-    megakernel's in-kernel all-reduce over NVLink (symmetric memory), fp32 weights."""
+    megakernel's in-kernel all-reduce over NVLink (symmetric memory), fp32 weights. mistral: MQA,
+    its one KV head replicated on every rank."""
     import os
     import subprocess
     import sys
