@@ -191,7 +191,7 @@ def test_split_kv_follows_the_context_not_the_cache(family):
 
 
 STAGED = StreamConfig(64, 4, max_k=16, attn_in_qkv_keys=10, stages=3, l2_prefetch_kb=1,
-                      attn_block_s=16, merge_heads=0, attn_prefetch=True)
+                      attn_block_s=16, merge_heads=0)
 WHOLE_ROWS = StreamConfig(2048, 4, merge_in_attn=True, norm_in_qkv=True, attn_in_qkv_keys=0,
                           l2_prefetch_kb=64, op_elems=(512, 4096, 1024, 2048))
 
@@ -205,9 +205,8 @@ def test_decode_stream_tiles_match_torch(family, stream):
     register stream); qkv bias and q/k norm epilogues. fp32 weights: only the summation order differs from torch mode.
     attn_in_qkv_keys 10: the steps at positions 8, 9 run the short-context schedule (QKV_ATTN),
     10, 11 the split-KV one; 0: only the split-KV one, with its fused-group variants.
-    l2_prefetch_kb: o_proj tasks ask L2 for the next gate|up task's weights, attn_prefetch: ATTN
-    tasks for their split's keys and values (hints: results unchanged; the interpreter runs the
-    range arithmetic, a GPU the bulk prefetches).
+    l2_prefetch_kb: o_proj tasks ask L2 for the next gate|up task's weights (a hint: results
+    unchanged; the interpreter runs the range arithmetic, a GPU the bulk prefetches).
     attn_block_s 16: the attention loops' key blocks smaller than the split plan's (its chunk, and
     the partials' buffer, stay those of attention_config's block). op_elems: each op's own piece
     elements, so QKV / o / gate|up / down tiles differ in rows (WHOLE_ROWS). merge_heads 0: one

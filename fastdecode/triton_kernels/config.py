@@ -172,14 +172,6 @@ class StreamConfig:
     # each twice): 1B 8 KB 1203.1 / 1200.9, 16 KB 1226.1 / 1197.9, 32 KB 1203.0 / 1181.6 vs
     # off 1252.0 / 1218.5 tok/s.
     l2_prefetch_kb: int = 0
-    # decode, the split-KV schedule: each ATTN task asks L2 for its split's cached keys and
-    # values (one bulk prefetch each, megakernel.kv_prefetch) before its dependency wait -- they
-    # do not depend on it but for this step's own keys, which the prefetch may miss. Measured
-    # first at short contexts (dd555bf, 35 keys: within the spread) and removed; again where
-    # the split-KV schedule runs (H200, 2026-12-03, 700f9d8, sweep_mega --prompt-len 2048
-    # --new-tokens 128, one run, off / on interleaved): Llama-3.1-8B 243.6 / 242.6 vs 245.7 /
-    # 245.6 tok/s (+0.9%), Llama-3.2-1B 1269.3 / 1224.0 vs 1176.1 / 1052.5 -- off.
-    attn_prefetch: bool = False
     # decode: the megakernel's preferred shared-memory carveout, percent of the SM's maximum
     # (228 KB on an H200; cuFuncSetAttribute PREFERRED_SHARED_MEMORY_CARVEOUT, runtime.py; the
     # rest of the SM's 256 KB is L1; -1: the driver's default); None: not set. Why the 1B lost
@@ -323,7 +315,11 @@ class StreamConfig:
     # per attention block at head_dim 64 (1B 1057.9 / 1081.0); the attention key loop without
     # Triton's cp.async pipeline (num_stages 1: 1B 1124.3 / 1133.4 vs 1159.0 / 1134.8, 8B 245.0 /
     # 245.1 vs 248.5 / 248.7, Qwen3-8B 237.2 / 235.9 vs 242.6 / 241.4; its 35-key attention stage
-    # unchanged at 4.4 us on 8B).
+    # unchanged at 4.4 us on 8B). The same K / V prefetch again where the split-KV schedule
+    # runs, each ATTN task asking L2 for its split's keys and values (700f9d8, a StreamConfig
+    # flag, sweep_mega --prompt-len 2048 --new-tokens 128, one run, off / on interleaved):
+    # Llama-3.1-8B 243.6 / 242.6 vs 245.7 / 245.6 tok/s (+0.9%), Llama-3.2-1B 1269.3 / 1224.0
+    # vs 1176.1 / 1052.5 -- removed.
     # Measured and removed (H200, 2026-12-02, 4e435b4's tree + a tma field, sweep_mega 256
     # tokens, one run): the staged o_proj / gate|up / down pieces by TMA -- a host tensor
     # descriptor per stacked matrix, desc.load in the pipelined stream loop, which Triton 3.6

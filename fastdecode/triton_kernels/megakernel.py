@@ -41,7 +41,7 @@ from ..ptx_inline.flags import cta_barrier, spin_acquire, spin_acquire_cta
 from ..ptx_inline.memory import prefetch_l2_bulk
 from ..ptx_inline.timers import globaltimer_ns, sm_id
 from .all_reduce import peer, push_rows, residual_sum_body
-from .attention import attention_body, attn_merge_body, split_range
+from .attention import attention_body, attn_merge_body
 from .embedding import embedding_body
 from .gemv import gemv_body, stream_start
 from .lm_head import choose_merge_body, lm_head_body
@@ -180,24 +180,6 @@ def rows_prefetch(w_ptr, N, K, lo, hi, BLOCK_N: tl.constexpr, KB: tl.constexpr,
 
 
 @triton.jit
-def kv_prefetch(k_ptr, v_ptr, pos, T, S, HD, window, n_splits, kvh, split, BLOCK_S: tl.constexpr,
-                USE_ASM: tl.constexpr):
-    """Split `split` of KV head kvh's keys [start, end) (split_range, as attention_body deals
-    them), asked into L2 from the K and the V cache of one layer ([KVH, S, HD] each): one bulk
-    prefetch each (StreamConfig.attn_prefetch). A hint: the rows this step appends may arrive
-    after it, and attention_body reads them itself. Returns the bytes asked per cache."""
-    elt: tl.constexpr = k_ptr.dtype.element_ty.primitive_bitwidth // 8
-    k0, chunk = split_range(pos, T, window, n_splits, BLOCK_S)
-    start = k0 + split * chunk
-    n = tl.maximum(tl.minimum(start + chunk, pos + T) - start, 0) * HD * elt
-    if n > 0:
-        off = (kvh.to(tl.int64) * S + start) * HD
-        prefetch_l2_bulk(k_ptr + off, n, USE_ASM)
-        prefetch_l2_bulk(v_ptr + off, n, USE_ASM)
-    return n
-
-
-@triton.jit
 def task_prefetch(entry, has_next, wgu_ptr, FFN, D, RG: tl.constexpr, PF_KB: tl.constexpr,
                   USE_ASM: tl.constexpr):
     """An o_proj task's L2 prefetch before its wait (StreamConfig.l2_prefetch_kb): the first
@@ -288,7 +270,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
                MERGE_IN_ATTN: tl.constexpr, NORM_IN_QKV: tl.constexpr, SQ: tl.constexpr,
                SO: tl.constexpr, SG: tl.constexpr, SF: tl.constexpr, PF_KB: tl.constexpr = 0,
-               POLL1: tl.constexpr = 0, ATTN_PF: tl.constexpr = False):
+               POLL1: tl.constexpr = 0):
     """Model sizes D, FFN, H, HD are constexpr (one compile per model): a decode tile over whole
     rows then folds its chunk loop away and keeps the activation row in registers, which spares
     registers (bench/compile_check.py: 1B shape 255 registers with 48 B of spills when they were
@@ -323,9 +305,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     PF_KB (STREAM, config.StreamConfig.l2_prefetch_kb): > 0, an o_proj task followed by a
     gate|up task in its queue asks L2 for that task's first PF_KB KB of gate rows and of up rows
     (one bulk prefetch each, ptx_inline.prefetch_l2_bulk) before its dependency wait -- the
-    attention chain's, when HBM idles (residual_task).
-    ATTN_PF (config.StreamConfig.attn_prefetch): each ATTN task asks L2 for its split's keys and
-    values before its wait (kv_prefetch)."""
+    attention chain's, when HBM idles (residual_task)."""
     pid = tl.program_id(0)
     qlen = tl.load(qlen_ptr + pid)
     QKVN = (H + 2 * KVH) * HD
@@ -474,10 +454,6 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                 tl.store(peer(xtab_ptr, p, x_lmi, tl.int32) + at, pi)
             else:
                 win = tl.load(win_ptr + layer)  # attention's window: requested before the wait
-                if ATTN_PF:
-                    if op == OP_ATTN:
-                        kv_prefetch(kc_ptr + layer * KVH * S * HD, vc_ptr + layer * KVH * S * HD,
-                                    pos, T, S, HD, win, n_splits, a0, a1, BLOCK_S, USE_ASM)
                 run = ready(*wargs)
                 if run == 1:
                     if op == OP_EMBED:
