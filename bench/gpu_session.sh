@@ -2,7 +2,8 @@
 # One device-tool call that checks and measures everything GPU-side, shortest first; each stage is
 # time-boxed so a failure or a slow stage cannot eat the call. Outputs land in $OUT (or /tmp/out).
 #   device run:  bash bench/gpu_session.sh  [stages...]
-#   stages: tests kernels sweep bench trace tp variants first pdl ab exp gemvcfg wsprobe prefill attn
+#   stages: tests kernels models sweep bench trace tp variants first pdl ab exp gemvcfg wsprobe
+#           prefill attn
 #   (attn: bench/sweep_attention.py -- the attention's tiles on a long prompt's 2048-token pass
 #    vs torch SDPA, ATTN_SHAPES at 0 and 6144 keys before, ATTN_VARIANTS or the script's;
 #    config.prefill_attention_config)
@@ -18,7 +19,9 @@
 #    plain vs PTX vs merge-in-attn)
 #   (first: a fresh process's first token, from_pretrained of a 1B checkpoint: cold, then 3 warm)
 #   (tp: 2+ GPUs -- the all-reduce and tensor-parallel GPU tests, bench_all_reduce.py, bench_tp.py)
-#   (kernels: only the test files that compile kernels -- ops, megakernel, models, GPU-only)
+#   (kernels: the GPU-only test files and the megakernel's; models: the ops and model-family
+#    tests -- the test files that compile kernels, in two stages: together they took more than
+#    one call's 560 s box, 2026-12-03)
 #   (gemvcfg: bench_ops.py on the two large shapes short of 4 TB/s, with a persist+PDL row per
 #    StreamConfig of GEMV_CONFIGS -- tile elements / warps / max K / programs per SM)
 #   (wsprobe: bench/probe_ws_stream.py on PROBE_MODELS -- a step's GEMV chain with the
@@ -47,9 +50,11 @@ for s in $stages; do
     attn) timeout ${ATTN_TIMEOUT:-300} python3 bench/sweep_attention.py --shapes \
             ${ATTN_SHAPES:-1b,8b} ${ATTN_VARIANTS:+--variants $ATTN_VARIANTS} 2>&1 \
             | grep -v -i warn | tee "$OUT/sweep_attention.log" | tail -40 ;;
-    kernels) timeout ${KERNELS_TIMEOUT:-560} python3 -m pytest -q tests/test_gpu.py tests/test_ptx.py tests/test_all_reduce.py \
-             tests/test_megakernel.py tests/test_ops.py tests/test_models.py -p no:cacheprovider 2>&1 \
+    kernels) timeout ${KERNELS_TIMEOUT:-560} python3 -m pytest -q tests/test_gpu.py tests/test_ptx.py \
+             tests/test_all_reduce.py tests/test_megakernel.py -p no:cacheprovider 2>&1 \
              | tee "$OUT/pytest_kernels.log" | tail -15 ;;
+    models) timeout ${KERNELS_TIMEOUT:-560} python3 -m pytest -q tests/test_ops.py tests/test_models.py \
+             -p no:cacheprovider 2>&1 | tee "$OUT/pytest_models.log" | tail -15 ;;
     ab) for m in ${AB_MODELS:-1b 8b}; do
           for tree in ${AB_TREES:-ab_old .}; do (cd $tree && PYTHONPATH=. timeout ${AB_TIMEOUT:-150} python3 \
             bench/sweep_mega.py --model $m --new-tokens 160 --configs ${AB_CONFIGS:-16384/4/4096/2} \
