@@ -16,7 +16,7 @@ from .runtime import Runtime, Sampling
 # values check_hf_kwargs lets through (a value that would change the result raises instead)
 _HARMLESS = {"pad_token_id", "bos_token_id", "use_cache", "output_attentions",
              "output_hidden_states",
-             "num_beams", "num_return_sequences",
+             "num_beams",
              "token_type_ids", "tokenizer", "synced_gpus",
              # beam-search only, or about HF's own cache / compile: nothing here
              "length_penalty", "early_stopping", "low_memory", "cache_implementation",
@@ -36,8 +36,6 @@ def check_hf_kwargs(kwargs):
         return kwargs.get(name, default) not in (None, default)
     if set_to("num_beams", 1):
         raise ValueError("beam search is not supported (num_beams must be 1)")
-    if set_to("num_return_sequences", 1):
-        raise ValueError("num_return_sequences must be 1")
     for name in ("output_attentions", "output_hidden_states"):
         if kwargs.get(name):
             raise ValueError(f"{name}=True is not supported: generate() returns the token ids "
@@ -133,6 +131,23 @@ def run_generate(rt: Runtime, ids: torch.Tensor, *, max_new_tokens: int, samplin
         streamer.end()
     new = torch.tensor(out, dtype=torch.long, device=ids.device)
     return torch.cat([ids.long(), new])[None]
+
+
+def stack_sequences(seqs, pad_token_id, eos_token_id=None):
+    """num_return_sequences' runs [1, T_i] -> [N, max T_i], the shorter ones (stopped at EOS or
+    by a criterion) padded with pad_token_id, else (as HF does) the first EOS id."""
+    if pad_token_id is None and eos_token_id is not None:
+        first = eos_token_id.reshape(-1)[:1].tolist() if torch.is_tensor(eos_token_id) else \
+            [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)[:1]
+        pad_token_id = int(first[0]) if first else None
+    width = max(s.shape[1] for s in seqs)
+    if pad_token_id is None and any(s.shape[1] < width for s in seqs):
+        raise ValueError("num_return_sequences > 1: the sequences ended at different lengths and "
+                         "neither pad_token_id nor eos_token_id is set to pad them with")
+    out = seqs[0].new_full((len(seqs), width), pad_token_id if pad_token_id is not None else 0)
+    for i, s in enumerate(seqs):
+        out[i, :s.shape[1]] = s[0]
+    return out
 
 
 def _host_tokens(rt, max_new, sampling, eos, streamer):

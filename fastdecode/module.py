@@ -10,7 +10,7 @@ from torch import nn
 
 from . import _env
 from . import hf_processing
-from .generate import _eos_set, check_hf_kwargs, run_generate, validate_ids
+from .generate import _eos_set, check_hf_kwargs, run_generate, stack_sequences, validate_ids
 from .loading import generation_defaults, open_checkpoint, resolve_model_path
 from .packing import FLOAT_DTYPES, dict_getter, pack
 from .runtime import MODES, Runtime, Sampling
@@ -90,7 +90,9 @@ class FastModel(nn.Module):
         logits_processor / stopping_criteria: HF's lists (or any callables (input_ids, scores));
         their steps run one at a time with the host in the loop, as do HF's other processors
         (no_repeat_ngram_size, bad_words_ids, stop_strings with tokenizer=, ...: hf_processing).
-        Returns LongTensor [1, T + new]."""
+        num_return_sequences (sampling): that many independent samples of the prompt, one after
+        another (seed + i each when seed is given), padded as HF pads them (pad_token_id, else the
+        first EOS id). Returns LongTensor [num_return_sequences, T + new]."""
         if input_ids is None:
             input_ids = kwargs.pop("inputs", None)
         if input_ids is None:
@@ -104,6 +106,9 @@ class FastModel(nn.Module):
                         or getattr(gc, "return_dict_in_generate", None))
         record = {k: bool(kwargs.pop(k, None) or getattr(gc, k, None)) and out_dict
                   for k in ("output_scores", "output_logits")}
+        n_seq = kwargs.pop("num_return_sequences", None)
+        n_seq = int(n_seq if n_seq is not None else getattr(gc, "num_return_sequences", 1) or 1)
+        pad = pick(kwargs.get("pad_token_id"), "pad_token_id", None)
         check_hf_kwargs(kwargs)
         ids = validate_ids(input_ids, self.device, self.spec.vocab_size, attention_mask)
         if max_new_tokens is None:
@@ -138,8 +143,20 @@ class FastModel(nn.Module):
             sampling = Sampling(**procs)
         if any(record.values()):
             sampling = dataclasses.replace(sampling, record=True)
-        seq = run_generate(self.runtime, ids, max_new_tokens=int(max_new_tokens),
-                           sampling=sampling, eos_token_id=eos, streamer=streamer, seed=seed)
+        if n_seq != 1:
+            if n_seq < 1 or not sample:  # HF's rules: greedy decoding has one sequence
+                raise ValueError(f"num_return_sequences={n_seq}: more than one sequence needs "
+                                 f"do_sample=True (greedy decoding gives one; no beam search)")
+            if streamer is not None or any(record.values()):
+                raise ValueError("num_return_sequences > 1 with a streamer or output_scores / "
+                                 "output_logits is not supported (one sequence at a time)")
+            seq = stack_sequences([run_generate(
+                self.runtime, ids, max_new_tokens=int(max_new_tokens), sampling=sampling,
+                eos_token_id=eos, seed=None if seed is None else int(seed) + i)
+                for i in range(n_seq)], pad, eos)
+        else:
+            seq = run_generate(self.runtime, ids, max_new_tokens=int(max_new_tokens),
+                               sampling=sampling, eos_token_id=eos, streamer=streamer, seed=seed)
         if not out_dict:
             return seq
         # HF's output object: the sequences, and per new token [1, V] fp32 scores (processed)

@@ -52,6 +52,36 @@ def test_eos_stops(fm):
     assert torch.equal(out, full[:, :3 + first + 1])   # ends with the EOS token, like HF
 
 
+def test_num_return_sequences(fm):
+    """num_return_sequences (sampling): N independent samples of one prompt, row i the single
+    sample of seed + i, the rows that stopped at EOS padded to the longest with pad_token_id
+    (else the first EOS id, as HF); greedy, a streamer or recorded scores with N > 1 raise."""
+    ids = torch.tensor([[1, 2, 3]], device=DEVICE)
+    kw = dict(max_new_tokens=8, do_sample=True, temperature=3.0)
+    rows = [fm.generate(ids, seed=11 + i, eos_token_id=[], **kw) for i in range(4)]
+    out = fm.generate(ids, seed=11, eos_token_id=[], num_return_sequences=4, **kw)
+    assert out.shape == (4, 11) and torch.equal(out, torch.cat(rows))
+    assert len({tuple(r[0].tolist()) for r in rows}) > 1  # independent draws
+    # an EOS id that ends some rows early: each row is its single run, then padding
+    eos = int(rows[1][0, 5])
+    singles = [fm.generate(ids, seed=11 + i, eos_token_id=eos, **kw) for i in range(4)]
+    assert len({s.shape[1] for s in singles}) > 1
+    for pad, want_pad in ((None, eos), (99, 99)):
+        out = fm.generate(ids, seed=11, eos_token_id=eos, num_return_sequences=4,
+                          pad_token_id=pad, **kw)
+        assert out.shape == (4, max(s.shape[1] for s in singles))
+        for row, s in zip(out, singles):
+            n = s.shape[1]
+            assert torch.equal(row[:n], s[0]) and bool((row[n:] == want_pad).all())
+    with pytest.raises(ValueError, match="do_sample"):
+        fm.generate(ids, max_new_tokens=2, num_return_sequences=2)
+    with pytest.raises(ValueError, match="streamer"):
+        fm.generate(ids, num_return_sequences=2, streamer=object(), **kw)
+    with pytest.raises(ValueError, match="output_scores"):
+        fm.generate(ids, num_return_sequences=2, return_dict_in_generate=True,
+                    output_scores=True, **kw)
+
+
 def test_streamers(fm, model):
     from transformers import TextIteratorStreamer
 
