@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Callable
 
 import torch
@@ -191,6 +192,31 @@ def resolve_model_path(name: str) -> str:
                                     f"{pkg.replace('_', '-')}")
         return os.path.join(os.path.dirname(spec.origin), fn)
     if not os.path.exists(name):
-        raise FileNotFoundError(f"{name}: no such checkpoint folder or file (fastdecode loads local "
-                                f"checkpoints; names it knows: {sorted(SHIPPED)})")
+        if REPO_ID.fullmatch(name):
+            return hub_snapshot(name)
+        raise FileNotFoundError(f"{name}: no such checkpoint folder or file, nor a Hugging Face "
+                                f"Hub id (org/name); names it knows: {sorted(SHIPPED)}")
+    if os.path.isdir(name) and not os.path.isfile(os.path.join(name, "config.json")) and \
+            not any(f.endswith(".gguf") for f in os.listdir(name)):
+        raise FileNotFoundError(f"{name}: no config.json there (a checkpoint folder holds "
+                                f"config.json and its *.safetensors; a GGUF checkpoint is a file)")
     return name
+
+
+REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+# what a snapshot needs: the config, the weights (safetensors, sharded or not) and the tokenizer's
+# files (the CLI's and apps' text); never the .bin / .pth / .gguf copies many repos also carry
+HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken"]
+
+
+def hub_snapshot(repo_id: str) -> str:
+    """A Hugging Face Hub model id -> the folder of its snapshot in the local HF cache (download
+    what is missing, as transformers' from_pretrained does; offline, HF_HUB_OFFLINE=1 or no
+    network: the cached snapshot)."""
+    from huggingface_hub import snapshot_download
+    try:
+        return snapshot_download(repo_id, allow_patterns=HUB_FILES)
+    except Exception as e:  # not cached and unreachable, gated, no such repo
+        raise FileNotFoundError(f"{repo_id}: not a local checkpoint, and no snapshot of it could "
+                                f"be had from the Hugging Face Hub or its cache "
+                                f"({type(e).__name__}: {str(e).splitlines()[0][:200]})") from e

@@ -60,9 +60,35 @@ def test_missing_tensor_and_bad_dtype_raise():
         pack(spec, dict_getter(sd), device="cpu", dtype=torch.float32)
 
 
-def test_missing_checkpoint_raises():
-    with pytest.raises(FileNotFoundError):
+def test_missing_checkpoint_raises(tmp_path, monkeypatch):
+    with pytest.raises(FileNotFoundError, match="nor a Hugging Face Hub id"):
         fastdecode.from_pretrained("/nonexistent/model", device="cpu")
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        fastdecode.from_pretrained(str(tmp_path), device="cpu")
+    import huggingface_hub.constants as hub  # offline, an empty cache: nothing to be had
+    monkeypatch.setattr(hub, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(hub, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    with pytest.raises(FileNotFoundError, match="Hugging Face Hub or its cache"):
+        fastdecode.from_pretrained("no-org/no-model", device="cpu")
+
+
+def test_hub_id_loads_the_cached_snapshot(tmp_path, monkeypatch):
+    """An org/name that is no local path: the snapshot in the Hugging Face cache (offline here,
+    as transformers resolves a cached model without network), the same model as from_hf."""
+    model = tiny_model("qwen2")
+    repo = tmp_path / "hub" / "models--tiny-org--tiny-qwen2"
+    rev = "0123456789abcdef0123456789abcdef01234567"
+    model.save_pretrained(repo / "snapshots" / rev)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(rev)
+    import huggingface_hub.constants as hub
+    monkeypatch.setattr(hub, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(hub, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    fm = fastdecode.from_pretrained("tiny-org/tiny-qwen2", max_seq_len=32, device="cpu",
+                                    dtype=torch.float32, mode="torch")
+    ref = fastdecode.from_hf(model, max_seq_len=32, mode="torch")
+    ids = torch.tensor([[3, 1, 4, 1, 5]])
+    assert torch.equal(fm(ids), ref(ids))
 
 
 QWEN2_WINDOWED = dict(use_sliding_window=True, sliding_window=6, max_window_layers=1)
