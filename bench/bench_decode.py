@@ -119,8 +119,7 @@ def bench_model(key, args, bw):
 
     def hf_gen(n):
         with torch.no_grad():
-            model.generate(ids, max_new_tokens=n, min_new_tokens=n, **dict(dict(
-                do_sample=False), **gen))
+            model.generate(ids, max_new_tokens=n, min_new_tokens=n, **{"do_sample": False, **gen})
 
     for peer, mode in (("fastdecode", "ops"), ("mega", "mega")):
         if peer not in args.peers:

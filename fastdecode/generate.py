@@ -83,14 +83,19 @@ def validate_ids(input_ids, device, vocab_size, attention_mask=None, what="input
     return input_ids[0]
 
 
-def _eos_set(eos_token_id):
+def _eos_ids(eos_token_id) -> list:
+    """eos_token_id (None, an int, a list or a tensor) as a list of ints, in its order."""
     if eos_token_id is None:
-        return set()
+        return []
     if isinstance(eos_token_id, int):
-        return {eos_token_id}
+        return [eos_token_id]
     if torch.is_tensor(eos_token_id):
-        return set(int(x) for x in eos_token_id.reshape(-1).tolist())
-    return set(int(x) for x in eos_token_id)
+        return [int(x) for x in eos_token_id.reshape(-1).tolist()]
+    return [int(x) for x in eos_token_id]
+
+
+def _eos_set(eos_token_id):
+    return set(_eos_ids(eos_token_id))
 
 
 def run_generate(rt: Runtime, ids: torch.Tensor, *, max_new_tokens: int, sampling: Sampling,
@@ -136,10 +141,8 @@ def run_generate(rt: Runtime, ids: torch.Tensor, *, max_new_tokens: int, samplin
 def stack_sequences(seqs, pad_token_id, eos_token_id=None):
     """num_return_sequences' runs [1, T_i] -> [N, max T_i], the shorter ones (stopped at EOS or
     by a criterion) padded with pad_token_id, else (as HF does) the first EOS id."""
-    if pad_token_id is None and eos_token_id is not None:
-        first = eos_token_id.reshape(-1)[:1].tolist() if torch.is_tensor(eos_token_id) else \
-            [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)[:1]
-        pad_token_id = int(first[0]) if first else None
+    if pad_token_id is None:
+        pad_token_id = next(iter(_eos_ids(eos_token_id)), None)
     width = max(s.shape[1] for s in seqs)
     if pad_token_id is None and any(s.shape[1] < width for s in seqs):
         raise ValueError("num_return_sequences > 1: the sequences ended at different lengths and "

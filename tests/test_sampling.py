@@ -249,7 +249,7 @@ def test_hf_processors_match_hf_greedy(mode):
     ids = torch.randint(0, 61, (1, 6), generator=torch.Generator().manual_seed(9)).to(DEVICE)
     plain = fm.generate(ids, max_new_tokens=12, eos_token_id=[10])
     for kw in HF_ARGS:
-        kw = dict(dict(eos_token_id=[10]), **kw)
+        kw = {"eos_token_id": [10], **kw}
         out = fm.generate(ids, max_new_tokens=12, **kw)
         with torch.no_grad():
             ref = model.generate(ids, max_new_tokens=12, do_sample=False, pad_token_id=0, **kw)
