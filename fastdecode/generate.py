@@ -1,7 +1,10 @@
 """The decode loop: validation, sampling front end, streaming and stop conditions.
 
 The host never waits on the token it is about to feed back: a chunk of steps runs on the GPU while
-the host reads the previous chunk's tokens (pinned copy + event), streams them and checks EOS.
+the host reads the previous chunk's tokens (pinned copy + event), streams them and checks EOS --
+and the megakernel's watchdog word, copied beside them: reading the live word would wait for the
+chunk just queued, and the next launch would then go out only after it (the host's launch work,
+~0.3-0.5 ms, on the GPU's critical path once every chunk).
 """
 from __future__ import annotations
 
@@ -182,26 +185,30 @@ def _host_tokens(rt, max_new, sampling, eos, streamer):
 def _stream_tokens(rt, max_new, sampling, eos, streamer, chunk):
     pinned = rt.cuda
     buf = torch.empty(max_new, dtype=torch.int64, pin_memory=pinned)
+    # each chunk's copy of the watchdog word (Runtime.status_word), read with its tokens
+    words = torch.zeros(2 + max_new // max(1, chunk), dtype=torch.int64, pin_memory=pinned)
     out, done = [], 1   # step 0's token comes from the prefill
 
-    def enqueue(a, b):
+    def enqueue(a, b, k):
         buf[a:b].copy_(rt.tokens(a, b), non_blocking=pinned)
+        rt.status_word(words[k:k + 1])
         ev = torch.cuda.Event() if pinned else None
         if ev is not None:
             ev.record()
-        return a, b, ev
-    pending = enqueue(0, 1)
+        return a, b, k, ev
+    pending = enqueue(0, 1, 0)
     while pending is not None:
         nxt = None
         n = min(chunk, max_new - done)
+        a, b, k, ev = pending
         if n > 0:  # keep the GPU busy while the host reads the previous tokens
             rt.decode(n, sampling)
-            nxt = enqueue(done, done + n)
+            nxt = enqueue(done, done + n, k + 1)
             done += n
-        a, b, ev = pending
         if ev is not None:
             ev.synchronize()
-        rt.check_status()
+        if words[k]:  # that chunk's launch timed out: wait for the queued one, then raise
+            rt.check_status()
         for tok in buf[a:b].tolist():
             out.append(tok)
             if streamer is not None:

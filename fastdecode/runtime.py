@@ -782,6 +782,13 @@ class Runtime:
         self.state.n_pos += n_steps
         return sched, trace.cpu()
 
+    def status_word(self, dst: torch.Tensor):
+        """Queue a copy of the watchdog's abort word (0: no wait timed out) into dst (one int64,
+        pinned host memory on CUDA): read once the stream gets there, it says whether the
+        launches before it timed out without waiting for the ones queued after (check_status
+        reads the live word: a sync)."""
+        dst.copy_(self.state.status[:1], non_blocking=dst.is_pinned())
+
     def check_status(self):
         """Raise MegakernelTimeout if the last megakernel launch timed out (syncs)."""
         st = self.state

@@ -283,6 +283,23 @@ def test_forced_missing_producer_times_out():
         fm(torch.tensor([[1]], device=DEVICE))
 
 
+def test_generate_raises_a_decode_launch_timeout():
+    """generate() reads each chunk's watchdog word from a copy queued with its tokens (not the
+    live word: that would wait for the next chunk's launch): a decode launch that times out --
+    the prefill's T=3 schedule intact, the T=1 decode schedule missing a task -- still raises,
+    naming the counter, and leaves the counters reset."""
+    model = tiny_model("llama").to(DEVICE)
+    fm = fastdecode.from_hf(model, max_seq_len=48, mode="mega")
+    fm.runtime.n_programs = 1
+    fm.runtime.decode_chunk = 5  # the prefill's token, then launches of 5 steps
+    drop_encoded_task(fm.runtime, 1, "GATE_UP")
+    ids = torch.tensor([[5, 17, 33]], device=DEVICE)
+    with pytest.raises(fastdecode.MegakernelTimeout, match="gu"):
+        fm.generate(ids, max_new_tokens=12, eos_token_id=[])
+    assert int(fm.runtime.state.status[0]) == 0
+    assert all(int(c.abs().sum()) == 0 for c, _, _ in fm.runtime._counters.values())
+
+
 def test_trace_compare_per_program_waits():
     """trace.compare: per op and trace, the summed waits / work over the trace's programs, in
     opcode order, and each trace's span (first start to last end)."""
