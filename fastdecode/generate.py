@@ -97,6 +97,29 @@ def _eos_ids(eos_token_id) -> list:
     return [int(x) for x in eos_token_id]
 
 
+def new_token_count(max_new_tokens, max_length, gc, prompt_len: int, max_position: int) -> int:
+    """How many tokens generate() adds, as transformers decides it (_prepare_generated_length):
+    max_new_tokens (the argument, else the generation config's); else max_length (the argument,
+    else the config's; the prompt included) -- but a config max_length that is transformers' own
+    default (None in 5.x, 20 in 4.x: nobody set it) means 20 new tokens, as many as
+    max_position_embeddings leaves after the prompt."""
+    if max_new_tokens is None:
+        max_new_tokens = getattr(gc, "max_new_tokens", None)
+    if max_new_tokens is not None:
+        return int(max_new_tokens)
+    total = max_length if max_length is not None else getattr(gc, "max_length", None)
+    if max_length is None and total == _default_max_length(gc):
+        return max(0, min(prompt_len + 20, max_position) - prompt_len)
+    return max(0, int(total) - prompt_len)
+
+
+def _default_max_length(gc):
+    """GenerationConfig().max_length of gc's transformers version if gc is one of its configs;
+    else None (loading.generation_defaults' stand-in follows transformers 5)."""
+    cls = type(gc)
+    return cls().max_length if cls.__module__.startswith("transformers") else None
+
+
 def _eos_set(eos_token_id):
     return set(_eos_ids(eos_token_id))
 

@@ -54,7 +54,7 @@ def generation_defaults(config, path: str | None = None):
     """The generation settings generate() falls back on, as transformers' GenerationConfig
     (from_model_config, then generation_config.json over it) gives them, without importing
     transformers: the model's EOS / BOS / PAD, everything else unset (None: generate() then
-    uses max_length 20, greedy decoding, temperature 1, no top-k / top-p, as transformers 5)."""
+    adds 20 tokens, greedy, temperature 1, no top-k / top-p, as transformers 5)."""
     d = dict(max_length=None, max_new_tokens=None, do_sample=None, temperature=None, top_k=None,
              top_p=None, eos_token_id=getattr(config, "eos_token_id", None),
              bos_token_id=getattr(config, "bos_token_id", None),

@@ -10,7 +10,8 @@ from torch import nn
 
 from . import _env
 from . import hf_processing
-from .generate import _eos_set, check_hf_kwargs, run_generate, stack_sequences, validate_ids
+from .generate import (_eos_set, check_hf_kwargs, new_token_count, run_generate, stack_sequences,
+                       validate_ids)
 from .loading import generation_defaults, open_checkpoint, resolve_model_path
 from .packing import FLOAT_DTYPES, dict_getter, pack
 from .runtime import MODES, Runtime, Sampling
@@ -111,12 +112,9 @@ class FastModel(nn.Module):
         pad = pick(kwargs.get("pad_token_id"), "pad_token_id", None)
         check_hf_kwargs(kwargs)
         ids = validate_ids(input_ids, self.device, self.spec.vocab_size, attention_mask)
-        if max_new_tokens is None:
-            max_new_tokens = gc.max_new_tokens
-        if max_new_tokens is None:
-            total = max_length if max_length is not None else (gc.max_length or 20)
-            max_new_tokens = max(0, total - ids.shape[0])
-        if int(max_new_tokens) < 0:
+        max_new_tokens = new_token_count(max_new_tokens, max_length, gc, ids.shape[0],
+                                         self.spec.max_position)
+        if max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
         # HF's processors (greedy too): the penalty, no stop token before min_new_tokens (or
         # min_length, prompt included)

@@ -43,6 +43,26 @@ def test_generate_like_hf(fm, model):
     assert out.dtype == torch.long and torch.equal(out, ref)
 
 
+def test_generated_length_like_hf(fm, model):
+    """Without max_new_tokens, HF's length rule: a max_length (argument or generation config)
+    counts the prompt; none set means 20 new tokens, capped by max_position_embeddings."""
+    from transformers import GenerationConfig
+    ids = torch.tensor([[1, 2, 3]], device=DEVICE)
+    cases = [dict(), dict(max_length=7), dict(generation_config=GenerationConfig(max_length=9)),
+             dict(generation_config=GenerationConfig(max_new_tokens=4), max_length=30)]
+    for kw in cases:
+        with torch.no_grad():
+            ref = model.generate(ids, do_sample=False, eos_token_id=None, **kw)
+        out = fm.generate(ids, eos_token_id=[], **kw)
+        assert torch.equal(out, ref), kw
+    assert fm.generate(ids, eos_token_id=[]).shape[1] == 3 + 20
+    short = tiny_model("llama", max_position_embeddings=14).to(DEVICE)
+    with torch.no_grad():
+        ref = short.generate(ids, do_sample=False, eos_token_id=None)
+    out = fastdecode.from_hf(short, max_seq_len=48, mode="torch").generate(ids, eos_token_id=[])
+    assert out.shape[1] == 14 and torch.equal(out, ref)
+
+
 def test_eos_stops(fm):
     ids = torch.tensor([[1, 2, 3]], device=DEVICE)
     full = fm.generate(ids, max_new_tokens=9)
