@@ -129,16 +129,71 @@ _GGUF_LAYER = {
 }
 
 
-def gguf_getter(path: str, config) -> Getter:
-    """Dequantizes to fp32. llama.cpp stores llama's q/k rows permuted for its interleaved RoPE;
-    they are permuted back to HF's rotate_half layout."""
+# GGUF metadata key (after "<architecture>.") -> the HF config key transformers' GGUF loader
+# (transformers.integrations.ggml's mapping) gives it for llama / qwen2 / qwen3; plus the
+# head_dim llama.cpp writes as attention.key_length (transformers leaves Qwen3Config's default
+# 128 there, which every Qwen3 has)
+_GGUF_CONFIG = {
+    "context_length": "max_position_embeddings", "block_count": "num_hidden_layers",
+    "feed_forward_length": "intermediate_size", "embedding_length": "hidden_size",
+    "rope.freq_base": "rope_theta", "attention.head_count": "num_attention_heads",
+    "attention.head_count_kv": "num_key_value_heads",
+    "attention.layer_norm_rms_epsilon": "rms_norm_eps", "vocab_size": "vocab_size",
+    "attention.key_length": "head_dim",
+}
+_GGUF_TOKEN_IDS = {"bos_token_id": "bos_token_id", "eos_token_id": "eos_token_id",
+                   "unknown_token_id": "unk_token_id", "padding_token_id": "pad_token_id"}
+
+
+def _gguf_value(reader, key: str):
+    """A scalar or string metadata value of a GGUFReader, None if absent or an array."""
+    import gguf
+    f = reader.fields.get(key)
+    if f is None or not f.data or f.types[0] == gguf.GGUFValueType.ARRAY:
+        return None
+    part = f.parts[f.data[0]]
+    return bytes(part).decode() if f.types[0] == gguf.GGUFValueType.STRING else part[0].item()
+
+
+def gguf_config(reader) -> JsonConfig | None:
+    """The HF config of a llama / qwen2 / qwen3 GGUF from the reader that also reads its
+    weights (transformers' AutoConfig would parse the whole file again: seconds for a 49K-token
+    vocabulary). None where transformers derives more (a llama whose general.name is "mistral":
+    a MistralConfig there; per-layer values): load_config's AutoConfig then."""
+    arch = _gguf_value(reader, "general.architecture")
+    if arch not in ("llama", "qwen2", "qwen3") or _gguf_value(reader, "general.name") == "mistral":
+        return None
+    d = {"model_type": arch}
+    for key, name in _GGUF_CONFIG.items():
+        if f"{arch}.{key}" in reader.fields:
+            d[name] = _gguf_value(reader, f"{arch}.{key}")
+            if d[name] is None:  # an array (per-layer heads)
+                return None
+    if "head_dim" not in d and arch == "llama" and f"{arch}.rope.dimension_count" in reader.fields:
+        d["head_dim"] = _gguf_value(reader, f"{arch}.rope.dimension_count")
+    if "vocab_size" not in d and "tokenizer.ggml.tokens" in reader.fields:
+        d["vocab_size"] = len(reader.fields["tokenizer.ggml.tokens"].data)
+    for key, name in _GGUF_TOKEN_IDS.items():
+        if f"tokenizer.ggml.{key}" in reader.fields:
+            d[name] = _gguf_value(reader, f"tokenizer.ggml.{key}")
+    d["tie_word_embeddings"] = all(t.name != "output.weight" for t in reader.tensors)
+    return JsonConfig(d)
+
+
+def gguf_reader(path: str):
     try:
         import gguf
     except ImportError as e:  # pragma: no cover
-        raise ImportError("reading GGUF needs the `gguf` package: pip install 'fastdecode[demo]'") from e
-    reader = gguf.GGUFReader(path)
-    f = reader.fields["general.architecture"]
-    arch = bytes(f.parts[f.data[0]]).decode()
+        raise ImportError("reading GGUF needs the `gguf` package: "
+                          "pip install 'fastdecode[demo]'") from e
+    return gguf.GGUFReader(path)
+
+
+def gguf_getter(reader, config) -> Getter:
+    """Dequantizes to fp32. llama.cpp stores llama's q/k rows permuted for its interleaved RoPE;
+    they are permuted back to HF's rotate_half layout."""
+    import gguf
+    arch = _gguf_value(reader, "general.architecture")
     if arch not in ("llama", "qwen2", "qwen3"):
         raise UnsupportedModelError(f"GGUF architecture {arch!r} is not supported")
     tensors = {t.name: t for t in reader.tensors}
@@ -170,9 +225,11 @@ def gguf_getter(path: str, config) -> Getter:
 def open_checkpoint(path: str):
     """-> (config, getter, default_dtype or None) for a safetensors folder or a GGUF file."""
     folder, gguf_file = split_gguf_path(path)
+    if gguf_file is not None:  # one parse of the file for the config and the weights
+        reader = gguf_reader(os.path.join(folder, gguf_file))
+        config = gguf_config(reader) or load_config(folder, gguf_file)
+        return config, gguf_getter(reader, config), None
     config = load_config(folder, gguf_file)
-    if gguf_file is not None:
-        return config, gguf_getter(os.path.join(folder, gguf_file), config), None
     return config, safetensors_getter(folder), getattr(config, "torch_dtype", None) \
         or getattr(config, "dtype", None)
 

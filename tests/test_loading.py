@@ -122,3 +122,66 @@ def test_json_config_gives_the_autoconfig_spec(tmp_path, family, overrides):
     for name in ("max_length", "max_new_tokens", "do_sample", "temperature", "top_k", "top_p",
                  "eos_token_id"):
         assert getattr(ours, name) == getattr(hf, name), name
+
+
+def _write_gguf(path, arch, name, tied, head_dim=None, rope_dims=None):
+    """A GGUF as llama.cpp lays one out (metadata, a 50-token vocabulary, the embedding and,
+    untied, the output rows) -- the metadata the config comes from, no layers."""
+    import gguf
+    import numpy as np
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name(name)
+    w.add_context_length(256)
+    w.add_block_count(2)
+    w.add_embedding_length(64)
+    w.add_feed_forward_length(96)
+    w.add_head_count(4)
+    w.add_head_count_kv(2)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(1e6)
+    if head_dim:
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
+    if rope_dims:
+        w.add_rope_dimension_count(rope_dims)
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list([f"t{i}" for i in range(50)])
+    w.add_eos_token_id(7)
+    w.add_bos_token_id(3)
+    w.add_tensor("token_embd.weight", np.zeros((50, 64), np.float32))
+    if not tied:
+        w.add_tensor("output.weight", np.zeros((50, 64), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+@pytest.mark.parametrize("arch,tied,head_dim,rope_dims", [
+    ("qwen2", True, None, None), ("qwen3", False, 128, None), ("llama", False, None, 16),
+    ("llama", True, None, None)])
+def test_gguf_config_gives_the_autoconfig_spec(tmp_path, arch, tied, head_dim, rope_dims):
+    """The config read from the GGUF reader that also reads the weights (one parse of the file)
+    gives the ModelSpec and token ids transformers' AutoConfig gives for the same file."""
+    from transformers import AutoConfig
+    from fastdecode.loading import gguf_config, gguf_reader
+    _write_gguf(tmp_path / "m.gguf", arch, f"tiny {arch}", tied, head_dim, rope_dims)
+    ours = gguf_config(gguf_reader(str(tmp_path / "m.gguf")))
+    theirs = AutoConfig.from_pretrained(str(tmp_path), gguf_file="m.gguf")
+    assert ModelSpec.from_hf_config(ours) == ModelSpec.from_hf_config(theirs)
+    for key in ("eos_token_id", "bos_token_id", "vocab_size", "tie_word_embeddings"):
+        assert getattr(ours, key) == getattr(theirs, key), key
+
+
+def test_gguf_config_defers_to_autoconfig(tmp_path):
+    """A llama GGUF whose general.name is "mistral" is a MistralConfig in transformers (its
+    sliding-window default included): no config of ours; open_checkpoint then asks AutoConfig. A
+    Qwen3 GGUF's head_dim is its attention.key_length (transformers keeps Qwen3Config's default
+    128)."""
+    from fastdecode.loading import gguf_config, gguf_reader, open_checkpoint
+    _write_gguf(tmp_path / "m.gguf", "llama", "mistral", False)
+    assert gguf_config(gguf_reader(str(tmp_path / "m.gguf"))) is None
+    config, _, _ = open_checkpoint(str(tmp_path / "m.gguf"))
+    assert config.model_type == "mistral"
+    _write_gguf(tmp_path / "q.gguf", "qwen3", "tiny qwen3", False, head_dim=24)
+    assert gguf_config(gguf_reader(str(tmp_path / "q.gguf"))).head_dim == 24
