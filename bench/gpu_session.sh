@@ -114,7 +114,7 @@ for s in $stages; do
     bench) touch /tmp/bench_start  # only this run's CSV / PNG go back (the device tool caps files)
            FASTDECODE_COMMIT=$COMMIT timeout ${BENCH_TIMEOUT:-480} python3 bench/bench_decode.py \
              --models ${BENCH_MODELS:-1b,8b} --peers ${BENCH_PEERS:-fastdecode,mega,hf_eager,hf_compile} \
-             --first-call 2>&1 | grep -v -i "warn\|cudagraph" | tail -16
+             --first-call ${BENCH_ARGS:-} 2>&1 | grep -v -i "warn\|cudagraph" | tail -16
            cp bench/RESULTS.md "$OUT/"
            find bench/results -newer /tmp/bench_start -type f -exec cp {} "$OUT/" \; ;;
     variants) timeout ${PTX_TEST_TIMEOUT:-240} python3 -m pytest -q tests/test_ptx.py \
