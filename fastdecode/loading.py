@@ -171,8 +171,12 @@ def gguf_config(reader) -> JsonConfig | None:
                 return None
     if "head_dim" not in d and arch == "llama" and f"{arch}.rope.dimension_count" in reader.fields:
         d["head_dim"] = _gguf_value(reader, f"{arch}.rope.dimension_count")
-    if "vocab_size" not in d and "tokenizer.ggml.tokens" in reader.fields:
-        d["vocab_size"] = len(reader.fields["tokenizer.ggml.tokens"].data)
+    if "vocab_size" not in d:  # the embedding's rows (ggml shape: [d_model, vocab])
+        emb = [t for t in reader.tensors if t.name == "token_embd.weight"]
+        if emb:
+            d["vocab_size"] = int(emb[0].shape[1])
+        elif "tokenizer.ggml.tokens" in reader.fields:
+            d["vocab_size"] = len(reader.fields["tokenizer.ggml.tokens"].data)
     for key, name in _GGUF_TOKEN_IDS.items():
         if f"tokenizer.ggml.{key}" in reader.fields:
             d[name] = _gguf_value(reader, f"tokenizer.ggml.{key}")
