@@ -76,8 +76,12 @@ class FastModel(nn.Module):
         return self.runtime.position
 
     @torch.no_grad()
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        ids = validate_ids(input_ids, self.device, self.spec.vocab_size)
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+                ) -> torch.Tensor:
+        """Appends input_ids [1, T] to the KV cache; returns their fp32 logits [1, T, vocab].
+        attention_mask (a tokenizer's output: fm(**tok(text, return_tensors="pt"))) must be all
+        ones: one sequence needs no padding."""
+        ids = validate_ids(input_ids, self.device, self.spec.vocab_size, attention_mask)
         return self.runtime.forward(ids)[None]
 
     @torch.no_grad()

@@ -32,6 +32,10 @@ def test_forward_contract(fm, model):
     assert torch.allclose(b[0], ref, atol=1e-4, rtol=1e-4)
     fm.reset()
     assert fm.position == 0 and torch.equal(fm(ids), a)
+    fm.reset()  # a tokenizer's output as keywords, its mask all ones
+    assert torch.equal(fm(input_ids=ids, attention_mask=torch.ones_like(ids)), a)
+    with pytest.raises(ValueError, match="padding"):
+        fm(ids, attention_mask=torch.tensor([[0, 1, 1, 1]], device=DEVICE))
     assert fm.config is model.config and isinstance(fm, torch.nn.Module)
 
 
