@@ -13,7 +13,8 @@ import dataclasses
 import torch
 
 from .hf_processing import is_neutral
-from .runtime import Runtime, Sampling
+from .runtime import Runtime
+from .state import Sampling
 
 # generate() kwargs that HF accepts and that change nothing for batch-1 decoding here -- at the
 # values check_hf_kwargs lets through (a value that would change the result raises instead)

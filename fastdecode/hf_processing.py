@@ -4,7 +4,7 @@ processors and stopping criteria, on the host between each step's logits and its
 epsilon / eta sampling, stop strings, a time limit. With any of them the whole processing of a
 step is HF's list, built here in the order GenerationMixin._get_logits_processor builds it, so
 the scores are HF's bit for bit; greedy, temperature, top-k / top-p / min-p, repetition penalty and
-min_new_tokens alone keep fastdecode's device-side processing (runtime.Sampling.warp).
+min_new_tokens alone keep fastdecode's device-side processing (state.Sampling.warp).
 transformers is imported only when one of these arguments is used (a fresh notebook's first token
 does not pay for it).
 """

@@ -14,7 +14,8 @@ from .generate import (_eos_set, check_hf_kwargs, new_token_count, run_generate,
                        validate_ids)
 from .loading import generation_defaults, open_checkpoint, resolve_model_path
 from .packing import FLOAT_DTYPES, dict_getter, pack
-from .runtime import MODES, Runtime, Sampling
+from .runtime import MODES, Runtime
+from .state import Sampling
 from .spec import ModelSpec
 
 

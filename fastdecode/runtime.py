@@ -1,4 +1,5 @@
-"""DecodeState (KV cache, activations, device-side counters) and the decode step in each mode.
+"""The decode step in each mode, over a DecodeState (state.py: KV cache, activations, the
+device-side step state).
 
 Modes (the debugging ladder, DESIGN.md): `torch` runs reference.py ops on the packed weights (the
 oracle); `vm` runs the scheduled task stream with torch ops (optionally in a random legal
@@ -15,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import warnings
-from dataclasses import dataclass
 
 import torch
 import triton
@@ -27,18 +27,14 @@ from .errors import MegakernelTimeout
 from .opcodes import COST, TRACE_WORDS
 from .packing import PackedWeights
 from .spec import vocab_range
-from .triton_kernels.attention import split_plan
-from .triton_kernels.config import (attention_blocks, attention_config, merge_block, merge_splits,
+from .state import MAX_EOS, DecodeState, Sampling, SymmetricLayout
+from .triton_kernels.config import (attention_blocks, merge_block, merge_splits,
                                     prefill_attention_config, sm_count, stream_config)
-from .triton_kernels.lm_head import n_vocab_tiles
 from .triton_kernels.qkv_rope import qk_norm_slots
 from .triton_kernels._common import INTERPRET
-from .triton_kernels.megakernel import STATUS_WORDS, megakernel
+from .triton_kernels.megakernel import megakernel
 
 MODES = ("torch", "vm", "ops", "mega")
-
-
-MAX_EOS = 16  # EOS ids the megakernel checks in-kernel
 
 
 def _set_carveout(function: int, percent: int):
@@ -49,194 +45,6 @@ def _set_carveout(function: int, percent: int):
                                                         ctypes.c_int(percent))
     if rc != 0:
         raise RuntimeError(f"cuFuncSetAttribute(carveout {percent}) failed: CUresult {rc}")
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """How the next token is chosen, in Hugging Face's order: the stop tokens masked before
-    min_new_tokens and the repetition penalty on the raw logits (its processors: greedy or
-    sampled), the caller's logits processors, then, sampling, temperature, top_k, top_p and
-    min_p (its warpers). processors / criteria: HF LogitsProcessor / StoppingCriteria callables
-    (input_ids [1, L] with the prompt, scores [1, V] fp32): Python on the host between a step's
-    logits and its choice (Sampling.host)."""
-    do_sample: bool = False
-    temperature: float = 1.0
-    top_k: int | None = None
-    top_p: float | None = None
-    min_p: float | None = None
-    repetition_penalty: float = 1.0
-    min_new_tokens: int = 0  # the stop tokens (DecodeState.eos) cannot end the first ones
-    processors: tuple = ()
-    criteria: tuple = ()
-    record: bool = False  # keep each step's scores and raw logits (output_scores / _logits)
-
-    @property
-    def host(self) -> bool:
-        """Steps that hand the host their logits (caller's processors or stopping criteria, a
-        record): one at a time, the ops bodies up to the logits (a CUDA graph on a GPU), then
-        the caller's Python and the choice (_choose_ops); the megakernel's steps not used."""
-        return bool(self.processors or self.criteria or self.record)
-
-    @property
-    def penalized(self) -> bool:
-        return self.repetition_penalty != 1.0
-
-    @property
-    def filtered(self) -> bool:
-        """Whether a step needs its whole row of logits processed before the choice (by torch
-        ops on the device, graph-captured in ops mode): the task stream's fused lm_head choice
-        does greedy and temperature only, so the megakernel hands such steps to ops mode."""
-        return self.penalized or self.min_new_tokens > 0 or self.host or self.do_sample and (
-            (self.top_k or 0) > 0 or (self.top_p is not None and self.top_p < 1.0)
-            or (self.min_p or 0) > 0)
-
-    @property
-    def key(self):
-        f = self.filtered
-        return (self.do_sample, self.top_k if f else None, self.top_p if f else None,
-                self.min_p if f else None, self.repetition_penalty, self.min_new_tokens,
-                self.host)
-
-    def warp(self, last, temp, st):
-        """last [1, V] fp32 logits -> (processed logits, the temperature left to the choice, None
-        once the warpers applied it): the stop tokens at -inf while fewer than min_new_tokens
-        were chosen (st.step, on the device: no sync, graph-capturable), the penalty on the
-        tokens seen (st.seen), the caller's processors (on the host: they get the prompt and the
-        chosen tokens), then the warpers on last / temp (a device scalar or a float). Keeps the
-        raw and processed rows in st.raw / st.scores (output_logits / _scores, the criteria)."""
-        st.raw = last
-        if self.min_new_tokens > 0:
-            stop = torch.zeros_like(last).index_fill_(1, st.eos[:st.n_eos].long(), float("-inf"))
-            last = torch.where(st.step < self.min_new_tokens, last + stop, last)
-        if self.penalized:
-            last = R.repetition_penalty(last, st.seen, self.repetition_penalty)
-        if self.processors:
-            seq = st.sequence(int(st.step))
-            for p in self.processors:
-                last = p(seq, last)
-        if self.do_sample and self.filtered:
-            last, temp = R.filter_logits(last / temp, self.top_k, self.top_p, self.min_p), None
-        st.scores = last  # for the stopping criteria: HF passes them the processed scores
-        return last, temp
-
-
-class DecodeState:
-    """Buffers of one sequence. Activations hold up to max_chunk tokens per step."""
-
-    def __init__(self, pw: PackedWeights, max_seq_len: int, max_chunk: int,
-                 vocab_size: int | None = None):
-        s, dev, dt = pw.spec, pw.device, pw.dtype
-        V = vocab_size or s.vocab_size
-        self.max_seq_len, self.max_chunk = max_seq_len, max_chunk
-        kv_shape = (s.n_layers, s.n_kv_heads, max_seq_len, s.head_dim)
-        self.k_cache = torch.zeros(kv_shape, device=dev, dtype=dt)
-        self.v_cache = torch.zeros(kv_shape, device=dev, dtype=dt)
-        T = max_chunk
-        self.h = torch.zeros(T, s.d_model, device=dev, dtype=dt)
-        self.q = torch.zeros(T, s.n_heads, s.head_dim, device=dev, dtype=dt)
-        self.attn = torch.zeros(T, s.q_dim, device=dev, dtype=dt)
-        # q/k norm: the raw q and k rows of a decode step's QKV tiles (graph.Tiling.qk_defer)
-        self.qk_raw = torch.zeros(T if s.qk_norm else 1, s.n_heads + s.n_kv_heads, s.head_dim,
-                                  device=dev, dtype=torch.float32)
-        self.act = torch.zeros(T, s.ffn_dim, device=dev, dtype=dt)
-        block_s, _ = attention_config(s.head_dim, s.group, 1)
-        _, n_splits = split_plan(max_seq_len, s.n_kv_heads, block_s)
-        self.o_part = torch.zeros(n_splits, T, s.n_heads, s.head_dim, device=dev,
-                                  dtype=torch.float32)
-        self.lse = torch.zeros(n_splits, T, s.n_heads, device=dev, dtype=torch.float32)
-        self.logits = torch.zeros(T, V, device=dev, dtype=torch.float32)
-        # tensor parallelism (ops mode): a rank's lm_head rows and row-parallel partial sums
-        self.logits_shard = self.logits if V == s.vocab_size else torch.zeros(
-            T, s.vocab_size, device=dev, dtype=torch.float32)
-        self.part = torch.zeros(T, s.d_model, device=dev, dtype=torch.float32)
-        tiles = max(n_vocab_tiles(s.vocab_size, s.d_model, t, dev) * t for t in (1, T))
-        tiles = max(tiles, n_vocab_tiles(V, 0, 1, dev, block_n=1024))
-        self.pval = torch.zeros(tiles, device=dev, dtype=torch.float32)
-        self.pidx = torch.zeros(tiles, device=dev, dtype=torch.int32)
-        self.ids = torch.zeros(T, device=dev, dtype=torch.int32)
-        self.pos = torch.zeros(1, device=dev, dtype=torch.int32)
-        self.step = torch.zeros(1, device=dev, dtype=torch.int32)
-        self.seed = torch.zeros(1, device=dev, dtype=torch.int64)
-        self.temp = torch.ones(1, device=dev, dtype=torch.float32)
-        self.one = torch.ones(1, device=dev, dtype=torch.float32)
-        self.hist = torch.zeros(max_seq_len + 1, device=dev, dtype=torch.int64)
-        # the tokens of the sequence so far (prompt and chosen), for the repetition penalty
-        self.seen = torch.zeros(V, device=dev, dtype=torch.bool)
-        # generate()'s prompt (int64) and the last step's processed scores: the caller's logits
-        # processors and stopping criteria see them (Sampling.host)
-        self.prompt = self.hist[:0]
-        self.scores = self.raw = self.record = None
-        cos, sin = s.rope_table(max_seq_len)
-        self.cos, self.sin = cos.to(dev), sin.to(dev)
-        self.windows = torch.tensor(list(s.layer_windows), device=dev, dtype=torch.int32)
-        self.n_pos = 0  # host mirror of pos
-        # megakernel stop conditions and watchdog status (see triton_kernels/megakernel.py)
-        self.done = torch.zeros(1, device=dev, dtype=torch.int32)
-        self.eos = torch.zeros(MAX_EOS, device=dev, dtype=torch.int32)
-        self.n_eos, self.max_step = 0, 1 << 30
-        self.status = torch.zeros(STATUS_WORDS, device=dev, dtype=torch.int64)
-
-    def sequence(self, n: int) -> torch.Tensor:
-        """HF's input_ids [1, L]: generate()'s prompt and the first n chosen tokens."""
-        return torch.cat([self.prompt, self.hist[:n]])[None]
-
-
-class SymmetricLayout:
-    """Tensor parallelism, mode="mega": each rank's symmetric buffer (collectives.symmetric), in
-    4-byte words (triton_kernels/megakernel.py):
-        [0, red)     remote counters [TM + 1, n_remote, world] int32 (graph.REMOTE: xo and xdown
-                     of every layer, xlm), one set per schedule (a step of T tokens: set T;
-                     the short-context decode schedule: set 0), since each counts its own
-                     schedule's epochs
-        [red, lmv)   o / down partial sums fp32 [2, world, TM, d_model]
-        [lmv, lmi)   lm_head partial choices fp32 [TM, world * n_vparts]; [lmi, ready) their ids
-        [ready, ...) the host-side barrier's words [world] (ready())
-    n_vparts <= programs per rank: sized for this launch's programs."""
-
-    def __init__(self, spec, TM: int, n_programs: int, collectives):
-        W = collectives.world
-        self.n_remote, self.nvp, self.world = 2 * spec.n_layers + 1, n_programs, W
-        align = lambda n: -(-n // 64) * 64  # noqa: E731  (256-byte aligned regions)
-        self.red = align((TM + 1) * self.n_remote * W)
-        self.lmv = align(self.red + 2 * W * TM * spec.d_model)
-        self.lmi = align(self.lmv + TM * W * n_programs)
-        self.ready = align(self.lmi + TM * W * n_programs)
-        self.buf, self.table, self.peers = collectives.symmetric(self.ready + W)
-        self.rank, self.arrivals = collectives.rank, 0
-
-    def barrier(self, timeout_s: float):
-        """Every rank's host reaches this point (the n-th call on every rank) before any returns,
-        through the symmetric buffer: each rank writes n into word [ready + its rank] of every
-        rank's buffer, then polls its own. A rank missing after timeout_s -> MegakernelTimeout
-        naming it (dist.barrier would block until NCCL's watchdog, minutes later)."""
-        import time
-        self.arrivals += 1
-        n = self.arrivals
-        for p in self.peers:
-            p[self.ready + self.rank].fill_(n)
-        words = self.buf[self.ready:self.ready + self.world]
-        t0 = time.monotonic()
-        while True:
-            if self.buf.is_cuda:
-                torch.cuda.synchronize(self.buf.device)
-            seen = words.tolist()
-            if min(seen) >= n:
-                return
-            if time.monotonic() - t0 > timeout_s:
-                late = [r for r, v in enumerate(seen) if v < n]
-                raise MegakernelTimeout(
-                    f"tensor parallelism: rank {self.rank} waited {timeout_s:.0f} s for rank(s) "
-                    f"{late} to reach launch {n} of the megakernel; they never did")
-            time.sleep(1e-3)
-
-    def counters(self, sched) -> int:
-        """The word offset of this schedule's remote counters."""
-        g = sched.graph
-        if g.n_remote > self.n_remote or g.n_vparts > self.nvp:
-            raise RuntimeError(f"symmetric buffer sized for {self.n_remote} remote counters and "
-                               f"{self.nvp} lm_head parts; the schedule has {g.n_remote} and "
-                               f"{g.n_vparts}")
-        return (0 if g.tiling.attn_in_qkv else g.tiling.T) * self.n_remote * self.world
 
 
 class SingleRank:

@@ -21,7 +21,7 @@ Tensor parallelism (WORLD > 1, one launch per rank, graph.py): remote counters (
 opcodes.py) live in every rank's symmetric buffer (xtab: each rank's address of it, in 4-byte
 words: [remote counters x WORLD, one set per schedule (each counts its own epochs) | o and down
 partial sums fp32 [2, WORLD, TM, D] at x_red | lm_head partial choices [TM, WORLD * n_vparts]
-at x_lmv (fp32) and x_lmi (int32)]; runtime.SymmetricLayout). O and DOWN
+at x_lmv (fp32) and x_lmi (int32)]; state.SymmetricLayout). O and DOWN
 tasks write their fp32 partial sums into their own rank's row of the buffer and push them to every
 rank (all_reduce.push_rows), then release the remote counter on every rank (system scope); REDUCE
 waits for every rank's word of it (acquire, system scope) and adds the partials in rank order
