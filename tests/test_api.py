@@ -47,6 +47,7 @@ def test_generate_like_hf(fm, model):
     assert out.dtype == torch.long and torch.equal(out, ref)
 
 
+@pytest.mark.filterwarnings("ignore:Using the model-agnostic default `max_length`")
 def test_generated_length_like_hf(fm, model):
     """Without max_new_tokens, HF's length rule: a max_length (argument or generation config)
     counts the prompt; none set means 20 new tokens, capped by max_position_embeddings."""

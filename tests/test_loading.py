@@ -29,6 +29,24 @@ def test_safetensors_folder_matches_from_hf(tmp_path, family, shard):
     assert torch.equal(fm(ids), ref(ids))
 
 
+def test_dtype_by_name(tmp_path):
+    """from_pretrained's dtype as transformers takes it: a torch dtype, its name, or "auto" (the
+    checkpoint's, float32 on a CPU); anything else raises before the checkpoint is read."""
+    model = tiny_model("qwen2")
+    model.save_pretrained(tmp_path)
+    kw = dict(max_seq_len=16, device="cpu", mode="torch")
+    ids = torch.tensor([[3, 1, 4, 1, 5]])
+    want = fastdecode.from_pretrained(str(tmp_path), dtype=torch.float32, **kw)(ids)
+    for name in ("float32", "auto"):
+        fm = fastdecode.from_pretrained(str(tmp_path), dtype=name, **kw)
+        assert fm.weights.dtype == torch.float32 and torch.equal(fm(ids), want)
+    assert fastdecode.from_pretrained(str(tmp_path), dtype="bfloat16", **kw).weights.dtype == \
+        torch.bfloat16
+    for bad in ("int8", "float64", torch.int8):
+        with pytest.raises(TypeError, match="dtype must be one of"):
+            fastdecode.from_pretrained(str(tmp_path / "nowhere"), dtype=bad, **kw)
+
+
 def test_packing_round_trip():
     model = tiny_model("qwen2")
     sd = model.state_dict()
