@@ -141,6 +141,7 @@ _GGUF_CONFIG = {
     "attention.layer_norm_rms_epsilon": "rms_norm_eps", "vocab_size": "vocab_size",
     "attention.key_length": "head_dim",
 }
+GGUF_ARCHS = ("llama", "qwen2", "qwen3")  # the llama.cpp architectures gguf_getter reads
 _GGUF_TOKEN_IDS = {"bos_token_id": "bos_token_id", "eos_token_id": "eos_token_id",
                    "unknown_token_id": "unk_token_id", "padding_token_id": "pad_token_id"}
 
@@ -161,7 +162,7 @@ def gguf_config(reader) -> JsonConfig | None:
     vocabulary). None where transformers derives more (a llama whose general.name is "mistral":
     a MistralConfig there; per-layer values): load_config's AutoConfig then."""
     arch = _gguf_value(reader, "general.architecture")
-    if arch not in ("llama", "qwen2", "qwen3") or _gguf_value(reader, "general.name") == "mistral":
+    if arch not in GGUF_ARCHS or _gguf_value(reader, "general.name") == "mistral":
         return None
     d = {"model_type": arch}
     for key, name in _GGUF_CONFIG.items():
@@ -198,7 +199,7 @@ def gguf_getter(reader, config) -> Getter:
     they are permuted back to HF's rotate_half layout."""
     import gguf
     arch = _gguf_value(reader, "general.architecture")
-    if arch not in ("llama", "qwen2", "qwen3"):
+    if arch not in GGUF_ARCHS:
         raise UnsupportedModelError(f"GGUF architecture {arch!r} is not supported")
     tensors = {t.name: t for t in reader.tensors}
     n_heads = config.num_attention_heads
