@@ -202,6 +202,22 @@ class StreamConfig:
     # default first and last): 1B rule 1156.1 / 1133.9, 64 keys 1152.4, 32 keys 1131.9; 8B rule
     # 250.6 / 249.7, 32 keys 249.9 (the split-KV path past 192 keys; tokens agree), 64 keys 250.9
     # -- the 1B's 32-key gain is within its run-to-run spread; the rule stays, it costs nothing.
+    # Again (H200, 2026-12-03, dfb5db7): trace_step --prompt-len 160 puts the 1B chain's
+    # attention at 4.77 us a layer at 163 keys (2.29 at 35: ~0.6 us per 32-key block, with the
+    # HBM idle), and one program's attention alone (an ad-hoc probe: 400 dependent calls of
+    # attention_body as the QKV_ATTN completer runs it, K / V cold; us a call at 35 / 163 / 288
+    # keys) takes 2.44 / 4.79 / 6.56 with 32-key blocks, 2.01 / 3.46 / 4.85 with 64 (163 keys:
+    # 32 x 5 stages 4.76, 64 x 2 stages 4.50, 128 x 3 3.48, 256 x 2 3.29) -- each iteration
+    # costs ~0.55 us whatever its keys, the same inside the megakernel as alone. Yet in the
+    # megakernel (sweep_mega 256 tokens, each twice in one run) 64-key blocks ran the 1B at
+    # 1215.7 / 1215.4 vs 1264.4 / 1264.3 tok/s, 64 keys at 2 stages (one slot: the default's
+    # shared memory) 1243.3, 32 keys at 2 stages (11 KB a program) 1209.8, the default at a 44%
+    # carveout 1261.3 vs 1266.9 / 1258.0: the faster attention does not carry into the step.
+    # Measured and removed the same day: each iteration's keys split over the warps (a batched
+    # tl.dot [4 runs, 16 rows, 16 keys] with the runs over the warps, each warp's max, sum and P
+    # in its registers, the runs merged after the loop; 2 barriers a 64-key iteration against
+    # 11 a 32-key one, compile_check) -- probe 3.62 / 4.81 / 5.96 us, trace 5.74 us at 163 keys,
+    # 1B 1238.6 / 1238.3 tok/s against 1271.2 / 1266.8 (spills 60 -> 124 B).
     # The loop's pipeline depth, measured and removed (2026-12-01, 2f7d09b, sweep_mega 256
     # tokens, default first and last; Triton's num_stages 3 by default): Qwen3-8B 4 stages
     # 243.6, 32 keys x 6 stages 242.9 vs 243.1 / 241.5; 1B 4 stages 1137.7, 8 stages 1029.2 vs
