@@ -226,14 +226,29 @@ def main():
                     f.write(k.asm[ext])
 
 
+def code_bytes(cubin: bytes) -> int:
+    """Machine code in a cubin: the sizes of its .text.* sections (ELF64 section headers).
+    The megakernel's whole step is one loop body, so this bounds what each step fetches through
+    the SM's instruction caches (bench/RESULTS.md session 29)."""
+    import struct
+    shoff, = struct.unpack_from("<Q", cubin, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
+    sec = [struct.unpack_from("<IIQQQQ", cubin, shoff + i * shentsize) for i in range(shnum)]
+    names_at = sec[shstrndx][4]
+    def name(off):
+        return cubin[names_at + off:cubin.index(b"\0", names_at + off)].decode()
+    return sum(s[5] for s in sec if name(s[0]).startswith(".text."))
+
+
 def kernel_report(k, secs):
     """registers / spills, shared memory, the loads Triton's pipeliner made cp.async copies to
     shared memory (StreamConfig.stages), the layout conversions in its TTGIR (each may go through
-    shared memory and a barrier), compile time; ', PDL' if launched with launch_pdl."""
+    shared memory and a barrier), machine code, compile time; ', PDL' if launched with
+    launch_pdl."""
     piped = k.asm["ttgir"].count("ttg.async_copy_global_to_local")
     conv = k.asm["ttgir"].count("ttg.convert_layout")
     return (f"{ptxas_report(k.asm['ptx'])}, smem {k.metadata.shared} B, {piped} pipelined loads, "
-            f"{conv} layout conversions"
+            f"{conv} layout conversions, code {code_bytes(k.asm['cubin']) / 1024:.1f} KB"
             f"  compiled in {secs:5.1f} s" + (", PDL" if k.metadata.launch_pdl else ""))
 
 

@@ -3,7 +3,7 @@
 # time-boxed so a failure or a slow stage cannot eat the call. Outputs land in $OUT (or /tmp/out).
 #   device run:  bash bench/gpu_session.sh  [stages...]
 #   stages: tests kernels models sweep bench trace tp variants first pdl ab exp gemvcfg wsprobe
-#           prefill attn
+#           prefill attn ncu
 #   (attn: bench/sweep_attention.py -- the attention's tiles on a long prompt's 2048-token pass
 #    vs torch SDPA, ATTN_SHAPES at 0 and 6144 keys before, ATTN_VARIANTS or the script's;
 #    config.prefill_attention_config)
@@ -28,6 +28,11 @@
 #    megakernel's grid-wide waits, weights streamed by a warp-specialized TMA loader into a
 #    shared-memory ring of 1-6 slots, against the read roofline, with and without the waits;
 #    then issue 4's four large GEMV shapes alone through the same loader, cold L2)
+#   (ncu: one megakernel launch of 16 decode steps under Nsight Compute per NCU_CONFIGS entry
+#    (bench/ncu_mega.py; default: the 1B's table config, then its 64-key attention blocks) --
+#    duration, DRAM throughput, carveout and the warp stall reasons, "no instruction" (the
+#    instruction cache) among them: bench/RESULTS.md session 29's question, why a faster
+#    attention tile slows the step)
 #   (exp: default-off StreamConfig variants, each against the default in one sweep_mega run --
 #    EXP_PARTS of: opelems (StreamConfig.op_elems per model), carve (StreamConfig.carveout),
 #    l2pf (l2_prefetch_kb), keys (attn_in_qkv_keys 288 vs the rule's 192 on the 8B shapes over
@@ -141,6 +146,14 @@ for s in $stages; do
              save_checkpoint; save_checkpoint('1b', '/tmp/ckpt_1b')" 2>&1 | grep -v -i warn | tail -2
            for i in 0 1 2 3; do TRITON_CACHE_DIR=/tmp/first_cache timeout 60 python3 \
              bench/first_call.py /tmp/ckpt_1b ${FIRST_MODE:-mega} 2>&1 | grep FIRST; done ;;
+    ncu) for c in ${NCU_CONFIGS:-16384/4/4096/2 16384/4/4096/2/attn_block_s=64}; do
+           echo "== $c"; timeout ${NCU_TIMEOUT:-200} ncu --clock-control none \
+             --profile-from-start off -k regex:megakernel --launch-count 1 \
+             --section SpeedOfLight --section LaunchStats --section WarpStateStats \
+             --section InstructionStats --print-details all \
+             python3 bench/ncu_mega.py --model ${NCU_MODEL:-1b} --config $c 2>&1 \
+             | grep -i "duration\|dram throughput\|shared memory config\|stall\|warp cycles\|ipc" \
+             | tee -a "$OUT/ncu.log" | head -40; done ;;
     trace) for m in ${TRACE_MODELS:-1b}; do timeout 150 python3 bench/trace_step.py --model $m \
              ${TRACE_ARGS:-} 2>&1 | grep -v -i warn | tail -40; done ;;
     tp) timeout ${TP_TEST_TIMEOUT:-240} python3 -m pytest -q tests/test_all_reduce.py tests/test_tp.py \
