@@ -230,6 +230,12 @@ class StreamConfig:
     # blocks), 777.6 (16) vs 1212.3 / 1204.1 tok/s; 8B 216.0 (16) vs 252.3 / 249.7
     # (compile_check: 9 more layout conversions, half the pipelined loads, spills 44 -> 64 B).
     attn_block_s: int | None = None
+    # decode: the attention loop's softmax denominators kept per (row, key lane) and reduced once
+    # after the loop (attention_body SUM_LATE): one cross-warp reduction fewer per key block.
+    # The chain's attention costs ~0.55 us per block at any block size (probe and trace above),
+    # its cross-warp max and sum and P's trip through shared memory. Off until measured: queued
+    # (bench/RESULTS.md session 29).
+    attn_sum_late: bool = False
     # decode: elements per weight piece of the (QKV, o_proj, gate|up, down) tasks; None:
     # tile_elems for all (the lm_head always streams tile_elems). Warps and programs per SM are
     # one per megakernel launch, a piece's elements are not: ops mode's per-shape sweep
