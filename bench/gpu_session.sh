@@ -35,10 +35,9 @@
 #    attention tile slows the step)
 #   (exp: default-off StreamConfig variants, each against the default in one sweep_mega run --
 #    EXP_PARTS of: opelems (StreamConfig.op_elems per model), carve (StreamConfig.carveout),
-#    l2pf (l2_prefetch_kb), sumlate (attn_sum_late), keys (attn_in_qkv_keys 288 vs the rule's
-#    192 on the 8B shapes over 256 tokens), ablock (the decode attention's key block,
-#    attn_block_s: the rule against 32 and 64 over 256 tokens, the 8B's steps past 192 keys on
-#    the split-KV path))
+#    l2pf (l2_prefetch_kb), keys (attn_in_qkv_keys 288 vs the rule's 192 on the 8B shapes over
+#    256 tokens), ablock (the decode attention's key block, attn_block_s: the
+#    rule against 32 and 64 over 256 tokens, the 8B's steps past 192 keys on the split-KV path))
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=. NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -77,10 +76,6 @@ for s in $stages; do
            # bench's 256 tokens reach 288 keys, past the rule's 192 at head_dim 128
            keys) for m in qwen3-8b 8b; do
                    NEW=256 sw $m $K/-1/3333,$K/288/3333,$K/-1/3333,$K/288/3333; done ;;
-           # the attention loop's softmax sums reduced after the loop (attn_sum_late), each
-           # twice, interleaved (RESULTS.md session 29: ~0.55 us per key block on the chain)
-           sumlate) for m in 1b 8b; do NEW=256 sw $m \
-                      $B,$B/attn_sum_late=1,$B,$B/attn_sum_late=1; done ;;
            ablock) for m in 1b 8b qwen3-8b; do NEW=256 sw $m \
                      $B,$B/attn_block_s=32,$B/attn_block_s=64,$B,$B/attn_block_s=32,$B/attn_block_s=64
                    done ;;

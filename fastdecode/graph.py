@@ -90,7 +90,6 @@ class Tiling:
     l2_prefetch_kb: int = 0       # decode: o_proj tasks' bulk L2 prefetch (StreamConfig)
     one_poller: bool = False      # decode: waits polled by one thread (StreamConfig)
     abort_every: int = 1          # decode, one_poller: polls per read of the abort word
-    attn_sum_late: bool = False   # decode: softmax sums reduced after the key loop (StreamConfig)
 
     def n_t(self, block=None):
         return triton.cdiv(self.T, block or self.block_t)
@@ -157,8 +156,7 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
                   stages=st.op_stages(spec.d_model) if st is not None else (1, 1, 1, 1),
                   l2_prefetch_kb=st.l2_prefetch_kb if st is not None else 0,
                   one_poller=st is not None and st.one_poller,
-                  abort_every=st.abort_every if st is not None else 1,
-                  attn_sum_late=st is not None and st.attn_sum_late)
+                  abort_every=st.abort_every if st is not None else 1)
 
 
 REMOTE = ("xo", "xdown", "xlm")  # counter keys signalled across ranks (tensor parallelism)

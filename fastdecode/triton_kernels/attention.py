@@ -50,14 +50,10 @@ def attention_body(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos, T, TM, S, H, HD, wi
                    n_splits, kvh, split, pid_t,
                    GROUP: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_TOK: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
-                   F32: tl.constexpr, DIRECT: tl.constexpr, SUM_LATE: tl.constexpr = False):
+                   F32: tl.constexpr, DIRECT: tl.constexpr):
     """One (KV head, split, token block) program of phase 1 (module docstring): split `split` of
     n_splits (split_range). DIRECT (n_splits 1): o_ptr is the attention output [T, H * HD] in
-    its dtype, written final -- no lse, no merge. SUM_LATE: the softmax denominators kept as
-    [BLOCK_M, BLOCK_S] running sums (rescaled like acc) and reduced over the keys once after
-    the loop instead of every iteration -- at decode's 16 rows the score tile's keys lie across
-    the warps, so each per-iteration row sum is a cross-warp reduction through shared memory (3
-    of the ~10 barriers of a key block on sm_90a; config.StreamConfig.attn_sum_late)."""
+    its dtype, written final -- no lse, no merge."""
     offs_m = tl.arange(0, BLOCK_M)
     tloc = offs_m // BLOCK_G
     g = offs_m % BLOCK_G
@@ -78,7 +74,6 @@ def attention_body(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos, T, TM, S, H, HD, wi
         start = tl.maximum(start, pos + pid_t * BLOCK_TOK - window + 1)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    l_acc = tl.zeros([BLOCK_M, BLOCK_S], dtype=tl.float32)  # SUM_LATE's
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     kv_base = kvh.to(tl.int64) * S * HD
     for s0 in range(start, end, BLOCK_S):
@@ -97,14 +92,9 @@ def attention_body(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos, T, TM, S, H, HD, wi
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
         p = tl.exp(sc - m_use[:, None])
         alpha = tl.exp(m_i - m_use)
-        if SUM_LATE:
-            l_acc = l_acc * alpha[:, None] + p
-        else:
-            l_i = l_i * alpha + tl.sum(p, axis=1)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
         acc = acc * alpha[:, None] + mm_tile(p.to(v.dtype), v, F32)
         m_i = m_new
-    if SUM_LATE:
-        l_i = tl.sum(l_acc, axis=1)
     has = l_i > 0
     out = acc / tl.where(has, l_i, 1.0)[:, None]
     lse = tl.where(has, m_i + tl.log(tl.where(has, l_i, 1.0)), float("-inf"))

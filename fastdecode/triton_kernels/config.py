@@ -217,7 +217,12 @@ class StreamConfig:
     # tl.dot [4 runs, 16 rows, 16 keys] with the runs over the warps, each warp's max, sum and P
     # in its registers, the runs merged after the loop; 2 barriers a 64-key iteration against
     # 11 a 32-key one, compile_check) -- probe 3.62 / 4.81 / 5.96 us, trace 5.74 us at 163 keys,
-    # 1B 1238.6 / 1238.3 tok/s against 1271.2 / 1266.8 (spills 60 -> 124 B).
+    # 1B 1238.6 / 1238.3 tok/s against 1271.2 / 1266.8 (spills 60 -> 124 B). And (3f55adc,
+    # reverted): the softmax denominators kept per (row, key lane) and reduced once after the
+    # loop -- one cross-warp reduction fewer per block (9 barriers a block instead of 12, code
+    # size unchanged at 128.1 KB, spills 56 B) -- 1B 1229.3 / 1228.3 vs 1260.6 / 1255.0 tok/s.
+    # Three attention loops that are faster alone or leaner in their SASS each made the 1B's step
+    # slower: what else the attention code changes is not known (RESULTS.md session 29).
     # The loop's pipeline depth, measured and removed (2026-12-01, 2f7d09b, sweep_mega 256
     # tokens, default first and last; Triton's num_stages 3 by default): Qwen3-8B 4 stages
     # 243.6, 32 keys x 6 stages 242.9 vs 243.1 / 241.5; 1B 4 stages 1137.7, 8 stages 1029.2 vs
@@ -230,12 +235,6 @@ class StreamConfig:
     # blocks), 777.6 (16) vs 1212.3 / 1204.1 tok/s; 8B 216.0 (16) vs 252.3 / 249.7
     # (compile_check: 9 more layout conversions, half the pipelined loads, spills 44 -> 64 B).
     attn_block_s: int | None = None
-    # decode: the attention loop's softmax denominators kept per (row, key lane) and reduced once
-    # after the loop (attention_body SUM_LATE): one cross-warp reduction fewer per key block.
-    # The chain's attention costs ~0.55 us per block at any block size (probe and trace above),
-    # its cross-warp max and sum and P's trip through shared memory. Off until measured: queued
-    # (bench/RESULTS.md session 29).
-    attn_sum_late: bool = False
     # decode: elements per weight piece of the (QKV, o_proj, gate|up, down) tasks; None:
     # tile_elems for all (the lm_head always streams tile_elems). Warps and programs per SM are
     # one per megakernel launch, a piece's elements are not: ops mode's per-shape sweep

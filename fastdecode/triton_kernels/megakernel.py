@@ -270,7 +270,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
                MERGE_IN_ATTN: tl.constexpr, NORM_IN_QKV: tl.constexpr, SQ: tl.constexpr,
                SO: tl.constexpr, SG: tl.constexpr, SF: tl.constexpr, PF_KB: tl.constexpr = 0,
-               POLL1: tl.constexpr = 0, SUM_LATE: tl.constexpr = False):
+               POLL1: tl.constexpr = 0):
     """Model sizes D, FFN, H, HD are constexpr (one compile per model): a decode tile over whole
     rows then folds its chunk loop away and keeps the activation row in registers, which spares
     registers (bench/compile_check.py: 1B shape 255 registers with 48 B of spills when they were
@@ -305,9 +305,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     PF_KB (STREAM, config.StreamConfig.l2_prefetch_kb): > 0, an o_proj task followed by a
     gate|up task in its queue asks L2 for that task's first PF_KB KB of gate rows and of up rows
     (one bulk prefetch each, ptx_inline.prefetch_l2_bulk) before its dependency wait -- the
-    attention chain's, when HBM idles (residual_task).
-    SUM_LATE (config.StreamConfig.attn_sum_late): the attention loops reduce their softmax
-    denominators once after the loop (attention_body SUM_LATE)."""
+    attention chain's, when HBM idles (residual_task)."""
     pid = tl.program_id(0)
     qlen = tl.load(qlen_ptr + pid)
     QKVN = (H + 2 * KVH) * HD
@@ -394,8 +392,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                                    lse_ptr, pos, T, TM, S, H, HD,
                                                    win, scale, 1,
                                                    a0, 0, tb, GROUP, BLOCK_G, BLOCK_TOK,
-                                                   BLOCK_M, BLOCK_S, BLOCK_D, F32, True,
-                                                   SUM_LATE)
+                                                   BLOCK_M, BLOCK_S, BLOCK_D, F32, True)
                                 if TRACE:
                                     tl.store(tr + 7, globaltimer_ns(op, clock_ptr, USE_ASM))
             elif op == OP_O:
@@ -468,7 +465,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                        vc_ptr + layer * KVH * S * HD, opart_ptr, lse_ptr, pos,
                                        T, TM, S, H, HD, win, scale, n_splits,
                                        a0, a1, a2, GROUP, BLOCK_G, BLOCK_TOK, BLOCK_M, BLOCK_S,
-                                       BLOCK_D, F32, False, SUM_LATE)
+                                       BLOCK_D, F32, False)
                         if MERGE_IN_ATTN:  # the group's last split to finish merges it
                             tl.debug_barrier()  # this split's partials stored before its ticket
                             tkt = tl.atomic_add(ctr_ptr + tkt_base + layer * KVH + a0, 1,
