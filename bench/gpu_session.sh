@@ -37,7 +37,8 @@
 #    EXP_PARTS of: opelems (StreamConfig.op_elems per model), carve (StreamConfig.carveout),
 #    l2pf (l2_prefetch_kb), keys (attn_in_qkv_keys 288 vs the rule's 192 on the 8B shapes over
 #    256 tokens), ablock (the decode attention's key block, attn_block_s: the
-#    rule against 32 and 64 over 256 tokens, the 8B's steps past 192 keys on the split-KV path))
+#    rule against 32 and 64 over 256 tokens, the 8B's steps past 192 keys on the split-KV path),
+#    kvpf (StreamConfig.kv_prefetch on KVPF_MODELS, default the 1B, over 256 tokens))
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=. NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -76,6 +77,9 @@ for s in $stages; do
            # bench's 256 tokens reach 288 keys, past the rule's 192 at head_dim 128
            keys) for m in qwen3-8b 8b; do
                    NEW=256 sw $m $K/-1/3333,$K/288/3333,$K/-1/3333,$K/288/3333; done ;;
+           # the K / V bulk L2 prefetch before the QKV_ATTN / ATTN waits (StreamConfig.kv_prefetch)
+           kvpf) for m in ${KVPF_MODELS:-1b}; do NEW=256 sw $m \
+                   $B,$B/kv_prefetch=1,$B,$B/kv_prefetch=1; done ;;
            ablock) for m in 1b 8b qwen3-8b; do NEW=256 sw $m \
                      $B,$B/attn_block_s=32,$B/attn_block_s=64,$B,$B/attn_block_s=32,$B/attn_block_s=64
                    done ;;
@@ -146,14 +150,20 @@ for s in $stages; do
              save_checkpoint; save_checkpoint('1b', '/tmp/ckpt_1b')" 2>&1 | grep -v -i warn | tail -2
            for i in 0 1 2 3; do TRITON_CACHE_DIR=/tmp/first_cache timeout 60 python3 \
              bench/first_call.py /tmp/ckpt_1b ${FIRST_MODE:-mega} 2>&1 | grep FIRST; done ;;
-    ncu) for c in ${NCU_CONFIGS:-16384/4/4096/2 16384/4/4096/2/attn_block_s=64}; do
-           echo "== $c"; timeout ${NCU_TIMEOUT:-200} ncu --clock-control none \
+    # each config's whole report text in $OUT/ncu_<n>.txt, the lines that matter printed; the
+    # first config's per-SASS-instruction stall samples (SourceCounters) in $OUT/ncu_sass_1.csv
+    ncu) n=0; for c in ${NCU_CONFIGS:-16384/4/4096/2 16384/4/4096/2/attn_block_s=64}; do
+           n=$((n + 1)); echo "== $c"; timeout ${NCU_TIMEOUT:-200} ncu --clock-control none \
              --profile-from-start off -k regex:megakernel --launch-count 1 \
              --section SpeedOfLight --section LaunchStats --section WarpStateStats \
-             --section InstructionStats --print-details all \
-             python3 bench/ncu_mega.py --model ${NCU_MODEL:-1b} --config $c 2>&1 \
-             | grep -i "duration\|dram throughput\|shared memory config\|stall\|warp cycles\|ipc" \
-             | tee -a "$OUT/ncu.log" | head -40; done ;;
+             --section InstructionStats --section SourceCounters --print-details all \
+             -f -o /tmp/ncu_$n python3 bench/ncu_mega.py --model ${NCU_MODEL:-1b} --config $c \
+             > /dev/null 2>&1
+           ncu --import /tmp/ncu_$n.ncu-rep --print-details all > "$OUT/ncu_$n.txt" 2>&1
+           grep -i "duration\|dram throughput\|shared memory config\|stall\|warp cycles\|ipc" \
+             "$OUT/ncu_$n.txt" | head -40
+           [ $n = 1 ] && ncu --import /tmp/ncu_1.ncu-rep --page source --csv --print-source sass \
+             > "$OUT/ncu_sass_1.csv" 2>&1; done ;;
     trace) for m in ${TRACE_MODELS:-1b}; do timeout 150 python3 bench/trace_step.py --model $m \
              ${TRACE_ARGS:-} 2>&1 | grep -v -i warn | tail -40; done ;;
     tp) timeout ${TP_TEST_TIMEOUT:-240} python3 -m pytest -q tests/test_all_reduce.py tests/test_tp.py \

@@ -180,22 +180,38 @@ class ThreadGroup:
 
 
 class ThreadCollectives:
-    """TorchCollectives' interface for virtual ranks in threads of one process (ThreadGroup)."""
+    """TorchCollectives' interface for virtual ranks in threads of one process (ThreadGroup). On
+    one GPU each thread runs on its own CUDA stream (the ranks' megakernels then run side by
+    side): a tensor is handed to the other ranks only once this rank's stream has written it."""
 
     def __init__(self, spec: ModelSpec, group: ThreadGroup, rank: int, device="cpu"):
         self.spec, self.group, self.rank, self.world = spec, group, rank, group.world
         self.device = device
         self.peer_to_peer = True  # one address space
 
+    def _exchange(self, x):
+        if x.is_cuda:
+            torch.cuda.current_stream(x.device).synchronize()
+        return self.group.exchange(self.rank, x)
+
+    @staticmethod
+    def _read(out):
+        """out, computed from the other ranks' tensors: read before their memory may be reused
+        (the caching allocator reuses a block on its owner's stream once its last reference
+        goes)."""
+        if out.is_cuda:
+            torch.cuda.current_stream(out.device).synchronize()
+        return out
+
     def all_reduce(self, x):
-        return all_reduce_fp32(self.group.exchange(self.rank, x.clone()))
+        return self._read(all_reduce_fp32(self._exchange(x.clone())))
 
     def gather_vocab(self, x):
-        return torch.cat(self.group.exchange(self.rank, x.clone()), -1)[..., :self.spec.vocab_size]
+        return self._read(torch.cat(self._exchange(x.clone()), -1)[..., :self.spec.vocab_size])
 
     def symmetric(self, n_words: int):
         own = torch.zeros(n_words, dtype=torch.int32, device=self.device)
-        bufs = self.group.exchange(self.rank, own)
+        bufs = self._exchange(own)
         return own, torch.tensor([b.data_ptr() for b in bufs], dtype=torch.int64,
                                  device=self.device), bufs
 

@@ -88,6 +88,7 @@ class Tiling:
                                  # split over all keys: short contexts, config.StreamConfig)
     stages: tuple = (1, 1, 1, 1)  # decode: QKV / o / gate|up / down stream stages (StreamConfig)
     l2_prefetch_kb: int = 0       # decode: o_proj tasks' bulk L2 prefetch (StreamConfig)
+    kv_prefetch: bool = False     # decode: K / V asked into L2 before the waits (StreamConfig)
     one_poller: bool = False      # decode: waits polled by one thread (StreamConfig)
     abort_every: int = 1          # decode, one_poller: polls per read of the abort word
 
@@ -155,6 +156,7 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
                   attn_in_qkv=attn_in_qkv,
                   stages=st.op_stages(spec.d_model) if st is not None else (1, 1, 1, 1),
                   l2_prefetch_kb=st.l2_prefetch_kb if st is not None else 0,
+                  kv_prefetch=st is not None and st.kv_prefetch,
                   one_poller=st is not None and st.one_poller,
                   abort_every=st.abort_every if st is not None else 1)
 

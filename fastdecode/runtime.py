@@ -539,7 +539,7 @@ class Runtime:
             RED_BLOCK=COST.reduce_block, USE_ASM=not INTERPRET,
             TRACE=trace is not None, PTX=tg.ptx, MERGE_IN_ATTN=tg.merge_in_attn,
             NORM_IN_QKV=tg.norm_in_qkv, SQ=tg.stages[0], SO=tg.stages[1], SG=tg.stages[2],
-            SF=tg.stages[3], PF_KB=tg.l2_prefetch_kb,
+            SF=tg.stages[3], PF_KB=tg.l2_prefetch_kb, KV_PF=tg.kv_prefetch,
             POLL1=tg.abort_every if tg.one_poller else 0,
             num_warps=tg.num_warps)
         grid = (sched.n_programs,)

@@ -185,8 +185,9 @@ class SymmetricLayout:
         words = self.buf[self.ready:self.ready + self.world]
         t0 = time.monotonic()
         while True:
-            if self.buf.is_cuda:
-                torch.cuda.synchronize(self.buf.device)
+            if self.buf.is_cuda:  # this rank's fills done: its stream, not the device (virtual
+                # ranks sharing one GPU run their megakernels on other streams meanwhile)
+                torch.cuda.current_stream(self.buf.device).synchronize()
             seen = words.tolist()
             if min(seen) >= n:
                 return

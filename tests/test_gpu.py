@@ -237,6 +237,15 @@ def test_mega_one_poller_is_bit_identical(llama, keys):
     assert torch.equal(out[True][0], out[False][0]) and torch.equal(out[True][1], out[False][1])
 
 
+@pytest.mark.parametrize("keys", [0, None])
+def test_mega_kv_prefetch_is_bit_identical(llama, keys):
+    """The K / V bulk L2 prefetches before the QKV_ATTN / ATTN tasks' waits
+    (StreamConfig.kv_prefetch) are hints: the same bits on both decode schedules -- and no fault
+    from their addresses (the keys of this step, rows its QKV tasks are writing among them)."""
+    out = _stream_variants(llama, 11, "kv_prefetch", attn_in_qkv_keys=keys)
+    assert torch.equal(out[True][0], out[False][0]) and torch.equal(out[True][1], out[False][1])
+
+
 @pytest.mark.parametrize("one_poller,abort_every", [(False, 1), (True, 1), (True, 16)])
 def test_mega_timeout_is_fast(llama1b, one_poller, abort_every):
     """A task that never runs (its queue entry dropped): its consumer times out, raises the abort

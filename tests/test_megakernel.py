@@ -16,7 +16,7 @@ from fastdecode.schedule import ScheduleError, build_schedule, permuted, validat
 from fastdecode.spec import ModelSpec
 from fastdecode.opcodes import WORDS, Op
 from fastdecode.triton_kernels.config import StreamConfig
-from fastdecode.triton_kernels.attention import split_plan, split_range_host
+from fastdecode.triton_kernels.attention import kv_prefetch, split_plan, split_range_host
 from fastdecode.triton_kernels.megakernel import next_gate_up, rows_prefetch
 from helpers import drop_encoded_task
 from models import tiny_model
@@ -191,9 +191,9 @@ def test_split_kv_follows_the_context_not_the_cache(family):
 
 
 STAGED = StreamConfig(64, 4, max_k=16, attn_in_qkv_keys=10, stages=3, l2_prefetch_kb=1,
-                      attn_block_s=16, merge_heads=0)
+                      attn_block_s=16, merge_heads=0, kv_prefetch=True)
 WHOLE_ROWS = StreamConfig(2048, 4, merge_in_attn=True, norm_in_qkv=True, attn_in_qkv_keys=0,
-                          l2_prefetch_kb=64, op_elems=(512, 4096, 1024, 2048))
+                          l2_prefetch_kb=64, op_elems=(512, 4096, 1024, 2048), kv_prefetch=True)
 
 
 @pytest.mark.parametrize("family,stream", [("qwen2", STAGED), ("qwen3", STAGED),
@@ -206,7 +206,8 @@ def test_decode_stream_tiles_match_torch(family, stream):
     attn_in_qkv_keys 10: the steps at positions 8, 9 run the short-context schedule (QKV_ATTN),
     10, 11 the split-KV one; 0: only the split-KV one, with its fused-group variants.
     l2_prefetch_kb: o_proj tasks ask L2 for the next gate|up task's weights (a hint: results
-    unchanged; the interpreter runs the range arithmetic, a GPU the bulk prefetches).
+    unchanged; the interpreter runs the range arithmetic, a GPU the bulk prefetches); so does
+    kv_prefetch (the K / V a group's attention reads, before the QKV / ATTN tasks' waits).
     attn_block_s 16: the attention loops' key blocks smaller than the split plan's (its chunk, and
     the partials' buffer, stay those of attention_config's block). op_elems: each op's own piece
     elements, so QKV / o / gate|up / down tiles differ in rows (WHOLE_ROWS). merge_heads 0: one
@@ -512,6 +513,35 @@ def _gate_up_prefetch_kernel(entry, has_next, wgu, out, FFN, D, RG: tl.constexpr
     tl.store(out, (wl.to(tl.int64, bitcast=True) - wgu.to(tl.int64, bitcast=True)) // 2)  # bf16
     tl.store(out + 1, (lo * RG).to(tl.int64))
     tl.store(out + 2, n.to(tl.int64))
+
+
+@triton.jit
+def _kv_prefetch_kernel(k, v, out, pos, T, S, HD, window, n_splits, ALIGN: tl.constexpr):
+    kvh = tl.program_id(0)
+    split = tl.program_id(1)
+    start, n = kv_prefetch(k, v, pos, T, S, HD, window, n_splits, kvh, split, ALIGN, False)
+    tl.store(out + (kvh * n_splits + split) * 2, start.to(tl.int64))
+    tl.store(out + (kvh * n_splits + split) * 2 + 1, n.to(tl.int64))
+
+
+@settings(max_examples=20, deadline=None)
+@given(pos=st.integers(0, 200), T=st.integers(1, 9), window=st.sampled_from([0, 5, 64]),
+       n_splits=st.integers(1, 5), align=st.sampled_from([16, 32]))
+def test_kv_prefetch_covers_the_keys_attention_reads(pos, T, window, n_splits, align):
+    """StreamConfig.kv_prefetch's ranges: each split asks for the keys split_range gives it, and
+    together the splits cover every key of the step, [k0, pos + T) (k0 > 0 under a sliding
+    window), once -- bf16 rows of HD elements, the byte counts the bulk prefetches get."""
+    HD, KVH, S = 24, 2, 256
+    k = torch.zeros(KVH, S, HD, dtype=torch.bfloat16, device=DEVICE)
+    out = torch.full((KVH, n_splits, 2), -1, dtype=torch.int64, device=DEVICE)
+    _kv_prefetch_kernel[(KVH, n_splits)](k, k, out, pos, T, S, HD, window, n_splits, ALIGN=align)
+    k0, chunk = split_range_host(pos, T, window, n_splits, align)
+    for kvh in range(KVH):
+        keys = []
+        for sp, (start, n) in enumerate(out[kvh].tolist()):
+            assert start == k0 + sp * chunk and n % (HD * 2) == 0
+            keys += range(start, start + n // (HD * 2))
+        assert keys == list(range(k0, pos + T))
 
 
 @pytest.mark.parametrize("op,has_next,lo,hi,kb", [

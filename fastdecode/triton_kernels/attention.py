@@ -22,6 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..ptx_inline.memory import prefetch_l2_bulk
 from ._common import INTERPRET, mm_tile, pdl_start, pdl_wait
 from .config import (GPU_SMS, attention_blocks, attention_config, merge_heads, merge_splits,
                      use_pdl)
@@ -43,6 +44,24 @@ def split_range(pos, T, window, n_splits, ALIGN: tl.constexpr):
     if window > 0:
         k0 = tl.maximum(pos - window + 1, 0)
     return k0, tl.cdiv(tl.cdiv(pos + T - k0, n_splits), ALIGN) * ALIGN
+
+
+@triton.jit
+def kv_prefetch(k_ptr, v_ptr, pos, T, S, HD, window, n_splits, kvh, split, ALIGN: tl.constexpr,
+                USE_ASM: tl.constexpr):
+    """Ask L2 for the keys and values split `split` of KV head kvh will read at this step (every
+    token's, [start, min(start + chunk, pos + T)): split_range) -- one bulk prefetch each
+    (ptx_inline.prefetch_l2_bulk: a hint, no ordering; the rows this step's QKV tasks write
+    included, which L2 serves current whatever the prefetch saw). Returns (the first key, the
+    bytes asked of K and of V)."""
+    elt: tl.constexpr = k_ptr.dtype.element_ty.primitive_bitwidth // 8
+    k0, chunk = split_range(pos, T, window, n_splits, ALIGN)
+    start = k0 + split * chunk
+    n = tl.maximum(tl.minimum(start + chunk, pos + T) - start, 0) * HD * elt
+    off = (kvh.to(tl.int64) * S + start) * HD
+    prefetch_l2_bulk(k_ptr + off, n, USE_ASM)
+    prefetch_l2_bulk(v_ptr + off, n, USE_ASM)
+    return start, n
 
 
 @triton.jit

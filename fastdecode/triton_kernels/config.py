@@ -172,6 +172,15 @@ class StreamConfig:
     # each twice): 1B 8 KB 1203.1 / 1200.9, 16 KB 1226.1 / 1197.9, 32 KB 1203.0 / 1181.6 vs
     # off 1252.0 / 1218.5 tok/s.
     l2_prefetch_kb: int = 0
+    # decode: a KV group's keys and values that attention will read asked into L2 (one bulk
+    # prefetch each, attention.kv_prefetch) before a wait: by the group's first QKV tile task of
+    # the short-context schedule, before its wait on the previous layer, and by each ATTN task
+    # of the split-KV one (its split's keys), before its wait on the QKV tasks. Older keys sit in
+    # HBM by the time a step reaches them (~2.4 GB of weights stream through L2 in a 1B step):
+    # one program's attention at 163 keys 4.79 us with K / V cold, 4.16 warm, 4.77 in the
+    # megakernel's trace (RESULTS.md session 29). Measured on the 8B only at 35 keys (exp/kv-
+    # prefetch, 2026-12-01: 250.7 / 249.9 vs 249.2 / 249.8 tok/s, within noise).
+    kv_prefetch: bool = False
     # decode: the megakernel's preferred shared-memory carveout, percent of the SM's maximum
     # (228 KB on an H200; cuFuncSetAttribute PREFERRED_SHARED_MEMORY_CARVEOUT, runtime.py; the
     # rest of the SM's 256 KB is L1; -1: the driver's default); None: not set. Why the 1B lost

@@ -41,7 +41,7 @@ from ..ptx_inline.flags import cta_barrier, spin_acquire, spin_acquire_cta
 from ..ptx_inline.memory import prefetch_l2_bulk
 from ..ptx_inline.timers import globaltimer_ns, sm_id
 from .all_reduce import peer, push_rows, residual_sum_body
-from .attention import attention_body, attn_merge_body
+from .attention import attention_body, attn_merge_body, kv_prefetch
 from .embedding import embedding_body
 from .gemv import gemv_body, stream_start
 from .lm_head import choose_merge_body, lm_head_body
@@ -148,6 +148,23 @@ def qk_norm_group(layer, g, qkraw_ptr, qkn_ptr, cos_ptr, sin_ptr, pos, q_ptr, kc
     qk_norm_rope_body(qkraw_ptr, qkn_ptr + layer * 2 * HD, cos_ptr, sin_ptr, pos, q_ptr,
                       kc_ptr + layer * KVH * S * HD, T, S, eps, H, KVH, HD, g, GROUP, BLOCK_SLOT,
                       BLOCK_HALF)
+
+
+@triton.jit
+def task_kv_prefetch(op, a0, a1, a2, layer, kc_ptr, vc_ptr, win_ptr, pos, T, S, KVH, HD,
+                     n_splits, ALIGN: tl.constexpr, USE_ASM: tl.constexpr, KV_PF: tl.constexpr):
+    """KV_PF (StreamConfig.kv_prefetch): before its wait, a QKV_ATTN task holding its KV group's
+    first tile (a1 == 0) asks L2 for the group's keys and values, which the group's completer
+    will read; an ATTN task (its first token block) for its split's (attention.kv_prefetch).
+    win_ptr: the layer's sliding window (read only by the tasks that prefetch)."""
+    if KV_PF:
+        base = layer * KVH * S * HD
+        if (op == OP_QKVA) & (a1 == 0):
+            kv_prefetch(kc_ptr + base, vc_ptr + base, pos, T, S, HD, tl.load(win_ptr), 1, a0, 0,
+                        ALIGN, USE_ASM)
+        elif (op == OP_ATTN) & (a2 == 0):
+            kv_prefetch(kc_ptr + base, vc_ptr + base, pos, T, S, HD, tl.load(win_ptr), n_splits,
+                        a0, a1, ALIGN, USE_ASM)
 
 
 @triton.jit
@@ -270,7 +287,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
                MERGE_IN_ATTN: tl.constexpr, NORM_IN_QKV: tl.constexpr, SQ: tl.constexpr,
                SO: tl.constexpr, SG: tl.constexpr, SF: tl.constexpr, PF_KB: tl.constexpr = 0,
-               POLL1: tl.constexpr = 0):
+               POLL1: tl.constexpr = 0, KV_PF: tl.constexpr = False):
     """Model sizes D, FFN, H, HD are constexpr (one compile per model): a decode tile over whole
     rows then folds its chunk loop away and keeps the activation row in registers, which spares
     registers (bench/compile_check.py: 1B shape 255 registers with 48 B of spills when they were
@@ -305,7 +322,9 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     PF_KB (STREAM, config.StreamConfig.l2_prefetch_kb): > 0, an o_proj task followed by a
     gate|up task in its queue asks L2 for that task's first PF_KB KB of gate rows and of up rows
     (one bulk prefetch each, ptx_inline.prefetch_l2_bulk) before its dependency wait -- the
-    attention chain's, when HBM idles (residual_task)."""
+    attention chain's, when HBM idles (residual_task).
+    KV_PF (config.StreamConfig.kv_prefetch): the keys and values a KV group's attention reads
+    asked into L2 before a wait (task_kv_prefetch)."""
     pid = tl.program_id(0)
     qlen = tl.load(qlen_ptr + pid)
     QKVN = (H + 2 * KVH) * HD
@@ -349,13 +368,18 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                          qkn_ptr + layer * 2 * HD, cos_ptr, sin_ptr, pos, q_ptr,
                          kc_ptr + layer * KVH * S * HD, vc_ptr + layer * KVH * S * HD,
                          T, D, D, S, eps, H, KVH, HD, a0, a1, a2)
+                # KV_PF: the group's K / V asked into L2 (its window read for the keys' range)
+                kvpf = (op, a0, a1, a2, layer, kc_ptr, vc_ptr, win_ptr + layer, pos, T, S, KVH,
+                        HD, n_splits, BLOCK_S, USE_ASM, KV_PF)
                 if SQ > 1:
+                    task_kv_prefetch(*kvpf)
                     run = qkv_rope_body(*qargs, 0, 0, GROUP, QKV_CHUNKS, qkraw_ptr, BIAS_QKV,
                                         QK_NORM, BLOCK_T, BLOCK_H, QKV_BK, STREAM, F32, QK_DEFER,
                                         PTX, SQ, ready, wargs)
                 else:
                     lo0, hi0 = qkv_start(w_qkv, D, H, KVH, HD, a0, a1, a2, GROUP, QKV_CHUNKS,
                                          BLOCK_H, QKV_BK, STREAM, PTX)
+                    task_kv_prefetch(*kvpf)  # after the first piece: its window load waits
                     run = ready(*wargs)
                     if run == 1:
                         qkv_rope_body(*qargs, lo0, hi0, GROUP, QKV_CHUNKS, qkraw_ptr, BIAS_QKV,
@@ -454,6 +478,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                 tl.store(peer(xtab_ptr, p, x_lmi, tl.int32) + at, pi)
             else:
                 win = tl.load(win_ptr + layer)  # attention's window: requested before the wait
+                task_kv_prefetch(op, a0, a1, a2, layer, kc_ptr, vc_ptr, win_ptr + layer, pos, T,
+                                 S, KVH, HD, n_splits, BLOCK_S, USE_ASM, KV_PF)
                 run = ready(*wargs)
                 if run == 1:
                     if op == OP_EMBED:
