@@ -86,4 +86,4 @@ def run_ranks(world: int, fn):
 def needs_gpus(n: int):
     """Skip marker for a test of n real GPUs (2: the x2 machines; 4 / 8 where such are lent)."""
     import pytest
-    return pytest.mark.skipif(torch.cuda.device_count() < n, reason=f"needs {n} GPUs")
+    return pytest.mark.skipif(torch.cuda.device_count() < n, reason=f"needs {n} GPU" + "s" * (n > 1))
