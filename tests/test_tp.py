@@ -1,5 +1,7 @@
 """Tensor-parallel sharding and the step over N virtual ranks (fp32 all-reduce in rank order)
 against the tp=1 model, for every family and for 2, 4 and 8 ranks."""
+import copy
+
 import pytest
 import torch
 import transformers as tf
@@ -275,7 +277,7 @@ def check_mega_ranks(family, world, stages, device):
     fm = fastdecode.from_hf(model, max_seq_len=64, mode="torch")
     want = teacher_forced(lambda x: fm(x[None])[0], ids)
     greedy = fm.generate(ids[None, :5], max_new_tokens=7, eos_token_id=[])
-    one = fastdecode.from_hf(model, max_seq_len=64, mode="mega", device=device)
+    one = fastdecode.from_hf(copy.deepcopy(model).to(device), max_seq_len=64, mode="mega")
     sample = dict(max_new_tokens=7, eos_token_id=[], do_sample=True, temperature=1.5, seed=3)
     d = ids.to(device)
     sampled = one.generate(d[None, :5], **sample)
