@@ -178,8 +178,13 @@ class StreamConfig:
     # of the split-KV one (its split's keys), before its wait on the QKV tasks. Older keys sit in
     # HBM by the time a step reaches them (~2.4 GB of weights stream through L2 in a 1B step):
     # one program's attention at 163 keys 4.79 us with K / V cold, 4.16 warm, 4.77 in the
-    # megakernel's trace (RESULTS.md session 29). Measured on the 8B only at 35 keys (exp/kv-
-    # prefetch, 2026-12-01: 250.7 / 249.9 vs 249.2 / 249.8 tok/s, within noise).
+    # megakernel's trace (RESULTS.md session 29). Measured on an H200 (2026-12-03, 924e524,
+    # sweep_mega 256 tokens, interleaved, EXP_PARTS=kvpf bash bench/gpu_session.sh exp):
+    # Llama-3.2-1B 1277.4 / 1273.3 vs 1261.4 / 1260.5 tok/s -> its tile_table.json entry (the
+    # attention stage 4.51 us at 163 keys in a trace, 4.77 without); Llama-3.1-8B 252.2 / 252.1
+    # vs 251.4 / 251.1 (within noise, and compile_check spills 88 / 116 -> 196 / 312 B at its
+    # stages 3333: off). Earlier, on the 8B at 35 keys (exp/kv-prefetch, 2026-12-01): 250.7 /
+    # 249.9 vs 249.2 / 249.8.
     kv_prefetch: bool = False
     # decode: the megakernel's preferred shared-memory carveout, percent of the SM's maximum
     # (228 KB on an H200; cuFuncSetAttribute PREFERRED_SHARED_MEMORY_CARVEOUT, runtime.py; the
