@@ -18,7 +18,8 @@
 #   (variants: the PTX weight pieces and merge-in-attn -- their tests, bench_ops.py, sweep_mega
 #    plain vs PTX vs merge-in-attn)
 #   (first: a fresh process's first token, from_pretrained of a 1B checkpoint: cold, then 3 warm)
-#   (tp: 2+ GPUs -- the all-reduce and tensor-parallel GPU tests, bench_all_reduce.py, bench_tp.py)
+#   (tp: 2+ GPUs -- the all-reduce and tensor-parallel GPU tests (the virtual ranks on one GPU
+#    among them), bench_all_reduce.py, bench_tp.py)
 #   (kernels: the GPU-only test files and the megakernel's; models: the ops and model-family
 #    tests -- the test files that compile kernels, in two stages: together they took more than
 #    one call's 560 s box, 2026-12-03)
@@ -167,7 +168,7 @@ for s in $stages; do
     trace) for m in ${TRACE_MODELS:-1b}; do timeout 150 python3 bench/trace_step.py --model $m \
              ${TRACE_ARGS:-} 2>&1 | grep -v -i warn | tail -40; done ;;
     tp) timeout ${TP_TEST_TIMEOUT:-240} python3 -m pytest -q tests/test_all_reduce.py tests/test_tp.py \
-          -k "gpus or cuda or all_reduce" -p no:cacheprovider 2>&1 | tee "$OUT/pytest_tp.log" | tail -8
+          -k "gpus or cuda or all_reduce or one_gpu" -p no:cacheprovider 2>&1 | tee "$OUT/pytest_tp.log" | tail -8
         FASTDECODE_COMMIT=$COMMIT timeout 120 torchrun --nproc-per-node ${TP_GPUS:-2} \
           bench/bench_all_reduce.py 2>&1 | grep -v -i warn | tail -12
         FASTDECODE_COMMIT=$COMMIT timeout ${TP_BENCH_TIMEOUT:-300} torchrun --nproc-per-node \
