@@ -128,6 +128,9 @@ class StreamConfig:
     # 64) 1207.1 vs 1193.3 tok/s at <= 192 keys (48 KB), 1211.4 vs 1186.1 at <= 288 (72 KB);
     # Llama-3.1-8B (128) 222.6 vs 219.6 at <= 192 (96 KB), 215.8 vs 216.4 at <= 288 (144 KB);
     # Qwen3-8B (128, q/k norm: its QKNORM hop goes too) 204.6 vs 200.5 at <= 288. Hence 96 KB.
+    # Again for the 1B with kv_prefetch and the split schedule's group merged by its last ATTN
+    # task (2026-12-03, c37bccf, sweep_mega 256 tokens: 32-288 keys, one run): the rule (384
+    # keys) 1250.7 / 1257.9, split past 160 keys 1247.6, past 96 1242.3, always 1236.5 tok/s.
     attn_in_qkv_keys: int | None = None
     attn_in_qkv_bytes: int = 96 * 1024
     # QKV / o_proj / gate|up / down tasks: 1 -- the piece in flight and the next one in
