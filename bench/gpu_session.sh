@@ -39,7 +39,8 @@
 #    l2pf (l2_prefetch_kb), keys (attn_in_qkv_keys 288 vs the rule's 192 on the 8B shapes over
 #    256 tokens), ablock (the decode attention's key block, attn_block_s: the
 #    rule against 32 and 64 over 256 tokens, the 8B's steps past 192 keys on the split-KV path),
-#    kvpf (StreamConfig.kv_prefetch on KVPF_MODELS, default the 1B, over 256 tokens))
+#    kvpf (StreamConfig.kv_prefetch on KVPF_MODELS, default the 1B, over 256 tokens), kv64 (the
+#    1B's 64-key attention blocks with kv_prefetch))
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=. NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -81,6 +82,8 @@ for s in $stages; do
            # the K / V bulk L2 prefetch before the QKV_ATTN / ATTN waits (StreamConfig.kv_prefetch)
            kvpf) for m in ${KVPF_MODELS:-1b}; do NEW=256 sw $m \
                    $B,$B/kv_prefetch=1,$B,$B/kv_prefetch=1; done ;;
+           # the 1B's 64-key attention blocks again, now that its K / V come from L2
+           kv64) P=$B/kv_prefetch=1; NEW=256 sw 1b $P,$P/attn_block_s=64,$P,$P/attn_block_s=64 ;;
            ablock) for m in 1b 8b qwen3-8b; do NEW=256 sw $m \
                      $B,$B/attn_block_s=32,$B/attn_block_s=64,$B,$B/attn_block_s=32,$B/attn_block_s=64
                    done ;;
