@@ -239,7 +239,10 @@ class StreamConfig:
     # loop -- one cross-warp reduction fewer per block (9 barriers a block instead of 12, code
     # size unchanged at 128.1 KB, spills 56 B) -- 1B 1229.3 / 1228.3 vs 1260.6 / 1255.0 tok/s.
     # Three attention loops that are faster alone or leaner in their SASS each made the 1B's step
-    # slower: what else the attention code changes is not known (RESULTS.md session 29).
+    # slower: what else the attention code changes is not known (RESULTS.md session 29); not
+    # instruction fetch (ncu, session 30: "no instruction" 0.06 of 6.7 stall cycles per issued
+    # instruction for both tiles). With kv_prefetch (2026-12-03, 8f08ad8, sweep_mega 256
+    # tokens, interleaved): 64-key blocks 1254.4 / 1254.0 vs 1260.1 / 1254.3 -- level.
     # The loop's pipeline depth, measured and removed (2026-12-01, 2f7d09b, sweep_mega 256
     # tokens, default first and last; Triton's num_stages 3 by default): Qwen3-8B 4 stages
     # 243.6, 32 keys x 6 stages 242.9 vs 243.1 / 241.5; 1B 4 stages 1137.7, 8 stages 1029.2 vs
