@@ -73,7 +73,9 @@ for s in $stages; do
          K=16384/4/4096/2/0/0/0  # ... then attn keys (-1: the 96 KB rule), stages
          B=16384/4/4096/2  # the defaults; then StreamConfig fields by name (ablock)
          for part in ${EXP_PARTS:-l2pf keys}; do case $part in  # then l2 prefetch KB
-           l2pf) sw 1b $C/1111/0,$C/1111/32,$C/1111/64,$C/1111/128,$C/1111/0
+           # (the 1B with its table's kv_prefetch: the chain's K / V already in L2)
+           l2pf) P=$B/kv_prefetch=1; L=$P/l2_prefetch_kb
+                 NEW=256 sw 1b $P,$L=16,$L=32,$L=64,$P,$L=32
                  sw 8b $C/3333/0,$C/3333/64,$C/3333/128,$C/3333/0 ;;
            # the short-context schedule's reach with q/k norm (its QKNORM hop goes too): the
            # bench's 256 tokens reach 288 keys, past the rule's 192 at head_dim 128

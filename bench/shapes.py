@@ -81,14 +81,19 @@ def stream_fields(pairs):
     return {n: value(n, v) for n, v in named.items()}
 
 
+# the flags after elements/warps/max K/per SM, in their order
+POSITIONAL = ("ptx", "merge_in_attn", "norm_in_qkv", "attn_in_qkv_keys", "stages",
+              "l2_prefetch_kb")
+
+
 def stream_configs(text):
     """'elements/warps/max K/per SM[/ptx[/merge in attn[/norm in qkv[/attn keys[/stages
     [/l2 prefetch KB]]]]]]],...' (bench --configs; ptx 1: the weight pieces by inline PTX; merge in
     attn / norm in qkv 1: no MERGE / QKNORM tasks; attn keys: StreamConfig.attn_in_qkv_keys, the
     short-context decode schedule's reach, 0 = never, -1 or absent = config.py's default; stages:
     StreamConfig.stages, 0 or absent = the default, _stages; l2 prefetch KB:
-    StreamConfig.l2_prefetch_kb, absent = 0), then any StreamConfig field by name (`/attn_block_s=32`)
-    -> [StreamConfig, ...]."""
+    StreamConfig.l2_prefetch_kb, absent = 0), then any StreamConfig field by name (`/attn_block_s=32`,
+    `/l2_prefetch_kb=32`; a field given both ways is an error) -> [StreamConfig, ...]."""
     from fastdecode.triton_kernels.config import StreamConfig
     out = []
     for c in text.split(","):
@@ -99,9 +104,13 @@ def stream_configs(text):
         e, w, k, p, *flags = (int(f) for f in c.split("/") if "=" not in f)
         if len(flags) > 6:
             raise ValueError(f"{c}: at most 10 fields (elements/warps/max K/per SM, then 6 flags)")
+        given = dict(zip(POSITIONAL, flags))
+        if set(given) & set(named):
+            raise ValueError(f"{c}: {sorted(set(given) & set(named))} given by position and "
+                             f"by name")
         flags += [0, 0, 0, -1, 0, 0][len(flags):]
-        out.append(StreamConfig(e, w, per_sm=p, max_k=k, ptx=bool(flags[0]),
-                                merge_in_attn=bool(flags[1]), norm_in_qkv=bool(flags[2]),
-                                attn_in_qkv_keys=None if flags[3] < 0 else flags[3],
-                                stages=_stages(flags[4]), l2_prefetch_kb=flags[5], **named))
+        kw = dict(ptx=bool(flags[0]), merge_in_attn=bool(flags[1]), norm_in_qkv=bool(flags[2]),
+                  attn_in_qkv_keys=None if flags[3] < 0 else flags[3], stages=_stages(flags[4]),
+                  l2_prefetch_kb=flags[5])
+        out.append(StreamConfig(e, w, per_sm=p, max_k=k, **{**kw, **named}))
     return out

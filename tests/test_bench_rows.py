@@ -120,6 +120,12 @@ def test_stream_config_strings_parse_and_round_trip():
     assert shapes.stream_configs(text) == [c]
     with pytest.raises(ValueError, match="op_elems"):
         shapes.stream_configs("16384/4/4096/2/op_elems=8192:8192")
+    # a positional flag by name (the benches' commands name them: exp's l2 prefetch with
+    # kv_prefetch), and twice: an error, not a silent choice
+    d, = shapes.stream_configs("16384/4/4096/2/l2_prefetch_kb=32/kv_prefetch=1")
+    assert d == StreamConfig(16384, 4, max_k=4096, per_sm=2, l2_prefetch_kb=32, kv_prefetch=True)
+    with pytest.raises(ValueError, match="by position and by name"):
+        shapes.stream_configs("16384/4/4096/2/0/0/0/-1/0/16/l2_prefetch_kb=32")
     assert shapes.stream_fields(["ptx=1", "l2_prefetch_kb=64"]) == dict(ptx=True,
                                                                          l2_prefetch_kb=64)
     with pytest.raises(ValueError, match="no field"):

@@ -173,7 +173,11 @@ class StreamConfig:
     # 242.7 / 242.2. And sized to the attention chain's idle HBM (~2 us x 4.46 TB/s, less
     # o_proj's 8.4 MB already requested), before the wait (2026-12-02, e63a457, the same sweep,
     # each twice): 1B 8 KB 1203.1 / 1200.9, 16 KB 1226.1 / 1197.9, 32 KB 1203.0 / 1181.6 vs
-    # off 1252.0 / 1218.5 tok/s.
+    # off 1252.0 / 1218.5 tok/s. Again with the chain's K / V already in L2 (kv_prefetch, H200,
+    # 2026-12-03, ccebb63, sweep_mega 256 tokens): 1B 16 / 32 / 64 KB 1240.0 / 1245.4 / 1229.7 vs
+    # 1262.4 / 1259.4; a trace at 163 keys (64 KB) has the attention 6.35 us instead of 4.48 and
+    # the gate|up tasks no faster (RESULTS.md session 31): the prefetch traffic slows the one
+    # program per KV group that every o_proj task waits for.
     l2_prefetch_kb: int = 0
     # decode: a KV group's keys and values that attention will read asked into L2 (one bulk
     # prefetch each, attention.kv_prefetch) before a wait: by the group's first QKV tile task of
@@ -267,7 +271,7 @@ class StreamConfig:
     # 8B default 249.9 / 249.8, 16384:8192:16384:16384 248.5, down 8192 245.7, down 32768 233.6;
     # Qwen3-8B default 242.8 / 241.5, 240.9, 235.0, 221.3 (the same variants) -- off. QKV pieces
     # of 8192 (2026-12-02, 253fd6c: ~2.9 QKV tiles per program instead of 1 or 2): 1B 1162.5 vs
-    # 1220.1 / 1209.4.
+    # 1220.1 / 1209.4; again with kv_prefetch (2026-12-03, ccebb63) 1243.8 vs 1262.4 / 1259.4.
     # compile_check (sm_90a, 2026-12-01), spill store/load bytes: 1B default 44/48,
     # 16384:8192:8192:16384 32/32, 16384:8192:16384:16384 24/24, 16384:16384:8192:16384 40/40,
     # 16384:16384:32768:16384 904/928; 8B default 64/72, down 8192 60/68, down 32768 64/88,
