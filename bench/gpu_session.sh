@@ -2,8 +2,8 @@
 # One device-tool call that checks and measures everything GPU-side, shortest first; each stage is
 # time-boxed so a failure or a slow stage cannot eat the call. Outputs land in $OUT (or /tmp/out).
 #   device run:  bash bench/gpu_session.sh  [stages...]
-#   stages: tests kernels models sweep bench trace tp variants first pdl ab exp gemvcfg wsprobe
-#           prefill attn ncu
+#   stages: tests kernels models shapes sweep bench trace tp variants first pdl ab exp gemvcfg
+#           wsprobe prefill attn ncu
 #   (attn: bench/sweep_attention.py -- the attention's tiles on a long prompt's 2048-token pass
 #    vs torch SDPA, ATTN_SHAPES at 0 and 6144 keys before, ATTN_VARIANTS or the script's;
 #    config.prefill_attention_config)
@@ -63,6 +63,10 @@ for s in $stages; do
              | tee "$OUT/pytest_kernels.log" | tail -15 ;;
     models) timeout ${KERNELS_TIMEOUT:-560} python3 -m pytest -q tests/test_ops.py tests/test_models.py \
              -p no:cacheprovider 2>&1 | tee "$OUT/pytest_models.log" | tail -15 ;;
+    # published shapes no other test runs, two layers each at their real sizes, against HF fp32
+    shapes) timeout ${SHAPES_TIMEOUT:-560} python3 -m pytest -q -s tests/test_published_shapes.py \
+             -p no:cacheprovider 2>&1 | grep -i "rel err\|passed\|failed\|error" \
+             | tee "$OUT/pytest_shapes.log" | tail -40 ;;
     ab) for m in ${AB_MODELS:-1b 8b}; do
           for tree in ${AB_TREES:-ab_old .}; do (cd $tree && PYTHONPATH=. timeout ${AB_TIMEOUT:-150} python3 \
             bench/sweep_mega.py --model $m --new-tokens 160 --configs ${AB_CONFIGS:-16384/4/4096/2} \

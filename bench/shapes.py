@@ -25,9 +25,23 @@ SHAPES = {
         hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
         num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=False,
         rope_theta=1000000.0, max_position_embeddings=40960, rms_norm_eps=1e-6)),
-    # shapes no benchmark row measured yet (compile_check covers them): a d_model between the
-    # stages rule's sizes, and one above max_k with biased QKV
+    # shapes first met by tests/test_published_shapes.py (GPU) and compile_check: a d_model between
+    # the stages rule's sizes; one above max_k with biased QKV; GQA 7:1 with d_model and FFN
+    # sizes that are no power of two (3584 = 7 x 512, 18944 = 37 x 512; 896, 4864); a sliding
+    # window with a 32K vocabulary
     "3b": ("Llama-3.2-3B", lambda: llama3(3072, 8192, 28, 24, True, 32.0)),
+    "qwen2.5-0.5b": ("Qwen2.5-0.5B", lambda: tf.Qwen2Config(
+        hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+        num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True,
+        rope_theta=1000000.0, max_position_embeddings=32768, rms_norm_eps=1e-6)),
+    "qwen2.5-7b": ("Qwen2.5-7B", lambda: tf.Qwen2Config(
+        hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+        num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False,
+        rope_theta=1000000.0, max_position_embeddings=32768, rms_norm_eps=1e-6)),
+    "mistral-7b": ("Mistral-7B-v0.1", lambda: tf.MistralConfig(
+        hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+        num_key_value_heads=8, vocab_size=32000, sliding_window=4096, tie_word_embeddings=False,
+        rope_theta=10000.0, max_position_embeddings=32768, rms_norm_eps=1e-5)),
     "qwen2.5-14b": ("Qwen2.5-14B", lambda: tf.Qwen2Config(
         hidden_size=5120, intermediate_size=13824, num_hidden_layers=48, num_attention_heads=40,
         num_key_value_heads=8, vocab_size=152064, tie_word_embeddings=False,
@@ -35,14 +49,17 @@ SHAPES = {
 }
 
 
-def random_model(key, device="cuda", n_layers=None):
-    """n_layers: fewer layers than the published model (same matrix sizes), e.g. to compile."""
+def random_model(key, device="cuda", n_layers=None, **overrides):
+    """n_layers: fewer layers than the published model (same matrix sizes), e.g. to compile;
+    overrides: config fields set after that (sliding_window=24)."""
     import torch
     from transformers import AutoModelForCausalLM
     name, make = SHAPES[key]
     cfg = make()
     if n_layers:
         cfg.num_hidden_layers = n_layers
+    for k, v in overrides.items():
+        setattr(cfg, k, v)
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).eval()
     gen = torch.Generator(device).manual_seed(0)  # the same weights in every process (A/B runs)

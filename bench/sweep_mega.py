@@ -112,7 +112,7 @@ def main():
         tag = f"{c.tile_elems}/{c.num_warps}w/{c.max_k}/{c.per_sm}" + ("/PTX" if c.ptx else "") \
             + ("/merge-in-attn" if c.merge_in_attn else "") + \
             ("/norm-in-qkv" if c.norm_in_qkv else "") + f"/stages {stages}" + \
-            f"/attn-keys {c.short_context_keys(model.config.head_dim)}" + \
+            f"/attn-keys {c.short_context_keys(fm.spec.head_dim)}" + \
             (f"/l2-prefetch {c.l2_prefetch_kb} KB" if c.l2_prefetch_kb else "") + \
             "".join(f"/{k}={v}" for k, v in named_fields(c).items())
         try:

@@ -1,0 +1,82 @@
+"""GPU only: published model shapes that no other test runs, as a new user would bring them --
+Llama-3.2-3B (d_model 3072, GQA 3:1, tied), Qwen2.5-0.5B (GQA 7:1, d_model 896, FFN 4864, tied,
+QKV bias), Qwen2.5-7B (GQA 7:1, d_model 3584 = 7 x 512, FFN 18944 = 37 x 512), Qwen2.5-14B
+(d_model 5120 past the stream's 4096-element rows, GQA 5:1), Mistral-7B (a sliding window, 32K
+vocabulary; the window cut to 24 keys so a short prompt crosses it) and SmolLM2-135M (9 heads,
+3 KV heads) -- at their real matrix sizes (random bf16 weights, biases and norm weights
+perturbed so those paths carry signal), two layers each, against the Hugging Face model.
+
+The reference is the HF model itself in fp32 on the same (bf16-valued) weights. fastdecode keeps
+fp32 accumulators and rounds activations to bf16 at about six points a layer (the normed input
+of QKV and of gate|up, q / k / v, the attention output, the residual after o_proj and after
+down) plus the final normed row: each rounding is a relative error of at most u = 2^-8, as good
+as independent between points, so over L layers the logits' relative L2 error is expected near
+sqrt(6 L + 1) u (0.014 at L = 2). The bound allows twice that, or twice the error of HF's own
+bf16 run of the model (the accuracy a user would otherwise get), whichever is larger. Greedy
+choices must agree where HF fp32's top two logits are further apart than three times the
+allowed error per logit (rms of the logits x the bound), on either side."""
+import copy
+import math
+import os
+import sys
+
+import pytest
+import torch
+
+import fastdecode
+
+pytestmark = pytest.mark.gpu
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
+
+LAYERS = 2
+PROMPT, STEPS = 40, 8
+SHAPES = [("3b", {}), ("qwen2.5-0.5b", {}), ("qwen2.5-7b", {}), ("qwen2.5-14b", {}),
+          ("mistral-7b", {"sliding_window": 24}), ("smollm2", {})]
+
+
+def _model(key, overrides):
+    from shapes import random_model
+    name, model = random_model(key, n_layers=LAYERS, **overrides)
+    gen = torch.Generator("cuda").manual_seed(1)
+    with torch.no_grad():  # random_model leaves biases at 0 and norm weights at 1
+        for n, p in model.named_parameters():
+            if n.endswith("bias"):
+                p.copy_(0.3 * torch.randn(p.shape, device=p.device, generator=gen))
+            elif p.dim() == 1:
+                p.copy_(1 + 0.2 * torch.randn(p.shape, device=p.device, generator=gen))
+    return name, model
+
+
+def _rel(a, b):
+    return float((a.double() - b.double()).norm() / b.double().norm())
+
+
+def _teacher_forced(fm, ids):
+    """fastdecode's logits at every position: the prompt as one prefill, then one token a step."""
+    return torch.cat([fm(ids[:, :PROMPT])[0]] +
+                     [fm(ids[:, t:t + 1])[0] for t in range(PROMPT, ids.shape[1])]).float()
+
+
+@pytest.mark.parametrize("key,overrides", SHAPES, ids=[k for k, _ in SHAPES])
+def test_published_shape_matches_hf(key, overrides):
+    name, model = _model(key, overrides)
+    vocab = model.config.vocab_size
+    ids = torch.randint(0, vocab, (1, PROMPT + STEPS), device="cuda",
+                        generator=torch.Generator("cuda").manual_seed(2))
+    with torch.no_grad():
+        hf16 = model(ids).logits[0].float()
+        ref = copy.deepcopy(model).float()(ids).logits[0]
+    bound = 2 * max(math.sqrt(6 * LAYERS + 1) * 2.0 ** -8, _rel(hf16, ref))
+    top2 = torch.topk(ref, 2, dim=-1).values
+    clear = (top2[:, 0] - top2[:, 1]) > 3 * bound * ref.pow(2).mean().sqrt()
+    for mode in ("mega", "ops"):
+        fm = fastdecode.from_hf(model, max_seq_len=128, mode=mode)
+        got = _teacher_forced(fm, ids)
+        del fm
+        assert torch.isfinite(got).all(), (name, mode)
+        for part, sl in (("prefill", slice(0, PROMPT)), ("decode", slice(PROMPT, None))):
+            err = _rel(got[sl], ref[sl])
+            print(f"{name} {mode} {part}: rel err {err:.4f} (HF bf16 {_rel(hf16[sl], ref[sl]):.4f}, "
+                  f"bound {bound:.4f})")
+            assert err <= bound, (name, mode, part, err, bound)
+        assert torch.equal(got.argmax(-1)[clear], ref.argmax(-1)[clear]), (name, mode)
