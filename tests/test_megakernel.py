@@ -98,6 +98,7 @@ def test_stream_stages_rule():
     the register stream below it, with the PTX pieces and for a standalone launch; explicit
     stages as given; PTX pieces with explicit stages, and a tuple not of four, are refused."""
     assert StreamConfig().op_stages(2048) == (1, 1, 1, 1)
+    assert StreamConfig().op_stages(3072) == (3, 3, 3, 3)  # Llama-3.2-3B, Qwen2.5-7B (3584)
     assert StreamConfig().op_stages(4096) == (3, 3, 3, 3)
     # QKV / gate|up rows chunked (> max_k): their row_rstd loop would nest in the stream
     assert StreamConfig().op_stages(5120) == (1, 3, 1, 3)

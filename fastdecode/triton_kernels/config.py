@@ -152,7 +152,10 @@ class StreamConfig:
     # 160 tokens, one run): Llama-3.1-8B 1333 237.4 / 237.5, 3333 248.1 / 247.4, 2333 247.0;
     # Qwen3-8B 1333 225.8, 3333 235.1; Llama-3.2-1B 1111 1192.0 / 1189.0, 3111 1067.8 / 1103.9,
     # 2111 1098.4.
-    stages_min_d_model: int = 4096
+    # 3072 since 2026-12-03 (H200, ebb6ad4's kernels, sweep_mega 160 tokens, 1111 / 3333 / 2222,
+    # tok/s): Llama-3.2-3B (3072) 462.0 / 511.6 / 504.4, Qwen2.5-7B (3584) 237.7 / 266.3 / 265.6,
+    # Qwen2.5-0.5B (896) 1498.5 / 1397.6 / 1460.7 -- the switch lies between 2048 and 3072.
+    stages_min_d_model: int = 3072
     # decode: an o_proj task asks L2 for the next gate|up task's first l2_prefetch_kb KB of gate
     # rows and of up rows by one bulk (TMA) prefetch each before its dependency wait -- the
     # attention chain's, HBM's one idle window in a layer (megakernel.residual_task). 0: off.
