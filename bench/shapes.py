@@ -38,6 +38,15 @@ SHAPES = {
         hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
         num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False,
         rope_theta=1000000.0, max_position_embeddings=32768, rms_norm_eps=1e-6)),
+    # q/k norm with H x head_dim != d_model (4096 vs 2560, 2048 vs 1024) and a tied head
+    "qwen3-4b": ("Qwen3-4B", lambda: tf.Qwen3Config(
+        hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32,
+        num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=True,
+        rope_theta=1000000.0, max_position_embeddings=40960, rms_norm_eps=1e-6)),
+    "qwen3-0.6b": ("Qwen3-0.6B", lambda: tf.Qwen3Config(
+        hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
+        num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=True,
+        rope_theta=1000000.0, max_position_embeddings=40960, rms_norm_eps=1e-6)),
     "mistral-7b": ("Mistral-7B-v0.1", lambda: tf.MistralConfig(
         hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
         num_key_value_heads=8, vocab_size=32000, sliding_window=4096, tie_word_embeddings=False,
