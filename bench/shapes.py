@@ -13,6 +13,24 @@ def llama3(hidden, ffn, layers, heads, tied, rope_factor, head_dim=None):
         rope_theta=500000.0, max_position_embeddings=131072, rms_norm_eps=1e-5)
 
 
+def qwen2(hidden, ffn, layers, heads, kv_heads, vocab, tied):
+    """A Qwen2.5 config (QKV bias, RoPE base 1e6, 32K positions)."""
+    return tf.Qwen2Config(
+        hidden_size=hidden, intermediate_size=ffn, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=kv_heads, vocab_size=vocab,
+        tie_word_embeddings=tied, rope_theta=1000000.0, max_position_embeddings=32768,
+        rms_norm_eps=1e-6)
+
+
+def qwen3(hidden, ffn, layers, heads, tied):
+    """A Qwen3 config (q/k norm, 8 KV heads of 128, 152K vocabulary, RoPE base 1e6)."""
+    return tf.Qwen3Config(
+        hidden_size=hidden, intermediate_size=ffn, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=8, head_dim=128, vocab_size=151936,
+        tie_word_embeddings=tied, rope_theta=1000000.0, max_position_embeddings=40960,
+        rms_norm_eps=1e-6)
+
+
 SHAPES = {
     "1b": ("Llama-3.2-1B", lambda: llama3(2048, 8192, 16, 32, True, 32.0, head_dim=64)),
     "8b": ("Llama-3.1-8B", lambda: llama3(4096, 14336, 32, 32, False, 8.0)),
@@ -21,40 +39,22 @@ SHAPES = {
         hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
         num_key_value_heads=3, vocab_size=49152, tie_word_embeddings=True, rope_theta=100000.0,
         max_position_embeddings=8192, rms_norm_eps=1e-5)),
-    "qwen3-8b": ("Qwen3-8B", lambda: tf.Qwen3Config(
-        hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
-        num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=False,
-        rope_theta=1000000.0, max_position_embeddings=40960, rms_norm_eps=1e-6)),
+    "qwen3-8b": ("Qwen3-8B", lambda: qwen3(4096, 12288, 36, 32, False)),
     # shapes first met by tests/test_published_shapes.py (GPU) and compile_check: a d_model between
     # the stages rule's sizes; one above max_k with biased QKV; GQA 7:1 with d_model and FFN
     # sizes that are no power of two (3584 = 7 x 512, 18944 = 37 x 512; 896, 4864); a sliding
     # window with a 32K vocabulary
     "3b": ("Llama-3.2-3B", lambda: llama3(3072, 8192, 28, 24, True, 32.0)),
-    "qwen2.5-0.5b": ("Qwen2.5-0.5B", lambda: tf.Qwen2Config(
-        hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-        num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True,
-        rope_theta=1000000.0, max_position_embeddings=32768, rms_norm_eps=1e-6)),
-    "qwen2.5-7b": ("Qwen2.5-7B", lambda: tf.Qwen2Config(
-        hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
-        num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False,
-        rope_theta=1000000.0, max_position_embeddings=32768, rms_norm_eps=1e-6)),
+    "qwen2.5-0.5b": ("Qwen2.5-0.5B", lambda: qwen2(896, 4864, 24, 14, 2, 151936, True)),
+    "qwen2.5-7b": ("Qwen2.5-7B", lambda: qwen2(3584, 18944, 28, 28, 4, 152064, False)),
     # q/k norm with H x head_dim != d_model (4096 vs 2560, 2048 vs 1024) and a tied head
-    "qwen3-4b": ("Qwen3-4B", lambda: tf.Qwen3Config(
-        hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32,
-        num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=True,
-        rope_theta=1000000.0, max_position_embeddings=40960, rms_norm_eps=1e-6)),
-    "qwen3-0.6b": ("Qwen3-0.6B", lambda: tf.Qwen3Config(
-        hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
-        num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=True,
-        rope_theta=1000000.0, max_position_embeddings=40960, rms_norm_eps=1e-6)),
+    "qwen3-4b": ("Qwen3-4B", lambda: qwen3(2560, 9728, 36, 32, True)),
+    "qwen3-0.6b": ("Qwen3-0.6B", lambda: qwen3(1024, 3072, 28, 16, True)),
     "mistral-7b": ("Mistral-7B-v0.1", lambda: tf.MistralConfig(
         hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
         num_key_value_heads=8, vocab_size=32000, sliding_window=4096, tie_word_embeddings=False,
         rope_theta=10000.0, max_position_embeddings=32768, rms_norm_eps=1e-5)),
-    "qwen2.5-14b": ("Qwen2.5-14B", lambda: tf.Qwen2Config(
-        hidden_size=5120, intermediate_size=13824, num_hidden_layers=48, num_attention_heads=40,
-        num_key_value_heads=8, vocab_size=152064, tie_word_embeddings=False,
-        rope_theta=1000000.0, max_position_embeddings=32768, rms_norm_eps=1e-6)),
+    "qwen2.5-14b": ("Qwen2.5-14B", lambda: qwen2(5120, 13824, 48, 40, 8, 152064, False)),
 }
 
 

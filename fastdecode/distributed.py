@@ -189,25 +189,24 @@ class ThreadCollectives:
         self.device = device
         self.peer_to_peer = True  # one address space
 
-    def _exchange(self, x):
-        if x.is_cuda:
-            torch.cuda.current_stream(x.device).synchronize()
-        return self.group.exchange(self.rank, x)
-
     @staticmethod
-    def _read(out):
-        """out, computed from the other ranks' tensors: read before their memory may be reused
-        (the caching allocator reuses a block on its owner's stream once its last reference
-        goes)."""
-        if out.is_cuda:
-            torch.cuda.current_stream(out.device).synchronize()
-        return out
+    def _written(t):
+        """t once this rank's stream has finished writing it (a CPU tensor at once): before it
+        is handed to the other ranks, and for a result computed from theirs, before their
+        memory may be reused (the caching allocator reuses a block on its owner's stream once
+        its last reference goes)."""
+        if t.is_cuda:
+            torch.cuda.current_stream(t.device).synchronize()
+        return t
+
+    def _exchange(self, x):
+        return self.group.exchange(self.rank, self._written(x))
 
     def all_reduce(self, x):
-        return self._read(all_reduce_fp32(self._exchange(x.clone())))
+        return self._written(all_reduce_fp32(self._exchange(x.clone())))
 
     def gather_vocab(self, x):
-        return self._read(torch.cat(self._exchange(x.clone()), -1)[..., :self.spec.vocab_size])
+        return self._written(torch.cat(self._exchange(x.clone()), -1)[..., :self.spec.vocab_size])
 
     def symmetric(self, n_words: int):
         own = torch.zeros(n_words, dtype=torch.int32, device=self.device)

@@ -32,6 +32,19 @@ def close(out, ref, dtype, K=1) -> bool:
     return rel_err(out, ref) <= rel_tol(dtype, K)
 
 
+def teacher_forced(fm, ids, prompt: int):
+    """A FastModel's fp32 logits [T, V] at every position of ids [1, T]: ids[:, :prompt] as one
+    prompt, then one token a step (its decode path)."""
+    return torch.cat([fm(ids[:, :prompt])[0]] +
+                     [fm(ids[:, t:t + 1])[0] for t in range(prompt, ids.shape[1])]).float()
+
+
+def hf_logits(model, ids):
+    """The Hugging Face model's fp32 logits [T, V] for ids [1, T]."""
+    with torch.no_grad():
+        return model(ids).logits[0].float()
+
+
 def drop_encoded_task(runtime, T: int, op_name: str):
     """Remove the first `op_name` task from the encoded queues of the T-token schedule (its
     counter still expects it: a forced missing producer), and make the runtime re-upload them."""

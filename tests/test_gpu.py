@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import fastdecode
+from helpers import drop_encoded_task, teacher_forced
 
 pytestmark = pytest.mark.gpu
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
@@ -104,11 +105,6 @@ def test_families_bf16_on_gpu():
         assert torch.equal(out, eager), fam
 
 
-def _teacher_forced(fm, ids, prompt):
-    return torch.cat([fm(ids[:, :prompt])[0]] +
-                     [fm(ids[:, t:t + 1])[0] for t in range(prompt, ids.shape[1])]).float()
-
-
 def test_mega_matches_ops_and_is_deterministic(llama):
     """Llama-3.2-1B and Llama-3.1-8B shapes, all SMs, cooperative launch. Same op bodies as ops
     mode, but decode tasks use the stream tiles (whole rows or 4096-wide chunks, vs ops mode's
@@ -120,11 +116,11 @@ def test_mega_matches_ops_and_is_deterministic(llama):
     bounds both (and Qwen3-8B's 36 layers: sqrt(36/32) more); a wrong tile or a race gives O(1)."""
     ids = torch.randint(0, 128256, (1, 40), device="cuda",
                         generator=torch.Generator("cuda").manual_seed(5))
-    ref = _teacher_forced(fastdecode.from_hf(llama, max_seq_len=128, mode="ops"), ids, 32)
+    ref = teacher_forced(fastdecode.from_hf(llama, max_seq_len=128, mode="ops"), ids, 32)
     runs = []
     for _ in range(3):
         fm = fastdecode.from_hf(llama, max_seq_len=128, mode="mega")
-        runs.append((_teacher_forced(fm, ids, 32),
+        runs.append((teacher_forced(fm, ids, 32),
                      fm.generate(ids[:, :8], max_new_tokens=40, eos_token_id=[])))
         del fm
     err = float((runs[0][0] - ref).norm() / ref.norm())
@@ -147,7 +143,7 @@ def _stream_variants(model, seed, name, values=(False, True), **fixed):
     for on in values:
         fm = fastdecode.from_hf(model, max_seq_len=128, mode="mega")
         fm.runtime.mega_stream = StreamConfig(**{**fixed, name: on})
-        out[on] = (_teacher_forced(fm, ids, 32),
+        out[on] = (teacher_forced(fm, ids, 32),
                    fm.generate(ids[:, :8], max_new_tokens=24, eos_token_id=[]))
         tiling = fm.runtime._last_sched.graph.tiling
         if name == "attn_in_qkv_keys":
@@ -257,7 +253,6 @@ def test_mega_timeout_is_fast(llama1b, one_poller, abort_every):
     fm = fastdecode.from_hf(llama1b, max_seq_len=64, mode="mega")
     fm.runtime.mega_stream = StreamConfig(one_poller=one_poller, abort_every=abort_every)
     fm(torch.tensor([[1]], device="cuda"))  # compile the T=1 step outside the timed region
-    from helpers import drop_encoded_task
     drop_encoded_task(fm.runtime, 1, "GATE_UP")
     fm.reset()
     t0 = time.perf_counter()

@@ -5,24 +5,10 @@ import torch
 
 import fastdecode
 from conftest import DEVICE
-from helpers import U, rel_err
+from helpers import U, hf_logits, rel_err, teacher_forced
 from models import FAMILIES, tiny_model
 
 PROMPT, STEPS = 21, 16   # 21 > the 16-token CPU prefill chunk: two chunks, then 16 decode steps
-
-
-def teacher_forced(fm, ids):
-    """Logits of fm fed ids as prompt then one token at a time -> [T, V]."""
-    fm.reset()
-    out = [fm(ids[:, :PROMPT])[0]]
-    for t in range(PROMPT, ids.shape[1]):
-        out.append(fm(ids[:, t:t + 1])[0])
-    return torch.cat(out, 0)
-
-
-def hf_logits(model, ids):
-    with torch.no_grad():
-        return model(ids).logits[0].float()
 
 
 @pytest.mark.parametrize("mode", ["torch", "vm", "ops", "mega"])
@@ -34,7 +20,7 @@ def test_family_fp32_matches_hf(family, mode):
     ids = ids.to(DEVICE)
     ref = hf_logits(model, ids)
     fm = fastdecode.from_hf(model, max_seq_len=64, mode=mode)
-    got = teacher_forced(fm, ids)
+    got = teacher_forced(fm, ids, PROMPT)
     # fp32 end to end: per-op error ~ sqrt(K) 2^-24 (K <= 88) compounded over 2 layers and the
     # head; 1e-5 is 20x above what we observe (~5e-7) and far below any indexing bug (>1e-2).
     assert got.shape == ref.shape
@@ -52,7 +38,7 @@ def test_yarn_rope_fp32_matches_hf(mode):
     ids = torch.randint(0, 101, (1, PROMPT + STEPS), generator=torch.Generator().manual_seed(5))
     ids = ids.to(DEVICE)
     ref = hf_logits(model, ids)
-    got = teacher_forced(fastdecode.from_hf(model, max_seq_len=64, mode=mode), ids)
+    got = teacher_forced(fastdecode.from_hf(model, max_seq_len=64, mode=mode), ids, PROMPT)
     assert rel_err(got, ref) < 1e-5, (mode, rel_err(got, ref))
 
 
@@ -67,7 +53,7 @@ def test_bf16_ops_close_to_fp32_hf(family):
     ids = ids.to(DEVICE)
     ref = hf_logits(tiny_model(family, dtype=torch.bfloat16).float().to(DEVICE), ids)
     fm = fastdecode.from_hf(model, max_seq_len=64, mode="ops")
-    got = teacher_forced(fm, ids)
+    got = teacher_forced(fm, ids, PROMPT)
     assert rel_err(got, ref) < 4 * U[torch.bfloat16] * 13 ** 0.5
 
 

@@ -25,6 +25,7 @@ import pytest
 import torch
 
 import fastdecode
+from helpers import hf_logits, rel_err, teacher_forced
 
 pytestmark = pytest.mark.gpu
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
@@ -49,36 +50,25 @@ def _model(key, overrides):
     return name, model
 
 
-def _rel(a, b):
-    return float((a.double() - b.double()).norm() / b.double().norm())
-
-
-def _teacher_forced(fm, ids):
-    """fastdecode's logits at every position: the prompt as one prefill, then one token a step."""
-    return torch.cat([fm(ids[:, :PROMPT])[0]] +
-                     [fm(ids[:, t:t + 1])[0] for t in range(PROMPT, ids.shape[1])]).float()
-
-
 @pytest.mark.parametrize("key,overrides", SHAPES, ids=[k for k, _ in SHAPES])
 def test_published_shape_matches_hf(key, overrides):
     name, model = _model(key, overrides)
     vocab = model.config.vocab_size
     ids = torch.randint(0, vocab, (1, PROMPT + STEPS), device="cuda",
                         generator=torch.Generator("cuda").manual_seed(2))
-    with torch.no_grad():
-        hf16 = model(ids).logits[0].float()
-        ref = copy.deepcopy(model).float()(ids).logits[0]
-    bound = 2 * max(math.sqrt(6 * LAYERS + 1) * 2.0 ** -8, _rel(hf16, ref))
+    hf16 = hf_logits(model, ids)
+    ref = hf_logits(copy.deepcopy(model).float(), ids)
+    bound = 2 * max(math.sqrt(6 * LAYERS + 1) * 2.0 ** -8, rel_err(hf16, ref))
     top2 = torch.topk(ref, 2, dim=-1).values
     clear = (top2[:, 0] - top2[:, 1]) > 3 * bound * ref.pow(2).mean().sqrt()
     for mode in ("mega", "ops"):
         fm = fastdecode.from_hf(model, max_seq_len=128, mode=mode)
-        got = _teacher_forced(fm, ids)
+        got = teacher_forced(fm, ids, PROMPT)
         del fm
         assert torch.isfinite(got).all(), (name, mode)
         for part, sl in (("prefill", slice(0, PROMPT)), ("decode", slice(PROMPT, None))):
-            err = _rel(got[sl], ref[sl])
-            print(f"{name} {mode} {part}: rel err {err:.4f} (HF bf16 {_rel(hf16[sl], ref[sl]):.4f}, "
-                  f"bound {bound:.4f})")
+            err = rel_err(got[sl], ref[sl])
+            print(f"{name} {mode} {part}: rel err {err:.4f} (HF bf16 "
+                  f"{rel_err(hf16[sl], ref[sl]):.4f}, bound {bound:.4f})")
             assert err <= bound, (name, mode, part, err, bound)
         assert torch.equal(got.argmax(-1)[clear], ref.argmax(-1)[clear]), (name, mode)
