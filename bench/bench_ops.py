@@ -1,8 +1,9 @@
 """Standalone decode GEMV, cold L2: the plain-Triton tiles and the PTX weight pieces side by side.
 
-For each [K, N] (y = W x, W [N, K] bf16, T=1) it times, as a CUDA graph of R launches over R
-distinct weight copies (> 256 MB in all, 4x the H200's 60 MB L2, so no launch reads from L2
-what the one before left there), the variants' graphs replayed round-robin (cold_l2_times):
+For each [K, N] (y = W x, W [N, K] bf16, T=1) it times, as a CUDA graph of >= 16 launches cycling
+over R distinct weight copies (> 256 MB in all, 4x the H200's 60 MB L2, so no launch reads from L2
+what the one before left there), the variants' graphs replayed round-robin, each replay timed
+from its first kernel's start (cold_l2_times, replay_medians):
   ops (table)  ops mode's decode GEMV, gemv() without a config: tile_table.json's choice for this
                GPU and shape (bench/sweep_gemv.py --record: a tile, one per program, or the
                persistent stream), else config.gemv_config's rule (4 rows x 1024)
@@ -50,15 +51,27 @@ def cold_copies(nbytes: int) -> int:
     return max(4, min(64, (256 * 2**20) // nbytes + 1))
 
 
+# GPU cycles of busy wait queued before each timed replay (~100 us at the H200's ~1.98 GHz):
+# longer than the host's submission of a graph of up to 64 launches, so the start event fires
+# only when the graph's first kernel can start -- without it the host's latency to submit the
+# graph (the GPU idle after the event) was timed as part of the launches (a few us per replay,
+# ~1 us per launch of a 4-launch graph of 18 us GEMVs).
+HOST_COVER_CYCLES = 200_000
+# launches per timed graph at least: the cold copies cycled as often as it takes
+MIN_LAUNCHES = 16
+
+
 def replay_medians(graphs: dict, per: int, rounds: int = 15) -> dict:
     """{name: median seconds per launch} of graphs ({name: CUDA graph of `per` launches}),
     replayed round-robin, `rounds` times each, so a drift of the GPU's clocks over the run
     (+-5% between two runs of one config, session 16) lands on every variant alike instead of
-    on whichever ran last."""
+    on whichever ran last. Each replay is timed from its first kernel's start: the GPU is kept
+    busy (HOST_COVER_CYCLES) while the host submits it."""
     ts = {name: [] for name in graphs}
     for _ in range(rounds):
         for name, g in graphs.items():
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(HOST_COVER_CYCLES)
             a.record()
             g.replay()
             b.record()
@@ -69,10 +82,12 @@ def replay_medians(graphs: dict, per: int, rounds: int = 15) -> dict:
 
 def cold_l2_times(K, N, launches, rounds=15, check=True, ref=None):
     """{name: median seconds per launch(x, w, out)} for each of launches ({name: launch}): each
-    launch a CUDA graph of R back-to-back launches over the same R distinct [N, K] bf16 weight
-    copies (cold_copies); the graphs replayed round-robin (replay_medians). ref(x, w): the fp32
+    launch a CUDA graph of back-to-back launches cycling over the same R distinct [N, K] bf16
+    weight copies (cold_copies: between two reads of a copy > 192 MB of others pass through L2),
+    MIN_LAUNCHES or more; the graphs replayed round-robin (replay_medians). ref(x, w): the fp32
     [1, n] each launch must write into out[:, :n] (default x @ w.T, n = N)."""
     R = cold_copies(N * K * 2)
+    laps = -(-MIN_LAUNCHES // R)
     ws = [torch.randn(N, K, device="cuda", dtype=torch.bfloat16) for _ in range(R)]
     x = torch.randn(1, K, device="cuda", dtype=torch.bfloat16)
     out = torch.empty(1, N, device="cuda", dtype=torch.bfloat16)
@@ -85,12 +100,13 @@ def cold_l2_times(K, N, launches, rounds=15, check=True, ref=None):
             assert err < 1e-2, f"[{K}, {N}] {name}: rel. error {err:.2e}"
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
-            for w in ws:
-                launch(x, w, out)
+            for _ in range(laps):
+                for w in ws:
+                    launch(x, w, out)
         g.replay()
         graphs[name] = g
     torch.cuda.synchronize()
-    times = replay_medians(graphs, R, rounds)
+    times = replay_medians(graphs, R * laps, rounds)
     del ws, graphs
     torch.cuda.empty_cache()
     return times
