@@ -98,6 +98,7 @@ def test_stream_stages_rule():
     the register stream below it, with the PTX pieces and for a standalone launch; explicit
     stages as given; PTX pieces with explicit stages, and a tuple not of four, are refused."""
     assert StreamConfig().op_stages(2048) == (1, 1, 1, 1)
+    assert StreamConfig().op_stages(2560) == (3, 3, 3, 3)  # Qwen3-4B
     assert StreamConfig().op_stages(3072) == (3, 3, 3, 3)  # Llama-3.2-3B, Qwen2.5-7B (3584)
     assert StreamConfig().op_stages(4096) == (3, 3, 3, 3)
     # QKV / gate|up rows chunked (> max_k): their row_rstd loop would nest in the stream
@@ -110,11 +111,32 @@ def test_stream_stages_rule():
         StreamConfig(ptx=True, stages=2)
     with pytest.raises(ValueError, match="stages"):
         StreamConfig(stages=(1, 3, 2))
+    # short rows chunked (short_chunk): QKV / gate|up on the register stream, like long ones
+    assert StreamConfig(short_chunk=256).op_stages(3072) == (1, 3, 1, 3)
+    assert StreamConfig(short_chunk=256).op_stages(4096) == (3, 3, 3, 3)
     # the shared-memory carveout: a percent, or -1 (the driver's default)
     assert StreamConfig(carveout=-1).carveout == -1 and StreamConfig(carveout=72).carveout == 72
     for bad in (-2, 101):
         with pytest.raises(ValueError, match="carveout"):
             StreamConfig(carveout=bad)
+
+
+@pytest.mark.parametrize("K,whole,short", [
+    (2048, (8, 2048), (8, 2048)),      # a power of two: whole rows either way
+    (2560, (4, 4096), (32, 512)),      # Qwen3-4B's d_model: 5 x 512 instead of 4096 padded
+    (3072, (4, 4096), (16, 1024)),     # Llama-3.2-3B: 3 x 1024
+    (3584, (4, 4096), (32, 512)),      # Qwen2.5-7B: 7 x 512
+    (896, (16, 1024), (16, 1024)),     # no chunk >= 256 pads 896 by <= 1/16: whole rows
+    (768, (16, 1024), (64, 256)),
+    (9728, (8, 2048), (8, 2048)),      # longer than max_k: the long-row rule, unchanged
+])
+def test_stream_tile_chunks_padded_rows(K, whole, short):
+    """StreamConfig.tile: (rows, K chunk) of a 16384-element piece; short_chunk=256 chunks rows
+    of K <= max_k that a power of two pads by more than 1/16, in chunks >= 256 that pad <= 1/16."""
+    for st, want in ((StreamConfig(), whole), (StreamConfig(short_chunk=256), short)):
+        t = st.tile(K)
+        assert (t.block_n, t.block_k) == want
+        assert (triton.cdiv(K, t.block_k) * t.block_k - K) * 16 <= K or t.block_k >= K
 
 
 def test_op_elems_set_each_ops_tile():

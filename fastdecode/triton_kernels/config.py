@@ -155,7 +155,9 @@ class StreamConfig:
     # 3072 since 2026-12-03 (H200, ebb6ad4's kernels, sweep_mega 160 tokens, 1111 / 3333 / 2222,
     # tok/s): Llama-3.2-3B (3072) 462.0 / 511.6 / 504.4, Qwen2.5-7B (3584) 237.7 / 266.3 / 265.6,
     # Qwen2.5-0.5B (896) 1498.5 / 1397.6 / 1460.7 -- the switch lies between 2048 and 3072.
-    stages_min_d_model: int = 3072
+    # 2560 since 2026-12-03 (H200, 94c6992, sweep_mega 160 tokens, 1111 / 3333 / 2222 / 1111):
+    # Qwen3-4B (2560) 346.1 / 378.8 / 376.8 / 344.2 tok/s -- between 2048 and 2560.
+    stages_min_d_model: int = 2560
     # decode: an o_proj task asks L2 for the next gate|up task's first l2_prefetch_kb KB of gate
     # rows and of up rows by one bulk (TMA) prefetch each before its dependency wait -- the
     # attention chain's, HBM's one idle window in a layer (megakernel.residual_task). 0: off.
@@ -182,6 +184,12 @@ class StreamConfig:
     # the gate|up tasks no faster (RESULTS.md session 31): the prefetch traffic slows the one
     # program per KV group that every o_proj task waits for.
     l2_prefetch_kb: int = 0
+    # rows of K <= max_k elements that a power of two would pad by more than 1/16 (d_model 2560,
+    # 3072, 3584; q_dim 3584) stream in chunks of at least short_chunk elements that pad them by
+    # <= 1/16 (tile(): 2560 = 5 x 512, 3072 = 3 x 1024) instead of whole rows padded to 4096,
+    # whose pieces carry 62-87% weights and the rest masked lanes. 0: whole rows. Chunked rows
+    # with the RMSNorm prologue (QKV, gate|up) take the register stream (op_stages).
+    short_chunk: int = 0
     # decode: a KV group's keys and values that attention will read asked into L2 (one bulk
     # prefetch each, attention.kv_prefetch) before a wait: by the group's first QKV tile task of
     # the short-context schedule, before its wait on the previous layer, and by each ATTN task
@@ -402,9 +410,10 @@ class StreamConfig:
                 return tuple(self.stages)
             return (self.stages,) * 4
         big = d_model is not None and d_model >= self.stages_min_d_model and not self.ptx
-        # QKV / gate|up rows longer than max_k: the RMSNorm statistics loop (row_rstd) would
-        # nest in the stream loop, which the pipeliner then skips -- the register stream instead
-        normed = 3 if big and d_model <= self.max_k else 1
+        # QKV / gate|up rows chunked (longer than max_k, or short_chunk): the RMSNorm statistics
+        # loop (row_rstd) would nest in the stream loop, which the pipeliner then skips -- the
+        # register stream instead
+        normed = 3 if big and self.tile(d_model).block_k >= d_model else 1
         return (normed, 3, normed, 3) if big else (1, 1, 1, 1)
 
     def elems(self, op: int) -> int:
@@ -441,12 +450,18 @@ class StreamConfig:
         piece, so every op keeps the same bytes -- and registers -- in flight per piece): whole
         rows up to max_k, else the largest power-of-two chunk <= max_k that pads the row by <= 1/16:
         14336 = 7 x 2048 streams in 2048-chunks, not in 4 x 4096 with a half-masked last one
-        (masked lanes cost no bandwidth, but registers and FMAs)."""
+        (masked lanes cost no bandwidth, but registers and FMAs). Shorter rows the same way with
+        short_chunk, in chunks of at least that many elements (else whole rows, padded)."""
         bk = triton.next_power_of_2(K)
         if bk > self.max_k:
             bk = self.max_k
             while bk > 16 and (triton.cdiv(K, bk) * bk - K) * 16 > K:
                 bk //= 2
+        elif self.short_chunk and (bk - K) * 16 > K:
+            c = bk // 2
+            while c >= self.short_chunk and (triton.cdiv(K, c) * c - K) * 16 > K:
+                c //= 2
+            bk = c if c >= self.short_chunk else bk
         r = max(1, (elems or self.tile_elems) // parts // bk)
         return TileConfig(min(128, 1 << (r.bit_length() - 1)), bk, self.num_warps)
 
