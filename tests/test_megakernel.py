@@ -101,8 +101,9 @@ def test_stream_stages_rule():
     assert StreamConfig().op_stages(2560) == (3, 3, 3, 3)  # Qwen3-4B
     assert StreamConfig().op_stages(3072) == (3, 3, 3, 3)  # Llama-3.2-3B, Qwen2.5-7B (3584)
     assert StreamConfig().op_stages(4096) == (3, 3, 3, 3)
-    # QKV / gate|up rows chunked (> max_k): their row_rstd loop would nest in the stream
-    assert StreamConfig().op_stages(5120) == (1, 3, 1, 3)
+    # QKV / gate|up rows chunked (> max_k, or short_chunk): staged too (their row_rstd unrolled)
+    assert StreamConfig().op_stages(5120) == (3, 3, 3, 3)
+    assert StreamConfig(short_chunk=256).op_stages(3072) == (3, 3, 3, 3)
     assert StreamConfig().op_stages() == (1, 1, 1, 1)
     assert StreamConfig(ptx=True).op_stages(8192) == (1, 1, 1, 1)
     assert StreamConfig(stages=2).op_stages(2048) == (2, 2, 2, 2)
@@ -111,9 +112,6 @@ def test_stream_stages_rule():
         StreamConfig(ptx=True, stages=2)
     with pytest.raises(ValueError, match="stages"):
         StreamConfig(stages=(1, 3, 2))
-    # short rows chunked (short_chunk): QKV / gate|up on the register stream, like long ones
-    assert StreamConfig(short_chunk=256).op_stages(3072) == (1, 3, 1, 3)
-    assert StreamConfig(short_chunk=256).op_stages(4096) == (3, 3, 3, 3)
     # the shared-memory carveout: a percent, or -1 (the driver's default)
     assert StreamConfig(carveout=-1).carveout == -1 and StreamConfig(carveout=72).carveout == 72
     for bad in (-2, 101):

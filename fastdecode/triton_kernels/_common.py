@@ -46,15 +46,28 @@ def pdl_ready(PDL: tl.constexpr):
 
 
 @triton.jit
-def row_rstd(x_ptr, stride_x, offs_t, mask_t, K, eps, BLOCK_K: tl.constexpr):
-    """1 / sqrt(mean(x[t, :K]^2) + eps) for each row t of a [T, K] activation (fp32 math) -> [BLOCK_T]."""
+def sq_sum(x_ptr, stride_x, offs_t, mask_t, k0, K, BLOCK_K: tl.constexpr):
+    """sum of x[t, k0:k0 + BLOCK_K]^2 (within K) for each row t, fp32 -> [BLOCK_T]."""
+    offs_k = k0 + tl.arange(0, BLOCK_K)
+    m = mask_t[:, None] & (offs_k[None, :] < K)
+    x = tl.load(x_ptr + offs_t[:, None] * stride_x + offs_k[None, :], mask=m, other=0.0)
+    x = x.to(tl.float32)
+    return tl.sum(x * x, axis=1)
+
+
+@triton.jit
+def row_rstd(x_ptr, stride_x, offs_t, mask_t, K, eps, BLOCK_K: tl.constexpr,
+             K_CONST: tl.constexpr = 0):
+    """1 / sqrt(mean(x[t, :K]^2) + eps) for each row t of a [T, K] activation (fp32 math) -> [BLOCK_T].
+    K_CONST: K as a constexpr (0: not known at compile time) -- the chunks' loop unrolled, so it
+    can sit inside a loop that Triton's pipeliner pipelines (it skips loops with a nested one)."""
     ss = tl.zeros([offs_t.shape[0]], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        offs_k = k0 + tl.arange(0, BLOCK_K)
-        m = mask_t[:, None] & (offs_k[None, :] < K)
-        x = tl.load(x_ptr + offs_t[:, None] * stride_x + offs_k[None, :], mask=m, other=0.0)
-        x = x.to(tl.float32)
-        ss += tl.sum(x * x, axis=1)
+    if K_CONST > 0:
+        for k0 in tl.static_range(0, K_CONST, BLOCK_K):
+            ss += sq_sum(x_ptr, stride_x, offs_t, mask_t, k0, K_CONST, BLOCK_K)
+    else:
+        for k0 in range(0, K, BLOCK_K):
+            ss += sq_sum(x_ptr, stride_x, offs_t, mask_t, k0, K, BLOCK_K)
     return 1.0 / tl.sqrt(ss / K + eps)
 
 
@@ -91,14 +104,16 @@ def x_chunk(x_ptr, norm_ptr, k0, K, rstd, NORM: tl.constexpr, BLOCK_K: tl.conste
 
 @triton.jit
 def stream_x0(x, x_ptr, norm_ptr, stride_x, offs_t, mask_t, K, eps, n_k, NORM: tl.constexpr,
-              BLOCK_K: tl.constexpr):
+              BLOCK_K: tl.constexpr, K_CONST: tl.constexpr = 0):
     """A shared-memory stream's activations at its first piece (gemv.gemv_body STAGES > 1), in the
     branch on its dependency wait's result (the pipeliner leaves those loads there, after the
     wait): (x, rstd) -- the norm's statistics if NORM (else zero), and x's chunk 0 if the rows
-    are whole (n_k == 1; chunked rows load their chunk per piece, x returned as given)."""
+    are whole (n_k == 1; chunked rows load their chunk per piece, x returned as given).
+    K_CONST: K as a constexpr (the megakernel's d_model; 0: not known) -- the statistics' chunk
+    loop unrolled, so chunked rows keep the stream loop pipelined (row_rstd)."""
     rstd = tl.zeros([1, 1], dtype=tl.float32)
     if NORM:
-        rstd = row_rstd(x_ptr, stride_x, offs_t, mask_t, K, eps, BLOCK_K)[:, None]
+        rstd = row_rstd(x_ptr, stride_x, offs_t, mask_t, K, eps, BLOCK_K, K_CONST)[:, None]
     if n_k == 1:
         x = x_chunk(x_ptr, norm_ptr, 0, K, rstd, NORM, BLOCK_K)
     return x, rstd

@@ -410,11 +410,10 @@ class StreamConfig:
                 return tuple(self.stages)
             return (self.stages,) * 4
         big = d_model is not None and d_model >= self.stages_min_d_model and not self.ptx
-        # QKV / gate|up rows chunked (longer than max_k, or short_chunk): the RMSNorm statistics
-        # loop (row_rstd) would nest in the stream loop, which the pipeliner then skips -- the
-        # register stream instead
-        normed = 3 if big and self.tile(d_model).block_k >= d_model else 1
-        return (normed, 3, normed, 3) if big else (1, 1, 1, 1)
+        # QKV / gate|up rows chunked (longer than max_k, or short_chunk) too: the megakernel
+        # unrolls the RMSNorm statistics' chunk loop (gemv_body K_CONST), which would otherwise
+        # nest in the stream loop, and the pipeliner skips a loop with a nested one
+        return (3, 3, 3, 3) if big else (1, 1, 1, 1)
 
     def elems(self, op: int) -> int:
         """Elements per weight piece of op 0-3 (QKV, o_proj, gate|up, down): op_elems[op], else

@@ -110,7 +110,8 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
               NORM: tl.constexpr, BIAS: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
               BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
               STREAM: tl.constexpr, F32: tl.constexpr, PTX: tl.constexpr,
-              STAGES: tl.constexpr = 1, WAIT: tl.constexpr = None, wargs=None):
+              STAGES: tl.constexpr = 1, WAIT: tl.constexpr = None, wargs=None,
+              K_CONST: tl.constexpr = 0):
     """Output tiles [tile_lo, tile_hi) of BLOCK_N rows for token block pid_t; (w0, w20): the
     first piece from stream_start (STREAM) or ignored. Returns 1, or WAIT's result.
 
@@ -128,10 +129,11 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
     WAIT(*wargs) (the megakernel's; None: nothing to wait for) runs inside the first iteration,
     so the pipeline's first STAGES - 1 pieces load during it; every activation load (x, the
     norm's statistics, the residual) sits in a branch on the wait's result, where the pipeliner
-    leaves it in place. Rows chunked over K (n_k > 1) request the next piece's activation chunk
-    an iteration ahead (x_chunk_raw) and convert it at use (x_chunk_apply), so its L1/L2 latency
-    does not stall the iteration (8B / Qwen3-8B down_proj, 14336 = 4 chunks: +1.5% tok/s, A/B in
-    one run, bench/RESULTS.md session 11). w0 / w20 are unused.
+    leaves it in place (K_CONST: K as a constexpr, the megakernel's d_model -- the norm's
+    statistics loop over chunked rows unrolled, _common.stream_x0). Rows chunked over K (n_k > 1) request the next piece's
+    activation chunk an iteration ahead (x_chunk_raw) and convert it at use (x_chunk_apply), so
+    its L1/L2 latency does not stall the iteration (8B / Qwen3-8B down_proj, 14336 = 4 chunks:
+    +1.5% tok/s, A/B in one run, bench/RESULTS.md session 11). w0 / w20 are unused.
     Rows chunked over K (both streams) add up each piece's row_partials -- sums within a thread
     -- and reduce across threads (shuffles, shared memory, a barrier) once per tile, at its last
     chunk, not once per piece (+0.4-0.9% tok/s on 8B / Qwen3-8B / 1B, A/B in one run, session
@@ -165,7 +167,7 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
                                                  rows0 < N, N, stride_res, BIAS, SWIGLU,
                                                  RESIDUAL)
                     x, rstd = stream_x0(x, x_ptr, norm_ptr, stride_x, offs_t, mask_t, K, eps,
-                                        n_k, NORM, BLOCK_K)
+                                        n_k, NORM, BLOCK_K, K_CONST)
                     if n_k > 1:
                         xr, nr = x_chunk_raw(x_ptr, norm_ptr, 0, K, NORM, BLOCK_K)
             if run == 1:

@@ -375,7 +375,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                     task_kv_prefetch(*kvpf)
                     run = qkv_rope_body(*qargs, 0, 0, GROUP, QKV_CHUNKS, qkraw_ptr, BIAS_QKV,
                                         QK_NORM, BLOCK_T, BLOCK_H, QKV_BK, STREAM, F32, QK_DEFER,
-                                        PTX, SQ, ready, wargs)
+                                        PTX, SQ, ready, wargs, D)
                 else:
                     lo0, hi0 = qkv_start(w_qkv, D, H, KVH, HD, a0, a1, a2, GROUP, QKV_CHUNKS,
                                          BLOCK_H, QKV_BK, STREAM, PTX)
@@ -432,7 +432,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                     run = gemv_body(h_ptr, w_gu, mnorm_ptr + layer * D, bgu_ptr + layer * 2 * FFN,
                                     h_ptr, act_ptr, T, FFN, D, D, D, FFN, eps, a1, a2, a0, 0, 0,
                                     True, BIAS_MLP, True, False, BLOCK_T, RG, KG, STREAM, F32,
-                                    PTX, SG, ready, wargs)
+                                    PTX, SG, ready, wargs, D)
                 else:
                     # register stream (the 1B class): the first piece before the wait, as the
                     # other ops. Session 11 (per-warp polls) measured it 2% faster after the

@@ -91,7 +91,8 @@ def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_pt
                   BIAS: tl.constexpr, QK_NORM: tl.constexpr, BLOCK_T: tl.constexpr,
                   BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, STREAM: tl.constexpr,
                   F32: tl.constexpr, DEFER: tl.constexpr, PTX: tl.constexpr,
-                  STAGES: tl.constexpr = 1, WAIT: tl.constexpr = None, wargs=None):
+                  STAGES: tl.constexpr = 1, WAIT: tl.constexpr = None, wargs=None,
+                  K_CONST: tl.constexpr = 0):
     """Tiles [u_lo, u_hi) of KV group g (qkv_slot): each is pairs [c*BLOCK_H, (c+1)*BLOCK_H) of
     one head slot for one token block. STREAM (T=1): the decode stream of gemv_body (its first
     piece w_lo0 / w_hi0 from qkv_start) -- the next
@@ -99,7 +100,7 @@ def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_pt
     are requested before the current piece is reduced. STAGES > 1 (STREAM, not PTX): the pieces
     stream through shared memory in Triton's loop pipeline, the dependency wait WAIT(*wargs)
     inside the first iteration and every activation / operand load in a branch on its result
-    (gemv.gemv_body's STAGES); w_lo0 / w_hi0 are unused. DEFER: q and k tiles store raw fp32
+    (gemv.gemv_body's STAGES, K_CONST); w_lo0 / w_hi0 are unused. DEFER: q and k tiles store raw fp32
     rows to raw_ptr [T, H + KVH, HD] for qk_norm_rope_body (QK_NORM is then False here).
     PTX (STREAM, bf16 weights): the pieces are loaded by inline PTX (_common.weight_chunk).
     Returns 1, or WAIT's result."""
@@ -129,7 +130,7 @@ def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_pt
                         j, offs_t, mask_t, offs_h, offs_h < half, pos, bias_ptr, qk_norm_ptr,
                         cos_ptr, sin_ptr, H, HD, BIAS, QK_NORM)
                     x, rstd = stream_x0(x, x_ptr, norm_ptr, stride_x, offs_t, mask_t, K, eps,
-                                        n_k, True, BLOCK_K)
+                                        n_k, True, BLOCK_K, K_CONST)
             if run == 1:
                 kc = i % n_k
                 if n_k > 1:
