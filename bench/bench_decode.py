@@ -34,24 +34,33 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def read_bandwidth() -> dict:
-    """Read-only stream: our GEMV over a [131072, 8192] bf16 matrix (2.1 GB, 35x the 60 MB L2),
-    the faster of ops mode's tile and the megakernel's stream launched persistent (2 programs per
-    SM, each a run of tiles: 4.42-4.50 TB/s on bench_ops' large shapes where the tile's 2.1 GB
-    read measured 4.24 in the same run, H200, 2026-12-03 -- a roofline below what our own GEMVs
-    stream flattered every % of it); and a device-to-device copy (bytes read + written) for
-    reference."""
+    """Read-only stream: our GEMV over a [262144, 4096] bf16 matrix (2.1 GB, 35x the 60 MB L2),
+    the faster of ops mode's tile (one launch, do_bench) and the megakernel's stream launched
+    persistent (2 programs per SM, each a run of tiles) as a CUDA graph of 4 back-to-back launches
+    with programmatic dependent launch, timed as bench_ops times its persist+PDL rows
+    (timing.replay_medians); and a device-to-device copy (bytes read + written) for reference.
+    Until 2026-12-03 only the tile over [131072, 8192], 4.24 TB/s, while bench_ops' persist+PDL
+    rows streamed 4.42-4.50 on the large shapes of the same run: "% of roofline" over 100."""
     import triton
     from fastdecode.triton_kernels.config import StreamConfig
-    N, K = 131072, 8192
+    from timing import pdl, replay_medians
+    N, K = 262144, 4096
     w = torch.randn(N, K, device="cuda", dtype=torch.bfloat16)
     x = torch.randn(1, K, device="cuda", dtype=torch.bfloat16)
     out = torch.empty(1, N, device="cuda", dtype=torch.bfloat16)
+    t_tile = triton.testing.do_bench(lambda: fastdecode.ops.gemv(x, w, out=out), warmup=50,
+                                     rep=300, return_mode="median") * 1e-3
     persist = StreamConfig().persistent(N, K, torch.cuda.get_device_properties(0)
                                         .multi_processor_count)
-    t = min(triton.testing.do_bench(lambda s=s: fastdecode.ops.gemv(x, w, out=out, stream=s),
-                                    warmup=50, rep=300, return_mode="median") * 1e-3
-            for s in (None, persist))
-    gemv_bw = w.numel() * 2 / t
+    launch = pdl(lambda x, w, o: fastdecode.ops.gemv(x, w, out=o, stream=persist), True)
+    launch(x, w, out)  # compile
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(4):
+            launch(x, w, out)
+    t_persist = replay_medians({"persist": g}, 4, rounds=7)["persist"]
+    gemv_bw = w.numel() * 2 / min(t_tile, t_persist)
+    del g
     src = torch.empty(2 * 1024**3, device="cuda", dtype=torch.uint8)
     dst = torch.empty_like(src)
     t = triton.testing.do_bench(lambda: dst.copy_(src), warmup=20, rep=200,

@@ -418,7 +418,7 @@ def gemv_graph_times(K: int, N: int, configs: list, sms: int, rounds: int = 15) 
     graphs replayed round-robin `rounds` times (bench_ops.replay_medians); each config checked
     against torch first. One op, so no wait and no cooperative launch (capturable); launch gaps
     inside the graph are counted, as in bench_ops."""
-    from bench_ops import cold_copies, replay_medians
+    from timing import cold_copies, replay_medians
     R = cold_copies(N * K * 2)
     chs = [Chain([("gemv", N, K)]) for _ in range(R)]
     graphs = {}

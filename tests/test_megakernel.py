@@ -101,9 +101,8 @@ def test_stream_stages_rule():
     assert StreamConfig().op_stages(2560) == (3, 3, 3, 3)  # Qwen3-4B
     assert StreamConfig().op_stages(3072) == (3, 3, 3, 3)  # Llama-3.2-3B, Qwen2.5-7B (3584)
     assert StreamConfig().op_stages(4096) == (3, 3, 3, 3)
-    # QKV / gate|up rows chunked (> max_k, or short_chunk): staged too (their row_rstd unrolled)
+    # QKV / gate|up rows chunked (> max_k): staged too (their row_rstd unrolled, K_CONST)
     assert StreamConfig().op_stages(5120) == (3, 3, 3, 3)
-    assert StreamConfig(short_chunk=256).op_stages(3072) == (3, 3, 3, 3)
     assert StreamConfig().op_stages() == (1, 1, 1, 1)
     assert StreamConfig(ptx=True).op_stages(8192) == (1, 1, 1, 1)
     assert StreamConfig(stages=2).op_stages(2048) == (2, 2, 2, 2)
@@ -117,24 +116,6 @@ def test_stream_stages_rule():
     for bad in (-2, 101):
         with pytest.raises(ValueError, match="carveout"):
             StreamConfig(carveout=bad)
-
-
-@pytest.mark.parametrize("K,whole,short", [
-    (2048, (8, 2048), (8, 2048)),      # a power of two: whole rows either way
-    (2560, (4, 4096), (32, 512)),      # Qwen3-4B's d_model: 5 x 512 instead of 4096 padded
-    (3072, (4, 4096), (16, 1024)),     # Llama-3.2-3B: 3 x 1024
-    (3584, (4, 4096), (32, 512)),      # Qwen2.5-7B: 7 x 512
-    (896, (16, 1024), (16, 1024)),     # no chunk >= 256 pads 896 by <= 1/16: whole rows
-    (768, (16, 1024), (64, 256)),
-    (9728, (8, 2048), (8, 2048)),      # longer than max_k: the long-row rule, unchanged
-])
-def test_stream_tile_chunks_padded_rows(K, whole, short):
-    """StreamConfig.tile: (rows, K chunk) of a 16384-element piece; short_chunk=256 chunks rows
-    of K <= max_k that a power of two pads by more than 1/16, in chunks >= 256 that pad <= 1/16."""
-    for st, want in ((StreamConfig(), whole), (StreamConfig(short_chunk=256), short)):
-        t = st.tile(K)
-        assert (t.block_n, t.block_k) == want
-        assert (triton.cdiv(K, t.block_k) * t.block_k - K) * 16 <= K or t.block_k >= K
 
 
 def test_op_elems_set_each_ops_tile():

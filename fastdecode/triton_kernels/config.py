@@ -184,12 +184,6 @@ class StreamConfig:
     # the gate|up tasks no faster (RESULTS.md session 31): the prefetch traffic slows the one
     # program per KV group that every o_proj task waits for.
     l2_prefetch_kb: int = 0
-    # rows of K <= max_k elements that a power of two would pad by more than 1/16 (d_model 2560,
-    # 3072, 3584; q_dim 3584) stream in chunks of at least short_chunk elements that pad them by
-    # <= 1/16 (tile(): 2560 = 5 x 512, 3072 = 3 x 1024) instead of whole rows padded to 4096,
-    # whose pieces carry 62-87% weights and the rest masked lanes. 0: whole rows. Chunked rows
-    # with the RMSNorm prologue (QKV, gate|up) take the register stream (op_stages).
-    short_chunk: int = 0
     # decode: a KV group's keys and values that attention will read asked into L2 (one bulk
     # prefetch each, attention.kv_prefetch) before a wait: by the group's first QKV tile task of
     # the short-context schedule, before its wait on the previous layer, and by each ATTN task
@@ -410,9 +404,11 @@ class StreamConfig:
                 return tuple(self.stages)
             return (self.stages,) * 4
         big = d_model is not None and d_model >= self.stages_min_d_model and not self.ptx
-        # QKV / gate|up rows chunked (longer than max_k, or short_chunk) too: the megakernel
+        # QKV / gate|up rows chunked (longer than max_k) too: the megakernel
         # unrolls the RMSNorm statistics' chunk loop (gemv_body K_CONST), which would otherwise
-        # nest in the stream loop, and the pipeliner skips a loop with a nested one
+        # nest in the stream loop, and the pipeliner skips a loop with a nested one (they took
+        # the register stream before: Qwen2.5-14B, d_model 5120, 3333 120.1 / 120.0 vs 1313 117.6
+        # / 117.6 tok/s, H200, 2026-12-03, aa954df, sweep_mega 160 tokens, one run)
         return (3, 3, 3, 3) if big else (1, 1, 1, 1)
 
     def elems(self, op: int) -> int:
@@ -449,18 +445,19 @@ class StreamConfig:
         piece, so every op keeps the same bytes -- and registers -- in flight per piece): whole
         rows up to max_k, else the largest power-of-two chunk <= max_k that pads the row by <= 1/16:
         14336 = 7 x 2048 streams in 2048-chunks, not in 4 x 4096 with a half-masked last one
-        (masked lanes cost no bandwidth, but registers and FMAs). Shorter rows the same way with
-        short_chunk, in chunks of at least that many elements (else whole rows, padded)."""
+        (masked lanes cost no bandwidth, but registers and FMAs). Rows up to max_k stay whole
+        even where the power of two pads them by a third: measured and removed (H200,
+        2026-12-03, aa954df + a short_chunk field, sweep_mega 160 tokens, each twice in one run),
+        such rows in chunks of >= 256 that pad <= 1/16 (2560 = 5 x 512, 3072 = 3 x 1024, the
+        pieces full of weights, stages 3333 with the statistics' loop unrolled) -- Qwen3-4B 308.2
+        / 307.0 vs 380.0 / 377.4 tok/s (306.0 at stages 1313), Llama-3.2-3B 449.7 / 449.4 vs
+        512.6 / 509.3, Qwen3-0.6B (its down_proj, 3072) 1232.6 vs 1361.7 / 1356.5: a piece's
+        activation chunk and per-chunk partials cost more than the masked lanes."""
         bk = triton.next_power_of_2(K)
         if bk > self.max_k:
             bk = self.max_k
             while bk > 16 and (triton.cdiv(K, bk) * bk - K) * 16 > K:
                 bk //= 2
-        elif self.short_chunk and (bk - K) * 16 > K:
-            c = bk // 2
-            while c >= self.short_chunk and (triton.cdiv(K, c) * c - K) * 16 > K:
-                c //= 2
-            bk = c if c >= self.short_chunk else bk
         r = max(1, (elems or self.tile_elems) // parts // bk)
         return TileConfig(min(128, 1 << (r.bit_length() - 1)), bk, self.num_warps)
 
