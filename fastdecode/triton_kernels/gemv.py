@@ -130,10 +130,11 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
     so the pipeline's first STAGES - 1 pieces load during it; every activation load (x, the
     norm's statistics, the residual) sits in a branch on the wait's result, where the pipeliner
     leaves it in place (K_CONST: K as a constexpr, the megakernel's d_model -- the norm's
-    statistics loop over chunked rows unrolled, _common.stream_x0). Rows chunked over K (n_k > 1) request the next piece's
-    activation chunk an iteration ahead (x_chunk_raw) and convert it at use (x_chunk_apply), so
-    its L1/L2 latency does not stall the iteration (8B / Qwen3-8B down_proj, 14336 = 4 chunks:
-    +1.5% tok/s, A/B in one run, bench/RESULTS.md session 11). w0 / w20 are unused.
+    statistics loop over chunked rows unrolled, _common.stream_x0). Rows chunked over K (n_k >
+    1) request the next piece's activation chunk an iteration ahead (x_chunk_raw) and convert it
+    at use (x_chunk_apply), so its L1/L2 latency does not stall the iteration (8B / Qwen3-8B
+    down_proj, 14336 = 4 chunks: +1.5% tok/s, A/B in one run, bench/RESULTS.md session 11). w0 /
+    w20 are unused.
     Rows chunked over K (both streams) add up each piece's row_partials -- sums within a thread
     -- and reduce across threads (shuffles, shared memory, a barrier) once per tile, at its last
     chunk, not once per piece (+0.4-0.9% tok/s on 8B / Qwen3-8B / 1B, A/B in one run, session
