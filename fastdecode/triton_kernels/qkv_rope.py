@@ -100,8 +100,9 @@ def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_pt
     are requested before the current piece is reduced. STAGES > 1 (STREAM, not PTX): the pieces
     stream through shared memory in Triton's loop pipeline, the dependency wait WAIT(*wargs)
     inside the first iteration and every activation / operand load in a branch on its result
-    (gemv.gemv_body's STAGES, K_CONST); w_lo0 / w_hi0 are unused. DEFER: q and k tiles store raw fp32
-    rows to raw_ptr [T, H + KVH, HD] for qk_norm_rope_body (QK_NORM is then False here).
+    (gemv.gemv_body's STAGES, K_CONST); w_lo0 / w_hi0 are unused. DEFER: q and k tiles store
+    raw fp32 rows to raw_ptr [T, H + KVH, HD] for qk_norm_rope_body (QK_NORM is then False
+    here).
     PTX (STREAM, bf16 weights): the pieces are loaded by inline PTX (_common.weight_chunk).
     Returns 1, or WAIT's result."""
     half = HD // 2
