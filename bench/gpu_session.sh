@@ -23,8 +23,9 @@
 #   (kernels: the GPU-only test files and the megakernel's; models: the ops and model-family
 #    tests -- the test files that compile kernels, in two stages: together they took more than
 #    one call's 560 s box, 2026-12-03)
-#   (gemvcfg: bench_ops.py on the two large shapes short of 4 TB/s, with a persist+PDL row per
-#    StreamConfig of GEMV_CONFIGS -- tile elements / warps / max K / programs per SM)
+#   (gemvcfg: bench_ops.py on two large shapes (once short of 4 TB/s: over it since session 32's
+#    timing), with a persist+PDL row per StreamConfig of GEMV_CONFIGS -- tile elements / warps /
+#    max K / programs per SM)
 #   (wsprobe: bench/probe_ws_stream.py on PROBE_MODELS -- a step's GEMV chain with the
 #    megakernel's grid-wide waits, weights streamed by a warp-specialized TMA loader into a
 #    shared-memory ring of 1-6 slots, against the read roofline, with and without the waits;
