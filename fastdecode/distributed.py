@@ -130,10 +130,20 @@ class TorchCollectives:
         return torch.cat(parts, -1)[..., :self.spec.vocab_size]
 
 
+def _destroy_group():
+    import torch.distributed as dist
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def init(tp: int, device=None):
     """Join (or start) the torchrun process group; -> (rank, world, device): this rank's GPU, or
     the CPU (gloo) when there is none or device="cpu" is asked. NVLink multicast is kept off
-    (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1)."""
+    (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1). A group started here is destroyed
+    at interpreter exit (a gloo group left to the interpreter's teardown can abort the process,
+    "terminate called without an active exception", and fail the rank's exit code); one the
+    caller started is the caller's."""
+    import atexit
     import os
 
     import torch.distributed as dist
@@ -146,6 +156,7 @@ def init(tp: int, device=None):
         on_cpu = not torch.cuda.is_available() or \
             (device is not None and torch.device(device).type == "cpu")
         dist.init_process_group("gloo" if on_cpu else "nccl")
+        atexit.register(_destroy_group)
     world = dist.get_world_size()
     if world != tp:
         raise TensorParallelError(f"tp={tp} but {world} processes were started")
