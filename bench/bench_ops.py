@@ -38,7 +38,7 @@ from bench_decode import append_results, bench_command, read_bandwidth  # noqa: 
 from fastdecode.ops import gemv  # noqa: E402
 from fastdecode.triton_kernels.config import StreamConfig  # noqa: E402
 from shapes import stream_configs  # noqa: E402
-from timing import MIN_LAUNCHES, cold_copies, pdl, replay_medians  # noqa: E402
+from timing import cold_copies, laps, pdl, replay_medians  # noqa: E402
 
 # [K, N]: the issue's large shapes (1B gate|up, 8B gate|up, 8B down, 1B lm_head) and small ones
 # (1B QKV, 1B down, 8B QKV)
@@ -49,10 +49,10 @@ def cold_l2_times(K, N, launches, rounds=15, check=True, ref=None):
     """{name: median seconds per launch(x, w, out)} for each of launches ({name: launch}): each
     launch a CUDA graph of back-to-back launches cycling over the same R distinct [N, K] bf16
     weight copies (cold_copies: between two reads of a copy > 192 MB of others pass through L2),
-    MIN_LAUNCHES or more; the graphs replayed round-robin (replay_medians). ref(x, w): the fp32
-    [1, n] each launch must write into out[:, :n] (default x @ w.T, n = N)."""
+    timing.MIN_LAUNCHES or more (timing.laps); the graphs replayed round-robin (replay_medians).
+    ref(x, w): the fp32 [1, n] each launch must write into out[:, :n] (default x @ w.T, n = N)."""
     R = cold_copies(N * K * 2)
-    laps = -(-MIN_LAUNCHES // R)
+    n = laps(R)
     ws = [torch.randn(N, K, device="cuda", dtype=torch.bfloat16) for _ in range(R)]
     x = torch.randn(1, K, device="cuda", dtype=torch.bfloat16)
     out = torch.empty(1, N, device="cuda", dtype=torch.bfloat16)
@@ -65,13 +65,13 @@ def cold_l2_times(K, N, launches, rounds=15, check=True, ref=None):
             assert err < 1e-2, f"[{K}, {N}] {name}: rel. error {err:.2e}"
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
-            for _ in range(laps):
+            for _ in range(n):
                 for w in ws:
                     launch(x, w, out)
         g.replay()
         graphs[name] = g
     torch.cuda.synchronize()
-    times = replay_medians(graphs, R * laps, rounds)
+    times = replay_medians(graphs, R * n, rounds)
     del ws, graphs
     torch.cuda.empty_cache()
     return times

@@ -414,12 +414,14 @@ def report(label: str, nbytes: int, rows: list):
 
 def gemv_graph_times(K: int, N: int, configs: list, sms: int, rounds: int = 15) -> list:
     """(tag, us per GEMV) per config, timed as bench_ops.cold_l2_times times the product's
-    tiles: a CUDA graph of R launches over R distinct weight copies (bench_ops.cold_copies), the
-    graphs replayed round-robin `rounds` times (bench_ops.replay_medians); each config checked
+    tiles: a CUDA graph of back-to-back launches cycling over R distinct weight copies
+    (timing.cold_copies, timing.laps), the graphs replayed round-robin `rounds` times
+    (timing.replay_medians); each config checked
     against torch first. One op, so no wait and no cooperative launch (capturable); launch gaps
     inside the graph are counted, as in bench_ops."""
-    from timing import cold_copies, replay_medians
+    from timing import cold_copies, laps, replay_medians
     R = cold_copies(N * K * 2)
+    n = laps(R)
     chs = [Chain([("gemv", N, K)]) for _ in range(R)]
     graphs = {}
     for slots, per_sm, warps in configs:
@@ -428,14 +430,15 @@ def gemv_graph_times(K: int, N: int, configs: list, sms: int, rounds: int = 15) 
             check(chs[0], sms * per_sm, slots, warps, True, coop=False)
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g):
-                for ch in chs:
-                    ch.run(sms * per_sm, slots, warps, coop=False)
+                for _ in range(n):
+                    for ch in chs:
+                        ch.run(sms * per_sm, slots, warps, coop=False)
             g.replay()
             torch.cuda.synchronize()
             graphs[tag] = g
         except Exception as e:  # report and go on: one variant must not end the sweep
             print(f"  {tag} failed: {type(e).__name__}: {str(e)[:300]}")
-    return [(tag, s * 1e6) for tag, s in replay_medians(graphs, R, rounds).items()]
+    return [(tag, s * 1e6) for tag, s in replay_medians(graphs, R * n, rounds).items()]
 
 
 def compile_only(cfg, configs: str):

@@ -23,6 +23,11 @@ HOST_COVER_CYCLES = 200_000
 MIN_LAUNCHES = 16
 
 
+def laps(copies: int) -> int:
+    """Times a timed graph cycles over its `copies` cold copies: MIN_LAUNCHES launches or more."""
+    return -(-MIN_LAUNCHES // copies)
+
+
 def replay_medians(graphs: dict, per: int, rounds: int = 15) -> dict:
     """{name: median seconds per launch} of graphs ({name: CUDA graph of `per` launches}),
     replayed round-robin, `rounds` times each, so a drift of the GPU's clocks over the run
