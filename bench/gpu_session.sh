@@ -2,7 +2,7 @@
 # One device-tool call that checks and measures everything GPU-side, shortest first; each stage is
 # time-boxed so a failure or a slow stage cannot eat the call. Outputs land in $OUT (or /tmp/out).
 #   device run:  bash bench/gpu_session.sh  [stages...]
-#   stages: tests kernels models shapes sweep bench trace tp variants first pdl ab exp gemvcfg
+#   stages: tests kernels mkernels models shapes sweep bench trace tp variants first pdl ab exp gemvcfg
 #           wsprobe prefill attn ncu
 #   (attn: bench/sweep_attention.py -- the attention's tiles on a long prompt's 2048-token pass
 #    vs torch SDPA, ATTN_SHAPES at 0 and 6144 keys before, ATTN_VARIANTS or the script's;
@@ -20,9 +20,10 @@
 #   (first: a fresh process's first token, from_pretrained of a 1B checkpoint: cold, then 3 warm)
 #   (tp: 2+ GPUs -- the all-reduce and tensor-parallel GPU tests (the virtual ranks on one GPU
 #    among them), bench_all_reduce.py, bench_tp.py)
-#   (kernels: the GPU-only test files and the megakernel's; models: the ops and model-family
-#    tests -- the test files that compile kernels, in two stages: together they took more than
-#    one call's 560 s box, 2026-12-03)
+#   (kernels: the GPU-only test files; mkernels: the all-reduce's and the megakernel's; models:
+#    the ops and model-family tests -- the test files that compile kernels, in three stages:
+#    kernels and mkernels together ran past one call's 570 s box, 128 of their 134 tests done,
+#    2026-12-03 session 33)
 #   (gemvcfg: bench_ops.py on two large shapes (once short of 4 TB/s: over it since session 32's
 #    timing), with a persist+PDL row per StreamConfig of GEMV_CONFIGS -- tile elements / warps /
 #    max K / programs per SM)
@@ -60,8 +61,10 @@ for s in $stages; do
             ${ATTN_SHAPES:-1b,8b} ${ATTN_VARIANTS:+--variants $ATTN_VARIANTS} 2>&1 \
             | grep -v -i warn | tee "$OUT/sweep_attention.log" | tail -40 ;;
     kernels) timeout ${KERNELS_TIMEOUT:-560} python3 -m pytest -q tests/test_gpu.py tests/test_ptx.py \
-             tests/test_all_reduce.py tests/test_megakernel.py -p no:cacheprovider 2>&1 \
-             | tee "$OUT/pytest_kernels.log" | tail -15 ;;
+             -p no:cacheprovider --durations 5 2>&1 | tee "$OUT/pytest_kernels.log" | tail -15 ;;
+    mkernels) timeout ${KERNELS_TIMEOUT:-560} python3 -m pytest -q tests/test_all_reduce.py \
+             tests/test_megakernel.py -p no:cacheprovider --durations 5 2>&1 \
+             | tee "$OUT/pytest_mkernels.log" | tail -15 ;;
     models) timeout ${KERNELS_TIMEOUT:-560} python3 -m pytest -q tests/test_ops.py tests/test_models.py \
              -p no:cacheprovider 2>&1 | tee "$OUT/pytest_models.log" | tail -15 ;;
     # published shapes no other test runs, two layers each at their real sizes, against HF fp32
