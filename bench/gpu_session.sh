@@ -22,7 +22,7 @@
 #    among them), bench_all_reduce.py, bench_tp.py)
 #   (kernels: the GPU-only test files; mkernels: the all-reduce's and the megakernel's; models:
 #    the ops and model-family tests -- the test files that compile kernels, in three stages:
-#    kernels and mkernels together ran past one call's 570 s box, 128 of their 134 tests done,
+#    kernels and mkernels together ran past one call's 570 s box, 127 of their 134 tests done,
 #    2026-12-03 session 33)
 #   (gemvcfg: bench_ops.py on two large shapes (once short of 4 TB/s: over it since session 32's
 #    timing), with a persist+PDL row per StreamConfig of GEMV_CONFIGS -- tile elements / warps /
