@@ -11,19 +11,17 @@ import time
 def _generate(args):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
-    from transformers import AutoTokenizer, TextStreamer
+    from transformers import TextStreamer
 
     import fastdecode
-    from fastdecode.loading import resolve_model_path, split_gguf_path
+    from fastdecode.loading import load_tokenizer, resolve_model_path
 
     t0 = time.perf_counter()
     path = resolve_model_path(args.model)
     fm = fastdecode.from_pretrained(path, max_seq_len=args.max_seq_len, device=args.device,
                                     mode=args.mode, tp=args.tp)
     lead = fm.rank == 0  # with --tp, every rank decodes; rank 0 streams
-    folder, gguf_file = split_gguf_path(path)
-    tok = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file) if gguf_file else \
-        AutoTokenizer.from_pretrained(folder)
+    tok = load_tokenizer(path)
     if tok.chat_template and not args.no_chat_template:
         msgs = [{"role": "user", "content": args.prompt}]
         ids = tok.apply_chat_template(msgs, add_generation_prompt=True, return_tensors="pt",

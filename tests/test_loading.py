@@ -203,3 +203,60 @@ def test_gguf_config_defers_to_autoconfig(tmp_path):
     assert config.model_type == "mistral"
     _write_gguf(tmp_path / "q.gguf", "qwen3", "tiny qwen3", False, head_dim=24)
     assert gguf_config(gguf_reader(str(tmp_path / "q.gguf"))).head_dim == 24
+
+
+def test_gguf_file_reads_what_gguf_reader_reads(tmp_path):
+    """fastdecode's GGUF table reader (which skips metadata arrays) against the gguf package's
+    GGUFReader on a file with every metadata value type, arrays of numbers, strings and arrays,
+    a non-default alignment, and float and quantized tensors: the same scalars, array lengths,
+    tensor names, types, shapes and bytes -- and the weights dequantize alike."""
+    import gguf
+    import numpy as np
+    from fastdecode.gguf_file import GGUFArray, GGUFFile, GGUFFormatError
+    path = tmp_path / "all.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_custom_alignment(64)
+    for i, (add, v) in enumerate([(w.add_uint8, 200), (w.add_int8, -100), (w.add_uint16, 60000),
+                                  (w.add_int16, -30000), (w.add_uint32, 4_000_000_000),
+                                  (w.add_int32, -2_000_000_000), (w.add_float32, 0.25),
+                                  (w.add_bool, True), (w.add_string, "héllo wörld"),
+                                  (w.add_uint64, 2 ** 63 + 5), (w.add_int64, -2 ** 62),
+                                  (w.add_float64, 1e-300)]):
+        add(f"k.{i}", v)
+    w.add_array("a.ints", [3, 1, 4, 1, 5])
+    w.add_array("a.floats", [0.5, 1.5])
+    w.add_array("a.strings", ["", "a", "bb" * 300, "ü"])
+    w.add_array("a.nested", [[1, 2], [3]])
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((6, 64)).astype(np.float32)
+    w.add_tensor("f32", x)
+    w.add_tensor("f16", x[:3].astype(np.float16))
+    q = gguf.quants.quantize(x, gguf.GGMLQuantizationType.Q8_0)
+    w.add_tensor("q8", q, raw_shape=q.shape, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    ours, theirs = GGUFFile(str(path)), gguf.GGUFReader(str(path))
+    fields = {k: f for k, f in theirs.fields.items() if not k.startswith("GGUF.")}  # header
+    assert set(ours.metadata) == set(fields) and ours.metadata["general.alignment"] == 64
+    for key, f in fields.items():
+        v = ours.metadata[key]
+        if f.types[0] == gguf.GGUFValueType.ARRAY:
+            # parts: key length, key, value type, element type, length, elements...
+            assert v == GGUFArray(int(f.types[1]), int(f.parts[4][0])), key
+        elif f.types[0] == gguf.GGUFValueType.STRING:
+            assert v == bytes(f.parts[f.data[0]]).decode(), key
+        else:
+            assert v == f.parts[f.data[0]][0].item(), key
+    assert [t.name for t in ours.tensors] == [t.name for t in theirs.tensors] == \
+        ["f32", "f16", "q8"]
+    for a, b in zip(ours.tensors, theirs.tensors):
+        assert a.tensor_type == b.tensor_type and a.shape == tuple(b.shape.tolist()), a.name
+        assert a.data.dtype == b.data.dtype and a.data.shape == b.data.shape, a.name
+        assert np.array_equal(a.data, b.data), a.name
+        assert np.array_equal(gguf.quants.dequantize(a.data, a.tensor_type),
+                              gguf.quants.dequantize(b.data, b.tensor_type)), a.name
+    (tmp_path / "bad.gguf").write_bytes(b"GGML" + bytes(60))
+    with pytest.raises(GGUFFormatError, match="not a GGUF file"):
+        GGUFFile(str(tmp_path / "bad.gguf"))

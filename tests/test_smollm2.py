@@ -63,6 +63,25 @@ def test_gguf_weights_equal_hf_gguf_loading(smol):
             assert torch.equal(got, t), name
 
 
+def test_gguf_tokenizer_matches_autotokenizer(smol):
+    """loading.load_tokenizer (the CLI's: a GGUF's tokenizer from its metadata alone) gives what
+    transformers' AutoTokenizer gives for the same file: special tokens, the chat template, the
+    ids of chats and of plain text with odd whitespace and non-ASCII, the decoded text."""
+    from fastdecode.loading import load_tokenizer
+    path, tok, _ = smol
+    ours = load_tokenizer(path)
+    for name in ("bos_token", "eos_token", "pad_token", "unk_token", "chat_template"):
+        assert getattr(ours, name) == getattr(tok, name), name
+    assert len(ours) == len(tok)
+    texts = PROMPTS + ["  two  spaces\n\n\ttab <|im_end|> héllo 世界 🙂", ""]
+    for t in texts:
+        assert torch.equal(chat_ids(ours, t), chat_ids(tok, t)), t
+        assert ours(t).input_ids == tok(t).input_ids, t
+    ids = list(range(0, len(tok), 97))
+    assert ours.decode(ids) == tok.decode(ids)
+    assert ours.decode(ids, skip_special_tokens=True) == tok.decode(ids, skip_special_tokens=True)
+
+
 def test_greedy_matches_hf(smol):
     path, tok, hf = smol
     fm = fastdecode.from_pretrained(path, device="cpu", dtype=torch.float32, max_seq_len=256)
