@@ -10,7 +10,7 @@ from typing import Callable
 
 import torch
 
-from .gguf_file import GGUFArray, GGUFFile
+from .gguf_file import GGUFArray, GGUFFile, dequantize
 from .spec import UnsupportedModelError
 
 Getter = Callable[..., "torch.Tensor | None"]  # get(hf_name, index=None)
@@ -206,10 +206,10 @@ def gguf_reader(path: str) -> GGUFFile:
     return GGUFFile(path)
 
 
-def gguf_getter(reader, config) -> Getter:
-    """Dequantizes to fp32. llama.cpp stores llama's q/k rows permuted for its interleaved RoPE;
+def gguf_getter(reader, config, device="cpu") -> Getter:
+    """Dequantizes to fp32 on `device` (gguf_file.dequantize: the packed bytes travel, the
+    weights unpack there). llama.cpp stores llama's q/k rows permuted for its interleaved RoPE;
     they are permuted back to HF's rotate_half layout."""
-    import gguf
     arch = _gguf_value(reader, "general.architecture")
     if arch not in GGUF_ARCHS:
         raise UnsupportedModelError(f"GGUF architecture {arch!r} is not supported")
@@ -230,7 +230,7 @@ def gguf_getter(reader, config) -> Getter:
         t = tensors.get(gname) if gname else None
         if t is None:
             return None
-        w = torch.from_numpy(gguf.quants.dequantize(t.data, t.tensor_type).copy()).float()
+        w = dequantize(t, device)
         if arch == "llama" and gname.endswith(("attn_q.weight", "attn_q.bias")):
             w = unpermute(w, n_heads)
         elif arch == "llama" and gname.endswith(("attn_k.weight", "attn_k.bias")):
@@ -239,13 +239,14 @@ def gguf_getter(reader, config) -> Getter:
     return get
 
 
-def open_checkpoint(path: str):
-    """-> (config, getter, default_dtype or None) for a safetensors folder or a GGUF file."""
+def open_checkpoint(path: str, device="cpu"):
+    """-> (config, getter, default_dtype or None) for a safetensors folder or a GGUF file (whose
+    getter dequantizes on `device`, where the weights go)."""
     folder, gguf_file = split_gguf_path(path)
     if gguf_file is not None:  # one parse of the file for the config and the weights
         reader = gguf_reader(os.path.join(folder, gguf_file))
         config = gguf_config(reader) or load_config(folder, gguf_file)
-        return config, gguf_getter(reader, config), None
+        return config, gguf_getter(reader, config, device), None
     config = load_config(folder, gguf_file)
     return config, safetensors_getter(folder), getattr(config, "torch_dtype", None) \
         or getattr(config, "dtype", None)

@@ -220,7 +220,7 @@ def from_pretrained(path_or_gguf: str, max_seq_len: int = 4096, device=None, mod
         "cuda" if torch.cuda.is_available() else "cpu")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("device='cuda' was asked but CUDA is not available on this machine")
-    config, get, ckpt_dtype = open_checkpoint(path)
+    config, get, ckpt_dtype = open_checkpoint(path, device)
     spec = ModelSpec.from_hf_config(config)
     _env.start_triton_key()  # beside the checkpoint read (see _env)
     if dtype is None:

@@ -260,3 +260,38 @@ def test_gguf_file_reads_what_gguf_reader_reads(tmp_path):
     (tmp_path / "bad.gguf").write_bytes(b"GGML" + bytes(60))
     with pytest.raises(GGUFFormatError, match="not a GGUF file"):
         GGUFFile(str(tmp_path / "bad.gguf"))
+
+
+@pytest.mark.parametrize("qtype", ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K",
+                                   "BF16", "F16", "F32", "Q2_K"])
+def test_gguf_dequantize_matches_the_gguf_package(qtype):
+    """gguf_file.dequantize (torch) against the gguf package's numpy reference on random blocks
+    of every byte pattern -- their fp16 scales drawn finite -- bit for bit: both compute the same
+    fp32 products in the same order (Q2_K: no torch unpacking, the reference itself)."""
+    import gguf
+    import numpy as np
+    from fastdecode.gguf_file import GGUFTensor, dequantize
+    qt = gguf.GGMLQuantizationType[qtype]
+    block, size = gguf.GGML_QUANT_SIZES[qt]
+    rng = np.random.default_rng(hash(qtype) % 2 ** 32)
+    rows, cols = 3, 2 * 256
+    if qtype in ("F16", "F32"):
+        data = rng.standard_normal((rows, cols)).astype(np.float16 if qtype == "F16" else
+                                                          np.float32)
+    else:
+        data = rng.integers(0, 256, (rows, cols // block, size), dtype=np.uint8)
+        scales = {"Q6_K": [208], "Q4_1": [0, 2], "Q5_1": [0, 2], "Q4_K": [0, 2], "Q5_K": [0, 2],
+                  "Q2_K": [80, 82], "BF16": []}.get(qtype, [0])
+        for at in scales:
+            data[..., at:at + 2] = rng.uniform(-2, 2, (rows, cols // block, 1)).astype(
+                np.float16)[..., None].view(np.uint8).reshape(rows, cols // block, 2)
+        if qtype == "BF16":  # finite bf16 values: the high halves of fp32 normals
+            data = (rng.standard_normal((rows, cols)).astype(np.float32).view(np.uint32) >> 16) \
+                .astype(np.uint16).view(np.uint8)
+        data = data.reshape(rows, -1)
+    t = GGUFTensor("w", qt, (cols, rows), data)
+    want = torch.from_numpy(np.array(gguf.quants.dequantize(data, qt), dtype=np.float32))
+    got = dequantize(t)
+    assert got.dtype == torch.float32 and got.shape == (rows, cols) == want.shape
+    assert torch.isfinite(want).all()
+    assert torch.equal(got, want)
