@@ -49,7 +49,8 @@ class GGUFTensor:
 
 
 class GGUFFile:
-    """metadata: {key: int | float | bool | str | GGUFArray}; tensors: [GGUFTensor] in file order."""
+    """metadata: {key: int | float | bool | str | GGUFArray}; tensors: [GGUFTensor], file
+    order."""
 
     def __init__(self, path: str):
         import gguf

@@ -168,8 +168,9 @@ def _gguf_value(reader, key: str):
 def gguf_config(reader) -> JsonConfig | None:
     """The HF config of a llama / qwen2 / qwen3 GGUF from the reader that also reads its
     weights (transformers' AutoConfig would parse the whole file again, every vocabulary entry
-    included: 6 s for SmolLM2's 49K tokens on a 2-core CPU). None where transformers derives more (a llama whose general.name is "mistral":
-    a MistralConfig there; per-layer values): load_config's AutoConfig then."""
+    included: 6 s for SmolLM2's 49K tokens on a 2-core CPU). None where transformers derives
+    more (a llama whose general.name is "mistral": a MistralConfig there; per-layer values):
+    load_config's AutoConfig then."""
     arch = _gguf_value(reader, "general.architecture")
     if arch not in GGUF_ARCHS or _gguf_value(reader, "general.name") == "mistral":
         return None
@@ -197,7 +198,8 @@ def gguf_config(reader) -> JsonConfig | None:
 
 def gguf_reader(path: str) -> GGUFFile:
     """The file's metadata and tensor table (gguf_file.GGUFFile: the vocabulary skipped, not
-    parsed); the `gguf` package dequantizes its tensors."""
+    parsed). The `gguf` package is still needed: its type table, and the dequantization of the
+    types gguf_file does not unpack itself."""
     try:
         import gguf  # noqa: F401
     except ImportError as e:  # pragma: no cover
