@@ -5,7 +5,7 @@ array: the 49K-token vocabulary and 49K merges of SmolLM2's GGUF take it 4.5 s o
 and transformers' AutoTokenizer parses the file that way a second time for its config -- most
 of the quickstart's load time. The weights need only the scalars and the tensor table, so here
 arrays are skipped (their length kept) and tensors are memory-mapped views shaped as
-GGUFReader shapes them, for gguf.quants.dequantize.
+GGUFReader shapes them; dequantize (below) unpacks them in torch.
 
 Layout (GGUF v2 / v3, little-endian; github.com/ggml-org/ggml docs/gguf.md): magic "GGUF", u32
 version, u64 tensor count, u64 metadata count; each metadata entry a string key, u32 value type
@@ -29,7 +29,7 @@ _STRING, _ARRAY = 8, 9
 
 
 class GGUFFormatError(ValueError):
-    """Not a GGUF file this reader understands (magic, version, a value type)."""
+    """Not a GGUF file this reader understands (magic, version, a value type), or cut short."""
 
 
 @dataclass(frozen=True)
@@ -57,12 +57,49 @@ class GGUFFile:
         self.path = path
         buf = np.memmap(path, dtype=np.uint8, mode="r")
         mv = memoryview(buf)
-        if bytes(mv[:4]) != b"GGUF":
-            raise GGUFFormatError(f"{path}: not a GGUF file (magic {bytes(mv[:4])!r})")
+        if len(buf) < 24 or bytes(mv[:4]) != b"GGUF":
+            raise GGUFFormatError(f"{path}: not a GGUF file ({len(buf)} bytes, magic "
+                                  f"{bytes(mv[:4])!r})")
         version, n_tensors, n_kv = struct.unpack_from("<IQQ", mv, 4)
         if version not in (2, 3):
             raise GGUFFormatError(f"{path}: GGUF version {version} (this reader reads 2 and 3)")
         self._mv, self._at = mv, 24
+        try:
+            table = self._read_tables(n_kv, n_tensors)
+        except struct.error as e:
+            raise GGUFFormatError(f"{path}: cut short in its header at byte {self._at} of "
+                                  f"{len(buf)} (an unfinished download?)") from e
+        del self._mv
+        align = int(self.metadata.get("general.alignment", 32))
+        start = -(-self._at // align) * align
+        self.tensors = []
+        for name, dims, ggml_type, offset in table:
+            qtype = gguf.GGMLQuantizationType(ggml_type)
+            block, type_size = gguf.GGML_QUANT_SIZES[qtype]
+            n = int(np.prod(dims, dtype=np.int64))
+            np_shape = tuple(reversed(dims))
+            end = start + offset + n * type_size // block
+            if end > len(buf):
+                raise GGUFFormatError(f"{path}: tensor {name} ends at byte {end}, past the "
+                                      f"file's {len(buf)} (an unfinished download?)")
+            raw = buf[start + offset: end]
+            typed = {gguf.GGMLQuantizationType.F32: np.float32,
+                     gguf.GGMLQuantizationType.F16: np.float16,
+                     gguf.GGMLQuantizationType.F64: np.float64,
+                     gguf.GGMLQuantizationType.I8: np.int8,
+                     gguf.GGMLQuantizationType.I16: np.int16,
+                     gguf.GGMLQuantizationType.I32: np.int32,
+                     gguf.GGMLQuantizationType.I64: np.int64}.get(qtype)
+            if typed is not None:
+                data = raw.view(typed).reshape(np_shape)
+            else:  # quantized (and bf16): bytes per row
+                data = raw.reshape(gguf.quants.quant_shape_to_byte_shape(np_shape, qtype))
+            self.tensors.append(GGUFTensor(name, qtype, tuple(int(d) for d in dims), data))
+
+    def _read_tables(self, n_kv: int, n_tensors: int) -> list:
+        """The metadata (into self.metadata), then the tensor table: [(name, dims, type,
+        offset)]; self._at ends past it."""
+        mv = self._mv
         self.metadata = {}
         for _ in range(n_kv):
             key = self._string()
@@ -76,28 +113,7 @@ class GGUFFile:
             ggml_type, offset = struct.unpack_from("<IQ", mv, self._at)
             self._at += 12
             table.append((name, dims, ggml_type, offset))
-        align = int(self.metadata.get("general.alignment", 32))
-        start = -(-self._at // align) * align
-        self.tensors = []
-        for name, dims, ggml_type, offset in table:
-            qtype = gguf.GGMLQuantizationType(ggml_type)
-            block, type_size = gguf.GGML_QUANT_SIZES[qtype]
-            n = int(np.prod(dims, dtype=np.int64))
-            np_shape = tuple(reversed(dims))
-            raw = buf[start + offset: start + offset + n * type_size // block]
-            typed = {gguf.GGMLQuantizationType.F32: np.float32,
-                     gguf.GGMLQuantizationType.F16: np.float16,
-                     gguf.GGMLQuantizationType.F64: np.float64,
-                     gguf.GGMLQuantizationType.I8: np.int8,
-                     gguf.GGMLQuantizationType.I16: np.int16,
-                     gguf.GGMLQuantizationType.I32: np.int32,
-                     gguf.GGMLQuantizationType.I64: np.int64}.get(qtype)
-            if typed is not None:
-                data = raw.view(typed).reshape(np_shape)
-            else:  # quantized (and bf16): bytes per row
-                data = raw.reshape(gguf.quants.quant_shape_to_byte_shape(np_shape, qtype))
-            self.tensors.append(GGUFTensor(name, qtype, tuple(int(d) for d in dims), data))
-        del self._mv
+        return table
 
     def _u32(self) -> int:
         (v,) = struct.unpack_from("<I", self._mv, self._at)

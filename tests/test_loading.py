@@ -260,6 +260,11 @@ def test_gguf_file_reads_what_gguf_reader_reads(tmp_path):
     (tmp_path / "bad.gguf").write_bytes(b"GGML" + bytes(60))
     with pytest.raises(GGUFFormatError, match="not a GGUF file"):
         GGUFFile(str(tmp_path / "bad.gguf"))
+    whole = path.read_bytes()  # an unfinished download: cut in the header, then in the data
+    for cut, match in ((60, "cut short in its header"), (len(whole) - 128, "past the file's")):
+        (tmp_path / "cut.gguf").write_bytes(whole[:cut])
+        with pytest.raises(GGUFFormatError, match=match):
+            GGUFFile(str(tmp_path / "cut.gguf"))
 
 
 @pytest.mark.parametrize("qtype", ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K",
