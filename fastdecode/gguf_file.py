@@ -243,10 +243,14 @@ def _dequantizers():
             Q.BF16: _bf16}
 
 
+DEQUANT_CHUNK = 1 << 24  # elements unpacked at a time: the unpacking's temporaries (a few bytes
+                         # an element) stay ~0.2 GB beside the fp32 result, whatever the tensor
+
+
 def dequantize(t: GGUFTensor, device="cpu") -> torch.Tensor:
     """A GGUF tensor as fp32 on `device`, in numpy's order ([rows, columns] for a matrix). Float
-    and integer tensors convert; the quantized types above unpack in torch; any other type
-    through the `gguf` package's numpy reference."""
+    and integer tensors convert; the quantized types above unpack in torch, DEQUANT_CHUNK
+    elements at a time; any other type through the `gguf` package's numpy reference."""
     import gguf
     data = np.array(t.data)  # reads the memory-mapped bytes (a copy: torch wants it writable)
     fn = _dequantizers().get(t.tensor_type)
@@ -255,6 +259,10 @@ def dequantize(t: GGUFTensor, device="cpu") -> torch.Tensor:
             return torch.from_numpy(data).to(device).float()
         return torch.from_numpy(np.array(gguf.quants.dequantize(data, t.tensor_type),
                                          dtype=np.float32)).to(device)
-    _, type_size = gguf.GGML_QUANT_SIZES[t.tensor_type]
+    block, type_size = gguf.GGML_QUANT_SIZES[t.tensor_type]
     blocks = torch.from_numpy(data).to(device).reshape(-1, type_size)
-    return fn(blocks).reshape(gguf.quants.quant_shape_from_byte_shape(data.shape, t.tensor_type))
+    out = torch.empty(blocks.shape[0], block, dtype=torch.float32, device=blocks.device)
+    step = max(1, DEQUANT_CHUNK // block)
+    for i in range(0, blocks.shape[0], step):
+        out[i:i + step] = fn(blocks[i:i + step])
+    return out.reshape(gguf.quants.quant_shape_from_byte_shape(data.shape, t.tensor_type))
