@@ -83,15 +83,18 @@ def split_gguf_path(path: str) -> tuple[str, str | None]:
 
 
 def load_tokenizer(path: str):
-    """The tokenizer of a checkpoint folder (AutoTokenizer) or a GGUF file: the latter built from
-    its tokenizer metadata alone (PreTrainedTokenizerFast) -- AutoTokenizer would first build the
-    model's config by parsing the whole file, 6 s of SmolLM2's 49K-token vocabulary on a 2-core
-    CPU against 0.6 s; the same tokens and chat template (tests/test_smollm2.py)."""
+    """The tokenizer of a checkpoint folder (AutoTokenizer) or a GGUF file: with transformers 5
+    (one tokenizer class for every model) the latter is built from its tokenizer metadata alone
+    (PreTrainedTokenizerFast) -- AutoTokenizer would first build the model's config by parsing
+    the whole file, 6 s of SmolLM2's 49K-token vocabulary on a 2-core CPU against 0.6 s; the same
+    tokens, special tokens and chat template (tests/test_smollm2.py: BPE; test_loading.py:
+    sentencepiece). transformers 4 picks a model-specific class there: AutoTokenizer."""
+    import transformers
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
     folder, gguf_file = split_gguf_path(path)
-    if gguf_file:
+    if gguf_file and int(transformers.__version__.split(".")[0]) >= 5:
         return PreTrainedTokenizerFast.from_pretrained(folder, gguf_file=gguf_file)
-    return AutoTokenizer.from_pretrained(folder)
+    return AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
 
 
 def safetensors_getter(folder: str) -> Getter:

@@ -148,6 +148,22 @@ def _write_gguf(path, arch, name, tied, head_dim=None, rope_dims=None):
     import gguf
     import numpy as np
     w = gguf.GGUFWriter(str(path), arch)
+    _model_metadata(w, name, head_dim, rope_dims)
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list([f"t{i}" for i in range(50)])
+    w.add_eos_token_id(7)
+    w.add_bos_token_id(3)
+    w.add_tensor("token_embd.weight", np.zeros((50, 64), np.float32))
+    if not tied:
+        w.add_tensor("output.weight", np.zeros((50, 64), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def _model_metadata(w, name, head_dim=None, rope_dims=None):
+    """A small llama.cpp-style model's metadata (d_model 64, 4 heads, 2 KV heads, 2 layers)."""
     w.add_name(name)
     w.add_context_length(256)
     w.add_block_count(2)
@@ -162,17 +178,6 @@ def _write_gguf(path, arch, name, tied, head_dim=None, rope_dims=None):
         w.add_value_length(head_dim)
     if rope_dims:
         w.add_rope_dimension_count(rope_dims)
-    w.add_tokenizer_model("gpt2")
-    w.add_token_list([f"t{i}" for i in range(50)])
-    w.add_eos_token_id(7)
-    w.add_bos_token_id(3)
-    w.add_tensor("token_embd.weight", np.zeros((50, 64), np.float32))
-    if not tied:
-        w.add_tensor("output.weight", np.zeros((50, 64), np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
 
 
 @pytest.mark.parametrize("arch,tied,head_dim,rope_dims", [
@@ -304,3 +309,39 @@ def test_gguf_dequantize_matches_the_gguf_package(qtype, device, monkeypatch):
     assert got.dtype == torch.float32 and got.shape == (rows, cols) == want.shape
     assert torch.isfinite(want).all()
     assert torch.equal(got, want)
+
+
+def test_gguf_sentencepiece_tokenizer_matches_autotokenizer(tmp_path):
+    """loading.load_tokenizer on a llama-type (sentencepiece: scores, byte tokens, BOS added)
+    GGUF vocabulary gives AutoTokenizer's ids and text (test_smollm2.py: a BPE one)."""
+    import gguf
+    import numpy as np
+    from transformers import AutoTokenizer
+    from fastdecode.loading import load_tokenizer
+    path = tmp_path / "spm.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    words = ["▁", "▁the", "▁cat", "▁sat", "▁on", "▁mat", "t", "h", "e", "c", "a", "s", "o", "n",
+             "m", "▁t", "▁c", "▁s", "▁o", "▁m", "at", "he", "▁h", "é", "▁é"]
+    toks = ["<unk>", "<s>", "</s>"] + [f"<0x{i:02X}>" for i in range(256)] + words
+    _model_metadata(w, "tiny llama")
+    w.add_tokenizer_model("llama")
+    w.add_token_list(toks)
+    w.add_token_scores([0.0] * 259 + [-float(i) for i in range(len(words))])
+    w.add_token_types([2, 3, 3] + [6] * 256 + [1] * len(words))
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    w.add_tensor("token_embd.weight", np.zeros((len(toks), 64), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    ours, theirs = load_tokenizer(str(path)), AutoTokenizer.from_pretrained(
+        str(tmp_path), gguf_file="spm.gguf")
+    assert (ours.bos_token, ours.eos_token, ours.unk_token) == ("<s>", "</s>", "<unk>")
+    for text in ["the cat sat on the mat", " the  cat\n", "héllo wörld", ""]:
+        ids = theirs(text).input_ids
+        assert ours(text).input_ids == ids and ids[0] == 1, text
+        assert ours.decode(ids) == theirs.decode(ids)
+        assert ours.decode(ids, skip_special_tokens=True) == theirs.decode(
+            ids, skip_special_tokens=True)
