@@ -345,3 +345,93 @@ def test_gguf_sentencepiece_tokenizer_matches_autotokenizer(tmp_path):
         assert ours.decode(ids) == theirs.decode(ids)
         assert ours.decode(ids, skip_special_tokens=True) == theirs.decode(
             ids, skip_special_tokens=True)
+
+
+def _export_gguf(model, path, arch):
+    """A tiny HF model as llama.cpp's converter lays it out: its tensor names, llama's q / k rows
+    permuted for the interleaved RoPE, matrices in fp16 and norms / biases in fp32."""
+    import gguf
+    import numpy as np
+    c = model.config
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name(f"tiny {arch}")
+    w.add_context_length(c.max_position_embeddings)
+    w.add_block_count(c.num_hidden_layers)
+    w.add_embedding_length(c.hidden_size)
+    w.add_feed_forward_length(c.intermediate_size)
+    w.add_head_count(c.num_attention_heads)
+    w.add_head_count_kv(c.num_key_value_heads)
+    w.add_layer_norm_rms_eps(c.rms_norm_eps)
+    w.add_rope_freq_base(c.rope_parameters["rope_theta"] if hasattr(c, "rope_parameters")
+                         else c.rope_theta)
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_tokenizer_model("gpt2")  # transformers sizes the vocabulary by the token list
+    w.add_token_list([f"t{i}" for i in range(c.vocab_size)])
+    names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight":
+             "output_norm.weight", "lm_head.weight": "output.weight"}
+    layer = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+             "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+             "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+             "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
+             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+
+    def permute(t, heads):  # convert_hf_to_gguf.py's LlamaModel.permute
+        return t.reshape(heads, 2, t.shape[0] // heads // 2, *t.shape[1:]).swapaxes(1, 2) \
+            .reshape(t.shape)
+
+    for name, t in model.state_dict().items():
+        if name == "lm_head.weight" and c.tie_word_embeddings:
+            continue
+        t = t.float().numpy()
+        if name in names:
+            g = names[name]
+        else:
+            _, _, i, rest = name.split(".", 3)
+            mod, kind = rest.rsplit(".", 1)
+            g = f"blk.{i}.{layer[mod]}.{kind}"
+        if arch == "llama" and ".attn_q." in g:
+            t = permute(t, c.num_attention_heads)
+        elif arch == "llama" and ".attn_k." in g:
+            t = permute(t, c.num_key_value_heads)
+        w.add_tensor(g, t.astype(np.float16) if t.ndim == 2 else t)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+@pytest.mark.parametrize("family,arch", [("llama", "llama"), ("qwen2", "qwen2"),
+                                         ("qwen3", "qwen3")])
+def test_gguf_checkpoint_loads_as_transformers_loads_it(tmp_path, family, arch):
+    """from_pretrained of a GGUF (llama.cpp's tensor names and q / k permutation; qwen2's
+    biases, qwen3's q / k norms and head_dim 14 on d_model 40) gives the original model's
+    weights up to the file's fp16 rounding, and the weights and logits transformers' own GGUF
+    loader gives for the same file -- except qwen3's, which transformers cannot load: its GGUF
+    config leaves head_dim at Qwen3Config's default 128 (gguf_config reads key_length)."""
+    from transformers import AutoModelForCausalLM
+    model = tiny_model(family, rope_scaling=None) if family == "llama" else tiny_model(family)
+    _export_gguf(model, tmp_path / "m.gguf", arch)
+    kw = dict(max_seq_len=32, mode="torch")
+    ours = fastdecode.from_pretrained(str(tmp_path / "m.gguf"), device="cpu",
+                                      dtype=torch.float32, **kw)
+    orig = fastdecode.from_hf(model, **kw)
+    for name, t in orig.weights.tensors().items():
+        got = ours.weights.tensors()[name]
+        assert (t is None) == (got is None), name
+        if t is not None:  # fp16 storage: rounding <= 2^-11 relative, or half the subnormal
+            # spacing 2^-24 below fp16's smallest normal
+            torch.testing.assert_close(got, t, rtol=2 ** -11, atol=2 ** -25)
+    if arch == "qwen3":
+        return
+    hf = AutoModelForCausalLM.from_pretrained(str(tmp_path), gguf_file="m.gguf",
+                                              dtype=torch.float32).eval()
+    theirs = fastdecode.from_hf(hf, **kw)
+    for name, t in theirs.weights.tensors().items():
+        got = ours.weights.tensors()[name]
+        assert (t is None) == (got is None), name
+        assert t is None or torch.equal(got, t), name
+    ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
+    with torch.no_grad():
+        assert torch.equal(ours(ids), theirs(ids))
