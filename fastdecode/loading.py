@@ -250,6 +250,11 @@ def open_checkpoint(path: str, device="cpu"):
     folder, gguf_file = split_gguf_path(path)
     if gguf_file is not None:  # one parse of the file for the config and the weights
         reader = gguf_reader(os.path.join(folder, gguf_file))
+        arch = _gguf_value(reader, "general.architecture")
+        if arch not in GGUF_ARCHS:  # before AutoConfig's seconds of parsing the whole file
+            raise UnsupportedModelError(f"{gguf_file}: GGUF architecture {arch!r} is not "
+                                        f"supported (fastdecode reads {', '.join(GGUF_ARCHS)}: "
+                                        "Llama / Mistral, Qwen2 and Qwen3 models)")
         config = gguf_config(reader) or load_config(folder, gguf_file)
         return config, gguf_getter(reader, config, device), None
     config = load_config(folder, gguf_file)

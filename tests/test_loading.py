@@ -210,6 +210,17 @@ def test_gguf_config_defers_to_autoconfig(tmp_path):
     assert gguf_config(gguf_reader(str(tmp_path / "q.gguf"))).head_dim == 24
 
 
+def test_gguf_of_another_architecture_raises_before_parsing_it(tmp_path, monkeypatch):
+    """A GGUF of an architecture fastdecode does not implement raises UnsupportedModelError from
+    its metadata alone -- not after transformers' AutoConfig has parsed the whole file."""
+    from fastdecode import loading
+    from fastdecode.spec import UnsupportedModelError
+    _write_gguf(tmp_path / "phi.gguf", "phi3", "tiny phi", True)
+    monkeypatch.setattr(loading, "load_config", lambda *a: pytest.fail("AutoConfig was asked"))
+    with pytest.raises(UnsupportedModelError, match="architecture 'phi3' is not supported"):
+        fastdecode.from_pretrained(str(tmp_path / "phi.gguf"), device="cpu")
+
+
 def test_gguf_file_reads_what_gguf_reader_reads(tmp_path):
     """fastdecode's GGUF table reader (which skips metadata arrays) against the gguf package's
     GGUFReader on a file with every metadata value type, arrays of numbers, strings and arrays,
