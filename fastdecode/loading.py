@@ -196,6 +196,10 @@ def gguf_config(reader) -> JsonConfig | None:
         if f"tokenizer.ggml.{key}" in reader.metadata:
             d[name] = _gguf_value(reader, f"tokenizer.ggml.{key}")
     d["tie_word_embeddings"] = all(t.name != "output.weight" for t in reader.tensors)
+    freqs = [t for t in reader.tensors if t.name == "rope_freqs.weight"]
+    if freqs:  # llama.cpp's rope scaling (Llama 3.x): per-frequency divisors, not metadata
+        d["rope_scaling"] = {"rope_type": "freq_factors",
+                             "factors": dequantize(freqs[0]).flatten().tolist()}
     return JsonConfig(d)
 
 

@@ -41,7 +41,9 @@ FAMILIES: dict[str, Family] = {
     "qwen2": Family(qkv_bias=True, qk_norm=False, window_field="use_sliding_window"),
     "qwen3": Family(qkv_bias=False, qk_norm=True, window_field="use_sliding_window"),
 }
-ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+# freq_factors: llama.cpp's per-frequency divisors (a GGUF's rope_freqs tensor, which Llama-3.x
+# files carry in place of their llama3 rope_scaling; loading.gguf_config), rope["factors"]
+ROPE_TYPES = ("default", "linear", "llama3", "yarn", "freq_factors")
 
 
 @dataclass(frozen=True)
@@ -141,6 +143,8 @@ class ModelSpec:
             mid = (1 - smooth) * scaled / factor + smooth * scaled
             is_mid = (wavelen >= old / hi) & (wavelen <= old / lo)
             inv = torch.where(is_mid, mid, scaled)
+        elif kind == "freq_factors":
+            inv = inv / torch.tensor(self.rope["factors"], dtype=torch.float64)
         elif kind == "yarn":
             # YaRN (arXiv 2309.00071), as transformers' _compute_yarn_parameters: frequencies
             # that turn fewer than beta_slow times over the original context are interpolated
@@ -210,6 +214,9 @@ class ModelSpec:
                                         f"num_key_value_heads={n_kv}")
         if hd % 2:
             raise UnsupportedModelError(f"{mt}: head_dim={hd} is odd; RoPE needs an even head_dim")
+        if kind == "freq_factors" and len(rope.get("factors", ())) != hd // 2:
+            raise UnsupportedModelError(f"{mt}: {len(rope.get('factors', ()))} rope frequency "
+                                        f"factors for head_dim {hd} (expected {hd // 2})")
         n_layers = int(cfg.num_hidden_layers)
         window = int(getattr(cfg, "sliding_window", None) or 0)
         if fam.window_field is not None and not getattr(cfg, fam.window_field, False):

@@ -360,7 +360,10 @@ def test_gguf_sentencepiece_tokenizer_matches_autotokenizer(tmp_path):
 
 def _export_gguf(model, path, arch):
     """A tiny HF model as llama.cpp's converter lays it out: its tensor names, llama's q / k rows
-    permuted for the interleaved RoPE, matrices in fp16 and norms / biases in fp32."""
+    permuted for the interleaved RoPE, a llama3 rope scaling as the rope_freqs tensor of
+    per-frequency divisors, matrices in fp16 and norms / biases in fp32."""
+    import math
+
     import gguf
     import numpy as np
     c = model.config
@@ -380,6 +383,22 @@ def _export_gguf(model, path, arch):
     w.add_value_length(head_dim)
     w.add_tokenizer_model("gpt2")  # transformers sizes the vocabulary by the token list
     w.add_token_list([f"t{i}" for i in range(c.vocab_size)])
+    rope = getattr(c, "rope_parameters", None) or getattr(c, "rope_scaling", None) or {}
+    if rope.get("rope_type") == "llama3":  # convert_hf_to_gguf.py's LlamaModel, its loop
+        theta = rope.get("rope_theta", getattr(c, "rope_theta", 10000.0))
+        old, lo, hi = (rope["original_max_position_embeddings"], rope["low_freq_factor"],
+                       rope["high_freq_factor"])
+        factors = []
+        for freq in 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim):
+            wavelen = 2 * math.pi / freq
+            if wavelen < old / hi:
+                factors.append(1.0)
+            elif wavelen > old / lo:
+                factors.append(rope["factor"])
+            else:
+                smooth = (old / wavelen - lo) / (hi - lo)
+                factors.append(1 / ((1 - smooth) / rope["factor"] + smooth))
+        w.add_tensor("rope_freqs.weight", np.array(factors, np.float32))
     names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight":
              "output_norm.weight", "lm_head.weight": "output.weight"}
     layer = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
@@ -413,16 +432,19 @@ def _export_gguf(model, path, arch):
     w.close()
 
 
-@pytest.mark.parametrize("family,arch", [("llama", "llama"), ("qwen2", "qwen2"),
-                                         ("qwen3", "qwen3")])
-def test_gguf_checkpoint_loads_as_transformers_loads_it(tmp_path, family, arch):
+@pytest.mark.parametrize("family,arch,llama3", [
+    ("llama", "llama", False), ("qwen2", "qwen2", False), ("qwen3", "qwen3", False),
+    ("llama", "llama", True)])
+def test_gguf_checkpoint_loads_as_transformers_loads_it(tmp_path, family, arch, llama3):
     """from_pretrained of a GGUF (llama.cpp's tensor names and q / k permutation; qwen2's
     biases, qwen3's q / k norms and head_dim 14 on d_model 40) gives the original model's
     weights up to the file's fp16 rounding, and the weights and logits transformers' own GGUF
     loader gives for the same file -- except qwen3's, which transformers cannot load: its GGUF
-    config leaves head_dim at Qwen3Config's default 128 (gguf_config reads key_length)."""
+    config leaves head_dim at Qwen3Config's default 128 (gguf_config reads key_length). With a
+    llama3 rope scaling (llama.cpp's rope_freqs tensor, which transformers' GGUF loader leaves
+    out) the logits are the original model's on the same fp16-rounded weights."""
     from transformers import AutoModelForCausalLM
-    model = tiny_model(family, rope_scaling=None) if family == "llama" else tiny_model(family)
+    model = tiny_model(family, **({} if llama3 or family != "llama" else {"rope_scaling": None}))
     _export_gguf(model, tmp_path / "m.gguf", arch)
     kw = dict(max_seq_len=32, mode="torch")
     ours = fastdecode.from_pretrained(str(tmp_path / "m.gguf"), device="cpu",
@@ -434,6 +456,7 @@ def test_gguf_checkpoint_loads_as_transformers_loads_it(tmp_path, family, arch):
         if t is not None:  # fp16 storage: rounding <= 2^-11 relative, or half the subnormal
             # spacing 2^-24 below fp16's smallest normal
             torch.testing.assert_close(got, t, rtol=2 ** -11, atol=2 ** -25)
+    ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6] * 3])  # 24 positions: past llama3's 16
     if arch == "qwen3":
         return
     hf = AutoModelForCausalLM.from_pretrained(str(tmp_path), gguf_file="m.gguf",
@@ -443,6 +466,18 @@ def test_gguf_checkpoint_loads_as_transformers_loads_it(tmp_path, family, arch):
         got = ours.weights.tensors()[name]
         assert (t is None) == (got is None), name
         assert t is None or torch.equal(got, t), name
-    ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
     with torch.no_grad():
-        assert torch.equal(ours(ids), theirs(ids))
+        if not llama3:
+            assert torch.equal(ours(ids), theirs(ids))
+            return
+        for p in model.parameters():  # the original model on the file's (fp16) matrices
+            if p.ndim == 2:
+                p.copy_(p.half().float())
+        want = model(ids).logits[0]
+        got = ours(ids)[0]
+        # fp32 both ways, the inverse frequencies two ways (the file's fp32 divisors, HF's
+        # llama3 formula): angles within a few ulps over 24 positions, 48-element sums, 2
+        # layers -- ~2e-6 on logits of magnitude ~3 (measured 1.9e-6); 1e-5 leaves 5x
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+        # without the divisors (transformers' GGUF loader) the logits are off by ~3
+        assert (theirs(ids)[0] - want).abs().max() > 0.1

@@ -73,6 +73,9 @@ def _raw(**kw):  # a config HF itself would refuse to build (odd head_dim)
     (lambda: _raw(num_attention_heads=6, num_key_value_heads=4, hidden_size=48), "multiple"),
     (lambda: _raw(head_dim=7), "odd"),
     (lambda: _raw(partial_rotary_factor=0.5), "partial_rotary_factor"),
+    (lambda: _raw(hidden_size=64, rope_scaling={"rope_type": "freq_factors",
+                                                "factors": [1.0] * 3}),
+     "3 rope frequency factors for head_dim 8"),
 ])
 def test_unsupported_configs_raise(make, match):
     with pytest.raises(UnsupportedModelError, match=match):
