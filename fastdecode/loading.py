@@ -195,6 +195,13 @@ def gguf_config(reader) -> JsonConfig | None:
     for key, name in _GGUF_TOKEN_IDS.items():
         if f"tokenizer.ggml.{key}" in reader.metadata:
             d[name] = _gguf_value(reader, f"tokenizer.ggml.{key}")
+    # a chat model's end of turn / end of message (Llama 3.x instruct: <|eot_id|>, <|eom_id|>)
+    # stop generation too, as the eos_token_id list of its HF generation_config.json does
+    stops = [d.get("eos_token_id")] + [_gguf_value(reader, f"tokenizer.ggml.{k}_token_id")
+                                       for k in ("eom", "eot")]
+    stops = list(dict.fromkeys(s for s in stops if s is not None))
+    if len(stops) > 1:
+        d["eos_token_id"] = stops
     d["tie_word_embeddings"] = all(t.name != "output.weight" for t in reader.tensors)
     freqs = [t for t in reader.tensors if t.name == "rope_freqs.weight"]
     if freqs:  # llama.cpp's rope scaling (Llama 3.x): per-frequency divisors, not metadata

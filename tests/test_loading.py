@@ -142,7 +142,7 @@ def test_json_config_gives_the_autoconfig_spec(tmp_path, family, overrides):
         assert getattr(ours, name) == getattr(hf, name), name
 
 
-def _write_gguf(path, arch, name, tied, head_dim=None, rope_dims=None):
+def _write_gguf(path, arch, name, tied, head_dim=None, rope_dims=None, stops=None):
     """A GGUF as llama.cpp lays one out (metadata, a 50-token vocabulary, the embedding and,
     untied, the output rows) -- the metadata the config comes from, no layers."""
     import gguf
@@ -153,6 +153,8 @@ def _write_gguf(path, arch, name, tied, head_dim=None, rope_dims=None):
     w.add_token_list([f"t{i}" for i in range(50)])
     w.add_eos_token_id(7)
     w.add_bos_token_id(3)
+    for kind, i in (stops or {}).items():  # eot / eom ids
+        getattr(w, f"add_{kind}_token_id")(i)
     w.add_tensor("token_embd.weight", np.zeros((50, 64), np.float32))
     if not tied:
         w.add_tensor("output.weight", np.zeros((50, 64), np.float32))
@@ -208,6 +210,19 @@ def test_gguf_config_defers_to_autoconfig(tmp_path):
     assert config.model_type == "mistral"
     _write_gguf(tmp_path / "q.gguf", "qwen3", "tiny qwen3", False, head_dim=24)
     assert gguf_config(gguf_reader(str(tmp_path / "q.gguf"))).head_dim == 24
+
+
+def test_gguf_end_of_turn_tokens_stop_generation(tmp_path):
+    """A chat GGUF's end-of-turn / end-of-message ids (llama.cpp's eot / eom, Llama 3.x
+    instruct's <|eot_id|> / <|eom_id|>) join its EOS in eos_token_id, as in the HF checkpoint's
+    generation_config.json ([128001, 128008, 128009]); without them it is the EOS alone."""
+    from fastdecode.loading import generation_defaults, gguf_config, gguf_reader
+    _write_gguf(tmp_path / "m.gguf", "llama", "tiny llama", True, stops={"eom": 8, "eot": 9})
+    config = gguf_config(gguf_reader(str(tmp_path / "m.gguf")))
+    assert config.eos_token_id == [7, 8, 9]
+    assert generation_defaults(config).eos_token_id == [7, 8, 9]
+    _write_gguf(tmp_path / "e.gguf", "llama", "tiny llama", True, stops={"eot": 7})
+    assert gguf_config(gguf_reader(str(tmp_path / "e.gguf"))).eos_token_id == 7
 
 
 def test_gguf_of_another_architecture_raises_before_parsing_it(tmp_path, monkeypatch):
