@@ -262,6 +262,11 @@ def open_checkpoint(path: str, device="cpu"):
     if gguf_file is not None:  # one parse of the file for the config and the weights
         reader = gguf_reader(os.path.join(folder, gguf_file))
         arch = _gguf_value(reader, "general.architecture")
+        parts = _gguf_value(reader, "split.count") or 1
+        if parts > 1:  # llama.cpp's gguf-split shards: this one holds only some tensors
+            raise UnsupportedModelError(
+                f"{gguf_file} is one of {parts} shards of a split GGUF; merge them first "
+                f"(llama.cpp: llama-gguf-split --merge {gguf_file} merged.gguf)")
         if arch not in GGUF_ARCHS:  # before AutoConfig's seconds of parsing the whole file
             raise UnsupportedModelError(f"{gguf_file}: GGUF architecture {arch!r} is not "
                                         f"supported (fastdecode reads {', '.join(GGUF_ARCHS)}: "

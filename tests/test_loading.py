@@ -142,7 +142,7 @@ def test_json_config_gives_the_autoconfig_spec(tmp_path, family, overrides):
         assert getattr(ours, name) == getattr(hf, name), name
 
 
-def _write_gguf(path, arch, name, tied, head_dim=None, rope_dims=None, stops=None):
+def _write_gguf(path, arch, name, tied, head_dim=None, rope_dims=None, stops=None, split=None):
     """A GGUF as llama.cpp lays one out (metadata, a 50-token vocabulary, the embedding and,
     untied, the output rows) -- the metadata the config comes from, no layers."""
     import gguf
@@ -155,6 +155,8 @@ def _write_gguf(path, arch, name, tied, head_dim=None, rope_dims=None, stops=Non
     w.add_bos_token_id(3)
     for kind, i in (stops or {}).items():  # eot / eom ids
         getattr(w, f"add_{kind}_token_id")(i)
+    if split:
+        w.add_uint16("split.count", split)
     w.add_tensor("token_embd.weight", np.zeros((50, 64), np.float32))
     if not tied:
         w.add_tensor("output.weight", np.zeros((50, 64), np.float32))
@@ -226,14 +228,18 @@ def test_gguf_end_of_turn_tokens_stop_generation(tmp_path):
 
 
 def test_gguf_of_another_architecture_raises_before_parsing_it(tmp_path, monkeypatch):
-    """A GGUF of an architecture fastdecode does not implement raises UnsupportedModelError from
-    its metadata alone -- not after transformers' AutoConfig has parsed the whole file."""
+    """A GGUF of an architecture fastdecode does not implement, or one shard of a split GGUF,
+    raises UnsupportedModelError from its metadata alone -- not after transformers' AutoConfig
+    has parsed the whole file, nor as a missing tensor."""
     from fastdecode import loading
     from fastdecode.spec import UnsupportedModelError
     _write_gguf(tmp_path / "phi.gguf", "phi3", "tiny phi", True)
     monkeypatch.setattr(loading, "load_config", lambda *a: pytest.fail("AutoConfig was asked"))
     with pytest.raises(UnsupportedModelError, match="architecture 'phi3' is not supported"):
         fastdecode.from_pretrained(str(tmp_path / "phi.gguf"), device="cpu")
+    _write_gguf(tmp_path / "s.gguf", "llama", "tiny llama", True, split=3)  # gguf-split shard
+    with pytest.raises(UnsupportedModelError, match="one of 3 shards of a split GGUF"):
+        fastdecode.from_pretrained(str(tmp_path / "s.gguf"), device="cpu")
 
 
 def test_gguf_file_reads_what_gguf_reader_reads(tmp_path):
