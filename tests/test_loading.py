@@ -502,3 +502,28 @@ def test_gguf_checkpoint_loads_as_transformers_loads_it(tmp_path, family, arch, 
         torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
         # without the divisors (transformers' GGUF loader) the logits are off by ~3
         assert (theirs(ids)[0] - want).abs().max() > 0.1
+
+
+def test_hub_gguf_file_loads_the_cached_file(tmp_path, monkeypatch):
+    """org/name/file.gguf, and org/name with gguf_file= as transformers takes it: that one file
+    of the repository from the Hugging Face cache (offline here), the same model as the local
+    file; a file the cache lacks raises FileNotFoundError naming it."""
+    model = tiny_model("qwen2")
+    repo = tmp_path / "hub" / "models--tiny-org--tiny-gguf"
+    rev = "0123456789abcdef0123456789abcdef01234567"
+    (repo / "snapshots" / rev).mkdir(parents=True)
+    _export_gguf(model, repo / "snapshots" / rev / "m-f16.gguf", "qwen2")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(rev)
+    import huggingface_hub.constants as hub
+    monkeypatch.setattr(hub, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(hub, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    kw = dict(max_seq_len=32, device="cpu", dtype=torch.float32, mode="torch")
+    ref = fastdecode.from_pretrained(str(repo / "snapshots" / rev / "m-f16.gguf"), **kw)
+    ids = torch.tensor([[3, 1, 4, 1, 5]])
+    want = ref(ids)
+    for fm in (fastdecode.from_pretrained("tiny-org/tiny-gguf/m-f16.gguf", **kw),
+               fastdecode.from_pretrained("tiny-org/tiny-gguf", gguf_file="m-f16.gguf", **kw)):
+        assert torch.equal(fm(ids), want)
+    with pytest.raises(FileNotFoundError, match="tiny-org/tiny-gguf/m-q4.gguf"):
+        fastdecode.from_pretrained("tiny-org/tiny-gguf/m-q4.gguf", **kw)
