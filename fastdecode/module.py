@@ -16,6 +16,7 @@ from .loading import generation_defaults, open_checkpoint, resolve_model_path
 from .packing import FLOAT_DTYPES, dict_getter, pack
 from .runtime import MODES, Runtime
 from .state import Sampling
+from .triton_kernels._common import INTERPRET
 from .spec import ModelSpec
 
 
@@ -47,6 +48,7 @@ class FastModel(nn.Module):
         if max_seq_len < 1:
             raise ValueError(f"max_seq_len must be >= 1, got {max_seq_len}")
         self.max_seq_len = int(max_seq_len)
+        self._mode_arg, self._cuda_graph, self._collectives = mode, cuda_graph, collectives
         _env.triton_key_ready()
         self.runtime = Runtime(weights, self.max_seq_len, self.mode, cuda_graph=cuda_graph,
                                collectives=collectives, vocab_size=self.spec.vocab_size)
@@ -70,6 +72,35 @@ class FastModel(nn.Module):
 
     def reset(self):
         self.runtime.reset()
+
+    def _apply(self, fn, recurse=True):
+        """fm.to(device / dtype), .cuda(), .cpu(), .half(), .bfloat16(), .float(): nn.Module sends
+        them all here. The packed weights go through fn (a tied lm_head stays the embedding's
+        tensor) and the runtime is rebuilt for them: the KV cache starts empty; the mode asked
+        for is kept (none asked: the new device's default), except that ops / mega on a CPU
+        without Triton's interpreter become torch. A call that changes nothing keeps the model
+        as it is (its cache included)."""
+        if self._collectives is not None:
+            raise RuntimeError("a tensor-parallel model's shards stay on their ranks' GPUs; "
+                               "load it again instead of moving it")
+        old = self.weights.tensors()
+        new, done = {}, {}
+        for name, t in old.items():
+            if t is not None:
+                new[name] = done.setdefault(id(t), fn(t))
+        moved = next(iter(new.values()))
+        if all(new[n] is t for n, t in old.items() if t is not None):
+            return self
+        if moved.dtype not in FLOAT_DTYPES:
+            raise TypeError(f"fastdecode runs {FLOAT_DTYPES} weights, not {moved.dtype}")
+        pw = dataclasses.replace(self.weights, **new)
+        mode = self._mode_arg or _default_mode(pw.device)
+        if pw.device.type == "cpu" and mode != "torch" and not INTERPRET:
+            mode = "torch"
+        runtime = Runtime(pw, self.max_seq_len, mode, cuda_graph=self._cuda_graph,
+                          vocab_size=self.spec.vocab_size)  # checks before anything is replaced
+        self.weights, self.mode, self.runtime = pw, mode, runtime
+        return self
 
     @property
     def position(self) -> int:

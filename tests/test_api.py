@@ -238,3 +238,34 @@ def test_model_level_errors(model):
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA is not available"):
             fastdecode.from_pretrained("smollm2", device="cuda")
+
+
+def test_to_device_and_dtype():
+    """fm.to / .half() / .float() / .cuda() move the packed weights as nn.Module's would move
+    parameters: the result runs as a model built on that device and dtype from the start (the
+    same logits, bit for bit: the same packed values through the same ops), its cache empty."""
+    model = tiny_model("llama_bias_tied")  # tied: the lm_head must stay the embedding's tensor
+    ids = torch.tensor([[4, 9, 2, 7, 1]])
+    for dtype in (torch.float16, torch.bfloat16, torch.float32):
+        fm = fastdecode.from_hf(model, max_seq_len=16, mode="torch")
+        fm(ids)
+        assert fm.to("cpu", torch.float32) is fm and fm.position == 5  # no change: cache kept
+        assert fm.to(DEVICE, dtype) is fm
+        assert fm.device.type == DEVICE.type and fm.dtype == dtype
+        assert fm.position == (5 if (DEVICE.type, dtype) == ("cpu", torch.float32) else 0)
+        assert fm.weights.lm_head is fm.weights.embed
+        fresh = fastdecode.from_hf(tiny_model("llama_bias_tied").to(DEVICE, dtype),
+                                   max_seq_len=16, mode="torch")
+        fm.reset()  # (the unchanged fp32 CPU model still holds the 5 tokens)
+        assert torch.equal(fm(ids.to(DEVICE)), fresh(ids.to(DEVICE)))
+    assert fm.half().dtype == torch.float16 and fm.float().dtype == torch.float32
+    before = fm.weights
+    with pytest.raises(TypeError, match="float64"):
+        fm.double()
+    assert fm.weights is before and fm(ids.to(DEVICE)).dtype == torch.float32  # still usable
+    if DEVICE.type == "cuda":  # a CPU-built model moved to the GPU takes the GPU's default mode
+        cpu = fastdecode.from_hf(tiny_model("llama"), max_seq_len=16)
+        assert cpu.cuda().mode == "mega" and cpu.device.type == "cuda"
+        want = fastdecode.from_hf(tiny_model("llama").cuda(), max_seq_len=16)
+        assert torch.equal(cpu.generate(ids.cuda(), max_new_tokens=6),
+                           want.generate(ids.cuda(), max_new_tokens=6))
