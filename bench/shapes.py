@@ -55,6 +55,16 @@ SHAPES = {
         num_key_value_heads=8, vocab_size=32000, sliding_window=4096, tie_word_embeddings=False,
         rope_theta=10000.0, max_position_embeddings=32768, rms_norm_eps=1e-5)),
     "qwen2.5-14b": ("Qwen2.5-14B", lambda: qwen2(5120, 13824, 48, 40, 8, 152064, False)),
+    # an explicit head_dim with H x head_dim < d_model (4096 vs 5120: o_proj's K below d_model)
+    # and a 131K vocabulary
+    "mistral-nemo": ("Mistral-Nemo-12B", lambda: tf.MistralConfig(
+        hidden_size=5120, intermediate_size=14336, num_hidden_layers=40, num_attention_heads=32,
+        num_key_value_heads=8, head_dim=128, vocab_size=131072, sliding_window=None,
+        tie_word_embeddings=False, rope_theta=1000000.0, max_position_embeddings=131072,
+        rms_norm_eps=1e-5)),
+    # q/k norm with q_dim 8192 over a d_model of 5120 (o_proj's K 8192 past the stream's max K),
+    # GQA 8:1
+    "qwen3-32b": ("Qwen3-32B", lambda: qwen3(5120, 25600, 64, 64, False)),
 }
 
 

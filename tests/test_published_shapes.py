@@ -3,8 +3,9 @@ Llama-3.2-3B (d_model 3072, GQA 3:1, tied), Qwen2.5-0.5B (GQA 7:1, d_model 896, 
 QKV bias), Qwen2.5-7B (GQA 7:1, d_model 3584 = 7 x 512, FFN 18944 = 37 x 512), Qwen2.5-14B
 (d_model 5120 past the stream's 4096-element rows, GQA 5:1), Qwen3-4B and Qwen3-0.6B (q/k norm,
 32 / 16 heads of 128 on a d_model of 2560 / 1024, tied), Mistral-7B (a sliding window, 32K
-vocabulary; the window cut to 24 keys so a short prompt crosses it) and SmolLM2-135M (9 heads,
-3 KV heads) -- at their real matrix sizes (random bf16 weights, biases and norm weights
+vocabulary; the window cut to 24 keys so a short prompt crosses it), SmolLM2-135M (9 heads,
+3 KV heads), Mistral-Nemo-12B (32 heads of an explicit 128 on a d_model of 5120, 131K
+vocabulary) and Qwen3-32B (64 heads of 128 on 5120, GQA 8:1) -- at their real matrix sizes (random bf16 weights, biases and norm weights
 perturbed so those paths carry signal), two layers each, against the Hugging Face model.
 
 The reference is the HF model itself in fp32 on the same (bf16-valued) weights. fastdecode keeps
@@ -34,7 +35,7 @@ LAYERS = 2
 PROMPT, STEPS = 40, 8
 SHAPES = [("3b", {}), ("qwen2.5-0.5b", {}), ("qwen2.5-7b", {}), ("qwen2.5-14b", {}),
           ("qwen3-4b", {}), ("qwen3-0.6b", {}), ("mistral-7b", {"sliding_window": 24}),
-          ("smollm2", {})]
+          ("smollm2", {}), ("mistral-nemo", {}), ("qwen3-32b", {})]
 
 
 def _model(key, overrides):
