@@ -20,6 +20,21 @@ from .triton_kernels.megakernel import STATUS_WORDS
 MAX_EOS = 16  # EOS ids the megakernel checks in-kernel
 
 
+def check_kv_fits(spec, max_seq_len: int, dtype: torch.dtype, free_bytes: int):
+    """The KV cache of max_seq_len positions (2 x L x KVH x S x hd elements) must fit the
+    device's free memory, with 1/16 of it left for the activations and the other buffers (each
+    a few MB): too large a max_seq_len raises a ValueError naming the largest that fits, before
+    anything is allocated -- not an out-of-memory error from deep inside."""
+    per_pos = 2 * spec.n_layers * spec.n_kv_heads * spec.head_dim * torch.finfo(dtype).bits // 8
+    room = free_bytes - free_bytes // 16
+    if max_seq_len * per_pos > room:
+        gib = 1 << 30
+        raise ValueError(f"max_seq_len={max_seq_len}: the KV cache needs "
+                         f"{max_seq_len * per_pos / gib:.1f} GiB and {free_bytes / gib:.1f} GiB "
+                         f"are free on the device; max_seq_len={max(0, room // per_pos)} is the "
+                         f"largest that fits")
+
+
 @dataclass(frozen=True)
 class Sampling:
     """How the next token is chosen, in Hugging Face's order: the stop tokens masked before
@@ -97,6 +112,8 @@ class DecodeState:
         s, dev, dt = pw.spec, pw.device, pw.dtype
         V = vocab_size or s.vocab_size
         self.max_seq_len, self.max_chunk = max_seq_len, max_chunk
+        if dev.type == "cuda":
+            check_kv_fits(s, max_seq_len, dt, torch.cuda.mem_get_info(dev)[0])
         kv_shape = (s.n_layers, s.n_kv_heads, max_seq_len, s.head_dim)
         self.k_cache = torch.zeros(kv_shape, device=dev, dtype=dt)
         self.v_cache = torch.zeros(kv_shape, device=dev, dtype=dt)

@@ -269,3 +269,23 @@ def test_to_device_and_dtype():
         want = fastdecode.from_hf(tiny_model("llama").cuda(), max_seq_len=16)
         assert torch.equal(cpu.generate(ids.cuda(), max_new_tokens=6),
                            want.generate(ids.cuda(), max_new_tokens=6))
+
+
+def test_kv_cache_too_large_raises():
+    """A max_seq_len whose KV cache cannot fit the device raises before any allocation, naming
+    the largest that fits: Llama-3.1-8B's 2 x 32 layers x 8 KV heads x 128 bf16 = 128 KiB a
+    position, 16 GiB free -> 15 GiB of room -> 122880 positions."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
+    from shapes import SHAPES
+    from fastdecode.spec import ModelSpec
+    from fastdecode.state import check_kv_fits
+    spec = ModelSpec.from_hf_config(SHAPES["8b"][1]())
+    free = 16 << 30
+    check_kv_fits(spec, 122880, torch.bfloat16, free)
+    with pytest.raises(ValueError, match=r"needs 15\.0 GiB .* max_seq_len=122880 is the largest"):
+        check_kv_fits(spec, 122881, torch.bfloat16, free)
+    if DEVICE.type == "cuda":
+        with pytest.raises(ValueError, match="KV cache needs"):
+            fastdecode.from_hf(tiny_model("llama").cuda(), max_seq_len=1 << 40)
