@@ -2,6 +2,7 @@
 GQA ratios, tied and untied heads, biases, sliding windows) that do not divide any tile size."""
 import torch
 import transformers as tf
+from hypothesis import strategies as st
 
 FAMILIES = {
     # llama: Llama-3 rope scaling, GQA 3:1, head_dim 8, untied
@@ -27,6 +28,23 @@ FAMILIES = {
         hidden_size=40, intermediate_size=68, num_attention_heads=4, num_key_value_heads=2,
         head_dim=14, tie_word_embeddings=False)),
 }
+
+
+@st.composite
+def hf_shapes(draw, families=tuple(FAMILIES)):
+    """(family, config overrides, vocab) of model shapes nobody tuned for: any GQA ratio, even
+    head dims 2-24 (q_dim != d_model allowed), odd FFN and vocab sizes, tied or untied heads, a
+    family's own traits (biases, q/k norm) kept and, Mistral, a random sliding window.
+    transformers asks hidden_size to be a multiple of the head count."""
+    family = draw(st.sampled_from(families))
+    kv = draw(st.integers(1, 3))
+    heads = kv * draw(st.integers(1, 4))
+    cfg = dict(num_key_value_heads=kv, num_attention_heads=heads,
+               head_dim=2 * draw(st.integers(1, 12)), hidden_size=heads * draw(st.integers(2, 9)),
+               intermediate_size=draw(st.integers(3, 97)), tie_word_embeddings=draw(st.booleans()))
+    if family == "mistral":
+        cfg["sliding_window"] = draw(st.integers(2, 12))
+    return family, cfg, draw(st.integers(5, 211))
 
 
 def tiny_model(family: str, vocab: int = 101, layers: int = 2, seed: int = 0,
