@@ -182,6 +182,8 @@ for s in $stages; do
              ${TRACE_ARGS:-} 2>&1 | grep -v -i warn | tail -40; done ;;
     tp) timeout ${TP_TEST_TIMEOUT:-240} python3 -m pytest -q tests/test_all_reduce.py tests/test_tp.py \
           -k "gpus or cuda or all_reduce or one_gpu" -p no:cacheprovider 2>&1 | tee "$OUT/pytest_tp.log" | tail -8
+        timeout 120 python3 -m pytest -q tests/test_gpu.py -k second_gpu -p no:cacheprovider 2>&1 \
+          | tail -3
         FASTDECODE_COMMIT=$COMMIT timeout 120 torchrun --nproc-per-node ${TP_GPUS:-2} \
           bench/bench_all_reduce.py 2>&1 | grep -v -i warn | tail -12
         FASTDECODE_COMMIT=$COMMIT timeout ${TP_BENCH_TIMEOUT:-300} torchrun --nproc-per-node \

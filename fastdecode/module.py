@@ -2,7 +2,9 @@
 patch()/unpatch() to route an existing HF model's generate() through it."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import os
 
 import torch
@@ -29,6 +31,20 @@ def _default_mode(device: torch.device) -> str:
     return "mega" if device.type == "cuda" else "torch"
 
 
+def _device_guard(device: torch.device):
+    """The model's GPU as the current CUDA device: Triton launches on the current device, and
+    CUDA graphs and events belong to it -- a model on cuda:1 must not run on cuda:0's."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
+def _on_model_device(method):
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        with _device_guard(self.device):
+            return method(self, *args, **kwargs)
+    return run
+
+
 class FastModel(nn.Module):
     """Batch-1 decoder built from a HF config and packed weights.
 
@@ -50,8 +66,9 @@ class FastModel(nn.Module):
         self.max_seq_len = int(max_seq_len)
         self._mode_arg, self._cuda_graph, self._collectives = mode, cuda_graph, collectives
         _env.triton_key_ready()
-        self.runtime = Runtime(weights, self.max_seq_len, self.mode, cuda_graph=cuda_graph,
-                               collectives=collectives, vocab_size=self.spec.vocab_size)
+        with _device_guard(weights.device):
+            self.runtime = Runtime(weights, self.max_seq_len, self.mode, cuda_graph=cuda_graph,
+                                   collectives=collectives, vocab_size=self.spec.vocab_size)
         self.rank = 0 if collectives is None else collectives.rank
         self.generation_config = generation_config or generation_defaults(config)
 
@@ -70,6 +87,7 @@ class FastModel(nn.Module):
                 f"mode={self.mode}, device={self.device}, dtype={self.dtype}, "
                 f"max_seq_len={self.max_seq_len}")
 
+    @_on_model_device
     def reset(self):
         self.runtime.reset()
 
@@ -97,8 +115,9 @@ class FastModel(nn.Module):
         mode = self._mode_arg or _default_mode(pw.device)
         if pw.device.type == "cpu" and mode != "torch" and not INTERPRET:
             mode = "torch"
-        runtime = Runtime(pw, self.max_seq_len, mode, cuda_graph=self._cuda_graph,
-                          vocab_size=self.spec.vocab_size)  # checks before anything is replaced
+        with _device_guard(pw.device):  # checks before anything is replaced
+            runtime = Runtime(pw, self.max_seq_len, mode, cuda_graph=self._cuda_graph,
+                              vocab_size=self.spec.vocab_size)
         self.weights, self.mode, self.runtime = pw, mode, runtime
         return self
 
@@ -108,6 +127,7 @@ class FastModel(nn.Module):
         return self.runtime.position
 
     @torch.no_grad()
+    @_on_model_device
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
                 ) -> torch.Tensor:
         """Appends input_ids [1, T] to the KV cache; returns their fp32 logits [1, T, vocab].
@@ -117,6 +137,7 @@ class FastModel(nn.Module):
         return self.runtime.forward(ids)[None]
 
     @torch.no_grad()
+    @_on_model_device
     def generate(self, input_ids=None, max_new_tokens=None, do_sample=None, temperature=None,
                  top_k=None, top_p=None, min_p=None, repetition_penalty=None, eos_token_id=None,
                  streamer=None, attention_mask=None, seed=None, max_length=None,

@@ -105,6 +105,27 @@ def test_families_bf16_on_gpu():
         assert torch.equal(out, eager), fam
 
 
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+@pytest.mark.parametrize("mode", ["ops", "mega"])
+def test_model_on_the_second_gpu(mode):
+    """A model on cuda:1 while cuda:0 is the current device (a multi-GPU notebook) runs on its
+    own GPU -- Triton launches on the current device -- and gives the tokens it gives on
+    cuda:0; moved there with fm.to("cuda:1"), the same."""
+    from models import tiny_model
+    ids = torch.tensor([[3, 14, 15, 92, 65]])
+    want = fastdecode.from_hf(tiny_model("qwen3", dtype=torch.bfloat16).to("cuda:0"),
+                              max_seq_len=64, mode=mode).generate(ids.cuda(0), max_new_tokens=12)
+    torch.cuda.set_device(0)
+    fm = fastdecode.from_hf(tiny_model("qwen3", dtype=torch.bfloat16).to("cuda:1"),
+                            max_seq_len=64, mode=mode)
+    assert torch.cuda.current_device() == 0
+    got = fm.generate(ids.to("cuda:1"), max_new_tokens=12)
+    assert got.device == torch.device("cuda:1") and torch.equal(got.cpu(), want.cpu())
+    moved = fastdecode.from_hf(tiny_model("qwen3", dtype=torch.bfloat16).cuda(0), max_seq_len=64,
+                               mode=mode).to("cuda:1")
+    assert torch.equal(moved.generate(ids.to("cuda:1"), max_new_tokens=12).cpu(), want.cpu())
+
+
 def test_mega_matches_ops_and_is_deterministic(llama):
     """Llama-3.2-1B and Llama-3.1-8B shapes, all SMs, cooperative launch. Same op bodies as ops
     mode, but decode tasks use the stream tiles (whole rows or 4096-wide chunks, vs ops mode's
