@@ -230,22 +230,39 @@ def _check_float_params(model):
                             "float16 or bfloat16 weights (quantized models are not supported)")
 
 
+def _dtype_arg(dtype):
+    """dtype= as transformers takes it: a torch dtype, its name, or "auto" (None: the weights')."""
+    if isinstance(dtype, str):
+        dtype = None if dtype == "auto" else getattr(torch, dtype, dtype)
+    if dtype is not None and dtype not in FLOAT_DTYPES:
+        raise TypeError(f"dtype must be one of {FLOAT_DTYPES} (or their names, or 'auto'), "
+                        f"got {dtype!r}")
+    return dtype
+
+
+def _device_arg(device, default):
+    device = torch.device(device) if device is not None else default
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' was asked but CUDA is not available on this machine")
+    return device
+
+
 def from_hf(model, max_seq_len: int = 4096, mode: str | None = None, device=None,
-            cuda_graph: bool = True) -> FastModel:
-    """FastModel from a loaded HF causal LM (weights are copied into the packed layout)."""
+            cuda_graph: bool = True, dtype: torch.dtype | str | None = None) -> FastModel:
+    """FastModel from a loaded HF causal LM: its weights copied into the packed layout, on
+    `device` in `dtype` (default: where they are, as they are). A model held on the CPU packs
+    straight onto a GPU (device="cuda"), so the GPU holds one copy of the weights, not two."""
     config = getattr(model, "config", None)
     if config is None:
         raise TypeError(f"expected a Hugging Face PreTrainedModel, got {type(model).__name__}")
     spec = ModelSpec.from_hf_config(config)
     _check_float_params(model)
+    dtype = _dtype_arg(dtype)
     _env.start_triton_key()  # beside the packing (see _env)
     params = list(model.parameters())
-    where = params[0].device
-    if device is not None and torch.device(device).type != where.type:
-        raise ValueError(f"the model's weights are on {where} but device={device!r} was asked; "
-                         f"move the model first (model.to({str(device)!r}))")
-    dtype = params[0].dtype
-    pw = pack(spec, dict_getter(dict(model.state_dict())), device=where, dtype=dtype)
+    device = _device_arg(device, params[0].device)
+    pw = pack(spec, dict_getter(dict(model.state_dict())), device=device,
+              dtype=dtype or params[0].dtype)
     return FastModel(pw, config, max_seq_len=max_seq_len, mode=mode, cuda_graph=cuda_graph,
                      generation_config=getattr(model, "generation_config", None))
 
@@ -263,21 +280,14 @@ def from_pretrained(path_or_gguf: str, max_seq_len: int = 4096, device=None, mod
     if gguf_file is not None:  # a folder's or a Hub repository's GGUF, as transformers takes it
         path_or_gguf = os.path.join(path_or_gguf, gguf_file) if os.path.isdir(path_or_gguf) \
             else f"{path_or_gguf}/{gguf_file}"
-    if isinstance(dtype, str):  # as transformers takes it: "bfloat16", "float16", "auto"
-        dtype = None if dtype == "auto" else getattr(torch, dtype, dtype)
-    if dtype is not None and dtype not in FLOAT_DTYPES:
-        raise TypeError(f"dtype must be one of {FLOAT_DTYPES} (or their names, or 'auto'), "
-                        f"got {dtype!r}")
+    dtype = _dtype_arg(dtype)
     path = resolve_model_path(path_or_gguf)
     rank, world, collectives = 0, 1, None
     if tp != 1:
         from .distributed import init
         rank, world, tp_device = init(tp, device)
         device = device if device is not None else tp_device
-    device = torch.device(device) if device is not None else torch.device(
-        "cuda" if torch.cuda.is_available() else "cpu")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device='cuda' was asked but CUDA is not available on this machine")
+    device = _device_arg(device, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
     config, get, ckpt_dtype = open_checkpoint(path, device)
     spec = ModelSpec.from_hf_config(config)
     _env.start_triton_key()  # beside the checkpoint read (see _env)
@@ -298,12 +308,33 @@ def from_pretrained(path_or_gguf: str, max_seq_len: int = 4096, device=None, mod
 
 
 def patch(model, **kwargs):
-    """Make model.generate run through fastdecode (kwargs go to from_hf). Returns the model."""
+    """Make model.generate run through fastdecode (kwargs go to from_hf). Returns the model.
+    With device= elsewhere than the HF model (patch(cpu_model, device="cuda")), the inputs
+    move to that device and the outputs come back to the inputs' device, as the HF model's own
+    generate would return them."""
     if "_fastdecode" in model.__dict__:
         return model
     fm = from_hf(model, **kwargs)
+
+    def generate(*args, **kw):
+        to = {k: v.device for k, v in kw.items() if torch.is_tensor(v)}
+        if args and torch.is_tensor(args[0]):
+            to["input_ids"] = args[0].device
+        if all(d == fm.device for d in to.values()):
+            return fm.generate(*args, **kw)
+        back = to.get("input_ids", to.get("inputs", fm.device))
+        args = tuple(a.to(fm.device) if torch.is_tensor(a) else a for a in args)
+        out = fm.generate(*args, **{k: v.to(fm.device) if k in to else v for k, v in kw.items()})
+        if torch.is_tensor(out):
+            return out.to(back)
+        for k in ("sequences", "scores", "logits"):
+            v = getattr(out, k, None)
+            if v is not None:
+                setattr(out, k, v.to(back) if torch.is_tensor(v) else tuple(t.to(back) for t in v))
+        return out
+    generate.__doc__ = fm.generate.__doc__
     model.__dict__["_fastdecode"] = fm
-    model.__dict__["generate"] = fm.generate
+    model.__dict__["generate"] = generate
     return model
 
 

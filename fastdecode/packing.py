@@ -56,6 +56,10 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
     get(hf_name, index=None) -> tensor | None, HF state-dict names; `index` is a tuple of slices,
     so a rank reads only its shard (safetensors slices lazily). Sharding: distributed.py."""
     sp = spec.shard(rank, world)
+    if torch.device(device).type == "cuda":
+        separate_head = not spec.tied or world > 1  # else the lm_head is the embedding's tensor
+        check_weights_fit(sp, spec.vocab_size, separate_head, dtype,
+                          torch.cuda.mem_get_info(torch.device(device))[0])
     every = slice(None)
 
     def rows(n):
@@ -127,6 +131,22 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
     )
     _check_shapes(pw, spec.vocab_size)
     return pw
+
+
+def check_weights_fit(sp: ModelSpec, full_vocab: int, separate_head: bool, dtype,
+                      free_bytes: int):
+    """The packed weights of shard sp (every layer matrix and norm, the lm_head rows, the whole
+    embedding beside them unless it is the lm_head) must fit the device's free memory: else a
+    ValueError before any copy, not an out-of-memory error halfway through the packing."""
+    elt = torch.finfo(dtype).bits // 8
+    need = sp.weight_bytes_per_token(elt) + (full_vocab * sp.d_model * elt if separate_head else 0)
+    if need > free_bytes:
+        gib = 1 << 30
+        raise ValueError(f"the packed weights need {need / gib:.1f} GiB in {dtype} and "
+                         f"{free_bytes / gib:.1f} GiB are free on the device (a Hugging Face "
+                         f"model on that GPU holds its own copy: fastdecode.from_pretrained(path) "
+                         f"loads without one, and from_hf(model_on_cpu, device='cuda') packs "
+                         f"straight onto the GPU)")
 
 
 def dict_getter(state: dict):

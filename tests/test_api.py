@@ -221,9 +221,11 @@ def test_harmless_hf_arguments_at_their_defaults(fm):
 
 
 def test_model_level_errors(model):
-    other = "cpu" if DEVICE.type == "cuda" else "cuda"
-    with pytest.raises(ValueError, match="move the model"):
-        fastdecode.from_hf(model, device=other)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            fastdecode.from_hf(model, device="cuda")
+    with pytest.raises(TypeError, match="dtype must be"):
+        fastdecode.from_hf(model, dtype=torch.int8)
     with pytest.raises(ValueError, match="mode"):
         fastdecode.from_hf(model, mode="warp")
     import transformers as tf
@@ -269,6 +271,47 @@ def test_to_device_and_dtype():
         want = fastdecode.from_hf(tiny_model("llama").cuda(), max_seq_len=16)
         assert torch.equal(cpu.generate(ids.cuda(), max_new_tokens=6),
                            want.generate(ids.cuda(), max_new_tokens=6))
+
+
+def test_from_hf_packs_onto_a_device_and_dtype():
+    """from_hf(model, device=, dtype=) packs the HF weights there, converted: the same model as
+    one built from the HF model moved and converted first (bit for bit: the same packed values),
+    with only the packed copy on the target device. patch(cpu_model, device="cuda") takes CPU
+    inputs and returns CPU outputs, as the HF model's generate does."""
+    model = tiny_model("qwen2")  # fp32, on the CPU
+    ids = torch.tensor([[4, 9, 2, 7, 1]])
+    fm = fastdecode.from_hf(model, max_seq_len=32, device=DEVICE, dtype="bfloat16")
+    want = fastdecode.from_hf(tiny_model("qwen2").to(DEVICE, torch.bfloat16), max_seq_len=32)
+    assert fm.device.type == DEVICE.type and fm.dtype == torch.bfloat16 and fm.mode == want.mode
+    assert all(p.device.type == "cpu" for p in model.parameters())
+    assert torch.equal(fm.generate(ids.to(DEVICE), max_new_tokens=8),
+                       want.generate(ids.to(DEVICE), max_new_tokens=8))
+    if DEVICE.type == "cuda":
+        fastdecode.patch(model, max_seq_len=32, device="cuda", dtype=torch.bfloat16)
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=8)
+        assert out.device.type == "cpu"
+        assert torch.equal(out, want.generate(ids.cuda(), max_new_tokens=8).cpu())
+        d = model.generate(input_ids=ids, max_new_tokens=3, return_dict_in_generate=True,
+                           output_scores=True)
+        assert d.sequences.device.type == "cpu" and d.scores[0].device.type == "cpu"
+        fastdecode.unpatch(model)
+
+
+def test_weights_too_large_raise():
+    """Packing onto a GPU without room for the packed weights raises first. Their size is the
+    published parameter count in bf16: Llama-3.1-8B's 8,030,261,248 (untied: the embedding and
+    the lm_head both), Llama-3.2-1B's 1,235,814,400 (tied: one tensor)."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
+    from shapes import SHAPES
+    from fastdecode.packing import check_weights_fit
+    from fastdecode.spec import ModelSpec
+    for key, params, tied in (("8b", 8030261248, False), ("1b", 1235814400, True)):
+        spec = ModelSpec.from_hf_config(SHAPES[key][1]())
+        check_weights_fit(spec, spec.vocab_size, not tied, torch.bfloat16, 2 * params)
+        with pytest.raises(ValueError, match="packed weights need .*from_pretrained"):
+            check_weights_fit(spec, spec.vocab_size, not tied, torch.bfloat16, 2 * params - 1)
 
 
 def test_kv_cache_too_large_raises():
