@@ -3,7 +3,10 @@
 # time-boxed so a failure or a slow stage cannot eat the call. Outputs land in $OUT (or /tmp/out).
 #   device run:  bash bench/gpu_session.sh  [stages...]
 #   stages: tests kernels mkernels models shapes sweep bench trace tp variants first pdl ab exp gemvcfg
-#           wsprobe prefill attn ncu
+#           wsprobe prefill attn ncu lookup
+#   (lookup: prompt lookup decoding's GPU tests (tests/test_lookup.py: greedy tokens = HF's,
+#    sampling's distribution) and bench_lookup.py -- a lookup step of 1-16 rows against a
+#    plain decode step, LOOKUP_MODELS (default 1b,8b))
 #   (attn: bench/sweep_attention.py -- the attention's tiles on a long prompt's 2048-token pass
 #    vs torch SDPA, ATTN_SHAPES at 0 and 6144 keys before, ATTN_VARIANTS or the script's;
 #    config.prefill_attention_config)
@@ -180,6 +183,10 @@ for s in $stages; do
              > "$OUT/ncu_sass_1.csv" 2>&1; done ;;
     trace) for m in ${TRACE_MODELS:-1b}; do timeout 150 python3 bench/trace_step.py --model $m \
              ${TRACE_ARGS:-} 2>&1 | grep -v -i warn | tail -40; done ;;
+    lookup) timeout 240 python3 -m pytest -q tests/test_lookup.py -p no:cacheprovider 2>&1 | tail -3
+            FASTDECODE_COMMIT=$COMMIT timeout ${LOOKUP_TIMEOUT:-300} python3 bench/bench_lookup.py \
+              --models ${LOOKUP_MODELS:-1b,8b} 2>&1 | grep -v -i warn | tail -16
+            cp bench/RESULTS.md "$OUT/" ;;
     tp) timeout ${TP_TEST_TIMEOUT:-240} python3 -m pytest -q tests/test_all_reduce.py tests/test_tp.py \
           -k "gpus or cuda or all_reduce or one_gpu" -p no:cacheprovider 2>&1 | tee "$OUT/pytest_tp.log" | tail -8
         timeout 120 python3 -m pytest -q tests/test_gpu.py -k second_gpu -p no:cacheprovider 2>&1 \

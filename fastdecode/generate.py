@@ -30,7 +30,7 @@ _HARMLESS = {"pad_token_id", "bos_token_id", "use_cache", "output_attentions",
 # (the processors and criteria transformers implements run through hf_processing.HOST_ARGS)
 _NEUTRAL = {"encoder_no_repeat_ngram_size": (0,), "guidance_scale": (1.0,),
             "num_beam_groups": (1,), "diversity_penalty": (0.0,), "assistant_model": (),
-            "prompt_lookup_num_tokens": (), "past_key_values": ()}
+            "past_key_values": ()}
 
 
 def check_hf_kwargs(kwargs):
@@ -126,8 +126,11 @@ def _eos_set(eos_token_id):
 
 
 def run_generate(rt: Runtime, ids: torch.Tensor, *, max_new_tokens: int, sampling: Sampling,
-                 eos_token_id=None, streamer=None, seed=None, chunk: int | None = None):
-    """ids [T] (validated) -> LongTensor [1, T + new] on ids' device."""
+                 eos_token_id=None, streamer=None, seed=None, chunk: int | None = None,
+                 lookup: tuple | None = None):
+    """ids [T] (validated) -> LongTensor [1, T + new] on ids' device. lookup: (candidates per
+    step, longest n-gram matched) -- prompt lookup decoding (lookup.py), sampling then being
+    HF's whole processing (hf_processing.build)."""
     T = ids.shape[0]
     if T + max_new_tokens > rt.max_seq_len:
         raise ValueError(f"prompt ({T} tokens) + max_new_tokens ({max_new_tokens}) exceeds "
@@ -145,6 +148,11 @@ def run_generate(rt: Runtime, ids: torch.Tensor, *, max_new_tokens: int, samplin
         if not callable(f):
             raise TypeError(f"logits_processor / stopping_criteria entries must be callables "
                             f"(input_ids, scores) -> ..., got {type(f).__name__}")
+    if lookup is not None:
+        from . import lookup as lk
+        return lk.generate(rt, ids, max_new_tokens=max_new_tokens, k=lookup[0],
+                           max_ngram=lookup[1], sampling=sampling, eos=eos, streamer=streamer,
+                           seed=seed)
     if streamer is not None:
         streamer.put(ids[None].cpu())
     out = []

@@ -167,6 +167,7 @@ class FastModel(nn.Module):
         n_seq = kwargs.pop("num_return_sequences", None)
         n_seq = int(n_seq if n_seq is not None else getattr(gc, "num_return_sequences", 1) or 1)
         pad = pick(kwargs.get("pad_token_id"), "pad_token_id", None)
+        lookup = _lookup_args(kwargs, gc, self.runtime.tp)
         check_hf_kwargs(kwargs)
         ids = validate_ids(input_ids, self.device, self.spec.vocab_size, attention_mask)
         max_new_tokens = new_token_count(max_new_tokens, max_length, gc, ids.shape[0],
@@ -186,7 +187,7 @@ class FastModel(nn.Module):
         warpers = dict(temperature=float(pick(temperature, "temperature", 1.0)),
                        top_k=pick(top_k, "top_k", None), top_p=pick(top_p, "top_p", None),
                        min_p=pick(min_p, "min_p", None))
-        if host:  # the whole processing by HF's classes, in HF's order
+        if host or lookup:  # the whole processing by HF's classes, in HF's order
             p, c = hf_processing.build(host, prompt_len=ids.shape[0],
                                        max_new_tokens=int(max_new_tokens), eos=_eos_set(eos),
                                        device=self.device, do_sample=sample,
@@ -207,11 +208,12 @@ class FastModel(nn.Module):
                                  "output_logits is not supported (one sequence at a time)")
             seq = stack_sequences([run_generate(
                 self.runtime, ids, max_new_tokens=int(max_new_tokens), sampling=sampling,
-                eos_token_id=eos, seed=None if seed is None else int(seed) + i)
+                eos_token_id=eos, seed=None if seed is None else int(seed) + i, lookup=lookup)
                 for i in range(n_seq)], pad, eos)
         else:
             seq = run_generate(self.runtime, ids, max_new_tokens=int(max_new_tokens),
-                               sampling=sampling, eos_token_id=eos, streamer=streamer, seed=seed)
+                               sampling=sampling, eos_token_id=eos, streamer=streamer, seed=seed,
+                               lookup=lookup)
         if not out_dict:
             return seq
         # HF's output object: the sequences, and per new token [1, V] fp32 scores (processed)
@@ -221,6 +223,25 @@ class FastModel(nn.Module):
         return GenerateDecoderOnlyOutput(
             sequences=seq, scores=tuple(rec[0]) if record["output_scores"] else None,
             logits=tuple(rec[1]) if record["output_logits"] else None)
+
+
+def _lookup_args(kwargs, gc, tp: bool):
+    """(prompt_lookup_num_tokens, max_matching_ngram_size) when prompt lookup decoding is asked
+    (by the call, else the generation config, as HF reads them), else None; both removed from
+    kwargs."""
+    k, n = (kwargs.pop(name, None) for name in ("prompt_lookup_num_tokens",
+                                                 "max_matching_ngram_size"))
+    k = k if k is not None else getattr(gc, "prompt_lookup_num_tokens", None)
+    n = n if n is not None else getattr(gc, "max_matching_ngram_size", None)
+    if k is None:
+        return None
+    n = 2 if n is None else n  # HF's PromptLookupCandidateGenerator default
+    if int(k) < 1 or int(n) < 1:  # HF's check
+        raise ValueError(f"prompt_lookup_num_tokens ({k}) and max_matching_ngram_size ({n}) "
+                         f"must be >= 1")
+    if tp:
+        raise ValueError("prompt_lookup_num_tokens is not supported with tensor parallelism")
+    return int(k), int(n)
 
 
 def _check_float_params(model):

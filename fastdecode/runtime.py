@@ -172,6 +172,19 @@ class Runtime:
     def position(self) -> int:
         return self.state.n_pos
 
+    def rewind(self, n: int):
+        """Keep the first n positions of the cache (n <= position): the entries after them are
+        overwritten by the next tokens fed (prompt lookup's rejected candidates)."""
+        if not 0 <= n <= self.state.n_pos:
+            raise ValueError(f"rewind to {n}: the cache holds {self.state.n_pos} positions")
+        self.state.pos.fill_(n)
+        self.state.n_pos = n
+
+    @property
+    def generator(self) -> torch.Generator | None:
+        """The torch generator of host-side sampled choices (seeded by set_sampling)."""
+        return self._gen
+
     def set_sampling(self, sampling: Sampling, seed: int | None):
         st = self.state
         st.temp.fill_(float(sampling.temperature))

@@ -1,0 +1,98 @@
+"""What a prompt lookup step costs (generate(prompt_lookup_num_tokens=k), fastdecode/lookup.py):
+one step of T rows -- the last token and T - 1 candidates, its logits read back by the host,
+the cache moved back -- against a plain decode step, on random-weight bf16 models of published
+shapes, in the same run.
+
+A step of T rows streams every weight once, as a one-row step does (the extra rows are T x
+d_model activations beside megabytes of weights), so it costs little more than one: tok/s with
+a accepted tokens a step is a / t(T). Printed per T: the step's time, its ratio to the plain
+decode step (the megakernel's chunked decode, no host round trip a token), the rate if every
+candidate is accepted, and the break-even -- the tokens a step must add to beat plain decoding.
+How many a step adds depends on the text (copying, quoting, loops); random weights say nothing
+about it, so no end-to-end rate is claimed here.
+
+    python bench/bench_lookup.py --models 1b,8b [--rows 1,2,4,8,11,16] [--mode mega]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fastdecode  # noqa: E402
+from bench_decode import append_results, bench_command, decode_rate, timed  # noqa: E402
+from shapes import random_model  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def step_time(fm, T: int, steps: int, repeats: int) -> float:
+    """Median seconds of one lookup step of T rows: forward, the rows' argmax read by the host
+    (lookup.generate's one sync a step), the cache moved back to where the step began."""
+    rt = fm.runtime
+    rows = torch.randint(0, fm.spec.vocab_size, (T,), device="cuda",
+                         generator=torch.Generator("cuda").manual_seed(T))
+    start = rt.position
+
+    def run():
+        for _ in range(steps):
+            rt.forward(rows).argmax(-1).tolist()
+            rt.rewind(start)
+    run()  # compiles this row count's kernels
+    return timed(run, repeats) / steps
+
+
+def bench_model(key, args) -> list:
+    """[(model, rows T (0: the plain step), s/step, x plain step, tok/s, break-even)]."""
+    name, model = random_model(key)
+    fm = fastdecode.from_hf(model, max_seq_len=args.prompt_len + 300, mode=args.mode)
+    ids = torch.randint(0, fm.spec.vocab_size, (1, args.prompt_len), device="cuda",
+                        generator=torch.Generator("cuda").manual_seed(0))
+    plain = decode_rate(lambda n: fm.generate(ids, max_new_tokens=n, eos_token_id=[]),
+                        32, 256, args.repeats)
+    fm.reset()
+    fm(ids)
+    out = []
+    for T in (int(t) for t in args.rows.split(",")):
+        t = step_time(fm, T, args.steps, args.repeats)
+        out.append((name, T, t, t * plain, T / t, t * plain))
+        print(f"  {name:14s} T={T:2d}  {t * 1e6:8.1f} us/step  {t * plain:5.2f}x a plain "
+              f"step  {T / t:8.1f} tok/s all accepted  break-even {t * plain:4.2f} "
+              f"tokens/step", flush=True)
+    return out + [(name, 0, 1 / plain, 1.0, plain, 1.0)]
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--models", default="1b,8b")
+    p.add_argument("--rows", default="1,2,4,8,11,16")
+    p.add_argument("--mode", default="mega", choices=["mega", "ops"])
+    p.add_argument("--prompt-len", type=int, default=32)
+    p.add_argument("--steps", type=int, default=50, help="lookup steps per timed run")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--results-md", default=os.path.join(HERE, "RESULTS.md"))
+    args = p.parse_args()
+    gpu = torch.cuda.get_device_name()
+    cmd = bench_command("bench_lookup.py")
+    table = []
+    for key in args.models.split(","):
+        table += bench_model(key, args)
+        torch.cuda.empty_cache()
+    print(f"\n{'model':14s} {'rows':>4s} {'us/step':>8s} {'x plain':>7s} {'tok/s all':>9s} "
+          f"{'break-even':>10s}")
+    for name, T, t, ratio, rate, even in table:
+        rows = str(T) if T else "plain"
+        print(f"{name:14s} {rows:>4s} {t * 1e6:8.1f} {ratio:7.2f} {rate:9.1f} {even:10.2f}")
+    append_results(args.results_md, [
+        [gpu, name, f"fastdecode {args.mode} prompt lookup step, {T} rows (tok/s: all "
+         f"accepted)" if T else f"fastdecode {args.mode} plain decode step", f"{rate:.1f}", "-",
+         f"{ratio:.2f}x", f"{t * 1e6:.1f} us/step"] for name, T, t, ratio, rate, _ in table],
+        cmd)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,167 @@
+"""Prompt lookup decoding (generate(prompt_lookup_num_tokens=k), fastdecode/lookup.py): the
+candidate index against a brute-force scan, and generate()'s tokens against Hugging Face's --
+greedy ones identical to HF's step-by-step decoding (and to HF's own prompt lookup), sampled ones
+drawn from the same distributions as the plain sampler's."""
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import fastdecode
+from conftest import DEVICE
+from fastdecode.lookup import NgramIndex
+from models import tiny_model
+
+# a prompt that repeats itself: the tiny models' greedy continuations fall into loops that the
+# lookup guesses several tokens ahead
+LOOPY = [[5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5, 6]]
+
+
+def scan_candidates(seq, k, max_n, eos):
+    """The rule lookup.py states, by brute force: the longest final n-gram (n <= max_n) that
+    occurred before, its latest earlier occurrence, the k tokens after it copied on past the end
+    of the text from the copy itself, cut before an EOS; none: []."""
+    L = len(seq)
+    for n in range(min(max_n, L - 1), 0, -1):
+        for i in range(L - n - 1, -1, -1):
+            if seq[i:i + n] == seq[L - n:]:
+                ext = list(seq)
+                out = []
+                for j in range(i + n, i + n + k):
+                    t = ext[j]
+                    if t in eos:
+                        break
+                    out.append(t)
+                    ext.append(t)
+                if out:
+                    return out
+                break
+    return []
+
+
+@given(seq=st.lists(st.integers(0, 5), min_size=1, max_size=40), k=st.integers(1, 8),
+       max_n=st.integers(1, 4), eos=st.sets(st.integers(0, 5), max_size=1))
+def test_candidates_match_a_scan(seq, k, max_n, eos):
+    index = NgramIndex(seq[:1], max_n)
+    for t in seq[1:]:  # grown one token at a time, as generate() grows it
+        index.append(t)
+    assert index.candidates(k, eos) == scan_candidates(seq, k, max_n, eos)
+
+
+def test_candidates_examples():
+    idx = NgramIndex([1, 2, 3, 9, 1, 2], 2)
+    assert idx.candidates(3) == [3, 9, 1]           # after the earlier "1 2"
+    assert idx.candidates(3, eos={9}) == [3]        # cut before an EOS
+    assert NgramIndex([4, 4], 2).candidates(5) == [4] * 5   # a run, copied past the end
+    assert NgramIndex([1, 2, 3, 1, 2], 1).candidates(4) == [3, 1, 2, 3]  # the latest "2"
+    assert NgramIndex([1, 2, 3], 3).candidates(4) == []    # nothing occurred before
+
+
+def _counting_forward(fm):
+    rows = []
+    f = fm.runtime.forward
+    fm.runtime.forward = lambda ids: (rows.append(ids.shape[0]), f(ids))[1]
+    return rows
+
+
+@pytest.mark.parametrize("family,mode,loops", [("qwen2", "torch", True), ("llama", "torch", True),
+                                               ("mistral", "torch", False),
+                                               ("qwen3", "ops", True), ("qwen2", "mega", True)])
+def test_greedy_is_hf_greedy(family, mode, loops):
+    """fp32: the tokens of HF's greedy decoding, and of HF's own prompt lookup; each step adds
+    at least one token, and where the continuation loops (these seeds: all but the Mistral
+    one) steps add several (the candidates were accepted)."""
+    model = tiny_model(family).to(DEVICE)
+    ids = torch.tensor(LOOPY, device=DEVICE)
+    with torch.no_grad():
+        want = model.generate(ids, max_new_tokens=30, do_sample=False, eos_token_id=None,
+                              pad_token_id=0)
+        hf_lookup = model.generate(ids, max_new_tokens=30, do_sample=False, eos_token_id=None,
+                                   pad_token_id=0, prompt_lookup_num_tokens=5)
+    assert torch.equal(hf_lookup, want)
+    fm = fastdecode.from_hf(model, max_seq_len=64, mode=mode)
+    rows = _counting_forward(fm)
+    got = fm.generate(ids, max_new_tokens=30, prompt_lookup_num_tokens=5, eos_token_id=[])
+    assert torch.equal(got, want), (got[0, 12:].tolist(), want[0, 12:].tolist())
+    assert max(rows) == 6 and len(rows) <= 29  # steps after the first token's prefill
+    assert not loops or len(rows) < 20, rows
+
+
+def test_hf_processing_and_stops():
+    """HF's processors apply to each checked row with the sequence before it (repetition
+    penalty, n-gram ban, min_new_tokens' EOS mask): HF's greedy tokens; an EOS stops at once;
+    max_new_tokens, the streamer, and the recorded scores are as plain decoding's."""
+    model = tiny_model("qwen2").to(DEVICE)
+    ids = torch.tensor(LOOPY, device=DEVICE)
+    kw = dict(max_new_tokens=20, do_sample=False, repetition_penalty=1.3, no_repeat_ngram_size=4)
+    with torch.no_grad():
+        want = model.generate(ids, eos_token_id=None, pad_token_id=0, **kw)
+    fm = fastdecode.from_hf(model, max_seq_len=64, mode="torch")
+    assert torch.equal(fm.generate(ids, prompt_lookup_num_tokens=4, eos_token_id=[], **kw), want)
+    plain = fm.generate(ids, max_new_tokens=16, eos_token_id=[])
+    eos = int(plain[0, 12 + 5])  # the 6th new token: stops there (or where it first occurs)
+    stop = plain[0, 12:].tolist().index(eos) + 1
+    got = fm.generate(ids, max_new_tokens=16, eos_token_id=eos, prompt_lookup_num_tokens=4)
+    assert torch.equal(got, plain[:, :12 + stop])
+    with torch.no_grad():
+        want = model.generate(ids, max_new_tokens=16, do_sample=False, eos_token_id=eos,
+                              pad_token_id=0, min_new_tokens=8)
+    assert torch.equal(fm.generate(ids, max_new_tokens=16, eos_token_id=eos, min_new_tokens=8,
+                                   prompt_lookup_num_tokens=4), want)
+
+    class Collect:
+        def __init__(self):
+            self.ids, self.ended = [], False
+
+        def put(self, x):
+            self.ids += x.reshape(-1).tolist()
+
+        def end(self):
+            self.ended = True
+    s = Collect()
+    out = fm.generate(ids, max_new_tokens=16, eos_token_id=[], prompt_lookup_num_tokens=3,
+                      streamer=s, return_dict_in_generate=True, output_scores=True,
+                      output_logits=True)
+    ref = fm.generate(ids, max_new_tokens=16, eos_token_id=[], return_dict_in_generate=True,
+                      output_scores=True)
+    assert torch.equal(out.sequences, plain) and s.ended and s.ids == plain[0].tolist()
+    assert len(out.scores) == len(out.logits) == 16
+    # the same rows up to fp32 summation order (a many-row step's matmuls): K <= 88, ~1e-6
+    for a, b in zip(out.scores, ref.scores):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_sampling_draws_from_the_same_distribution():
+    """The 2nd and 3rd new tokens (chosen from checked rows, the candidates accepted or not)
+    follow the plain sampler's distribution: 600 seeded draws each way, every token's
+    frequency within 5 binomial standard deviations of the other's (a vocabulary of 7, a
+    temperature that spreads the mass). The same seed gives the same draw; top_k=1 is greedy."""
+    model = tiny_model("qwen2", vocab=7).to(DEVICE)
+    ids = torch.tensor([[1, 2, 3, 1, 2, 3, 1, 2]], device=DEVICE)
+    fm = fastdecode.from_hf(model, max_seq_len=32, mode="torch")
+    kw = dict(max_new_tokens=3, do_sample=True, temperature=2.0, eos_token_id=[])
+    N = 600
+    counts = torch.zeros(2, 2, 7)
+    for i in range(N):
+        for w, extra in enumerate(({}, {"prompt_lookup_num_tokens": 3})):
+            out = fm.generate(ids, seed=i, **kw, **extra)[0, -2:]
+            counts[w, 0, out[0]] += 1
+            counts[w, 1, out[1]] += 1
+    p = counts / N
+    pooled = p.mean(0)
+    sigma = (pooled * (1 - pooled) * 2 / N).sqrt()
+    assert ((p[0] - p[1]).abs() <= 5 * sigma + 1e-9).all(), (p[0], p[1])
+    assert (pooled > 0.02).sum() >= 4  # the test has mass to compare
+    look = dict(kw, prompt_lookup_num_tokens=3, max_new_tokens=10)
+    assert torch.equal(fm.generate(ids, seed=7, **look), fm.generate(ids, seed=7, **look))
+    assert torch.equal(fm.generate(ids, top_k=1, **look),
+                       fm.generate(ids, max_new_tokens=10, eos_token_id=[]))
+
+
+def test_bad_lookup_arguments_raise():
+    fm = fastdecode.from_hf(tiny_model("llama").to(DEVICE), max_seq_len=32, mode="torch")
+    ids = torch.tensor([[1, 2, 3]], device=DEVICE)
+    for kw in ({"prompt_lookup_num_tokens": 0},
+               {"prompt_lookup_num_tokens": 3, "max_matching_ngram_size": 0}):
+        with pytest.raises(ValueError, match="must be >= 1"):
+            fm.generate(ids, max_new_tokens=4, **kw)
