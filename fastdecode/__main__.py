@@ -35,7 +35,8 @@ def _generate(args):
     out = fm.generate(ids, max_new_tokens=args.max_new_tokens, do_sample=args.temperature > 0,
                       temperature=args.temperature or 1.0, top_k=args.top_k, top_p=args.top_p,
                       min_p=args.min_p, repetition_penalty=args.repetition_penalty,
-                      streamer=streamer, seed=args.seed)
+                      streamer=streamer, seed=args.seed,
+                      prompt_lookup_num_tokens=args.prompt_lookup or None)
     if fm.device.type == "cuda":
         torch.cuda.synchronize()
     dt = time.perf_counter() - t1
@@ -97,6 +98,9 @@ def main(argv=None):
                    help="HF's: > 1 makes tokens already in the text less likely (default: the "
                         "model's generation_config, else 1)")
     g.add_argument("--seed", type=int, default=None)
+    g.add_argument("--prompt-lookup", type=int, default=0, metavar="K",
+                   help="prompt lookup decoding: check up to K tokens copied from the text per "
+                        "step (HF's prompt_lookup_num_tokens; 0: off)")
     g.add_argument("--device", default=None)
     g.add_argument("--mode", default=None, choices=["torch", "vm", "ops", "mega"])
     g.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (run under torchrun)")

@@ -91,6 +91,26 @@ def test_greedy_matches_hf(smol):
     assert near_ties <= 1
 
 
+def test_prompt_lookup_on_a_copy_task(smol):
+    """Real text that quotes its prompt: prompt lookup gives plain greedy decoding's tokens
+    (test_greedy_matches_hf holds those to HF's) in a few steps of many rows (measured: the 40
+    tokens of this reply, its end-of-turn included, in 5 steps after the prompt's)."""
+    path, tok, _ = smol
+    text = ("The committee met on Tuesday to review the budget. It approved funding for the new "
+            "library, delayed the decision on the park renovation, and asked the city manager "
+            "for a report on road repairs by March.")
+    ids = chat_ids(tok, f"Repeat the following text exactly, word for word:\n\n{text}")
+    fm = fastdecode.from_pretrained(path, device="cpu", dtype=torch.float32, max_seq_len=512)
+    plain = fm.generate(ids, max_new_tokens=60)
+    steps = []
+    forward = fm.runtime.forward
+    fm.runtime.forward = lambda x: (steps.append(x.shape[0]), forward(x))[1]
+    got = fm.generate(ids, max_new_tokens=60, prompt_lookup_num_tokens=10)
+    assert torch.equal(got, plain)
+    new = got.shape[1] - ids.shape[1]
+    assert new > 30 and len(steps) <= new // 4, (new, steps)
+
+
 def test_stop_strings_end_where_hf_ends(smol):
     """stop_strings with the tokenizer (HF's StopStringCriteria on the host after each token): a
     string the greedy answer writes a few tokens in ends it there, as HF's generate does."""
