@@ -18,8 +18,9 @@ row i's choice equals candidate i. So the tokens are those of step-by-step decod
 ones exactly up to the rounding of a many-row step (the same tiles, another row count), sampled
 ones drawn from the same distributions (other random draws) -- and the KV entries of rejected
 candidates are dropped by moving the position back (Runtime.rewind): the next step overwrites
-them. A step without candidates is a one-row step. Steps run with the host in the loop (the
-accepted count decides the next input).
+them. A step without candidates is a one-row step; one with any is padded to k + 1 rows, so a
+GPU compiles one more kernel variant, not one per candidate count. Steps run with the host in
+the loop (the accepted count decides the next input).
 """
 from __future__ import annotations
 
@@ -94,7 +95,7 @@ def generate(rt, ids: torch.Tensor, *, max_new_tokens: int, k: int, max_ngram: i
         while True:
             fast = rows is not None and not (sampling.processors or sampling.do_sample)
             greedy = rows.float().argmax(-1).tolist() if fast else None  # one sync a step
-            for i in range(1 if rows is None else rows.shape[0]):
+            for i in range(1 if rows is None else len(cands) + 1):
                 if fast:
                     raw = scores = rows[i:i + 1]
                     tok = greedy[i]
@@ -118,9 +119,13 @@ def generate(rt, ids: torch.Tensor, *, max_new_tokens: int, k: int, max_ngram: i
                     break
             if rows is not None:  # the cache keeps the rows whose inputs were right
                 rt.rewind(start + i + 1)
-            cands = index.candidates(min(k, max_new_tokens - len(out) - 1), eos)
             start = rt.position
-            rows = rt.forward(torch.tensor([tok] + cands, dtype=torch.long, device=ids.device))
+            room = min(k, rt.max_seq_len - start - 1)
+            cands = index.candidates(room, eos)
+            # a step has 1 or room + 1 rows whatever the candidates found (an EOS cut, the
+            # last tokens): one row count, one compiled kernel; the padding rows are not read
+            feed = cands + cands[-1:] * (room - len(cands))
+            rows = rt.forward(torch.tensor([tok] + feed, dtype=torch.long, device=ids.device))
     return _finish(ids, out, streamer)
 
 
