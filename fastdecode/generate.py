@@ -125,12 +125,38 @@ def _eos_set(eos_token_id):
     return set(_eos_ids(eos_token_id))
 
 
+def cached_prefix(fed, ids: torch.Tensor) -> int:
+    """How many of the prompt's first tokens the cache already holds (fed: the tokens it holds,
+    Runtime.fed), at most all but the last: the prompt's last token is fed to get its logits."""
+    if not fed:
+        return 0
+    new = ids.tolist()
+    n = min(len(fed), len(new) - 1)
+    c = 0
+    while c < n and fed[c] == new[c]:
+        c += 1
+    return c
+
+
+def start_sequence(rt: Runtime, ids, sampling, *, seed, eos, max_new_tokens: int,
+                   reuse: bool = False):
+    """The cache emptied -- or, reuse (prefix_cache), kept for the prompt's first tokens it
+    already holds -- the choice and the stops set, the prompt prefilled (from the first token
+    not cached), its last chunk choosing the first new token."""
+    keep = cached_prefix(rt.fed, ids) if reuse else 0
+    rt.reset(keep)
+    rt.set_sampling(sampling, seed)
+    rt.set_stop(eos, max_new_tokens)
+    rt.prefill(ids, sampling, start=keep)
+
+
 def run_generate(rt: Runtime, ids: torch.Tensor, *, max_new_tokens: int, sampling: Sampling,
                  eos_token_id=None, streamer=None, seed=None, chunk: int | None = None,
-                 lookup: tuple | None = None):
+                 lookup: tuple | None = None, reuse: bool = False):
     """ids [T] (validated) -> LongTensor [1, T + new] on ids' device. lookup: (candidates per
     step, longest n-gram matched) -- prompt lookup decoding (lookup.py), sampling then being
-    HF's whole processing (hf_processing.build)."""
+    HF's whole processing (hf_processing.build). reuse: keep the cached keys and values of the
+    prompt's first tokens where the cache holds them (prefix_cache)."""
     T = ids.shape[0]
     if T + max_new_tokens > rt.max_seq_len:
         raise ValueError(f"prompt ({T} tokens) + max_new_tokens ({max_new_tokens}) exceeds "
@@ -150,18 +176,19 @@ def run_generate(rt: Runtime, ids: torch.Tensor, *, max_new_tokens: int, samplin
                             f"(input_ids, scores) -> ..., got {type(f).__name__}")
     if lookup is not None:
         from . import lookup as lk
-        return lk.generate(rt, ids, max_new_tokens=max_new_tokens, k=lookup[0],
-                           max_ngram=lookup[1], sampling=sampling, eos=eos, streamer=streamer,
-                           seed=seed)
+        seq = lk.generate(rt, ids, max_new_tokens=max_new_tokens, k=lookup[0],
+                          max_ngram=lookup[1], sampling=sampling, eos=eos, streamer=streamer,
+                          seed=seed, reuse=reuse)
+        if max_new_tokens > 0:
+            rt.fed = seq[0, :rt.position].tolist()
+        return seq
     if streamer is not None:
         streamer.put(ids[None].cpu())
     out = []
     rt.state.record = ([], []) if sampling.record else None
     if max_new_tokens > 0:
-        rt.reset()
-        rt.set_sampling(sampling, seed)
-        rt.set_stop(eos, max_new_tokens)
-        rt.prefill(ids, sampling)
+        start_sequence(rt, ids, sampling, seed=seed, eos=eos, max_new_tokens=max_new_tokens,
+                       reuse=reuse)
         if sampling.host:
             out = _host_tokens(rt, max_new_tokens, sampling, eos, streamer)
         else:
@@ -170,7 +197,12 @@ def run_generate(rt: Runtime, ids: torch.Tensor, *, max_new_tokens: int, samplin
     if streamer is not None:
         streamer.end()
     new = torch.tensor(out, dtype=torch.long, device=ids.device)
-    return torch.cat([ids.long(), new])[None]
+    seq = torch.cat([ids.long(), new])[None]
+    if max_new_tokens > 0:
+        # the cache holds the prompt and every new token but the last (steps that ran on past
+        # an EOS in a chunk hold more, unknown: those positions are not reused)
+        rt.fed = seq[0, :rt.position].tolist()
+    return seq
 
 
 def stack_sequences(seqs, pad_token_id, eos_token_id=None):

@@ -27,6 +27,7 @@ from __future__ import annotations
 import torch
 
 from . import reference as R
+from .generate import start_sequence
 from .state import Sampling
 
 
@@ -69,7 +70,7 @@ class NgramIndex:
 
 
 def generate(rt, ids: torch.Tensor, *, max_new_tokens: int, k: int, max_ngram: int,
-             sampling: Sampling, eos=frozenset(), streamer=None, seed=None):
+             sampling: Sampling, eos=frozenset(), streamer=None, seed=None, reuse=False):
     """ids [T] (validated) -> LongTensor [1, T + new] on ids' device. sampling: HF's processing
     as one list (hf_processing.build: processors, warpers, criteria), applied to each checked
     row with the sequence before it; sampling.record: each new token's processed scores and raw
@@ -85,10 +86,9 @@ def generate(rt, ids: torch.Tensor, *, max_new_tokens: int, k: int, max_ngram: i
         streamer.put(ids[None].cpu())
     out = []
     if max_new_tokens > 0:
-        rt.reset()
-        rt.set_sampling(sampling, seed)
-        rt.set_stop(eos, max_new_tokens)
-        rt.prefill(ids, sampling)  # the first token, as generate's other paths choose it
+        # the first token, as generate's other paths choose it
+        start_sequence(rt, ids, sampling, seed=seed, eos=eos, max_new_tokens=max_new_tokens,
+                       reuse=reuse)
         index = NgramIndex(ids.tolist(), max_ngram)
         tok, scores, raw = int(rt.tokens(0, 1)[0]), st.scores, st.raw
         rows, cands, start = None, [], 0

@@ -53,8 +53,15 @@ class FastModel(nn.Module):
     """
 
     def __init__(self, weights, config, *, max_seq_len: int = 4096, mode: str | None = None,
-                 generation_config=None, cuda_graph: bool = True, collectives=None):
+                 generation_config=None, cuda_graph: bool = True, collectives=None,
+                 prefix_cache: bool = False):
         super().__init__()
+        # generate() keeps the cached keys and values of the prompt's first tokens when the
+        # cache holds them from the call before (a chat's earlier turns): only the rest is
+        # prefilled. Off by default: the kept entries were computed by decode steps, a fresh
+        # prefill computes them in another order, so the tokens may differ from a fresh call's
+        # by bf16 rounding where two logits nearly tie.
+        self.prefix_cache = bool(prefix_cache)
         self.config = config
         self.spec: ModelSpec = ModelSpec.from_hf_config(config)  # the whole model's sizes
         self.weights = weights
@@ -208,12 +215,12 @@ class FastModel(nn.Module):
                                  "output_logits is not supported (one sequence at a time)")
             seq = stack_sequences([run_generate(
                 self.runtime, ids, max_new_tokens=int(max_new_tokens), sampling=sampling,
-                eos_token_id=eos, seed=None if seed is None else int(seed) + i, lookup=lookup)
-                for i in range(n_seq)], pad, eos)
+                eos_token_id=eos, seed=None if seed is None else int(seed) + i, lookup=lookup,
+                reuse=self.prefix_cache) for i in range(n_seq)], pad, eos)
         else:
             seq = run_generate(self.runtime, ids, max_new_tokens=int(max_new_tokens),
                                sampling=sampling, eos_token_id=eos, streamer=streamer, seed=seed,
-                               lookup=lookup)
+                               lookup=lookup, reuse=self.prefix_cache)
         if not out_dict:
             return seq
         # HF's output object: the sequences, and per new token [1, V] fp32 scores (processed)
@@ -269,7 +276,8 @@ def _device_arg(device, default):
 
 
 def from_hf(model, max_seq_len: int = 4096, mode: str | None = None, device=None,
-            cuda_graph: bool = True, dtype: torch.dtype | str | None = None) -> FastModel:
+            cuda_graph: bool = True, dtype: torch.dtype | str | None = None,
+            prefix_cache: bool = False) -> FastModel:
     """FastModel from a loaded HF causal LM: its weights copied into the packed layout, on
     `device` in `dtype` (default: where they are, as they are). A model held on the CPU packs
     straight onto a GPU (device="cuda"), so the GPU holds one copy of the weights, not two."""
@@ -285,12 +293,13 @@ def from_hf(model, max_seq_len: int = 4096, mode: str | None = None, device=None
     pw = pack(spec, dict_getter(dict(model.state_dict())), device=device,
               dtype=dtype or params[0].dtype)
     return FastModel(pw, config, max_seq_len=max_seq_len, mode=mode, cuda_graph=cuda_graph,
-                     generation_config=getattr(model, "generation_config", None))
+                     generation_config=getattr(model, "generation_config", None),
+                     prefix_cache=prefix_cache)
 
 
 def from_pretrained(path_or_gguf: str, max_seq_len: int = 4096, device=None, mode: str | None = None,
                     dtype: torch.dtype | str | None = None, tp: int = 1,
-                    gguf_file: str | None = None) -> FastModel:
+                    gguf_file: str | None = None, prefix_cache: bool = False) -> FastModel:
     """FastModel straight from a checkpoint: a folder (config.json + safetensors, sharded or not), a
     .gguf file, a Hugging Face Hub id (org/name: its safetensors snapshot; org/name/file.gguf, or
     org/name with gguf_file= as in transformers: that one GGUF), or the name "smollm2" (the GGUF
@@ -325,7 +334,7 @@ def from_pretrained(path_or_gguf: str, max_seq_len: int = 4096, device=None, mod
         collectives = TorchCollectives(spec)
     gen = generation_defaults(config, path if os.path.isdir(path) else None)
     return FastModel(pw, config, max_seq_len=max_seq_len, mode=mode, generation_config=gen,
-                     collectives=collectives)
+                     collectives=collectives, prefix_cache=prefix_cache)
 
 
 def patch(model, **kwargs):

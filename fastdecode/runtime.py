@@ -102,6 +102,9 @@ class Runtime:
         self.max_seq_len = max_seq_len
         self._graphs: dict = {}
         self._gen = None
+        # the tokens whose keys and values the cache holds, in order, while the host knows them
+        # (None after decode steps until their tokens are read: generate() sets it back)
+        self.fed: list | None = []
         self._schedules: dict = {}
         # task-stream modes: programs of the schedule (mega on a GPU: StreamConfig.per_sm per SM,
         # all resident; serial mode on the CPU: one; vm: 4 unless asked)
@@ -151,12 +154,18 @@ class Runtime:
         self._schedules.clear()
 
     # ---- sequence control -------------------------------------------------------------------
-    def reset(self):
+    def reset(self, keep: int = 0):
+        """An empty cache, or (keep > 0) one that keeps its first `keep` positions (keep <= the
+        tokens fed known to it: fed) for a prompt that starts with them (prefill(start=keep))."""
         st = self.state
-        st.pos.zero_()
+        if keep and (self.fed is None or keep > len(self.fed)):
+            raise ValueError(f"cannot keep {keep} cached positions: "
+                             f"{0 if self.fed is None else len(self.fed)} are known")
+        st.pos.fill_(keep)
         st.step.zero_()
         st.done.zero_()
-        st.n_pos = 0
+        st.n_pos = keep
+        self.fed = self.fed[:keep] if keep else []
 
     def set_stop(self, eos_ids, max_steps: int):
         """In-kernel stop conditions of the task modes: EOS ids and the number of chosen tokens."""
@@ -179,6 +188,8 @@ class Runtime:
             raise ValueError(f"rewind to {n}: the cache holds {self.state.n_pos} positions")
         self.state.pos.fill_(n)
         self.state.n_pos = n
+        if self.fed is not None:
+            del self.fed[n:]
 
     @property
     def generator(self) -> torch.Generator | None:
@@ -203,6 +214,8 @@ class Runtime:
         """Append ids [T] to the cache; return fp32 logits [T, V] of every new token."""
         T = ids.shape[0]
         self._check_room(T)
+        if self.fed is not None:
+            self.fed += ids.tolist()
         self.set_stop([], 1 << 30)
         out = []
         long = self._long_prompt(T)
@@ -217,18 +230,23 @@ class Runtime:
             out.append(self.state.logits[:chunk.shape[0]].clone())
         return torch.cat(out, 0)
 
-    def prefill(self, ids: torch.Tensor, sampling: Sampling):
-        """Append the prompt ids [T]; the last chunk chooses the first new token (into hist).
-        A repetition penalty starts from the prompt's tokens (the cache is empty: generate())."""
+    def prefill(self, ids: torch.Tensor, sampling: Sampling, start: int = 0):
+        """Append the prompt ids [T] -- from ids[start] on: the cache holds the first `start`
+        (reset(keep=start)) -- and the last chunk chooses the first new token (into hist). A
+        repetition penalty starts from all the prompt's tokens."""
         T = ids.shape[0]
-        self._check_room(T)
+        if self.state.n_pos != start or not 0 <= start < T:
+            raise ValueError(f"prefill from token {start} of {T} with {self.state.n_pos} cached")
+        self._check_room(T - start)
         if sampling.penalized:
             self.state.seen.zero_()
             self.state.seen[ids.to(self.state.seen.device).long()] = True
         self.state.prompt = ids.to(self.state.hist.device).long()
-        long = self._long_prompt(T)
+        if self.fed is not None:
+            self.fed += ids[start:].tolist()
+        long = self._long_prompt(T - start)
         step = self.prefill_chunk if long else self.max_chunk
-        for c0 in range(0, T, step):
+        for c0 in range(start, T, step):
             last = c0 + step >= T  # earlier chunks only fill the KV cache
             if last:
                 self.state.step.zero_()  # the token after the prompt is step 0 of the history
@@ -281,6 +299,7 @@ class Runtime:
         """n decode steps, each feeding back the token the previous step chose. No host sync
         (but in the caller's logits processors: Sampling.host)."""
         self._check_room(n)
+        self.fed = None
         if self.mode == "mega" and not sampling.filtered:
             short = self._short_steps(1, n)  # the short-context schedule's, then the others
             for m in (short, n - short):

@@ -332,3 +332,46 @@ def test_kv_cache_too_large_raises():
     if DEVICE.type == "cuda":
         with pytest.raises(ValueError, match="KV cache needs"):
             fastdecode.from_hf(tiny_model("llama").cuda(), max_seq_len=1 << 40)
+
+
+@pytest.mark.parametrize("mode", ["torch", "mega"])
+def test_prefix_cache_prefills_only_the_new_tokens(mode):
+    """prefix_cache=True: a chat's next turn (the last reply and a new message after it) prefills
+    only what the cache does not hold, and decodes as a fresh model does (fp32: the kept entries
+    equal to rounding); a prompt the cache holds entirely still feeds its last token; another
+    prompt, reset(), a forward() in between, max_new_tokens=0, a penalty over the whole prompt
+    and prompt lookup behave as they would without the cache."""
+    model = tiny_model("qwen2").to(DEVICE)
+    fm = fastdecode.from_hf(model, max_seq_len=96, mode=mode, prefix_cache=True)
+    fresh = fastdecode.from_hf(model, max_seq_len=96, mode="torch")
+    starts = []
+    prefill = fm.runtime.prefill
+    fm.runtime.prefill = lambda ids, s, start=0: (starts.append(start), prefill(ids, s, start))[1]
+
+    def both(ids, **kw):
+        kw = dict(max_new_tokens=8, eos_token_id=[], **kw)
+        got = fm.generate(ids, **kw)
+        assert torch.equal(got, fresh.generate(ids, **kw)), (ids, kw)
+        return got
+    ids = torch.tensor([[3, 14, 15, 92, 65, 35]], device=DEVICE)
+    turn1 = both(ids)                                    # 14 tokens, 13 of them cached
+    turn2 = torch.cat([turn1, torch.tensor([[7, 8, 9]], device=DEVICE)], 1)
+    out2 = both(turn2)
+    both(out2[:, :20])                                   # held entirely: its last token fed
+    both(torch.tensor([[5, 5, 5]], device=DEVICE))       # another prompt: from 0
+    assert starts == [0, 13, 19, 0]
+    fm.generate(ids, max_new_tokens=0)                   # nothing fed: the cache kept
+    fm(torch.tensor([[6, 6]], device=DEVICE))            # appended: [5, 5, 5, t, ..., 6, 6]
+    cached = len(fm.runtime.fed)
+    both(torch.tensor([fm.runtime.fed + [1]], device=DEVICE), repetition_penalty=1.5)
+    both(torch.tensor([fm.runtime.fed[:cached]], device=DEVICE), prompt_lookup_num_tokens=3)
+    fm.reset()
+    both(ids)
+    assert starts[4:] == [cached, cached - 1, 0]
+    plain = fastdecode.from_hf(model, max_seq_len=96, mode="torch")  # off by default
+    seen = []
+    prefill = plain.runtime.prefill
+    plain.runtime.prefill = lambda ids, s, start=0: (seen.append(start), prefill(ids, s, start))[1]
+    out = plain.generate(ids, max_new_tokens=4)
+    plain.generate(out, max_new_tokens=4)
+    assert seen == [0, 0]
