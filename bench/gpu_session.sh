@@ -3,7 +3,7 @@
 # time-boxed so a failure or a slow stage cannot eat the call. Outputs land in $OUT (or /tmp/out).
 #   device run:  bash bench/gpu_session.sh  [stages...]
 #   stages: tests kernels mkernels models shapes sweep bench trace tp variants first pdl ab exp gemvcfg
-#           wsprobe prefill attn ncu lookup
+#           wsprobe prefill attn ncu lookup api
 #   (lookup: prompt lookup decoding's GPU tests (tests/test_lookup.py: greedy tokens = HF's,
 #    sampling's distribution) and bench_lookup.py -- a lookup step of 1-16 rows against a
 #    plain decode step, LOOKUP_MODELS (default 1b,8b))
@@ -70,6 +70,11 @@ for s in $stages; do
              | tee "$OUT/pytest_mkernels.log" | tail -15 ;;
     models) timeout ${KERNELS_TIMEOUT:-560} python3 -m pytest -q tests/test_ops.py tests/test_models.py \
              -p no:cacheprovider 2>&1 | tee "$OUT/pytest_models.log" | tail -15 ;;
+    # the public API on the GPU (moves between devices / dtypes, memory checks, prefix cache,
+    # prompt lookup) and the GGUF unpacking on the device
+    api) timeout ${API_TIMEOUT:-400} python3 -m pytest -q tests/test_api.py tests/test_lookup.py \
+           tests/test_loading.py -p no:cacheprovider --durations 5 2>&1 \
+           | tee "$OUT/pytest_api.log" | tail -12 ;;
     # published shapes no other test runs, two layers each at their real sizes, against HF fp32
     shapes) timeout ${SHAPES_TIMEOUT:-560} python3 -m pytest -q -s tests/test_published_shapes.py \
              -p no:cacheprovider 2>&1 | grep -i "rel err\|passed\|failed\|error" \
