@@ -8,8 +8,8 @@ up where it last occurred before, and the k tokens that followed it there are th
 cut before an EOS. (HF's PromptLookupCandidateGenerator takes the left-most occurrence and
 stops at the end of the text; the latest one, copied on past the end, follows a loop or a
 re-quoted passage where it is now -- the tokens are the same either way, only how many a step
-accepts differs.) Text that repeats its context (summaries,
-code edits, quoting RAG answers) accepts several tokens a step.
+accepts differs.) Text that repeats its context (summaries, code edits, quoting RAG answers)
+accepts several tokens a step.
 
 One step feeds [last chosen token, candidates] through Runtime.forward, which returns the logits
 of every row; row i's token is chosen as a plain step would choose it after the sequence so far
