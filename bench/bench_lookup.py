@@ -12,6 +12,8 @@ How many a step adds depends on the text (copying, quoting, loops); random weigh
 about it, so no end-to-end rate is claimed here.
 
     python bench/bench_lookup.py --models 1b,8b [--rows 1,2,4,8,11,16] [--mode mega]
+    python bench/bench_lookup.py --models 8b --draft 1b   (assisted decoding's step: the draft's
+                                                            k candidates + the 8B's k + 1 rows)
 """
 from __future__ import annotations
 
@@ -34,8 +36,8 @@ def step_time(fm, T: int, steps: int, repeats: int) -> float:
     """Median seconds of one lookup step of T rows: forward, the rows' argmax read by the host
     (lookup.generate's one sync a step), the cache moved back to where the step began."""
     rt = fm.runtime
-    rows = torch.randint(0, fm.spec.vocab_size, (T,), device="cuda",
-                         generator=torch.Generator("cuda").manual_seed(T))
+    rows = torch.randint(0, fm.spec.vocab_size, (T,), generator=torch.Generator().manual_seed(T))
+    rows = rows.to(fm.device)
     start = rt.position
 
     def run():
@@ -44,6 +46,21 @@ def step_time(fm, T: int, steps: int, repeats: int) -> float:
             rt.rewind(start)
     run()  # compiles this row count's kernels
     return timed(run, repeats) / steps
+
+
+def draft_time(draft, ids, k: int, repeats: int) -> float:
+    """Median seconds of a draft model's k candidates (lookup.DraftModel, HF's assistant_model):
+    the target's correction prefilled over the draft's kept cache, k - 1 decode steps, the
+    tokens read back."""
+    from fastdecode.lookup import DraftModel
+    seq = ids[0].tolist()
+
+    def run():
+        src = DraftModel(draft, seq, k, "constant")
+        src.append(seq[-1])  # one token past what the draft holds, as after a step
+        src.candidates(k, ())
+    run()  # compiles; fills the draft's cache with the prompt
+    return timed(run, repeats)
 
 
 def bench_model(key, args) -> list:
@@ -63,6 +80,16 @@ def bench_model(key, args) -> list:
         print(f"  {name:14s} T={T:2d}  {t * 1e6:8.1f} us/step  {t * plain:5.2f}x a plain "
               f"step  {T / t:8.1f} tok/s all accepted  break-even {t * plain:4.2f} "
               f"tokens/step", flush=True)
+    if args.draft:  # assisted decoding: the draft's k candidates, then a step of k + 1 rows
+        dname, dmodel = random_model(args.draft)
+        draft = fastdecode.from_hf(dmodel, max_seq_len=args.prompt_len + 300, mode=args.mode)
+        for k in (int(t) - 1 for t in args.rows.split(",") if int(t) > 1):
+            t = draft_time(draft, ids, k, args.repeats) + step_time(fm, k + 1, args.steps,
+                                                                    args.repeats)
+            out.append((f"{name} + {dname} draft", k + 1, t, t * plain, (k + 1) / t, t * plain))
+            print(f"  {name} + {dname} draft, k={k:2d}: {t * 1e6:8.1f} us/step  "
+                  f"{t * plain:5.2f}x a plain step  break-even {t * plain:4.2f} tokens/step",
+                  flush=True)
     return out + [(name, 0, 1 / plain, 1.0, plain, 1.0)]
 
 
@@ -71,6 +98,8 @@ def main():
     p.add_argument("--models", default="1b,8b")
     p.add_argument("--rows", default="1,2,4,8,11,16")
     p.add_argument("--mode", default="mega", choices=["mega", "ops"])
+    p.add_argument("--draft", default="", help="a shape key: also time assisted decoding's "
+                   "step with that model as the draft (e.g. 1b for the 8b)")
     p.add_argument("--prompt-len", type=int, default=32)
     p.add_argument("--steps", type=int, default=50, help="lookup steps per timed run")
     p.add_argument("--repeats", type=int, default=5)

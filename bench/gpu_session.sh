@@ -4,9 +4,9 @@
 #   device run:  bash bench/gpu_session.sh  [stages...]
 #   stages: tests kernels mkernels models shapes sweep bench trace tp variants first pdl ab exp gemvcfg
 #           wsprobe prefill attn ncu lookup api
-#   (lookup: prompt lookup decoding's GPU tests (tests/test_lookup.py: greedy tokens = HF's,
-#    sampling's distribution) and bench_lookup.py -- a lookup step of 1-16 rows against a
-#    plain decode step, LOOKUP_MODELS (default 1b,8b))
+#   (lookup: prompt lookup / assisted decoding's GPU tests (tests/test_lookup.py: greedy tokens
+#    = HF's, sampling's distribution) and bench_lookup.py -- a step of 1-16 rows against a
+#    plain decode step, LOOKUP_MODELS (default 1b,8b); then the 8B with a 1B draft)
 #   (attn: bench/sweep_attention.py -- the attention's tiles on a long prompt's 2048-token pass
 #    vs torch SDPA, ATTN_SHAPES at 0 and 6144 keys before, ATTN_VARIANTS or the script's;
 #    config.prefill_attention_config)
@@ -191,6 +191,8 @@ for s in $stages; do
     lookup) timeout 240 python3 -m pytest -q tests/test_lookup.py -p no:cacheprovider 2>&1 | tail -3
             FASTDECODE_COMMIT=$COMMIT timeout ${LOOKUP_TIMEOUT:-300} python3 bench/bench_lookup.py \
               --models ${LOOKUP_MODELS:-1b,8b} 2>&1 | grep -v -i warn | tail -16
+            FASTDECODE_COMMIT=$COMMIT timeout ${LOOKUP_TIMEOUT:-300} python3 bench/bench_lookup.py \
+              --models 8b --draft 1b --rows 3,5,9 2>&1 | grep -v -i warn | tail -8
             cp bench/RESULTS.md "$OUT/" ;;
     tp) timeout ${TP_TEST_TIMEOUT:-240} python3 -m pytest -q tests/test_all_reduce.py tests/test_tp.py \
           -k "gpus or cuda or all_reduce or one_gpu" -p no:cacheprovider 2>&1 | tee "$OUT/pytest_tp.log" | tail -8

@@ -29,8 +29,7 @@ _HARMLESS = {"pad_token_id", "bos_token_id", "use_cache", "output_attentions",
 # one of them they are accepted, otherwise refused (check_hf_kwargs)
 # (the processors and criteria transformers implements run through hf_processing.HOST_ARGS)
 _NEUTRAL = {"encoder_no_repeat_ngram_size": (0,), "guidance_scale": (1.0,),
-            "num_beam_groups": (1,), "diversity_penalty": (0.0,), "assistant_model": (),
-            "past_key_values": ()}
+            "num_beam_groups": (1,), "diversity_penalty": (0.0,), "past_key_values": ()}
 
 
 def check_hf_kwargs(kwargs):
@@ -152,11 +151,12 @@ def start_sequence(rt: Runtime, ids, sampling, *, seed, eos, max_new_tokens: int
 
 def run_generate(rt: Runtime, ids: torch.Tensor, *, max_new_tokens: int, sampling: Sampling,
                  eos_token_id=None, streamer=None, seed=None, chunk: int | None = None,
-                 lookup: tuple | None = None, reuse: bool = False):
-    """ids [T] (validated) -> LongTensor [1, T + new] on ids' device. lookup: (candidates per
-    step, longest n-gram matched) -- prompt lookup decoding (lookup.py), sampling then being
-    HF's whole processing (hf_processing.build). reuse: keep the cached keys and values of the
-    prompt's first tokens where the cache holds them (prefix_cache)."""
+                 candidates=None, reuse: bool = False):
+    """ids [T] (validated) -> LongTensor [1, T + new] on ids' device. candidates: prompt ids ->
+    (source, rows a step) -- decoding that checks guessed tokens many rows a step (lookup.py:
+    prompt lookup, a draft model), sampling then being HF's whole processing
+    (hf_processing.build). reuse: keep the cached keys and values of the prompt's first tokens
+    where the cache holds them (prefix_cache)."""
     T = ids.shape[0]
     if T + max_new_tokens > rt.max_seq_len:
         raise ValueError(f"prompt ({T} tokens) + max_new_tokens ({max_new_tokens}) exceeds "
@@ -174,11 +174,11 @@ def run_generate(rt: Runtime, ids: torch.Tensor, *, max_new_tokens: int, samplin
         if not callable(f):
             raise TypeError(f"logits_processor / stopping_criteria entries must be callables "
                             f"(input_ids, scores) -> ..., got {type(f).__name__}")
-    if lookup is not None:
+    if candidates is not None:
         from . import lookup as lk
-        seq = lk.generate(rt, ids, max_new_tokens=max_new_tokens, k=lookup[0],
-                          max_ngram=lookup[1], sampling=sampling, eos=eos, streamer=streamer,
-                          seed=seed, reuse=reuse)
+        source, rows = candidates(ids.tolist())
+        seq = lk.generate(rt, ids, max_new_tokens=max_new_tokens, source=source, rows_max=rows,
+                          sampling=sampling, eos=eos, streamer=streamer, seed=seed, reuse=reuse)
         if max_new_tokens > 0:
             rt.fed = seq[0, :rt.position].tolist()
         return seq

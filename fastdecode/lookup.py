@@ -1,8 +1,10 @@
-"""Prompt lookup decoding: Hugging Face's generate(prompt_lookup_num_tokens=k).
+"""Decoding that checks guessed tokens, many a step: Hugging Face's prompt lookup
+(generate(prompt_lookup_num_tokens=k): PromptLookup) and assisted decoding
+(generate(assistant_model=draft): DraftModel, the guesses a smaller model's).
 
 A decode step streams every weight once whatever the number of tokens it carries (up to
 Runtime.max_chunk: 16 rows of activations beside megabytes of weights), so one step can check
-several guessed tokens for the price of about one. The guesses come from the text itself: the
+several guessed tokens for the price of about one. Prompt lookup's come from the text itself: the
 last n-gram of the sequence (n = max_matching_ngram_size down to 1, the longest first) is looked
 up where it last occurred before, and the k tokens that followed it there are the candidates,
 cut before an EOS. (HF's PromptLookupCandidateGenerator takes the left-most occurrence and
@@ -69,17 +71,73 @@ class NgramIndex:
         return []
 
 
-def generate(rt, ids: torch.Tensor, *, max_new_tokens: int, k: int, max_ngram: int,
+class PromptLookup:
+    """Candidates copied from the text itself (NgramIndex), k a step at most."""
+
+    def __init__(self, ids, k: int, max_ngram: int):
+        self.k, self.index = k, NgramIndex(ids, max_ngram)
+
+    def append(self, tok: int):
+        self.index.append(tok)
+
+    def candidates(self, room: int, eos) -> list:
+        return self.index.candidates(min(room, self.k), eos)
+
+    def accepted(self, n: int, offered: int):
+        pass
+
+
+class DraftModel:
+    """Candidates from a smaller model's greedy continuation (HF's assistant_model): a FastModel
+    with its own cache, which keeps what it holds of the sequence (prefix_cache's reuse), so a
+    step prefills the target's correction and decodes k - 1 more -- on a GPU one megakernel
+    launch and one read of its tokens. k follows HF's "heuristic" schedule unless "constant":
+    2 more after a step whose candidates were all accepted, 1 fewer (down to 1) otherwise."""
+
+    def __init__(self, draft, ids, k: int, schedule: str = "heuristic"):
+        self.rt, self.seq, self.k, self.adapt = draft.runtime, list(ids), k, schedule != "constant"
+        self.kmax, self.vocab = k, draft.spec.vocab_size
+        self.foreign = any(t >= self.vocab for t in self.seq)  # a token the draft cannot embed
+
+    def append(self, tok: int):
+        self.seq.append(int(tok))
+        self.foreign |= tok >= self.vocab
+
+    def candidates(self, room: int, eos) -> list:
+        # the draft holds len(seq) + k - 1 positions after its k tokens
+        k = min(room, self.k, self.rt.max_seq_len - len(self.seq) + 1)
+        if k < 1 or self.foreign:
+            return []
+        rt = self.rt
+        ids = torch.tensor(self.seq, dtype=torch.long, device=rt.state.hist.device)
+        start_sequence(rt, ids, _GREEDY, seed=0, eos=eos, max_new_tokens=k, reuse=True)
+        if k > 1:
+            rt.decode(k - 1, _GREEDY)
+        out = []
+        for t in rt.tokens(0, k).tolist():  # the draft stops at an EOS: nothing after it
+            if t in eos:
+                break
+            out.append(t)
+        rt.fed = (self.seq + out)[:rt.position]
+        return out
+
+    def accepted(self, n: int, offered: int):
+        if self.adapt and offered:
+            self.k = min(self.kmax, self.k + 2) if n == offered else max(1, self.k - 1)
+
+
+def generate(rt, ids: torch.Tensor, *, max_new_tokens: int, source, rows_max: int,
              sampling: Sampling, eos=frozenset(), streamer=None, seed=None, reuse=False):
-    """ids [T] (validated) -> LongTensor [1, T + new] on ids' device. sampling: HF's processing
-    as one list (hf_processing.build: processors, warpers, criteria), applied to each checked
-    row with the sequence before it; sampling.record: each new token's processed scores and raw
-    logits into rt.state.record."""
+    """ids [T] (validated) -> LongTensor [1, T + new] on ids' device. source: the candidates
+    (PromptLookup, DraftModel), at most rows_max - 1 a step (a step with any is padded to
+    rows_max rows). sampling: HF's processing as one list (hf_processing.build: processors,
+    warpers, criteria), applied to each checked row with the sequence before it;
+    sampling.record: each new token's processed scores and raw logits into rt.state.record."""
     T = ids.shape[0]
     if T + max_new_tokens > rt.max_seq_len:
         raise ValueError(f"prompt ({T} tokens) + max_new_tokens ({max_new_tokens}) exceeds "
                          f"max_seq_len={rt.max_seq_len}; build the model with a larger max_seq_len")
-    k = max(0, min(int(k), rt.max_chunk - 1))  # one step: the last token and k candidates
+    k = max(0, min(rows_max - 1, rt.max_chunk - 1))  # one step: the last token, k candidates
     st = rt.state
     st.record = ([], []) if sampling.record else None
     if streamer is not None:
@@ -89,7 +147,7 @@ def generate(rt, ids: torch.Tensor, *, max_new_tokens: int, k: int, max_ngram: i
         # the first token, as generate's other paths choose it
         start_sequence(rt, ids, sampling, seed=seed, eos=eos, max_new_tokens=max_new_tokens,
                        reuse=reuse)
-        index = NgramIndex(ids.tolist(), max_ngram)
+        seq = ids.tolist()
         tok, scores, raw = int(rt.tokens(0, 1)[0]), st.scores, st.raw
         rows, cands, start = None, [], 0
         while True:
@@ -102,38 +160,41 @@ def generate(rt, ids: torch.Tensor, *, max_new_tokens: int, k: int, max_ngram: i
                 elif rows is not None:  # row i: the token after the sequence so far
                     raw = rows[i:i + 1]
                     scores = raw
-                    seq = torch.tensor([index.seq], dtype=torch.long, device=raw.device)
+                    prefix = torch.tensor([seq], dtype=torch.long, device=raw.device)
                     for p in sampling.processors:
-                        scores = p(seq, scores)
+                        scores = p(prefix, scores)
                     tok = R.choose(scores, sample=sampling.do_sample, generator=rt.generator)
                 if st.record is not None:
                     st.record[0].append(scores.clone())
                     st.record[1].append(raw.clone())
                 out.append(tok)
-                index.append(tok)
+                seq.append(tok)
+                source.append(tok)
                 if streamer is not None:
                     streamer.put(torch.tensor([tok]))
-                if tok in eos or len(out) == max_new_tokens or _stops(sampling, index, scores):
+                if tok in eos or len(out) == max_new_tokens or _stops(sampling, seq, scores):
                     return _finish(ids, out, streamer)
                 if rows is None or i >= len(cands) or tok != cands[i]:
                     break
             if rows is not None:  # the cache keeps the rows whose inputs were right
                 rt.rewind(start + i + 1)
+                source.accepted(i, len(cands))
             start = rt.position
-            room = min(k, rt.max_seq_len - start - 1)
-            cands = index.candidates(room, eos)
-            # a step has 1 or room + 1 rows whatever the candidates found (an EOS cut, the
+            room = min(k, rt.max_seq_len - start - 1, max_new_tokens - len(out))
+            cands = source.candidates(room, eos)[:room]
+            # a step has 1 or k + 1 rows whatever the candidates found (an EOS cut, the
             # last tokens): one row count, one compiled kernel; the padding rows are not read
-            feed = cands + cands[-1:] * (room - len(cands))
+            pad = min(k, rt.max_seq_len - start - 1) - len(cands)
+            feed = cands + cands[-1:] * pad
             rows = rt.forward(torch.tensor([tok] + feed, dtype=torch.long, device=ids.device))
     return _finish(ids, out, streamer)
 
 
-def _stops(sampling, index, scores) -> bool:
+def _stops(sampling, seq, scores) -> bool:
     """The caller's / HF's stopping criteria on the sequence so far (prompt and new tokens)."""
     if not sampling.criteria:
         return False
-    seq = torch.tensor([index.seq], dtype=torch.long, device=scores.device)
+    seq = torch.tensor([seq], dtype=torch.long, device=scores.device)
     return any(bool(torch.as_tensor(c(seq, scores)).any()) for c in sampling.criteria)
 
 
@@ -142,3 +203,6 @@ def _finish(ids, out, streamer):
         streamer.end()
     new = torch.tensor(out, dtype=torch.long, device=ids.device)
     return torch.cat([ids.long(), new])[None]
+
+
+_GREEDY = Sampling()

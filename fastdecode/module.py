@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import functools
 import os
+import weakref
 
 import torch
 from torch import nn
@@ -143,6 +144,63 @@ class FastModel(nn.Module):
         ids = validate_ids(input_ids, self.device, self.spec.vocab_size, attention_mask)
         return self.runtime.forward(ids)[None]
 
+    def _candidates(self, kwargs, gc):
+        """HF's prompt lookup (prompt_lookup_num_tokens, max_matching_ngram_size) or assisted
+        decoding (assistant_model, num_assistant_tokens, num_assistant_tokens_schedule), asked
+        by the call or else the generation config as HF reads them, as a factory prompt ids ->
+        (candidate source, rows a step) for run_generate (lookup.py); None: neither. Removes
+        those arguments from kwargs."""
+        from . import lookup as lk
+        names = ("prompt_lookup_num_tokens", "max_matching_ngram_size", "assistant_model",
+                 "num_assistant_tokens", "num_assistant_tokens_schedule")
+        given = {n: kwargs.pop(n, None) for n in names}
+        a = {n: v if v is not None else getattr(gc, n, None) for n, v in given.items()}
+        k, assistant = a["prompt_lookup_num_tokens"], given["assistant_model"]
+        if k is None and assistant is None:
+            return None
+        if self.runtime.tp:
+            raise ValueError("prompt lookup and assisted decoding are not supported with "
+                             "tensor parallelism")
+        if k is not None and assistant is not None:
+            raise ValueError("prompt_lookup_num_tokens and assistant_model exclude each other: "
+                             "one source of candidate tokens")
+        if assistant is None:
+            n = 2 if a["max_matching_ngram_size"] is None else a["max_matching_ngram_size"]
+            if int(k) < 1 or int(n) < 1:  # HF's check
+                raise ValueError(f"prompt_lookup_num_tokens ({k}) and max_matching_ngram_size "
+                                 f"({n}) must be >= 1")
+            return lambda ids: (lk.PromptLookup(ids, int(k), int(n)), int(k) + 1)
+        draft = self._draft(assistant)
+        k = int(a["num_assistant_tokens"] or 20)  # HF's documented default, capped below
+        schedule = a["num_assistant_tokens_schedule"] or "heuristic"
+        if k < 1 or schedule not in ("heuristic", "heuristic_transient", "constant"):
+            raise ValueError(f"num_assistant_tokens={k} / num_assistant_tokens_schedule="
+                             f"{schedule!r}: >= 1 and 'heuristic', 'heuristic_transient' or "
+                             f"'constant'")
+        k = min(k, self.runtime.max_chunk - 1)
+        return lambda ids: (lk.DraftModel(draft, ids, k, schedule), k + 1)
+
+    def _draft(self, assistant):
+        """The assistant as a FastModel on this model's device (an HF model is packed once and
+        kept while it lives)."""
+        if isinstance(assistant, FastModel):
+            draft = assistant
+        else:
+            if not hasattr(self, "_drafts"):
+                self._drafts = weakref.WeakKeyDictionary()
+            draft = self._drafts.get(assistant)
+            if draft is None:
+                draft = from_hf(assistant, max_seq_len=self.max_seq_len, device=self.device,
+                                mode=self.mode, cuda_graph=self._cuda_graph)
+                self._drafts[assistant] = draft
+        if draft.device != self.device:
+            raise ValueError(f"the assistant model is on {draft.device}, this model on "
+                             f"{self.device}")
+        if draft.spec.vocab_size > self.spec.vocab_size:
+            raise ValueError(f"the assistant's vocabulary ({draft.spec.vocab_size}) is larger "
+                             f"than this model's ({self.spec.vocab_size}): not the same tokenizer")
+        return draft
+
     @torch.no_grad()
     @_on_model_device
     def generate(self, input_ids=None, max_new_tokens=None, do_sample=None, temperature=None,
@@ -174,7 +232,7 @@ class FastModel(nn.Module):
         n_seq = kwargs.pop("num_return_sequences", None)
         n_seq = int(n_seq if n_seq is not None else getattr(gc, "num_return_sequences", 1) or 1)
         pad = pick(kwargs.get("pad_token_id"), "pad_token_id", None)
-        lookup = _lookup_args(kwargs, gc, self.runtime.tp)
+        lookup = self._candidates(kwargs, gc)
         check_hf_kwargs(kwargs)
         ids = validate_ids(input_ids, self.device, self.spec.vocab_size, attention_mask)
         max_new_tokens = new_token_count(max_new_tokens, max_length, gc, ids.shape[0],
@@ -215,12 +273,12 @@ class FastModel(nn.Module):
                                  "output_logits is not supported (one sequence at a time)")
             seq = stack_sequences([run_generate(
                 self.runtime, ids, max_new_tokens=int(max_new_tokens), sampling=sampling,
-                eos_token_id=eos, seed=None if seed is None else int(seed) + i, lookup=lookup,
-                reuse=self.prefix_cache) for i in range(n_seq)], pad, eos)
+                eos_token_id=eos, seed=None if seed is None else int(seed) + i,
+                candidates=lookup, reuse=self.prefix_cache) for i in range(n_seq)], pad, eos)
         else:
             seq = run_generate(self.runtime, ids, max_new_tokens=int(max_new_tokens),
                                sampling=sampling, eos_token_id=eos, streamer=streamer, seed=seed,
-                               lookup=lookup, reuse=self.prefix_cache)
+                               candidates=lookup, reuse=self.prefix_cache)
         if not out_dict:
             return seq
         # HF's output object: the sequences, and per new token [1, V] fp32 scores (processed)
@@ -230,25 +288,6 @@ class FastModel(nn.Module):
         return GenerateDecoderOnlyOutput(
             sequences=seq, scores=tuple(rec[0]) if record["output_scores"] else None,
             logits=tuple(rec[1]) if record["output_logits"] else None)
-
-
-def _lookup_args(kwargs, gc, tp: bool):
-    """(prompt_lookup_num_tokens, max_matching_ngram_size) when prompt lookup decoding is asked
-    (by the call, else the generation config, as HF reads them), else None; both removed from
-    kwargs."""
-    k, n = (kwargs.pop(name, None) for name in ("prompt_lookup_num_tokens",
-                                                 "max_matching_ngram_size"))
-    k = k if k is not None else getattr(gc, "prompt_lookup_num_tokens", None)
-    n = n if n is not None else getattr(gc, "max_matching_ngram_size", None)
-    if k is None:
-        return None
-    n = 2 if n is None else n  # HF's PromptLookupCandidateGenerator default
-    if int(k) < 1 or int(n) < 1:  # HF's check
-        raise ValueError(f"prompt_lookup_num_tokens ({k}) and max_matching_ngram_size ({n}) "
-                         f"must be >= 1")
-    if tp:
-        raise ValueError("prompt_lookup_num_tokens is not supported with tensor parallelism")
-    return int(k), int(n)
 
 
 def _check_float_params(model):
@@ -297,8 +336,8 @@ def from_hf(model, max_seq_len: int = 4096, mode: str | None = None, device=None
                      prefix_cache=prefix_cache)
 
 
-def from_pretrained(path_or_gguf: str, max_seq_len: int = 4096, device=None, mode: str | None = None,
-                    dtype: torch.dtype | str | None = None, tp: int = 1,
+def from_pretrained(path_or_gguf: str, max_seq_len: int = 4096, device=None,
+                    mode: str | None = None, dtype: torch.dtype | str | None = None, tp: int = 1,
                     gguf_file: str | None = None, prefix_cache: bool = False) -> FastModel:
     """FastModel straight from a checkpoint: a folder (config.json + safetensors, sharded or not), a
     .gguf file, a Hugging Face Hub id (org/name: its safetensors snapshot; org/name/file.gguf, or

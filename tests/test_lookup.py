@@ -165,3 +165,66 @@ def test_bad_lookup_arguments_raise():
                {"prompt_lookup_num_tokens": 3, "max_matching_ngram_size": 0}):
         with pytest.raises(ValueError, match="must be >= 1"):
             fm.generate(ids, max_new_tokens=4, **kw)
+
+
+@pytest.mark.parametrize("mode", ["torch", "mega"])
+def test_assistant_model_greedy_is_hf_greedy(mode):
+    """assistant_model (HF's assisted decoding): a draft model proposes, the model checks. The
+    tokens are HF's greedy ones (and HF's own assisted decoding's) whatever the draft: itself
+    (every candidate accepted: 30 tokens in 2 steps of 16 rows after the prompt's) or a
+    one-layer stranger (hardly any accepted: a step per token); the HF draft is packed once.
+    (mega, in the interpreter: the drafts run in torch mode, the stranger over 6 tokens.)"""
+    target = tiny_model("qwen2", layers=3).to(DEVICE)
+    stranger = tiny_model("qwen2", layers=1, seed=5).to(DEVICE)
+    ids = torch.tensor(LOOPY, device=DEVICE)
+    kw = dict(max_new_tokens=30, do_sample=False, eos_token_id=None, pad_token_id=0)
+    with torch.no_grad():
+        want = target.generate(ids, **kw)
+        assert torch.equal(target.generate(ids, assistant_model=stranger, **kw), want)
+    fm = fastdecode.from_hf(target, max_seq_len=64, mode=mode)
+    if mode == "mega":
+        target, stranger = (fastdecode.from_hf(m, max_seq_len=64, mode="torch")
+                            for m in (target, stranger))
+    rows = _counting_forward(fm)
+    got = fm.generate(ids, max_new_tokens=30, eos_token_id=[], assistant_model=target)
+    assert torch.equal(got, want) and rows == [16, 16]
+    del rows[:]
+    n = 30 if mode == "torch" else 6
+    for _ in range(2):
+        got = fm.generate(ids, max_new_tokens=n, eos_token_id=[], assistant_model=stranger)
+        assert torch.equal(got, want[:, :12 + n])
+    assert len(rows) == 2 * (n - 1)
+    assert len(getattr(fm, "_drafts", ())) == (2 if mode == "torch" else 0)
+
+
+def test_assistant_model_arguments():
+    """A FastModel as the assistant; sampled decoding with top_k=1 is greedy decoding and a seed
+    repeats a draw; the heuristic schedule's k; the errors."""
+    from fastdecode.lookup import DraftModel
+    target = tiny_model("llama").to(DEVICE)
+    fm = fastdecode.from_hf(target, max_seq_len=64, mode="torch")
+    draft = fastdecode.from_hf(tiny_model("llama", layers=1), max_seq_len=64, mode="torch",
+                               device=DEVICE)
+    ids = torch.tensor(LOOPY, device=DEVICE)
+    plain = fm.generate(ids, max_new_tokens=12, eos_token_id=[])
+    kw = dict(max_new_tokens=12, eos_token_id=[], assistant_model=draft)
+    assert torch.equal(fm.generate(ids, **kw), plain)
+    assert torch.equal(fm.generate(ids, do_sample=True, top_k=1, **kw), plain)
+    s = dict(kw, do_sample=True, temperature=1.5, seed=3)
+    assert torch.equal(fm.generate(ids, **s), fm.generate(ids, **s))
+    d = DraftModel(draft, [1, 2], 6)
+    d.accepted(2, 3)
+    assert d.k == 5
+    d.accepted(5, 5)
+    assert d.k == 6      # +2, at most the k asked for
+    c = DraftModel(draft, [1, 2], 6, "constant")
+    c.accepted(0, 6)
+    assert c.k == 6
+    with pytest.raises(ValueError, match="exclude each other"):
+        fm.generate(ids, prompt_lookup_num_tokens=3, **kw)
+    with pytest.raises(ValueError, match="num_assistant_tokens_schedule"):
+        fm.generate(ids, num_assistant_tokens_schedule="fast", **kw)
+    wide = fastdecode.from_hf(tiny_model("llama", vocab=120), max_seq_len=64, mode="torch",
+                              device=DEVICE)
+    with pytest.raises(ValueError, match="vocabulary"):
+        fm.generate(ids, max_new_tokens=4, assistant_model=wide)
