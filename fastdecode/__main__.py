@@ -1,4 +1,5 @@
 """python -m fastdecode generate --model smollm2|PATH --prompt "..." --max-new-tokens N
+python -m fastdecode chat --model smollm2|PATH        (a conversation: one message per line)
 python -m fastdecode trace --model smollm2|PATH --steps 1 --out trace   (megakernel timeline)"""
 from __future__ import annotations
 
@@ -45,6 +46,48 @@ def _generate(args):
         return
     print(f"\n[{n} tokens in {dt:.2f} s: {n / dt:.1f} tokens/s | prompt {ids.shape[1]} tokens | "
           f"load {load_s:.1f} s | mode {fm.mode} on {fm.device}]", file=sys.stderr)
+
+
+def _chat(args):
+    """A conversation on stdin, one user message a line (an empty line or EOF ends it), each
+    reply streamed. The model keeps the cache of the turns before (prefix_cache): a turn
+    prefills only the new message and the template around it."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import TextStreamer
+
+    import fastdecode
+    from fastdecode.generate import cached_prefix
+    from fastdecode.loading import load_tokenizer, resolve_model_path
+
+    path = resolve_model_path(args.model)
+    fm = fastdecode.from_pretrained(path, max_seq_len=args.max_seq_len, device=args.device,
+                                    mode=args.mode, prefix_cache=True)
+    tok = load_tokenizer(path)
+    if not tok.chat_template:
+        raise SystemExit(f"{args.model}: the tokenizer has no chat template")
+    msgs = [{"role": "system", "content": args.system}] if args.system else []
+    interactive = sys.stdin.isatty()
+    while True:
+        if interactive:
+            print("> ", end="", flush=True)
+        line = sys.stdin.readline()
+        if not line.strip():
+            return
+        msgs.append({"role": "user", "content": line.strip()})
+        ids = tok.apply_chat_template(msgs, add_generation_prompt=True, return_tensors="pt",
+                                      return_dict=True)["input_ids"].to(fm.device)
+        if ids.shape[1] + args.max_new_tokens > fm.max_seq_len:
+            raise SystemExit(f"the conversation ({ids.shape[1]} tokens) + --max-new-tokens "
+                             f"leaves --max-seq-len {fm.max_seq_len}")
+        cached = cached_prefix(fm.runtime.fed, ids[0])
+        streamer = TextStreamer(tok, skip_prompt=True, skip_special_tokens=True)
+        out = fm.generate(ids, max_new_tokens=args.max_new_tokens, do_sample=args.temperature > 0,
+                          temperature=args.temperature or 1.0, streamer=streamer,
+                          seed=args.seed)
+        reply = tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+        msgs.append({"role": "assistant", "content": reply})
+        print(f"[{out.shape[1] - ids.shape[1]} tokens | {ids.shape[1] - cached} of the "
+              f"{ids.shape[1]} prompt tokens prefilled]", file=sys.stderr, flush=True)
 
 
 def _trace(args):
@@ -105,6 +148,15 @@ def main(argv=None):
     g.add_argument("--mode", default=None, choices=["torch", "vm", "ops", "mega"])
     g.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (run under torchrun)")
     g.add_argument("--no-chat-template", action="store_true")
+    c = sub.add_parser("chat", help="a conversation on stdin, one message a line")
+    c.add_argument("--model", default="smollm2")
+    c.add_argument("--system", default=None, help="a system message")
+    c.add_argument("--max-new-tokens", type=int, default=256)
+    c.add_argument("--max-seq-len", type=int, default=4096)
+    c.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    c.add_argument("--seed", type=int, default=None)
+    c.add_argument("--device", default=None)
+    c.add_argument("--mode", default=None, choices=["torch", "vm", "ops", "mega"])
     t = sub.add_parser("trace", help="per-task timeline of megakernel decode steps")
     t.add_argument("--model", default="smollm2")
     t.add_argument("--steps", type=int, default=1)
@@ -114,6 +166,8 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.cmd == "generate":
         _generate(args)
+    elif args.cmd == "chat":
+        _chat(args)
     elif args.cmd == "trace":
         _trace(args)
 

@@ -1,5 +1,6 @@
 """The README's main command: the CLI streams a completion from the model shipped on PyPI."""
 import os
+import re
 import subprocess
 import sys
 
@@ -18,6 +19,23 @@ def test_cli_generate_smollm2():
     assert out.returncode == 0, out.stderr[-2000:]
     assert "Paris" in out.stdout          # greedy SmolLM2-135M-Instruct answers this one
     assert "tokens/s" in out.stderr
+
+
+def test_cli_chat_keeps_the_conversation():
+    """python -m fastdecode chat: one message a line, each reply streamed; the second turn
+    prefills only its new tokens (the first turn's prompt and reply stay cached) and knows the
+    first (a follow-up question that needs it)."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=ROOT)
+    out = subprocess.run([sys.executable, "-m", "fastdecode", "chat", "--model", "smollm2",
+                          "--max-new-tokens", "16", "--device", "cpu"],
+                         input="What is the capital of France?\nAnd of Italy?\n\n",
+                         capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "Paris" in out.stdout and "Rome" in out.stdout
+    (new1, total1), (new2, total2) = (
+        (int(a), int(b)) for a, b in re.findall(r"(\d+) of the (\d+) prompt tokens", out.stderr))
+    assert new1 == total1            # the first turn: all of it
+    assert 0 < new2 < total2 - total1  # the first turn and part of its reply stayed cached
 
 
 def test_cli_rejects_missing_model():
