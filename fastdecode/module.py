@@ -181,8 +181,8 @@ class FastModel(nn.Module):
         return lambda ids: (lk.DraftModel(draft, ids, k, schedule), k + 1)
 
     def _draft(self, assistant):
-        """The assistant as a FastModel on this model's device (an HF model is packed once and
-        kept while it lives)."""
+        """The assistant as a FastModel on this model's device (an HF model is packed once, in
+        this model's dtype, and kept while it lives)."""
         if isinstance(assistant, FastModel):
             draft = assistant
         else:
@@ -191,7 +191,7 @@ class FastModel(nn.Module):
             draft = self._drafts.get(assistant)
             if draft is None:
                 draft = from_hf(assistant, max_seq_len=self.max_seq_len, device=self.device,
-                                mode=self.mode, cuda_graph=self._cuda_graph)
+                                dtype=self.dtype, mode=self.mode, cuda_graph=self._cuda_graph)
                 self._drafts[assistant] = draft
         if draft.device != self.device:
             raise ValueError(f"the assistant model is on {draft.device}, this model on "
