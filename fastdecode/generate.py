@@ -47,8 +47,8 @@ def check_hf_kwargs(kwargs):
     for name, ok in _NEUTRAL.items():
         v = kwargs.get(name)
         if not is_neutral(v, ok):
-            raise ValueError(f"{name}={v!r} is not supported (batch-1 decoding of one model: "
-                             f"no beam groups, guidance, assistant or encoder; a custom token "
+            raise ValueError(f"{name}={v!r} is not supported (batch-1 decoding: no beam "
+                             f"groups, guidance or encoder; a custom token "
                              f"choice as a logits_processor / stopping_criteria callable)")
     unknown = set(kwargs) - _HARMLESS - set(_NEUTRAL)
     if unknown:
