@@ -1,7 +1,8 @@
-"""Prompt lookup decoding (generate(prompt_lookup_num_tokens=k), fastdecode/lookup.py): the
-candidate index against a brute-force scan, and generate()'s tokens against Hugging Face's --
-greedy ones identical to HF's step-by-step decoding (and to HF's own prompt lookup), sampled ones
-drawn from the same distributions as the plain sampler's."""
+"""Prompt lookup and assisted decoding (generate(prompt_lookup_num_tokens=k) /
+generate(assistant_model=draft), fastdecode/lookup.py): the candidate index against a brute-force
+scan, and generate()'s tokens against Hugging Face's -- greedy ones identical to HF's
+step-by-step decoding (and to HF's own prompt lookup and assisted decoding), sampled ones drawn
+from the same distributions as the plain sampler's."""
 import pytest
 import torch
 from hypothesis import given
