@@ -25,7 +25,7 @@ def check_kv_fits(spec, max_seq_len: int, dtype: torch.dtype, free_bytes: int):
     device's free memory, with 1/16 of it left for the activations and the other buffers (each
     a few MB): too large a max_seq_len raises a ValueError naming the largest that fits, before
     anything is allocated -- not an out-of-memory error from deep inside."""
-    per_pos = 2 * spec.n_layers * spec.n_kv_heads * spec.head_dim * torch.finfo(dtype).bits // 8
+    per_pos = spec.kv_bytes(1, dtype.itemsize)
     room = free_bytes - free_bytes // 16
     if max_seq_len * per_pos > room:
         gib = 1 << 30
