@@ -239,11 +239,15 @@ def _host_tokens(rt, max_new, sampling, eos, streamer):
             streamer.put(torch.tensor([tok]))
         if tok in eos:
             break
-        if sampling.criteria:
-            seq = st.sequence(i + 1)
-            if any(bool(torch.as_tensor(c(seq, st.scores)).any()) for c in sampling.criteria):
-                break
+        if sampling.criteria and criteria_met(sampling.criteria, st.sequence(i + 1), st.scores):
+            break
     return out
+
+
+def criteria_met(criteria, seq: torch.Tensor, scores: torch.Tensor) -> bool:
+    """Whether a stopping criterion (HF's StoppingCriteria, or any callable (input_ids, scores))
+    ends the sequence seq [1, L] (prompt and new tokens) after the step of these scores."""
+    return any(bool(torch.as_tensor(c(seq, scores)).any()) for c in criteria)
 
 
 def _stream_tokens(rt, max_new, sampling, eos, streamer, chunk):

@@ -29,7 +29,7 @@ from __future__ import annotations
 import torch
 
 from . import reference as R
-from .generate import start_sequence
+from .generate import criteria_met, start_sequence
 from .state import Sampling
 
 
@@ -192,10 +192,8 @@ def generate(rt, ids: torch.Tensor, *, max_new_tokens: int, source, rows_max: in
 
 def _stops(sampling, seq, scores) -> bool:
     """The caller's / HF's stopping criteria on the sequence so far (prompt and new tokens)."""
-    if not sampling.criteria:
-        return False
-    seq = torch.tensor([seq], dtype=torch.long, device=scores.device)
-    return any(bool(torch.as_tensor(c(seq, scores)).any()) for c in sampling.criteria)
+    return bool(sampling.criteria) and criteria_met(
+        sampling.criteria, torch.tensor([seq], dtype=torch.long, device=scores.device), scores)
 
 
 def _finish(ids, out, streamer):
