@@ -72,6 +72,9 @@ class GGUFFile:
         del self._mv
         align = int(self.metadata.get("general.alignment", 32))
         start = -(-self._at // align) * align
+        Q = gguf.GGMLQuantizationType
+        typed = {Q.F32: np.float32, Q.F16: np.float16, Q.F64: np.float64, Q.I8: np.int8,
+                 Q.I16: np.int16, Q.I32: np.int32, Q.I64: np.int64}
         self.tensors = []
         for name, dims, ggml_type, offset in table:
             qtype = gguf.GGMLQuantizationType(ggml_type)
@@ -83,15 +86,8 @@ class GGUFFile:
                 raise GGUFFormatError(f"{path}: tensor {name} ends at byte {end}, past the "
                                       f"file's {len(buf)} (an unfinished download?)")
             raw = buf[start + offset: end]
-            typed = {gguf.GGMLQuantizationType.F32: np.float32,
-                     gguf.GGMLQuantizationType.F16: np.float16,
-                     gguf.GGMLQuantizationType.F64: np.float64,
-                     gguf.GGMLQuantizationType.I8: np.int8,
-                     gguf.GGMLQuantizationType.I16: np.int16,
-                     gguf.GGMLQuantizationType.I32: np.int32,
-                     gguf.GGMLQuantizationType.I64: np.int64}.get(qtype)
-            if typed is not None:
-                data = raw.view(typed).reshape(np_shape)
+            if qtype in typed:
+                data = raw.view(typed[qtype]).reshape(np_shape)
             else:  # quantized (and bf16): bytes per row
                 data = raw.reshape(gguf.quants.quant_shape_to_byte_shape(np_shape, qtype))
             self.tensors.append(GGUFTensor(name, qtype, tuple(int(d) for d in dims), data))
