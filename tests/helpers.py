@@ -100,3 +100,15 @@ def needs_gpus(n: int):
     """Skip marker for a test of n real GPUs (2: the x2 machines; 4 / 8 where such are lent)."""
     import pytest
     return pytest.mark.skipif(torch.cuda.device_count() < n, reason=f"needs {n} GPU" + "s" * (n > 1))
+
+
+def record_calls(obj, name: str, what) -> list:
+    """Wrap obj.<name> so each call appends what(*args, **kwargs) to the returned list, then runs
+    as before (how many rows a runtime's forward got, where a prefill started)."""
+    calls, real = [], getattr(obj, name)
+
+    def spy(*args, **kwargs):
+        calls.append(what(*args, **kwargs))
+        return real(*args, **kwargs)
+    setattr(obj, name, spy)
+    return calls

@@ -1,5 +1,7 @@
 """Public API: forward/reset/generate contracts, streamers, patch/unpatch, and every bad input
 raising a clear error before any kernel runs."""
+import os
+import sys
 import threading
 
 import pytest
@@ -7,8 +9,10 @@ import torch
 
 import fastdecode
 from conftest import DEVICE
+from helpers import record_calls
 from models import tiny_model
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))  # shapes
 
 @pytest.fixture(scope="module")
 def model():
@@ -301,9 +305,6 @@ def test_weights_too_large_raise():
     """Packing onto a GPU without room for the packed weights raises first. Their size is the
     published parameter count in bf16: Llama-3.1-8B's 8,030,261,248 (untied: the embedding and
     the lm_head both), Llama-3.2-1B's 1,235,814,400 (tied: one tensor)."""
-    import os
-    import sys
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
     from shapes import SHAPES
     from fastdecode.packing import check_weights_fit
     from fastdecode.spec import ModelSpec
@@ -318,9 +319,6 @@ def test_kv_cache_too_large_raises():
     """A max_seq_len whose KV cache cannot fit the device raises before any allocation, naming
     the largest that fits: Llama-3.1-8B's 2 x 32 layers x 8 KV heads x 128 bf16 = 128 KiB a
     position, 16 GiB free -> 15 GiB of room -> 122880 positions."""
-    import os
-    import sys
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
     from shapes import SHAPES
     from fastdecode.spec import ModelSpec
     from fastdecode.state import check_kv_fits
@@ -344,9 +342,7 @@ def test_prefix_cache_prefills_only_the_new_tokens(mode):
     model = tiny_model("qwen2").to(DEVICE)
     fm = fastdecode.from_hf(model, max_seq_len=96, mode=mode, prefix_cache=True)
     fresh = fastdecode.from_hf(model, max_seq_len=96, mode="torch")
-    starts = []
-    prefill = fm.runtime.prefill
-    fm.runtime.prefill = lambda ids, s, start=0: (starts.append(start), prefill(ids, s, start))[1]
+    starts = record_calls(fm.runtime, "prefill", lambda ids, s, start=0: start)
 
     def both(ids, **kw):
         kw = dict(max_new_tokens=8, eos_token_id=[], **kw)
@@ -369,9 +365,7 @@ def test_prefix_cache_prefills_only_the_new_tokens(mode):
     both(ids)
     assert starts[4:] == [cached, cached - 1, 0]
     plain = fastdecode.from_hf(model, max_seq_len=96, mode="torch")  # off by default
-    seen = []
-    prefill = plain.runtime.prefill
-    plain.runtime.prefill = lambda ids, s, start=0: (seen.append(start), prefill(ids, s, start))[1]
+    seen = record_calls(plain.runtime, "prefill", lambda ids, s, start=0: start)
     out = plain.generate(ids, max_new_tokens=4)
     plain.generate(out, max_new_tokens=4)
     assert seen == [0, 0]

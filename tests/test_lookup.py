@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 import fastdecode
 from conftest import DEVICE
 from fastdecode.lookup import NgramIndex
+from helpers import record_calls
 from models import tiny_model
 
 # a prompt that repeats itself: the tiny models' greedy continuations fall into loops that the
@@ -59,10 +60,8 @@ def test_candidates_examples():
 
 
 def _counting_forward(fm):
-    rows = []
-    f = fm.runtime.forward
-    fm.runtime.forward = lambda ids: (rows.append(ids.shape[0]), f(ids))[1]
-    return rows
+    """The row count of each step the runtime's forward takes."""
+    return record_calls(fm.runtime, "forward", lambda ids: ids.shape[0])
 
 
 @pytest.mark.parametrize("family,mode,loops", [("qwen2", "torch", True), ("llama", "torch", True),

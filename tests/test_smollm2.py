@@ -7,6 +7,7 @@ import torch
 
 import fastdecode
 from fastdecode.loading import resolve_model_path, split_gguf_path
+from helpers import record_calls
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 PROMPTS = ["What is the capital of France?", "Write a haiku about the sea.",
@@ -102,9 +103,7 @@ def test_prompt_lookup_on_a_copy_task(smol):
     ids = chat_ids(tok, f"Repeat the following text exactly, word for word:\n\n{text}")
     fm = fastdecode.from_pretrained(path, device="cpu", dtype=torch.float32, max_seq_len=512)
     plain = fm.generate(ids, max_new_tokens=60)
-    steps = []
-    forward = fm.runtime.forward
-    fm.runtime.forward = lambda x: (steps.append(x.shape[0]), forward(x))[1]
+    steps = record_calls(fm.runtime, "forward", lambda ids: ids.shape[0])
     got = fm.generate(ids, max_new_tokens=60, prompt_lookup_num_tokens=10)
     assert torch.equal(got, plain)
     new = got.shape[1] - ids.shape[1]
