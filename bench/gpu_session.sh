@@ -47,7 +47,7 @@
 #    kvpf (StreamConfig.kv_prefetch on KVPF_MODELS, default the 1B, over 256 tokens), kv64 (the
 #    1B's 64-key attention blocks with kv_prefetch))
 set -u
-export PYTHONUNBUFFERED=1 PYTHONPATH=. NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+export PYTHONUNBUFFERED=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 COMMIT=${FASTDECODE_COMMIT:-unknown}
 stages=${*:-tests sweep bench trace}

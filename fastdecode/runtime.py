@@ -222,7 +222,11 @@ class Runtime:
         step = self.prefill_chunk if long else self.max_chunk
         for c0 in range(0, T, step):
             chunk = ids[c0:c0 + step]
+            # a chunk's token choice is neither a stop nor a step of generate()'s history: it
+            # goes to hist[0] each time, so forwards and rewinds repeated past max_seq_len
+            # (prompt lookup, a user's own loop) never index past the history
             self.state.done.zero_()
+            self.state.step.zero_()
             if long:
                 out.append(self._prefill_long(chunk, all_logits=True, sampling=Sampling()))
                 continue

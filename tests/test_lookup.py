@@ -228,3 +228,26 @@ def test_assistant_model_arguments():
                               device=DEVICE)
     with pytest.raises(ValueError, match="vocabulary"):
         fm.generate(ids, max_new_tokens=4, assistant_model=wide)
+
+
+@pytest.mark.parametrize("mode", ["torch", "mega"])
+def test_forward_and_rewind_past_max_seq_len(mode):
+    """Prompt lookup's step (forward, then rewind) repeated more often than the cache has
+    positions: every repeat gives the first one's logits, and the history generate() keeps (one
+    entry per position) is never indexed past its end (a forward is not a generate step;
+    bench_lookup.py's timing loop once ran the GPU's history into the watchdog's word)."""
+    model = tiny_model("llama").to(DEVICE)
+    fm = fastdecode.from_hf(model, max_seq_len=8, mode=mode)
+    rt = fm.runtime
+    rt.forward(torch.tensor([5, 6, 7, 8], device=DEVICE))
+    rows = torch.tensor([9, 5], device=DEVICE)
+    first = rt.forward(rows)
+    for _ in range(10):  # 11 steps of 2 rows: past the 9 entries of the history
+        rt.rewind(4)
+        assert torch.equal(rt.forward(rows), first)
+    rt.check_status()
+    ids = torch.tensor(LOOPY, device=DEVICE)[:, :4]
+    with torch.no_grad():
+        want = model.generate(ids, max_new_tokens=4, do_sample=False, eos_token_id=None,
+                              pad_token_id=0)
+    assert torch.equal(fm.generate(ids, max_new_tokens=4, eos_token_id=[]), want)
