@@ -595,6 +595,17 @@ def stream_config(device, spec=None, path: str = TILE_TABLE) -> StreamConfig:
     return lookup_stream(gpu, spec.d_model, spec.ffn_dim, path) or StreamConfig()
 
 
+# the tl.dot tile of every T > 1 step on a GPU (a prefill chunk, prompt lookup's check of k + 1
+# rows), ops and megakernel. bench/sweep_rows.py, H200, 2026-12-03 (RESULTS.md session 35), the
+# megakernel's step of 2 / 16 rows: 1B 1.83 / 2.02 ms at 32 x 256 (4 warps) against 2.97 / 3.26
+# at the 64 x 64 before; 64 x 128 2.03 / 2.30, 32 x 128 2.07 / 2.33, 64 x 256 2.24 / 2.30,
+# 32 x 256 at 8 warps 2.05 / 2.39, 16 x 512 4.34 / 4.39, 32 x 512 3.12 / 3.27; 8B (4 / 16 rows)
+# 7.21 / 7.36 against 9.15 / 9.64 (64 x 128: 7.60 / 8.00). Still 2.3x / 1.8x a decode step: the
+# tile loops over K on its own, a few KB in flight per program (the decode stream's pipelined
+# pieces for T rows would be the next lever)
+MULTI_ROW_TILE = TileConfig(block_n=32, block_k=256, num_warps=4)
+
+
 def gemv_config(N: int, K: int, T: int, device, rows: int | None = None) -> TileConfig:
     """The ops-mode GEMV tile: decode (T=1) from tile_table.json's gemv entry for this GPU and
     exact (rows, K) -- rows: the weight rows streamed, N unless given (gate|up: 2N, as
@@ -603,7 +614,7 @@ def gemv_config(N: int, K: int, T: int, device, rows: int | None = None) -> Tile
         return TileConfig(block_n=min(1024, triton.next_power_of_2(N)),
                           block_k=min(1024, triton.next_power_of_2(K)), num_warps=4)
     if T > 1:
-        return TileConfig(block_n=64, block_k=64, num_warps=4)
+        return MULTI_ROW_TILE
     gpu = _cuda_gpu(device)
     hit = lookup_gemv(gpu, rows or N, K) if gpu is not None else None
     if isinstance(hit, TileConfig):

@@ -1,0 +1,93 @@
+"""The tile of multi-row steps (config.MULTI_ROW_TILE): a step of T = 2..16 rows -- prompt
+lookup's check of k + 1 rows, a short prompt's prefill chunk -- streams every weight once, as a
+decode step does, so it should cost little more than one. Each candidate tile [block_n rows x
+block_k] at num_warps, on random-weight bf16 models of published shapes: the step's time
+(forward + rewind, as bench_lookup.py times it), the weights' GB/s over the step, and the
+logits' largest difference from the first tile's (bf16 rows, fp32 sums in another order: ~1e-2
+of the logits' scale). Then what the host adds to a one-launch step: a megakernel launch's
+Python time (no sync) against the GPU's time for the step.
+
+    python bench/sweep_rows.py --models 1b,8b --rows 2,4,16 --tiles 64x64x4,16x512x4,32x256x8
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fastdecode  # noqa: E402
+from bench_lookup import step_time  # noqa: E402
+from fastdecode.generate import Sampling  # noqa: E402
+from fastdecode.triton_kernels import config  # noqa: E402
+from shapes import random_model  # noqa: E402
+
+
+def launch_host_us(fm, T: int, n: int = 50) -> tuple[float, float]:
+    """(host us per megakernel launch call, GPU us per step) of n one-step launches of T rows."""
+    rt = fm.runtime
+    sched, start = rt.schedule(T), rt.position
+    rt._launch_mega(sched, 1, Sampling())  # compiled
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        rt._launch_mega(sched, 1, Sampling())
+    host = time.perf_counter() - t0
+    torch.cuda.synchronize()
+    gpu = time.perf_counter() - t0
+    rt.check_status()
+    rt.rewind(start)
+    return host / n * 1e6, gpu / n * 1e6
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--models", default="1b,8b")
+    p.add_argument("--rows", default="2,4,16")
+    p.add_argument("--tiles", default="64x64x4,16x512x4,16x256x4,32x256x4,16x512x8")
+    p.add_argument("--mode", default="mega", choices=["mega", "ops"])
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--repeats", type=int, default=3)
+    args = p.parse_args()
+    rows = [int(t) for t in args.rows.split(",")]
+    table = []
+    for key in args.models.split(","):
+        name, model = random_model(key)
+        ids = torch.randint(0, model.config.vocab_size, (32,), device="cuda",
+                            generator=torch.Generator("cuda").manual_seed(0))
+        ref = {}
+        for tile in args.tiles.split(","):
+            n, k, w = (int(v) for v in tile.split("x"))
+            config.MULTI_ROW_TILE = config.TileConfig(block_n=n, block_k=k, num_warps=w)
+            fm = fastdecode.from_hf(model, max_seq_len=400, mode=args.mode)
+            wbytes = fm.spec.weight_bytes_per_token()
+            fm.runtime.forward(ids)
+            for T in rows:
+                x = torch.arange(T, device="cuda") + 7
+                start = fm.runtime.position
+                logits = fm.runtime.forward(x)
+                fm.runtime.rewind(start)
+                err = (logits - ref.setdefault(T, logits)).abs().max().item() / \
+                    ref[T].abs().max().item()
+                t = step_time(fm, T, args.steps, args.repeats)
+                table.append((name, tile, T, t * 1e6, wbytes / t / 1e9, err))
+                print(f"  {name:14s} {tile:10s} T={T:2d} {t * 1e6:8.1f} us {wbytes / t / 1e9:7.0f}"
+                      f" GB/s  logits diff {err:.1e}", flush=True)
+            if args.mode == "mega":
+                for T in (1, rows[0]):
+                    host, gpu = launch_host_us(fm, T)
+                    print(f"  {name:14s} {tile:10s} T={T:2d} launch: host {host:7.1f} us, "
+                          f"step {gpu:7.1f} us", flush=True)
+            del fm
+            torch.cuda.empty_cache()
+    print(f"\n{'model':14s} {'tile':10s} {'T':>3s} {'us/step':>8s} {'GB/s':>6s} {'diff':>8s}")
+    for name, tile, T, us, gbs, err in table:
+        print(f"{name:14s} {tile:10s} {T:3d} {us:8.1f} {gbs:6.0f} {err:8.1e}")
+
+
+if __name__ == "__main__":
+    main()
