@@ -118,6 +118,10 @@ class Runtime:
         self.max_spin = 1 << 17 if self.cuda else 64  # H200: ~3 us per poll -> ~0.4 s
         self._counters: dict = {}  # per schedule: (counters, encoded queues, queue lengths)
         self.mega_stream = None    # StreamConfig overriding the decode task tiles (tile sweeps)
+        # steps of several rows (their own compiled kernel: config.MULTI_ROW_TILE) whose
+        # cooperative launch was refused at per_sm programs per SM run one per SM; decode keeps
+        # its per_sm (_launch_mega)
+        self._rows_one_per_sm = False
         self.x = None              # tensor parallelism, mega: the ranks' symmetric buffer
         self._tp_ready: set = set()  # megakernel variants every rank has compiled
         self._carved: set = set()  # (compiled kernel's CUfunction, StreamConfig.carveout) set
@@ -147,6 +151,13 @@ class Runtime:
         if self.mode == "mega" and self.cuda:
             return sm_count(self.pw.device) * self.stream.per_sm
         return 1 if self.mode == "mega" else 4
+
+    def programs(self, T: int) -> int:
+        """Programs of a step of T rows' schedule: n_programs, or one per SM for T > 1 after that
+        kernel's launch fell back (_launch_mega)."""
+        if T > 1 and self._rows_one_per_sm and not self._n_programs:
+            return sm_count(self.pw.device)
+        return self.n_programs
 
     @n_programs.setter
     def n_programs(self, n: int):
@@ -472,13 +483,13 @@ class Runtime:
             # every rank tiles the largest shard's rows (rank 0's): the same lm_head tasks
             lm_vocab = vocab_range(self.state.logits.shape[1], 0, world)[1] if world > 1 \
                 else None
-            graph = build_step(self.spec, tiling, self.n_programs, world, lm_vocab)
+            graph = build_step(self.spec, tiling, self.programs(T), world, lm_vocab)
             st, need = self.state, graph.n_vparts * T  # one partial choice per lm_head task and row
             if need > st.pval.numel():
                 st.pval = torch.zeros(need, device=st.pval.device, dtype=st.pval.dtype)
                 st.pidx = torch.zeros(need, device=st.pidx.device, dtype=st.pidx.dtype)
                 self._graphs.clear()  # captured with the old buffers
-            self._schedules[key] = build_schedule(graph, self.n_programs)
+            self._schedules[key] = build_schedule(graph, self.programs(T))
         return self._schedules[key]
 
     def _step_tasks(self, T, sampling, all_logits=False):
@@ -496,19 +507,28 @@ class Runtime:
     def _launch_mega(self, sched, n_steps, sampling, trace=None, clock=None):
         """One launch of n_steps steps of `sched`. If the GPU cannot hold per_sm programs of this
         kernel on every SM at once (registers or shared memory of another GPU or model), CUDA
-        refuses the cooperative launch before anything runs: retry with one program per SM."""
+        refuses the cooperative launch before anything runs: retry with one program per SM --
+        for every step if a decode step's kernel was refused, else (a step of several rows: its
+        own compiled kernel, larger tiles) for the steps of several rows only."""
         try:
             self._launch_mega_once(sched, n_steps, sampling, trace, clock)
         except RuntimeError as e:
-            stream = self.stream
+            stream, tg = self.stream, sched.graph.tiling
+            rows = tg.T > 1
             if "cooperative" not in str(e) or stream.per_sm == 1 or trace is not None or \
-                    self._n_programs:
+                    self._n_programs or (rows and self._rows_one_per_sm):
                 raise
-            warnings.warn(f"megakernel: {e}; falling back to one program per SM")
-            self.mega_stream = dataclasses.replace(stream, per_sm=1)
-            self._schedules.clear()
-            self._counters.clear()
-            tg = sched.graph.tiling
+            if rows:
+                warnings.warn(f"megakernel: {e}; steps of several rows fall back to one program "
+                              "per SM")
+                self._rows_one_per_sm = True
+                for key in [k for k in self._schedules if k[0] not in (1, "permuted")]:
+                    self._counters.pop(id(self._schedules.pop(key)), None)
+            else:
+                warnings.warn(f"megakernel: {e}; falling back to one program per SM")
+                self.mega_stream = dataclasses.replace(stream, per_sm=1)
+                self._schedules.clear()
+                self._counters.clear()
             self._launch_mega(self.schedule(tg.T, short=tg.attn_in_qkv), n_steps, sampling)
 
     def _launch_mega_once(self, sched, n_steps, sampling, trace, clock):

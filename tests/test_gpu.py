@@ -300,6 +300,27 @@ def test_mega_falls_back_to_one_program_per_sm(llama1b):
     assert torch.equal(got, want)
 
 
+def test_mega_rows_fall_back_alone(llama1b, monkeypatch):
+    """A multi-row tile of 8 warps: two programs per SM of its kernel need 2 x 256 x 255
+    registers, twice an SM's 64K, so CUDA refuses the prompt's launch; its steps retry with one
+    program per SM while decode keeps the table's two (when a refusal made every step fall back,
+    bench/sweep_rows.py timed the 1B's decode step after this tile's steps 23% slower: 933 us
+    against 760)."""
+    from fastdecode.triton_kernels import config
+    ids = torch.randint(0, 128256, (1, 12), device="cuda",
+                        generator=torch.Generator("cuda").manual_seed(2))
+    want = fastdecode.from_hf(llama1b, max_seq_len=64, mode="mega").generate(
+        ids, max_new_tokens=20, eos_token_id=[])
+    monkeypatch.setattr(config, "MULTI_ROW_TILE", config.TileConfig(32, 256, 8))
+    fm = fastdecode.from_hf(llama1b, max_seq_len=64, mode="mega")
+    with pytest.warns(UserWarning, match="several rows fall back"):
+        got = fm.generate(ids, max_new_tokens=20, eos_token_id=[])
+    assert fm.runtime.stream.per_sm == 2 and fm.runtime._rows_one_per_sm
+    # the same 32 x 256 tiles (warps split rows, not K; programs take whole tiles): each sum
+    # runs in the same order, so the tokens are the same
+    assert torch.equal(got, want)
+
+
 @pytest.mark.parametrize("kw", [
     dict(do_sample=True, top_k=40, top_p=0.9, temperature=0.8, seed=7, eos_token_id=[]),
     dict(do_sample=True, min_p=0.05, repetition_penalty=1.3, temperature=0.8, seed=7,

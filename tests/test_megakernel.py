@@ -286,6 +286,37 @@ def test_forced_missing_producer_times_out():
         fm(torch.tensor([[1]], device=DEVICE))
 
 
+def test_refused_rows_launch_falls_back_for_rows_only(monkeypatch):
+    """A step of several rows whose cooperative launch is refused (its own kernel: larger tiles
+    than decode's) is retried with one program per SM for the steps of several rows; decode
+    keeps its per_sm programs; a second refusal of a step of several rows raises. The tokens are
+    HF's. (The refusal is simulated; on the GPU test_gpu.py makes CUDA refuse it.)"""
+    model = tiny_model("llama").to(DEVICE)
+    fm = fastdecode.from_hf(model, max_seq_len=48, mode="mega")
+    rt = fm.runtime
+    per_sm = rt.stream.per_sm
+    refused, launch = [], rt._launch_mega_once
+
+    def refuse_rows(sched, *args):
+        if sched.graph.tiling.T > 1 and len(refused) < 1:
+            refused.append(sched)
+            raise RuntimeError("Triton Error [CUDA]: too many blocks in cooperative launch")
+        return launch(sched, *args)
+    monkeypatch.setattr(rt, "_launch_mega_once", refuse_rows)
+    ids = torch.tensor([[5, 17, 33, 8]], device=DEVICE)
+    with torch.no_grad():
+        want = model.generate(ids, max_new_tokens=6, do_sample=False, eos_token_id=None,
+                              pad_token_id=0)
+    with pytest.warns(UserWarning, match="several rows fall back"):
+        got = fm.generate(ids, max_new_tokens=6, eos_token_id=[])
+    assert torch.equal(got, want)
+    assert rt._rows_one_per_sm and rt.stream.per_sm == per_sm > 1
+    assert rt.schedule(4) is not refused[0]  # rebuilt for one program per SM
+    refused.clear()
+    with pytest.raises(RuntimeError, match="cooperative"):
+        fm.generate(ids, max_new_tokens=2, eos_token_id=[])
+
+
 def test_generate_raises_a_decode_launch_timeout():
     """generate() reads each chunk's watchdog word from a copy queued with its tokens (not the
     live word: that would wait for the next chunk's launch): a decode launch that times out --
