@@ -93,7 +93,16 @@ def load_tokenizer(path: str):
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
     folder, gguf_file = split_gguf_path(path)
     if gguf_file and int(transformers.__version__.split(".")[0]) >= 5:
-        return PreTrainedTokenizerFast.from_pretrained(folder, gguf_file=gguf_file)
+        tok = PreTrainedTokenizerFast.from_pretrained(folder, gguf_file=gguf_file)
+        # the special tokens by the file's own ids: transformers 5.17 named a sentencepiece
+        # vocabulary's BOS its EOS too (the H200 machine's version; 5.25 does not)
+        reader = gguf_reader(os.path.join(folder, gguf_file))
+        for key, attr in (("bos", "bos_token"), ("eos", "eos_token"), ("unknown", "unk_token"),
+                          ("padding", "pad_token")):
+            i = _gguf_value(reader, f"tokenizer.ggml.{key}_token_id")
+            if i is not None and 0 <= i < len(tok):
+                setattr(tok, attr, tok.convert_ids_to_tokens(int(i)))
+        return tok
     return AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
 
 
