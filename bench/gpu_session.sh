@@ -3,7 +3,7 @@
 # time-boxed so a failure or a slow stage cannot eat the call. Outputs land in $OUT (or /tmp/out).
 #   device run:  bash bench/gpu_session.sh  [stages...]
 #   stages: tests kernels mkernels models shapes sweep bench trace tp variants first pdl ab exp gemvcfg
-#           wsprobe prefill attn ncu lookup api
+#           wsprobe prefill attn ncu lookup api rows
 #   (lookup: prompt lookup / assisted decoding's GPU tests (tests/test_lookup.py: greedy tokens
 #    = HF's, sampling's distribution) and bench_lookup.py -- a step of 1-16 rows against a
 #    plain decode step, LOOKUP_MODELS (default 1b,8b); then the 8B with a 1B draft)
@@ -188,6 +188,14 @@ for s in $stages; do
              > "$OUT/ncu_sass_1.csv" 2>&1; done ;;
     trace) for m in ${TRACE_MODELS:-1b}; do timeout 150 python3 bench/trace_step.py --model $m \
              ${TRACE_ARGS:-} 2>&1 | grep -v -i warn | tail -40; done ;;
+    # the multi-row steps' tile (config.MULTI_ROW_TILE) against the 64 x 64 before it, and the
+    # refused-launch fallback that keeps decode's programs (test_gpu.py)
+    rows) timeout 120 python3 -m pytest -q tests/test_gpu.py -k rows_fall_back -p no:cacheprovider \
+            2>&1 | tail -3
+          FASTDECODE_COMMIT=$COMMIT timeout ${ROWS_TIMEOUT:-300} python3 bench/sweep_rows.py \
+            --models ${ROWS_MODELS:-1b,8b} --rows 2,16 --tiles ${ROWS_TILES:-32x256x4,64x64x4} 2>&1 \
+            | grep -v -i warn | tail -12
+          cp bench/RESULTS.md "$OUT/" ;;
     lookup) timeout 240 python3 -m pytest -q tests/test_lookup.py -p no:cacheprovider 2>&1 | tail -3
             FASTDECODE_COMMIT=$COMMIT timeout ${LOOKUP_TIMEOUT:-300} python3 bench/bench_lookup.py \
               --models ${LOOKUP_MODELS:-1b,8b} 2>&1 | grep -v -i warn | tail -16

@@ -21,6 +21,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fastdecode  # noqa: E402
+from bench_decode import append_results, bench_command  # noqa: E402
 from bench_lookup import step_time  # noqa: E402
 from fastdecode.generate import Sampling  # noqa: E402
 from fastdecode.triton_kernels import config  # noqa: E402
@@ -52,6 +53,8 @@ def main():
     p.add_argument("--mode", default="mega", choices=["mega", "ops"])
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--results-md", default=os.path.join(os.path.dirname(os.path.abspath(
+        __file__)), "RESULTS.md"))
     args = p.parse_args()
     rows = [int(t) for t in args.rows.split(",")]
     table = []
@@ -87,6 +90,12 @@ def main():
     print(f"\n{'model':14s} {'tile':10s} {'T':>3s} {'us/step':>8s} {'GB/s':>6s} {'diff':>8s}")
     for name, tile, T, us, gbs, err in table:
         print(f"{name:14s} {tile:10s} {T:3d} {us:8.1f} {gbs:6.0f} {err:8.1e}")
+    gpu = torch.cuda.get_device_name()
+    append_results(args.results_md, [
+        [gpu, name, f"fastdecode {args.mode} step of {T} rows, multi-row tile {tile} (tok/s: "
+         f"all rows kept; weights {gbs:.0f} GB/s)", f"{T / us * 1e6:.1f}", "-", "-",
+         f"{us:.1f} us/step"] for name, tile, T, us, gbs, _ in table], bench_command(
+             "sweep_rows.py"))
 
 
 if __name__ == "__main__":
