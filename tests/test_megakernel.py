@@ -231,6 +231,29 @@ def test_decode_stream_tiles_match_torch(family, stream):
     assert ((1, True) in fm.runtime._schedules) == (stream.attn_in_qkv_keys > 0)
 
 
+@pytest.mark.parametrize("family", ["llama_bias_tied", "qwen3"])
+def test_multi_row_pipelined_pieces_match_torch(family, monkeypatch):
+    """Steps of several rows with the o_proj / gate|up / down pieces pipelined
+    (TileConfig.num_stages 3, gemv_body's T > 1 stream): 16 x 16 tiles, so a task streams
+    several tiles of K chunks and odd N / K end mid-tile and mid-chunk; biases (o, gate|up,
+    down), the RMSNorm prologue and the residual epilogue. fp32 weights: the logits of torch
+    mode up to summation order."""
+    from fastdecode import graph
+    from fastdecode.triton_kernels.config import TileConfig
+    tile = TileConfig(block_n=16, block_k=16, num_warps=4, num_stages=3)
+    real = graph.gemv_config
+    monkeypatch.setattr(graph, "gemv_config",
+                        lambda N, K, T, device, **kw: tile if T > 1 else real(N, K, T, device, **kw))
+    model = tiny_model(family).to(DEVICE)
+    ids = torch.randint(0, 101, (1, 9), generator=torch.Generator().manual_seed(5)).to(DEVICE)
+    ref = fastdecode.from_hf(model, max_seq_len=32, mode="torch")
+    want = torch.cat([ref(ids[:, :5])[0], ref(ids[:, 5:])[0]])
+    fm = fastdecode.from_hf(model, max_seq_len=32, mode="mega")
+    got = torch.cat([fm(ids[:, :5])[0], fm(ids[:, 5:])[0]])
+    assert fm.runtime.schedule(4).graph.tiling.stages == (1, 3, 3, 3)
+    assert float((got - want).norm() / want.norm()) < 1e-5
+
+
 def test_ptx_stream_gives_the_plain_streams_tokens():
     """bf16 weights, every K % 8 == 0: the decode stream with its weight pieces loaded by inline
     PTX (the interpreter runs the wrappers' plain loads and the same unpacking) against the

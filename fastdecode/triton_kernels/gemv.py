@@ -13,8 +13,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import (INTERPRET, gemv_acc, next_x_chunk, pdl_ready, pdl_start, pdl_wait, row_dot,
-                      row_partials, row_rstd, row_sum, stream_x0, weight_chunk, x_chunk,
+from ._common import (INTERPRET, gemv_acc, mm_tile, next_x_chunk, pdl_ready, pdl_start, pdl_wait,
+                      row_dot, row_partials, row_rstd, row_sum, stream_x0, weight_chunk, x_chunk,
                       x_chunk_apply, x_chunk_raw)
 from .config import StreamConfig, gemv_config, gemv_stream, stream_ptx, use_pdl
 
@@ -138,7 +138,11 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
     Rows chunked over K (both streams) add up each piece's row_partials -- sums within a thread
     -- and reduce across threads (shuffles, shared memory, a barrier) once per tile, at its last
     chunk, not once per piece (+0.4-0.9% tok/s on 8B / Qwen3-8B / 1B, A/B in one run, session
-    12)."""
+    12).
+    STAGES > 1 with T > 1 (not STREAM; the megakernel's steps of several rows,
+    config.MULTI_ROW_TILE's num_stages): the task's (tile, K chunk) pieces as one pipelined
+    stream as above, each multiplied by its [BLOCK_T, BLOCK_K] activation chunk on tl.dot, the
+    wait inside the first iteration."""
     run = 1
     PV: tl.constexpr = min(128 // w_ptr.dtype.element_ty.primitive_bitwidth, BLOCK_K)
     if STREAM and STAGES > 1:
@@ -199,6 +203,47 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
                                                  (rows1 < N) & (i + 1 < n_it), N, stride_res,
                                                  BIAS, SWIGLU, RESIDUAL)
                     acc = tl.zeros([1, BLOCK_N], dtype=tl.float32)
+                    acc2 = acc
+        if n_it == 0:
+            if WAIT is not None:
+                run = WAIT(*wargs)
+    elif STAGES > 1:
+        offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+        mask_t = offs_t < T
+        n_k = tl.cdiv(K, BLOCK_K)
+        n_it = (tile_hi - tile_lo) * n_k
+        rstd = tl.zeros([BLOCK_T], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_T, BLOCK_N], dtype=tl.float32)
+        acc2 = acc
+        for i in tl.range(0, n_it, num_stages=STAGES):
+            w, w2 = stream_piece(w_ptr, N, K, tile_lo, i, n_it, BLOCK_N, BLOCK_K, SWIGLU, False)
+            if i == 0:
+                if WAIT is not None:
+                    run = WAIT(*wargs)
+                if NORM and run == 1:
+                    rstd = row_rstd(x_ptr, stride_x, offs_t, mask_t, K, eps, BLOCK_K, K_CONST)
+            if run == 1:
+                offs_k = (i % n_k) * BLOCK_K + tl.arange(0, BLOCK_K)
+                mask_k = offs_k < K
+                x = tl.load(x_ptr + offs_t[:, None] * stride_x + offs_k[None, :],
+                            mask=mask_t[:, None] & mask_k[None, :], other=0.0).to(tl.float32)
+                if NORM:
+                    nw = tl.load(norm_ptr + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+                    x = x * rstd[:, None] * nw[None, :]
+                xd = x.to(w.dtype)
+                acc += mm_tile(xd, tl.trans(w), F32)
+                if SWIGLU:
+                    acc2 += mm_tile(xd, tl.trans(w2), F32)
+                if i % n_k == n_k - 1:  # the tile's last chunk: epilogue and store
+                    rows = (tile_lo + i // n_k) * BLOCK_N + tl.arange(0, BLOCK_N)
+                    mask_n = rows < N
+                    b, b2, r = epilogue_operands(bias_ptr, res_ptr, offs_t, mask_t, rows, mask_n,
+                                                 N, stride_res, BIAS, SWIGLU, RESIDUAL)
+                    y = gemv_epilogue(acc, acc2, b, b2, r, SWIGLU)
+                    tl.store(out_ptr + offs_t[:, None] * stride_out + rows[None, :],
+                             y.to(out_ptr.dtype.element_ty),
+                             mask=mask_t[:, None] & mask_n[None, :])
+                    acc = tl.zeros([BLOCK_T, BLOCK_N], dtype=tl.float32)
                     acc2 = acc
         if n_it == 0:
             if WAIT is not None:
