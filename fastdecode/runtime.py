@@ -243,7 +243,7 @@ class Runtime:
                 continue
             self._run(chunk, all_logits=True, sampling=Sampling())
             out.append(self.state.logits[:chunk.shape[0]].clone())
-        return torch.cat(out, 0)
+        return out[0] if len(out) == 1 else torch.cat(out, 0)  # a step: no second copy
 
     def prefill(self, ids: torch.Tensor, sampling: Sampling, start: int = 0):
         """Append the prompt ids [T] -- from ids[start] on: the cache holds the first `start`
