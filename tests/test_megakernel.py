@@ -254,6 +254,11 @@ def test_multi_row_tiles_match_torch(family, tile, monkeypatch):
     got = torch.cat([fm(ids[:, :5])[0], fm(ids[:, 5:])[0]])
     assert fm.runtime.schedule(4).graph.tiling.stages == (1,) + (tile.num_stages,) * 3
     assert float((got - want).norm() / want.norm()) < 1e-5
+    # the prompt's step chooses the first token (its lm_head tasks' partial choices): HF's
+    with torch.no_grad():
+        hf = model.generate(ids[:, :5], max_new_tokens=3, do_sample=False, eos_token_id=None,
+                            pad_token_id=0)
+    assert torch.equal(fm.generate(ids[:, :5], max_new_tokens=3, eos_token_id=[]), hf)
 
 
 def test_ptx_stream_gives_the_plain_streams_tokens():

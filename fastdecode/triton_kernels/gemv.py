@@ -87,6 +87,27 @@ def stream_piece(w_ptr, N, K, tile_lo, i, n_it, BLOCK_N: tl.constexpr, BLOCK_K: 
 
 
 @triton.jit
+def rows_piece_dot(acc, acc2, w, w2, x_ptr, norm_ptr, stride_x, rstd, offs_t, mask_t, i, n_k, K,
+                   NORM: tl.constexpr, TWO: tl.constexpr, BLOCK_K: tl.constexpr,
+                   F32: tl.constexpr):
+    """A multi-row stream's piece i (stream_piece: w, and w2 the up rows if TWO) against its
+    [BLOCK_T, BLOCK_K] activation chunk (K chunk i % n_k; NORM: x * rstd * norm_w) on tl.dot:
+    (acc, acc2) [BLOCK_T, BLOCK_N] fp32 plus this piece's products."""
+    offs_k = (i % n_k) * BLOCK_K + tl.arange(0, BLOCK_K)
+    mask_k = offs_k < K
+    x = tl.load(x_ptr + offs_t[:, None] * stride_x + offs_k[None, :],
+                mask=mask_t[:, None] & mask_k[None, :], other=0.0).to(tl.float32)
+    if NORM:
+        nw = tl.load(norm_ptr + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+        x = x * rstd[:, None] * nw[None, :]
+    xd = x.to(w.dtype)
+    acc += mm_tile(xd, tl.trans(w), F32)
+    if TWO:
+        acc2 += mm_tile(xd, tl.trans(w2), F32)
+    return acc, acc2
+
+
+@triton.jit
 def stream_start(w_ptr, N, K, tile_lo, tile_hi, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                  TWO: tl.constexpr, STREAM: tl.constexpr, PTX: tl.constexpr):
     """The first piece of a decode-stream task over row tiles [tile_lo, tile_hi) of W [N (x2 if
@@ -223,17 +244,8 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
                 if NORM and run == 1:
                     rstd = row_rstd(x_ptr, stride_x, offs_t, mask_t, K, eps, BLOCK_K, K_CONST)
             if run == 1:
-                offs_k = (i % n_k) * BLOCK_K + tl.arange(0, BLOCK_K)
-                mask_k = offs_k < K
-                x = tl.load(x_ptr + offs_t[:, None] * stride_x + offs_k[None, :],
-                            mask=mask_t[:, None] & mask_k[None, :], other=0.0).to(tl.float32)
-                if NORM:
-                    nw = tl.load(norm_ptr + offs_k, mask=mask_k, other=0.0).to(tl.float32)
-                    x = x * rstd[:, None] * nw[None, :]
-                xd = x.to(w.dtype)
-                acc += mm_tile(xd, tl.trans(w), F32)
-                if SWIGLU:
-                    acc2 += mm_tile(xd, tl.trans(w2), F32)
+                acc, acc2 = rows_piece_dot(acc, acc2, w, w2, x_ptr, norm_ptr, stride_x, rstd,
+                                           offs_t, mask_t, i, n_k, K, NORM, SWIGLU, BLOCK_K, F32)
                 if i % n_k == n_k - 1:  # the tile's last chunk: epilogue and store
                     rows = (tile_lo + i // n_k) * BLOCK_N + tl.arange(0, BLOCK_N)
                     mask_n = rows < N
