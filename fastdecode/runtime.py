@@ -155,7 +155,7 @@ class Runtime:
     def programs(self, T: int) -> int:
         """Programs of a step of T rows' schedule: n_programs, or one per SM for T > 1 after that
         kernel's launch fell back (_launch_mega)."""
-        if T > 1 and self._rows_one_per_sm and not self._n_programs:
+        if T > 1 and self._rows_one_per_sm and self.cuda and not self._n_programs:
             return sm_count(self.pw.device)
         return self.n_programs
 
