@@ -14,8 +14,8 @@ import triton
 import triton.language as tl
 
 from ._common import (INTERPRET, gemv_acc, mm_tile, next_x_chunk, pdl_ready, pdl_start, pdl_wait,
-                      row_dot, row_partials, row_rstd, row_sum, stream_x0, weight_chunk, x_chunk,
-                      x_chunk_apply, x_chunk_raw)
+                      row_dot, row_partials, row_rstd, row_sum, rows_x, stream_x0, weight_chunk,
+                      x_chunk, x_chunk_apply, x_chunk_raw)
 from .config import StreamConfig, gemv_config, gemv_stream, stream_ptx, use_pdl
 
 
@@ -94,13 +94,8 @@ def rows_piece_dot(acc, acc2, w, w2, x_ptr, norm_ptr, stride_x, rstd, offs_t, ma
     [BLOCK_T, BLOCK_K] activation chunk (K chunk i % n_k; NORM: x * rstd * norm_w) on tl.dot:
     (acc, acc2) [BLOCK_T, BLOCK_N] fp32 plus this piece's products."""
     offs_k = (i % n_k) * BLOCK_K + tl.arange(0, BLOCK_K)
-    mask_k = offs_k < K
-    x = tl.load(x_ptr + offs_t[:, None] * stride_x + offs_k[None, :],
-                mask=mask_t[:, None] & mask_k[None, :], other=0.0).to(tl.float32)
-    if NORM:
-        nw = tl.load(norm_ptr + offs_k, mask=mask_k, other=0.0).to(tl.float32)
-        x = x * rstd[:, None] * nw[None, :]
-    xd = x.to(w.dtype)
+    xd = rows_x(x_ptr, norm_ptr, stride_x, rstd, offs_t, mask_t, offs_k, offs_k < K,
+                NORM).to(w.dtype)
     acc += mm_tile(xd, tl.trans(w), F32)
     if TWO:
         acc2 += mm_tile(xd, tl.trans(w2), F32)
