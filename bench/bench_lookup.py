@@ -7,7 +7,9 @@ A step of T rows streams every weight once, as a one-row step does (the extra ro
 d_model activations beside megabytes of weights), so it costs little more than one: tok/s with
 a accepted tokens a step is a / t(T). Printed per T: the step's time, its ratio to the plain
 decode step (the megakernel's chunked decode, no host round trip a token), the rate if every
-candidate is accepted, and the break-even -- the tokens a step must add to beat plain decoding.
+candidate is accepted, the % of the read roofline (every weight once at the read-only stream's
+bandwidth measured in this run, bench_decode.read_bandwidth), and the break-even -- the tokens a
+step must add to beat plain decoding.
 How many a step adds depends on the text (copying, quoting, loops); random weights say nothing
 about it, so no end-to-end rate is claimed here.
 
@@ -26,7 +28,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fastdecode  # noqa: E402
-from bench_decode import append_results, bench_command, decode_rate, timed  # noqa: E402
+from bench_decode import (append_results, bench_command, decode_rate, read_bandwidth,  # noqa: E402
+                          timed)
 from shapes import random_model  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -63,10 +66,12 @@ def draft_time(draft, ids, k: int, repeats: int) -> float:
     return timed(run, repeats)
 
 
-def bench_model(key, args) -> list:
-    """[(model, rows T (0: the plain step), s/step, x plain step, tok/s, break-even)]."""
+def bench_model(key, args, bw) -> list:
+    """[(model, rows T (0: the plain step), s/step, x plain step, tok/s, break-even, % of the
+    read roofline)]."""
     name, model = random_model(key)
     fm = fastdecode.from_hf(model, max_seq_len=args.prompt_len + 300, mode=args.mode)
+    roof = fm.spec.weight_bytes_per_token() / bw  # seconds: every weight once
     ids = torch.randint(0, fm.spec.vocab_size, (1, args.prompt_len), device="cuda",
                         generator=torch.Generator("cuda").manual_seed(0))
     plain = decode_rate(lambda n: fm.generate(ids, max_new_tokens=n, eos_token_id=[]),
@@ -76,21 +81,23 @@ def bench_model(key, args) -> list:
     out = []
     for T in (int(t) for t in args.rows.split(",")):
         t = step_time(fm, T, args.steps, args.repeats)
-        out.append((name, T, t, t * plain, T / t, t * plain))
+        out.append((name, T, t, t * plain, T / t, t * plain, roof / t))
         print(f"  {name:14s} T={T:2d}  {t * 1e6:8.1f} us/step  {t * plain:5.2f}x a plain "
-              f"step  {T / t:8.1f} tok/s all accepted  break-even {t * plain:4.2f} "
-              f"tokens/step", flush=True)
+              f"step  {T / t:8.1f} tok/s all accepted  {100 * roof / t:5.1f}% of roofline  "
+              f"break-even {t * plain:4.2f} tokens/step", flush=True)
     if args.draft:  # assisted decoding: the draft's k candidates, then a step of k + 1 rows
         dname, dmodel = random_model(args.draft)
         draft = fastdecode.from_hf(dmodel, max_seq_len=args.prompt_len + 300, mode=args.mode)
         for k in (int(t) - 1 for t in args.rows.split(",") if int(t) > 1):
             t = draft_time(draft, ids, k, args.repeats) + step_time(fm, k + 1, args.steps,
                                                                     args.repeats)
-            out.append((f"{name} + {dname} draft", k + 1, t, t * plain, (k + 1) / t, t * plain))
+            droof = roof + draft.spec.weight_bytes_per_token() / bw * k
+            out.append((f"{name} + {dname} draft", k + 1, t, t * plain, (k + 1) / t, t * plain,
+                        droof / t))
             print(f"  {name} + {dname} draft, k={k:2d}: {t * 1e6:8.1f} us/step  "
                   f"{t * plain:5.2f}x a plain step  break-even {t * plain:4.2f} tokens/step",
                   flush=True)
-    return out + [(name, 0, 1 / plain, 1.0, plain, 1.0)]
+    return out + [(name, 0, 1 / plain, 1.0, plain, 1.0, roof * plain)]
 
 
 def main():
@@ -107,19 +114,23 @@ def main():
     args = p.parse_args()
     gpu = torch.cuda.get_device_name()
     cmd = bench_command("bench_lookup.py")
+    bw = read_bandwidth()["gemv_read"]
+    print(f"read-only GEMV stream {bw / 1e12:.2f} TB/s", flush=True)
     table = []
     for key in args.models.split(","):
-        table += bench_model(key, args)
+        table += bench_model(key, args, bw)
         torch.cuda.empty_cache()
     print(f"\n{'model':14s} {'rows':>4s} {'us/step':>8s} {'x plain':>7s} {'tok/s all':>9s} "
-          f"{'break-even':>10s}")
-    for name, T, t, ratio, rate, even in table:
+          f"{'% roof':>6s} {'break-even':>10s}")
+    for name, T, t, ratio, rate, even, pct in table:
         rows = str(T) if T else "plain"
-        print(f"{name:14s} {rows:>4s} {t * 1e6:8.1f} {ratio:7.2f} {rate:9.1f} {even:10.2f}")
+        print(f"{name:14s} {rows:>4s} {t * 1e6:8.1f} {ratio:7.2f} {rate:9.1f} {100 * pct:6.1f} "
+              f"{even:10.2f}")
     append_results(args.results_md, [
         [gpu, name, f"fastdecode {args.mode} prompt lookup step, {T} rows (tok/s: all "
-         f"accepted)" if T else f"fastdecode {args.mode} plain decode step", f"{rate:.1f}", "-",
-         f"{ratio:.2f}x", f"{t * 1e6:.1f} us/step"] for name, T, t, ratio, rate, _ in table],
+         f"accepted)" if T else f"fastdecode {args.mode} plain decode step", f"{rate:.1f}",
+         f"{100 * pct:.1f}%", f"{ratio:.2f}x", f"{t * 1e6:.1f} us/step"]
+        for name, T, t, ratio, rate, _, pct in table],
         cmd)
 
 

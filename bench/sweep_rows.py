@@ -3,10 +3,11 @@ lookup's check of k + 1 rows, a short prompt's prefill chunk -- streams every we
 decode step does, so it should cost little more than one. Each candidate tile [block_n rows x
 block_k] at num_warps (a 4th number: TileConfig.num_stages, the pieces pipelined), on
 random-weight bf16 models of published shapes: the step's time (forward + rewind, as
-bench_lookup.py times it), the weights' GB/s over the step, and the
-logits' largest difference from the first tile's (bf16 rows, fp32 sums in another order: ~1e-2
-of the logits' scale). Then what the host adds to a one-launch step: a megakernel launch's
-Python time (no sync) against the GPU's time for the step.
+bench_lookup.py times it), the weights' GB/s over the step and its % of the read roofline
+(bench_decode.read_bandwidth, measured in this run), and the logits' largest difference
+from the first tile's (bf16 rows, fp32 sums in another order: ~1e-2 of the logits' scale).
+Then what the host adds to a one-launch step: a megakernel launch's Python time (no sync)
+against the GPU's time for the step.
 
     python bench/sweep_rows.py --models 1b,8b --rows 2,4,16 --tiles 32x256x4,32x256x4x3
 """
@@ -22,7 +23,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fastdecode  # noqa: E402
-from bench_decode import append_results, bench_command  # noqa: E402
+from bench_decode import append_results, bench_command, read_bandwidth  # noqa: E402
 from bench_lookup import step_time  # noqa: E402
 from fastdecode.generate import Sampling  # noqa: E402
 from fastdecode.triton_kernels import config  # noqa: E402
@@ -58,6 +59,8 @@ def main():
         __file__)), "RESULTS.md"))
     args = p.parse_args()
     rows = [int(t) for t in args.rows.split(",")]
+    bw = read_bandwidth()["gemv_read"] / 1e9
+    print(f"read-only GEMV stream {bw:.0f} GB/s", flush=True)
     table = []
     for key in args.models.split(","):
         name, model = random_model(key)
@@ -81,7 +84,8 @@ def main():
                 t = step_time(fm, T, args.steps, args.repeats)
                 table.append((name, tile, T, t * 1e6, wbytes / t / 1e9, err))
                 print(f"  {name:14s} {tile:10s} T={T:2d} {t * 1e6:8.1f} us {wbytes / t / 1e9:7.0f}"
-                      f" GB/s  logits diff {err:.1e}", flush=True)
+                      f" GB/s ({100 * wbytes / t / 1e9 / bw:4.1f}% of roofline)  logits diff "
+                      f"{err:.1e}", flush=True)
             if args.mode == "mega":
                 for T in (1, rows[0]):
                     host, gpu = launch_host_us(fm, T)
@@ -89,13 +93,15 @@ def main():
                           f"step {gpu:7.1f} us", flush=True)
             del fm
             torch.cuda.empty_cache()
-    print(f"\n{'model':14s} {'tile':10s} {'T':>3s} {'us/step':>8s} {'GB/s':>6s} {'diff':>8s}")
+    print(f"\n{'model':14s} {'tile':10s} {'T':>3s} {'us/step':>8s} {'GB/s':>6s} {'% roof':>6s} "
+          f"{'diff':>8s}")
     for name, tile, T, us, gbs, err in table:
-        print(f"{name:14s} {tile:10s} {T:3d} {us:8.1f} {gbs:6.0f} {err:8.1e}")
+        print(f"{name:14s} {tile:10s} {T:3d} {us:8.1f} {gbs:6.0f} {100 * gbs / bw:6.1f} {err:8.1e}")
     gpu = torch.cuda.get_device_name()
     append_results(args.results_md, [
         [gpu, name, f"fastdecode {args.mode} step of {T} rows, multi-row tile {tile} (tok/s: "
-         f"all rows kept; weights {gbs:.0f} GB/s)", f"{T / us * 1e6:.1f}", "-", "-",
+         f"all rows kept; weights {gbs:.0f} GB/s)", f"{T / us * 1e6:.1f}",
+         f"{100 * gbs / bw:.1f}%", "-",
          f"{us:.1f} us/step"] for name, tile, T, us, gbs, _ in table], bench_command(
              "sweep_rows.py"))
 
