@@ -179,9 +179,17 @@ def run_generate(rt: Runtime, ids: torch.Tensor, *, max_new_tokens: int, samplin
         source, rows = candidates(ids.tolist())
         seq = lk.generate(rt, ids, max_new_tokens=max_new_tokens, source=source, rows_max=rows,
                           sampling=sampling, eos=eos, streamer=streamer, seed=seed, reuse=reuse)
-        if max_new_tokens > 0:
-            rt.fed = seq[0, :rt.position].tolist()
-        return seq
+    else:
+        seq = _decode(rt, ids, max_new_tokens, sampling, eos, streamer, seed, chunk, reuse)
+    if max_new_tokens > 0:
+        # the cache holds the prompt and every new token but the last (steps that ran on past
+        # an EOS in a chunk hold more, unknown: those positions are not reused)
+        rt.fed = seq[0, :rt.position].tolist()
+    return seq
+
+
+def _decode(rt, ids, max_new_tokens, sampling, eos, streamer, seed, chunk, reuse):
+    """Plain decoding: the new tokens chosen one a step (host or in-kernel choice)."""
     if streamer is not None:
         streamer.put(ids[None].cpu())
     out = []
@@ -197,12 +205,7 @@ def run_generate(rt: Runtime, ids: torch.Tensor, *, max_new_tokens: int, samplin
     if streamer is not None:
         streamer.end()
     new = torch.tensor(out, dtype=torch.long, device=ids.device)
-    seq = torch.cat([ids.long(), new])[None]
-    if max_new_tokens > 0:
-        # the cache holds the prompt and every new token but the last (steps that ran on past
-        # an EOS in a chunk hold more, unknown: those positions are not reused)
-        rt.fed = seq[0, :rt.position].tolist()
-    return seq
+    return torch.cat([ids.long(), new])[None]
 
 
 def stack_sequences(seqs, pad_token_id, eos_token_id=None):
