@@ -102,8 +102,29 @@ def load_tokenizer(path: str):
             i = _gguf_value(reader, f"tokenizer.ggml.{key}_token_id")
             if i is not None and 0 <= i < len(tok):
                 setattr(tok, attr, tok.convert_ids_to_tokens(int(i)))
+        _gguf_bos(tok, reader)
         return tok
     return AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
+
+
+def _gguf_bos(tok, reader) -> None:
+    """Prepend BOS as the file asks: tokenizer.ggml.add_bos_token, by default (as llama.cpp)
+    on for a sentencepiece ("llama") vocabulary -- transformers 5.25 adds it there, 5.17 (the
+    H200 machine's) does not; a file that says nothing about a BPE vocabulary keeps
+    transformers' choice."""
+    from tokenizers.processors import TemplateProcessing
+    want = _gguf_value(reader, "tokenizer.ggml.add_bos_token")
+    if want is None:
+        if _gguf_value(reader, "tokenizer.ggml.model") != "llama":
+            return
+        want = True
+    bos = tok.bos_token_id
+    if bos is None or bool(want) == (tok("a").input_ids[:1] == [bos]):
+        return
+    b = [(tok.bos_token, bos)] if want else []
+    tok._tokenizer.post_processor = TemplateProcessing(
+        single=[t for t, _ in b] + ["$A"], pair=[t for t, _ in b] + ["$A", "$B"],
+        special_tokens=b)
 
 
 def safetensors_getter(folder: str) -> Getter:

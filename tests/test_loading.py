@@ -343,14 +343,10 @@ def test_gguf_dequantize_matches_the_gguf_package(qtype, device, monkeypatch):
     assert torch.equal(got, want)
 
 
-def test_gguf_sentencepiece_tokenizer_matches_autotokenizer(tmp_path):
-    """loading.load_tokenizer on a llama-type (sentencepiece: scores, byte tokens, BOS added)
-    GGUF vocabulary gives AutoTokenizer's ids and text (test_smollm2.py: a BPE one)."""
+def _spm_gguf(path, add_bos=None):
+    """A llama-type (sentencepiece: scores, byte tokens) GGUF vocabulary of 284 tokens."""
     import gguf
     import numpy as np
-    from transformers import AutoTokenizer
-    from fastdecode.loading import load_tokenizer
-    path = tmp_path / "spm.gguf"
     w = gguf.GGUFWriter(str(path), "llama")
     words = ["▁", "▁the", "▁cat", "▁sat", "▁on", "▁mat", "t", "h", "e", "c", "a", "s", "o", "n",
              "m", "▁t", "▁c", "▁s", "▁o", "▁m", "at", "he", "▁h", "é", "▁é"]
@@ -363,20 +359,61 @@ def test_gguf_sentencepiece_tokenizer_matches_autotokenizer(tmp_path):
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
     w.add_unk_token_id(0)
+    if add_bos is not None:
+        w.add_add_bos_token(add_bos)
     w.add_tensor("token_embd.weight", np.zeros((len(toks), 64), np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    ours, theirs = load_tokenizer(str(path)), AutoTokenizer.from_pretrained(
+
+
+_SPM_TEXTS = ["the cat sat on the mat", " the  cat\n", "héllo wörld", ""]
+
+
+def test_gguf_sentencepiece_tokenizer_matches_autotokenizer(tmp_path):
+    """loading.load_tokenizer on a sentencepiece GGUF vocabulary gives AutoTokenizer's ids and
+    text (test_smollm2.py: a BPE one), BOS first as llama.cpp adds it there (transformers 5.25's
+    AutoTokenizer too; 5.17's leaves it out: compared without it)."""
+    from transformers import AutoTokenizer
+    from fastdecode.loading import load_tokenizer
+    _spm_gguf(tmp_path / "spm.gguf")
+    ours, theirs = load_tokenizer(str(tmp_path / "spm.gguf")), AutoTokenizer.from_pretrained(
         str(tmp_path), gguf_file="spm.gguf")
     assert (ours.bos_token, ours.eos_token, ours.unk_token) == ("<s>", "</s>", "<unk>")
-    for text in ["the cat sat on the mat", " the  cat\n", "héllo wörld", ""]:
+    for text in _SPM_TEXTS:
         ids = theirs(text).input_ids
-        assert ours(text).input_ids == ids and ids[0] == 1, text
+        got = ours(text).input_ids
+        assert got[0] == 1 and got[1:] == ids[ids[:1] == [1]:], text
         assert ours.decode(ids) == theirs.decode(ids)
         assert ours.decode(ids, skip_special_tokens=True) == theirs.decode(
             ids, skip_special_tokens=True)
+
+
+@pytest.mark.parametrize("add_bos", [False, True])
+def test_gguf_tokenizer_add_bos_token(tmp_path, add_bos, monkeypatch):
+    """tokenizer.ggml.add_bos_token decides whether BOS leads, whichever way transformers'
+    converter built the tokenizer (its post-processor here forced to the other choice)."""
+    from tokenizers.processors import TemplateProcessing
+    from transformers import PreTrainedTokenizerFast
+    from fastdecode.loading import load_tokenizer
+    _spm_gguf(tmp_path / "spm.gguf", add_bos)
+    build = PreTrainedTokenizerFast.from_pretrained
+
+    def other_choice(*a, **k):
+        tok = build(*a, **k)
+        b = [] if add_bos else [("<s>", 1)]
+        tok._tokenizer.post_processor = TemplateProcessing(
+            single=[t for t, _ in b] + ["$A"], pair=[t for t, _ in b] + ["$A", "$B"],
+            special_tokens=b)
+        return tok
+    monkeypatch.setattr(PreTrainedTokenizerFast, "from_pretrained", other_choice)
+    tok = load_tokenizer(str(tmp_path / "spm.gguf"))
+    for text in _SPM_TEXTS:
+        ids = tok(text).input_ids
+        assert (ids[:1] == [1]) == add_bos and 1 not in ids[1:], (text, ids)
+        assert tok.decode(ids, skip_special_tokens=True) == tok.decode(
+            ids[1:] if add_bos else ids, skip_special_tokens=True)
 
 
 def _export_gguf(model, path, arch):
