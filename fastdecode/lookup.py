@@ -186,7 +186,8 @@ def generate(rt, ids: torch.Tensor, *, max_new_tokens: int, source, rows_max: in
             # last tokens): one row count, one compiled kernel; the padding rows are not read
             pad = min(k, rt.max_seq_len - start - 1) - len(cands)
             feed = cands + cands[-1:] * pad
-            rows = rt.forward(torch.tensor([tok] + feed, dtype=torch.long, device=ids.device))
+            # from host memory: forward's one copy puts it in the step's ids buffer
+            rows = rt.forward(torch.tensor([tok] + feed, dtype=torch.long))
     return _finish(ids, out, streamer)
 
 

@@ -32,6 +32,7 @@ from .triton_kernels.config import (attention_blocks, merge_block, merge_splits,
                                     prefill_attention_config, sm_count, stream_config)
 from .triton_kernels.qkv_rope import qk_norm_slots
 from .triton_kernels._common import INTERPRET
+from .triton_kernels.launch import CachedLauncher
 from .triton_kernels.megakernel import megakernel
 
 MODES = ("torch", "vm", "ops", "mega")
@@ -125,6 +126,7 @@ class Runtime:
         self.x = None              # tensor parallelism, mega: the ranks' symmetric buffer
         self._tp_ready: set = set()  # megakernel variants every rank has compiled
         self._carved: set = set()  # (compiled kernel's CUfunction, StreamConfig.carveout) set
+        self._launcher = CachedLauncher(megakernel)  # launches without Triton's binding
         # a remote wait (tensor parallelism) also spans the ranks' host-side skew between
         # launches: GPU ~4 M polls of ~1-3 us = seconds; interpreter: the other ranks' threads
         # share the CPU
@@ -225,8 +227,6 @@ class Runtime:
         """Append ids [T] to the cache; return fp32 logits [T, V] of every new token."""
         T = ids.shape[0]
         self._check_room(T)
-        if self.fed is not None:
-            self.fed += ids.tolist()
         self.set_stop([], 1 << 30)
         out = []
         long = self._long_prompt(T)
@@ -243,6 +243,8 @@ class Runtime:
                 continue
             self._run(chunk, all_logits=True, sampling=Sampling())
             out.append(self.state.logits[:chunk.shape[0]].clone())
+        if self.fed is not None:  # after the launches: a GPU ids' read-back waits behind them
+            self.fed += ids.tolist()
         return out[0] if len(out) == 1 else torch.cat(out, 0)  # a step: no second copy
 
     def prefill(self, ids: torch.Tensor, sampling: Sampling, start: int = 0):
@@ -341,7 +343,7 @@ class Runtime:
         st = self.state
         if ids is not None:
             T = ids.shape[0]
-            st.ids[:T].copy_(ids.to(torch.int32), non_blocking=True)
+            st.ids[:T].copy_(ids, non_blocking=True)  # int64 or CPU ids: one copy
         else:
             T = 1
         if self.mode == "torch":
@@ -600,26 +602,20 @@ class Runtime:
             num_warps=tg.num_warps)
         grid = (sched.n_programs,)
         variant = (key, sampling.do_sample, trace is not None)
-
-        def loaded_kernel():  # this launch's compiled kernel, compiled and loaded, not launched
-            k = megakernel.run(*args, grid=grid, warmup=True, **kw)
-            if self.cuda and hasattr(k, "_init_handles"):
-                k._init_handles()
-            return k
+        # this launch's compiled kernel, compiled and loaded (not launched) on first use
+        k = self._launcher.kernel(grid, args, kw)
         if self.tp and variant not in self._tp_ready:
-            # every rank compiles this variant, builds its launcher and loads it (Triton does the
-            # last two at the first launch: seconds on a cold cache) before any rank launches
-            # it: a rank still compiling would leave the others' bounded waits to time out
-            loaded_kernel()
+            # every rank has compiled this variant, built its launcher and loaded it (Triton does
+            # the last two at the first launch: seconds on a cold cache) before any rank
+            # launches it: a rank still compiling would leave the others' bounded waits to time
+            # out
             x.barrier(self.tp_barrier_s)
             self._tp_ready.add(variant)
         carve = self.stream.carveout if self.cuda else None
-        if carve is not None:  # on the compiled kernel this launch runs, once
-            k = loaded_kernel()
-            if (k.function, carve) not in self._carved:
-                _set_carveout(k.function, carve)
-                self._carved.add((k.function, carve))
-        megakernel[grid](*args, **kw)
+        if carve is not None and k is not None and (k.function, carve) not in self._carved:
+            _set_carveout(k.function, carve)  # on the compiled kernel this launch runs, once
+            self._carved.add((k.function, carve))
+        self._launcher.launch(k, grid, args, kw)
 
     def trace_decode(self, n_steps: int = 1, order=None):
         """Run n_steps decode steps of the megakernel with per-task timestamps (continuing the

@@ -1,0 +1,104 @@
+"""Launching a Triton kernel of many arguments without Triton's per-call binding.
+
+`kernel[grid](*args, **kw)` binds and specializes every argument in Python on each call
+(JITFunction.run: the generated binder, then the cache key). For the megakernel -- 119
+parameters, 44 of them tensors -- the binder alone took 178 us of host time per launch on a
+2-core CPU here (Triton 3.6); on the H200 machine's host the whole launch took 192 us, serial
+with the GPU wherever the caller waits for the step: prompt lookup's check of its candidates,
+each prefill chunk (bench/RESULTS.md session 36: a 1-row forward 1149 us against 751 us of
+kernel).
+
+CachedLauncher keeps the compiled kernel per specialization key -- each tensor's dtype and
+whether its address is 16-byte aligned (what Triton specializes a pointer on), every other
+argument's exact value (Triton specializes an int on == 1, divisibility by 16 and its width),
+the constexprs and launch options, the grid and the current device -- and passes the arguments
+straight to the compiled kernel's launcher. The first launch of a key compiles / loads the
+kernel through Triton and checks that the argument order built here is the one Triton's binder
+builds; if it ever differs (another Triton), that key keeps Triton's own launch. Under the
+interpreter, or with a launch hook set (a profiler's), every call is Triton's own launch.
+"""
+from __future__ import annotations
+
+import warnings
+
+import torch
+from triton import knobs
+from triton.runtime import driver
+
+from ._common import INTERPRET
+
+_TRITON = object()  # a key whose launches go through Triton's own path
+
+
+class CachedLauncher:
+    """launcher(grid, args, kw) == fn[grid](*args, **kw), minus the per-call binding."""
+
+    def __init__(self, fn, max_keys: int = 64):
+        self.fn, self.max_keys = fn, max_keys
+        self._kernels: dict = {}
+        params = getattr(fn, "params", None) or []
+        self._names = [p.name for p in params]
+        self._defaults = {p.name: p.default for p in params}
+
+    @staticmethod
+    def key(grid, args, kw, device=0) -> tuple:
+        """What the compiled kernel depends on, cheaply (~20 us for the megakernel's args)."""
+        k = [device, tuple(grid)]
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                k.append(a.dtype)
+                k.append(a.data_ptr() % 16 == 0)
+            else:
+                k.append(a)
+        k.extend(kw.items())
+        return tuple(k)
+
+    def values(self, args, kw) -> list:
+        """Every parameter's value in the kernel's order, constexprs included (the launcher
+        skips those), as Triton's binder lists them."""
+        n = len(args)
+        return list(args) + [kw[k] if k in kw else self._defaults[k] for k in self._names[n:]]
+
+    def kernel(self, grid, args, kw):
+        """The compiled, loaded kernel of this call's specialization (compiled on first use),
+        or None where launches go through Triton (the interpreter; a launch hook -- the kernel
+        compiled and loaded all the same; a key whose argument order did not check out)."""
+        if INTERPRET:
+            return None
+        if knobs.runtime.launch_enter_hook is not None:
+            self.fn.run(*args, grid=grid, warmup=True, **kw)._init_handles()
+            return None
+        device = driver.active.get_current_device()
+        key = self.key(grid, args, kw, device)
+        k = self._kernels.get(key)
+        if k is None:
+            k = self.fn.run(*args, grid=grid, warmup=True, **kw)
+            k._init_handles()
+            binder = self.fn.device_caches[device][-1]
+            bound = list(binder(*args, **kw)[0].values())
+            ours = self.values(args, kw)
+            if len(bound) != len(ours) or any(a is not b for a, b in zip(bound, ours)):
+                warnings.warn(f"{self.fn}: Triton binds its arguments in another order; "
+                              "launching through Triton")
+                k = _TRITON
+            if len(self._kernels) >= self.max_keys:
+                self._kernels.clear()
+            self._kernels[key] = k
+        return None if k is _TRITON else k
+
+    def launch(self, kernel, grid, args, kw):
+        """Launch `kernel` (from self.kernel(grid, args, kw); None: Triton's own launch)."""
+        if kernel is None:
+            self.fn[grid](*args, **kw)
+            return
+        g = tuple(grid) + (1, 1)
+        stream = driver.active.get_current_stream(driver.active.get_current_device())
+        kernel.run(g[0], g[1], g[2], stream, kernel.function, kernel.packed_metadata, None,
+                   knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook,
+                   *self.values(args, kw))
+
+    def __call__(self, grid, args, kw):
+        self.launch(self.kernel(grid, args, kw), grid, args, kw)
+
+    def clear(self):
+        self._kernels.clear()
