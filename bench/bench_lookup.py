@@ -9,7 +9,9 @@ a accepted tokens a step is a / t(T). Printed per T: the step's time, its ratio 
 decode step (the megakernel's chunked decode, no host round trip a token), the rate if every
 candidate is accepted, the % of the read roofline (every weight once at the read-only stream's
 bandwidth measured in this run, bench_decode.read_bandwidth), and the break-even -- the tokens a
-step must add to beat plain decoding.
+step must add to beat plain decoding. In mega mode also the step's kernel alone (back-to-back
+launches, no host round trip) and the host's launch call: the rest of a step is the host's work
+around the kernel -- serial with it, as the step's tokens decide the next step's rows.
 How many a step adds depends on the text (copying, quoting, loops); random weights say nothing
 about it, so no end-to-end rate is claimed here.
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 import torch
 
@@ -30,6 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fastdecode  # noqa: E402
 from bench_decode import (append_results, bench_command, decode_rate, read_bandwidth,  # noqa: E402
                           timed)
+from fastdecode.generate import Sampling  # noqa: E402
 from shapes import random_model  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -51,6 +55,27 @@ def step_time(fm, T: int, steps: int, repeats: int) -> float:
     return timed(run, repeats) / steps
 
 
+def kernel_time(fm, T: int, n: int = 50) -> tuple[float, float]:
+    """(host seconds per megakernel launch call, GPU seconds per step) of back-to-back one-step
+    launches of T rows (mega mode; at most n, as many as the cache has room for)."""
+    rt = fm.runtime
+    sched, start = rt.schedule(T), rt.position
+    n = max(1, min(n, (rt.max_seq_len - start) // T - 1))
+    rt.state.step.zero_()  # each launch's choice goes to the next history entry
+    rt._launch_mega(sched, 1, Sampling())  # compiled
+    rt.rewind(start)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        rt._launch_mega(sched, 1, Sampling())
+    host = time.perf_counter() - t0
+    torch.cuda.synchronize()
+    gpu = time.perf_counter() - t0
+    rt.check_status()
+    rt.rewind(start)
+    return host / n, gpu / n
+
+
 def draft_time(draft, ids, k: int, repeats: int) -> float:
     """Median seconds of a draft model's k candidates (lookup.DraftModel, HF's assistant_model):
     the target's correction prefilled over the draft's kept cache, k - 1 decode steps, the
@@ -68,7 +93,7 @@ def draft_time(draft, ids, k: int, repeats: int) -> float:
 
 def bench_model(key, args, bw) -> list:
     """[(model, rows T (0: the plain step), s/step, x plain step, tok/s, break-even, % of the
-    read roofline)]."""
+    read roofline, (host s per launch call, kernel s per step) or None)]."""
     name, model = random_model(key)
     fm = fastdecode.from_hf(model, max_seq_len=args.prompt_len + 300, mode=args.mode)
     roof = fm.spec.weight_bytes_per_token() / bw  # seconds: every weight once
@@ -81,10 +106,13 @@ def bench_model(key, args, bw) -> list:
     out = []
     for T in (int(t) for t in args.rows.split(",")):
         t = step_time(fm, T, args.steps, args.repeats)
-        out.append((name, T, t, t * plain, T / t, t * plain, roof / t))
+        kt = kernel_time(fm, T) if args.mode == "mega" else None
+        out.append((name, T, t, t * plain, T / t, t * plain, roof / t, kt))
         print(f"  {name:14s} T={T:2d}  {t * 1e6:8.1f} us/step  {t * plain:5.2f}x a plain "
               f"step  {T / t:8.1f} tok/s all accepted  {100 * roof / t:5.1f}% of roofline  "
-              f"break-even {t * plain:4.2f} tokens/step", flush=True)
+              f"break-even {t * plain:4.2f} tokens/step" + (
+                  f"  (kernel {kt[1] * 1e6:.0f} us, launch call {kt[0] * 1e6:.0f} us)" if kt
+                  else ""), flush=True)
     if args.draft:  # assisted decoding: the draft's k candidates, then a step of k + 1 rows
         dname, dmodel = random_model(args.draft)
         draft = fastdecode.from_hf(dmodel, max_seq_len=args.prompt_len + 300, mode=args.mode)
@@ -93,11 +121,11 @@ def bench_model(key, args, bw) -> list:
                                                                     args.repeats)
             droof = roof + draft.spec.weight_bytes_per_token() / bw * k
             out.append((f"{name} + {dname} draft", k + 1, t, t * plain, (k + 1) / t, t * plain,
-                        droof / t))
+                        droof / t, None))
             print(f"  {name} + {dname} draft, k={k:2d}: {t * 1e6:8.1f} us/step  "
                   f"{t * plain:5.2f}x a plain step  break-even {t * plain:4.2f} tokens/step",
                   flush=True)
-    return out + [(name, 0, 1 / plain, 1.0, plain, 1.0, roof * plain)]
+    return out + [(name, 0, 1 / plain, 1.0, plain, 1.0, roof * plain, None)]
 
 
 def main():
@@ -121,16 +149,18 @@ def main():
         table += bench_model(key, args, bw)
         torch.cuda.empty_cache()
     print(f"\n{'model':14s} {'rows':>4s} {'us/step':>8s} {'x plain':>7s} {'tok/s all':>9s} "
-          f"{'% roof':>6s} {'break-even':>10s}")
-    for name, T, t, ratio, rate, even, pct in table:
+          f"{'% roof':>6s} {'break-even':>10s} {'kernel us':>9s} {'launch us':>9s}")
+    for name, T, t, ratio, rate, even, pct, kt in table:
         rows = str(T) if T else "plain"
+        k = f"{kt[1] * 1e6:9.1f} {kt[0] * 1e6:9.1f}" if kt else ""
         print(f"{name:14s} {rows:>4s} {t * 1e6:8.1f} {ratio:7.2f} {rate:9.1f} {100 * pct:6.1f} "
-              f"{even:10.2f}")
+              f"{even:10.2f} {k}")
     append_results(args.results_md, [
         [gpu, name, f"fastdecode {args.mode} prompt lookup step, {T} rows (tok/s: all "
          f"accepted)" if T else f"fastdecode {args.mode} plain decode step", f"{rate:.1f}",
-         f"{100 * pct:.1f}%", f"{ratio:.2f}x", f"{t * 1e6:.1f} us/step"]
-        for name, T, t, ratio, rate, _, pct in table],
+         f"{100 * pct:.1f}%", f"{ratio:.2f}x", f"{t * 1e6:.1f} us/step" + (
+             f" (kernel {kt[1] * 1e6:.0f} us, launch call {kt[0] * 1e6:.0f} us)" if kt else "")]
+        for name, T, t, ratio, rate, _, pct, kt in table],
         cmd)
 
 

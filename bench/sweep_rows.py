@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 import torch
 
@@ -24,27 +23,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fastdecode  # noqa: E402
 from bench_decode import append_results, bench_command, read_bandwidth  # noqa: E402
-from bench_lookup import step_time  # noqa: E402
-from fastdecode.generate import Sampling  # noqa: E402
+from bench_lookup import kernel_time, step_time  # noqa: E402
 from fastdecode.triton_kernels import config  # noqa: E402
 from shapes import random_model  # noqa: E402
-
-
-def launch_host_us(fm, T: int, n: int = 50) -> tuple[float, float]:
-    """(host us per megakernel launch call, GPU us per step) of n one-step launches of T rows."""
-    rt = fm.runtime
-    sched, start = rt.schedule(T), rt.position
-    rt._launch_mega(sched, 1, Sampling())  # compiled
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        rt._launch_mega(sched, 1, Sampling())
-    host = time.perf_counter() - t0
-    torch.cuda.synchronize()
-    gpu = time.perf_counter() - t0
-    rt.check_status()
-    rt.rewind(start)
-    return host / n * 1e6, gpu / n * 1e6
 
 
 def main():
@@ -88,9 +69,9 @@ def main():
                       f"{err:.1e}", flush=True)
             if args.mode == "mega":
                 for T in (1, rows[0]):
-                    host, gpu = launch_host_us(fm, T)
-                    print(f"  {name:14s} {tile:10s} T={T:2d} launch: host {host:7.1f} us, "
-                          f"step {gpu:7.1f} us", flush=True)
+                    host, gpu = kernel_time(fm, T)
+                    print(f"  {name:14s} {tile:10s} T={T:2d} launch: host {host * 1e6:7.1f} "
+                          f"us, step {gpu * 1e6:7.1f} us", flush=True)
             del fm
             torch.cuda.empty_cache()
     print(f"\n{'model':14s} {'tile':10s} {'T':>3s} {'us/step':>8s} {'GB/s':>6s} {'% roof':>6s} "
