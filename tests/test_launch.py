@@ -16,7 +16,8 @@ from models import tiny_model
 
 def megakernel_call(family="qwen3", T=1):
     """(grid, args, kw) of a real megakernel launch of a tiny model, captured, not run."""
-    fm = fastdecode.from_hf(tiny_model(family, layers=2), max_seq_len=32, mode="mega")
+    fm = fastdecode.from_hf(tiny_model(family, layers=2).to(DEVICE), max_seq_len=32,
+                            mode="mega")
     rt, seen = fm.runtime, []
     rt._launcher.launch = lambda k, grid, args, kw: seen.append((grid, args, kw))
     rt.forward(torch.arange(T, device=fm.device) + 3)
@@ -62,10 +63,33 @@ def _axpy(x, y, out, n, a, BLOCK: tl.constexpr):
     tl.store(out + offs, a * tl.load(x + offs, mask=m) + tl.load(y + offs, mask=m), mask=m)
 
 
+def test_rejected_cached_launch_falls_back_to_triton(monkeypatch):
+    """A launcher that rejects the arguments passed its way (TypeError: nothing ran) leaves
+    that call and every later one to Triton's own launch, with a warning."""
+    import types
+
+    import fastdecode.triton_kernels.launch as L
+    drv = types.SimpleNamespace(get_current_device=lambda: 0, get_current_stream=lambda d: 0)
+    monkeypatch.setattr(L, "driver", types.SimpleNamespace(active=drv))
+
+    class Rejecting:
+        function = packed_metadata = None
+
+        def run(self, *a):
+            raise TypeError("function takes exactly 9 arguments")
+    x = torch.arange(8.0, device=DEVICE)
+    y, out = torch.ones_like(x), torch.zeros_like(x)
+    launch = CachedLauncher(_axpy)
+    with pytest.warns(UserWarning, match="launching through Triton"):
+        launch.launch(Rejecting(), (1,), (x, y, out, 8, 2.0), dict(BLOCK=8))
+    assert launch._broken and launch.kernel((1,), (x, y, out, 8, 2.0), dict(BLOCK=8)) is None
+    torch.testing.assert_close(out, 2 * x + y)
+
+
 @pytest.mark.gpu
 def test_cached_launch_matches_triton_and_specializes():
-    """Each call's result is torch's; a key per specialization (n == 1, n % 16, an unaligned
-    view, another dtype, a constexpr), and a repeated key reuses its compiled kernel."""
+    """Each call's result is Triton's own launch's, bit for bit; a key per specialization
+    (n == 1, n % 16, an unaligned view, another dtype, a constexpr), and a repeated key reuses its compiled kernel."""
     launch = CachedLauncher(_axpy)
     g = torch.Generator(DEVICE).manual_seed(0)
     base = torch.randn(2, 300, device=DEVICE, generator=g)
@@ -75,11 +99,13 @@ def test_cached_launch_matches_triton_and_specializes():
                                  (37, 0, torch.float16, 64), (37, 0, torch.float32, 128),
                                  (37, 0, torch.float32, 64)]:
         x, y = (base[i, off:off + n].to(dtype) for i in range(2))
-        out = torch.full_like(x, float("nan"))
+        out, ref = torch.full_like(x, float("nan")), torch.full_like(x, float("nan"))
         grid, args, kw = (triton.cdiv(n, block),), (x, y, out, n, 1.5), dict(BLOCK=block)
         kernels.append(launch.kernel(grid, args, kw))
         launch(grid, args, kw)
-        torch.testing.assert_close(out, 1.5 * x + y, rtol=0, atol=0)
+        _axpy[grid](x, y, ref, n, 1.5, **kw)
+        torch.testing.assert_close(out, 1.5 * x + y)  # fused multiply-add or not
+        assert torch.equal(out, ref)
     assert all(k is not None for k in kernels)
     assert len(launch._kernels) == 6 and kernels[-1] is kernels[2]
     assert kernels[0] is not kernels[2]  # n == 1 compiles its own kernel
@@ -91,7 +117,10 @@ def test_megakernel_cached_launch_matches_tritons(T, monkeypatch):
     """A forward's logits and a generate()'s tokens through CachedLauncher equal those of
     Triton's own launch (forced by a launch hook), bit for bit."""
     from triton import knobs
-    fm = fastdecode.from_hf(tiny_model("llama", layers=2), max_seq_len=64, mode="mega")
+    from fastdecode.triton_kernels.launch import launch_hooked
+    assert not launch_hooked()  # Triton's default: empty hook chains
+    fm = fastdecode.from_hf(tiny_model("llama", layers=2).to(DEVICE), max_seq_len=64,
+                            mode="mega")
     ids = torch.arange(T, device=fm.device) + 3
 
     def run():
@@ -100,6 +129,9 @@ def test_megakernel_cached_launch_matches_tritons(T, monkeypatch):
                                                      do_sample=False)
     fast = run()
     assert len(fm.runtime._launcher._kernels) > 0
-    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", lambda *a: None)
+    hooked = []  # launches through Triton's own path call the hook
+    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", lambda *a: hooked.append(1))
+    assert launch_hooked()
     slow = run()
+    assert len(hooked) >= 2
     assert torch.equal(fast[0], slow[0]) and torch.equal(fast[1], slow[1])

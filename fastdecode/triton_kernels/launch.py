@@ -1,21 +1,24 @@
 """Launching a Triton kernel of many arguments without Triton's per-call binding.
 
 `kernel[grid](*args, **kw)` binds and specializes every argument in Python on each call
-(JITFunction.run: the generated binder, then the cache key). For the megakernel -- 119
-parameters, 44 of them tensors -- the binder alone took 178 us of host time per launch on a
-2-core CPU here (Triton 3.6); on the H200 machine's host the whole launch took 192 us, serial
-with the GPU wherever the caller waits for the step: prompt lookup's check of its candidates,
-each prefill chunk (bench/RESULTS.md session 36: a 1-row forward 1149 us against 751 us of
-kernel).
+(JITFunction.run: the generated binder, the cache key, the launch metadata). For the megakernel
+-- 119 parameters, 44 of them tensors -- the binder alone takes 178 us per launch on a 2-core
+CPU here (Triton 3.6); on the H200 machine's host Triton's launch took 157 us and the runtime's
+whole launch call 192 us, serial with the GPU wherever the caller waits for the step: prompt
+lookup's check of its candidates, each prefill chunk (bench/RESULTS.md session 36: a one-row
+forward 1149 us around 751 us of kernel).
 
 CachedLauncher keeps the compiled kernel per specialization key -- each tensor's dtype and
 whether its address is 16-byte aligned (what Triton specializes a pointer on), every other
 argument's exact value (Triton specializes an int on == 1, divisibility by 16 and its width),
-the constexprs and launch options, the grid and the current device -- and passes the arguments
-straight to the compiled kernel's launcher. The first launch of a key compiles / loads the
-kernel through Triton and checks that the argument order built here is the one Triton's binder
-builds; if it ever differs (another Triton), that key keeps Triton's own launch. Under the
-interpreter, or with a launch hook set (a profiler's), every call is Triton's own launch.
+the constexprs and launch options, the grid and the current device: ~20 us -- and passes the
+arguments straight to the compiled kernel's launcher, without launch metadata or hooks.
+The first launch of a key compiles / loads the kernel through Triton and checks that the
+argument order built here is the one Triton's binder builds; where it differs (another
+Triton), that key keeps Triton's own launch, as every key does once the launcher rejects
+arguments passed this way (a TypeError / ValueError before anything runs). Under the
+interpreter, or with a launch hook set (a profiler's: Triton 3.6's hook chains are empty by
+default), every call is Triton's own launch.
 """
 from __future__ import annotations
 
@@ -30,12 +33,19 @@ from ._common import INTERPRET
 _TRITON = object()  # a key whose launches go through Triton's own path
 
 
+def launch_hooked() -> bool:
+    """Whether a launch hook is set: Triton 3.6's knobs hold a HookChain, empty by default."""
+    h = knobs.runtime.launch_enter_hook
+    return h is not None and bool(getattr(h, "calls", True))
+
+
 class CachedLauncher:
     """launcher(grid, args, kw) == fn[grid](*args, **kw), minus the per-call binding."""
 
     def __init__(self, fn, max_keys: int = 64):
         self.fn, self.max_keys = fn, max_keys
         self._kernels: dict = {}
+        self._broken = False  # the launcher rejected a call: Triton's own launches from then on
         params = getattr(fn, "params", None) or []
         self._names = [p.name for p in params]
         self._defaults = {p.name: p.default for p in params}
@@ -63,9 +73,9 @@ class CachedLauncher:
         """The compiled, loaded kernel of this call's specialization (compiled on first use),
         or None where launches go through Triton (the interpreter; a launch hook -- the kernel
         compiled and loaded all the same; a key whose argument order did not check out)."""
-        if INTERPRET:
+        if INTERPRET or self._broken:
             return None
-        if knobs.runtime.launch_enter_hook is not None:
+        if launch_hooked():
             self.fn.run(*args, grid=grid, warmup=True, **kw)._init_handles()
             return None
         device = driver.active.get_current_device()
@@ -93,9 +103,13 @@ class CachedLauncher:
             return
         g = tuple(grid) + (1, 1)
         stream = driver.active.get_current_stream(driver.active.get_current_device())
-        kernel.run(g[0], g[1], g[2], stream, kernel.function, kernel.packed_metadata, None,
-                   knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook,
-                   *self.values(args, kw))
+        try:
+            kernel.run(g[0], g[1], g[2], stream, kernel.function, kernel.packed_metadata, None,
+                       None, None, *self.values(args, kw))
+        except (TypeError, ValueError, SystemError) as e:  # argument parsing: nothing launched
+            warnings.warn(f"{self.fn}: the cached launch failed ({e}); launching through Triton")
+            self._broken = True
+            self.fn[grid](*args, **kw)
 
     def __call__(self, grid, args, kw):
         self.launch(self.kernel(grid, args, kw), grid, args, kw)
