@@ -11,8 +11,8 @@ asm paths on, so ptxas checks every wrapper's PTX.
     python bench/compile_check.py --model 8b [--elems 8192 --warps 4 --max-k 4096] [--tp 2]
                                   [--stages N] [--set ptx=1 l2_prefetch_kb=64 ...]
                                   [--trace] [--dump DIR]
-    python bench/compile_check.py --model 8b --rows-tile 32x256x4x3   (a step of 4 rows'
-        megakernel with that multi-row tile, config.MULTI_ROW_TILE: rows x K x warps x stages;
+    python bench/compile_check.py --model 8b --rows-tile 32x256x4   (a step of 4 rows'
+        megakernel with that multi-row tile, config.MULTI_ROW_TILE: rows x K x warps;
         two programs per SM need <= 113 KB of shared memory and <= 255 registers at 4 warps)
     python bench/compile_check.py --family qwen3
     python bench/compile_check.py --ptx
@@ -152,7 +152,7 @@ def main():
     p.add_argument("--set", nargs="+", default=[], metavar="FIELD=VALUE",
                    help="any other StreamConfig field, integer values (ptx=1, merge_in_attn=1, "
                         "norm_in_qkv=1, l2_prefetch_kb=64, attn_block_s=32, ...)")
-    p.add_argument("--rows-tile", default=None, metavar="NxKxWxS",
+    p.add_argument("--rows-tile", default=None, metavar="NxKxW",
                    help="compile a 4-row step's megakernel with this multi-row tile instead")
     p.add_argument("--trace", action="store_true",
                    help="also the traced decode megakernel (Runtime.trace_decode: timers, %%smid)")
@@ -234,13 +234,13 @@ def main():
 
 
 def compile_rows(model, name, tiles, programs):
-    """The megakernel of a step of 4 rows per multi-row tile (comma-separated NxKxWxS): the
+    """The megakernel of a step of 4 rows per multi-row tile (comma-separated NxKxW): the
     tile the GPU's config.gemv_config gives every T > 1 GEMV (here the CPU's would be taken)."""
     import fastdecode
     from fastdecode import graph
     from fastdecode.triton_kernels import lm_head, qkv_rope
     from fastdecode.triton_kernels.config import TileConfig, gemv_config
-    print(f"{name}, sm_90a, a step of 4 rows by multi-row tile (rows x K x warps x stages):")
+    print(f"{name}, sm_90a, a step of 4 rows by multi-row tile (rows x K x warps):")
     for spec in tiles.split(","):
         tile = TileConfig(*(int(v) for v in spec.split("x")))
         graph.gemv_config = qkv_rope.gemv_config = lm_head.gemv_config = \

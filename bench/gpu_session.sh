@@ -194,7 +194,7 @@ for s in $stages; do
             2>&1 | tail -3
           FASTDECODE_COMMIT=$COMMIT timeout ${ROWS_TIMEOUT:-300} python3 bench/sweep_rows.py \
             --models ${ROWS_MODELS:-1b,8b} --rows 2,16 \
-            --tiles ${ROWS_TILES:-32x256x4,32x256x4x3,64x64x4} 2>&1 | grep -v -i warn | tail -18
+            --tiles ${ROWS_TILES:-32x256x4,64x128x4} 2>&1 | grep -v -i warn | tail -18
           cp bench/RESULTS.md "$OUT/" ;;
     lookup) timeout 240 python3 -m pytest -q tests/test_lookup.py -p no:cacheprovider 2>&1 | tail -3
             FASTDECODE_COMMIT=$COMMIT timeout ${LOOKUP_TIMEOUT:-300} python3 bench/bench_lookup.py \

@@ -86,9 +86,7 @@ class Tiling:
     norm_in_qkv: bool = False    # qk_defer: the last QKV task of a group norms it (no QKNORM)
     attn_in_qkv: bool = False    # decode: the last QKV task of a group runs its attention (one
                                  # split over all keys: short contexts, config.StreamConfig)
-    # QKV / o / gate|up / down stream stages: decode StreamConfig.op_stages; T > 1 (1, s, s, s),
-    # s = the multi-row tile's num_stages (config.MULTI_ROW_TILE)
-    stages: tuple = (1, 1, 1, 1)
+    stages: tuple = (1, 1, 1, 1)  # decode: QKV / o / gate|up / down stream stages (StreamConfig)
     l2_prefetch_kb: int = 0       # decode: o_proj tasks' bulk L2 prefetch (StreamConfig)
     kv_prefetch: bool = False     # decode: K / V asked into L2 before the waits (StreamConfig)
     one_poller: bool = False      # decode: waits polled by one thread (StreamConfig)
@@ -156,8 +154,7 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
                   merge_heads=merge_heads(spec.group, st.merge_heads if st is not None else 1),
                   norm_in_qkv=st is not None and st.norm_in_qkv and defer,
                   attn_in_qkv=attn_in_qkv,
-                  stages=st.op_stages(spec.d_model) if st is not None else
-                  (1,) + (cfg.num_stages,) * 3,
+                  stages=st.op_stages(spec.d_model) if st is not None else (1, 1, 1, 1),
                   l2_prefetch_kb=st.l2_prefetch_kb if st is not None else 0,
                   kv_prefetch=st is not None and st.kv_prefetch,
                   one_poller=st is not None and st.one_poller,

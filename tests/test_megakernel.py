@@ -231,15 +231,14 @@ def test_decode_stream_tiles_match_torch(family, stream):
     assert ((1, True) in fm.runtime._schedules) == (stream.attn_in_qkv_keys > 0)
 
 
-@pytest.mark.parametrize("family,tile", [("llama_bias_tied", "16x16x4x3"), ("qwen3", "16x16x4x3"),
+@pytest.mark.parametrize("family,tile", [("llama_bias_tied", "16x16x4"), ("qwen3", "16x16x4"),
                                          ("qwen2", "shipped"), ("mistral", "shipped")])
 def test_multi_row_tiles_match_torch(family, tile, monkeypatch):
     """Steps of several rows with the GPU's multi-row tile (the CPU otherwise takes whole rows:
-    config.gemv_config), masked at the tiny models' odd sizes; and with the o_proj / gate|up /
-    down pieces pipelined (TileConfig.num_stages 3, gemv_body's T > 1 stream): 16 x 16 tiles, so
-    a task streams several tiles of K chunks and odd N / K end mid-tile and mid-chunk; biases
-    (o, gate|up, down), the RMSNorm prologue and the residual epilogue. fp32 weights: the logits
-    of torch mode up to summation order."""
+    config.gemv_config), masked at the tiny models' odd sizes; 16 x 16 tiles, so a task streams
+    several tiles of K chunks and odd N / K end mid-tile and mid-chunk; biases (o, gate|up,
+    down), the RMSNorm prologue and the residual epilogue. fp32 weights: the logits of torch
+    mode up to summation order."""
     from fastdecode import graph
     from fastdecode.triton_kernels.config import MULTI_ROW_TILE, TileConfig
     tile = MULTI_ROW_TILE if tile == "shipped" else TileConfig(*map(int, tile.split("x")))
@@ -252,13 +251,7 @@ def test_multi_row_tiles_match_torch(family, tile, monkeypatch):
     want = torch.cat([ref(ids[:, :5])[0], ref(ids[:, 5:])[0]])
     fm = fastdecode.from_hf(model, max_seq_len=32, mode="mega")
     got = torch.cat([fm(ids[:, :5])[0], fm(ids[:, 5:])[0]])
-    assert fm.runtime.schedule(4).graph.tiling.stages == (1,) + (tile.num_stages,) * 3
     assert float((got - want).norm() / want.norm()) < 1e-5
-    # the prompt's step chooses the first token (its lm_head tasks' partial choices): HF's
-    with torch.no_grad():
-        hf = model.generate(ids[:, :5], max_new_tokens=3, do_sample=False, eos_token_id=None,
-                            pad_token_id=0)
-    assert torch.equal(fm.generate(ids[:, :5], max_new_tokens=3, eos_token_id=[]), hf)
 
 
 def test_ptx_stream_gives_the_plain_streams_tokens():

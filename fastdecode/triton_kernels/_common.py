@@ -214,17 +214,6 @@ def mm_tile(a, b, F32: tl.constexpr):
 
 
 @triton.jit
-def rows_x(x_ptr, norm_ptr, stride_x, rstd, offs_t, mask_t, offs_k, mask_k, NORM: tl.constexpr):
-    """Activation chunk [BLOCK_T, BLOCK_K] in fp32: x[t, k], or x * rstd[t] * norm_w[k] (NORM)."""
-    x = tl.load(x_ptr + offs_t[:, None] * stride_x + offs_k[None, :],
-                mask=mask_t[:, None] & mask_k[None, :], other=0.0).to(tl.float32)
-    if NORM:
-        nw = tl.load(norm_ptr + offs_k, mask=mask_k, other=0.0).to(tl.float32)
-        x = x * rstd[:, None] * nw[None, :]
-    return x
-
-
-@triton.jit
 def gemv_acc(x_ptr, stride_x, offs_t, mask_t, rstd, norm_ptr, w_ptr, rows, rows2, mask_r, K,
              NORM: tl.constexpr, TWO: tl.constexpr, BLOCK_K: tl.constexpr,
              F32: tl.constexpr):
@@ -249,7 +238,11 @@ def gemv_acc(x_ptr, stride_x, offs_t, mask_t, rstd, norm_ptr, w_ptr, rows, rows2
         if TWO:
             w2 = tl.load(w_ptr + rows2[:, None].to(tl.int64) * K + offs_k[None, :], mask=wm,
                          other=0.0, eviction_policy="evict_first")
-        x = rows_x(x_ptr, norm_ptr, stride_x, rstd, offs_t, mask_t, offs_k, mask_k, NORM)
+        x = tl.load(x_ptr + offs_t[:, None] * stride_x + offs_k[None, :],
+                    mask=mask_t[:, None] & mask_k[None, :], other=0.0).to(tl.float32)
+        if NORM:
+            nw = tl.load(norm_ptr + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+            x = x * rstd[:, None] * nw[None, :]
         if BLOCK_T == 1:
             acc += tl.sum(w.to(tl.float32) * x, axis=1)[None, :]
             if TWO:

@@ -35,9 +35,6 @@ class TileConfig:
     block_n: int
     block_k: int
     num_warps: int
-    # the megakernel's steps of several rows (MULTI_ROW_TILE): > 1, the o_proj / gate|up / down
-    # tasks' pieces pipelined through shared memory in that many stages (gemv.gemv_body)
-    num_stages: int = 1
 
 
 @dataclass(frozen=True)
@@ -604,11 +601,12 @@ def stream_config(device, spec=None, path: str = TILE_TABLE) -> StreamConfig:
 # at the 64 x 64 before; 64 x 128 2.03 / 2.30, 32 x 128 2.07 / 2.33, 64 x 256 2.24 / 2.30,
 # 32 x 256 at 8 warps 2.05 / 2.39, 16 x 512 4.34 / 4.39, 32 x 512 3.12 / 3.27; 8B (4 / 16 rows)
 # 7.21 / 7.36 against 9.15 / 9.64 (64 x 128: 7.60 / 8.00). Still 2.3x / 1.8x a decode step: the
-# tile loops over K on its own, a few KB in flight per program. num_stages > 1 streams each task's
-# pieces through a pipeline instead (gemv_body): not yet timed, so off (sweep_rows --tiles
-# 32x256x4x3 times it). compile_check --rows-tile, sm_90a: 32 x 256 x 4 255 registers, 91 KB of
-# shared memory on the 1B and 8B shapes (two programs fit an SM; 64 x 64 38 / 70 KB); with 3
-# stages 91 / 78 KB
+# tile loops over K on its own, a few KB in flight per program. Its pieces pipelined through
+# shared memory across a task's tiles (3 stages; compile_check --rows-tile: 91 / 78 KB on the
+# 1B / 8B, two programs an SM) timed slower: 1B 2 / 16 rows 2209 / 2509 us against 1846 / 1998,
+# 8B 7595 / 8427 against 6668 / 7211 (sweep_rows, bench/RESULTS.md session 36): removed.
+# compile_check --rows-tile, sm_90a: 32 x 256 x 4 255 registers, 91 KB of shared memory on the
+# 1B and 8B shapes (64 x 64: 38 / 70 KB)
 MULTI_ROW_TILE = TileConfig(block_n=32, block_k=256, num_warps=4)
 
 

@@ -13,9 +13,9 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import (INTERPRET, gemv_acc, mm_tile, next_x_chunk, pdl_ready, pdl_start, pdl_wait,
-                      row_dot, row_partials, row_rstd, row_sum, rows_x, stream_x0, weight_chunk,
-                      x_chunk, x_chunk_apply, x_chunk_raw)
+from ._common import (INTERPRET, gemv_acc, next_x_chunk, pdl_ready, pdl_start, pdl_wait, row_dot,
+                      row_partials, row_rstd, row_sum, stream_x0, weight_chunk, x_chunk,
+                      x_chunk_apply, x_chunk_raw)
 from .config import StreamConfig, gemv_config, gemv_stream, stream_ptx, use_pdl
 
 
@@ -87,22 +87,6 @@ def stream_piece(w_ptr, N, K, tile_lo, i, n_it, BLOCK_N: tl.constexpr, BLOCK_K: 
 
 
 @triton.jit
-def rows_piece_dot(acc, acc2, w, w2, x_ptr, norm_ptr, stride_x, rstd, offs_t, mask_t, i, n_k, K,
-                   NORM: tl.constexpr, TWO: tl.constexpr, BLOCK_K: tl.constexpr,
-                   F32: tl.constexpr):
-    """A multi-row stream's piece i (stream_piece: w, and w2 the up rows if TWO) against its
-    [BLOCK_T, BLOCK_K] activation chunk (K chunk i % n_k; NORM: x * rstd * norm_w) on tl.dot:
-    (acc, acc2) [BLOCK_T, BLOCK_N] fp32 plus this piece's products."""
-    offs_k = (i % n_k) * BLOCK_K + tl.arange(0, BLOCK_K)
-    xd = rows_x(x_ptr, norm_ptr, stride_x, rstd, offs_t, mask_t, offs_k, offs_k < K,
-                NORM).to(w.dtype)
-    acc += mm_tile(xd, tl.trans(w), F32)
-    if TWO:
-        acc2 += mm_tile(xd, tl.trans(w2), F32)
-    return acc, acc2
-
-
-@triton.jit
 def stream_start(w_ptr, N, K, tile_lo, tile_hi, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                  TWO: tl.constexpr, STREAM: tl.constexpr, PTX: tl.constexpr):
     """The first piece of a decode-stream task over row tiles [tile_lo, tile_hi) of W [N (x2 if
@@ -154,11 +138,7 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
     Rows chunked over K (both streams) add up each piece's row_partials -- sums within a thread
     -- and reduce across threads (shuffles, shared memory, a barrier) once per tile, at its last
     chunk, not once per piece (+0.4-0.9% tok/s on 8B / Qwen3-8B / 1B, A/B in one run, session
-    12).
-    STAGES > 1 with T > 1 (not STREAM; the megakernel's steps of several rows,
-    config.MULTI_ROW_TILE's num_stages): the task's (tile, K chunk) pieces as one pipelined
-    stream as above, each multiplied by its [BLOCK_T, BLOCK_K] activation chunk on tl.dot, the
-    wait inside the first iteration."""
+    12)."""
     run = 1
     PV: tl.constexpr = min(128 // w_ptr.dtype.element_ty.primitive_bitwidth, BLOCK_K)
     if STREAM and STAGES > 1:
@@ -219,38 +199,6 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
                                                  (rows1 < N) & (i + 1 < n_it), N, stride_res,
                                                  BIAS, SWIGLU, RESIDUAL)
                     acc = tl.zeros([1, BLOCK_N], dtype=tl.float32)
-                    acc2 = acc
-        if n_it == 0:
-            if WAIT is not None:
-                run = WAIT(*wargs)
-    elif STAGES > 1:
-        offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
-        mask_t = offs_t < T
-        n_k = tl.cdiv(K, BLOCK_K)
-        n_it = (tile_hi - tile_lo) * n_k
-        rstd = tl.zeros([BLOCK_T], dtype=tl.float32)
-        acc = tl.zeros([BLOCK_T, BLOCK_N], dtype=tl.float32)
-        acc2 = acc
-        for i in tl.range(0, n_it, num_stages=STAGES):
-            w, w2 = stream_piece(w_ptr, N, K, tile_lo, i, n_it, BLOCK_N, BLOCK_K, SWIGLU, False)
-            if i == 0:
-                if WAIT is not None:
-                    run = WAIT(*wargs)
-                if NORM and run == 1:
-                    rstd = row_rstd(x_ptr, stride_x, offs_t, mask_t, K, eps, BLOCK_K, K_CONST)
-            if run == 1:
-                acc, acc2 = rows_piece_dot(acc, acc2, w, w2, x_ptr, norm_ptr, stride_x, rstd,
-                                           offs_t, mask_t, i, n_k, K, NORM, SWIGLU, BLOCK_K, F32)
-                if i % n_k == n_k - 1:  # the tile's last chunk: epilogue and store
-                    rows = (tile_lo + i // n_k) * BLOCK_N + tl.arange(0, BLOCK_N)
-                    mask_n = rows < N
-                    b, b2, r = epilogue_operands(bias_ptr, res_ptr, offs_t, mask_t, rows, mask_n,
-                                                 N, stride_res, BIAS, SWIGLU, RESIDUAL)
-                    y = gemv_epilogue(acc, acc2, b, b2, r, SWIGLU)
-                    tl.store(out_ptr + offs_t[:, None] * stride_out + rows[None, :],
-                             y.to(out_ptr.dtype.element_ty),
-                             mask=mask_t[:, None] & mask_n[None, :])
-                    acc = tl.zeros([BLOCK_T, BLOCK_N], dtype=tl.float32)
                     acc2 = acc
         if n_it == 0:
             if WAIT is not None:

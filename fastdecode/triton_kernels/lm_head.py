@@ -19,7 +19,7 @@ import triton.language as tl
 from ._common import (INTERPRET, next_x_chunk, pdl_start, pdl_wait, row_dot, row_rstd,
                       weight_chunk, x_chunk)
 from .config import StreamConfig, gemv_config, merge_block, stream_ptx, use_pdl
-from .gemv import block_t, gemv_tile, rows_piece_dot, stream_piece, stream_start
+from .gemv import block_t, gemv_tile, stream_start
 
 
 @triton.jit
@@ -50,14 +50,10 @@ def lm_head_body(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_pt
                  T, V, K, stride_x, stride_logits, eps, n_parts, tile_lo, tile_hi, part, pid_t, w0,
                  v0, VKEY, WRITE_LOGITS: tl.constexpr, CHOOSE: tl.constexpr, SAMPLE: tl.constexpr,
                  BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 STREAM: tl.constexpr, F32: tl.constexpr, PTX: tl.constexpr,
-                 STAGES: tl.constexpr = 1, K_CONST: tl.constexpr = 0):
+                 STREAM: tl.constexpr, F32: tl.constexpr, PTX: tl.constexpr):
     """Vocab tiles [tile_lo, tile_hi) of BLOCK_N rows for token block pid_t; one partial choice
     per token row at pval/pidx[t, part]. STREAM (T=1): the decode stream of gemv_body, w0 its
-    first piece (gemv.stream_start). STAGES > 1 (not STREAM, T > 1: the megakernel's steps of
-    several rows, config.MULTI_ROW_TILE's num_stages): the task's pieces as one pipelined
-    stream (gemv_body's T > 1 stream; K_CONST: K as a constexpr, the norm's statistics
-    unrolled). v0: the vocabulary id of row 0 (a tensor-parallel rank's
+    first piece (gemv.stream_start). v0: the vocabulary id of row 0 (a tensor-parallel rank's
     shard starts there; 0 otherwise), VKEY: the whole vocabulary (Gumbel noise is keyed on
     t * VKEY + global id, so every tensor-parallel layout draws the same sample)."""
     offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
@@ -94,25 +90,6 @@ def lm_head_body(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_pt
                                            seed, temp, SAMPLE)
                 acc = tl.zeros([1, BLOCK_N], dtype=tl.float32)
             w, x = w_n, x_n
-    elif STAGES > 1:
-        n_k = tl.cdiv(K, BLOCK_K)
-        n_it = (tile_hi - tile_lo) * n_k
-        rstd = row_rstd(x_ptr, stride_x, offs_t, mask_t, K, eps, BLOCK_K, K_CONST)
-        acc = tl.zeros([BLOCK_T, BLOCK_N], dtype=tl.float32)
-        for i in tl.range(0, n_it, num_stages=STAGES):
-            w, _ = stream_piece(w_ptr, V, K, tile_lo, i, n_it, BLOCK_N, BLOCK_K, False, False)
-            acc, _ = rows_piece_dot(acc, acc, w, w, x_ptr, norm_ptr, stride_x, rstd, offs_t,
-                                    mask_t, i, n_k, K, True, False, BLOCK_K, F32)
-            if i % n_k == n_k - 1:
-                offs_n = (tile_lo + i // n_k) * BLOCK_N + tl.arange(0, BLOCK_N)
-                mask_n = offs_n < V
-                if WRITE_LOGITS:
-                    tl.store(logits_ptr + offs_t[:, None] * stride_logits + offs_n[None, :], acc,
-                             mask=mask_t[:, None] & mask_n[None, :])
-                if CHOOSE:
-                    best, bidx = keep_best(best, bidx, acc, offs_t, offs_n + v0, mask_n, VKEY,
-                                           seed, temp, SAMPLE)
-                acc = tl.zeros([BLOCK_T, BLOCK_N], dtype=tl.float32)
     else:
         for tile in range(tile_lo, tile_hi):
             y, offs_t, mask_t, offs_n, mask_n = gemv_tile(

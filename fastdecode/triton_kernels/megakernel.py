@@ -304,8 +304,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     PTX (STREAM, bf16 weights): weight pieces by inline PTX (_common.weight_chunk).
     SQ / SO / SG / SF (STREAM, config.StreamConfig.stages): > 1, the QKV / o_proj / gate|up /
     down tasks stream through shared memory in that many stages, their wait inside the stream
-    (gemv.gemv_body, qkv_rope.qkv_rope_body). T > 1 (not STREAM): SO = SG = SF, the multi-row
-    tile's num_stages (config.MULTI_ROW_TILE), for the lm_head tasks too (lm_head_body).
+    (gemv.gemv_body, qkv_rope.qkv_rope_body).
     MERGE_IN_ATTN (graph.py, Tiling.merge_in_attn): each ATTN task adds 1 (acq_rel) to its
     group's ticket counter counters[tkt_base + layer * KVH + group] after storing its partials;
     the one that completes a step's tickets (the group's ATTN tasks, Tiling.attn_group_tasks)
@@ -465,7 +464,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                     lm_head_body(h_ptr, lm_ptr, fnorm_ptr, logits_ptr, pval_ptr, pidx_ptr,
                                  seed_ptr, temp_ptr, T, V, D, D, V, eps, n_vparts, a1, a2,
                                  a0 % n_vparts, a0 // n_vparts, w0, voff, vkey, True, True, SAMPLE,
-                                 BLOCK_T, RD, KD, STREAM, F32, PTX, SO, D)
+                                 BLOCK_T, RD, KD, STREAM, F32, PTX)
                     if WORLD > 1:  # this task's partial choices to every rank, rank-major
                         tl.debug_barrier()
                         part = a0 % n_vparts
