@@ -67,6 +67,7 @@ def test_rejected_cached_launch_falls_back_to_triton(monkeypatch):
     """A launcher that rejects the arguments passed its way (TypeError: nothing ran) leaves
     that call and every later one to Triton's own launch, with a warning."""
     import types
+    import warnings
 
     import fastdecode.triton_kernels.launch as L
     drv = types.SimpleNamespace(get_current_device=lambda: 0, get_current_stream=lambda d: 0)
@@ -82,8 +83,13 @@ def test_rejected_cached_launch_falls_back_to_triton(monkeypatch):
     launch = CachedLauncher(_axpy)
     with pytest.warns(UserWarning, match="launching through Triton"):
         launch.launch(Rejecting(), (1,), (x, y, out, 8, 2.0), dict(BLOCK=8))
-    assert launch._broken and launch.kernel((1,), (x, y, out, 8, 2.0), dict(BLOCK=8)) is None
+    assert launch._broken
     torch.testing.assert_close(out, 2 * x + y)
+    out.zero_()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # not offered to the launcher again
+        launch.launch(Rejecting(), (1,), (x, y, out, 8, 3.0), dict(BLOCK=8))
+    torch.testing.assert_close(out, 3 * x + y)
 
 
 @pytest.mark.gpu

@@ -15,10 +15,10 @@ the constexprs and launch options, the grid and the current device: ~20 us -- an
 arguments straight to the compiled kernel's launcher, without launch metadata or hooks.
 The first launch of a key compiles / loads the kernel through Triton and checks that the
 argument order built here is the one Triton's binder builds; where it differs (another
-Triton), that key keeps Triton's own launch, as every key does once the launcher rejects
-arguments passed this way (a TypeError / ValueError before anything runs). Under the
-interpreter, or with a launch hook set (a profiler's: Triton 3.6's hook chains are empty by
-default), every call is Triton's own launch.
+Triton), or once the launcher rejects arguments passed this way (a TypeError / ValueError
+before anything runs), every launch goes through Triton's own path, as under the interpreter
+or with a launch hook set (a profiler's: Triton 3.6's hook chains are empty by default).
+kernel() still returns the compiled kernel there (the runtime sets its carveout).
 """
 from __future__ import annotations
 
@@ -29,9 +29,6 @@ from triton import knobs
 from triton.runtime import driver
 
 from ._common import INTERPRET
-
-_TRITON = object()  # a key whose launches go through Triton's own path
-
 
 def launch_hooked() -> bool:
     """Whether a launch hook is set: Triton 3.6's knobs hold a HookChain, empty by default."""
@@ -45,7 +42,9 @@ class CachedLauncher:
     def __init__(self, fn, max_keys: int = 64):
         self.fn, self.max_keys = fn, max_keys
         self._kernels: dict = {}
-        self._broken = False  # the launcher rejected a call: Triton's own launches from then on
+        # the arguments' order did not check out, or the launcher rejected them: Triton's own
+        # launches from then on
+        self._broken = False
         params = getattr(fn, "params", None) or []
         self._names = [p.name for p in params]
         self._defaults = {p.name: p.default for p in params}
@@ -70,35 +69,37 @@ class CachedLauncher:
         return list(args) + [kw[k] if k in kw else self._defaults[k] for k in self._names[n:]]
 
     def kernel(self, grid, args, kw):
-        """The compiled, loaded kernel of this call's specialization (compiled on first use),
-        or None where launches go through Triton (the interpreter; a launch hook -- the kernel
-        compiled and loaded all the same; a key whose argument order did not check out)."""
-        if INTERPRET or self._broken:
+        """The compiled, loaded kernel of this call's specialization (compiled on first use;
+        None under the interpreter). The first key also checks the argument order."""
+        if INTERPRET:
             return None
-        if launch_hooked():
-            self.fn.run(*args, grid=grid, warmup=True, **kw)._init_handles()
-            return None
+        if launch_hooked():  # launched through Triton: not cached, compiled and loaded all the same
+            k = self.fn.run(*args, grid=grid, warmup=True, **kw)
+            k._init_handles()
+            return k
         device = driver.active.get_current_device()
         key = self.key(grid, args, kw, device)
         k = self._kernels.get(key)
         if k is None:
             k = self.fn.run(*args, grid=grid, warmup=True, **kw)
             k._init_handles()
-            binder = self.fn.device_caches[device][-1]
-            bound = list(binder(*args, **kw)[0].values())
-            ours = self.values(args, kw)
-            if len(bound) != len(ours) or any(a is not b for a, b in zip(bound, ours)):
-                warnings.warn(f"{self.fn}: Triton binds its arguments in another order; "
-                              "launching through Triton")
-                k = _TRITON
+            if not self._broken:
+                binder = self.fn.device_caches[device][-1]
+                bound = list(binder(*args, **kw)[0].values())
+                ours = self.values(args, kw)
+                if len(bound) != len(ours) or any(a is not b for a, b in zip(bound, ours)):
+                    warnings.warn(f"{self.fn}: Triton binds its arguments in another order; "
+                                  "launching through Triton")
+                    self._broken = True
             if len(self._kernels) >= self.max_keys:
                 self._kernels.clear()
             self._kernels[key] = k
-        return None if k is _TRITON else k
+        return k
 
     def launch(self, kernel, grid, args, kw):
-        """Launch `kernel` (from self.kernel(grid, args, kw); None: Triton's own launch)."""
-        if kernel is None:
+        """Launch `kernel` (self.kernel(grid, args, kw)) directly; through Triton's own launch
+        under the interpreter, with a launch hook set, or once the direct launch was refused."""
+        if kernel is None or self._broken or launch_hooked():
             self.fn[grid](*args, **kw)
             return
         g = tuple(grid) + (1, 1)
