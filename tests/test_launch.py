@@ -92,6 +92,21 @@ def test_rejected_cached_launch_falls_back_to_triton(monkeypatch):
     torch.testing.assert_close(out, 3 * x + y)
 
 
+def test_triton_launch_switch(monkeypatch):
+    """FASTDECODE_TRITON_LAUNCH=1 (launch.DIRECT off): every launch is Triton's own; the
+    compiled kernel handed in is not run."""
+    import fastdecode.triton_kernels.launch as L
+    monkeypatch.setattr(L, "DIRECT", False)
+
+    class Unused:
+        def run(self, *a):
+            raise AssertionError("launched directly")
+    x = torch.arange(8.0, device=DEVICE)
+    out = torch.zeros_like(x)
+    CachedLauncher(_axpy).launch(Unused(), (1,), (x, x, out, 8, 2.0), dict(BLOCK=8))
+    torch.testing.assert_close(out, 3 * x)
+
+
 @pytest.mark.gpu
 def test_cached_launch_matches_triton_and_specializes():
     """Each call's result is Triton's own launch's, bit for bit; a key per specialization

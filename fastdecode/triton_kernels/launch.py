@@ -17,11 +17,13 @@ The first launch of a key compiles / loads the kernel through Triton and checks 
 argument order built here is the one Triton's binder builds; where it differs (another
 Triton), or once the launcher rejects arguments passed this way (a TypeError / ValueError
 before anything runs), every launch goes through Triton's own path, as under the interpreter
-or with a launch hook set (a profiler's: Triton 3.6's hook chains are empty by default).
+or with a launch hook set (a profiler's: Triton 3.6's hook chains are empty by default), or
+with FASTDECODE_TRITON_LAUNCH=1 in the environment.
 kernel() still returns the compiled kernel there (the runtime sets its carveout).
 """
 from __future__ import annotations
 
+import os
 import warnings
 
 import torch
@@ -29,6 +31,8 @@ from triton import knobs
 from triton.runtime import driver
 
 from ._common import INTERPRET
+
+DIRECT = os.environ.get("FASTDECODE_TRITON_LAUNCH", "0") in ("0", "")  # read at import
 
 def launch_hooked() -> bool:
     """Whether a launch hook is set: Triton 3.6's knobs hold a HookChain, empty by default."""
@@ -99,7 +103,7 @@ class CachedLauncher:
     def launch(self, kernel, grid, args, kw):
         """Launch `kernel` (self.kernel(grid, args, kw)) directly; through Triton's own launch
         under the interpreter, with a launch hook set, or once the direct launch was refused."""
-        if kernel is None or self._broken or launch_hooked():
+        if kernel is None or not DIRECT or self._broken or launch_hooked():
             self.fn[grid](*args, **kw)
             return
         g = tuple(grid) + (1, 1)
