@@ -34,6 +34,7 @@ import fastdecode  # noqa: E402
 from bench_decode import (append_results, bench_command, decode_rate, read_bandwidth,  # noqa: E402
                           timed)
 from fastdecode.generate import Sampling  # noqa: E402
+from fastdecode.triton_kernels import launch  # noqa: E402
 from shapes import random_model  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -155,9 +156,11 @@ def main():
         k = f"{kt[1] * 1e6:9.1f} {kt[0] * 1e6:9.1f}" if kt else ""
         print(f"{name:14s} {rows:>4s} {t * 1e6:8.1f} {ratio:7.2f} {rate:9.1f} {100 * pct:6.1f} "
               f"{even:10.2f} {k}")
+    # the megakernel's launch: direct (triton_kernels/launch.py) unless FASTDECODE_TRITON_LAUNCH=1
+    how = f"fastdecode {args.mode}" + ("" if launch.DIRECT else " (Triton's own launch)")
     append_results(args.results_md, [
-        [gpu, name, f"fastdecode {args.mode} prompt lookup step, {T} rows (tok/s: all "
-         f"accepted)" if T else f"fastdecode {args.mode} plain decode step", f"{rate:.1f}",
+        [gpu, name, f"{how} prompt lookup step, {T} rows (tok/s: all "
+         f"accepted)" if T else f"{how} plain decode step", f"{rate:.1f}",
          f"{100 * pct:.1f}%", f"{ratio:.2f}x", f"{t * 1e6:.1f} us/step" + (
              f" (kernel {kt[1] * 1e6:.0f} us, launch call {kt[0] * 1e6:.0f} us)" if kt else "")]
         for name, T, t, ratio, rate, _, pct, kt in table],

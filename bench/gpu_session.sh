@@ -3,7 +3,10 @@
 # time-boxed so a failure or a slow stage cannot eat the call. Outputs land in $OUT (or /tmp/out).
 #   device run:  bash bench/gpu_session.sh  [stages...]
 #   stages: tests kernels mkernels models shapes sweep bench trace tp variants first pdl ab exp gemvcfg
-#           wsprobe prefill attn ncu lookup api rows
+#           wsprobe prefill attn ncu lookup api rows launch
+#   (launch: the megakernel's direct launch (triton_kernels/launch.py) -- its GPU tests, then
+#    bench_lookup's steps with Triton's own launch (FASTDECODE_TRITON_LAUNCH=1) and the direct
+#    one, LAUNCH_MODELS (default 1b): the kernel and launch-call columns say what moved)
 #   (lookup: prompt lookup / assisted decoding's GPU tests (tests/test_lookup.py: greedy tokens
 #    = HF's, sampling's distribution) and bench_lookup.py -- a step of 1-16 rows against a
 #    plain decode step, LOOKUP_MODELS (default 1b,8b); then the 8B with a 1B draft)
@@ -196,6 +199,12 @@ for s in $stages; do
             --models ${ROWS_MODELS:-1b,8b} --rows 2,16 \
             --tiles ${ROWS_TILES:-32x256x4,64x128x4} 2>&1 | grep -v -i warn | tail -18
           cp bench/RESULTS.md "$OUT/" ;;
+    launch) timeout 150 python3 -m pytest -q tests/test_launch.py tests/test_gpu.py \
+              -k "launch or rows_fall_back" -p no:cacheprovider 2>&1 | tail -3
+            for direct in 0 1; do FASTDECODE_TRITON_LAUNCH=$((1 - direct)) FASTDECODE_COMMIT=$COMMIT \
+              timeout 200 python3 bench/bench_lookup.py --models ${LAUNCH_MODELS:-1b} --rows 1,2,4 \
+              --repeats 3 2>&1 | grep -v -i warn | tail -6 | sed "s|^|direct=$direct |"; done
+            cp bench/RESULTS.md "$OUT/" ;;
     lookup) timeout 240 python3 -m pytest -q tests/test_lookup.py -p no:cacheprovider 2>&1 | tail -3
             FASTDECODE_COMMIT=$COMMIT timeout ${LOOKUP_TIMEOUT:-300} python3 bench/bench_lookup.py \
               --models ${LOOKUP_MODELS:-1b,8b} 2>&1 | grep -v -i warn | tail -16
