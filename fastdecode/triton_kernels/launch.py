@@ -34,6 +34,7 @@ from ._common import INTERPRET
 
 DIRECT = os.environ.get("FASTDECODE_TRITON_LAUNCH", "0") in ("0", "")  # read at import
 
+
 def launch_hooked() -> bool:
     """Whether a launch hook is set: Triton 3.6's knobs hold a HookChain, empty by default."""
     h = knobs.runtime.launch_enter_hook
@@ -118,6 +119,3 @@ class CachedLauncher:
 
     def __call__(self, grid, args, kw):
         self.launch(self.kernel(grid, args, kw), grid, args, kw)
-
-    def clear(self):
-        self._kernels.clear()
