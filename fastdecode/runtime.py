@@ -224,7 +224,8 @@ class Runtime:
 
     # ---- public steps -----------------------------------------------------------------------
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        """Append ids [T] to the cache; return fp32 logits [T, V] of every new token."""
+        """Append ids [T] (host or device memory) to the cache; return fp32 logits [T, V] of
+        every new token."""
         T = ids.shape[0]
         self._check_room(T)
         self.set_stop([], 1 << 30)
