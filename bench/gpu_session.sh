@@ -191,8 +191,8 @@ for s in $stages; do
              > "$OUT/ncu_sass_1.csv" 2>&1; done ;;
     trace) for m in ${TRACE_MODELS:-1b}; do timeout 150 python3 bench/trace_step.py --model $m \
              ${TRACE_ARGS:-} 2>&1 | grep -v -i warn | tail -40; done ;;
-    # the multi-row steps' tile (config.MULTI_ROW_TILE) with its pieces pipelined (x3) and the
-    # 64 x 64 before it, and the refused-launch fallback that keeps decode's programs
+    # the multi-row steps' tile (config.MULTI_ROW_TILE) against the runner-up of session 35's
+    # sweep (64 x 128), and the refused-launch fallback that keeps decode's programs
     rows) timeout 120 python3 -m pytest -q tests/test_gpu.py -k rows_fall_back -p no:cacheprovider \
             2>&1 | tail -3
           FASTDECODE_COMMIT=$COMMIT timeout ${ROWS_TIMEOUT:-300} python3 bench/sweep_rows.py \

@@ -4,7 +4,8 @@ decode step does, so it should cost little more than one. Each candidate tile [b
 block_k] at num_warps, on random-weight bf16 models of published shapes: the step's time
 (forward + rewind, as bench_lookup.py times it), the weights' GB/s over the step and its % of
 the read roofline (bench_decode.read_bandwidth, measured in this run), and the logits' largest
-difference from the first tile's (bf16 rows, fp32 sums in another order: ~1e-2 of the logits' scale).
+difference from the first tile's (bf16 rows, fp32 sums in another order: ~1e-2 of the logits'
+scale).
 Then what the host adds to a one-launch step: a megakernel launch's Python time (no sync)
 against the GPU's time for the step.
 

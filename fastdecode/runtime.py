@@ -154,17 +154,17 @@ class Runtime:
             return sm_count(self.pw.device) * self.stream.per_sm
         return 1 if self.mode == "mega" else 4
 
+    @n_programs.setter
+    def n_programs(self, n: int):
+        self._n_programs = n
+        self._schedules.clear()
+
     def programs(self, T: int) -> int:
         """Programs of a step of T rows' schedule: n_programs, or one per SM for T > 1 after that
         kernel's launch fell back (_launch_mega)."""
         if T > 1 and self._rows_one_per_sm and self.cuda and not self._n_programs:
             return sm_count(self.pw.device)
         return self.n_programs
-
-    @n_programs.setter
-    def n_programs(self, n: int):
-        self._n_programs = n
-        self._schedules.clear()
 
     # ---- sequence control -------------------------------------------------------------------
     def reset(self, keep: int = 0):
