@@ -191,13 +191,18 @@ for s in $stages; do
              > "$OUT/ncu_sass_1.csv" 2>&1; done ;;
     trace) for m in ${TRACE_MODELS:-1b}; do timeout 150 python3 bench/trace_step.py --model $m \
              ${TRACE_ARGS:-} 2>&1 | grep -v -i warn | tail -40; done ;;
-    # the multi-row steps' tile (config.MULTI_ROW_TILE) against the runner-up of session 35's
-    # sweep (64 x 128), and the refused-launch fallback that keeps decode's programs
-    rows) timeout 120 python3 -m pytest -q tests/test_gpu.py -k rows_fall_back -p no:cacheprovider \
-            2>&1 | tail -3
+    # the multi-row steps: where a step of 4 rows' time goes (a trace per tile), then the
+    # multi-row tile (config.MULTI_ROW_TILE) against its pieces streamed across each task's
+    # tiles (s: config.MULTI_ROW_STREAM) and a smaller streamed piece (compile_check: 32 x 256
+    # streamed spills 184 / 312 B on the 1B / 8B, 32 x 128 none); their GPU tests first
+    rows) timeout 200 python3 -m pytest -q tests/test_gpu.py -k "rows_fall_back or rows_stream" \
+            -p no:cacheprovider 2>&1 | tail -3
+          timeout 200 python3 bench/trace_step.py --model 1b --prompt-len 160 --rows 4 \
+            --rows-tiles ${ROWS_TILES:-32x256x4,32x256x4s,32x128x4s} 2>&1 | grep -v -i warn \
+            | grep -A20 "step span"
           FASTDECODE_COMMIT=$COMMIT timeout ${ROWS_TIMEOUT:-300} python3 bench/sweep_rows.py \
             --models ${ROWS_MODELS:-1b,8b} --rows 2,16 \
-            --tiles ${ROWS_TILES:-32x256x4,64x128x4} 2>&1 | grep -v -i warn | tail -18
+            --tiles ${ROWS_TILES:-32x256x4,32x256x4s,32x128x4s} 2>&1 | grep -v -i warn | tail -18
           cp bench/RESULTS.md "$OUT/" ;;
     launch) timeout 150 python3 -m pytest -q tests/test_launch.py tests/test_gpu.py \
               -k "launch or rows_fall_back" -p no:cacheprovider 2>&1 | tail -3

@@ -150,3 +150,12 @@ def stream_configs(text):
                   l2_prefetch_kb=flags[5])
         out.append(StreamConfig(e, w, per_sm=p, max_k=k, **{**kw, **named}))
     return out
+
+
+def rows_tile(text):
+    """A multi-row tile 'NxKxW[s]' (rows x K x warps; s: streamed, config.MULTI_ROW_STREAM) ->
+    (TileConfig, stream)."""
+    from fastdecode.triton_kernels.config import TileConfig
+    stream = text.endswith("s")
+    n, k, w = (int(v) for v in text.rstrip("s").split("x"))
+    return TileConfig(block_n=n, block_k=k, num_warps=w), stream

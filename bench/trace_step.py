@@ -13,6 +13,8 @@ H200, where programs p and p + 124 share an SM: its "per queue" correlation incl
 
     python bench/trace_step.py --model 8b --layer 10 [--configs 8192/4/4096/2,16384/4/4096/2]
         [--prompt-len 200]
+    python bench/trace_step.py --model 1b --rows 4 --rows-tiles 32x256x4,32x256x4s
+        (a step of 4 rows -- prompt lookup's check -- per multi-row tile, s: streamed)
 """
 import argparse
 import os
@@ -25,7 +27,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fastdecode  # noqa: E402
 from fastdecode import trace as tr  # noqa: E402
 from bench_decode import read_bandwidth  # noqa: E402
-from shapes import random_model, stream_configs  # noqa: E402
+from fastdecode.triton_kernels import config  # noqa: E402
+from shapes import random_model, rows_tile, stream_configs  # noqa: E402
 
 
 def _gap(g):
@@ -41,34 +44,51 @@ def main():
                    help="elements/warps/max K/per SM,... (default: config.py's)")
     p.add_argument("--prompt-len", type=int, default=32,
                    help="the traced steps attend over this many keys + 3 (then 4, 5)")
+    p.add_argument("--rows", type=int, default=1,
+                   help="trace a step of this many rows (>1: prompt lookup's check) instead")
+    p.add_argument("--rows-tiles", default=None,
+                   help="NxKxW[s],... multi-row tiles of --rows > 1 (config.MULTI_ROW_TILE, s: "
+                        "MULTI_ROW_STREAM; default config.py's)")
     p.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
     name, model = random_model(args.model)
     roof = max(read_bandwidth().values())  # bytes / s
     streams = stream_configs(args.configs) if args.configs else [None]
-    for stream in streams:
-        fm = fastdecode.from_hf(model, max_seq_len=max(256, args.prompt_len + 16),
+    T = args.rows
+    tiles = args.rows_tiles.split(",") if args.rows_tiles and T > 1 else [None]
+    for stream, tile in [(s, t) for s in streams for t in tiles]:
+        if tile:
+            config.MULTI_ROW_TILE, config.MULTI_ROW_STREAM = rows_tile(tile)
+        fm = fastdecode.from_hf(model, max_seq_len=max(256, args.prompt_len + 16 + 5 * T),
                                 mode="mega")
         fm.runtime.mega_stream = stream
         fm(torch.randint(0, 1000, (1, args.prompt_len), device="cuda"))
-        fm.runtime.trace_decode(2)  # compile and warm
-        sched, trace = fm.runtime.trace_decode(1)
+        rows = torch.arange(T, device="cuda") + 7 if T > 1 else None
+
+        def traced(n=1, order=None):  # the next step(s), another launch
+            return fm.runtime.trace_decode(n, order=order, ids=rows)
+        traced(1 if T > 1 else 2)  # compile and warm
+        sched, trace = traced()
         evs = tr.events(sched, trace)
-        again = tr.events(*fm.runtime.trace_decode(1))  # the next step, another launch
+        again = tr.events(*traced())
         # and one with the two queues of each SM swapped (schedule.permuted)
         pairs = tr.sm_pairs(evs)
         swap = [pairs.get(p, p) for p in range(sched.n_programs)]
-        swapped = tr.events(*fm.runtime.trace_decode(1, order=swap))
-        tag = args.model + (f"_{stream.tile_elems}_{stream.num_warps}w" if stream else "")
+        swapped = tr.events(*traced(order=swap))
+        tag = args.model + (f"_{stream.tile_elems}_{stream.num_warps}w" if stream else "") + \
+            (f"_rows{T}" + (f"_{tile}" if tile else "") if T > 1 else "")
         tr.chrome_json(evs, f"{args.out}/trace_{tag}.json")
+        what = f"step of {T} rows" + (f", tile {tile}" if tile else "") if T > 1 else \
+            "decode step"
         try:
-            tr.timeline_png(evs, f"{args.out}/trace_{tag}.png", f"{name} decode step")
+            tr.timeline_png(evs, f"{args.out}/trace_{tag}.png", f"{name} {what}")
         except ImportError:
             pass
         span = max(e["end"] for e in evs) - min(e["start"] for e in evs)
         P = sched.n_programs
-        print(f"{name} {stream or 'default stream'}: step span {span / 1e3:.1f} us, {P} programs")
+        print(f"{name} {stream or 'default stream'} {what}: step span {span / 1e3:.1f} us, "
+              f"{P} programs")
         print("  per program over the step (us):")
         for op, r in tr.breakdown(evs).items():
             print(f"    {op:8s} tasks {r['tasks']:5d}  wait {r['wait'] / 1e3 / P:7.1f}  "

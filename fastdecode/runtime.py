@@ -618,15 +618,21 @@ class Runtime:
             self._carved.add((k.function, carve))
         self._launcher.launch(k, grid, args, kw)
 
-    def trace_decode(self, n_steps: int = 1, order=None):
+    def trace_decode(self, n_steps: int = 1, order=None, ids=None):
         """Run n_steps decode steps of the megakernel with per-task timestamps (continuing the
         current sequence). Returns (schedule, trace [P, n_steps, max_len, TRACE_WORDS] int64 on
         the CPU: opcodes.TRACE_WORDS). order: program p runs the queue of program order[p]
-        (schedule.permuted; the returned schedule is that one)."""
+        (schedule.permuted; the returned schedule is that one). ids [T] (n_steps 1): one step
+        of those T rows instead (prompt lookup's check, a prefill chunk)."""
         if self.mode != "mega":
             raise ValueError("tracing needs mode='mega'")
-        self._check_room(n_steps)
-        sched = self.schedule(1, n_steps)
+        T = 1 if ids is None else ids.shape[0]
+        if T > 1 and n_steps != 1:
+            raise ValueError("a traced step of several rows is one step")
+        self._check_room(n_steps * T)
+        if ids is not None:
+            self.state.ids[:T].copy_(ids)
+        sched = self.schedule(T, n_steps)
         if order is not None and list(order) != list(range(sched.n_programs)):
             from .schedule import permuted
             # cached beside its schedule: its counters continue from launch to launch
@@ -640,7 +646,8 @@ class Runtime:
         self.state.done.zero_()
         self._launch_mega(sched, n_steps, Sampling(), trace=trace, clock=clock)
         self.check_status()
-        self.state.n_pos += n_steps
+        self.state.n_pos += n_steps * T
+        self.fed = None  # as after decode steps: the cache's tokens are no longer the host's
         return sched, trace.cpu()
 
     def status_word(self, dst: torch.Tensor):

@@ -132,6 +132,18 @@ def test_stream_config_strings_parse_and_round_trip():
         shapes.stream_fields(["o_first_after_wait=1"])
 
 
+def test_rows_tile_strings_parse():
+    """sweep_rows / trace_step / compile_check --rows-tile(s): rows x K x warps, a trailing s for
+    the streamed pieces (config.MULTI_ROW_STREAM); three numbers or an error."""
+    import shapes
+    from fastdecode.triton_kernels.config import TileConfig
+    assert shapes.rows_tile("32x256x4") == (TileConfig(32, 256, 4), False)
+    assert shapes.rows_tile("32x128x4s") == (TileConfig(32, 128, 4), True)
+    for bad in ("32x256", "32x256x4x3", "32x256xs"):
+        with pytest.raises(ValueError):
+            shapes.rows_tile(bad)
+
+
 def test_persistent_stream_runs_cover_every_tile():
     """StreamConfig.persistent (bench_ops' persistent rows, the table's stream GEMVs): per_sm
     programs per SM, each a run of whole tiles, together covering the matrix's row tiles with no run more than one SM-round too many."""

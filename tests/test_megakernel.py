@@ -231,20 +231,25 @@ def test_decode_stream_tiles_match_torch(family, stream):
     assert ((1, True) in fm.runtime._schedules) == (stream.attn_in_qkv_keys > 0)
 
 
+@pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize("family,tile", [("llama_bias_tied", "16x16x4"), ("qwen3", "16x16x4"),
                                          ("qwen2", "shipped"), ("mistral", "shipped")])
-def test_multi_row_tiles_match_torch(family, tile, monkeypatch):
+def test_multi_row_tiles_match_torch(family, tile, stream, monkeypatch):
     """Steps of several rows with the GPU's multi-row tile (the CPU otherwise takes whole rows:
     config.gemv_config), masked at the tiny models' odd sizes; 16 x 16 tiles, so a task streams
     several tiles of K chunks and odd N / K end mid-tile and mid-chunk; biases (o, gate|up,
-    down), the RMSNorm prologue and the residual epilogue. fp32 weights: the logits of torch
-    mode up to summation order."""
+    down), the RMSNorm prologue and the residual epilogue; each tile's K loop, and the tiles'
+    pieces streamed across a task's tiles (config.MULTI_ROW_STREAM: the QKV, o, gate|up, down
+    and lm_head tasks' stream with tl.dot pieces). fp32 weights: the logits of torch mode up to
+    summation order."""
     from fastdecode import graph
-    from fastdecode.triton_kernels.config import MULTI_ROW_TILE, TileConfig
-    tile = MULTI_ROW_TILE if tile == "shipped" else TileConfig(*map(int, tile.split("x")))
+    from fastdecode.triton_kernels import config
+    tile = config.MULTI_ROW_TILE if tile == "shipped" else \
+        config.TileConfig(*map(int, tile.split("x")))
     real = graph.gemv_config
     monkeypatch.setattr(graph, "gemv_config",
                         lambda N, K, T, device, **kw: tile if T > 1 else real(N, K, T, device, **kw))
+    monkeypatch.setattr(config, "MULTI_ROW_STREAM", stream)
     model = tiny_model(family).to(DEVICE)
     ids = torch.randint(0, 101, (1, 9), generator=torch.Generator().manual_seed(5)).to(DEVICE)
     ref = fastdecode.from_hf(model, max_seq_len=32, mode="torch")
@@ -252,6 +257,7 @@ def test_multi_row_tiles_match_torch(family, tile, monkeypatch):
     fm = fastdecode.from_hf(model, max_seq_len=32, mode="mega")
     got = torch.cat([fm(ids[:, :5])[0], fm(ids[:, 5:])[0]])
     assert float((got - want).norm() / want.norm()) < 1e-5
+    assert fm.runtime.schedule(4).graph.tiling.stream == stream
 
 
 def test_ptx_stream_gives_the_plain_streams_tokens():
@@ -527,6 +533,29 @@ def test_trace_records_every_task_in_order(tmp_path):
     ref(torch.tensor([[3, 4, 5]], device=DEVICE))
     ref.runtime.decode(3, fastdecode.runtime.Sampling())
     assert torch.equal(fm.runtime.tokens(0, 4), ref.runtime.tokens(0, 4))
+
+
+def test_trace_a_step_of_several_rows():
+    """trace_decode(ids=...) runs one step of those rows (prompt lookup's check) with the
+    timestamps: every task of the T-row schedule once, and the step is a real one -- the logits
+    of its rows are those of an untraced forward of the same rows (the same kernel), and the
+    sequence goes on from it."""
+    from fastdecode import trace as tr
+    model = tiny_model("qwen3").to(DEVICE)
+    rows = torch.tensor([7, 8, 9], device=DEVICE)
+    fm, ref = (fastdecode.from_hf(model, max_seq_len=32, mode="mega") for _ in range(2))
+    for m in (fm, ref):
+        m(torch.tensor([[3, 4, 5]], device=DEVICE))
+    sched, trace = fm.runtime.trace_decode(ids=rows)
+    assert sched.graph.tiling.T == 3
+    evs = tr.events(sched, trace)
+    assert len(evs) == len(sched.graph.tasks)
+    assert torch.equal(fm.runtime.state.logits[:3], ref.runtime.forward(rows))
+    assert fm.runtime.position == ref.runtime.position == 6
+    with pytest.raises(ValueError, match="one step"):
+        fm.runtime.trace_decode(2, ids=rows)
+    assert torch.equal(fm(torch.tensor([[11]], device=DEVICE)),
+                       ref(torch.tensor([[11]], device=DEVICE)))
 
 
 @settings(max_examples=4)

@@ -72,13 +72,19 @@ def row_rstd(x_ptr, stride_x, offs_t, mask_t, K, eps, BLOCK_K: tl.constexpr,
 
 
 @triton.jit
-def x_chunk_raw(x_ptr, norm_ptr, k0, K, NORM: tl.constexpr, BLOCK_K: tl.constexpr):
-    """The loads of x_chunk, as stored (x, and norm_w if NORM; else zeros of its dtype): a stream
-    can request them an iteration before it converts them (x_chunk_apply), so their latency does
-    not stall the iteration that requests them."""
+def x_chunk_raw(x_ptr, norm_ptr, offs_t, mask_t, stride_x, k0, K, NORM: tl.constexpr,
+                BLOCK_K: tl.constexpr):
+    """The loads of x_chunk, as stored (x [BLOCK_T, BLOCK_K] of rows offs_t, and norm_w [1,
+    BLOCK_K] if NORM; else zeros of its dtype): a stream can request them an iteration before it
+    converts them (x_chunk_apply), so their latency does not stall the iteration that requests
+    them. One row (decode): row 0, whatever offs_t holds."""
     offs = k0 + tl.arange(0, BLOCK_K)
     m = offs < K
-    x = tl.load(x_ptr + offs, mask=m, other=0.0)[None, :]
+    if offs_t.shape[0] == 1:
+        x = tl.load(x_ptr + offs, mask=m, other=0.0)[None, :]
+    else:
+        x = tl.load(x_ptr + offs_t[:, None] * stride_x + offs[None, :],
+                    mask=mask_t[:, None] & m[None, :], other=0.0)
     nw = tl.zeros([1, BLOCK_K], dtype=norm_ptr.dtype.element_ty)
     if NORM:
         nw = tl.load(norm_ptr + offs, mask=m, other=0.0)[None, :]
@@ -95,10 +101,12 @@ def x_chunk_apply(x, nw, rstd, NORM: tl.constexpr):
 
 
 @triton.jit
-def x_chunk(x_ptr, norm_ptr, k0, K, rstd, NORM: tl.constexpr, BLOCK_K: tl.constexpr):
-    """Activation row x[k0 : k0 + BLOCK_K] as fp32 [1, BLOCK_K], times rstd [1, 1] * norm_w if
-    NORM (the RMSNorm prologue). A few KB, served by L1 after the first tile of a decode task."""
-    x, nw = x_chunk_raw(x_ptr, norm_ptr, k0, K, NORM, BLOCK_K)
+def x_chunk(x_ptr, norm_ptr, offs_t, mask_t, stride_x, k0, K, rstd, NORM: tl.constexpr,
+            BLOCK_K: tl.constexpr):
+    """Activation rows x[offs_t, k0 : k0 + BLOCK_K] as fp32 [BLOCK_T, BLOCK_K], times rstd
+    [BLOCK_T, 1] * norm_w if NORM (the RMSNorm prologue). A few KB, served by L1 after the first
+    tile of a decode task."""
+    x, nw = x_chunk_raw(x_ptr, norm_ptr, offs_t, mask_t, stride_x, k0, K, NORM, BLOCK_K)
     return x_chunk_apply(x, nw, rstd, NORM)
 
 
@@ -115,18 +123,20 @@ def stream_x0(x, x_ptr, norm_ptr, stride_x, offs_t, mask_t, K, eps, n_k, NORM: t
     if NORM:
         rstd = row_rstd(x_ptr, stride_x, offs_t, mask_t, K, eps, BLOCK_K, K_CONST)[:, None]
     if n_k == 1:
-        x = x_chunk(x_ptr, norm_ptr, 0, K, rstd, NORM, BLOCK_K)
+        x = x_chunk(x_ptr, norm_ptr, offs_t, mask_t, stride_x, 0, K, rstd, NORM, BLOCK_K)
     return x, rstd
 
 
 @triton.jit
-def next_x_chunk(x, x_ptr, norm_ptr, k0, K, n_k, rstd, NORM: tl.constexpr, BLOCK_K: tl.constexpr):
-    """The activation chunk at k0 for the next piece of a decode stream: loaded when rows span
-    n_k > 1 chunks; with whole rows the row x already in registers (n_k is a constexpr when K is,
-    as in the megakernel, and the branch folds away)."""
+def next_x_chunk(x, x_ptr, norm_ptr, offs_t, mask_t, stride_x, k0, K, n_k, rstd,
+                 NORM: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The activation chunk at k0 for the next piece of a stream: loaded when rows span n_k > 1
+    chunks; with whole rows the rows x already in registers (n_k is a constexpr when K is, as in
+    the megakernel, and the branch folds away). In x's dtype (rows_operand's)."""
     x_n = x
     if n_k > 1:
-        x_n = x_chunk(x_ptr, norm_ptr, k0, K, rstd, NORM, BLOCK_K)
+        x_n = x_chunk(x_ptr, norm_ptr, offs_t, mask_t, stride_x, k0, K, rstd, NORM,
+                      BLOCK_K).to(x.dtype)
     return x_n
 
 
@@ -201,6 +211,31 @@ def row_dot(w, x, PTX: tl.constexpr):
         return row_sum(row_partials(w, x, PTX))
     else:
         return tl.sum(w.to(tl.float32) * x, axis=1)[None, :]
+
+
+@triton.jit
+def rows_operand(x, w_ptr):
+    """A stream's activation chunk as piece_dot takes it: several rows in the weights' dtype
+    (the tl.dot operand, converted once as loaded: half the registers of fp32 across the
+    iteration that carries it), one row as is (fp32)."""
+    if x.shape[0] > 1:
+        return x.to(w_ptr.dtype.element_ty)
+    else:
+        return x
+
+
+@triton.jit
+def piece_dot(w, x, PTX: tl.constexpr, F32: tl.constexpr):
+    """A stream's weight piece w [BLOCK_R, BLOCK_K] (weight_chunk) against its activation chunk x
+    [BLOCK_T, BLOCK_K] (rows_operand) -> [BLOCK_T, BLOCK_R] fp32. One row (decode): row_dot, a
+    register reduction of fp32 x. Several (BLOCK_T >= 16, a step of several rows): a tl.dot
+    tile, x in the weights' dtype as gemv_acc's tiles round it; no PTX pieces (their int32
+    words)."""
+    if x.shape[0] == 1:
+        return row_dot(w, x, PTX)
+    else:
+        tl.static_assert(not PTX, "the PTX weight pieces are decode's (one row)")
+        return mm_tile(x.to(w.dtype), tl.trans(w), F32)
 
 
 @triton.jit
