@@ -66,8 +66,8 @@ def main():
         fm(torch.randint(0, 1000, (1, args.prompt_len), device="cuda"))
         rows = torch.arange(T, device="cuda") + 7 if T > 1 else None
 
-        def traced(n=1, order=None):  # the next step(s), another launch
-            return fm.runtime.trace_decode(n, order=order, ids=rows)
+        def traced(n=1, order=None, rt=fm.runtime, rows=rows):  # the next step(s), a launch
+            return rt.trace_decode(n, order=order, ids=rows)
         traced(1 if T > 1 else 2)  # compile and warm
         sched, trace = traced()
         evs = tr.events(sched, trace)
