@@ -66,7 +66,11 @@ def main():
                 print(f"  {name:14s} {tile:10s} T={T:2d} {t * 1e6:8.1f} us {wbytes / t / 1e9:7.0f}"
                       f" GB/s ({100 * wbytes / t / 1e9 / bw:4.1f}% of roofline)  logits diff "
                       f"{err:.1e}", flush=True)
-            if args.mode == "mega":
+            if args.mode == "mega":  # a refused launch's retries (runtime._launch_mega)
+                rt = fm.runtime
+                print(f"  {name:14s} {tile:10s} rows' kernel: {rt.schedule(rows[0]).n_programs} "
+                      f"programs (decode {rt.schedule(1).n_programs}), carveout "
+                      f"{rt._rows_carveout or 'the driver default'}", flush=True)
                 for T in (1, rows[0]):
                     host, gpu = kernel_time(fm, T)
                     print(f"  {name:14s} {tile:10s} T={T:2d} launch: host {host * 1e6:7.1f} "

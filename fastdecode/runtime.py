@@ -120,8 +120,10 @@ class Runtime:
         self._counters: dict = {}  # per schedule: (counters, encoded queues, queue lengths)
         self.mega_stream = None    # StreamConfig overriding the decode task tiles (tile sweeps)
         # steps of several rows (their own compiled kernel: config.MULTI_ROW_TILE) whose
-        # cooperative launch was refused at per_sm programs per SM run one per SM; decode keeps
-        # its per_sm (_launch_mega)
+        # cooperative launch was refused at per_sm programs per SM: first retried with the SM's
+        # most shared memory (this carveout), then run one program per SM; decode keeps its
+        # per_sm and carveout (_launch_mega)
+        self._rows_carveout = None
         self._rows_one_per_sm = False
         self.x = None              # tensor parallelism, mega: the ranks' symmetric buffer
         self._tp_ready: set = set()  # megakernel variants every rank has compiled
@@ -512,12 +514,18 @@ class Runtime:
         kernel on every SM at once (registers or shared memory of another GPU or model), CUDA
         refuses the cooperative launch before anything runs: retry with one program per SM --
         for every step if a decode step's kernel was refused, else (a step of several rows: its
-        own compiled kernel, larger tiles) for the steps of several rows only."""
+        own compiled kernel, larger tiles) for the steps of several rows only, and those first
+        with the most shared memory an SM has (carveout 100: the driver's own choice can leave
+        two programs of ~100 KB without room -- seen on tiny models' multi-row kernels)."""
         try:
             self._launch_mega_once(sched, n_steps, sampling, trace, clock)
         except RuntimeError as e:
             stream, tg = self.stream, sched.graph.tiling
             rows = tg.T > 1
+            if "cooperative" in str(e) and rows and self._rows_carveout is None and \
+                    stream.carveout != 100:
+                self._rows_carveout = 100
+                return self._launch_mega(sched, n_steps, sampling, trace, clock)
             if "cooperative" not in str(e) or stream.per_sm == 1 or trace is not None or \
                     self._n_programs or (rows and self._rows_one_per_sm):
                 raise
@@ -613,6 +621,8 @@ class Runtime:
             x.barrier(self.tp_barrier_s)
             self._tp_ready.add(variant)
         carve = self.stream.carveout if self.cuda else None
+        if tg.T > 1 and self._rows_carveout is not None:
+            carve = self._rows_carveout
         if carve is not None and k is not None and (k.function, carve) not in self._carved:
             _set_carveout(k.function, carve)  # on the compiled kernel this launch runs, once
             self._carved.add((k.function, carve))

@@ -315,11 +315,13 @@ def test_forced_missing_producer_times_out():
         fm(torch.tensor([[1]], device=DEVICE))
 
 
-def test_refused_rows_launch_falls_back_for_rows_only(monkeypatch):
+@pytest.mark.parametrize("refusals", [1, 2])
+def test_refused_rows_launch_falls_back_for_rows_only(refusals, monkeypatch):
     """A step of several rows whose cooperative launch is refused (its own kernel: larger tiles
-    than decode's) is retried with one program per SM for the steps of several rows; decode
-    keeps its per_sm programs; a second refusal of a step of several rows raises. The tokens are
-    HF's. (The refusal is simulated; on the GPU test_gpu.py makes CUDA refuse it.)"""
+    than decode's) is retried with the most shared memory (carveout 100) for the steps of
+    several rows, then, refused again, with one program per SM for them; decode keeps its
+    per_sm programs and carveout; a refusal after that raises. The tokens are HF's. (The
+    refusals are simulated; on the GPU test_gpu.py makes CUDA refuse them.)"""
     model = tiny_model("llama").to(DEVICE)
     fm = fastdecode.from_hf(model, max_seq_len=48, mode="mega")
     rt = fm.runtime
@@ -327,7 +329,7 @@ def test_refused_rows_launch_falls_back_for_rows_only(monkeypatch):
     refused, launch = [], rt._launch_mega_once
 
     def refuse_rows(sched, *args):
-        if sched.graph.tiling.T > 1 and len(refused) < 1:
+        if sched.graph.tiling.T > 1 and len(refused) < refusals:
             refused.append(sched)
             raise RuntimeError("Triton Error [CUDA]: too many blocks in cooperative launch")
         return launch(sched, *args)
@@ -336,10 +338,16 @@ def test_refused_rows_launch_falls_back_for_rows_only(monkeypatch):
     with torch.no_grad():
         want = model.generate(ids, max_new_tokens=6, do_sample=False, eos_token_id=None,
                               pad_token_id=0)
+    if refusals == 1:  # the carveout's retry launched it: no fallback
+        got = fm.generate(ids, max_new_tokens=6, eos_token_id=[])
+        assert rt._rows_carveout == 100 and not rt._rows_one_per_sm
+        assert torch.equal(got, want) and rt.schedule(4) is refused[0]
+        return
     with pytest.warns(UserWarning, match="several rows fall back"):
         got = fm.generate(ids, max_new_tokens=6, eos_token_id=[])
     assert torch.equal(got, want)
-    assert rt._rows_one_per_sm and rt.stream.per_sm == per_sm > 1
+    assert rt._rows_carveout == 100 and rt._rows_one_per_sm and rt.stream.per_sm == per_sm > 1
+    assert rt.stream.carveout is None  # decode's
     assert rt.schedule(4) is not refused[0]  # rebuilt for one program per SM
     refused.clear()
     with pytest.raises(RuntimeError, match="cooperative"):
