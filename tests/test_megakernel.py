@@ -567,19 +567,26 @@ def test_trace_a_step_of_several_rows():
 
 
 @settings(max_examples=4)
-@given(shape=hf_shapes(("llama", "qwen3")), seed=st.integers(0, 1000))
-def test_mega_random_shapes_match_torch(shape, seed):
+@given(shape=hf_shapes(("llama", "qwen3")), seed=st.integers(0, 1000), rows_stream=st.booleans())
+def test_mega_random_shapes_match_torch(shape, seed, rows_stream):
     """The megakernel (model sizes are its constexprs, compiled per model) on random shapes:
-    prefill chunk + decode steps against torch mode, fp32 weights (only summation order differs:
-    1e-5 as test_models explains)."""
+    prefill chunk (its tiles' K loops, or streamed: config.MULTI_ROW_STREAM) + decode steps
+    against torch mode, fp32 weights (only summation order differs: 1e-5 as test_models
+    explains)."""
+    from fastdecode.triton_kernels import config
     family, cfg, vocab = shape
     model = tiny_model(family, vocab=vocab, seed=seed, **cfg).to(DEVICE)
     ids = torch.randint(0, vocab, (1, 9), generator=torch.Generator().manual_seed(seed))
     ids = ids.to(DEVICE)
     outs = []
-    for mode in ("torch", "mega"):
-        fm = fastdecode.from_hf(model, max_seq_len=24, mode=mode)
-        outs.append(torch.cat([fm(ids[:, :6])[0]] + [fm(ids[:, t:t + 1])[0] for t in range(6, 9)]))
+    was, config.MULTI_ROW_STREAM = config.MULTI_ROW_STREAM, rows_stream
+    try:
+        for mode in ("torch", "mega"):
+            fm = fastdecode.from_hf(model, max_seq_len=24, mode=mode)
+            outs.append(torch.cat([fm(ids[:, :6])[0]] +
+                                  [fm(ids[:, t:t + 1])[0] for t in range(6, 9)]))
+    finally:
+        config.MULTI_ROW_STREAM = was
     want, got = outs
     assert float((got - want).norm() / want.norm()) < 1e-5
 
