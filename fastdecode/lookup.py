@@ -22,7 +22,11 @@ ones drawn from the same distributions (other random draws) -- and the KV entrie
 candidates are dropped by moving the position back (Runtime.rewind): the next step overwrites
 them. A step without candidates is a one-row step; one with any is padded to k + 1 rows, so a
 GPU compiles one more kernel variant, not one per candidate count. Steps run with the host in
-the loop (the accepted count decides the next input).
+the loop (the accepted count decides the next input). Plain greedy decoding (no processors,
+records or stopping criteria): a step that finds no candidate decodes a chunk instead
+(decode_chunk: one launch of plain decode steps, one token longer after each such step in a
+row, IDLE_CHUNK at most), so text that has stopped repeating itself pays a host round trip per
+chunk rather than per token -- the same tokens, a repeat found up to a chunk later.
 """
 from __future__ import annotations
 
@@ -142,53 +146,91 @@ def generate(rt, ids: torch.Tensor, *, max_new_tokens: int, source, rows_max: in
     st.record = ([], []) if sampling.record else None
     if streamer is not None:
         streamer.put(ids[None].cpu())
-    out = []
-    if max_new_tokens > 0:
-        # the first token, as generate's other paths choose it
-        start_sequence(rt, ids, sampling, seed=seed, eos=eos, max_new_tokens=max_new_tokens,
-                       reuse=reuse)
-        seq = ids.tolist()
-        tok, scores, raw = int(rt.tokens(0, 1)[0]), st.scores, st.raw
-        rows, cands, start = None, [], 0
-        while True:
-            fast = rows is not None and not (sampling.processors or sampling.do_sample)
-            greedy = rows.float().argmax(-1).tolist() if fast else None  # one sync a step
-            for i in range(1 if rows is None else len(cands) + 1):
-                if fast:
-                    raw = scores = rows[i:i + 1]
-                    tok = greedy[i]
-                elif rows is not None:  # row i: the token after the sequence so far
-                    raw = rows[i:i + 1]
-                    scores = raw
-                    prefix = torch.tensor([seq], dtype=torch.long, device=raw.device)
-                    for p in sampling.processors:
-                        scores = p(prefix, scores)
-                    tok = R.choose(scores, sample=sampling.do_sample, generator=rt.generator)
-                if st.record is not None:
-                    st.record[0].append(scores.clone())
-                    st.record[1].append(raw.clone())
-                out.append(tok)
-                seq.append(tok)
-                source.append(tok)
-                if streamer is not None:
-                    streamer.put(torch.tensor([tok]))
-                if tok in eos or len(out) == max_new_tokens or _stops(sampling, seq, scores):
+    if max_new_tokens <= 0:
+        return _finish(ids, [], streamer)
+    out, seq = [], ids.tolist()
+
+    def emit(tok, scores, raw) -> bool:
+        """tok is the sequence's next token: recorded, streamed; True where generation stops."""
+        if st.record is not None:
+            st.record[0].append(scores.clone())
+            st.record[1].append(raw.clone())
+        out.append(tok)
+        seq.append(tok)
+        source.append(tok)
+        if streamer is not None:
+            streamer.put(torch.tensor([tok]))
+        return tok in eos or len(out) == max_new_tokens or _stops(sampling, seq, scores)
+
+    # the first token, as generate's other paths choose it
+    start_sequence(rt, ids, sampling, seed=seed, eos=eos, max_new_tokens=max_new_tokens,
+                   reuse=reuse)
+    tok = int(rt.tokens(0, 1)[0])
+    if emit(tok, st.scores, st.raw):
+        return _finish(ids, out, streamer)
+    # greedy without processors: each row's token is its argmax; and without records or
+    # criteria, steps that found no candidate decode a chunk of tokens a launch, one more after
+    # each such step in a row (IDLE_CHUNK at most)
+    fast = not (sampling.processors or sampling.do_sample)
+    plain = fast and not (sampling.criteria or st.record is not None)
+    idle = 0
+    while True:
+        start = rt.position  # the cache holds seq[:-1]: tok, seq[-1], goes in next
+        room = min(k, rt.max_seq_len - start - 1, max_new_tokens - len(out))
+        cands = source.candidates(room, eos)[:room]
+        if not cands and plain:
+            idle += 1
+            for t in decode_chunk(rt, tok, min(idle, IDLE_CHUNK, max_new_tokens - len(out),
+                                               rt.max_seq_len - start)):
+                if emit(t, None, None):
                     return _finish(ids, out, streamer)
-                if rows is None or i >= len(cands) or tok != cands[i]:
-                    break
-            if rows is not None:  # the cache keeps the rows whose inputs were right
-                rt.rewind(start + i + 1)
-                source.accepted(i, len(cands))
-            start = rt.position
-            room = min(k, rt.max_seq_len - start - 1, max_new_tokens - len(out))
-            cands = source.candidates(room, eos)[:room]
-            # a step has 1 or k + 1 rows whatever the candidates found (an EOS cut, the
-            # last tokens): one row count, one compiled kernel; the padding rows are not read
-            pad = min(k, rt.max_seq_len - start - 1) - len(cands)
-            feed = cands + cands[-1:] * pad
-            # from host memory: forward's one copy puts it in the step's ids buffer
-            rows = rt.forward(torch.tensor([tok] + feed, dtype=torch.long))
-    return _finish(ids, out, streamer)
+            tok = t
+            continue
+        idle = 0
+        # a step has 1 or k + 1 rows whatever the candidates found (an EOS cut, the last
+        # tokens): one row count, one compiled kernel; the padding rows are not read
+        pad = min(k, rt.max_seq_len - start - 1) - len(cands)
+        feed = cands + cands[-1:] * pad
+        # from host memory: forward's one copy puts it in the step's ids buffer
+        rows = rt.forward(torch.tensor([tok] + feed, dtype=torch.long))
+        greedy = rows.float().argmax(-1).tolist() if fast else None  # one sync a step
+        for i in range(len(cands) + 1):  # row i: the token after the sequence so far
+            raw = scores = rows[i:i + 1]
+            if greedy is not None:
+                tok = greedy[i]
+            else:
+                prefix = torch.tensor([seq], dtype=torch.long, device=raw.device)
+                for p in sampling.processors:
+                    scores = p(prefix, scores)
+                tok = R.choose(scores, sample=sampling.do_sample, generator=rt.generator)
+            if emit(tok, scores, raw):
+                return _finish(ids, out, streamer)
+            if i >= len(cands) or tok != cands[i]:
+                break
+        rt.rewind(start + i + 1)  # the cache keeps the rows whose inputs were right
+        source.accepted(i, len(cands))
+
+
+# the most tokens one launch decodes after steps that found no candidate (plain greedy): each
+# such step in a row adds one, so text that stopped repeating itself pays one host round trip
+# per IDLE_CHUNK tokens instead of one a token, and a repeat is looked for again within as many
+IDLE_CHUNK = 8
+
+
+def decode_chunk(rt, tok: int, n: int) -> list:
+    """n greedy decode steps from the chosen token tok (not yet in the cache): their n tokens.
+    As forward() does, without the stop conditions (the host checks each token) and into
+    history from step 0; the cache's record of its tokens (prefix_cache) kept."""
+    st, fed = rt.state, rt.fed
+    rt.set_stop([], 1 << 30)
+    st.done.zero_()
+    st.step.zero_()
+    st.ids[:1].fill_(tok)
+    rt.decode(n, _GREEDY)
+    toks = rt.tokens(0, n).tolist()
+    if fed is not None:
+        rt.fed = fed + [tok] + toks[:-1]
+    return toks
 
 
 def _stops(sampling, seq, scores) -> bool:

@@ -87,6 +87,38 @@ def test_greedy_is_hf_greedy(family, mode, loops):
     assert not loops or len(rows) < 20, rows
 
 
+@pytest.mark.parametrize("mode", ["torch", "mega"])
+def test_steps_without_candidates_decode_chunks(mode, monkeypatch):
+    """Plain greedy: a step that finds no candidate decodes a chunk of tokens in one launch,
+    one token longer after each such step in a row (lookup.IDLE_CHUNK at most), and a step with
+    candidates resets it. A prompt of distinct tokens and a small vocabulary's continuation:
+    both kinds of steps; the tokens are HF's greedy ones, and EOS / max_new_tokens inside a
+    chunk end the sequence there."""
+    from fastdecode import lookup
+    monkeypatch.setattr(lookup, "IDLE_CHUNK", 3)
+    model = tiny_model("mistral").to(DEVICE)
+    ids = torch.tensor([[11, 23, 35, 47, 59, 61, 73]], device=DEVICE)
+    with torch.no_grad():
+        want = model.generate(ids, max_new_tokens=30, do_sample=False, eos_token_id=None,
+                              pad_token_id=0)
+    fm = fastdecode.from_hf(model, max_seq_len=64, mode=mode)
+    chunks, rows = record_calls(fm.runtime, "decode", lambda n, s: n), _counting_forward(fm)
+    got = fm.generate(ids, max_new_tokens=30, prompt_lookup_num_tokens=4, eos_token_id=[])
+    assert torch.equal(got, want), (got[0, 7:].tolist(), want[0, 7:].tolist())
+    # each chunk one longer than the one before, or 1 again after a step with candidates
+    assert chunks[0] == 1 and 3 in chunks and max(chunks) == 3, chunks
+    grows = [c == min(p + 1, 3) for p, c in zip(chunks, chunks[1:])]
+    assert all(g or c == 1 for g, c in zip(grows, chunks[1:])), chunks
+    assert 0 < grows.count(False) <= rows.count(5), (chunks, rows)
+    # an EOS inside a chunk, and the last token's chunk: the sequence ends there
+    eos = int(want[0, 7 + 4])
+    fm = fastdecode.from_hf(model, max_seq_len=64, mode=mode)
+    got = fm.generate(ids, max_new_tokens=30, prompt_lookup_num_tokens=4, eos_token_id=eos)
+    assert torch.equal(got, want[:, :7 + 5])
+    got = fm.generate(ids, max_new_tokens=5, prompt_lookup_num_tokens=4, eos_token_id=[])
+    assert torch.equal(got, want[:, :7 + 5])
+
+
 def test_hf_processing_and_stops():
     """HF's processors apply to each checked row with the sequence before it (repetition
     penalty, n-gram ban, min_new_tokens' EOS mask): HF's greedy tokens; an EOS stops at once;
