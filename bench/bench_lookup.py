@@ -13,9 +13,12 @@ step must add to beat plain decoding. In mega mode also the step's kernel alone 
 launches, no host round trip) and the host's launch call: the rest of a step is the host's work
 around the kernel -- serial with it, as the step's tokens decide the next step's rows.
 How many a step adds depends on the text (copying, quoting, loops); random weights say nothing
-about it, so no end-to-end rate is claimed here.
+about it, so no end-to-end rate is claimed here. Steps that find no candidate (plain greedy)
+decode a chunk of n tokens a launch (lookup.decode_chunk, n growing by one per such step in a
+row): --idle times those per token against the plain decode rate.
 
-    python bench/bench_lookup.py --models 1b,8b [--rows 1,2,4,8,11,16] [--mode mega]
+    python bench/bench_lookup.py --models 1b,8b [--rows 1,2,4,8,11,16] [--idle 1,4,8]
+                                 [--mode mega]
     python bench/bench_lookup.py --models 8b --draft 1b   (assisted decoding's step: the draft's
                                                             k candidates + the 8B's k + 1 rows)
 """
@@ -77,6 +80,21 @@ def kernel_time(fm, T: int, n: int = 50) -> tuple[float, float]:
     return host / n, gpu / n
 
 
+def idle_time(fm, n: int, steps: int, repeats: int) -> float:
+    """Median seconds per token of lookup steps that found no candidate: lookup.decode_chunk's n
+    greedy decode steps in one launch and their tokens read back, the cache then moved back."""
+    from fastdecode.lookup import decode_chunk
+    rt = fm.runtime
+    start = rt.position
+
+    def run():
+        for _ in range(steps):
+            decode_chunk(rt, 7, n)
+            rt.rewind(start)
+    run()  # compiled
+    return timed(run, repeats) / (steps * n)
+
+
 def draft_time(draft, ids, k: int, repeats: int) -> float:
     """Median seconds of a draft model's k candidates (lookup.DraftModel, HF's assistant_model):
     the target's correction prefilled over the draft's kept cache, k - 1 decode steps, the
@@ -114,6 +132,11 @@ def bench_model(key, args, bw) -> list:
               f"break-even {t * plain:4.2f} tokens/step" + (
                   f"  (kernel {kt[1] * 1e6:.0f} us, launch call {kt[0] * 1e6:.0f} us)" if kt
                   else ""), flush=True)
+    for n in (int(v) for v in args.idle.split(",") if v):  # steps without candidates
+        t = idle_time(fm, n, max(1, args.steps // n), args.repeats)
+        out.append((name, -n, t, t * plain, 1 / t, None, roof / t, None))
+        print(f"  {name:14s} no candidate, chunks of {n}: {t * 1e6:8.1f} us/token  "
+              f"{t * plain:5.2f}x a plain step", flush=True)
     if args.draft:  # assisted decoding: the draft's k candidates, then a step of k + 1 rows
         dname, dmodel = random_model(args.draft)
         draft = fastdecode.from_hf(dmodel, max_seq_len=args.prompt_len + 300, mode=args.mode)
@@ -133,6 +156,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--models", default="1b,8b")
     p.add_argument("--rows", default="1,2,4,8,11,16")
+    p.add_argument("--idle", default="1,4,8", help="chunk lengths of steps without candidates")
     p.add_argument("--mode", default="mega", choices=["mega", "ops"])
     p.add_argument("--draft", default="", help="a shape key: also time assisted decoding's "
                    "step with that model as the draft (e.g. 1b for the 8b)")
@@ -152,16 +176,19 @@ def main():
     print(f"\n{'model':14s} {'rows':>4s} {'us/step':>8s} {'x plain':>7s} {'tok/s all':>9s} "
           f"{'% roof':>6s} {'break-even':>10s} {'kernel us':>9s} {'launch us':>9s}")
     for name, T, t, ratio, rate, even, pct, kt in table:
-        rows = str(T) if T else "plain"
+        rows = str(T) if T > 0 else "plain" if T == 0 else f"idle{-T}"  # idle: us/token
         k = f"{kt[1] * 1e6:9.1f} {kt[0] * 1e6:9.1f}" if kt else ""
+        ev = f"{even:10.2f}" if even is not None else f"{'-':>10s}"
         print(f"{name:14s} {rows:>4s} {t * 1e6:8.1f} {ratio:7.2f} {rate:9.1f} {100 * pct:6.1f} "
-              f"{even:10.2f} {k}")
+              f"{ev} {k}")
     # the megakernel's launch: direct (triton_kernels/launch.py) unless FASTDECODE_TRITON_LAUNCH=1
     how = f"fastdecode {args.mode}" + ("" if launch.DIRECT else " (Triton's own launch)")
     append_results(args.results_md, [
         [gpu, name, f"{how} prompt lookup step, {T} rows (tok/s: all "
-         f"accepted)" if T else f"{how} plain decode step", f"{rate:.1f}",
-         f"{100 * pct:.1f}%", f"{ratio:.2f}x", f"{t * 1e6:.1f} us/step" + (
+         f"accepted)" if T > 0 else f"{how} plain decode step" if T == 0 else
+         f"{how} prompt lookup without candidates, chunks of {-T} decode steps", f"{rate:.1f}",
+         f"{100 * pct:.1f}%", f"{ratio:.2f}x", f"{t * 1e6:.1f} us/" + (
+             "step" if T >= 0 else "token") + (
              f" (kernel {kt[1] * 1e6:.0f} us, launch call {kt[0] * 1e6:.0f} us)" if kt else "")]
         for name, T, t, ratio, rate, _, pct, kt in table],
         cmd)

@@ -213,7 +213,7 @@ for s in $stages; do
             cp bench/RESULTS.md "$OUT/" ;;
     lookup) timeout 240 python3 -m pytest -q tests/test_lookup.py -p no:cacheprovider 2>&1 | tail -3
             FASTDECODE_COMMIT=$COMMIT timeout ${LOOKUP_TIMEOUT:-300} python3 bench/bench_lookup.py \
-              --models ${LOOKUP_MODELS:-1b,8b} 2>&1 | grep -v -i warn | tail -16
+              --models ${LOOKUP_MODELS:-1b,8b} 2>&1 | grep -v -i warn | tail -22
             FASTDECODE_COMMIT=$COMMIT timeout ${LOOKUP_TIMEOUT:-300} python3 bench/bench_lookup.py \
               --models 8b --draft 1b --rows 3,5,9 2>&1 | grep -v -i warn | tail -8
             cp bench/RESULTS.md "$OUT/" ;;
