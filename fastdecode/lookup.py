@@ -203,11 +203,12 @@ def generate(rt, ids: torch.Tensor, *, max_new_tokens: int, source, rows_max: in
                 for p in sampling.processors:
                     scores = p(prefix, scores)
                 tok = R.choose(scores, sample=sampling.do_sample, generator=rt.generator)
-            if emit(tok, scores, raw):
-                return _finish(ids, out, streamer)
-            if i >= len(cands) or tok != cands[i]:
+            stop = emit(tok, scores, raw)
+            if stop or i >= len(cands) or tok != cands[i]:
                 break
         rt.rewind(start + i + 1)  # the cache keeps the rows whose inputs were right
+        if stop:  # (so it holds the sequence but its last token: generate's prefix record)
+            return _finish(ids, out, streamer)
         source.accepted(i, len(cands))
 
 

@@ -117,6 +117,11 @@ def test_steps_without_candidates_decode_chunks(mode, monkeypatch):
     assert torch.equal(got, want[:, :7 + 5])
     got = fm.generate(ids, max_new_tokens=5, prompt_lookup_num_tokens=4, eos_token_id=[])
     assert torch.equal(got, want[:, :7 + 5])
+    # the cache holds the sequence but its last token, as its record (prefix_cache's reuse)
+    # says: after the chunks, and after a step that stopped at a row whose candidate was
+    # rejected (this run's last step: the entry after that row held the rejected candidate,
+    # which the record took for the chosen token -- and a next turn reused)
+    assert fm.runtime.fed == got[0, :-1].tolist() and fm.runtime.position == got.shape[1] - 1
 
 
 def test_hf_processing_and_stops():
