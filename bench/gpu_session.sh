@@ -204,7 +204,7 @@ for s in $stages; do
           FASTDECODE_COMMIT=$COMMIT timeout ${ROWS_TIMEOUT:-270} python3 bench/sweep_rows.py \
             --models ${ROWS_MODELS:-1b,8b} --rows 2,16 \
             --tiles ${ROWS_TILES:-32x256x4,32x256x4s,32x128x4s} 2>&1 | grep -v -i warn \
-            | grep -v "launch: host\|of roofline)" | tail -24
+            | grep -v "launch: host" | tail -32
           cp bench/RESULTS.md "$OUT/" ;;
     launch) timeout 150 python3 -m pytest -q tests/test_launch.py tests/test_gpu.py \
               -k "launch or rows_fall_back" -p no:cacheprovider 2>&1 | tail -3
