@@ -221,11 +221,10 @@ IDLE_CHUNK = 8
 def decode_chunk(rt, tok: int, n: int) -> list:
     """n greedy decode steps from the chosen token tok (not yet in the cache): their n tokens.
     As forward() does, without the stop conditions (the host checks each token) and into
-    history from step 0; the cache's record of its tokens (prefix_cache) kept."""
+    history from step 0 (Runtime.free_steps); the cache's record of its tokens (prefix_cache)
+    kept."""
     st, fed = rt.state, rt.fed
-    rt.set_stop([], 1 << 30)
-    st.done.zero_()
-    st.step.zero_()
+    rt.free_steps()
     st.ids[:1].fill_(tok)
     rt.decode(n, _GREEDY)
     toks = rt.tokens(0, n).tolist()

@@ -192,6 +192,14 @@ class Runtime:
             st.eos[:len(eos)].copy_(torch.tensor(eos, dtype=torch.int32))
         st.n_eos, st.max_step = len(eos), int(max_steps)
 
+    def free_steps(self):
+        """The next steps' token choices neither stop nor continue generate()'s history: no stop
+        condition, history from hist[0] again -- so forwards and rewinds repeated past
+        max_seq_len (prompt lookup, a user's own loop) never index past the history."""
+        self.set_stop([], 1 << 30)
+        self.state.done.zero_()
+        self.state.step.zero_()
+
     @property
     def position(self) -> int:
         return self.state.n_pos
@@ -230,17 +238,12 @@ class Runtime:
         every new token."""
         T = ids.shape[0]
         self._check_room(T)
-        self.set_stop([], 1 << 30)
         out = []
         long = self._long_prompt(T)
         step = self.prefill_chunk if long else self.max_chunk
         for c0 in range(0, T, step):
             chunk = ids[c0:c0 + step]
-            # a chunk's token choice is neither a stop nor a step of generate()'s history: it
-            # goes to hist[0] each time, so forwards and rewinds repeated past max_seq_len
-            # (prompt lookup, a user's own loop) never index past the history
-            self.state.done.zero_()
-            self.state.step.zero_()
+            self.free_steps()
             if long:
                 out.append(self._prefill_long(chunk, all_logits=True, sampling=Sampling()))
                 continue

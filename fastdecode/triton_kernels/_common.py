@@ -256,8 +256,9 @@ def gemv_acc(x_ptr, stride_x, offs_t, mask_t, rstd, norm_ptr, w_ptr, rows, rows2
 
     acc[t, r] = sum_k xn[t, k] * W[rows[r], k], xn = x * rstd * norm_w if NORM else x.
     Returns (acc, acc2), each [BLOCK_T, BLOCK_R] fp32 (acc2 is zeros unless TWO).
-    T == 1 (BLOCK_T == 1) multiplies and reduces in fp32 registers (decode: a pure weight stream);
-    BLOCK_T >= 16 uses tl.dot tiles with M padded to BLOCK_T (prefill / verify chunks).
+    Each K chunk is x_chunk's rows against the weights by piece_dot: T == 1 (BLOCK_T == 1) in
+    fp32 registers (decode: a pure weight stream); BLOCK_T >= 16 on tl.dot tiles with M padded
+    to BLOCK_T (prefill / verify chunks).
     Weights are row-major [N, K]: each program reads BLOCK_R contiguous rows, BLOCK_K at a time.
     """
     BLOCK_T: tl.constexpr = offs_t.shape[0]
@@ -273,18 +274,9 @@ def gemv_acc(x_ptr, stride_x, offs_t, mask_t, rstd, norm_ptr, w_ptr, rows, rows2
         if TWO:
             w2 = tl.load(w_ptr + rows2[:, None].to(tl.int64) * K + offs_k[None, :], mask=wm,
                          other=0.0, eviction_policy="evict_first")
-        x = tl.load(x_ptr + offs_t[:, None] * stride_x + offs_k[None, :],
-                    mask=mask_t[:, None] & mask_k[None, :], other=0.0).to(tl.float32)
-        if NORM:
-            nw = tl.load(norm_ptr + offs_k, mask=mask_k, other=0.0).to(tl.float32)
-            x = x * rstd[:, None] * nw[None, :]
-        if BLOCK_T == 1:
-            acc += tl.sum(w.to(tl.float32) * x, axis=1)[None, :]
-            if TWO:
-                acc2 += tl.sum(w2.to(tl.float32) * x, axis=1)[None, :]
-        else:
-            xd = x.to(w.dtype)
-            acc += mm_tile(xd, tl.trans(w), F32)
-            if TWO:
-                acc2 += mm_tile(xd, tl.trans(w2), F32)
+        x = rows_operand(x_chunk(x_ptr, norm_ptr, offs_t, mask_t, stride_x, k0, K,
+                                 rstd[:, None], NORM, BLOCK_K), w_ptr)
+        acc += piece_dot(w, x, False, F32)
+        if TWO:
+            acc2 += piece_dot(w2, x, False, F32)
     return acc, acc2

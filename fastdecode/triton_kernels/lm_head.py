@@ -54,8 +54,9 @@ def lm_head_body(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_pt
     """Vocab tiles [tile_lo, tile_hi) of BLOCK_N rows for token block pid_t; one partial choice
     per token row at pval/pidx[t, part]. STREAM: the decode stream of gemv_body, w0 its first
     piece (gemv.stream_start; several rows: one token block, tl.dot pieces). v0: the vocabulary
-    id of row 0 (a tensor-parallel rank's shard starts there; 0 otherwise), VKEY: the whole vocabulary (Gumbel noise is keyed on
-    t * VKEY + global id, so every tensor-parallel layout draws the same sample)."""
+    id of row 0 (a tensor-parallel rank's shard starts there; 0 otherwise), VKEY: the whole
+    vocabulary (Gumbel noise is keyed on t * VKEY + global id, so every tensor-parallel layout
+    draws the same sample)."""
     offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
     mask_t = offs_t < T
     best = tl.full([BLOCK_T], float("-inf"), dtype=tl.float32)
