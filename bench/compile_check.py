@@ -11,9 +11,8 @@ asm paths on, so ptxas checks every wrapper's PTX.
     python bench/compile_check.py --model 8b [--elems 8192 --warps 4 --max-k 4096] [--tp 2]
                                   [--stages N] [--set ptx=1 l2_prefetch_kb=64 ...]
                                   [--trace] [--dump DIR]
-    python bench/compile_check.py --model 8b --rows-tile 32x256x4,32x256x4s   (a step of 4
-        rows' megakernel with that multi-row tile, config.MULTI_ROW_TILE: rows x K x warps, s:
-        streamed, config.MULTI_ROW_STREAM;
+    python bench/compile_check.py --model 8b --rows-tile 32x256x4,64x64x4   (a step of 4
+        rows' megakernel with that multi-row tile, config.MULTI_ROW_TILE: rows x K x warps;
         two programs per SM need <= 113 KB of shared memory and <= 255 registers at 4 warps)
     python bench/compile_check.py --family qwen3
     python bench/compile_check.py --ptx
@@ -220,15 +219,6 @@ def main():
         fm.runtime.forward(ids[:1].clone())  # T=1: the decode megakernel / ops decode tiles
         if args.family:
             fm.runtime.forward(ids[1:].clone())  # T=3: prefill tiles
-            if mode == "mega":  # and streamed (config.MULTI_ROW_STREAM; another schedule)
-                from fastdecode.triton_kernels import config
-                config.MULTI_ROW_STREAM, was = True, config.MULTI_ROW_STREAM
-                fm.runtime._schedules.clear()
-                decode = COMPILED.pop("megakernel")
-                fm.runtime.forward(ids[1:].clone())
-                COMPILED["megakernel (rows streamed)"] = COMPILED.pop("megakernel")
-                COMPILED["megakernel"] = decode
-                config.MULTI_ROW_STREAM = was
             if mode == "ops":  # a long prompt's pass (runtime._prefill_long): cuBLAS matmuls
                 fm.runtime.prefill_min = 2  # and the attention kernel's direct T > 1 form
                 fm.runtime.forward(ids[1:3].clone())
@@ -251,12 +241,12 @@ def compile_rows(model, name, tiles, programs):
     tile the GPU's config.gemv_config gives every T > 1 GEMV (here the CPU's would be taken)."""
     import fastdecode
     from fastdecode import graph
-    from fastdecode.triton_kernels import config, lm_head, qkv_rope
+    from fastdecode.triton_kernels import lm_head, qkv_rope
     from fastdecode.triton_kernels.config import gemv_config
     from shapes import rows_tile
-    print(f"{name}, sm_90a, a step of 4 rows by multi-row tile (rows x K x warps, s: streamed):")
+    print(f"{name}, sm_90a, a step of 4 rows by multi-row tile (rows x K x warps):")
     for spec in tiles.split(","):
-        tile, config.MULTI_ROW_STREAM = rows_tile(spec)
+        tile = rows_tile(spec)
         graph.gemv_config = qkv_rope.gemv_config = lm_head.gemv_config = \
             lambda N, K, T, device, rows=None: tile if T > 1 else gemv_config(N, K, T, device, rows)
         COMPILED.clear()

@@ -153,9 +153,7 @@ def stream_configs(text):
 
 
 def rows_tile(text):
-    """A multi-row tile 'NxKxW[s]' (rows x K x warps; s: streamed, config.MULTI_ROW_STREAM) ->
-    (TileConfig, stream)."""
+    """A multi-row tile 'NxKxW' (rows x K x warps, config.MULTI_ROW_TILE) -> TileConfig."""
     from fastdecode.triton_kernels.config import TileConfig
-    stream = text.endswith("s")
-    n, k, w = (int(v) for v in text.rstrip("s").split("x"))
-    return TileConfig(block_n=n, block_k=k, num_warps=w), stream
+    n, k, w = (int(v) for v in text.split("x"))
+    return TileConfig(block_n=n, block_k=k, num_warps=w)

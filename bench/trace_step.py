@@ -47,8 +47,8 @@ def main():
     p.add_argument("--rows", type=int, default=1,
                    help="trace a step of this many rows (>1: prompt lookup's check) instead")
     p.add_argument("--rows-tiles", default=None,
-                   help="NxKxW[s],... multi-row tiles of --rows > 1 (config.MULTI_ROW_TILE, s: "
-                        "MULTI_ROW_STREAM; default config.py's)")
+                   help="NxKxW,... multi-row tiles of --rows > 1 (config.MULTI_ROW_TILE; "
+                        "default config.py's)")
     p.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -59,7 +59,7 @@ def main():
     tiles = args.rows_tiles.split(",") if args.rows_tiles and T > 1 else [None]
     for stream, tile in [(s, t) for s in streams for t in tiles]:
         if tile:
-            config.MULTI_ROW_TILE, config.MULTI_ROW_STREAM = rows_tile(tile)
+            config.MULTI_ROW_TILE = rows_tile(tile)
         fm = fastdecode.from_hf(model, max_seq_len=max(256, args.prompt_len + 16 + 5 * T),
                                 mode="mega")
         fm.runtime.mega_stream = stream

@@ -43,7 +43,6 @@ import triton
 
 from .opcodes import COST, Op
 from .spec import ModelSpec
-from .triton_kernels import config as kconfig
 from .triton_kernels.attention import split_plan
 from .triton_kernels.config import (StreamConfig, attention_config, gemv_config, merge_heads,
                                      ptx_stream_ok, stream_config)
@@ -57,9 +56,7 @@ class Tiling:
 
     Decode (T=1) is a STREAM: each task streams its tiles' (rows x K chunk) pieces back to back
     (gemv_body), `rows_*` rows per tile and `bk_*` per chunk for rows of q_dim / d_model /
-    ffn_dim elements (config.StreamConfig). T>1 tiles loop over K in tl.dot tiles of
-    config.MULTI_ROW_TILE -- or, config.MULTI_ROW_STREAM (T <= block_t: one token block), stream
-    those tiles' pieces as decode does, each piece a tl.dot against all rows.
+    ffn_dim elements (config.StreamConfig). T>1 tiles loop over K in tl.dot tiles.
     """
     T: int
     block_t: int
@@ -137,7 +134,6 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
     else:
         cfg = gemv_config(spec.d_model * 4, spec.d_model, T, device)
         rows, bks, warps, st = [cfg.block_n] * 4, [cfg.block_k] * 4, cfg.num_warps, None
-    stream_rows = T == 1 or (kconfig.MULTI_ROW_STREAM and T <= bt)
     defer = defer_qk_norm(spec.qk_norm, T)
     pairs, qkv_bk, _, _ = qkv_tile(spec.head_dim, spec.qk_norm, T, spec.d_model, device,
                                    stream=st, defer=defer)
@@ -146,7 +142,7 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
     chunk, n_splits = split_plan(max_seq_len, spec.n_kv_heads, block_s)
     if T == 1:
         block_s = st.attention_block(spec.head_dim)
-    return Tiling(T=T, block_t=bt, stream=stream_rows, rows_q=rows[0], rows_d=rows[1],
+    return Tiling(T=T, block_t=bt, stream=T == 1, rows_q=rows[0], rows_d=rows[1],
                   rows_f=rows[2], rows_g=rows[3], bk_q=bks[0], bk_d=bks[1], bk_f=bks[2],
                   bk_g=bks[3], num_warps=warps,
                   qkv_pairs=pairs, qkv_chunks=triton.cdiv(half, pairs), qkv_bk=qkv_bk,

@@ -133,13 +133,13 @@ def test_stream_config_strings_parse_and_round_trip():
 
 
 def test_rows_tile_strings_parse():
-    """sweep_rows / trace_step / compile_check --rows-tile(s): rows x K x warps, a trailing s for
-    the streamed pieces (config.MULTI_ROW_STREAM); three numbers or an error."""
+    """sweep_rows / trace_step / compile_check --rows-tile(s): rows x K x warps; three numbers or
+    an error."""
     import shapes
     from fastdecode.triton_kernels.config import TileConfig
-    assert shapes.rows_tile("32x256x4") == (TileConfig(32, 256, 4), False)
-    assert shapes.rows_tile("32x128x4s") == (TileConfig(32, 128, 4), True)
-    for bad in ("32x256", "32x256x4x3", "32x256xs"):
+    assert shapes.rows_tile("32x256x4") == TileConfig(32, 256, 4)
+    assert shapes.rows_tile("64x64x8") == TileConfig(64, 64, 8)
+    for bad in ("32x256", "32x256x4x3", "32x256x4s"):
         with pytest.raises(ValueError):
             shapes.rows_tile(bad)
 

@@ -321,30 +321,6 @@ def test_mega_rows_fall_back_alone(llama1b, monkeypatch):
     assert torch.equal(got, want)
 
 
-def test_mega_rows_stream_matches_tiles(llama, monkeypatch):
-    """Steps of several rows (16, 5, 3, 2 rows after a 12-token prompt: prompt lookup's checks,
-    prefill chunks) with the multi-row tile's pieces streamed across each task's tiles
-    (config.MULTI_ROW_STREAM: tl.dot pieces, two in flight) against the tile's own K loop: the
-    same pieces summed in the same K order, so bf16 rounding flips at most (a layout's other MMA
-    accumulation order); a wrong piece, row mask or tile range moves every token. Four decode
-    steps after them read the caches those steps wrote."""
-    from fastdecode.triton_kernels import config
-    ids = torch.randint(0, 128256, (42,), device="cuda",
-                        generator=torch.Generator("cuda").manual_seed(11))
-    out = {}
-    for on in (False, True):
-        monkeypatch.setattr(config, "MULTI_ROW_STREAM", on)
-        fm = fastdecode.from_hf(llama, max_seq_len=128, mode="mega")
-        fm.runtime.forward(ids[:12])
-        logits = [fm.runtime.forward(ids[a:b]) for a, b in
-                  ((12, 28), (28, 33), (33, 36), (36, 38))]
-        assert fm.runtime._last_sched.graph.tiling.stream == on
-        logits += [fm.runtime.forward(ids[t:t + 1]) for t in range(38, 42)]
-        out[on] = torch.cat(logits).float()
-        del fm
-    _same_argmax_where_clear(out[False], out[True], "streamed vs tiled rows")
-
-
 @pytest.mark.parametrize("kw", [
     dict(do_sample=True, top_k=40, top_p=0.9, temperature=0.8, seed=7, eos_token_id=[]),
     dict(do_sample=True, min_p=0.05, repetition_penalty=1.3, temperature=0.8, seed=7,

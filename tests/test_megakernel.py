@@ -231,25 +231,20 @@ def test_decode_stream_tiles_match_torch(family, stream):
     assert ((1, True) in fm.runtime._schedules) == (stream.attn_in_qkv_keys > 0)
 
 
-@pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize("family,tile", [("llama_bias_tied", "16x16x4"), ("qwen3", "16x16x4"),
                                          ("qwen2", "shipped"), ("mistral", "shipped")])
-def test_multi_row_tiles_match_torch(family, tile, stream, monkeypatch):
+def test_multi_row_tiles_match_torch(family, tile, monkeypatch):
     """Steps of several rows with the GPU's multi-row tile (the CPU otherwise takes whole rows:
     config.gemv_config), masked at the tiny models' odd sizes; 16 x 16 tiles, so a task streams
     several tiles of K chunks and odd N / K end mid-tile and mid-chunk; biases (o, gate|up,
-    down), the RMSNorm prologue and the residual epilogue; each tile's K loop, and the tiles'
-    pieces streamed across a task's tiles (config.MULTI_ROW_STREAM: the QKV, o, gate|up, down
-    and lm_head tasks' stream with tl.dot pieces). fp32 weights: the logits of torch mode up to
-    summation order."""
+    down), the RMSNorm prologue and the residual epilogue. fp32 weights: the logits of torch
+    mode up to summation order."""
     from fastdecode import graph
-    from fastdecode.triton_kernels import config
-    tile = config.MULTI_ROW_TILE if tile == "shipped" else \
-        config.TileConfig(*map(int, tile.split("x")))
+    from fastdecode.triton_kernels.config import MULTI_ROW_TILE, TileConfig
+    tile = MULTI_ROW_TILE if tile == "shipped" else TileConfig(*map(int, tile.split("x")))
     real = graph.gemv_config
     monkeypatch.setattr(graph, "gemv_config",
                         lambda N, K, T, device, **kw: tile if T > 1 else real(N, K, T, device, **kw))
-    monkeypatch.setattr(config, "MULTI_ROW_STREAM", stream)
     model = tiny_model(family).to(DEVICE)
     ids = torch.randint(0, 101, (1, 9), generator=torch.Generator().manual_seed(5)).to(DEVICE)
     ref = fastdecode.from_hf(model, max_seq_len=32, mode="torch")
@@ -257,7 +252,6 @@ def test_multi_row_tiles_match_torch(family, tile, stream, monkeypatch):
     fm = fastdecode.from_hf(model, max_seq_len=32, mode="mega")
     got = torch.cat([fm(ids[:, :5])[0], fm(ids[:, 5:])[0]])
     assert float((got - want).norm() / want.norm()) < 1e-5
-    assert fm.runtime.schedule(4).graph.tiling.stream == stream
 
 
 def test_ptx_stream_gives_the_plain_streams_tokens():
@@ -567,26 +561,21 @@ def test_trace_a_step_of_several_rows():
 
 
 @settings(max_examples=4)
-@given(shape=hf_shapes(("llama", "qwen3")), seed=st.integers(0, 1000), rows_stream=st.booleans())
-def test_mega_random_shapes_match_torch(shape, seed, rows_stream):
+@given(shape=hf_shapes(("llama", "qwen3")), seed=st.integers(0, 1000))
+def test_mega_random_shapes_match_torch(shape, seed):
     """The megakernel (model sizes are its constexprs, compiled per model) on random shapes:
-    prefill chunk (its tiles' K loops, or streamed: config.MULTI_ROW_STREAM) + decode steps
+    prefill chunk (its tiles' K loops) + decode steps
     against torch mode, fp32 weights (only summation order differs: 1e-5 as test_models
     explains)."""
-    from fastdecode.triton_kernels import config
     family, cfg, vocab = shape
     model = tiny_model(family, vocab=vocab, seed=seed, **cfg).to(DEVICE)
     ids = torch.randint(0, vocab, (1, 9), generator=torch.Generator().manual_seed(seed))
     ids = ids.to(DEVICE)
     outs = []
-    was, config.MULTI_ROW_STREAM = config.MULTI_ROW_STREAM, rows_stream
-    try:
-        for mode in ("torch", "mega"):
-            fm = fastdecode.from_hf(model, max_seq_len=24, mode=mode)
-            outs.append(torch.cat([fm(ids[:, :6])[0]] +
-                                  [fm(ids[:, t:t + 1])[0] for t in range(6, 9)]))
-    finally:
-        config.MULTI_ROW_STREAM = was
+    for mode in ("torch", "mega"):
+        fm = fastdecode.from_hf(model, max_seq_len=24, mode=mode)
+        outs.append(torch.cat([fm(ids[:, :6])[0]] +
+                              [fm(ids[:, t:t + 1])[0] for t in range(6, 9)]))
     want, got = outs
     assert float((got - want).norm() / want.norm()) < 1e-5
 

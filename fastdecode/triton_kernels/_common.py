@@ -132,11 +132,10 @@ def next_x_chunk(x, x_ptr, norm_ptr, offs_t, mask_t, stride_x, k0, K, n_k, rstd,
                  NORM: tl.constexpr, BLOCK_K: tl.constexpr):
     """The activation chunk at k0 for the next piece of a stream: loaded when rows span n_k > 1
     chunks; with whole rows the rows x already in registers (n_k is a constexpr when K is, as in
-    the megakernel, and the branch folds away). In x's dtype (rows_operand's)."""
+    the megakernel, and the branch folds away)."""
     x_n = x
     if n_k > 1:
-        x_n = x_chunk(x_ptr, norm_ptr, offs_t, mask_t, stride_x, k0, K, rstd, NORM,
-                      BLOCK_K).to(x.dtype)
+        x_n = x_chunk(x_ptr, norm_ptr, offs_t, mask_t, stride_x, k0, K, rstd, NORM, BLOCK_K)
     return x_n
 
 
@@ -214,23 +213,11 @@ def row_dot(w, x, PTX: tl.constexpr):
 
 
 @triton.jit
-def rows_operand(x, w_ptr):
-    """A stream's activation chunk as piece_dot takes it: several rows in the weights' dtype
-    (the tl.dot operand, converted once as loaded: half the registers of fp32 across the
-    iteration that carries it), one row as is (fp32)."""
-    if x.shape[0] > 1:
-        return x.to(w_ptr.dtype.element_ty)
-    else:
-        return x
-
-
-@triton.jit
 def piece_dot(w, x, PTX: tl.constexpr, F32: tl.constexpr):
-    """A stream's weight piece w [BLOCK_R, BLOCK_K] (weight_chunk) against its activation chunk x
-    [BLOCK_T, BLOCK_K] (rows_operand) -> [BLOCK_T, BLOCK_R] fp32. One row (decode): row_dot, a
-    register reduction of fp32 x. Several (BLOCK_T >= 16, a step of several rows): a tl.dot
-    tile, x in the weights' dtype as gemv_acc's tiles round it; no PTX pieces (their int32
-    words)."""
+    """A weight piece w [BLOCK_R, BLOCK_K] against its activation chunk x [BLOCK_T, BLOCK_K]
+    fp32 (x_chunk) -> [BLOCK_T, BLOCK_R] fp32. One row: row_dot, a register reduction of fp32 x.
+    Several (BLOCK_T >= 16, a step of several rows): a tl.dot tile, x rounded to the weights'
+    dtype; no PTX pieces (their int32 words)."""
     if x.shape[0] == 1:
         return row_dot(w, x, PTX)
     else:
@@ -274,8 +261,8 @@ def gemv_acc(x_ptr, stride_x, offs_t, mask_t, rstd, norm_ptr, w_ptr, rows, rows2
         if TWO:
             w2 = tl.load(w_ptr + rows2[:, None].to(tl.int64) * K + offs_k[None, :], mask=wm,
                          other=0.0, eviction_policy="evict_first")
-        x = rows_operand(x_chunk(x_ptr, norm_ptr, offs_t, mask_t, stride_x, k0, K,
-                                 rstd[:, None], NORM, BLOCK_K), w_ptr)
+        x = x_chunk(x_ptr, norm_ptr, offs_t, mask_t, stride_x, k0, K, rstd[:, None], NORM,
+                    BLOCK_K)
         acc += piece_dot(w, x, False, F32)
         if TWO:
             acc2 += piece_dot(w2, x, False, F32)

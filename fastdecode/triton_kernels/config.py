@@ -608,12 +608,9 @@ def stream_config(device, spec=None, path: str = TILE_TABLE) -> StreamConfig:
 # compile_check --rows-tile, sm_90a: 32 x 256 x 4 255 registers, 91 KB of shared memory on the
 # 1B and 8B shapes (64 x 64: 38 / 70 KB)
 MULTI_ROW_TILE = TileConfig(block_n=32, block_k=256, num_warps=4)
-# a megakernel step of several rows (T <= 16: one token block) streams MULTI_ROW_TILE's pieces
-# back to back across each task's tiles, the next piece requested before the current one's
-# tl.dot and the first before the task's dependency wait -- decode's register stream
-# (gemv.gemv_body STREAM with BLOCK_T 16) -- instead of a K loop per tile. Not yet timed on a
-# GPU (bench/sweep_rows.py --tiles 32x256x4,32x256x4s): off until it is
-MULTI_ROW_STREAM = False
+# (its pieces streamed across each task's tiles as decode's are, a tl.dot per piece, measured
+# 1.16-1.66x slower than each tile's own K loop: bench/sweep_rows.py, 1B / 8B at 2 and 16 rows,
+# RESULTS.md session 38 -- removed)
 
 
 def gemv_config(N: int, K: int, T: int, device, rows: int | None = None) -> TileConfig:

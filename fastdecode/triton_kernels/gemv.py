@@ -13,9 +13,9 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import (INTERPRET, gemv_acc, next_x_chunk, pdl_ready, pdl_start, pdl_wait,
-                      piece_dot, row_dot, row_partials, row_rstd, row_sum, rows_operand,
-                      stream_x0, weight_chunk, x_chunk, x_chunk_apply, x_chunk_raw)
+from ._common import (INTERPRET, gemv_acc, next_x_chunk, pdl_ready, pdl_start, pdl_wait, row_dot,
+                      row_partials, row_rstd, row_sum, stream_x0, weight_chunk, x_chunk,
+                      x_chunk_apply, x_chunk_raw)
 from .config import StreamConfig, gemv_config, gemv_stream, stream_ptx, use_pdl
 
 
@@ -122,10 +122,6 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
     needs ~32 KB of loads in flight per SM to cover HBM latency). BLOCK_K < K chunks long rows
     so the activation chunk stays a few registers. Otherwise each tile loops over K on its own
     (ops mode: many programs per SM supply the loads in flight; T>1: tl.dot tiles).
-    STREAM with BLOCK_T > 1 (a megakernel step of several rows, T <= BLOCK_T:
-    config.MULTI_ROW_STREAM): the same register stream, each piece a tl.dot against the rows'
-    activation chunk (_common.piece_dot) -- the weights cross HBM once for all rows, two pieces
-    in flight, instead of each tile's K loop waiting on its own loads.
     PTX (STREAM, bf16 weights): the pieces are loaded by inline PTX (_common.weight_chunk).
     STAGES > 1 (STREAM, not PTX): one load of piece i per iteration, which Triton's loop
     pipeliner turns into cp.async copies to shared memory issued STAGES - 1 iterations ahead --
@@ -145,7 +141,6 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
     12)."""
     run = 1
     PV: tl.constexpr = min(128 // w_ptr.dtype.element_ty.primitive_bitwidth, BLOCK_K)
-    tl.static_assert((STAGES == 1) | (BLOCK_T == 1), "shared-memory stages stream one row")
     if STREAM and STAGES > 1:
         offs_t = tl.arange(0, 1)
         mask_t = offs_t < T
@@ -210,7 +205,7 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
             if WAIT is not None:
                 run = WAIT(*wargs)
     elif STREAM:
-        offs_t = tl.arange(0, BLOCK_T)  # every row in one token block (T <= BLOCK_T)
+        offs_t = tl.arange(0, 1)
         mask_t = offs_t < T
         n_k = tl.cdiv(K, BLOCK_K)
         n_it = (tile_hi - tile_lo) * n_k
@@ -222,10 +217,9 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
         if NORM:
             rstd = row_rstd(x_ptr, stride_x, offs_t, mask_t, K, eps, BLOCK_K)[:, None]
         else:
-            rstd = tl.zeros([BLOCK_T, 1], dtype=tl.float32)
-        x = rows_operand(x_chunk(x_ptr, norm_ptr, offs_t, mask_t, stride_x, 0, K, rstd, NORM,
-                                 BLOCK_K), w_ptr)
-        acc = tl.zeros([BLOCK_T, BLOCK_N], dtype=tl.float32)
+            rstd = tl.zeros([1, 1], dtype=tl.float32)
+        x = x_chunk(x_ptr, norm_ptr, offs_t, mask_t, stride_x, 0, K, rstd, NORM, BLOCK_K)
+        acc = tl.zeros([1, BLOCK_N], dtype=tl.float32)
         acc2 = acc
         accp = tl.zeros([BLOCK_N, BLOCK_K // PV], dtype=tl.float32)  # chunked rows' row_partials
         accp2 = accp
@@ -236,13 +230,9 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
             k1 = (i1 % n_k) * BLOCK_K
             w_n, w2_n = stream_piece(w_ptr, N, K, tile_lo, i1, n_it, BLOCK_N, BLOCK_K, SWIGLU,
                                      PTX)
-            x_n = rows_operand(next_x_chunk(x, x_ptr, norm_ptr, offs_t, mask_t, stride_x, k1, K,
-                                            n_k, rstd, NORM, BLOCK_K), w_ptr)
-            if BLOCK_T > 1:  # several rows: tl.dot pieces, the sum over K in the MMA
-                acc += piece_dot(w, x, PTX, F32)
-                if SWIGLU:
-                    acc2 += piece_dot(w2, x, PTX, F32)
-            elif n_k > 1:
+            x_n = next_x_chunk(x, x_ptr, norm_ptr, offs_t, mask_t, stride_x, k1, K, n_k, rstd,
+                               NORM, BLOCK_K)
+            if n_k > 1:
                 accp += row_partials(w, x, PTX)
                 if SWIGLU:
                     accp2 += row_partials(w2, x, PTX)
@@ -251,20 +241,18 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
                 if SWIGLU:
                     acc2 += row_dot(w2, x, PTX)
             if i % n_k == n_k - 1:  # the tile's last chunk: epilogue, store, next tile's operands
-                if BLOCK_T == 1:
-                    if n_k > 1:
-                        acc = row_sum(accp)
-                        acc2 = row_sum(accp2)
-                        accp = tl.zeros([BLOCK_N, BLOCK_K // PV], dtype=tl.float32)
-                        accp2 = accp
+                if n_k > 1:
+                    acc = row_sum(accp)
+                    acc2 = row_sum(accp2)
+                    accp = tl.zeros([BLOCK_N, BLOCK_K // PV], dtype=tl.float32)
+                    accp2 = accp
                 b_n, b2_n, r_n = epilogue_operands(bias_ptr, res_ptr, offs_t, mask_t, rows1,
                                                    mask1, N, stride_res, BIAS, SWIGLU, RESIDUAL)
                 y = gemv_epilogue(acc, acc2, b, b2, r, SWIGLU)
                 offs_n = (tile_lo + i // n_k) * BLOCK_N + tl.arange(0, BLOCK_N)
-                tl.store(out_ptr + offs_t[:, None] * stride_out + offs_n[None, :],
-                         y.to(out_ptr.dtype.element_ty),
+                tl.store(out_ptr + offs_n[None, :], y.to(out_ptr.dtype.element_ty),
                          mask=mask_t[:, None] & (offs_n < N)[None, :])
-                acc = tl.zeros([BLOCK_T, BLOCK_N], dtype=tl.float32)
+                acc = tl.zeros([1, BLOCK_N], dtype=tl.float32)
                 acc2 = acc
                 b, b2, r = b_n, b2_n, r_n
             w, w2, x = w_n, w2_n, x_n

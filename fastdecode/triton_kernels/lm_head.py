@@ -16,8 +16,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import (INTERPRET, next_x_chunk, pdl_start, pdl_wait, piece_dot, row_rstd,
-                      rows_operand, weight_chunk, x_chunk)
+from ._common import (INTERPRET, next_x_chunk, pdl_start, pdl_wait, row_dot, row_rstd,
+                      weight_chunk, x_chunk)
 from .config import StreamConfig, gemv_config, merge_block, stream_ptx, use_pdl
 from .gemv import block_t, gemv_tile, stream_start
 
@@ -52,11 +52,10 @@ def lm_head_body(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_pt
                  BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                  STREAM: tl.constexpr, F32: tl.constexpr, PTX: tl.constexpr):
     """Vocab tiles [tile_lo, tile_hi) of BLOCK_N rows for token block pid_t; one partial choice
-    per token row at pval/pidx[t, part]. STREAM: the decode stream of gemv_body, w0 its first
-    piece (gemv.stream_start; several rows: one token block, tl.dot pieces). v0: the vocabulary
-    id of row 0 (a tensor-parallel rank's shard starts there; 0 otherwise), VKEY: the whole
-    vocabulary (Gumbel noise is keyed on t * VKEY + global id, so every tensor-parallel layout
-    draws the same sample)."""
+    per token row at pval/pidx[t, part]. STREAM (T=1): the decode stream of gemv_body, w0 its
+    first piece (gemv.stream_start). v0: the vocabulary id of row 0 (a tensor-parallel rank's
+    shard starts there; 0 otherwise), VKEY: the whole vocabulary (Gumbel noise is keyed on
+    t * VKEY + global id, so every tensor-parallel layout draws the same sample)."""
     offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
     mask_t = offs_t < T
     best = tl.full([BLOCK_T], float("-inf"), dtype=tl.float32)
@@ -71,29 +70,26 @@ def lm_head_body(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_pt
         n_it = (tile_hi - tile_lo) * n_k
         w = w0  # requested before x (before the dependency wait)
         rstd = row_rstd(x_ptr, stride_x, offs_t, mask_t, K, eps, BLOCK_K)[:, None]
-        x = rows_operand(x_chunk(x_ptr, norm_ptr, offs_t, mask_t, stride_x, 0, K, rstd, True,
-                                 BLOCK_K), w_ptr)
-        acc = tl.zeros([BLOCK_T, BLOCK_N], dtype=tl.float32)
-        lrow = logits_ptr  # decode: row 0
-        if BLOCK_T > 1:
-            lrow = logits_ptr + offs_t[:, None] * stride_logits
+        x = x_chunk(x_ptr, norm_ptr, offs_t, mask_t, stride_x, 0, K, rstd, True, BLOCK_K)
+        acc = tl.zeros([1, BLOCK_N], dtype=tl.float32)
         for i in range(0, n_it):
             i1 = i + 1
             rows1 = (tile_lo + i1 // n_k) * BLOCK_N + tl.arange(0, BLOCK_N)
             k1 = (i1 % n_k) * BLOCK_K
             w_n = weight_chunk(w_ptr, rows1, (rows1 < V) & (i1 < n_it), k1, K, BLOCK_K, PTX)
-            x_n = rows_operand(next_x_chunk(x, x_ptr, norm_ptr, offs_t, mask_t, stride_x, k1, K,
-                                            n_k, rstd, True, BLOCK_K), w_ptr)
-            acc += piece_dot(w, x, PTX, F32)
+            x_n = next_x_chunk(x, x_ptr, norm_ptr, offs_t, mask_t, stride_x, k1, K, n_k, rstd,
+                               True, BLOCK_K)
+            acc += row_dot(w, x, PTX)
             if i % n_k == n_k - 1:
                 offs_n = (tile_lo + i // n_k) * BLOCK_N + tl.arange(0, BLOCK_N)
                 mask_n = offs_n < V
                 if WRITE_LOGITS:
-                    tl.store(lrow + offs_n[None, :], acc, mask=mask_t[:, None] & mask_n[None, :])
+                    tl.store(logits_ptr + offs_n[None, :], acc,
+                             mask=mask_t[:, None] & mask_n[None, :])
                 if CHOOSE:
                     best, bidx = keep_best(best, bidx, acc, offs_t, offs_n + v0, mask_n, VKEY,
                                            seed, temp, SAMPLE)
-                acc = tl.zeros([BLOCK_T, BLOCK_N], dtype=tl.float32)
+                acc = tl.zeros([1, BLOCK_N], dtype=tl.float32)
             w, x = w_n, x_n
     else:
         for tile in range(tile_lo, tile_hi):

@@ -25,8 +25,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import (INTERPRET, gemv_acc, next_x_chunk, pdl_start, pdl_wait, piece_dot,
-                      row_dot, row_rstd, rows_operand, stream_x0, weight_chunk, x_chunk)
+from ._common import (INTERPRET, gemv_acc, next_x_chunk, pdl_start, pdl_wait, row_dot, row_rstd,
+                      stream_x0, weight_chunk, x_chunk)
 from .config import StreamConfig, gemv_config, qkv_pairs, stream_ptx, use_pdl
 from .gemv import block_t
 
@@ -94,9 +94,8 @@ def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_pt
                   STAGES: tl.constexpr = 1, WAIT: tl.constexpr = None, wargs=None,
                   K_CONST: tl.constexpr = 0):
     """Tiles [u_lo, u_hi) of KV group g (qkv_slot): each is pairs [c*BLOCK_H, (c+1)*BLOCK_H) of
-    one head slot for one token block. STREAM: the decode stream of gemv_body (its first
-    piece w_lo0 / w_hi0 from qkv_start; several rows: one token block, T <= BLOCK_T, tl.dot
-    pieces as gemv_body's) -- the next
+    one head slot for one token block. STREAM (T=1): the decode stream of gemv_body (its first
+    piece w_lo0 / w_hi0 from qkv_start) -- the next
     (tile, K chunk) piece and, at a tile's end, the next tile's bias, norm weights and cos/sin
     are requested before the current piece is reduced. STAGES > 1 (STREAM, not PTX): the pieces
     stream through shared memory in Triton's loop pipeline, the dependency wait WAIT(*wargs)
@@ -109,7 +108,6 @@ def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_pt
     half = HD // 2
     n_t = tl.cdiv(T, BLOCK_T)
     run = 1
-    tl.static_assert((STAGES == 1) | (BLOCK_T == 1), "shared-memory stages stream one row")
     if STREAM and STAGES > 1:
         offs_t = tl.arange(0, BLOCK_T)
         mask_t = offs_t < T
@@ -169,9 +167,8 @@ def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_pt
         opnd = qkv_operands(j, offs_t, mask_t, offs_h, mask_h, pos, bias_ptr, qk_norm_ptr, cos_ptr,
                             sin_ptr, H, HD, BIAS, QK_NORM)
         rstd = row_rstd(x_ptr, stride_x, offs_t, mask_t, K, eps, BLOCK_K)[:, None]
-        x = rows_operand(x_chunk(x_ptr, norm_ptr, offs_t, mask_t, stride_x, 0, K, rstd, True,
-                                 BLOCK_K), w_ptr)
-        lo = tl.zeros([BLOCK_T, BLOCK_H], dtype=tl.float32)
+        x = x_chunk(x_ptr, norm_ptr, offs_t, mask_t, stride_x, 0, K, rstd, True, BLOCK_K)
+        lo = tl.zeros([1, BLOCK_H], dtype=tl.float32)
         hi = lo
         for i in range(0, n_it):
             i1 = i + 1
@@ -181,16 +178,16 @@ def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_pt
             k1 = (i1 % n_k) * BLOCK_K
             nxt_lo, nxt_hi = qkv_piece(w_ptr, K, H, KVH, HD, g, u_lo, i1, n_it, GROUP, N_CHUNKS,
                                        BLOCK_H, BLOCK_K, PTX)
-            x_n = rows_operand(next_x_chunk(x, x_ptr, norm_ptr, offs_t, mask_t, stride_x, k1, K,
-                                            n_k, rstd, True, BLOCK_K), w_ptr)
-            lo += piece_dot(w_lo, x, PTX, F32)
-            hi += piece_dot(w_hi, x, PTX, F32)
+            x_n = next_x_chunk(x, x_ptr, norm_ptr, offs_t, mask_t, stride_x, k1, K, n_k, rstd,
+                               True, BLOCK_K)
+            lo += row_dot(w_lo, x, PTX)
+            hi += row_dot(w_hi, x, PTX)
             if i % n_k == n_k - 1:  # the tile's last chunk: epilogue, next tile's operands
                 opnd_n = qkv_operands(jn, offs_t, mask_t, offs_hn, mask_hn, pos, bias_ptr,
                                       qk_norm_ptr, cos_ptr, sin_ptr, H, HD, BIAS, QK_NORM)
                 qkv_rope_finish(lo, hi, opnd, j, offs_t, mask_t, offs_h, offs_h < half, pos,
                                 q_ptr, k_ptr, v_ptr, S, eps, H, KVH, HD, QK_NORM, raw_ptr, DEFER)
-                lo = tl.zeros([BLOCK_T, BLOCK_H], dtype=tl.float32)
+                lo = tl.zeros([1, BLOCK_H], dtype=tl.float32)
                 hi = lo
                 j, offs_h, opnd = jn, offs_hn, opnd_n
             w_lo, w_hi, x = nxt_lo, nxt_hi, x_n
