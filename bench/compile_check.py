@@ -243,10 +243,10 @@ def compile_rows(model, name, tiles, programs):
     from fastdecode import graph
     from fastdecode.triton_kernels import lm_head, qkv_rope
     from fastdecode.triton_kernels.config import gemv_config
-    from shapes import rows_tile
-    print(f"{name}, sm_90a, a step of 4 rows by multi-row tile (rows x K x warps):")
+    from shapes import set_rows_tile
+    print(f"{name}, sm_90a, a step of 4 rows by multi-row tile (rows x K x warps[/K parts]):")
     for spec in tiles.split(","):
-        tile = rows_tile(spec)
+        tile = set_rows_tile(spec)
         graph.gemv_config = qkv_rope.gemv_config = lm_head.gemv_config = \
             lambda N, K, T, device, rows=None: tile if T > 1 else gemv_config(N, K, T, device, rows)
         COMPILED.clear()

@@ -152,6 +152,21 @@ def stream_configs(text):
     return out
 
 
+_KSPLIT_DEFAULT = []  # config.py's ROWS_KSPLIT, kept by the first set_rows_tile
+
+
+def set_rows_tile(text):
+    """Make 'NxKxW[/kP]' the multi-row tile (config.MULTI_ROW_TILE) and, with /kP, P K parts per
+    o / down tile (config.ROWS_KSPLIT; without, config.py's default). -> the TileConfig."""
+    from fastdecode.triton_kernels import config
+    if not _KSPLIT_DEFAULT:
+        _KSPLIT_DEFAULT.append(config.ROWS_KSPLIT)
+    spec, _, parts = text.partition("/k")
+    config.MULTI_ROW_TILE = rows_tile(spec)
+    config.ROWS_KSPLIT = int(parts) if parts else _KSPLIT_DEFAULT[0]
+    return config.MULTI_ROW_TILE
+
+
 def rows_tile(text):
     """A multi-row tile 'NxKxW' (rows x K x warps, config.MULTI_ROW_TILE) -> TileConfig."""
     from fastdecode.triton_kernels.config import TileConfig

@@ -1,7 +1,8 @@
 """The tile of multi-row steps (config.MULTI_ROW_TILE): a step of T = 2..16 rows -- prompt
 lookup's check of k + 1 rows, a short prompt's prefill chunk -- streams every weight once, as a
 decode step does, so it should cost little more than one. Each candidate tile [block_n rows x
-block_k] at num_warps, on random-weight bf16 models of published shapes: the step's time
+block_k] at num_warps (a /kN suffix: its o / down tiles in N K parts, config.ROWS_KSPLIT), on
+random-weight bf16 models of published shapes: the step's time
 (forward + rewind, as bench_lookup.py times it), the weights' GB/s over the step and its % of
 the read roofline (bench_decode.read_bandwidth, measured in this run), and the logits' largest
 difference from the first tile's (bf16 rows, fp32 sums in another order: ~1e-2 of the logits'
@@ -9,7 +10,7 @@ scale).
 Then what the host adds to a one-launch step: a megakernel launch's Python time (no sync)
 against the GPU's time for the step.
 
-    python bench/sweep_rows.py --models 1b,8b --rows 2,4,16 --tiles 32x256x4,64x64x4
+    python bench/sweep_rows.py --models 1b,8b --rows 2,4,16 --tiles 32x256x4,32x256x4/k1
 """
 from __future__ import annotations
 
@@ -24,8 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fastdecode  # noqa: E402
 from bench_decode import append_results, bench_command, read_bandwidth  # noqa: E402
 from bench_lookup import kernel_time, step_time  # noqa: E402
-from fastdecode.triton_kernels import config  # noqa: E402
-from shapes import random_model, rows_tile  # noqa: E402
+from shapes import random_model, set_rows_tile  # noqa: E402
 
 
 def main():
@@ -49,7 +49,7 @@ def main():
                             generator=torch.Generator("cuda").manual_seed(0))
         ref = {}
         for tile in args.tiles.split(","):
-            config.MULTI_ROW_TILE = rows_tile(tile)
+            set_rows_tile(tile)
             fm = fastdecode.from_hf(model, max_seq_len=400, mode=args.mode)
             wbytes = fm.spec.weight_bytes_per_token()
             fm.runtime.forward(ids)

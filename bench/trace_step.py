@@ -27,8 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fastdecode  # noqa: E402
 from fastdecode import trace as tr  # noqa: E402
 from bench_decode import read_bandwidth  # noqa: E402
-from fastdecode.triton_kernels import config  # noqa: E402
-from shapes import random_model, rows_tile, stream_configs  # noqa: E402
+from shapes import random_model, set_rows_tile, stream_configs  # noqa: E402
 
 
 def _gap(g):
@@ -47,8 +46,8 @@ def main():
     p.add_argument("--rows", type=int, default=1,
                    help="trace a step of this many rows (>1: prompt lookup's check) instead")
     p.add_argument("--rows-tiles", default=None,
-                   help="NxKxW,... multi-row tiles of --rows > 1 (config.MULTI_ROW_TILE; "
-                        "default config.py's)")
+                   help="NxKxW[/kP],... multi-row tiles of --rows > 1 (config.MULTI_ROW_TILE; /kP: "
+                        "P K parts per o / down tile, config.ROWS_KSPLIT; default config.py's)")
     p.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -59,7 +58,7 @@ def main():
     tiles = args.rows_tiles.split(",") if args.rows_tiles and T > 1 else [None]
     for stream, tile in [(s, t) for s in streams for t in tiles]:
         if tile:
-            config.MULTI_ROW_TILE = rows_tile(tile)
+            set_rows_tile(tile)
         fm = fastdecode.from_hf(model, max_seq_len=max(256, args.prompt_len + 16 + 5 * T),
                                 mode="mega")
         fm.runtime.mega_stream = stream

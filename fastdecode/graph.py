@@ -22,6 +22,10 @@ are counters, one per (op, layer[, KV group]):
      QKV task that completes group g's tiles (qticket[l, g] counts tiles) normalizes and rotates
      the group, and every QKV(l, g) signals qkn[l, g])
     GATE_UP(l) waits o[l];  DOWN(l) waits gu[l];  LM_HEAD waits down[L-1];  CHOOSE waits lm
+Steps of several rows on one rank (Tiling.ksplit > 1): O and DOWN tasks each sum one K part of
+their tiles into fp32 partial buffers (signalling po / pdown), and REDUCE tasks add the parts in
+order, the bias and the residual -- the tensor-parallel REDUCE below with K parts for ranks:
+    REDUCE(l, 0) waits po[l] -> red[l, 0];  REDUCE(l, 1) waits pdown[l] -> red[l, 1]
 Tensor parallelism (world W > 1; the spec is one rank's shard, distributed.py): O and DOWN tasks
 write fp32 partial sums and push them to every rank (remote counters xo / xdown, opcodes.py), and
 REDUCE tasks add the ranks' partials to the residual in rank order:
@@ -37,6 +41,7 @@ RMSNorm is never its own task: each consumer task recomputes it once (row_rstd p
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import triton
@@ -45,7 +50,7 @@ from .opcodes import COST, Op
 from .spec import ModelSpec
 from .triton_kernels.attention import split_plan
 from .triton_kernels.config import (StreamConfig, attention_config, gemv_config, merge_heads,
-                                     ptx_stream_ok, stream_config)
+                                     ptx_stream_ok, rows_ksplit, stream_config)
 from .triton_kernels.gemv import block_t
 from .triton_kernels.qkv_rope import defer_qk_norm, qkv_tile
 
@@ -91,6 +96,8 @@ class Tiling:
     kv_prefetch: bool = False     # decode: K / V asked into L2 before the waits (StreamConfig)
     one_poller: bool = False      # decode: waits polled by one thread (StreamConfig)
     abort_every: int = 1          # decode, one_poller: polls per read of the abort word
+    ksplit: int = 1               # several rows, one rank: K parts per o / down tile
+                                  # (config.rows_ksplit; build_step sets it)
 
     def n_t(self, block=None):
         return triton.cdiv(self.T, block or self.block_t)
@@ -217,9 +224,14 @@ def build_step(spec: ModelSpec, tiling: Tiling, n_programs: int, world: int = 1,
                lm_vocab: int | None = None) -> StepGraph:
     """world > 1: spec is a rank's shard; lm_vocab: the vocabulary rows every rank tiles (the
     largest shard's, so every rank has the same lm_head tasks; the last rank masks its excess)."""
+    s, T = spec, tiling.T
+    if T > 1 and world == 1:
+        ops = ((Op.O_PROJ, s.q_dim, tiling.bk_q), (Op.DOWN, s.ffn_dim, tiling.bk_f))
+        tiling = dataclasses.replace(tiling, ksplit=rows_ksplit(
+            max(tiling.gemv_tiles(op, s.d_model) for op, _, _ in ops) * tiling.n_t(),
+            min(triton.cdiv(K, bk) for _, K, bk in ops), n_programs))
     g = StepGraph(spec, tiling, world=world)
-    s, tg = spec, tiling
-    T = tg.T
+    tg = tiling
     elt = 2
     tp = world > 1
     g.add(Task(Op.EMBED, 0, (0, T, 0), ("tok",), ("emb",), COST.task_overhead_bytes, -1))
@@ -233,10 +245,11 @@ def build_step(spec: ModelSpec, tiling: Tiling, n_programs: int, world: int = 1,
     qkv_tile_bytes = 2 * tg.qkv_pairs * s.d_model * elt
     per_group = tg.qkv_group_tiles(s.group)
     n_red = triton.cdiv(s.d_model, COST.reduce_block)
-    red_bytes = world * T * COST.reduce_block * 4
-    # what a residual write leaves behind: the row-parallel op itself, or its all-reduce
-    after = {"o": lambda l: ("red", l, 0) if tp else ("o", l),
-             "down": lambda l: ("red", l, 1) if tp else ("down", l)}
+    red_bytes = max(world, tg.ksplit) * T * COST.reduce_block * 4
+    reduced = tp or tg.ksplit > 1  # the row-parallel ops' partial sums, then REDUCE tasks
+    # what a residual write leaves behind: the row-parallel op itself, or its reduction
+    after = {"o": lambda l: ("red", l, 0) if reduced else ("o", l),
+             "down": lambda l: ("red", l, 1) if reduced else ("down", l)}
     for l in range(s.n_layers):
         prev = after["down"](l - 1) if l else ("emb",)
         for kv in range(s.n_kv_heads):
@@ -269,13 +282,16 @@ def build_step(spec: ModelSpec, tiling: Tiling, n_programs: int, world: int = 1,
         for op, key, wait, N, K in ((Op.O_PROJ, "o", ("merge", l), s.d_model, s.q_dim),
                                     (Op.GATE_UP, "gu", after["o"](l), s.ffn_dim, 2 * s.d_model),
                                     (Op.DOWN, "down", ("gu", l), s.d_model, s.ffn_dim)):
-            tile_bytes = tg.gemv_rows(op) * K * elt
-            sig = ("x" + key, l) if tp and key != "gu" else (key, l)
+            parts = tg.ksplit if key != "gu" else 1  # arg0: token block * parts + K part
+            tile_bytes = tg.gemv_rows(op) * K * elt // parts
+            sig = ("x" + key, l) if tp and key != "gu" else \
+                ("p" + key, l) if parts > 1 else (key, l)
             for tb in range(tg.n_t()):
-                for a, b in ranges(tg.gemv_tiles(op, N), n_programs):
-                    g.add(Task(op, l, (tb, a, b), wait, sig,
-                               COST.task_overhead_bytes + (b - a) * tile_bytes))
-            if tp and key != "gu":
+                for kp in range(parts):
+                    for a, b in ranges(tg.gemv_tiles(op, N), n_programs // parts):
+                        g.add(Task(op, l, (tb * parts + kp, a, b), wait, sig,
+                                   COST.task_overhead_bytes + (b - a) * tile_bytes))
+            if reduced and key != "gu":
                 which = 0 if key == "o" else 1
                 for a, b in ranges(n_red, n_programs):
                     g.add(Task(Op.REDUCE, l, (which, a, b), sig, ("red", l, which),

@@ -497,6 +497,10 @@ class Runtime:
                 st.pval = torch.zeros(need, device=st.pval.device, dtype=st.pval.dtype)
                 st.pidx = torch.zeros(need, device=st.pidx.device, dtype=st.pidx.dtype)
                 self._graphs.clear()  # captured with the old buffers
+            need = 2 * graph.tiling.ksplit * st.h.numel() if graph.tiling.ksplit > 1 else 0
+            if need > st.kpart.numel():  # o / down tiles' K parts (graph.Tiling.ksplit)
+                st.kpart = torch.zeros(need, device=st.kpart.device, dtype=torch.float32)
+                self._graphs.clear()
             self._schedules[key] = build_schedule(graph, self.programs(T))
         return self._schedules[key]
 
@@ -578,7 +582,7 @@ class Runtime:
             clock if clock is not None else st.status, st.done, st.eos, st.n_eos, st.max_step,
             st.ids, st.pos, st.step, st.seed, st.temp, st.hist,
             st.h, st.q, st.attn, st.act, st.o_part, st.lse, st.logits_shard, st.pval, st.pidx,
-            st.qk_raw,
+            st.qk_raw, st.kpart,
             st.k_cache, st.v_cache, st.cos, st.sin, st.windows,
             pw.embed, pw.lm_head, pw.final_norm, pw.attn_norm, pw.mlp_norm, pw.w_qkv,
             opt(pw.b_qkv), opt(pw.qk_norm), pw.w_o, opt(pw.b_o), pw.w_gu, opt(pw.b_gu),
@@ -610,7 +614,7 @@ class Runtime:
             TRACE=trace is not None, PTX=tg.ptx, MERGE_IN_ATTN=tg.merge_in_attn,
             NORM_IN_QKV=tg.norm_in_qkv, SQ=tg.stages[0], SO=tg.stages[1], SG=tg.stages[2],
             SF=tg.stages[3], PF_KB=tg.l2_prefetch_kb, KV_PF=tg.kv_prefetch,
-            POLL1=tg.abort_every if tg.one_poller else 0,
+            POLL1=tg.abort_every if tg.one_poller else 0, KSPLIT=tg.ksplit,
             num_warps=tg.num_warps)
         grid = (sched.n_programs,)
         variant = (key, sampling.do_sample, trace is not None)

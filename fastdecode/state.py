@@ -135,6 +135,9 @@ class DecodeState:
         self.logits_shard = self.logits if V == s.vocab_size else torch.zeros(
             T, s.vocab_size, device=dev, dtype=torch.float32)
         self.part = torch.zeros(T, s.d_model, device=dev, dtype=torch.float32)
+        # megakernel steps of several rows: the o / down tiles' K parts' partial sums [2, ksplit,
+        # T, d_model] (graph.Tiling.ksplit; Runtime.schedule grows it to a schedule's)
+        self.kpart = torch.zeros(1, device=dev, dtype=torch.float32)
         tiles = max(n_vocab_tiles(s.vocab_size, s.d_model, t, dev) * t for t in (1, T))
         tiles = max(tiles, n_vocab_tiles(V, 0, 1, dev, block_n=1024))
         self.pval = torch.zeros(tiles, device=dev, dtype=torch.float32)

@@ -10,7 +10,7 @@ import torch
 import triton
 
 from . import reference as R
-from .opcodes import Op
+from .opcodes import COST, Op
 from .schedule import Schedule, interleave
 from .triton_kernels.attention import split_range_host
 
@@ -119,7 +119,17 @@ class VM:
             tb = a0 // self.n_vparts if task.op == Op.LM_HEAD else a0
             r = tg.gemv_rows(task.op)
             rows = torch.arange(a1 * r, min(N, a2 * r), device=st.h.device)
-            self._gemv_tile(task.op, l, self._tokens(tb, tg.block_t), rows)
+            if tg.ksplit > 1 and task.op in (Op.O_PROJ, Op.DOWN):
+                self._k_part(task.op, l, *divmod(a0, tg.ksplit), rows)
+            else:
+                self._gemv_tile(task.op, l, self._tokens(tb, tg.block_t), rows)
+        elif task.op == Op.REDUCE:  # one rank (the VM's): the K parts of a0's tiles
+            cols = torch.arange(a1 * COST.reduce_block, min(s.d_model, a2 * COST.reduce_block),
+                                device=st.h.device)
+            parts = self._parts()[a0, :, :tg.T, cols]
+            b = pick((pw.b_o, pw.b_down)[a0])
+            acc = parts.sum(0) if b is None else parts.sum(0) + b[cols].float()
+            st.h[:tg.T, cols] = (st.h[:tg.T, cols].float() + acc).to(dt)
         elif task.op == Op.CHOOSE:
             T = tg.T
             last = st.logits[T - 1:T]
@@ -165,6 +175,25 @@ class VM:
         n_act = min(tg.n_splits, triton.cdiv(self.pos + T - k0, chunk))
         o = R.merge_partials(st.o_part[:n_act, :T, heads], st.lse[:n_act, :T, heads])
         st.attn[:T].view(T, s.n_heads, s.head_dim)[:, heads] = o.to(self.pw.dtype)
+
+    def _parts(self):
+        """The o / down tiles' K parts' partial sums [2, ksplit, TM, d_model] (State.kpart)."""
+        st = self.st
+        return st.kpart[:2 * self.tiling.ksplit * st.h.numel()].view(
+            2, self.tiling.ksplit, *st.h.shape)
+
+    def _k_part(self, op, l, tb, kp, rows):
+        """K part kp of an o / down task's tiles (graph.Tiling.ksplit): the partial sums of its
+        whole K chunks (gemv.gemv_tile's split), fp32, no bias or residual."""
+        pw, tg = self.pw, self.tiling
+        x, w, bk = ((self.st.attn, pw.w_o, tg.bk_q) if op == Op.O_PROJ else
+                    (self.st.act, pw.w_down, tg.bk_f))
+        K = x.shape[1]
+        per = triton.cdiv(triton.cdiv(K, bk), tg.ksplit) * bk
+        k = slice(min(K, kp * per), min(K, (kp + 1) * per))
+        toks = self._tokens(tb, tg.block_t)
+        self._parts()[int(op == Op.DOWN), kp, toks[:, None], rows[None]] = R.gemv(
+            x[toks, k], w[l, rows][:, k])
 
     def _gemv_tile(self, op, l, toks, rows):
         s, pw, st = self.spec, self.pw, self.st

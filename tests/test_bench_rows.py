@@ -132,16 +132,27 @@ def test_stream_config_strings_parse_and_round_trip():
         shapes.stream_fields(["o_first_after_wait=1"])
 
 
-def test_rows_tile_strings_parse():
-    """sweep_rows / trace_step / compile_check --rows-tile(s): rows x K x warps; three numbers or
-    an error."""
+def test_rows_tile_strings_parse(monkeypatch):
+    """sweep_rows / trace_step / compile_check --rows-tile(s): rows x K x warps, then /kP for P K
+    parts per o / down tile (config.ROWS_KSPLIT; without it config.py's default, also after a
+    /kP); three numbers or an error."""
     import shapes
+    from fastdecode.triton_kernels import config
     from fastdecode.triton_kernels.config import TileConfig
     assert shapes.rows_tile("32x256x4") == TileConfig(32, 256, 4)
     assert shapes.rows_tile("64x64x8") == TileConfig(64, 64, 8)
     for bad in ("32x256", "32x256x4x3", "32x256x4s"):
         with pytest.raises(ValueError):
             shapes.rows_tile(bad)
+    for name in ("MULTI_ROW_TILE", "ROWS_KSPLIT"):
+        monkeypatch.setattr(config, name, getattr(config, name))  # restored after the test
+    default = config.ROWS_KSPLIT
+    assert shapes.set_rows_tile("16x128x8/k3") == TileConfig(16, 128, 8)
+    assert config.MULTI_ROW_TILE == TileConfig(16, 128, 8) and config.ROWS_KSPLIT == 3
+    shapes.set_rows_tile("32x256x4")
+    assert config.MULTI_ROW_TILE == TileConfig(32, 256, 4) and config.ROWS_KSPLIT == default
+    with pytest.raises(ValueError):
+        shapes.set_rows_tile("32x256x4/kx")
 
 
 def test_persistent_stream_runs_cover_every_tile():

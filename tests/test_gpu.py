@@ -321,6 +321,30 @@ def test_mega_rows_fall_back_alone(llama1b, monkeypatch):
     assert torch.equal(got, want)
 
 
+def test_mega_rows_k_parts_match_whole_tiles(llama1b, monkeypatch):
+    """Steps of several rows (16, 5, 3, 2 rows after a 12-token prompt: prompt lookup's checks,
+    prefill chunks) with the o / down tiles in K parts summed by REDUCE tasks
+    (config.rows_ksplit's rule: 4 parts on the 1B shape at two programs an SM) against whole
+    tiles: the same products, their K sum in another fp32 order, so bf16 rounding flips at most;
+    a missing or doubled part, a wrong K range or a race on the partial buffers moves every
+    token. Four decode steps after them read the residual stream and caches those steps wrote."""
+    from fastdecode.triton_kernels import config
+    ids = torch.randint(0, 128256, (42,), device="cuda",
+                        generator=torch.Generator("cuda").manual_seed(11))
+    out = {}
+    for parts in (1, None):
+        monkeypatch.setattr(config, "ROWS_KSPLIT", parts)
+        fm = fastdecode.from_hf(llama1b, max_seq_len=128, mode="mega")
+        fm.runtime.forward(ids[:12])
+        logits = [fm.runtime.forward(ids[a:b]) for a, b in
+                  ((12, 28), (28, 33), (33, 36), (36, 38))]
+        assert (fm.runtime._last_sched.graph.tiling.ksplit > 1) == (parts is None)
+        logits += [fm.runtime.forward(ids[t:t + 1]) for t in range(38, 42)]
+        out[parts] = torch.cat(logits).float()
+        del fm
+    _same_argmax_where_clear(out[1], out[None], "K parts vs whole tiles")
+
+
 @pytest.mark.parametrize("kw", [
     dict(do_sample=True, top_k=40, top_p=0.9, temperature=0.8, seed=7, eos_token_id=[]),
     dict(do_sample=True, min_p=0.05, repetition_penalty=1.3, temperature=0.8, seed=7,

@@ -37,15 +37,23 @@ def specs(draw):
 
 @given(spec=specs(), T=st.sampled_from([1, 3, 16]), P=st.integers(1, 17),
        max_seq=st.integers(20, 300), seed=st.integers(0, 1000), fused=st.booleans(),
-       short=st.booleans())
-def test_schedule_properties(spec, T, P, max_seq, seed, fused, short):
+       short=st.booleans(), parts=st.integers(1, 4))
+def test_schedule_properties(spec, T, P, max_seq, seed, fused, short, parts):
     """fused: merge_in_attn and norm_in_qkv (no MERGE / QKNORM tasks in decode steps); short: the
-    short-context decode step (QKV_ATTN tasks, no ATTN / MERGE / QKNORM tasks)."""
+    short-context decode step (QKV_ATTN tasks, no ATTN / MERGE / QKNORM tasks); parts: K parts
+    per o / down tile of a step of several rows (config.ROWS_KSPLIT; REDUCE tasks sum them)."""
+    from fastdecode.triton_kernels import config
     short = short and T == 1
-    graph = build_step(spec, make_tiling(spec, T, max_seq, DEVICE, StreamConfig(
-        merge_in_attn=fused, norm_in_qkv=fused), attn_in_qkv=short), P)
+    was, config.ROWS_KSPLIT = config.ROWS_KSPLIT, parts
+    try:
+        graph = build_step(spec, make_tiling(spec, T, max_seq, DEVICE, StreamConfig(
+            merge_in_attn=fused, norm_in_qkv=fused), attn_in_qkv=short), P)
+    finally:
+        config.ROWS_KSPLIT = was
     ops = {t.op.name for t in graph.tasks}
     assert ("QKV_ATTN" in ops) == short and ("QKV" in ops) != short
+    assert graph.tiling.ksplit == (parts if T > 1 else 1)
+    assert ("REDUCE" in ops) == (graph.tiling.ksplit > 1)
     assert not short or not ops & {"ATTN", "MERGE", "QKNORM"}
     sched = build_schedule(graph, P)
     assert sorted(i for q in sched.queues for i in q) == list(range(len(graph.tasks)))
@@ -91,6 +99,22 @@ def test_decode_attention_block():
         assert prefill.attn_block_s == 64
         assert (decode.attn_chunk, decode.n_splits) == (prefill.attn_chunk, prefill.n_splits) \
             == split_plan(4096, 2, 64)
+
+
+def test_rows_ksplit_rule(monkeypatch):
+    """config.rows_ksplit (config.ROWS_KSPLIT None): about one o / down task per program, a part
+    at least one K chunk, at most ROWS_KSPLIT_MAX parts; an int ROWS_KSPLIT overrides it."""
+    from fastdecode.triton_kernels import config
+    monkeypatch.setattr(config, "ROWS_KSPLIT", None)
+    rule = config.rows_ksplit
+    assert rule(64, 8, 264) == 4    # Llama-3.2-1B: 2048 rows / 32, o's K 2048 in 8 chunks of 256
+    assert rule(128, 16, 264) == 2  # Llama-3.1-8B
+    assert rule(160, 20, 264) == 1  # d_model 5120: no split
+    assert rule(300, 8, 264) == 1   # more tiles than programs
+    assert rule(64, 2, 264) == 2    # two chunks, two parts
+    assert rule(4, 64, 264) == config.ROWS_KSPLIT_MAX
+    monkeypatch.setattr(config, "ROWS_KSPLIT", 3)
+    assert rule(64, 8, 264) == 3
 
 
 def test_stream_stages_rule():
@@ -147,14 +171,19 @@ def test_validator_rejects_missing_producer():
         build_schedule(graph, 5)
 
 
-@pytest.mark.parametrize("family,fused,keys", [("llama", False, 0), ("mistral", False, 0),
-                                                ("qwen3", False, 0), ("qwen3", True, 0),
-                                                ("mistral", False, 21), ("qwen3", False, 21)])
-def test_vm_random_interleavings_match_torch(family, fused, keys):
+@pytest.mark.parametrize("family,fused,keys,parts", [
+    ("llama", False, 0, 1), ("mistral", False, 0, 1), ("qwen3", False, 0, 1),
+    ("qwen3", True, 0, 1), ("mistral", False, 21, 1), ("qwen3", False, 21, 1),
+    ("llama_bias_tied", False, 0, 3)])
+def test_vm_random_interleavings_match_torch(family, fused, keys, parts, monkeypatch):
     """fused (merge_in_attn, norm_in_qkv): whichever ATTN task of a group runs last in the
     interleaving merges it, whichever QKV task completes a group's tiles norms it. keys 21: the
     decode steps at positions 19, 20 run the short-context schedule (the QKV task completing a
-    group runs its attention), the later ones the split-KV schedule."""
+    group runs its attention), the later ones the split-KV schedule. parts 3: the prompt's
+    o / down tiles in 3 K parts (config.ROWS_KSPLIT; whole rows on the CPU: one K chunk, so
+    parts 1 and 2 are empty), REDUCE tasks adding them and the biases."""
+    from fastdecode.triton_kernels import config
+    monkeypatch.setattr(config, "ROWS_KSPLIT", parts)
     model = tiny_model(family)
     ids = torch.randint(0, 101, (1, 24), generator=torch.Generator().manual_seed(9))
     ref = fastdecode.from_hf(model, max_seq_len=48, mode="torch")
@@ -168,6 +197,8 @@ def test_vm_random_interleavings_match_torch(family, fused, keys):
         got = torch.cat([fm(ids[:, :19])[0]] + [fm(ids[:, t:t + 1])[0] for t in range(19, 24)])
         assert float((got - want).norm() / want.norm()) < 1e-6
         assert ((1, True) in fm.runtime._schedules) == (keys > 0)
+        assert {(T > 1, s.graph.tiling.ksplit) for (T, _), s in fm.runtime._schedules.items()} \
+            == {(True, parts), (False, 1)}
 
 
 @pytest.mark.parametrize("family", ["llama", "mistral"])
@@ -231,27 +262,39 @@ def test_decode_stream_tiles_match_torch(family, stream):
     assert ((1, True) in fm.runtime._schedules) == (stream.attn_in_qkv_keys > 0)
 
 
+@pytest.mark.parametrize("ksplit", [1, 3])
 @pytest.mark.parametrize("family,tile", [("llama_bias_tied", "16x16x4"), ("qwen3", "16x16x4"),
                                          ("qwen2", "shipped"), ("mistral", "shipped")])
-def test_multi_row_tiles_match_torch(family, tile, monkeypatch):
+def test_multi_row_tiles_match_torch(family, tile, ksplit, monkeypatch):
     """Steps of several rows with the GPU's multi-row tile (the CPU otherwise takes whole rows:
     config.gemv_config), masked at the tiny models' odd sizes; 16 x 16 tiles, so a task streams
     several tiles of K chunks and odd N / K end mid-tile and mid-chunk; biases (o, gate|up,
-    down), the RMSNorm prologue and the residual epilogue. fp32 weights: the logits of torch
-    mode up to summation order."""
+    down), the RMSNorm prologue and the residual epilogue. The o / down tiles whole, or in 3 K
+    parts summed by REDUCE tasks (graph.Tiling.ksplit; 16-wide chunks: o's K 48 one chunk a
+    part, down's 72 two, two and one; the shipped tile's one 256-wide chunk: two empty parts).
+    The megakernel and the VM running its queues. fp32 weights: the logits of torch mode up to
+    summation order."""
     from fastdecode import graph
+    from fastdecode.opcodes import Op
     from fastdecode.triton_kernels.config import MULTI_ROW_TILE, TileConfig
     tile = MULTI_ROW_TILE if tile == "shipped" else TileConfig(*map(int, tile.split("x")))
     real = graph.gemv_config
     monkeypatch.setattr(graph, "gemv_config",
                         lambda N, K, T, device, **kw: tile if T > 1 else real(N, K, T, device, **kw))
+    monkeypatch.setattr(graph, "rows_ksplit", lambda *args: ksplit)  # any config.ROWS_KSPLIT
     model = tiny_model(family).to(DEVICE)
     ids = torch.randint(0, 101, (1, 9), generator=torch.Generator().manual_seed(5)).to(DEVICE)
     ref = fastdecode.from_hf(model, max_seq_len=32, mode="torch")
     want = torch.cat([ref(ids[:, :5])[0], ref(ids[:, 5:])[0]])
-    fm = fastdecode.from_hf(model, max_seq_len=32, mode="mega")
-    got = torch.cat([fm(ids[:, :5])[0], fm(ids[:, 5:])[0]])
-    assert float((got - want).norm() / want.norm()) < 1e-5
+    for mode in ("mega", "vm"):
+        fm = fastdecode.from_hf(model, max_seq_len=32, mode=mode)
+        got = torch.cat([fm(ids[:, :5])[0], fm(ids[:, 5:])[0]])
+        assert float((got - want).norm() / want.norm()) < 1e-5, mode
+        g = fm.runtime.schedule(4).graph
+        assert g.tiling.ksplit == ksplit
+        n_red = sum(t.op == Op.REDUCE for t in g.tasks)
+        assert (n_red > 0) == (ksplit > 1)
+        assert fm.runtime.schedule(1).graph.tiling.ksplit == 1  # decode: never
 
 
 def test_ptx_stream_gives_the_plain_streams_tokens():

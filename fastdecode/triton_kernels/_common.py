@@ -237,9 +237,11 @@ def mm_tile(a, b, F32: tl.constexpr):
 
 @triton.jit
 def gemv_acc(x_ptr, stride_x, offs_t, mask_t, rstd, norm_ptr, w_ptr, rows, rows2, mask_r, K,
-             NORM: tl.constexpr, TWO: tl.constexpr, BLOCK_K: tl.constexpr,
+             k_lo, k_hi, NORM: tl.constexpr, TWO: tl.constexpr, BLOCK_K: tl.constexpr,
              F32: tl.constexpr):
-    """Stream W[rows, :K] (and W[rows2, :K] if TWO) against the T activation rows.
+    """Stream W[rows, k_lo:k_hi] (and W[rows2, k_lo:k_hi] if TWO) against the T activation
+    rows; W's rows hold K elements (the whole row: k_lo 0, k_hi K; a K part of a split tile:
+    gemv.gemv_tile's KSPLIT).
 
     acc[t, r] = sum_k xn[t, k] * W[rows[r], k], xn = x * rstd * norm_w if NORM else x.
     Returns (acc, acc2), each [BLOCK_T, BLOCK_R] fp32 (acc2 is zeros unless TWO).
@@ -252,16 +254,16 @@ def gemv_acc(x_ptr, stride_x, offs_t, mask_t, rstd, norm_ptr, w_ptr, rows, rows2
     BLOCK_R: tl.constexpr = rows.shape[0]
     acc = tl.zeros([BLOCK_T, BLOCK_R], dtype=tl.float32)
     acc2 = tl.zeros([BLOCK_T, BLOCK_R], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
+    for k0 in range(k_lo, k_hi, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
-        mask_k = offs_k < K
+        mask_k = offs_k < k_hi
         wm = mask_r[:, None] & mask_k[None, :]
         w = tl.load(w_ptr + rows[:, None].to(tl.int64) * K + offs_k[None, :], mask=wm, other=0.0,
                     eviction_policy="evict_first")
         if TWO:
             w2 = tl.load(w_ptr + rows2[:, None].to(tl.int64) * K + offs_k[None, :], mask=wm,
                          other=0.0, eviction_policy="evict_first")
-        x = x_chunk(x_ptr, norm_ptr, offs_t, mask_t, stride_x, k0, K, rstd[:, None], NORM,
+        x = x_chunk(x_ptr, norm_ptr, offs_t, mask_t, stride_x, k0, k_hi, rstd[:, None], NORM,
                     BLOCK_K)
         acc += piece_dot(w, x, False, F32)
         if TWO:

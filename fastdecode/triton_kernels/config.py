@@ -611,6 +611,25 @@ MULTI_ROW_TILE = TileConfig(block_n=32, block_k=256, num_warps=4)
 # (its pieces streamed across each task's tiles as decode's are, a tl.dot per piece, measured
 # 1.16-1.66x slower than each tile's own K loop: bench/sweep_rows.py, 1B / 8B at 2 and 16 rows,
 # RESULTS.md session 38 -- removed)
+ROWS_KSPLIT_MAX = 8  # at most this many K parts per o_proj / down_proj tile (rows_ksplit)
+# K parts per o_proj / down_proj tile of a step of several rows: None, rows_ksplit's rule; an int,
+# that many (bench/sweep_rows.py's /kN tiles). 1 -- no parts -- until the parts are timed on a
+# GPU (CPU-tested: test_multi_row_tiles_match_torch; queued: sweep_rows 32x256x4 vs /k4 and /k2,
+# test_gpu's test_mega_rows_k_parts_match_whole_tiles)
+ROWS_KSPLIT = 1
+
+
+def rows_ksplit(n_tiles: int, n_chunks: int, n_programs: int) -> int:
+    """K parts of each o_proj / down_proj tile in a megakernel step of several rows (one rank;
+    graph.Tiling.ksplit): n_tiles such tiles per op (the larger op's, every token block) get
+    about one task per program, each part at least one K chunk of its tile (n_chunks: the
+    fewer of the two ops'). Why: a 4-row step of the Llama-3.2-1B shape had 64 down tiles of K
+    8192 for 264 programs -- three quarters idle through a 25 us phase at 29% of the read
+    roofline, its 64 o_proj tiles alike (bench/trace_step.py --rows 4, RESULTS.md session 38).
+    1B: 4 parts; 8B (128 tiles): 2; d_model 5120 (160 tiles): 1, no split."""
+    if ROWS_KSPLIT is not None:
+        return ROWS_KSPLIT
+    return max(1, min(n_programs // max(1, n_tiles), n_chunks, ROWS_KSPLIT_MAX))
 
 
 def gemv_config(N: int, K: int, T: int, device, rows: int | None = None) -> TileConfig:

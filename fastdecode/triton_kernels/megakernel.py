@@ -217,10 +217,12 @@ def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
                   F32: tl.constexpr, WORLD: tl.constexpr, PUSH_BLOCK: tl.constexpr,
                   USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
                   STAGES: tl.constexpr, RG: tl.constexpr, PF_KB: tl.constexpr,
-                  POLL1: tl.constexpr):
+                  POLL1: tl.constexpr, kpart=0, part_ptr=None, KSPLIT: tl.constexpr = 1):
     """o_proj / down_proj task: h[:, tiles lo..hi] += x @ W^T (+ bias), the residual stream in
     place -- its first weight piece requested, then its wait (ready), then the stream (STAGES >
-    1: the wait inside the stream's first iteration, gemv_body). Tensor
+    1: the wait inside the stream's first iteration, gemv_body). KSPLIT > 1 (a step of several
+    rows, graph.Tiling.ksplit): only K part kpart of the tiles, its fp32 partial sums stored to
+    part_ptr (no bias, no residual); REDUCE tasks add the parts, the bias and the residual. Tensor
     parallelism: the fp32 partial sum goes to this rank's row of the symmetric buffer (element
     part_off) and is pushed to every rank; REDUCE tasks add it to the residual.
     task_prefetch (StreamConfig.l2_prefetch_kb: an o_proj task, PF_KB > 0) before its wait (the
@@ -231,9 +233,13 @@ def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
     groups' completers had published, measured no faster: config.StreamConfig.)"""
     wargs = (ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, tr, clock_ptr, op,
              xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE, POLL1)
+    tl.static_assert((WORLD == 1) | (KSPLIT == 1), "K parts on one rank only")
     out = h_ptr
     if WORLD > 1:
         out = peer(xtab_ptr, rank, part_off, tl.float32)
+    if KSPLIT > 1:
+        out = part_ptr
+    EPI: tl.constexpr = KSPLIT == 1  # this task adds the bias and the residual
     if STAGES > 1:
         task_prefetch(entry, has_next, wgu_ptr, FFN, D, RG, PF_KB, USE_ASM)
         run = gemv_body(x_ptr, w_ptr, w_ptr, b_ptr, h_ptr, out, T, D, K, K, D, D, eps, lo, hi,
@@ -245,8 +251,8 @@ def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
         run = ready(*wargs)
         if run == 1:
             gemv_body(x_ptr, w_ptr, w_ptr, b_ptr, h_ptr, out, T, D, K, K, D, D, eps, lo, hi,
-                      tb, w0, w0, False, BIAS, False, WORLD == 1, BLOCK_T, BLOCK_N, BLOCK_K,
-                      STREAM, F32, PTX)
+                      tb, w0, w0, False, BIAS & EPI, False, (WORLD == 1) & EPI, BLOCK_T,
+                      BLOCK_N, BLOCK_K, STREAM, F32, PTX, kpart=kpart, KSPLIT=KSPLIT)
     if WORLD > 1:
         if run == 1:
             tl.debug_barrier()  # every thread's partial sums stored before they are pushed
@@ -265,7 +271,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                done_ptr, eos_ptr, n_eos, max_step,
                ids_ptr, pos_ptr, step_ptr, seed_ptr, temp_ptr, hist_ptr,
                h_ptr, q_ptr, attn_ptr, act_ptr, opart_ptr, lse_ptr, logits_ptr, pval_ptr, pidx_ptr,
-               qkraw_ptr,
+               qkraw_ptr, kpart_ptr,
                kc_ptr, vc_ptr, cos_ptr, sin_ptr, win_ptr,
                emb_ptr, lm_ptr, fnorm_ptr, anorm_ptr, mnorm_ptr, wqkv_ptr, bqkv_ptr, qkn_ptr,
                wo_ptr, bo_ptr, wgu_ptr, bgu_ptr, wd_ptr, bd_ptr,
@@ -287,7 +293,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
                MERGE_IN_ATTN: tl.constexpr, NORM_IN_QKV: tl.constexpr, SQ: tl.constexpr,
                SO: tl.constexpr, SG: tl.constexpr, SF: tl.constexpr, PF_KB: tl.constexpr = 0,
-               POLL1: tl.constexpr = 0, KV_PF: tl.constexpr = False):
+               POLL1: tl.constexpr = 0, KV_PF: tl.constexpr = False, KSPLIT: tl.constexpr = 1):
     """Model sizes D, FFN, H, HD are constexpr (one compile per model): a decode tile over whole
     rows then folds its chunk loop away and keeps the activation row in registers, which spares
     registers (bench/compile_check.py: 1B shape 255 registers with 48 B of spills when they were
@@ -324,7 +330,11 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     (one bulk prefetch each, ptx_inline.prefetch_l2_bulk) before its dependency wait -- the
     attention chain's, when HBM idles (residual_task).
     KV_PF (config.StreamConfig.kv_prefetch): the keys and values a KV group's attention reads
-    asked into L2 before a wait (task_kv_prefetch)."""
+    asked into L2 before a wait (task_kv_prefetch).
+    KSPLIT > 1 (a step of several rows on one rank, graph.Tiling.ksplit): o_proj / down_proj
+    tasks (arg0 = token block * KSPLIT + K part) store their K part's fp32 partial sums to
+    kpart_ptr [2 (o, down), KSPLIT, TM, D]; REDUCE tasks (arg0: 0 o, 1 down) add the parts in
+    order, the bias and the residual (residual_task)."""
     pid = tl.program_id(0)
     qlen = tl.load(qlen_ptr + pid)
     QKVN = (H + 2 * KVH) * HD
@@ -420,12 +430,16 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                 if TRACE:
                                     tl.store(tr + 7, globaltimer_ns(op, clock_ptr, USE_ASM))
             elif op == OP_O:
+                tb, kp = a0, 0
+                if KSPLIT > 1:  # arg0: token block * KSPLIT + K part
+                    tb, kp = a0 // KSPLIT, a0 % KSPLIT
                 run = residual_task(attn_ptr, wo_ptr + layer * D * QD, bo_ptr + layer * D, h_ptr,
-                                    T, D, QD, eps, a1, a2, a0, ctr_ptr, target, status_ptr,
+                                    T, D, QD, eps, a1, a2, tb, ctr_ptr, target, status_ptr,
                                     max_spin, pid, i, wc, s, tr, clock_ptr, op, xtab_ptr, rank,
                                     x_ctr, x_spin, x_red + rank * TM * D, w + NW, i + 1 < qlen,
                                     wgu_ptr, FFN, BIAS_O, BLOCK_T, RQ, KQ, STREAM, F32, WORLD,
-                                    RED_BLOCK, USE_ASM, TRACE, PTX, SO, RG, PF_KB, POLL1)
+                                    RED_BLOCK, USE_ASM, TRACE, PTX, SO, RG, PF_KB, POLL1, kp,
+                                    kpart_ptr + kp * TM * D, KSPLIT)
             elif op == OP_GU:
                 w_gu = wgu_ptr + layer * 2 * FFN * D
                 if SG > 1:
@@ -446,12 +460,16 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                   h_ptr, act_ptr, T, FFN, D, D, D, FFN, eps, a1, a2, a0, w0, w20,
                                   True, BIAS_MLP, True, False, BLOCK_T, RG, KG, STREAM, F32, PTX)
             elif op == OP_DOWN:
+                tb, kp = a0, 0
+                if KSPLIT > 1:
+                    tb, kp = a0 // KSPLIT, a0 % KSPLIT
                 run = residual_task(act_ptr, wd_ptr + layer * D * FFN, bd_ptr + layer * D, h_ptr,
-                                    T, D, FFN, eps, a1, a2, a0, ctr_ptr, target, status_ptr,
+                                    T, D, FFN, eps, a1, a2, tb, ctr_ptr, target, status_ptr,
                                     max_spin, pid, i, wc, s, tr, clock_ptr, op, xtab_ptr, rank,
                                     x_ctr, x_spin, x_red + (WORLD + rank) * TM * D, w, False,
                                     wgu_ptr, FFN, BIAS_MLP, BLOCK_T, RF, KF, STREAM, F32, WORLD,
-                                    RED_BLOCK, USE_ASM, TRACE, PTX, SF, RG, 0, POLL1)
+                                    RED_BLOCK, USE_ASM, TRACE, PTX, SF, RG, 0, POLL1, kp,
+                                    kpart_ptr + (KSPLIT + kp) * TM * D, KSPLIT)
             elif op == OP_LM:
                 w0, _ = stream_start(lm_ptr, V, D, a1, a2, RD, KD, False, STREAM, PTX)
                 run = ready(*wargs)
@@ -524,6 +542,14 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                         for k in range(0, n_eos):
                             stop = stop | (tl.load(eos_ptr + k) == tok).to(tl.int32)
                         tl.store(done_ptr, stop)
+                    elif KSPLIT > 1:  # OP_REDUCE of K parts: o's (a0 0) or down's
+                        parts = kpart_ptr + a0 * KSPLIT * TM * D
+                        if a0 == 0:
+                            residual_sum_body(h_ptr, parts, TM * D, T, D, a1, a2, KSPLIT,
+                                              RED_BLOCK, bo_ptr + layer * D, BIAS_O)
+                        else:
+                            residual_sum_body(h_ptr, parts, TM * D, T, D, a1, a2, KSPLIT,
+                                              RED_BLOCK, bd_ptr + layer * D, BIAS_MLP)
                     elif WORLD > 1:  # OP_REDUCE
                         residual_sum_body(h_ptr, peer(xtab_ptr, rank, x_red + a0 * WORLD * TM * D,
                                                       tl.float32), TM * D, T, D, a1, a2, WORLD,

@@ -201,7 +201,7 @@ def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_pt
             rows = j * HD + offs_h
             rstd = row_rstd(x_ptr, stride_x, offs_t, mask_t, K, eps, BLOCK_K)
             lo, hi = gemv_acc(x_ptr, stride_x, offs_t, mask_t, rstd, norm_ptr, w_ptr, rows,
-                              rows + half, mask_h, K, True, True, BLOCK_K, F32)
+                              rows + half, mask_h, K, 0, K, True, True, BLOCK_K, F32)
             opnd = qkv_operands(j, offs_t, mask_t, offs_h, mask_h, pos, bias_ptr, qk_norm_ptr,
                                 cos_ptr, sin_ptr, H, HD, BIAS, QK_NORM)
             qkv_rope_finish(lo, hi, opnd, j, offs_t, mask_t, offs_h, mask_h, pos, q_ptr, k_ptr,
