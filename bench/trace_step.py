@@ -76,7 +76,7 @@ def main():
         swap = [pairs.get(p, p) for p in range(sched.n_programs)]
         swapped = tr.events(*traced(order=swap))
         tag = args.model + (f"_{stream.tile_elems}_{stream.num_warps}w" if stream else "") + \
-            (f"_rows{T}" + (f"_{tile}" if tile else "") if T > 1 else "")
+            (f"_rows{T}" + (f"_{tile.replace('/', '_')}" if tile else "") if T > 1 else "")
         tr.chrome_json(evs, f"{args.out}/trace_{tag}.json")
         what = f"step of {T} rows" + (f", tile {tile}" if tile else "") if T > 1 else \
             "decode step"
