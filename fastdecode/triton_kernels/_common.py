@@ -213,15 +213,14 @@ def row_dot(w, x, PTX: tl.constexpr):
 
 
 @triton.jit
-def piece_dot(w, x, PTX: tl.constexpr, F32: tl.constexpr):
-    """A weight piece w [BLOCK_R, BLOCK_K] against its activation chunk x [BLOCK_T, BLOCK_K]
-    fp32 (x_chunk) -> [BLOCK_T, BLOCK_R] fp32. One row: row_dot, a register reduction of fp32 x.
-    Several (BLOCK_T >= 16, a step of several rows): a tl.dot tile, x rounded to the weights'
-    dtype; no PTX pieces (their int32 words)."""
+def piece_dot(w, x, F32: tl.constexpr):
+    """A weight piece w [BLOCK_R, BLOCK_K] (plain loads) against its activation chunk x
+    [BLOCK_T, BLOCK_K] fp32 (x_chunk) -> [BLOCK_T, BLOCK_R] fp32. One row: row_dot, a register
+    reduction of fp32 x. Several (BLOCK_T >= 16, a step of several rows): a tl.dot tile, x
+    rounded to the weights' dtype."""
     if x.shape[0] == 1:
-        return row_dot(w, x, PTX)
+        return row_dot(w, x, False)
     else:
-        tl.static_assert(not PTX, "the PTX weight pieces are decode's (one row)")
         return mm_tile(x.to(w.dtype), tl.trans(w), F32)
 
 
@@ -265,7 +264,7 @@ def gemv_acc(x_ptr, stride_x, offs_t, mask_t, rstd, norm_ptr, w_ptr, rows, rows2
                          other=0.0, eviction_policy="evict_first")
         x = x_chunk(x_ptr, norm_ptr, offs_t, mask_t, stride_x, k0, k_hi, rstd[:, None], NORM,
                     BLOCK_K)
-        acc += piece_dot(w, x, False, F32)
+        acc += piece_dot(w, x, F32)
         if TWO:
-            acc2 += piece_dot(w2, x, False, F32)
+            acc2 += piece_dot(w2, x, F32)
     return acc, acc2
