@@ -193,15 +193,15 @@ for s in $stages; do
              ${TRACE_ARGS:-} 2>&1 | grep -v -i warn | tail -40; done ;;
     # the multi-row steps: their GPU tests first, where a step of 4 rows' time goes (a trace
     # per tile), then the multi-row tiles (config.MULTI_ROW_TILE; /kN: the o / down tiles in N
-    # K parts, config.ROWS_KSPLIT) at 2 and 16 rows
-    rows) timeout 150 python3 -m pytest -q tests/test_gpu.py -k "rows_fall_back or k_parts" \
-            -p no:cacheprovider 2>&1 | tail -3
+    # K parts, config.ROWS_KSPLIT; no /kN: config.rows_ksplit's rule) at ROWS_ROWS (2 and 16)
+    rows) timeout 150 python3 -m pytest -q -s tests/test_gpu.py -k "rows_fall_back or k_parts" \
+            -p no:cacheprovider 2>&1 | grep -i "rel err\|passed\|failed\|error" | tail -6
           timeout 150 python3 bench/trace_step.py --model 1b --prompt-len 160 --rows 4 \
-            --rows-tiles ${TRACE_TILES:-32x256x4,32x256x4/k4} 2>&1 | grep -v -i warn \
+            --rows-tiles ${TRACE_TILES:-32x256x4/k1,32x256x4} 2>&1 | grep -v -i warn \
             | grep -A20 "step span"
           FASTDECODE_COMMIT=$COMMIT timeout ${ROWS_TIMEOUT:-270} python3 bench/sweep_rows.py \
-            --models ${ROWS_MODELS:-1b,8b} --rows 2,16 \
-            --tiles ${ROWS_TILES:-32x256x4,32x256x4/k4,32x256x4/k2} 2>&1 | grep -v -i warn \
+            --models ${ROWS_MODELS:-1b,8b} --rows ${ROWS_ROWS:-2,16} \
+            --tiles ${ROWS_TILES:-32x256x4/k1,32x256x4} 2>&1 | grep -v -i warn \
             | grep -v "launch: host" | tail -32
           cp bench/RESULTS.md "$OUT/" ;;
     launch) timeout 150 python3 -m pytest -q tests/test_launch.py tests/test_gpu.py \

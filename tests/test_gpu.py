@@ -324,13 +324,21 @@ def test_mega_rows_fall_back_alone(llama1b, monkeypatch):
 def test_mega_rows_k_parts_match_whole_tiles(llama1b, monkeypatch):
     """Steps of several rows (16, 5, 3, 2 rows after a 12-token prompt: prompt lookup's checks,
     prefill chunks) with the o / down tiles in K parts summed by REDUCE tasks
-    (config.rows_ksplit's rule: 4 parts on the 1B shape at two programs an SM) against whole
-    tiles: the same products, their K sum in another fp32 order, so bf16 rounding flips at most;
-    a missing or doubled part, a wrong K range or a race on the partial buffers moves every
-    token. Four decode steps after them read the residual stream and caches those steps wrote."""
+    (config.rows_ksplit's rule: 4 parts on the 1B shape at two programs an SM, none past
+    ROWS_KSPLIT_MAX_ROWS rows: the 16 rows whole) against whole
+    tiles, each against the fp32 model teacher-forced. The parts are the same products, their K
+    sum in another fp32 order; on this random 16-layer model such bf16 rounding flips grow to
+    the bf16-vs-fp32 level (session 39: 1.2-1.3e-2 of the fp32 logits for both, and 1.2e-2
+    between them, 28 / 30 argmaxes alike), so each is held to the fp32 reference: the parts'
+    error within 15% of the whole tiles' (measured within 2%); a missing or doubled part, a
+    wrong K range or a race on the partial buffers moves the logits by O(1). Four decode steps
+    after them read the residual stream and caches those steps wrote."""
+    import copy
     from fastdecode.triton_kernels import config
     ids = torch.randint(0, 128256, (42,), device="cuda",
                         generator=torch.Generator("cuda").manual_seed(11))
+    with torch.no_grad():
+        ref = copy.deepcopy(llama1b).float()(ids[None]).logits[0, 12:].float()
     out = {}
     for parts in (1, None):
         monkeypatch.setattr(config, "ROWS_KSPLIT", parts)
@@ -342,7 +350,9 @@ def test_mega_rows_k_parts_match_whole_tiles(llama1b, monkeypatch):
         logits += [fm.runtime.forward(ids[t:t + 1]) for t in range(38, 42)]
         out[parts] = torch.cat(logits).float()
         del fm
-    _same_argmax_where_clear(out[1], out[None], "K parts vs whole tiles")
+    err = {p: float((o - ref).norm() / ref.norm()) for p, o in out.items()}
+    print(f"rel err vs fp32: whole tiles {err[1]:.3e}, K parts {err[None]:.3e}")
+    assert err[1] < 2e-2 and err[None] < 1.15 * err[1]
 
 
 @pytest.mark.parametrize("kw", [

@@ -613,22 +613,30 @@ MULTI_ROW_TILE = TileConfig(block_n=32, block_k=256, num_warps=4)
 # RESULTS.md session 38 -- removed)
 ROWS_KSPLIT_MAX = 8  # at most this many K parts per o_proj / down_proj tile (rows_ksplit)
 # K parts per o_proj / down_proj tile of a step of several rows: None, rows_ksplit's rule; an int,
-# that many (bench/sweep_rows.py's /kN tiles). 1 -- no parts -- until the parts are timed on a
-# GPU (CPU-tested: test_multi_row_tiles_match_torch; queued: sweep_rows 32x256x4 vs /k4 and /k2,
-# test_gpu's test_mega_rows_k_parts_match_whole_tiles)
-ROWS_KSPLIT = 1
+# that many (bench/sweep_rows.py's /kN tiles). The rule, H200 (bench/RESULTS.md session 39):
+# bench_lookup's kernel time of a 2 / 4 / 8 / 11 / 16-row step against session 38's whole tiles,
+# 1B (4 parts) 1280 / 1346 / 1475 / 1562 / 1705 us against 1429 / 1464 / 1565 / 1603 / 1670, 8B
+# (2 parts) 5944 / 6116 / 6468 / 6736 / 7156 against 6356 / 6443 / 6662 / 6750 / 7009; sweep_rows
+# in one run, 1B 2 / 16 rows 1446 / 1858 us with 4 parts against 1611 / 1828 whole, 8B 6331 /
+# 7243 (2 parts) against 6498 / 7097. So no parts past ROWS_KSPLIT_MAX_ROWS rows: there a tile's
+# MMA rows and the REDUCE tasks' row loop (all_reduce.residual_sum_body) cost what the parts gain
+ROWS_KSPLIT = None
+ROWS_KSPLIT_MAX_ROWS = 12
 
 
-def rows_ksplit(n_tiles: int, n_chunks: int, n_programs: int) -> int:
+def rows_ksplit(n_tiles: int, n_chunks: int, n_programs: int, rows: int) -> int:
     """K parts of each o_proj / down_proj tile in a megakernel step of several rows (one rank;
     graph.Tiling.ksplit): n_tiles such tiles per op (the larger op's, every token block) get
     about one task per program, each part at least one K chunk of its tile (n_chunks: the
     fewer of the two ops'). Why: a 4-row step of the Llama-3.2-1B shape had 64 down tiles of K
     8192 for 264 programs -- three quarters idle through a 25 us phase at 29% of the read
     roofline, its 64 o_proj tiles alike (bench/trace_step.py --rows 4, RESULTS.md session 38).
-    1B: 4 parts; 8B (128 tiles): 2; d_model 5120 (160 tiles): 1, no split."""
+    1B: 4 parts; 8B (128 tiles): 2; d_model 5120 (160 tiles): 1, no split; none past
+    ROWS_KSPLIT_MAX_ROWS rows (timed above)."""
     if ROWS_KSPLIT is not None:
         return ROWS_KSPLIT
+    if rows > ROWS_KSPLIT_MAX_ROWS:
+        return 1
     return max(1, min(n_programs // max(1, n_tiles), n_chunks, ROWS_KSPLIT_MAX))
 
 
