@@ -2,11 +2,13 @@
 lookup's check of k + 1 rows, a short prompt's prefill chunk -- streams every weight once, as a
 decode step does, so it should cost little more than one. Each candidate tile [block_n rows x
 block_k] at num_warps (a /kN suffix: its o / down tiles in N K parts, config.ROWS_KSPLIT), on
-random-weight bf16 models of published shapes: the step's time
-(forward + rewind, as bench_lookup.py times it), the weights' GB/s over the step and its % of
-the read roofline (bench_decode.read_bandwidth, measured in this run), and the logits' largest
-difference from the first tile's (bf16 rows, fp32 sums in another order: ~1e-2 of the logits'
-scale).
+random-weight bf16 models of published shapes: the step's time (forward, argmax read, rewind,
+as bench_lookup.py times it), in mega mode the kernel's own (back-to-back launches,
+bench_lookup.kernel_time: what a tile changes, without the host's round trip -- session 39 saw
+the host-inclusive time of one configuration differ by up to 15% across a run), the weights'
+GB/s over the kernel (else the step) and its % of the read roofline
+(bench_decode.read_bandwidth, measured in this run), and the logits' largest difference from
+the first tile's (bf16 rows, fp32 sums in another order: ~1e-2 of the logits' scale).
 Then what the host adds to a one-launch step: a megakernel launch's Python time (no sync)
 against the GPU's time for the step.
 
@@ -61,10 +63,11 @@ def main():
                 err = (logits - ref.setdefault(T, logits)).abs().max().item() / \
                     ref[T].abs().max().item()
                 t = step_time(fm, T, args.steps, args.repeats)
-                table.append((name, tile, T, t * 1e6, wbytes / t / 1e9, err))
-                print(f"  {name:14s} {tile:10s} T={T:2d} {t * 1e6:8.1f} us {wbytes / t / 1e9:7.0f}"
-                      f" GB/s ({100 * wbytes / t / 1e9 / bw:4.1f}% of roofline)  logits diff "
-                      f"{err:.1e}", flush=True)
+                k = kernel_time(fm, T)[1] if args.mode == "mega" else t
+                table.append((name, tile, T, t * 1e6, k * 1e6, wbytes / k / 1e9, err))
+                print(f"  {name:14s} {tile:10s} T={T:2d} {t * 1e6:8.1f} us (kernel {k * 1e6:7.1f})"
+                      f" {wbytes / k / 1e9:7.0f} GB/s ({100 * wbytes / k / 1e9 / bw:4.1f}% of "
+                      f"roofline)  logits diff {err:.1e}", flush=True)
             if args.mode == "mega":  # a refused launch's retries (runtime._launch_mega)
                 rt = fm.runtime
                 print(f"  {name:14s} {tile:10s} rows' kernel: {rt.schedule(rows[0]).n_programs} "
@@ -76,17 +79,18 @@ def main():
                           f"us, step {gpu * 1e6:7.1f} us", flush=True)
             del fm
             torch.cuda.empty_cache()
-    print(f"\n{'model':14s} {'tile':10s} {'T':>3s} {'us/step':>8s} {'GB/s':>6s} {'% roof':>6s} "
-          f"{'diff':>8s}")
-    for name, tile, T, us, gbs, err in table:
-        print(f"{name:14s} {tile:10s} {T:3d} {us:8.1f} {gbs:6.0f} {100 * gbs / bw:6.1f} {err:8.1e}")
+    print(f"\n{'model':14s} {'tile':11s} {'T':>3s} {'us/step':>8s} {'kernel':>8s} {'GB/s':>6s} "
+          f"{'% roof':>6s} {'diff':>8s}")
+    for name, tile, T, us, kus, gbs, err in table:
+        print(f"{name:14s} {tile:11s} {T:3d} {us:8.1f} {kus:8.1f} {gbs:6.0f} {100 * gbs / bw:6.1f} "
+              f"{err:8.1e}")
     gpu = torch.cuda.get_device_name()
+    over = "the kernel" if args.mode == "mega" else "the step"
     append_results(args.results_md, [
         [gpu, name, f"fastdecode {args.mode} step of {T} rows, multi-row tile {tile} (tok/s: "
-         f"all rows kept; weights {gbs:.0f} GB/s)", f"{T / us * 1e6:.1f}",
-         f"{100 * gbs / bw:.1f}%", "-",
-         f"{us:.1f} us/step"] for name, tile, T, us, gbs, _ in table], bench_command(
-             "sweep_rows.py"))
+         f"all rows kept; weights {gbs:.0f} GB/s over {over})", f"{T / us * 1e6:.1f}",
+         f"{100 * gbs / bw:.1f}%", "-", f"{us:.1f} us/step (kernel {kus:.1f} us)"]
+        for name, tile, T, us, kus, gbs, _ in table], bench_command("sweep_rows.py"))
 
 
 if __name__ == "__main__":
