@@ -275,7 +275,8 @@ def test_multi_row_tiles_match_torch(family, tile, ksplit, monkeypatch):
     down), the RMSNorm prologue and the residual epilogue. The o / down tiles whole, or in 3 K
     parts summed by REDUCE tasks (graph.Tiling.ksplit; 16-wide chunks: o's K 48 one chunk a
     part, down's 72 two, two and one; the shipped tile's one 256-wide chunk: two empty parts).
-    The megakernel and the VM running its queues. fp32 weights: the logits of torch mode up to
+    A step of 16 rows, then one of 4 (the REDUCE tasks' 16-row tiles full, then masked). The
+    megakernel and the VM running its queues. fp32 weights: the logits of torch mode up to
     summation order."""
     from fastdecode import graph
     from fastdecode.opcodes import Op
@@ -286,12 +287,12 @@ def test_multi_row_tiles_match_torch(family, tile, ksplit, monkeypatch):
                         lambda N, K, T, device, **kw: tile if T > 1 else real(N, K, T, device, **kw))
     monkeypatch.setattr(graph, "rows_ksplit", lambda *args: ksplit)  # any config.ROWS_KSPLIT
     model = tiny_model(family).to(DEVICE)
-    ids = torch.randint(0, 101, (1, 9), generator=torch.Generator().manual_seed(5)).to(DEVICE)
+    ids = torch.randint(0, 101, (1, 20), generator=torch.Generator().manual_seed(5)).to(DEVICE)
     ref = fastdecode.from_hf(model, max_seq_len=32, mode="torch")
-    want = torch.cat([ref(ids[:, :5])[0], ref(ids[:, 5:])[0]])
+    want = torch.cat([ref(ids[:, :16])[0], ref(ids[:, 16:])[0]])
     for mode in ("mega", "vm"):
         fm = fastdecode.from_hf(model, max_seq_len=32, mode=mode)
-        got = torch.cat([fm(ids[:, :5])[0], fm(ids[:, 5:])[0]])
+        got = torch.cat([fm(ids[:, :16])[0], fm(ids[:, 16:])[0]])
         assert float((got - want).norm() / want.norm()) < 1e-5, mode
         g = fm.runtime.schedule(4).graph
         assert g.tiling.ksplit == ksplit

@@ -144,24 +144,29 @@ def push_rows(tab_ptr, rank, offset, stride, t_lo, t_hi, lo, hi, WORLD: tl.const
 
 @triton.jit
 def residual_sum_body(h_ptr, part_ptr, part_stride, T, D, c_lo, c_hi, WORLD: tl.constexpr,
-                      BLOCK: tl.constexpr, bias_ptr=None, BIAS: tl.constexpr = False):
+                      BLOCK: tl.constexpr, bias_ptr=None, BIAS: tl.constexpr = False,
+                      ROWS: tl.constexpr = 1):
     """h[t, cols] = h + (part[0] + part[1] + ... in rank order, fp32) for column blocks
     [c_lo, c_hi) of BLOCK and every token row: the reduce half of the megakernel's all-reduce.
     part [WORLD, TM, D] fp32 (rank stride part_stride). The same sum, in the same order, as
     distributed.all_reduce_fp32 then the residual add: bit-identical ranks. Also the sum of a
     split tile's K parts on one GPU (WORLD: the parts; graph.Tiling.ksplit), then + bias if
-    BIAS (the order of gemv.gemv_epilogue: sum, bias, residual)."""
-    for t in range(0, T):
+    BIAS (the order of gemv.gemv_epilogue: sum, bias, residual). ROWS token rows a [ROWS,
+    BLOCK] tile, the WORLD parts' loads unrolled: one round of loads in flight per tile, not
+    one per row and part (a step of 16 rows paid 16 dependent rounds: session 39's trace)."""
+    for t0 in range(0, T, ROWS):
+        rows = t0 + tl.arange(0, ROWS)[:, None]
         for c in range(c_lo, c_hi):
-            offs = c * BLOCK + tl.arange(0, BLOCK)
-            m = offs < D
-            acc = tl.load(part_ptr + t * D + offs, mask=m, other=0.0)
-            for r in range(1, WORLD):
-                acc += tl.load(part_ptr + r * part_stride + t * D + offs, mask=m, other=0.0)
+            cols = c * BLOCK + tl.arange(0, BLOCK)[None, :]
+            m = (rows < T) & (cols < D)
+            offs = rows * D + cols
+            acc = tl.load(part_ptr + offs, mask=m, other=0.0)
+            for r in tl.static_range(1, WORLD):
+                acc += tl.load(part_ptr + r * part_stride + offs, mask=m, other=0.0)
             if BIAS:
-                acc += tl.load(bias_ptr + offs, mask=m, other=0.0).to(tl.float32)
-            h = tl.load(h_ptr + t * D + offs, mask=m, other=0.0).to(tl.float32)
-            tl.store(h_ptr + t * D + offs, (h + acc).to(h_ptr.dtype.element_ty), mask=m)
+                acc += tl.load(bias_ptr + cols, mask=cols < D, other=0.0).to(tl.float32)
+            h = tl.load(h_ptr + offs, mask=m, other=0.0).to(tl.float32)
+            tl.store(h_ptr + offs, (h + acc).to(h_ptr.dtype.element_ty), mask=m)
 
 
 @triton.jit(do_not_specialize=["rank", "max_spin"])

@@ -619,7 +619,9 @@ ROWS_KSPLIT_MAX = 8  # at most this many K parts per o_proj / down_proj tile (ro
 # (2 parts) 5944 / 6116 / 6468 / 6736 / 7156 against 6356 / 6443 / 6662 / 6750 / 7009; sweep_rows
 # in one run, 1B 2 / 16 rows 1446 / 1858 us with 4 parts against 1611 / 1828 whole, 8B 6331 /
 # 7243 (2 parts) against 6498 / 7097. So no parts past ROWS_KSPLIT_MAX_ROWS rows: there a tile's
-# MMA rows and the REDUCE tasks' row loop (all_reduce.residual_sum_body) cost what the parts gain
+# MMA rows and the REDUCE tasks' row loop (all_reduce.residual_sum_body, one row at a time when
+# timed; [16, 256] tiles since, untimed: queued, sweep_rows rule vs /k1 at 12 and 16 rows) cost
+# what the parts gain
 ROWS_KSPLIT = None
 ROWS_KSPLIT_MAX_ROWS = 12
 

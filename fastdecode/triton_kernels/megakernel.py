@@ -289,7 +289,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                BLOCK_G: tl.constexpr, BLOCK_TOK: tl.constexpr, BLOCK_M: tl.constexpr,
                BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_GM: tl.constexpr,
                BLOCK_SP: tl.constexpr, EMB_BLOCK: tl.constexpr, MERGE_BLOCK: tl.constexpr, F32: tl.constexpr,
-               WORLD: tl.constexpr, RED_BLOCK: tl.constexpr,
+               WORLD: tl.constexpr, RED_BLOCK: tl.constexpr, RED_ROWS: tl.constexpr,
                USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
                MERGE_IN_ATTN: tl.constexpr, NORM_IN_QKV: tl.constexpr, SQ: tl.constexpr,
                SO: tl.constexpr, SG: tl.constexpr, SF: tl.constexpr, PF_KB: tl.constexpr = 0,
@@ -306,7 +306,11 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     Tensor parallelism (module docstring): xtab_ptr, rank, the word offsets x_ctr (this
     schedule's remote counters) / x_red / x_lmv / x_lmi of the symmetric buffer, x_spin (the
     bound of a remote wait's polls), v0 / VFULL (this rank's first vocabulary id, the whole
-    vocabulary); WORLD ranks, RED_BLOCK columns per REDUCE block (opcodes.COST.reduce_block).
+    vocabulary); WORLD ranks, RED_BLOCK columns per REDUCE block (opcodes.COST.reduce_block)
+    of RED_ROWS token rows at a time (the GEMV tiles' BLOCK_T: a step of up to 16 rows in one
+    [16, 256] tile, 32 values a thread per part at 4 warps; compile_check --rows-tile, sm_90a,
+    session 39: 32 / 32 B of spills on the 1B / 8B with 4 / 2 K parts, against 64 / 44 B
+    summing row by row and 44 / 48 B by 8-row tiles).
     PTX (STREAM, bf16 weights): weight pieces by inline PTX (_common.weight_chunk).
     SQ / SO / SG / SF (STREAM, config.StreamConfig.stages): > 1, the QKV / o_proj / gate|up /
     down tasks stream through shared memory in that many stages, their wait inside the stream
@@ -546,14 +550,14 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                         parts = kpart_ptr + a0 * KSPLIT * TM * D
                         if a0 == 0:
                             residual_sum_body(h_ptr, parts, TM * D, T, D, a1, a2, KSPLIT,
-                                              RED_BLOCK, bo_ptr + layer * D, BIAS_O)
+                                              RED_BLOCK, bo_ptr + layer * D, BIAS_O, RED_ROWS)
                         else:
                             residual_sum_body(h_ptr, parts, TM * D, T, D, a1, a2, KSPLIT,
-                                              RED_BLOCK, bd_ptr + layer * D, BIAS_MLP)
+                                              RED_BLOCK, bd_ptr + layer * D, BIAS_MLP, RED_ROWS)
                     elif WORLD > 1:  # OP_REDUCE
                         residual_sum_body(h_ptr, peer(xtab_ptr, rank, x_red + a0 * WORLD * TM * D,
                                                       tl.float32), TM * D, T, D, a1, a2, WORLD,
-                                          RED_BLOCK)
+                                          RED_BLOCK, ROWS=RED_ROWS)
             if run == 1:
                 # publish: every thread's stores precede the barrier; the one release add after
                 # it makes them visible at GPU scope to any program that acquires the counter --
