@@ -229,7 +229,7 @@ def build_step(spec: ModelSpec, tiling: Tiling, n_programs: int, world: int = 1,
         ops = ((Op.O_PROJ, s.q_dim, tiling.bk_q), (Op.DOWN, s.ffn_dim, tiling.bk_f))
         tiling = dataclasses.replace(tiling, ksplit=rows_ksplit(
             max(tiling.gemv_tiles(op, s.d_model) for op, _, _ in ops) * tiling.n_t(),
-            min(triton.cdiv(K, bk) for _, K, bk in ops), n_programs, T))
+            min(triton.cdiv(K, bk) for _, K, bk in ops), n_programs))
     g = StepGraph(spec, tiling, world=world)
     tg = tiling
     elt = 2

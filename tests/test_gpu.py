@@ -324,8 +324,7 @@ def test_mega_rows_fall_back_alone(llama1b, monkeypatch):
 def test_mega_rows_k_parts_match_whole_tiles(llama1b, monkeypatch):
     """Steps of several rows (16, 5, 3, 2 rows after a 12-token prompt: prompt lookup's checks,
     prefill chunks) with the o / down tiles in K parts summed by REDUCE tasks
-    (config.rows_ksplit's rule: 4 parts on the 1B shape at two programs an SM, none past
-    ROWS_KSPLIT_MAX_ROWS rows: the 16 rows whole) against whole
+    (config.rows_ksplit's rule: 4 parts on the 1B shape at two programs an SM) against whole
     tiles, each against the fp32 model teacher-forced. The parts are the same products, their K
     sum in another fp32 order; on this random 16-layer model such bf16 rounding flips grow to
     the bf16-vs-fp32 level (session 39: 1.2-1.3e-2 of the fp32 logits for both, and 1.2e-2

@@ -103,21 +103,18 @@ def test_decode_attention_block():
 
 def test_rows_ksplit_rule(monkeypatch):
     """config.rows_ksplit (config.ROWS_KSPLIT None): about one o / down task per program, a part
-    at least one K chunk, at most ROWS_KSPLIT_MAX parts, none past ROWS_KSPLIT_MAX_ROWS rows; an
-    int ROWS_KSPLIT overrides it."""
+    at least one K chunk, at most ROWS_KSPLIT_MAX parts; an int ROWS_KSPLIT overrides it."""
     from fastdecode.triton_kernels import config
     monkeypatch.setattr(config, "ROWS_KSPLIT", None)
     rule = config.rows_ksplit
-    assert rule(64, 8, 264, 4) == 4    # Llama-3.2-1B: 2048 rows / 32, o's K 2048 in 8 chunks
-    assert rule(128, 16, 264, 4) == 2  # Llama-3.1-8B
-    assert rule(160, 20, 264, 4) == 1  # d_model 5120: no split
-    assert rule(300, 8, 264, 4) == 1   # more tiles than programs
-    assert rule(64, 2, 264, 4) == 2    # two chunks, two parts
-    assert rule(4, 64, 264, 2) == config.ROWS_KSPLIT_MAX
-    big = config.ROWS_KSPLIT_MAX_ROWS
-    assert rule(64, 8, 264, big) == 4 and rule(64, 8, 264, big + 1) == 1  # many rows: none
+    assert rule(64, 8, 264) == 4    # Llama-3.2-1B: 2048 rows / 32, o's K 2048 in 8 chunks of 256
+    assert rule(128, 16, 264) == 2  # Llama-3.1-8B
+    assert rule(160, 20, 264) == 1  # d_model 5120: no split
+    assert rule(300, 8, 264) == 1   # more tiles than programs
+    assert rule(64, 2, 264) == 2    # two chunks, two parts
+    assert rule(4, 64, 264) == config.ROWS_KSPLIT_MAX
     monkeypatch.setattr(config, "ROWS_KSPLIT", 3)
-    assert rule(64, 8, 264, 16) == 3
+    assert rule(64, 8, 264) == 3
 
 
 def test_stream_stages_rule():

@@ -618,27 +618,23 @@ ROWS_KSPLIT_MAX = 8  # at most this many K parts per o_proj / down_proj tile (ro
 # 1B (4 parts) 1280 / 1346 / 1475 / 1562 / 1705 us against 1429 / 1464 / 1565 / 1603 / 1670, 8B
 # (2 parts) 5944 / 6116 / 6468 / 6736 / 7156 against 6356 / 6443 / 6662 / 6750 / 7009; sweep_rows
 # in one run, 1B 2 / 16 rows 1446 / 1858 us with 4 parts against 1611 / 1828 whole, 8B 6331 /
-# 7243 (2 parts) against 6498 / 7097. So no parts past ROWS_KSPLIT_MAX_ROWS rows: there a tile's
-# MMA rows and the REDUCE tasks' row loop (all_reduce.residual_sum_body, one row at a time when
-# timed; [16, 256] tiles since, untimed: queued, sweep_rows rule vs /k1 at 12 and 16 rows) cost
-# what the parts gain
+# 7243 (2 parts) against 6498 / 7097 -- the 16 rows lost while the REDUCE tasks summed one row
+# at a time; with their [16, 256] tiles (all_reduce.residual_sum_body ROWS) the 1B's kernel at
+# 12 / 16 rows 1470 / 1553 and 1472 / 1547 us with 4 parts against 1623 / 1681 and 1621 / 1678
+# whole (sweep_rows' kernel column, interleaved, aefc32f); the 8B's 16 rows with them untimed
 ROWS_KSPLIT = None
-ROWS_KSPLIT_MAX_ROWS = 12
 
 
-def rows_ksplit(n_tiles: int, n_chunks: int, n_programs: int, rows: int) -> int:
+def rows_ksplit(n_tiles: int, n_chunks: int, n_programs: int) -> int:
     """K parts of each o_proj / down_proj tile in a megakernel step of several rows (one rank;
     graph.Tiling.ksplit): n_tiles such tiles per op (the larger op's, every token block) get
     about one task per program, each part at least one K chunk of its tile (n_chunks: the
     fewer of the two ops'). Why: a 4-row step of the Llama-3.2-1B shape had 64 down tiles of K
     8192 for 264 programs -- three quarters idle through a 25 us phase at 29% of the read
     roofline, its 64 o_proj tiles alike (bench/trace_step.py --rows 4, RESULTS.md session 38).
-    1B: 4 parts; 8B (128 tiles): 2; d_model 5120 (160 tiles): 1, no split; none past
-    ROWS_KSPLIT_MAX_ROWS rows (timed above)."""
+    1B: 4 parts; 8B (128 tiles): 2; d_model 5120 (160 tiles): 1, no split."""
     if ROWS_KSPLIT is not None:
         return ROWS_KSPLIT
-    if rows > ROWS_KSPLIT_MAX_ROWS:
-        return 1
     return max(1, min(n_programs // max(1, n_tiles), n_chunks, ROWS_KSPLIT_MAX))
 
 
