@@ -19,7 +19,7 @@ import triton.language as tl
 from ._common import (INTERPRET, next_x_chunk, pdl_start, pdl_wait, row_dot, row_rstd,
                       weight_chunk, x_chunk)
 from .config import StreamConfig, gemv_config, merge_block, stream_ptx, use_pdl
-from .gemv import block_t, gemv_tile, stream_start
+from .gemv import block_t, gemv_tile, stream_start, tile_rstd
 
 
 @triton.jit
@@ -55,7 +55,8 @@ def lm_head_body(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_pt
     per token row at pval/pidx[t, part]. STREAM (T=1): the decode stream of gemv_body, w0 its
     first piece (gemv.stream_start). v0: the vocabulary id of row 0 (a tensor-parallel rank's
     shard starts there; 0 otherwise), VKEY: the whole vocabulary (Gumbel noise is keyed on
-    t * VKEY + global id, so every tensor-parallel layout draws the same sample)."""
+    t * VKEY + global id, so every tensor-parallel layout draws the same sample). T > 1: the
+    norm's statistics once for all the task's tiles (gemv.tile_rstd)."""
     offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
     mask_t = offs_t < T
     best = tl.full([BLOCK_T], float("-inf"), dtype=tl.float32)
@@ -92,9 +93,10 @@ def lm_head_body(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_pt
                 acc = tl.zeros([1, BLOCK_N], dtype=tl.float32)
             w, x = w_n, x_n
     else:
+        rstd = tile_rstd(x_ptr, stride_x, T, K, eps, pid_t, True, BLOCK_T, BLOCK_K)
         for tile in range(tile_lo, tile_hi):
             y, offs_t, mask_t, offs_n, mask_n = gemv_tile(
-                x_ptr, w_ptr, norm_ptr, w_ptr, x_ptr, T, V, K, stride_x, stride_x, eps, tile,
+                x_ptr, w_ptr, norm_ptr, w_ptr, x_ptr, T, V, K, stride_x, stride_x, rstd, tile,
                 pid_t, True, False, False, False, BLOCK_T, BLOCK_N, BLOCK_K, F32)
             if WRITE_LOGITS:
                 tl.store(logits_ptr + offs_t[:, None] * stride_logits + offs_n[None, :], y,
