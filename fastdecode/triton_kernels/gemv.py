@@ -48,17 +48,16 @@ def gemv_epilogue(acc, acc2, b, b2, r, SWIGLU: tl.constexpr):
 
 @triton.jit
 def tile_rstd(x_ptr, stride_x, T, K, eps, pid_t, NORM: tl.constexpr, BLOCK_T: tl.constexpr,
-              BLOCK_K: tl.constexpr, K_CONST: tl.constexpr = 0):
+              BLOCK_K: tl.constexpr):
     """The RMSNorm statistics [BLOCK_T] of token block pid_t's rows (_common.row_rstd; zeros
     unless NORM), computed once per task for all its tiles (gemv_tile's rstd): a task of several
     tiles re-reading x over K per tile paid a dependent round of loads per K chunk each time --
-    the 1B's lm_head task of a multi-row step runs ~15 tiles (RESULTS.md session 39). K_CONST:
-    K as a constexpr, the chunks' loads unrolled (gemv_body's; the megakernel's rows steps leave
-    it 0: unrolled at d_model in all three of their norm prologues, compile_check --rows-tile
-    32x256x4 grew the code from 118 / 120 KB to 161 / 212 KB on the 1B / 8B -- untimed)."""
+    the 1B's lm_head task of a multi-row step runs ~15 tiles (RESULTS.md session 39; its chunk
+    loop unrolled at d_model grew a rows step's code from 118 / 120 KB to 161 / 212 KB on the
+    1B / 8B: not kept untimed)."""
     offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
     if NORM:
-        return row_rstd(x_ptr, stride_x, offs_t, offs_t < T, K, eps, BLOCK_K, K_CONST)
+        return row_rstd(x_ptr, stride_x, offs_t, offs_t < T, K, eps, BLOCK_K)
     else:
         return tl.zeros([BLOCK_T], dtype=tl.float32)
 
@@ -282,7 +281,7 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
                 b, b2, r = b_n, b2_n, r_n
             w, w2, x = w_n, w2_n, x_n
     else:
-        rstd = tile_rstd(x_ptr, stride_x, T, K, eps, pid_t, NORM, BLOCK_T, BLOCK_K, K_CONST)
+        rstd = tile_rstd(x_ptr, stride_x, T, K, eps, pid_t, NORM, BLOCK_T, BLOCK_K)
         for tile in range(tile_lo, tile_hi):
             y, offs_t, mask_t, offs_n, mask_n = gemv_tile(
                 x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, T, N, K, stride_x, stride_res, rstd,
