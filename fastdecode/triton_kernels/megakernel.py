@@ -209,7 +209,7 @@ def task_prefetch(entry, has_next, wgu_ptr, FFN, D, RG: tl.constexpr, PF_KB: tl.
 
 
 @triton.jit
-def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
+def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, a0,
                   ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, tr, clock_ptr, op,
                   xtab_ptr, rank, x_ctr, x_spin, part_off, entry, has_next, wgu_ptr, FFN,
                   BIAS: tl.constexpr,
@@ -217,12 +217,14 @@ def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
                   F32: tl.constexpr, WORLD: tl.constexpr, PUSH_BLOCK: tl.constexpr,
                   USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
                   STAGES: tl.constexpr, RG: tl.constexpr, PF_KB: tl.constexpr,
-                  POLL1: tl.constexpr, kpart=0, part_ptr=None, KSPLIT: tl.constexpr = 1):
+                  POLL1: tl.constexpr, part_ptr=None, part_stride=0, KSPLIT: tl.constexpr = 1):
     """o_proj / down_proj task: h[:, tiles lo..hi] += x @ W^T (+ bias), the residual stream in
     place -- its first weight piece requested, then its wait (ready), then the stream (STAGES >
-    1: the wait inside the stream's first iteration, gemv_body). KSPLIT > 1 (a step of several
-    rows, graph.Tiling.ksplit): only K part kpart of the tiles, its fp32 partial sums stored to
-    part_ptr (no bias, no residual); REDUCE tasks add the parts, the bias and the residual. Tensor
+    1: the wait inside the stream's first iteration, gemv_body). a0: the token block, or with
+    KSPLIT > 1 (a step of several rows, graph.Tiling.ksplit) token block * KSPLIT + K part kp:
+    only K part kp of the tiles, its fp32 partial sums stored to part_ptr + kp * part_stride
+    (this op's parts; no bias, no residual); REDUCE tasks add the parts, the bias and the
+    residual. Tensor
     parallelism: the fp32 partial sum goes to this rank's row of the symmetric buffer (element
     part_off) and is pushed to every rank; REDUCE tasks add it to the residual.
     task_prefetch (StreamConfig.l2_prefetch_kb: an o_proj task, PF_KB > 0) before its wait (the
@@ -235,10 +237,14 @@ def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
              xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE, POLL1)
     tl.static_assert((WORLD == 1) | (KSPLIT == 1), "K parts on one rank only")
     out = h_ptr
+    tb = a0
+    kp = 0
     if WORLD > 1:
         out = peer(xtab_ptr, rank, part_off, tl.float32)
     if KSPLIT > 1:
-        out = part_ptr
+        tb = a0 // KSPLIT
+        kp = a0 % KSPLIT
+        out = part_ptr + kp * part_stride
     EPI: tl.constexpr = KSPLIT == 1  # this task adds the bias and the residual
     if STAGES > 1:
         task_prefetch(entry, has_next, wgu_ptr, FFN, D, RG, PF_KB, USE_ASM)
@@ -252,7 +258,7 @@ def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, tb,
         if run == 1:
             gemv_body(x_ptr, w_ptr, w_ptr, b_ptr, h_ptr, out, T, D, K, K, D, D, eps, lo, hi,
                       tb, w0, w0, False, BIAS & EPI, False, (WORLD == 1) & EPI, BLOCK_T,
-                      BLOCK_N, BLOCK_K, STREAM, F32, PTX, kpart=kpart, KSPLIT=KSPLIT)
+                      BLOCK_N, BLOCK_K, STREAM, F32, PTX, kpart=kp, KSPLIT=KSPLIT)
     if WORLD > 1:
         if run == 1:
             tl.debug_barrier()  # every thread's partial sums stored before they are pushed
@@ -434,16 +440,13 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                 if TRACE:
                                     tl.store(tr + 7, globaltimer_ns(op, clock_ptr, USE_ASM))
             elif op == OP_O:
-                tb, kp = a0, 0
-                if KSPLIT > 1:  # arg0: token block * KSPLIT + K part
-                    tb, kp = a0 // KSPLIT, a0 % KSPLIT
                 run = residual_task(attn_ptr, wo_ptr + layer * D * QD, bo_ptr + layer * D, h_ptr,
-                                    T, D, QD, eps, a1, a2, tb, ctr_ptr, target, status_ptr,
+                                    T, D, QD, eps, a1, a2, a0, ctr_ptr, target, status_ptr,
                                     max_spin, pid, i, wc, s, tr, clock_ptr, op, xtab_ptr, rank,
                                     x_ctr, x_spin, x_red + rank * TM * D, w + NW, i + 1 < qlen,
                                     wgu_ptr, FFN, BIAS_O, BLOCK_T, RQ, KQ, STREAM, F32, WORLD,
-                                    RED_BLOCK, USE_ASM, TRACE, PTX, SO, RG, PF_KB, POLL1, kp,
-                                    kpart_ptr + kp * TM * D, KSPLIT)
+                                    RED_BLOCK, USE_ASM, TRACE, PTX, SO, RG, PF_KB, POLL1,
+                                    kpart_ptr, TM * D, KSPLIT)
             elif op == OP_GU:
                 w_gu = wgu_ptr + layer * 2 * FFN * D
                 if SG > 1:
@@ -464,16 +467,13 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                   h_ptr, act_ptr, T, FFN, D, D, D, FFN, eps, a1, a2, a0, w0, w20,
                                   True, BIAS_MLP, True, False, BLOCK_T, RG, KG, STREAM, F32, PTX)
             elif op == OP_DOWN:
-                tb, kp = a0, 0
-                if KSPLIT > 1:
-                    tb, kp = a0 // KSPLIT, a0 % KSPLIT
                 run = residual_task(act_ptr, wd_ptr + layer * D * FFN, bd_ptr + layer * D, h_ptr,
-                                    T, D, FFN, eps, a1, a2, tb, ctr_ptr, target, status_ptr,
+                                    T, D, FFN, eps, a1, a2, a0, ctr_ptr, target, status_ptr,
                                     max_spin, pid, i, wc, s, tr, clock_ptr, op, xtab_ptr, rank,
                                     x_ctr, x_spin, x_red + (WORLD + rank) * TM * D, w, False,
                                     wgu_ptr, FFN, BIAS_MLP, BLOCK_T, RF, KF, STREAM, F32, WORLD,
-                                    RED_BLOCK, USE_ASM, TRACE, PTX, SF, RG, 0, POLL1, kp,
-                                    kpart_ptr + (KSPLIT + kp) * TM * D, KSPLIT)
+                                    RED_BLOCK, USE_ASM, TRACE, PTX, SF, RG, 0, POLL1,
+                                    kpart_ptr + KSPLIT * TM * D, TM * D, KSPLIT)
             elif op == OP_LM:
                 w0, _ = stream_start(lm_ptr, V, D, a1, a2, RD, KD, False, STREAM, PTX)
                 run = ready(*wargs)
