@@ -56,6 +56,34 @@ def test_tile_table_entries_are_valid_configs():
     assert lookup_gemv("No such GPU", 2048, 2048) is None
 
 
+def test_stream_config_takes_the_table_then_the_wide_rule(monkeypatch):
+    """stream_config on a GPU: the table's entry for the exact (d_model, ffn_dim); else, on
+    Hopper, WIDE_STREAM from WIDE_MIN_D_MODEL up and the defaults below it; elsewhere (another
+    GPU generation, the CPU) the defaults."""
+    from types import SimpleNamespace
+    import torch
+    from fastdecode.triton_kernels import config
+    from fastdecode.triton_kernels.config import StreamConfig, WIDE_MIN_D_MODEL, WIDE_STREAM
+
+    def spec(d_model, ffn):  # stream_config reads these two
+        return SimpleNamespace(d_model=d_model, ffn_dim=ffn)
+    entry = StreamConfig(8192, 8, per_sm=1)
+    table = {("NVIDIA H200", 5120, 13824): entry}
+    monkeypatch.setattr(config, "lookup_stream",
+                        lambda gpu, d, f, path=None: table.get((gpu, d, f)))
+    assert config.stream_config("cpu", spec(WIDE_MIN_D_MODEL, 13824)) == StreamConfig()
+    monkeypatch.setattr(config, "_cuda_gpu", lambda device: "NVIDIA H200")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    assert config.stream_config("cuda", spec(5120, 13824)) == entry
+    assert config.stream_config("cuda", spec(WIDE_MIN_D_MODEL, 25600)) == WIDE_STREAM
+    assert config.stream_config("cuda", spec(WIDE_MIN_D_MODEL + 1024, 25600)) == WIDE_STREAM
+    assert config.stream_config("cuda", spec(4096, 14336)) == StreamConfig()
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    assert config.stream_config("cuda", spec(WIDE_MIN_D_MODEL, 25600)) == StreamConfig()
+    assert WIDE_STREAM.op_stages(WIDE_MIN_D_MODEL) == (4, 4, 4, 4)
+    assert [WIDE_STREAM.elems(i) for i in range(4)] == [8192] * 4
+
+
 def test_sweeps_record_adds_and_replaces_entries(tmp_path, monkeypatch):
     """sweep_mega / sweep_gemv --record: an entry per GPU and shape, replaced when measured
     again, the other entries kept; the lookups then return what was recorded."""

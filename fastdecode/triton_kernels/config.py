@@ -584,15 +584,37 @@ def gemv_stream(N: int, K: int, device, rows: int | None = None,
     return hit.persistent(N, K, sm_count(device), parts)
 
 
+# Wide models with no table entry, on Hopper (228 KB of shared memory an SM): d_model at least
+# WIDE_MIN_D_MODEL streams WIDE_STREAM -- 4 shared-memory stages of 8192-element pieces (71.7
+# KB a program) with a 72% carveout (~92 KB of L1 left), the entries of the two 5120-wide
+# shapes measured, instead of the default 3 stages of 16384 (98.4 KB: the driver's 228 KB).
+# sweep_mega, H200, tok/s, WIDE_STREAM against the default: Qwen2.5-14B (5120) 126.1 vs 120.1
+# / 120.0 (2026-12-03, 160 tokens), Mistral-Nemo-12B (5120) 157.4 / 157.2 vs 148.1 / 147.5
+# (2026-12-04, 9e12af0, 256 tokens, interleaved); at 4096 level or near (Llama-3.1-8B 253.1 vs
+# 253.7 / 252.6, Qwen3-8B 247.3 vs 245.2 / 245.1: its table entry), below it slower
+# (2026-12-04, 9e12af0, 256 tokens, interleaved: Qwen2.5-7B (3584) 253.8 / 253.6 vs 270.9 /
+# 268.6, Llama-3.2-3B (3072) 469.1 / 469.0 vs 518.3 / 517.7; Qwen3-4B (2560) 340.3 vs 377.2).
+# bench/RESULTS.md sessions 21, 32, 40. Other GPUs keep the default (unmeasured; a carveout
+# sized for Hopper could refuse two programs an SM elsewhere).
+WIDE_MIN_D_MODEL = 5120
+WIDE_STREAM = StreamConfig(stages=4, op_elems=(8192,) * 4, carveout=72)
+
+
 def stream_config(device, spec=None, path: str = TILE_TABLE) -> StreamConfig:
     """The megakernel's decode stream for this GPU and model: tile_table.json's entry (written by
     bench/sweep_mega.py --record: its best config by tok/s on that GPU) for the model's exact
-    (d_model, ffn_dim), else StreamConfig's defaults (their rules: tile, op_stages) -- a shipped
-    table, no autotuning at first call."""
+    (d_model, ffn_dim), else on Hopper WIDE_STREAM for d_model >= WIDE_MIN_D_MODEL, else
+    StreamConfig's defaults (their rules: tile, op_stages) -- a shipped table and rules, no
+    autotuning at first call."""
     gpu = _cuda_gpu(device)
     if spec is None or gpu is None:
         return StreamConfig()
-    return lookup_stream(gpu, spec.d_model, spec.ffn_dim, path) or StreamConfig()
+    hit = lookup_stream(gpu, spec.d_model, spec.ffn_dim, path)
+    if hit is not None:
+        return hit
+    if spec.d_model >= WIDE_MIN_D_MODEL and torch.cuda.get_device_capability(device)[0] == 9:
+        return WIDE_STREAM
+    return StreamConfig()
 
 
 # the tl.dot tile of every T > 1 step on a GPU (a prefill chunk, prompt lookup's check of k + 1
@@ -621,7 +643,11 @@ ROWS_KSPLIT_MAX = 8  # at most this many K parts per o_proj / down_proj tile (ro
 # 7243 (2 parts) against 6498 / 7097 -- the 16 rows lost while the REDUCE tasks summed one row
 # at a time; with their [16, 256] tiles (all_reduce.residual_sum_body ROWS) the 1B's kernel at
 # 12 / 16 rows 1470 / 1553 and 1472 / 1547 us with 4 parts against 1623 / 1681 and 1621 / 1678
-# whole (sweep_rows' kernel column, interleaved, aefc32f); the 8B's 16 rows with them untimed
+# whole (sweep_rows' kernel column, interleaved, aefc32f). With the norm statistics once per
+# task (gemv.tile_rstd; 9e12af0, interleaved, kernel us): 1B 2 / 4 / 16 rows 1226 / 1268 / 1481
+# and 1222 / 1265 / 1489 against 1360 / 1404 / 1598 and 1368 / 1409 / 1596 whole; 8B 5752 /
+# 5846 / 6238 and 5602 / 5701 / 6309 (2 parts) against 6046 / 6131 / 6602 and 6080 / 6185 /
+# 6568 (RESULTS.md session 40)
 ROWS_KSPLIT = None
 
 
