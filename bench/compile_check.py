@@ -152,7 +152,7 @@ def main():
     p.add_argument("--set", nargs="+", default=[], metavar="FIELD=VALUE",
                    help="any other StreamConfig field, integer values (ptx=1, merge_in_attn=1, "
                         "norm_in_qkv=1, l2_prefetch_kb=64, attn_block_s=32, ...)")
-    p.add_argument("--rows-tile", default=None, metavar="NxKxW[/kP][/qH]",
+    p.add_argument("--rows-tile", default=None, metavar="NxKxW[/kP]",
                    help="compile a 4-row step's megakernel with this multi-row tile instead")
     p.add_argument("--trace", action="store_true",
                    help="also the traced decode megakernel (Runtime.trace_decode: timers, %%smid)")

@@ -152,24 +152,18 @@ def stream_configs(text):
     return out
 
 
-_ROWS_DEFAULTS = {}  # config.py's ROWS_KSPLIT / ROWS_QKV_PAIRS, kept by the first set_rows_tile
+_KSPLIT_DEFAULT = []  # config.py's ROWS_KSPLIT, kept by the first set_rows_tile
 
 
 def set_rows_tile(text):
-    """Make 'NxKxW[/kP][/qH]' the multi-row tile (config.MULTI_ROW_TILE), with /kP P K parts per
-    o / down tile (config.ROWS_KSPLIT) and with /qH H rotation pairs per QKV tile
-    (config.ROWS_QKV_PAIRS); each without, config.py's default. -> the TileConfig."""
+    """Make 'NxKxW[/kP]' the multi-row tile (config.MULTI_ROW_TILE) and, with /kP, P K parts per
+    o / down tile (config.ROWS_KSPLIT; without, config.py's default). -> the TileConfig."""
     from fastdecode.triton_kernels import config
-    for name in ("ROWS_KSPLIT", "ROWS_QKV_PAIRS"):
-        _ROWS_DEFAULTS.setdefault(name, getattr(config, name))
-    spec, *suffixes = text.split("/")
-    given = {s[0]: s[1:] for s in suffixes}
-    if len(given) != len(suffixes) or set(given) - {"k", "q"} or not all(
-            v.isdigit() for v in given.values()):
-        raise ValueError(f"{text}: a multi-row tile is NxKxW, then /kP and /qH at most once each")
+    if not _KSPLIT_DEFAULT:
+        _KSPLIT_DEFAULT.append(config.ROWS_KSPLIT)
+    spec, _, parts = text.partition("/k")
     config.MULTI_ROW_TILE = rows_tile(spec)
-    for key, name in (("k", "ROWS_KSPLIT"), ("q", "ROWS_QKV_PAIRS")):
-        setattr(config, name, int(given[key]) if key in given else _ROWS_DEFAULTS[name])
+    config.ROWS_KSPLIT = int(parts) if parts else _KSPLIT_DEFAULT[0]
     return config.MULTI_ROW_TILE
 
 

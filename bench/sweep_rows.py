@@ -1,8 +1,7 @@
 """The tile of multi-row steps (config.MULTI_ROW_TILE): a step of T = 2..16 rows -- prompt
 lookup's check of k + 1 rows, a short prompt's prefill chunk -- streams every weight once, as a
 decode step does, so it should cost little more than one. Each candidate tile [block_n rows x
-block_k] at num_warps (a /kN suffix: its o / down tiles in N K parts, config.ROWS_KSPLIT; /qH:
-H rotation pairs per QKV tile, config.ROWS_QKV_PAIRS), on
+block_k] at num_warps (a /kN suffix: its o / down tiles in N K parts, config.ROWS_KSPLIT), on
 random-weight bf16 models of published shapes: the step's time (forward, argmax read, rewind,
 as bench_lookup.py times it), in mega mode the kernel's own (back-to-back launches,
 bench_lookup.kernel_time: what a tile changes, without the host's round trip -- session 39 saw
@@ -13,7 +12,7 @@ the first tile's (bf16 rows, fp32 sums in another order: ~1e-2 of the logits' sc
 Then what the host adds to a one-launch step: a megakernel launch's Python time (no sync)
 against the GPU's time for the step.
 
-    python bench/sweep_rows.py --models 1b,8b --rows 2,4,16 --tiles 32x256x4,32x256x4/k1,32x256x4/q16
+    python bench/sweep_rows.py --models 1b,8b --rows 2,4,16 --tiles 32x256x4,32x256x4/k1
 """
 from __future__ import annotations
 

@@ -162,9 +162,8 @@ def test_stream_config_strings_parse_and_round_trip():
 
 def test_rows_tile_strings_parse(monkeypatch):
     """sweep_rows / trace_step / compile_check --rows-tile(s): rows x K x warps, then /kP for P K
-    parts per o / down tile (config.ROWS_KSPLIT) and /qH for H rotation pairs per QKV tile
-    (config.ROWS_QKV_PAIRS), each once (without it config.py's default, also after one); three
-    numbers or an error."""
+    parts per o / down tile (config.ROWS_KSPLIT; without it config.py's default, also after a
+    /kP); three numbers or an error."""
     import shapes
     from fastdecode.triton_kernels import config
     from fastdecode.triton_kernels.config import TileConfig
@@ -173,20 +172,15 @@ def test_rows_tile_strings_parse(monkeypatch):
     for bad in ("32x256", "32x256x4x3", "32x256x4s"):
         with pytest.raises(ValueError):
             shapes.rows_tile(bad)
-    for name in ("MULTI_ROW_TILE", "ROWS_KSPLIT", "ROWS_QKV_PAIRS"):
+    for name in ("MULTI_ROW_TILE", "ROWS_KSPLIT"):
         monkeypatch.setattr(config, name, getattr(config, name))  # restored after the test
-    default, pairs = config.ROWS_KSPLIT, config.ROWS_QKV_PAIRS
+    default = config.ROWS_KSPLIT
     assert shapes.set_rows_tile("16x128x8/k3") == TileConfig(16, 128, 8)
     assert config.MULTI_ROW_TILE == TileConfig(16, 128, 8) and config.ROWS_KSPLIT == 3
-    assert config.ROWS_QKV_PAIRS == pairs
-    shapes.set_rows_tile("32x256x4/q16/k2")
-    assert (config.ROWS_KSPLIT, config.ROWS_QKV_PAIRS) == (2, 16)
     shapes.set_rows_tile("32x256x4")
     assert config.MULTI_ROW_TILE == TileConfig(32, 256, 4) and config.ROWS_KSPLIT == default
-    assert config.ROWS_QKV_PAIRS == pairs
-    for bad in ("32x256x4/kx", "32x256x4/k2/k3", "32x256x4/h4", "32x256x4/q"):
-        with pytest.raises(ValueError):
-            shapes.set_rows_tile(bad)
+    with pytest.raises(ValueError):
+        shapes.set_rows_tile("32x256x4/kx")
 
 
 def test_persistent_stream_runs_cover_every_tile():

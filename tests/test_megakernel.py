@@ -298,26 +298,6 @@ def test_multi_row_tiles_match_torch(family, tile, ksplit, monkeypatch):
         assert fm.runtime.schedule(1).graph.tiling.ksplit == 1  # decode: never
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen2"])
-def test_multi_row_qkv_head_chunks_match_torch(family, monkeypatch):
-    """Steps of several rows with each head's QKV rows in tiles of 16 rotation pairs
-    (config.ROWS_QKV_PAIRS): head_dim 66, so 33 pairs make three tiles a head, the last one
-    pair (masked rows in the tl.dot, the rotation's lo / hi rows apart by 33); a step of 16 rows,
-    then one of 4, against torch mode, in the megakernel and the VM. fp32 weights: equal up to
-    summation order."""
-    from fastdecode.triton_kernels import config
-    monkeypatch.setattr(config, "ROWS_QKV_PAIRS", 16)
-    model = tiny_model(family, head_dim=66).to(DEVICE)
-    ids = torch.randint(0, 101, (1, 20), generator=torch.Generator().manual_seed(6)).to(DEVICE)
-    ref = fastdecode.from_hf(model, max_seq_len=32, mode="torch")
-    want = torch.cat([ref(ids[:, :16])[0], ref(ids[:, 16:])[0]])
-    for mode in ("mega", "vm"):
-        fm = fastdecode.from_hf(model, max_seq_len=32, mode=mode)
-        got = torch.cat([fm(ids[:, :16])[0], fm(ids[:, 16:])[0]])
-        assert float((got - want).norm() / want.norm()) < 1e-5, mode
-        assert fm.runtime.schedule(4).graph.tiling.qkv_chunks == 3
-
-
 def test_ptx_stream_gives_the_plain_streams_tokens():
     """bf16 weights, every K % 8 == 0: the decode stream with its weight pieces loaded by inline
     PTX (the interpreter runs the wrappers' plain loads and the same unpacking) against the

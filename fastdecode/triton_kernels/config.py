@@ -700,23 +700,16 @@ def prefill_attention_config(head_dim: int, group: int):
     return 32, max(1, rows // triton.next_power_of_2(group)), 4
 
 
-# Rotation pairs per QKV tile of a step of several rows (a power of two >= 16, the tl.dot's
-# least rows; fewer than a head's: the head in several tiles, so more programs share the QKV
-# phase); None: the whole head. Why: a 4-row step of the Llama-3.2-1B shape ran its QKV phase
-# as 48 whole-head tasks of 12.9-16.3 us on 264 programs, 16.4 us a layer -- 13% of the step
-# (trace_step --rows 4, RESULTS.md session 40). bench/sweep_rows.py's /qH tiles set it.
-ROWS_QKV_PAIRS = None
-
-
 def qkv_pairs(head_dim: int, qk_norm: bool, T: int, block_n: int) -> int:
     """Rotation pairs per QKV + RoPE tile (BLOCK_H): the decode GEMV tile's rows, except that q/k
-    RMSNorm needs the whole head in one program and T>1 tl.dot tiles need >= 16 rows (T>1:
-    ROWS_QKV_PAIRS where given and no q/k norm runs in the tile)."""
+    RMSNorm needs the whole head in one program and T>1 tl.dot tiles need >= 16 rows. T>1
+    keeps whole heads: a step of several rows with 16 pairs per tile (the 1B's QKV phase, 48
+    whole-head tasks of 12.9-16.3 us on 264 programs at 4 rows, over twice as many tasks) timed
+    slower -- 1B 4 / 16 rows 1346 / 1560 and 1334 / 1566 us of kernel against 1270 / 1479 and
+    1275 / 1489 (H200, 2026-12-04, b9fce65, sweep_rows, interleaved; RESULTS.md session 40)."""
     half = triton.next_power_of_2(head_dim // 2)
     if T > 1:
-        if qk_norm or ROWS_QKV_PAIRS is None:
-            return max(16, half)
-        return max(16, min(half, ROWS_QKV_PAIRS))
+        return max(16, half)
     return half if qk_norm else min(half, block_n)
 
 
