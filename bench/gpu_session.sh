@@ -48,7 +48,8 @@
 #    256 tokens), ablock (the decode attention's key block, attn_block_s: the
 #    rule against 32 and 64 over 256 tokens, the 8B's steps past 192 keys on the split-KV path),
 #    kvpf (StreamConfig.kv_prefetch on KVPF_MODELS, default the 1B, over 256 tokens), kv64 (the
-#    1B's 64-key attention blocks with kv_prefetch))
+#    1B's 64-key attention blocks with kv_prefetch), qkvstg (the 1B's QKV tasks alone on
+#    shared-memory stages))
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -101,6 +102,13 @@ for s in $stages; do
            keys) for m in qwen3-8b 8b; do
                    NEW=256 sw $m $K/-1/3333,$K/288/3333,$K/-1/3333,$K/288/3333; done ;;
            # the K / V bulk L2 prefetch before the QKV_ATTN / ATTN waits (StreamConfig.kv_prefetch)
+           # the 1B's QKV tasks (~48 KB of weights each, 32 KB of it requested before the
+           # wait in the register stream) with shared-memory stages for QKV alone, at the
+           # carveout that keeps two programs an SM: 2111 (64 KB a program, 72%) and 3111 (98
+           # KB, 86%: the whole task's pieces requested before its wait); compile_check
+           # --stages 3111 / 2111 --set kv_prefetch=1 carveout=72: spills 44 B (56 at 1111)
+           qkvstg) P=$B/kv_prefetch=1; NEW=256 sw 1b $P,$P/0/0/0/-1/2111/carveout=72,$(
+                     )$P/0/0/0/-1/3111/carveout=86,$P,$P/0/0/0/-1/2111/carveout=72 ;;
            kvpf) for m in ${KVPF_MODELS:-1b}; do NEW=256 sw $m \
                    $B,$B/kv_prefetch=1,$B,$B/kv_prefetch=1; done ;;
            # the 1B's 64-key attention blocks again, now that its K / V come from L2
