@@ -101,7 +101,6 @@ for s in $stages; do
            # bench's 256 tokens reach 288 keys, past the rule's 192 at head_dim 128
            keys) for m in qwen3-8b 8b; do
                    NEW=256 sw $m $K/-1/3333,$K/288/3333,$K/-1/3333,$K/288/3333; done ;;
-           # the K / V bulk L2 prefetch before the QKV_ATTN / ATTN waits (StreamConfig.kv_prefetch)
            # the 1B's QKV tasks (~48 KB of weights each, 32 KB of it requested before the
            # wait in the register stream) with shared-memory stages for QKV alone, at the
            # carveout that keeps two programs an SM: 2111 (64 KB a program, 72%) and 3111 (98
@@ -109,6 +108,7 @@ for s in $stages; do
            # --stages 3111 / 2111 --set kv_prefetch=1 carveout=72: spills 44 B (56 at 1111)
            qkvstg) P=$B/kv_prefetch=1; NEW=256 sw 1b $P,$P/0/0/0/-1/2111/carveout=72,$(
                      )$P/0/0/0/-1/3111/carveout=86,$P,$P/0/0/0/-1/2111/carveout=72 ;;
+           # the K / V bulk L2 prefetch before the QKV_ATTN / ATTN waits (StreamConfig.kv_prefetch)
            kvpf) for m in ${KVPF_MODELS:-1b}; do NEW=256 sw $m \
                    $B,$B/kv_prefetch=1,$B,$B/kv_prefetch=1; done ;;
            # the 1B's 64-key attention blocks again, now that its K / V come from L2
