@@ -224,9 +224,8 @@ def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, a0,
     KSPLIT > 1 (a step of several rows, graph.Tiling.ksplit) token block * KSPLIT + K part kp:
     only K part kp of the tiles, its fp32 partial sums stored to part_ptr + kp * part_stride
     (this op's parts; no bias, no residual); REDUCE tasks add the parts, the bias and the
-    residual. Tensor
-    parallelism: the fp32 partial sum goes to this rank's row of the symmetric buffer (element
-    part_off) and is pushed to every rank; REDUCE tasks add it to the residual.
+    residual. Tensor parallelism: the fp32 partial sum goes to this rank's row of the symmetric
+    buffer (element part_off) and is pushed to every rank; REDUCE tasks add it to the residual.
     task_prefetch (StreamConfig.l2_prefetch_kb: an o_proj task, PF_KB > 0) before its wait (the
     register stream: after its first piece; shared-memory stages: before the stream's first
     pieces): the first PF_KB KB of gate and of up rows of the gate|up task at queue entry `entry` (if
