@@ -127,26 +127,39 @@ def test_model_on_the_second_gpu(mode):
 
 
 def test_mega_matches_ops_and_is_deterministic(llama):
-    """Llama-3.2-1B and Llama-3.1-8B shapes, all SMs, cooperative launch. Same op bodies as ops
-    mode, but decode tasks use the stream tiles (whole rows or 4096-wide chunks, vs ops mode's
-    4 x 1024 tiles), so fp32 sums run in another order: each bf16 store of the residual stream,
-    the activations and q/k/v then rounds a few elements the other way (2^-9 relative each), and
-    the layers compound that to a few 1e-3 (1B, 16 layers: 4.4e-3 / 4.5e-3 at a808606 / a9a6ce0;
-    ops vs the fp32 torch mode: 1.5e-2). Twice the layers (8B) grow a random walk by ~sqrt(2):
-    ~6e-3 expected (bench/sweep_mega.py's 24-step check: 1.4e-2 for 8B vs 1.0e-2 for 1B). 1e-2
-    bounds both (and Qwen3-8B's 36 layers: sqrt(36/32) more); a wrong tile or a race gives O(1)."""
+    """Llama-3.2-1B, Llama-3.1-8B and Qwen3-8B shapes, all SMs, cooperative launch: a 32-token
+    prompt, then 8 decode steps, teacher-forced, each mode against the fp32 model. Same op bodies
+    as ops mode, but the fp32 sums run in another order -- decode tasks on the stream tiles
+    (whole rows or 4096-wide chunks, vs ops mode's 4 x 1024 tiles), the prompt's two 16-row
+    steps with their o / down tiles in K parts (config.rows_ksplit) -- so each bf16 store of
+    the residual stream, the activations and q / k / v rounds a few elements the other way
+    (2^-9 relative each), and on these random models the layers grow that to the bf16-vs-fp32
+    level: mega vs ops 1.3e-2 / 1.8e-2 / 1.8e-2 (prompt and decode rows alike), while both are
+    1.20e-2 / 1.55-1.57e-2 / 1.55-1.57e-2 from the fp32 model (H200, 4be4ddb, RESULTS session
+    41; with the K parts off the prompt rows are ops' bit for bit). So mega is held to the fp32
+    reference, as test_mega_rows_k_parts_match_whole_tiles holds its steps: within 15% of ops'
+    error (measured within 1%), over all rows and over the decode rows alone; a wrong tile, a
+    missing part or a race moves the logits by O(1). Then three runs bit-identical."""
+    import copy
     ids = torch.randint(0, 128256, (1, 40), device="cuda",
                         generator=torch.Generator("cuda").manual_seed(5))
-    ref = teacher_forced(fastdecode.from_hf(llama, max_seq_len=128, mode="ops"), ids, 32)
+    with torch.no_grad():
+        fp32 = copy.deepcopy(llama).float()
+        ref = fp32(ids).logits[0].float()
+        del fp32
+    torch.cuda.empty_cache()
+    ops = teacher_forced(fastdecode.from_hf(llama, max_seq_len=128, mode="ops"), ids, 32)
     runs = []
     for _ in range(3):
         fm = fastdecode.from_hf(llama, max_seq_len=128, mode="mega")
         runs.append((teacher_forced(fm, ids, 32),
                      fm.generate(ids[:, :8], max_new_tokens=40, eos_token_id=[])))
         del fm
-    err = float((runs[0][0] - ref).norm() / ref.norm())
-    print(f"mega vs ops rel err {err:.2e}")
-    assert err < 1e-2
+    for rows in (slice(None), slice(32, None)):  # all rows, the decode steps'
+        err = {n: float((o[rows] - ref[rows]).norm() / ref[rows].norm())
+               for n, o in (("ops", ops), ("mega", runs[0][0]))}
+        print(f"rows {rows}: rel err vs fp32: ops {err['ops']:.3e}, mega {err['mega']:.3e}")
+        assert err["ops"] < 2e-2 and err["mega"] < 1.15 * err["ops"]
     for logits, toks in runs[1:]:
         assert torch.equal(logits, runs[0][0]) and torch.equal(toks, runs[0][1])
 
@@ -182,7 +195,7 @@ def _stream_variants(model, seed, name, values=(False, True), **fixed):
 
 def _same_argmax_where_clear(a, b, what):
     """Teacher-forced logits a vs b computed in another fp32 order: bf16 rounding flips only
-    (test_mega_matches_ops_and_is_deterministic: < 1e-2), and the same greedy token wherever a's
+    (both on the megakernel's tiles: < 1e-2), and the same greedy token wherever a's
     top-2 margin is over 10x the per-logit error scale (rel. error x the logits' RMS) -- a near-tie
     may go either way, a wrong tile moves every token."""
     err = float((b - a).norm() / a.norm())
