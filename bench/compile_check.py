@@ -4,7 +4,9 @@ registers, spill bytes and compile time per kernel -- catches compile errors and
 before device time is spent. Kernels are compiled, never launched (outputs are garbage).
 --family compiles the tiny test models instead (tests/models.py; tests/test_compile.py runs it in
 CI, where the interpreter would not notice code that only the compiler rejects): the megakernel
-for a decode step (T=1) and a prefill chunk (T=3), and the ops-mode kernels of both. --ptx
+for a decode step (T=1) and a prefill chunk (T=3, the GPU's tiles of several rows: config.
+rows_tile), and the ops-mode kernels of both; --dtype
+float32 / float16 their weights (bfloat16 by default). --ptx
 compiles the inline-PTX wrappers' test kernels (tests/test_ptx.py) and the all-reduce with their
 asm paths on, so ptxas checks every wrapper's PTX.
 
@@ -140,6 +142,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="1b")
     p.add_argument("--family", default=None, help="a tiny test model family instead")
+    p.add_argument("--dtype", default="bfloat16", help="--family: the tiny model's weights")
     p.add_argument("--elems", type=int, default=None)
     p.add_argument("--warps", type=int, default=None)
     p.add_argument("--max-k", type=int, default=None)
@@ -173,7 +176,8 @@ def main():
             os.path.abspath(__file__))), "tests"))
         from models import tiny_model
         name = f"tiny {args.family}"
-        model = tiny_model(args.family, dtype=torch.bfloat16)
+        model = tiny_model(args.family, dtype=getattr(torch, args.dtype))
+        name += f" ({args.dtype})"
     else:
         name, model = random_model(args.model, device="cpu", n_layers=2)
         name += " (2 layers; sizes as the real model)"
@@ -199,6 +203,7 @@ def main():
         return
     if args.rows_tile:
         return compile_rows(model, name, args.rows_tile, args.programs * 2)
+    gpu_rows_tiles()
     stream = streams[0]
     for mode in ("mega",) + (("ops",) if args.family else ()):
         if args.tp > 1:
@@ -218,7 +223,11 @@ def main():
         fm.runtime.mega_stream = stream
         fm.runtime.forward(ids[:1].clone())  # T=1: the decode megakernel / ops decode tiles
         if args.family:
+            if mode == "mega":  # the step of several rows compiles its own megakernel
+                COMPILED["megakernel (decode)"] = COMPILED.pop("megakernel")
             fm.runtime.forward(ids[1:].clone())  # T=3: prefill tiles
+            if mode == "mega":
+                COMPILED["megakernel (3 rows)"] = COMPILED.pop("megakernel")
             if mode == "ops":  # a long prompt's pass (runtime._prefill_long): cuBLAS matmuls
                 fm.runtime.prefill_min = 2  # and the attention kernel's direct T > 1 form
                 fm.runtime.forward(ids[1:3].clone())
@@ -236,19 +245,27 @@ def main():
                     f.write(k.asm[ext])
 
 
+def gpu_rows_tiles(tile=None):
+    """Every T > 1 GEMV and QKV tile as a GPU takes it -- config.rows_tile of the weights'
+    width, or `tile` -- where this machine's device ("cpu") would give the interpreter's
+    whole-row tiles (config.gemv_config)."""
+    from fastdecode import graph
+    from fastdecode.triton_kernels import config, gemv, lm_head, qkv_rope
+    real = config.gemv_config
+
+    def gpu_config(N, K, T, device, rows=None, elem_bytes=2):
+        return (tile or config.rows_tile(elem_bytes)) if T > 1 else real(N, K, T, device, rows)
+    graph.gemv_config = gemv.gemv_config = qkv_rope.gemv_config = lm_head.gemv_config = gpu_config
+
+
 def compile_rows(model, name, tiles, programs):
     """The megakernel of a step of 4 rows per multi-row tile (comma-separated NxKxW): the
     tile the GPU's config.gemv_config gives every T > 1 GEMV (here the CPU's would be taken)."""
     import fastdecode
-    from fastdecode import graph
-    from fastdecode.triton_kernels import lm_head, qkv_rope
-    from fastdecode.triton_kernels.config import gemv_config
     from shapes import set_rows_tile
     print(f"{name}, sm_90a, a step of 4 rows by multi-row tile (rows x K x warps[/K parts]):")
     for spec in tiles.split(","):
-        tile = set_rows_tile(spec)
-        graph.gemv_config = qkv_rope.gemv_config = lm_head.gemv_config = \
-            lambda N, K, T, device, rows=None: tile if T > 1 else gemv_config(N, K, T, device, rows)
+        gpu_rows_tiles(set_rows_tile(spec))
         COMPILED.clear()
         fm = fastdecode.from_hf(model, max_seq_len=64, mode="mega")
         fm.runtime.n_programs = programs

@@ -123,7 +123,8 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
                 stream: StreamConfig | None = None, dtype=None,
                 attn_in_qkv: bool = False) -> Tiling:
     """stream: the decode tile (default config.stream_config; bench/sweep_mega.py varies it);
-    dtype: the weights' (the PTX weight pieces need bf16 rows of K % 8 == 0); attn_in_qkv (T=1):
+    dtype: the weights' (the PTX weight pieces need bf16 rows of K % 8 == 0; a step of several
+    rows tiles K by their element size, config.rows_tile); attn_in_qkv (T=1):
     the short-context decode step (Tiling.attn_in_qkv). Every other field, the split plan
     included, is the same as without it, so both decode schedules run one compiled kernel."""
     if attn_in_qkv and T != 1:
@@ -131,6 +132,7 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
     bt = block_t(T)
     half = spec.head_dim // 2
     dims = (spec.q_dim, spec.d_model, spec.ffn_dim)
+    elem_bytes = dtype.itemsize if dtype is not None else 2
     if T == 1:
         st = stream or stream_config(device, spec)
         # o_proj (rows of q_dim), the lm_head (d_model), down (ffn_dim), gate|up (d_model, two
@@ -139,11 +141,11 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
                  st.tile(spec.ffn_dim, elems=st.elems(3)), st.tile(spec.d_model, 2, st.elems(2))]
         rows, bks, warps = [t.block_n for t in tiles], [t.block_k for t in tiles], st.num_warps
     else:
-        cfg = gemv_config(spec.d_model * 4, spec.d_model, T, device)
+        cfg = gemv_config(spec.d_model * 4, spec.d_model, T, device, elem_bytes=elem_bytes)
         rows, bks, warps, st = [cfg.block_n] * 4, [cfg.block_k] * 4, cfg.num_warps, None
     defer = defer_qk_norm(spec.qk_norm, T)
     pairs, qkv_bk, _, _ = qkv_tile(spec.head_dim, spec.qk_norm, T, spec.d_model, device,
-                                   stream=st, defer=defer)
+                                   stream=st, defer=defer, elem_bytes=elem_bytes)
     block_s, block_tok = attention_config(spec.head_dim, spec.group, T)
     # the split plan of the runtime's partials buffer (runtime.py), whatever the decode loop's block
     chunk, n_splits = split_plan(max_seq_len, spec.n_kv_heads, block_s)

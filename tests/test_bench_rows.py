@@ -262,3 +262,28 @@ def test_prefill_flops_count_the_models_matmuls():
         attn = 2 * 2 * spec.n_layers * spec.q_dim * T * T / 2
         assert bench_prefill.prefill_flops(spec, T) == \
             2 * T * linear + 2 * model.lm_head.weight.numel() + attn
+
+
+@pytest.mark.parametrize("dtype,block_k", [(torch.bfloat16, 256), (torch.float16, 256),
+                                           (torch.float32, 128)])
+def test_rows_tile_keeps_its_bytes_per_weight_width(monkeypatch, dtype, block_k):
+    """A step of several rows on a GPU tiles every GEMV and the QKV by config.rows_tile: the
+    shipped 32 x 256 pieces of 2-byte weights, K halved for fp32 (the same 16 KB a piece; at
+    256 an fp32 model's multi-row kernel needed 182 KB of shared memory a program and CUDA
+    refused its two programs an SM) -- in ops mode's launches and the megakernel's tiling
+    alike; decode (T=1) keeps its own tiles."""
+    from fastdecode.graph import make_tiling
+    from fastdecode.spec import ModelSpec
+    from fastdecode.triton_kernels import config
+    from fastdecode.triton_kernels.config import TileConfig
+    from fastdecode.triton_kernels.qkv_rope import qkv_tile
+    from models import tiny_model
+    monkeypatch.setattr(config, "INTERPRET", False)
+    eb = dtype.itemsize
+    assert config.gemv_config(2048, 2048, 4, "cuda", elem_bytes=eb) == TileConfig(32, block_k, 4)
+    spec = ModelSpec.from_hf_config(tiny_model("llama").config)
+    t = make_tiling(spec, 4, 64, "cuda", dtype=dtype)
+    assert (t.bk_q, t.bk_d, t.bk_f, t.bk_g) == (block_k,) * 4 and t.rows_q == 32
+    assert t.qkv_bk == qkv_tile(spec.head_dim, spec.qk_norm, 4, spec.d_model, "cuda",
+                                elem_bytes=eb)[1]
+    assert make_tiling(spec, 4, 64, "cuda").bk_q == 256  # dtype unknown: 2-byte weights

@@ -361,9 +361,10 @@ def test_refused_rows_launch_falls_back_for_rows_only(refusals, monkeypatch):
     several rows, then, refused again, with one program per SM for them; decode keeps its
     per_sm programs and carveout; a refusal after that raises. The tokens are HF's. (The
     refusals are simulated; on the GPU test_gpu.py makes CUDA refuse them. CUDA may refuse the
-    retry itself: this fp32 model's multi-row kernel holds ~180 KB of pipelined pieces a program,
-    two of which no H200 SM holds even at carveout 100 -- compile_check --family llama
-    --rows-tile 32x256x4: 89 KB in bf16. Such a refusal counts as the second.)"""
+    retry itself, on a GPU whose SM cannot hold two programs of the multi-row kernel even at
+    carveout 100 -- an H200 did for this fp32 model's 182 KB a program before config.rows_tile
+    kept fp32 pieces at bf16's bytes (91 KB: compile_check --family llama --dtype float32).
+    Such a refusal counts as the second.)"""
     model = tiny_model("llama").to(DEVICE)
     fm = fastdecode.from_hf(model, max_seq_len=48, mode="mega")
     rt = fm.runtime

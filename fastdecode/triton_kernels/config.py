@@ -628,7 +628,8 @@ def stream_config(device, spec=None, path: str = TILE_TABLE) -> StreamConfig:
 # 1B / 8B, two programs an SM) timed slower: 1B 2 / 16 rows 2209 / 2509 us against 1846 / 1998,
 # 8B 7595 / 8427 against 6668 / 7211 (sweep_rows, bench/RESULTS.md session 36): removed.
 # compile_check --rows-tile, sm_90a: 32 x 256 x 4 255 registers, 91 KB of shared memory on the
-# 1B and 8B shapes (64 x 64: 38 / 70 KB)
+# 1B and 8B shapes (64 x 64: 38 / 70 KB). Timed on 2-byte weights; rows_tile keeps its pieces'
+# bytes for other widths.
 MULTI_ROW_TILE = TileConfig(block_n=32, block_k=256, num_warps=4)
 # (its pieces streamed across each task's tiles as decode's are, a tl.dot per piece, measured
 # 1.16-1.66x slower than each tile's own K loop: bench/sweep_rows.py, 1B / 8B at 2 and 16 rows,
@@ -664,15 +665,29 @@ def rows_ksplit(n_tiles: int, n_chunks: int, n_programs: int) -> int:
     return max(1, min(n_programs // max(1, n_tiles), n_chunks, ROWS_KSPLIT_MAX))
 
 
-def gemv_config(N: int, K: int, T: int, device, rows: int | None = None) -> TileConfig:
+def rows_tile(elem_bytes: int = 2) -> TileConfig:
+    """MULTI_ROW_TILE for weights of elem_bytes bytes an element: the same bytes a piece (K
+    elements scaled), since the pipelined K loop keeps ~3 pieces of each weight matrix in shared
+    memory. fp32 weights at 32 x 256 (compile_check, the tiny llama in fp32, sm_90a): 182 KB a
+    program -- two never fit an H200 SM, so CUDA refused the cooperative launch and the steps of
+    several rows fell back to one program an SM (bench/RESULTS.md session 41) -- and 4.3 / 6.0
+    KB of spill stores / loads; at 32 x 128: 91 KB (bf16's at 32 x 256), 0.9 / 1.1 KB."""
+    t = MULTI_ROW_TILE
+    return TileConfig(block_n=t.block_n, block_k=max(16, t.block_k * 2 // elem_bytes),
+                      num_warps=t.num_warps)
+
+
+def gemv_config(N: int, K: int, T: int, device, rows: int | None = None,
+                elem_bytes: int = 2) -> TileConfig:
     """The ops-mode GEMV tile: decode (T=1) from tile_table.json's gemv entry for this GPU and
     exact (rows, K) -- rows: the weight rows streamed, N unless given (gate|up: 2N, as
-    bench/sweep_gemv.py --record times it) -- else the rule the module docstring derives."""
+    bench/sweep_gemv.py --record times it) -- else the rule the module docstring derives; a
+    step of several rows (T > 1, ops and megakernel) rows_tile(elem_bytes: the weights')."""
     if INTERPRET or getattr(device, "type", str(device)) == "cpu":
         return TileConfig(block_n=min(1024, triton.next_power_of_2(N)),
                           block_k=min(1024, triton.next_power_of_2(K)), num_warps=4)
     if T > 1:
-        return MULTI_ROW_TILE
+        return rows_tile(elem_bytes)
     gpu = _cuda_gpu(device)
     hit = lookup_gemv(gpu, rows or N, K) if gpu is not None else None
     if isinstance(hit, TileConfig):

@@ -345,7 +345,8 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
         cfg = stream.tile(K, 2 if swiglu else 1)
         per = stream.tiles
     else:
-        cfg = config or gemv_config(N, K, T, x.device, rows=w.shape[0])
+        cfg = config or gemv_config(N, K, T, x.device, rows=w.shape[0],
+                                    elem_bytes=w.element_size())
         per = 1
     grid = (triton.cdiv(triton.cdiv(N, cfg.block_n), per), triton.cdiv(T, BT))
     gemv_kernel[grid](x, w, norm_w if norm_w is not None else w, bias if bias is not None else w,

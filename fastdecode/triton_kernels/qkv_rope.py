@@ -353,18 +353,19 @@ def qk_norm_rope_kernel(raw_ptr, qk_norm_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, 
 
 
 def qkv_tile(head_dim: int, qk_norm: bool, T: int, K: int, device, pairs=None,
-             stream: StreamConfig | None = None, defer: bool = False):
+             stream: StreamConfig | None = None, defer: bool = False, elem_bytes: int = 2):
     """(BLOCK_H rotation pairs, BLOCK_K, num_warps, stream) of a QKV + RoPE tile.
     stream (T=1): the megakernel's decode stream, lo + hi rows of about stream.elems(0) (QKV's)
     elements (q/k norm: whole heads, K chunked to the same tile elements; defer
-    (defer_qk_norm): the q/k norm runs in qk_norm_rope_body, so any tile)."""
+    (defer_qk_norm): the q/k norm runs in qk_norm_rope_body, so any tile). elem_bytes: the
+    weights' element size (config.gemv_config's tile of several rows)."""
     if stream is not None and T == 1:
         elems = stream.elems(0)
         cfg = stream.tile(K, elems=elems)
         bh = qkv_pairs(head_dim, qk_norm and not defer, T, max(1, cfg.block_n // 2))
         bk = max(16, min(cfg.block_k, elems // (2 * bh)))
         return bh, bk, stream.num_warps, True
-    cfg = gemv_config(K * 4, K, T, device)
+    cfg = gemv_config(K * 4, K, T, device, elem_bytes=elem_bytes)
     whole = qk_norm and not defer
     if pairs is not None and not whole and T == 1:
         bh = triton.next_power_of_2(pairs)
@@ -391,7 +392,7 @@ def qkv_rope(x, w_qkv, norm_w, cos, sin, pos, k_cache, v_cache, *, n_heads, eps,
         raw = torch.empty(T, n_heads + KVH, HD, device=x.device, dtype=torch.float32)
     BT = block_t(T)
     BLOCK_H, BLOCK_K, warps, streamed = qkv_tile(HD, qk_norm is not None, T, K, x.device, pairs,
-                                                 stream, defer)
+                                                 stream, defer, w_qkv.element_size())
     n_chunks = triton.cdiv(HD // 2, BLOCK_H)
     G = n_heads // KVH
     per = stream.tiles if stream is not None else 1
