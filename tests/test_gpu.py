@@ -313,6 +313,29 @@ def test_mega_falls_back_to_one_program_per_sm(llama1b):
     assert torch.equal(got, want)
 
 
+def test_mega_rows_fp32_keep_two_programs_an_sm():
+    """An fp32 model's steps of several rows tile K by 128 (config.rows_tile: bf16's 16 KB a
+    piece, 91 KB of shared memory a program) and launch at decode's programs an SM, with no
+    retry: at bf16's 32 x 256 they needed 182 KB a program, and CUDA refused two an SM even at
+    carveout 100 (bench/RESULTS.md session 41). Logits as torch mode's (fp32, summation order:
+    test_models' 1e-5)."""
+    import warnings
+    from models import tiny_model
+    model = tiny_model("llama").cuda()
+    ids = torch.randint(0, 101, (1, 16), device="cuda",
+                        generator=torch.Generator("cuda").manual_seed(3))
+    ref = teacher_forced(fastdecode.from_hf(model, max_seq_len=64, mode="torch"), ids, 12)
+    fm = fastdecode.from_hf(model, max_seq_len=64, mode="mega")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*fall back")
+        got = teacher_forced(fm, ids, 12)
+    rt = fm.runtime
+    assert rt.schedule(12).graph.tiling.bk_q == 128 and rt.stream.per_sm > 1
+    assert rt.schedule(12).n_programs == rt.schedule(1).n_programs
+    assert rt._rows_carveout is None and not rt._rows_one_per_sm
+    assert float((got - ref).norm() / ref.norm()) < 1e-5
+
+
 def test_mega_rows_fall_back_alone(llama1b, monkeypatch):
     """A multi-row tile of 8 warps: two programs per SM of its kernel need 2 x 256 x 255
     registers, twice an SM's 64K, so CUDA refuses the prompt's launch; its steps retry with one
