@@ -207,7 +207,7 @@ def lm_head(x, w, norm_w, eps, *, logits=None, choose=True, sample=False, seed=N
         assert T == 1, "the stream is the decode (T=1) path"
         cfg, per = stream.tile(K), stream.tiles
     else:
-        cfg, per = gemv_config(V, K, T, x.device), 1
+        cfg, per = gemv_config(V, K, T, x.device, elem_bytes=w.element_size()), 1
     n_parts = triton.cdiv(triton.cdiv(V, cfg.block_n), per)
     pval, pidx = _partials(partials, T, n_parts, x.device)
     dummy = pval
