@@ -4,9 +4,9 @@ registers, spill bytes and compile time per kernel -- catches compile errors and
 before device time is spent. Kernels are compiled, never launched (outputs are garbage).
 --family compiles the tiny test models instead (tests/models.py; tests/test_compile.py runs it in
 CI, where the interpreter would not notice code that only the compiler rejects): the megakernel
-for a decode step (T=1) and a prefill chunk (T=3, the GPU's tiles of several rows: config.
-rows_tile), and the ops-mode kernels of both; --dtype
-float32 / float16 their weights (bfloat16 by default). --ptx
+for a decode step (T=1) and a prefill chunk (T=3, the GPU's tiles of several rows:
+config.rows_tile), and the ops-mode kernels of both; --dtype float32 / float16 their weights
+(bfloat16 by default). --ptx
 compiles the inline-PTX wrappers' test kernels (tests/test_ptx.py) and the all-reduce with their
 asm paths on, so ptxas checks every wrapper's PTX.
 

@@ -671,7 +671,7 @@ def rows_tile(elem_bytes: int = 2) -> TileConfig:
     memory. fp32 weights at 32 x 256 (compile_check, the tiny llama in fp32, sm_90a): 182 KB a
     program -- two never fit an H200 SM, so CUDA refused the cooperative launch and the steps of
     several rows fell back to one program an SM (bench/RESULTS.md session 41) -- and 4.3 / 6.0
-    KB of spill stores / loads; at 32 x 128: 91 KB (bf16's at 32 x 256), 0.9 / 1.1 KB."""
+    KB of spill stores / loads; at 32 x 128: 91 KB (bf16's at 32 x 256), 0.9 / 1.0 KB."""
     t = MULTI_ROW_TILE
     return TileConfig(block_n=t.block_n, block_k=max(16, t.block_k * 2 // elem_bytes),
                       num_warps=t.num_warps)
