@@ -6,9 +6,8 @@ before device time is spent. Kernels are compiled, never launched (outputs are g
 CI, where the interpreter would not notice code that only the compiler rejects): the megakernel
 for a decode step (T=1) and a prefill chunk (T=3, the GPU's tiles of several rows:
 config.rows_tile), and the ops-mode kernels of both; --dtype float32 / float16 their weights
-(bfloat16 by default). --ptx
-compiles the inline-PTX wrappers' test kernels (tests/test_ptx.py) and the all-reduce with their
-asm paths on, so ptxas checks every wrapper's PTX.
+(bfloat16 by default). --ptx compiles the inline-PTX wrappers' test kernels (tests/test_ptx.py)
+and the all-reduce with their asm paths on, so ptxas checks every wrapper's PTX.
 
     python bench/compile_check.py --model 8b [--elems 8192 --warps 4 --max-k 4096] [--tp 2]
                                   [--stages N] [--set ptx=1 l2_prefetch_kb=64 ...]
