@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import fastdecode
-from helpers import drop_encoded_task, teacher_forced
+from helpers import drop_encoded_task, hf_logits, teacher_forced
 
 pytestmark = pytest.mark.gpu
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
@@ -143,10 +143,7 @@ def test_mega_matches_ops_and_is_deterministic(llama):
     import copy
     ids = torch.randint(0, 128256, (1, 40), device="cuda",
                         generator=torch.Generator("cuda").manual_seed(5))
-    with torch.no_grad():
-        fp32 = copy.deepcopy(llama).float()
-        ref = fp32(ids).logits[0].float()
-        del fp32
+    ref = hf_logits(copy.deepcopy(llama).float(), ids)  # the fp32 copy freed on return
     torch.cuda.empty_cache()
     ops = teacher_forced(fastdecode.from_hf(llama, max_seq_len=128, mode="ops"), ids, 32)
     runs = []
@@ -372,8 +369,7 @@ def test_mega_rows_k_parts_match_whole_tiles(llama1b, monkeypatch):
     from fastdecode.triton_kernels import config
     ids = torch.randint(0, 128256, (42,), device="cuda",
                         generator=torch.Generator("cuda").manual_seed(11))
-    with torch.no_grad():
-        ref = copy.deepcopy(llama1b).float()(ids[None]).logits[0, 12:].float()
+    ref = hf_logits(copy.deepcopy(llama1b).float(), ids[None])[12:]
     out = {}
     for parts in (1, None):
         monkeypatch.setattr(config, "ROWS_KSPLIT", parts)
