@@ -265,20 +265,23 @@ def test_decode_stream_tiles_match_torch(family, stream):
 @pytest.mark.parametrize("ksplit", [1, 3])
 @pytest.mark.parametrize("family,tile", [("llama_bias_tied", "16x16x4"), ("qwen3", "16x16x4"),
                                          ("qwen2", "shipped"), ("mistral", "shipped")])
+@pytest.mark.filterwarnings("error:megakernel:UserWarning")  # no fallback to one program an SM
 def test_multi_row_tiles_match_torch(family, tile, ksplit, monkeypatch):
     """Steps of several rows with the GPU's multi-row tile (the CPU otherwise takes whole rows:
     config.gemv_config), masked at the tiny models' odd sizes; 16 x 16 tiles, so a task streams
     several tiles of K chunks and odd N / K end mid-tile and mid-chunk; biases (o, gate|up,
     down), the RMSNorm prologue and the residual epilogue. The o / down tiles whole, or in 3 K
     parts summed by REDUCE tasks (graph.Tiling.ksplit; 16-wide chunks: o's K 48 one chunk a
-    part, down's 72 two, two and one; the shipped tile's one 256-wide chunk: two empty parts).
+    part, down's 72 two, two and one; the shipped tile's one 128-wide chunk: two empty parts).
     A step of 16 rows, then one of 4 (the REDUCE tasks' 16-row tiles full, then masked). The
     megakernel and the VM running its queues. fp32 weights: the logits of torch mode up to
-    summation order."""
+    summation order. "shipped": the tile a GPU takes for fp32 weights, config.rows_tile(4) --
+    bf16's 32 x 256 forced on them had CUDA refuse two programs an SM (a fallback, warned,
+    that this test now fails on; bench/RESULTS.md session 42)."""
     from fastdecode import graph
     from fastdecode.opcodes import Op
-    from fastdecode.triton_kernels.config import MULTI_ROW_TILE, TileConfig
-    tile = MULTI_ROW_TILE if tile == "shipped" else TileConfig(*map(int, tile.split("x")))
+    from fastdecode.triton_kernels.config import TileConfig, rows_tile
+    tile = rows_tile(4) if tile == "shipped" else TileConfig(*map(int, tile.split("x")))
     real = graph.gemv_config
     monkeypatch.setattr(graph, "gemv_config",
                         lambda N, K, T, device, **kw: tile if T > 1 else real(N, K, T, device, **kw))
