@@ -75,9 +75,9 @@ for s in $stages; do
     models) timeout ${KERNELS_TIMEOUT:-560} python3 -m pytest -q tests/test_ops.py tests/test_models.py \
              -p no:cacheprovider 2>&1 | tee "$OUT/pytest_models.log" | tail -15 ;;
     # the public API on the GPU (moves between devices / dtypes, memory checks, prefix cache,
-    # prompt lookup) and the GGUF unpacking on the device. The image lacks the gguf package (setup.py's
-    # demo extra, which CI installs): carry its wheel as .whl/ (device README; 2026-12-04: 40 GGUF tests failed
-    # on the import without it) and this stage installs it first
+    # prompt lookup) and the GGUF unpacking on the device. The image lacks the gguf package
+    # (setup.py's demo extra, which CI installs): carry its wheel as .whl/ (device README;
+    # 2026-12-04: 40 GGUF tests failed on the import without it); this stage installs it first
     api) [ -d .whl ] && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
            --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=$PYTHONPATH:/tmp/site
          timeout ${API_TIMEOUT:-400} python3 -m pytest -q tests/test_api.py tests/test_lookup.py \
