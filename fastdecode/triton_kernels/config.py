@@ -264,6 +264,16 @@ class StreamConfig:
     # blocks), 777.6 (16) vs 1212.3 / 1204.1 tok/s; 8B 216.0 (16) vs 252.3 / 249.7
     # (compile_check: 9 more layout conversions, half the pipelined loads, spills 44 -> 64 B).
     attn_block_s: int | None = None
+    # decode: the attention key loop's pipeline stages (None: the megakernel launch's, Triton's
+    # default 3). Each stage holds a block of K and of V in shared memory: compile_check (1B,
+    # sm_90a) 19 KB a program at 32 keys, 72 KB at 128, 141 KB at 256 (one program an SM), so
+    # larger blocks are measured at 1 stage, the blocks loaded straight into registers.
+    attn_stages: int | None = None
+    # decode: the attention body called out of line (megakernel.attend: a .func of the PTX, not
+    # inlined), so ptxas allocates the weight streams' registers apart from the attention's.
+    # compile_check (sm_90a, 2026-12-04, spill st/ld B, kernel + function): 1B 60/60 -> 4/4 + 0,
+    # Llama-3.1-8B 88/116 -> 12/12, Qwen3-8B 48/56 -> 8/8.
+    attn_outline: bool = False
     # decode: elements per weight piece of the (QKV, o_proj, gate|up, down) tasks; None:
     # tile_elems for all (the lm_head always streams tile_elems). Warps and programs per SM are
     # one per megakernel launch, a piece's elements are not: ops mode's per-shape sweep
