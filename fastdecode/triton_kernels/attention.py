@@ -69,11 +69,10 @@ def attention_body(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos, T, TM, S, H, HD, wi
                    n_splits, kvh, split, pid_t,
                    GROUP: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_TOK: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
-                   F32: tl.constexpr, DIRECT: tl.constexpr, STAGES: tl.constexpr = None):
+                   F32: tl.constexpr, DIRECT: tl.constexpr):
     """One (KV head, split, token block) program of phase 1 (module docstring): split `split` of
     n_splits (split_range). DIRECT (n_splits 1): o_ptr is the attention output [T, H * HD] in
-    its dtype, written final -- no lse, no merge. STAGES: the key loop's pipeline stages (None:
-    the launch's num_stages; the megakernel's: config.StreamConfig.attn_stages)."""
+    its dtype, written final -- no lse, no merge."""
     offs_m = tl.arange(0, BLOCK_M)
     tloc = offs_m // BLOCK_G
     g = offs_m % BLOCK_G
@@ -96,7 +95,7 @@ def attention_body(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos, T, TM, S, H, HD, wi
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     kv_base = kvh.to(tl.int64) * S * HD
-    for s0 in tl.range(start, end, BLOCK_S, num_stages=STAGES):
+    for s0 in range(start, end, BLOCK_S):
         offs_s = s0 + tl.arange(0, BLOCK_S)
         mask_s = offs_s < end
         kv_off = kv_base + offs_s[:, None] * HD + offs_d[None, :]

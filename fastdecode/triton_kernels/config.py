@@ -263,17 +263,19 @@ class StreamConfig:
     # even with code and K / V warm, session 18: instruction latency) -- 1B 815.4 / 808.8 (32-key
     # blocks), 777.6 (16) vs 1212.3 / 1204.1 tok/s; 8B 216.0 (16) vs 252.3 / 249.7
     # (compile_check: 9 more layout conversions, half the pipelined loads, spills 44 -> 64 B).
+    # Measured and removed (H200, 2026-12-04, e07538a, sweep_mega 256 tokens, one run, tok/s):
+    # the attention body called out of line (triton.jit(noinline=True): a .func that ptxas
+    # allocates apart from the weight streams -- compile_check spills 1B 60 -> 4 B, 8B 88/116 ->
+    # 12/12, Qwen3-8B 48/56 -> 8/8) -- 1B 1269.2 / 1263.7 vs 1261.7 / 1259.2, 8B 254.1 / 253.9
+    # vs 253.5 / 252.7, Qwen3-8B 244.2 / 244.1 vs 246.2 / 245.9 (bit-identical on the GPU):
+    # the spills were not what the steps wait on. With it, larger key blocks loaded straight
+    # into registers (the loop unpipelined: 22 / 43 KB of shared memory at 128 / 256 keys
+    # instead of 72 / 141 KB) -- 1B 128 keys 1267.3 (1249.6 inlined), 256 keys 1259.3, and 64
+    # keys pipelined 1275.2. Traced at 163 keys (trace_step --prompt-len 160, the same run): the
+    # chain's attention 4.90 us in two 128-key iterations against 4.51 in six of 32 (one
+    # program alone, session 29's probe: 3.48 vs 4.76) -- in the step it costs what its L2
+    # round trips cost, not what its iterations compute.
     attn_block_s: int | None = None
-    # decode: the attention key loop's pipeline stages (None: the megakernel launch's, Triton's
-    # default 3). Each stage holds a block of K and of V in shared memory: compile_check (1B,
-    # sm_90a) 19 KB a program at 32 keys, 72 KB at 128, 141 KB at 256 (one program an SM), so
-    # larger blocks are measured at 1 stage, the blocks loaded straight into registers.
-    attn_stages: int | None = None
-    # decode: the attention body called out of line (megakernel.attend: a .func of the PTX, not
-    # inlined), so ptxas allocates the weight streams' registers apart from the attention's.
-    # compile_check (sm_90a, 2026-12-04, spill st/ld B, kernel + function): 1B 60/60 -> 4/4 + 0,
-    # Llama-3.1-8B 88/116 -> 12/12, Qwen3-8B 48/56 -> 8/8.
-    attn_outline: bool = False
     # decode: elements per weight piece of the (QKV, o_proj, gate|up, down) tasks; None:
     # tile_elems for all (the lm_head always streams tile_elems). Warps and programs per SM are
     # one per megakernel launch, a piece's elements are not: ops mode's per-shape sweep
