@@ -217,6 +217,11 @@ class StreamConfig:
     # Llama-3.1-8B 3333 253.7 / 252.6, 4444 at 72% (71.7 KB) 253.1, 5555 (82 KB) 242.1, at 86%
     # 242.4; Qwen3-8B 3333 245.2 / 245.1, 4444 at 72% 247.3, 5555 231.7, at 86% 232.1 -- again,
     # interleaved, 244.4 / 243.8 vs 243.2 / 241.1: Qwen3-8B's tile table entry (4444 at 72%).
+    # The 1B's register stream needs that L1 by itself (2026-12-04, 9dc58de, sweep_mega 256
+    # tokens, two runs): 1260.5 / 1252.2 tok/s at the driver's carveout, 1205.9 / 1212.3 at 72%
+    # (QKV stages 2111 there 1180.1 / 1187.4); its weight loads as ld.global.cg (L2 only, instead
+    # of Triton's L1::evict_first; measured, not kept) 1256.6 / 1259.8 and 1191.5 / 1189.7 at
+    # 72%: the loads in flight hold L1 space whether or not their lines are cached there.
     carveout: int | None = None
     # decode: keys per iteration of the megakernel's attention loop (each a tl.dot of the group's
     # q rows padded to 16 against BLOCK_S keys, then one against the values); None:
