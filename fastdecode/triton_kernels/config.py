@@ -261,7 +261,13 @@ class StreamConfig:
     # tokens, default first and last; Triton's num_stages 3 by default): Qwen3-8B 4 stages
     # 243.6, 32 keys x 6 stages 242.9 vs 243.1 / 241.5; 1B 4 stages 1137.7, 8 stages 1029.2 vs
     # 1141.5 / 1124.4; 8B 4 stages 249.6 vs 250.2 / 249.7 tok/s -- more K / V blocks in flight
-    # do not shorten the chain's attention stage.
+    # do not shorten the chain's attention stage. Again with kv_prefetch (2026-12-04, 162f934's
+    # tree + an ad hoc stages constant, sweep_mega 256 tokens, 1B): 32 keys at 1 / 3 / 4 / 5
+    # stages 1205.5-1213.2 (any carveout) / 1259.1-1264.2 / 1256.8 / 1253.8; 64 keys at 3 / 4 /
+    # 5 stages 1252.2-1255.9 / 1128.5 / 1127.2 -- the loop must be pipelined (its L2 round trips
+    # are the chain's), and more stages than fit beside the register stream's L1 (64 KB a program
+    # at 64 x 4: the carveout note) lose. The default's smem at smaller carveouts (20 / 28%, more
+    # L1 than the driver's ~102 KB leaves) 1259.3 / 1259.5: L1 past ~150 KB buys nothing.
     # Measured and removed (H200, 2026-12-02, d6e7378, sweep_mega 256 tokens, one run, default
     # first and last): the short-context attention as fp32 products summed in registers over the
     # group's unpadded rows instead of tl.dot tiles of 16 padded rows (its stage took 1.86 us
