@@ -266,9 +266,9 @@ class StreamConfig:
     # stages 1205.5-1213.2 (any carveout) / 1259.1-1264.2 / 1256.8 / 1253.8; 64 keys at 3 / 4 /
     # 5 stages 1252.2-1255.9 / 1128.5 / 1127.2; 128 keys at 2 / 3 stages (39 / 72 KB a program)
     # 1249.3 / 1121.2, 32 keys at 2 stages 1233.5 / 1225.2, against the default's 1253.8 /
-    # 1251.3 in that run -- the loop must be pipelined (its L2 round trips
-    # are the chain's), and more stages than fit beside the register stream's L1 (64 KB a program
-    # at 64 x 4: the carveout note) lose. The default's smem at smaller carveouts (20 / 28%, more
+    # 1251.3 in that run -- the loop must be pipelined (its L2 round trips are the chain's), and
+    # more stages than fit beside the register stream's L1 (64 KB a program at 64 x 4: the
+    # carveout note) lose. The default's smem at smaller carveouts (20 / 28%, more
     # L1 than the driver's ~102 KB leaves) 1259.3 / 1259.5: L1 past ~150 KB buys nothing.
     # Measured and removed (H200, 2026-12-02, d6e7378, sweep_mega 256 tokens, one run, default
     # first and last): the short-context attention as fp32 products summed in registers over the
