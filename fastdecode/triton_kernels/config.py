@@ -336,6 +336,13 @@ class StreamConfig:
     # 243.0 / 243.4 vs 242.1 / 242.9, Llama-3.1-8B 250.3 / 250.6 vs 248.3 / 249.9, Llama-3.2-1B
     # 1156.7 / 1175.0 vs 1172.3 / 1153.2 (within its spread) -- a small gain on the 8B shapes.
     abort_every: int = 16
+    # decode, one_poller: while a wait is unmet, each poll also asks L2 for the next
+    # trickle_kb KB of weights (ptx_inline.prefetch_l2_bulk): an o_proj task its queue's next
+    # gate|up task's gate and up rows, a gate|up / down task its own rows -- paced by the
+    # polls' round trips instead of one burst (l2_prefetch_kb). trickle_ops: which (1 o_proj,
+    # 2 gate|up, 4 down).
+    trickle_kb: int = 0
+    trickle_ops: int = 1
     # Measured and removed (H200, 2026-12-02, d685df3, sweep_mega 256 tokens): the gate|up ->
     # down pipeline -- each gate|up task streamed its range of every block of gate|up tiles that
     # writes one K chunk of act (down's max_k piece) block by block and published each block on
