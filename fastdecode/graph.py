@@ -96,8 +96,6 @@ class Tiling:
     kv_prefetch: bool = False     # decode: K / V asked into L2 before the waits (StreamConfig)
     one_poller: bool = False      # decode: waits polled by one thread (StreamConfig)
     abort_every: int = 1          # decode, one_poller: polls per read of the abort word
-    trickle_kb: int = 0           # decode, one_poller: L2 prefetch per unmet poll (StreamConfig)
-    trickle_ops: int = 0          # which ops' waits trickle (StreamConfig)
     ksplit: int = 1               # several rows, one rank: K parts per o / down tile
                                   # (config.rows_ksplit; build_step sets it)
 
@@ -169,9 +167,7 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
                   l2_prefetch_kb=st.l2_prefetch_kb if st is not None else 0,
                   kv_prefetch=st is not None and st.kv_prefetch,
                   one_poller=st is not None and st.one_poller,
-                  abort_every=st.abort_every if st is not None else 1,
-                  trickle_kb=st.trickle_kb if st is not None and st.one_poller else 0,
-                  trickle_ops=st.trickle_ops if st is not None else 0)
+                  abort_every=st.abort_every if st is not None else 1)
 
 
 REMOTE = ("xo", "xdown", "xlm")  # counter keys signalled across ranks (tensor parallelism)

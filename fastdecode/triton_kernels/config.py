@@ -182,7 +182,13 @@ class StreamConfig:
     # 2026-12-03, ccebb63, sweep_mega 256 tokens): 1B 16 / 32 / 64 KB 1240.0 / 1245.4 / 1229.7 vs
     # 1262.4 / 1259.4; a trace at 163 keys (64 KB) has the attention 6.35 us instead of 4.48 and
     # the gate|up tasks no faster (RESULTS.md session 31): the prefetch traffic slows the one
-    # program per KV group that every o_proj task waits for.
+    # program per KV group that every o_proj task waits for. Paced instead of one burst
+    # (2026-12-04, 21a091f, reverted: each unmet poll of the one poller asking L2 for the next
+    # N KB of gate and of up rows, one bulk prefetch each -- at most ~2 x N KB a poll round trip
+    # per program; sweep_mega 256 tokens, one run): 1B o_proj waits N = 2 / 4 / 8 / 16 KB
+    # 1259.8 / 1213.6 / 1218.3 / 1215.2, the same on every wait 1214.7, gate|up and down waits
+    # asking for their own rows 1264.6, against 1268.3 / 1269.4 tok/s -- any L2 traffic during
+    # the attention chain beyond a trickle costs the chain more than the streams gain.
     l2_prefetch_kb: int = 0
     # decode: a KV group's keys and values that attention will read asked into L2 (one bulk
     # prefetch each, attention.kv_prefetch) before a wait: by the group's first QKV tile task of
@@ -336,13 +342,6 @@ class StreamConfig:
     # 243.0 / 243.4 vs 242.1 / 242.9, Llama-3.1-8B 250.3 / 250.6 vs 248.3 / 249.9, Llama-3.2-1B
     # 1156.7 / 1175.0 vs 1172.3 / 1153.2 (within its spread) -- a small gain on the 8B shapes.
     abort_every: int = 16
-    # decode, one_poller: while a wait is unmet, each poll also asks L2 for the next
-    # trickle_kb KB of weights (ptx_inline.prefetch_l2_bulk): an o_proj task its queue's next
-    # gate|up task's gate and up rows, a gate|up / down task its own rows -- paced by the
-    # polls' round trips instead of one burst (l2_prefetch_kb). trickle_ops: which (1 o_proj,
-    # 2 gate|up, 4 down).
-    trickle_kb: int = 0
-    trickle_ops: int = 1
     # Measured and removed (H200, 2026-12-02, d685df3, sweep_mega 256 tokens): the gate|up ->
     # down pipeline -- each gate|up task streamed its range of every block of gate|up tiles that
     # writes one K chunk of act (down's max_k piece) block by block and published each block on

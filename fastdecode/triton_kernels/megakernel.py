@@ -37,7 +37,7 @@ import triton
 import triton.language as tl
 
 from ..opcodes import TRACE_WORDS, WORDS, Op
-from ..ptx_inline.flags import _poll_cta, cta_barrier, spin_acquire, spin_acquire_cta
+from ..ptx_inline.flags import cta_barrier, spin_acquire, spin_acquire_cta
 from ..ptx_inline.memory import prefetch_l2_bulk
 from ..ptx_inline.timers import globaltimer_ns, sm_id
 from .all_reduce import peer, push_rows, residual_sum_body
@@ -68,32 +68,9 @@ STATUS_WORDS = 8
 
 
 @triton.jit
-def spin_trickle(ptr, target, max_spin, abort_ptr, pfa, pfb, na, nb, EVERY: tl.constexpr,
-                 CHUNK: tl.constexpr):
-    """spin_acquire_cta's wait (one poller, GPU scope, abort word every EVERY-th poll), and at
-    each unmet poll the next CHUNK bytes of [pfa, pfa + na) and of [pfb, pfb + nb) (int8
-    pointers) asked into L2 (StreamConfig.trickle_kb). Returns met (1 / 0)."""
-    c = _poll_cta(ptr, target, abort_ptr, "gpu", False)
-    n = 0
-    off = 0
-    while (c == 0) & (n < max_spin):
-        if off < na:
-            prefetch_l2_bulk(pfa + off, tl.minimum(na - off, CHUNK), True)
-        if off < nb:
-            prefetch_l2_bulk(pfb + off, tl.minimum(nb - off, CHUNK), True)
-        off += CHUNK
-        n += 1
-        if n % EVERY == 0:
-            c = _poll_cta(ptr, target, abort_ptr, "gpu", True)
-        else:
-            c = _poll_cta(ptr, target, abort_ptr, "gpu", False)
-    return (c == 1).to(tl.int32)
-
-
-@triton.jit
 def wait_counter(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, xtab_ptr, rank,
                  x_ctr, x_spin, WORLD: tl.constexpr, USE_ASM: tl.constexpr,
-                 POLL1: tl.constexpr, pfa, pfb, na, nb, TRK: tl.constexpr):
+                 POLL1: tl.constexpr):
     """Spin until counters[ctr] >= target -- for a remote counter (ctr < 0, tensor
     parallelism), until every rank's word of it in this rank's symmetric buffer does, in rank
     order, at most x_spin polls each (the other ranks' launches start when their hosts get there);
@@ -107,12 +84,8 @@ def wait_counter(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, xtab
         local = ctr >= 0
     if local:
         if POLL1:
-            if TRK * USE_ASM > 0:
-                met = spin_trickle(ctr_ptr + ctr, target, max_spin, status_ptr, pfa, pfb, na,
-                                   nb, POLL1, TRK)
-            else:
-                met, _ = spin_acquire_cta(ctr_ptr + ctr, target, max_spin, status_ptr, "gpu",
-                                          USE_ASM, True, POLL1)
+            met, _ = spin_acquire_cta(ctr_ptr + ctr, target, max_spin, status_ptr, "gpu",
+                                      USE_ASM, True, POLL1)
             v = target
             if met == 0:  # timed out or aborted (a met wait reads nothing more): for the report
                 v = tl.minimum(tl.load(ctr_ptr + ctr, volatile=True), target - 1)
@@ -145,10 +118,10 @@ def wait_counter(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, xtab
 @triton.jit
 def ready(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, tr, clock_ptr, op,
           xtab_ptr, rank, x_ctr, x_spin, WORLD: tl.constexpr, USE_ASM: tl.constexpr,
-          TRACE: tl.constexpr, POLL1: tl.constexpr, pfa, pfb, na, nb, TRK: tl.constexpr):
+          TRACE: tl.constexpr, POLL1: tl.constexpr):
     """A task's dependency wait (wait_counter), then its 'ready' timestamp."""
     ok = wait_counter(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, xtab_ptr, rank,
-                      x_ctr, x_spin, WORLD, USE_ASM, POLL1, pfa, pfb, na, nb, TRK)
+                      x_ctr, x_spin, WORLD, USE_ASM, POLL1)
     if TRACE:
         tl.store(tr + 1, globaltimer_ns(op, clock_ptr, USE_ASM))
     return ok
@@ -244,8 +217,7 @@ def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, a0,
                   F32: tl.constexpr, WORLD: tl.constexpr, PUSH_BLOCK: tl.constexpr,
                   USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
                   STAGES: tl.constexpr, RG: tl.constexpr, PF_KB: tl.constexpr,
-                  POLL1: tl.constexpr, part_ptr=None, part_stride=0, KSPLIT: tl.constexpr = 1,
-                  TRK: tl.constexpr = 0, TRK_NEXT: tl.constexpr = False):
+                  POLL1: tl.constexpr, part_ptr=None, part_stride=0, KSPLIT: tl.constexpr = 1):
     """o_proj / down_proj task: h[:, tiles lo..hi] += x @ W^T (+ bias), the residual stream in
     place -- its first weight piece requested, then its wait (ready), then the stream (STAGES >
     1: the wait inside the stream's first iteration, gemv_body). a0: the token block, or with
@@ -261,8 +233,7 @@ def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, a0,
     while HBM idles. (The first piece after the wait, or every piece after all but the KV
     groups' completers had published, measured no faster: config.StreamConfig.)"""
     wargs = (ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, tr, clock_ptr, op,
-             xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE, POLL1, ctr_ptr, ctr_ptr, 0, 0,
-             0)
+             xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE, POLL1)
     tl.static_assert((WORLD == 1) | (KSPLIT == 1), "K parts on one rank only")
     out = h_ptr
     tb = a0
@@ -282,26 +253,7 @@ def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, a0,
     else:
         w0, _ = stream_start(w_ptr, D, K, lo, hi, BLOCK_N, BLOCK_K, False, STREAM, PTX)
         task_prefetch(entry, has_next, wgu_ptr, FFN, D, RG, PF_KB, USE_ASM)
-        if TRK > 0:
-            elt: tl.constexpr = w_ptr.dtype.element_ty.primitive_bitwidth // 8
-            i8: tl.constexpr = tl.pointer_type(tl.int8)
-            if TRK_NEXT:  # o_proj: the next gate|up task's gate and up rows
-                wl, lo_n, hi_n = next_gate_up(entry, has_next, wgu_ptr, FFN, D)
-                r0 = lo_n * RG
-                na = tl.maximum(tl.minimum(hi_n * RG, FFN) - r0, 0) * D * elt
-                pfa = (wl + r0.to(tl.int64) * D).to(i8, bitcast=True)
-                run = ready(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, tr,
-                            clock_ptr, op, xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE,
-                            POLL1, pfa, pfa + FFN * D * elt, na, na, TRK)
-            else:  # down: its own rows
-                r0 = lo * BLOCK_N
-                na = (tl.minimum(hi * BLOCK_N, D) - r0) * K * elt
-                pfa = (w_ptr + r0.to(tl.int64) * K).to(i8, bitcast=True)
-                run = ready(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, tr,
-                            clock_ptr, op, xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE,
-                            POLL1, pfa, pfa, na, 0, TRK)
-        else:
-            run = ready(*wargs)
+        run = ready(*wargs)
         if run == 1:
             gemv_body(x_ptr, w_ptr, w_ptr, b_ptr, h_ptr, out, T, D, K, K, D, D, eps, lo, hi,
                       tb, w0, w0, False, BIAS & EPI, False, (WORLD == 1) & EPI, BLOCK_T,
@@ -346,8 +298,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
                MERGE_IN_ATTN: tl.constexpr, NORM_IN_QKV: tl.constexpr, SQ: tl.constexpr,
                SO: tl.constexpr, SG: tl.constexpr, SF: tl.constexpr, PF_KB: tl.constexpr = 0,
-               POLL1: tl.constexpr = 0, KV_PF: tl.constexpr = False, KSPLIT: tl.constexpr = 1,
-               TRK: tl.constexpr = 0, TRK_OPS: tl.constexpr = 0):
+               POLL1: tl.constexpr = 0, KV_PF: tl.constexpr = False, KSPLIT: tl.constexpr = 1):
     """Model sizes D, FFN, H, HD are constexpr (one compile per model): a decode tile over whole
     rows then folds its chunk loop away and keeps the activation row in registers, which spares
     registers (bench/compile_check.py: 1B shape 255 registers with 48 B of spills when they were
@@ -403,8 +354,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     while (s < n_steps) & (run == 1):
         if s > 0:  # the previous step's token must be chosen before we look at the done flag
             run = wait_counter(ctr_ptr, e0 + s, status_ptr, max_spin, pid, pid * 0 - 1, tok_ctr,
-                               s, xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, POLL1, ctr_ptr,
-                               ctr_ptr, 0, 0, 0)
+                               s, xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, POLL1)
         if run == 1:
             run = (tl.load(done_ptr, volatile=True) == 0).to(tl.int32)
         # the step's first position, read once: CHOOSE advances it after every other task of the
@@ -429,8 +379,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                 tl.store(tr + 3, sm_id(op, pid, USE_ASM).to(tl.int64))  # opcodes.T_SM
             # this task's dependency wait (ready's arguments)
             wargs = (ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, tr, clock_ptr, op,
-                     xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE, POLL1, ctr_ptr,
-                     ctr_ptr, 0, 0, 0)
+                     xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE, POLL1)
             # weight tasks: first weight piece, then the wait; the others: the wait
             if (op == OP_QKV) | (op == OP_QKVA):
                 w_qkv = wqkv_ptr + layer * QKVN * D
@@ -496,7 +445,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                     x_ctr, x_spin, x_red + rank * TM * D, w + NW, i + 1 < qlen,
                                     wgu_ptr, FFN, BIAS_O, BLOCK_T, RQ, KQ, STREAM, F32, WORLD,
                                     RED_BLOCK, USE_ASM, TRACE, PTX, SO, RG, PF_KB, POLL1,
-                                    kpart_ptr, TM * D, KSPLIT, TRK * (TRK_OPS % 2), True)
+                                    kpart_ptr, TM * D, KSPLIT)
             elif op == OP_GU:
                 w_gu = wgu_ptr + layer * 2 * FFN * D
                 if SG > 1:
@@ -511,17 +460,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                     # faster: 1B 1249.3 / 1252.7 vs 1172.3 / 1153.2 / 1156.7 / 1175.0 tok/s
                     # (H200, 2026-12-02, c1a1b1c's tree, sweep_mega 256 tokens; RESULTS.md)
                     w0, w20 = stream_start(w_gu, FFN, D, a1, a2, RG, KG, True, STREAM, PTX)
-                    if TRK_OPS // 2 % 2 == 1 and TRK > 0:  # its own gate and up rows
-                        r0 = a1 * RG
-                        gelt: tl.constexpr = w_gu.dtype.element_ty.primitive_bitwidth // 8
-                        na = (tl.minimum(a2 * RG, FFN) - r0) * D * gelt
-                        pfa = (w_gu + r0.to(tl.int64) * D).to(tl.pointer_type(tl.int8),
-                                                              bitcast=True)
-                        run = ready(ctr_ptr, target, status_ptr, max_spin, pid, i, wc, s, tr,
-                                    clock_ptr, op, xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM,
-                                    TRACE, POLL1, pfa, pfa + FFN * D * gelt, na, na, TRK)
-                    else:
-                        run = ready(*wargs)
+                    run = ready(*wargs)
                     if run == 1:
                         gemv_body(h_ptr, w_gu, mnorm_ptr + layer * D, bgu_ptr + layer * 2 * FFN,
                                   h_ptr, act_ptr, T, FFN, D, D, D, FFN, eps, a1, a2, a0, w0, w20,
@@ -533,8 +472,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                     x_ctr, x_spin, x_red + (WORLD + rank) * TM * D, w, False,
                                     wgu_ptr, FFN, BIAS_MLP, BLOCK_T, RF, KF, STREAM, F32, WORLD,
                                     RED_BLOCK, USE_ASM, TRACE, PTX, SF, RG, 0, POLL1,
-                                    kpart_ptr + KSPLIT * TM * D, TM * D, KSPLIT,
-                                    TRK * (TRK_OPS // 4 % 2), False)
+                                    kpart_ptr + KSPLIT * TM * D, TM * D, KSPLIT)
             elif op == OP_LM:
                 w0, _ = stream_start(lm_ptr, V, D, a1, a2, RD, KD, False, STREAM, PTX)
                 run = ready(*wargs)
