@@ -329,7 +329,12 @@ class StreamConfig:
     # And (2026-12-02, 253fd6c's tree, the same sweep): the poll a relaxed load, with one
     # fence.acq_rel once met, instead of an acquire load per poll -- 1B 1181.3 / 1182.3 vs
     # 1224.7 / 1221.6, Qwen3-8B 243.1 / 242.6 vs 245.2 / 245.3, Llama-3.1-8B 249.9 / 251.9 vs
-    # 253.5 / 253.7.
+    # 253.5 / 253.7. And (2026-12-04, 383521d's tree + an ad hoc constant, reverted; sweep_mega
+    # 256 tokens, one process per variant, each config twice): a nanosleep backoff between the
+    # one poller's polls (ptx_inline.nanosleep) -- 1B 100 / 300 / 1000 ns 1258.9 / 1266.5,
+    # 1244.4 / 1234.4, 1204.4 / 1206.1 vs none 1264.6 / 1253.4 and 1260.0 / 1252.2 tok/s: the
+    # polls' traffic costs nothing measurable, and every hop's detection delay costs the step
+    # (~65 hops a 1B step: 1000 ns of sleep, ~1 us more a hop, -55 us).
     one_poller: bool = True
     # decode, one_poller: the abort word (raised by a program that timed out, so the others stop)
     # read at every abort_every-th poll only -- every waiting program polls that one word, the
