@@ -76,9 +76,12 @@ def ptxas_report(ptx: str, arch: str = "sm_90a") -> str:
     out = subprocess.run([get_ptxas(90).path, "-v", f"--gpu-name={arch}", f.name, "-o", os.devnull],
                          capture_output=True, text=True)
     regs = re.search(r"Used (\d+) registers", out.stderr)
-    spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out.stderr)
+    # the kernel's, then each out-of-line function's (a noinline body: its own line) -- summed
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out.stderr)
+    st, ld = (sum(int(s[i]) for s in spills) for i in (0, 1))
+    funcs = f" ({len(spills) - 1} out-of-line functions)" if len(spills) > 1 else ""
     return (f"{regs.group(1) if regs else '?':>4s} regs, spill st/ld "
-            f"{spill.group(1) if spill else '?'}/{spill.group(2) if spill else '?'} B")
+            f"{st if spills else '?'}/{ld if spills else '?'} B{funcs}")
 
 
 def compile_ptx_tests():

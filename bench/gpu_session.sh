@@ -117,6 +117,14 @@ for s in $stages; do
                    $B,$B/kv_prefetch=1,$B,$B/kv_prefetch=1; done ;;
            # the 1B's 64-key attention blocks again, now that its K / V come from L2
            kv64) P=$B/kv_prefetch=1; NEW=256 sw 1b $P,$P/attn_block_s=64,$P,$P/attn_block_s=64 ;;
+           # the attention body out of line (StreamConfig.attn_outline: compile_check spills
+           # 1B 60 -> 4 B, 8B 88/116 -> 12/12, Qwen3-8B 48/56 -> 8/8), the 1B with its 32- and
+           # 64-key blocks (its table entry: out of line, 64 keys)
+           aout) P=$B/kv_prefetch=1; O=$P/attn_outline=1
+                 NEW=256 sw 1b $P,$O/attn_block_s=64,$O,$P,$O/attn_block_s=64,$P/attn_block_s=64 ;;
+           aout8) Q=$K/288/4444/carveout=72/op_elems=8192:8192:8192:8192
+                 NEW=256 sw 8b $B,$B/attn_outline=1,$B,$B/attn_outline=1
+                 NEW=256 sw qwen3-8b $Q,$Q/attn_outline=1,$Q,$Q/attn_outline=1 ;;
            ablock) for m in 1b 8b qwen3-8b; do NEW=256 sw $m \
                      $B,$B/attn_block_s=32,$B/attn_block_s=64,$B,$B/attn_block_s=32,$B/attn_block_s=64
                    done ;;

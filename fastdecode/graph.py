@@ -98,6 +98,7 @@ class Tiling:
     abort_every: int = 1          # decode, one_poller: polls per read of the abort word
     ksplit: int = 1               # several rows, one rank: K parts per o / down tile
                                   # (config.rows_ksplit; build_step sets it)
+    attn_outline: bool = False      # decode: the attention body out of line (StreamConfig)
 
     def n_t(self, block=None):
         return triton.cdiv(self.T, block or self.block_t)
@@ -167,7 +168,8 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
                   l2_prefetch_kb=st.l2_prefetch_kb if st is not None else 0,
                   kv_prefetch=st is not None and st.kv_prefetch,
                   one_poller=st is not None and st.one_poller,
-                  abort_every=st.abort_every if st is not None else 1)
+                  abort_every=st.abort_every if st is not None else 1,
+                  attn_outline=st is not None and st.attn_outline)
 
 
 REMOTE = ("xo", "xdown", "xlm")  # counter keys signalled across ranks (tensor parallelism)

@@ -616,6 +616,7 @@ class Runtime:
             NORM_IN_QKV=tg.norm_in_qkv, SQ=tg.stages[0], SO=tg.stages[1], SG=tg.stages[2],
             SF=tg.stages[3], PF_KB=tg.l2_prefetch_kb, KV_PF=tg.kv_prefetch,
             POLL1=tg.abort_every if tg.one_poller else 0, KSPLIT=tg.ksplit,
+            ATTN_OUTLINE=tg.attn_outline,
             num_warps=tg.num_warps)
         grid = (sched.n_programs,)
         variant = (key, sampling.do_sample, trace is not None)

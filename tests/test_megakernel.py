@@ -224,7 +224,7 @@ def test_split_kv_follows_the_context_not_the_cache(family):
 
 
 STAGED = StreamConfig(64, 4, max_k=16, attn_in_qkv_keys=10, stages=3, l2_prefetch_kb=1,
-                      attn_block_s=16, merge_heads=0, kv_prefetch=True)
+                      attn_block_s=16, merge_heads=0, kv_prefetch=True, attn_outline=True)
 WHOLE_ROWS = StreamConfig(2048, 4, merge_in_attn=True, norm_in_qkv=True, attn_in_qkv_keys=0,
                           l2_prefetch_kb=64, op_elems=(512, 4096, 1024, 2048), kv_prefetch=True)
 
@@ -245,7 +245,8 @@ def test_decode_stream_tiles_match_torch(family, stream):
     the partials' buffer, stay those of attention_config's block). op_elems: each op's own piece
     elements, so QKV / o / gate|up / down tiles differ in rows (WHOLE_ROWS). merge_heads 0: one
     MERGE task per KV group (the default: one per q head; merge_in_attn: the group's heads one at
-    a time in its last ATTN task)."""
+    a time in its last ATTN task). attn_outline (STAGED): attention through megakernel.attend's
+    out-of-line call (the interpreter runs the same function; a GPU compiles it as a .func)."""
     model = tiny_model(family).to(DEVICE)
     ids = torch.randint(0, 101, (1, 12), generator=torch.Generator().manual_seed(4)).to(DEVICE)
     ref = fastdecode.from_hf(model, max_seq_len=32, mode="torch")

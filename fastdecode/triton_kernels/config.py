@@ -295,6 +295,19 @@ class StreamConfig:
     # program alone, session 29's probe: 3.48 vs 4.76) -- in the step it costs what its L2
     # round trips cost, not what its iterations compute.
     attn_block_s: int | None = None
+    # decode: the attention body called out of line (megakernel.attend: a .func of the PTX, not
+    # inlined), so ptxas allocates the weight streams' registers apart from the attention's.
+    # compile_check (sm_90a, 2026-12-04, spill st/ld B, kernel + function): 1B 60/60 -> 4/4 + 0,
+    # Llama-3.1-8B 88/116 -> 12/12, Qwen3-8B 48/56 -> 8/8; with 64-key blocks (1B) 24/24 B,
+    # 36.9 KB of shared memory a program. Session 43 (above) measured it alone within the
+    # spread and removed it; measured again interleaved (H200, 2026-12-04, 383521d's tree + this
+    # field, sweep_mega --model 1b --new-tokens 256, one run, tok/s): the 1B table config
+    # 1258.4 / 1260.0 / 1254.1, out of line with 64-key blocks 1272.4 / 1263.2 / 1274.4 (+1.0%),
+    # out of line alone 1269.6, 64-key blocks inlined 1251.2; out of line with 64 keys x 4
+    # stages 1153.3 (49 KB a program: the L1 squeeze), 128 keys x 2 stages 1266.2 -- hence the
+    # 1B's table entry (out of line, 64-key blocks). The 8B shapes, session 43: Llama-3.1-8B
+    # 254.1 / 253.9 vs 253.5 / 252.7, Qwen3-8B 244.2 / 244.1 vs 246.2 / 245.9 -- off there.
+    attn_outline: bool = False
     # decode: elements per weight piece of the (QKV, o_proj, gate|up, down) tasks; None:
     # tile_elems for all (the lm_head always streams tile_elems). Warps and programs per SM are
     # one per megakernel launch, a piece's elements are not: ops mode's per-shape sweep

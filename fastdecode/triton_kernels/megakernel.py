@@ -127,6 +127,28 @@ def ready(ctr_ptr, target, status_ptr, max_spin, pid, qi, ctr, step, tr, clock_p
     return ok
 
 
+# attention_body as a function of its own in the PTX (.func, a call) rather than inlined
+# (StreamConfig.attn_outline): ptxas then allocates its registers apart from the weight streams'
+attention_call = triton.jit(attention_body.fn, noinline=True)
+
+
+@triton.jit
+def attend(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos, T, TM, S, H, HD, window, scale, n_splits,
+           kvh, split, pid_t, GROUP: tl.constexpr, BLOCK_G: tl.constexpr,
+           BLOCK_TOK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_S: tl.constexpr,
+           BLOCK_D: tl.constexpr, F32: tl.constexpr, DIRECT: tl.constexpr,
+           OUTLINE: tl.constexpr):
+    """attention_body, inlined or (OUTLINE) called out of line."""
+    if OUTLINE:
+        attention_call(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos, T, TM, S, H, HD, window, scale,
+                       n_splits, kvh, split, pid_t, GROUP, BLOCK_G, BLOCK_TOK, BLOCK_M, BLOCK_S,
+                       BLOCK_D, F32, DIRECT)
+    else:
+        attention_body(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos, T, TM, S, H, HD, window, scale,
+                       n_splits, kvh, split, pid_t, GROUP, BLOCK_G, BLOCK_TOK, BLOCK_M, BLOCK_S,
+                       BLOCK_D, F32, DIRECT)
+
+
 @triton.jit
 def merge_group(opart_ptr, lse_ptr, attn_ptr, pos, T, TM, H, HD, window, n_splits, g, h0, h1,
                 GROUP, BLOCK_GM: tl.constexpr, BLOCK_SP: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -298,7 +320,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
                MERGE_IN_ATTN: tl.constexpr, NORM_IN_QKV: tl.constexpr, SQ: tl.constexpr,
                SO: tl.constexpr, SG: tl.constexpr, SF: tl.constexpr, PF_KB: tl.constexpr = 0,
-               POLL1: tl.constexpr = 0, KV_PF: tl.constexpr = False, KSPLIT: tl.constexpr = 1):
+               POLL1: tl.constexpr = 0, KV_PF: tl.constexpr = False, KSPLIT: tl.constexpr = 1,
+               ATTN_OUTLINE: tl.constexpr = False):
     """Model sizes D, FFN, H, HD are constexpr (one compile per model): a decode tile over whole
     rows then folds its chunk loop away and keeps the activation row in registers, which spares
     registers (bench/compile_check.py: 1B shape 255 registers with 48 B of spills when they were
@@ -339,7 +362,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     (one bulk prefetch each, ptx_inline.prefetch_l2_bulk) before its dependency wait -- the
     attention chain's, when HBM idles (residual_task).
     KV_PF (config.StreamConfig.kv_prefetch): the keys and values a KV group's attention reads
-    asked into L2 before a wait (task_kv_prefetch).
+    asked into L2 before a wait (task_kv_prefetch). ATTN_OUTLINE (StreamConfig.attn_outline):
+    the attention body called out of line (attend).
     KSPLIT > 1 (a step of several rows on one rank, graph.Tiling.ksplit): o_proj / down_proj
     tasks (arg0 = token block * KSPLIT + K part) store their K part's fp32 partial sums to
     kpart_ptr [2 (o, down), KSPLIT, TM, D]; REDUCE tasks (arg0: 0 o, 1 down) add the parts in
@@ -430,12 +454,11 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                 if TRACE:
                                     tl.store(tr + 6, globaltimer_ns(op, clock_ptr, USE_ASM))
                                 for tb in range(0, tl.cdiv(T, BLOCK_TOK)):
-                                    attention_body(q_ptr, kc_ptr + layer * KVH * S * HD,
-                                                   vc_ptr + layer * KVH * S * HD, attn_ptr,
-                                                   lse_ptr, pos, T, TM, S, H, HD,
-                                                   win, scale, 1,
-                                                   a0, 0, tb, GROUP, BLOCK_G, BLOCK_TOK,
-                                                   BLOCK_M, BLOCK_S, BLOCK_D, F32, True)
+                                    attend(q_ptr, kc_ptr + layer * KVH * S * HD,
+                                           vc_ptr + layer * KVH * S * HD, attn_ptr, lse_ptr,
+                                           pos, T, TM, S, H, HD, win, scale, 1, a0, 0, tb,
+                                           GROUP, BLOCK_G, BLOCK_TOK, BLOCK_M, BLOCK_S,
+                                           BLOCK_D, F32, True, ATTN_OUTLINE)
                                 if TRACE:
                                     tl.store(tr + 7, globaltimer_ns(op, clock_ptr, USE_ASM))
             elif op == OP_O:
@@ -508,11 +531,11 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                             for c in range(0, tl.cdiv(D, EMB_BLOCK)):
                                 embedding_body(ids_ptr, emb_ptr, h_ptr, D, D, t, c, EMB_BLOCK)
                     elif op == OP_ATTN:
-                        attention_body(q_ptr, kc_ptr + layer * KVH * S * HD,
-                                       vc_ptr + layer * KVH * S * HD, opart_ptr, lse_ptr, pos,
-                                       T, TM, S, H, HD, win, scale, n_splits,
-                                       a0, a1, a2, GROUP, BLOCK_G, BLOCK_TOK, BLOCK_M, BLOCK_S,
-                                       BLOCK_D, F32, False)
+                        attend(q_ptr, kc_ptr + layer * KVH * S * HD,
+                               vc_ptr + layer * KVH * S * HD, opart_ptr, lse_ptr, pos,
+                               T, TM, S, H, HD, win, scale, n_splits,
+                               a0, a1, a2, GROUP, BLOCK_G, BLOCK_TOK, BLOCK_M, BLOCK_S,
+                               BLOCK_D, F32, False, ATTN_OUTLINE)
                         if MERGE_IN_ATTN:  # the group's last split to finish merges it
                             tl.debug_barrier()  # this split's partials stored before its ticket
                             tkt = tl.atomic_add(ctr_ptr + tkt_base + layer * KVH + a0, 1,
