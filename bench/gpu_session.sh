@@ -49,7 +49,8 @@
 #    rule against 32 and 64 over 256 tokens, the 8B's steps past 192 keys on the split-KV path),
 #    kvpf (StreamConfig.kv_prefetch on KVPF_MODELS, default the 1B, over 256 tokens), kv64 (the
 #    1B's 64-key attention blocks with kv_prefetch), qkvstg (the 1B's QKV tasks alone on
-#    shared-memory stages))
+#    shared-memory stages), aout / aout8 (the attention body out of line, attn_outline: the 1B
+#    with 32- / 64-key blocks; the 8B shapes))
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"

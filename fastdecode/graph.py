@@ -98,7 +98,7 @@ class Tiling:
     abort_every: int = 1          # decode, one_poller: polls per read of the abort word
     ksplit: int = 1               # several rows, one rank: K parts per o / down tile
                                   # (config.rows_ksplit; build_step sets it)
-    attn_outline: bool = False      # decode: the attention body out of line (StreamConfig)
+    attn_outline: bool = False    # decode: the attention body out of line (StreamConfig)
 
     def n_t(self, block=None):
         return triton.cdiv(self.T, block or self.block_t)
