@@ -305,7 +305,8 @@ class StreamConfig:
     # 1258.4 / 1260.0 / 1254.1, out of line with 64-key blocks 1272.4 / 1263.2 / 1274.4 (+1.0%),
     # out of line alone 1269.6, 64-key blocks inlined 1251.2; out of line with 64 keys x 4
     # stages 1153.3 (49 KB a program: the L1 squeeze), 128 keys x 2 stages 1266.2 -- hence the
-    # 1B's table entry (out of line, 64-key blocks). The 8B shapes, session 43: Llama-3.1-8B
+    # 1B's table entry (out of line, 64-key blocks; after a 2048-token prompt, the split-KV
+    # schedule, 1223.1 / 1212.5 vs 1206.9 / 1200.6). The 8B shapes, session 43: Llama-3.1-8B
     # 254.1 / 253.9 vs 253.5 / 252.7, Qwen3-8B 244.2 / 244.1 vs 246.2 / 245.9 -- off there.
     attn_outline: bool = False
     # decode: elements per weight piece of the (QKV, o_proj, gate|up, down) tasks; None:
