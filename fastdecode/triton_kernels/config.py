@@ -282,8 +282,9 @@ class StreamConfig:
     # even with code and K / V warm, session 18: instruction latency) -- 1B 815.4 / 808.8 (32-key
     # blocks), 777.6 (16) vs 1212.3 / 1204.1 tok/s; 8B 216.0 (16) vs 252.3 / 249.7
     # (compile_check: 9 more layout conversions, half the pipelined loads, spills 44 -> 64 B).
-    # Measured and removed (H200, 2026-12-04, e07538a, sweep_mega 256 tokens, one run, tok/s):
-    # the attention body called out of line (triton.jit(noinline=True): a .func that ptxas
+    # Measured (H200, 2026-12-04, e07538a, sweep_mega 256 tokens, one run, tok/s; removed then,
+    # back since session 44 as attn_outline, below, for the 1B): the attention body called out
+    # of line (triton.jit(noinline=True): a .func that ptxas
     # allocates apart from the weight streams -- compile_check spills 1B 60 -> 4 B, 8B 88/116 ->
     # 12/12, Qwen3-8B 48/56 -> 8/8) -- 1B 1269.2 / 1263.7 vs 1261.7 / 1259.2, 8B 254.1 / 253.9
     # vs 253.5 / 252.7, Qwen3-8B 244.2 / 244.1 vs 246.2 / 245.9 (bit-identical on the GPU):
