@@ -124,11 +124,19 @@ def main():
                       f"launch {c(m)}  pair gap {_gap(g)}, queues swapped {_gap(gs)}")
         chain = tr.attention_chain(evs)
         if chain:
-            print(f"  attention chain, median over {chain['chains']} (layer, KV group)s (us): group's "
-                  f"last tiles -> ticket {chain['ticket'] / 1e3:.2f}, -> q/k normed "
+            print(f"  attention chain, median over {chain['chains']} (layer, KV group)s (us): "
+                  f"layer's first QKV_ATTN ready -> group's last tiles {chain['tiles'] / 1e3:.2f}, "
+                  f"-> ticket {chain['ticket'] / 1e3:.2f}, -> q/k normed "
                   f"{chain['norm'] / 1e3:.2f}, -> attention stored {chain['attention'] / 1e3:.2f}, "
                   f"-> published {chain['publish'] / 1e3:.2f}; "
                   f"layer's last -> first O_PROJ ready {chain['hop'] / 1e3:.2f}")
+            for n in sorted({e["tiles"] for e in evs if e["op"] == "QKV_ATTN"}):
+                d = sorted(e["tiles_end"] - e["ready"] for e in evs
+                           if e["op"] == "QKV_ATTN" and e["tiles"] == n and "tiles_end" in e)
+                if d:
+                    print(f"    QKV_ATTN tasks of {n} tiles: {len(d)}, ready -> tiles stored "
+                          f"median {d[len(d) // 2] / 1e3:.2f} us, "
+                          f"p90 {d[9 * len(d) // 10] / 1e3:.2f}")
         sm_of, sm_next = ({e["program"]: e["sm"] for e in x} for x in (evs, again))
         same = sum(sm == sm_next.get(p) for p, sm in sm_of.items())
         print(f"  programs on the same SM in the next launch: {same} of {len(sm_of)}")

@@ -47,15 +47,18 @@ def events(sched, trace):
 
 def attention_chain(evs, step: int = 0):
     """Where the short-context schedule's attention chain spends its time: per (layer, KV group)
-    of QKV_ATTN tasks, from the group's last tiles' end to its completer's ticket (the acq_rel
+    of QKV_ATTN tasks, from the layer's first QKV_ATTN ready to the group's last tiles' end (the
+    tiles: its slowest tile task's stream), to its completer's ticket (the acq_rel
     ticket round trip; and any later tile), to its q / k normed, to its attention stored, to its
     end (the publish: barrier, release add), then from the layer's last completer to its first
-    O_PROJ ready (the hop). -> dict of those five stages' medians over layers and groups (ns or
+    O_PROJ ready (the hop). -> dict of those six stages' medians over layers and groups (ns or
     ticks), and the chains counted, or None without QKV_ATTN completers."""
-    groups, o_ready = {}, {}
+    groups, o_ready, q_ready = {}, {}, {}
     for e in evs:
         if e["step"] != step:
             continue
+        if e["op"] == "QKV_ATTN":
+            q_ready[e["layer"]] = min(q_ready.get(e["layer"], e["ready"]), e["ready"])
         if e["op"] == "QKV_ATTN" and "tiles_end" in e:
             g = groups.setdefault((e["layer"], e["arg0"]), dict(last=0, done=None))
             g["last"] = max(g["last"], e["tiles_end"])
@@ -71,6 +74,7 @@ def attention_chain(evs, step: int = 0):
     for (layer, _), g in done.items():
         ends[layer] = max(ends.get(layer, 0), g["done"]["end"])
     return dict(
+        tiles=med([g["last"] - q_ready[layer] for (layer, _), g in done.items()]),
         ticket=med([g["done"]["ticket"] - g["last"] for g in done.values()]),
         norm=med([g["done"]["normed"] - g["done"]["ticket"] for g in done.values()]),
         attention=med([g["done"]["attended"] - g["done"]["normed"] for g in done.values()]),

@@ -552,7 +552,7 @@ def test_trace_records_every_task_in_order(tmp_path):
     chain = tr.attention_chain(evs, step=1)
     spec = fm.spec
     assert chain["chains"] == spec.n_layers * spec.n_kv_heads
-    stages = [chain[k] for k in ("ticket", "norm", "attention", "publish", "hop")]
+    stages = [chain[k] for k in ("tiles", "ticket", "norm", "attention", "publish", "hop")]
     assert min(stages) > 0 if DEVICE.type == "cpu" else (min(stages) >= 0 and
                                                           chain["attention"] > 0)
     rows = tr.breakdown(evs)

@@ -190,6 +190,14 @@ class StreamConfig:
     # asking for their own rows 1264.6, against 1268.3 / 1269.4 tok/s -- any L2 traffic during
     # the attention chain beyond a trickle costs the chain more than the streams gain.
     l2_prefetch_kb: int = 0
+    # Measured and removed (H200, 2026-12-04, 7108731's tree + a qkv_prefetch field, sweep_mega
+    # --model 1b --new-tokens 256, one run, interleaved): a QKV task of two tiles (the 1B's 384
+    # tiles over 264 programs give 120 of them two; its second piece is requested only after the
+    # wait, and a KV group's ticket waits for its slowest tile task) asking L2 for its second
+    # tile before its wait, a bulk prefetch each of the tile's lo and hi rotation rows -- 1263.1 /
+    # 1268.9 / 1268.8 vs 1272.7 / 1267.8 / 1276.3 tok/s. trace_step at 163 keys: two-tile tasks'
+    # ready -> tiles stored 3.26 -> 3.04 us, one-tile tasks' 1.92 -> 2.02, the layer's first
+    # QKV_ATTN ready -> a group's last tiles 3.78 -> 3.95 (trace.attention_chain's tiles stage).
     # decode: a KV group's keys and values that attention will read asked into L2 (one bulk
     # prefetch each, attention.kv_prefetch) before a wait: by the group's first QKV tile task of
     # the short-context schedule, before its wait on the previous layer, and by each ATTN task
