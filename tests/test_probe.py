@@ -70,3 +70,23 @@ def test_probe_compiles_to_tma_in_partitions():
         assert " ? regs" not in ln, ln  # between partitions; the plain baseline neither
         ring = not ln.strip().startswith("0/")
         assert ("1 TMA copy" in ln and " 0 setmaxnreg" not in ln) == ring, ln
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="the interpreter's run")
+@pytest.mark.parametrize("tagged", [False, True])
+def test_probe_hop_hands_every_phase_on(tagged):
+    """bench/probe_hop.py's two hand-off protocols in the interpreter (one program: each wait is
+    met by its own share): 70 phases, past the 64-phase period of x[i] = (i + phase) % 64 and
+    over both buffer parities, N not a power of two (lanes past N masked), with and without
+    the streamed weights and the waits -- every phase's values read back, summed exactly as the
+    host sums them; a word read with another phase's tag or a stale buffer would change the
+    sum."""
+    import probe_hop as p
+    for work in (0, 64):
+        hop = p.Hop(40, work, device="cpu")
+        for wait in (True, False):
+            sums = hop.run(1, tagged, 70, wait)
+            hop.check(sums, 1, 70, wait)
+            assert int(sums[0]) == int(hop.expected(1, 70)[0]) > 0
+    with pytest.raises(AssertionError, match="stale"):  # the check itself can fail
+        hop.check(sums + 1, 1, 70)

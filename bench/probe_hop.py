@@ -1,0 +1,204 @@
+"""Probe for issue 4's next lever: what one grid-wide hand-off of an activation vector costs in the
+megakernel's counter protocol, against readiness carried in the data itself.
+
+Every phase each of P programs (all resident: a cooperative launch) writes its share of an
+N-element fp32 vector and then reads the whole vector back -- a decode step's hop between two
+ops (o_proj's rows -> every gate|up task's normed input, ...) with no work around it. x[i] =
+(i + phase) % 64, and each program adds up what it read (exactly: small integers), so a stale
+element (the phase two back, the same buffer) shows in the host's check.
+    counter (the megakernel's): store the share; block barrier; one release add on a counter;
+        the one poller's wait (ptx_inline.spin_acquire_cta: thread 0's acquire load per poll,
+        bar.red.popc hands the verdict to all) until the counter holds every program's adds;
+        then load the vector.
+    tagged: store the share as 8-byte words, the phase's tag in the high half and the value's
+        fp32 bits in the low half -- one store each, single-copy atomic, no barrier, no fence,
+        no counter; every program polls the words (volatile loads, each poll only the words
+        not yet seen with the phase's tag) until all carry it (a block-wide minimum of the
+        verdicts), and has read the vector with that.
+Buffers alternate by phase parity: a program writes phase p + 2's share only after it has read
+all of p + 1, which every program wrote only after reading p. --work E: each program also streams
+E bf16 weights a phase from a 2 GB buffer (HBM, not L2), requested before its wait and summed
+after it, as a megakernel task's first piece -- whether the tagged polls slow the streams.
+Prints us per phase per variant, and per --work the time with the waits off (the streams alone),
+so hop = with - without. Every wait is bounded (max_spin polls, then an error word; the host
+raises): never a hang.
+Measured (H200, 2026-12-04, us per phase, counter / tagged; bench/RESULTS.md session 45): 264
+programs (the megakernel's two an SM) N 128 1.47 / 1.91, 512 1.56 / 2.49, 1024 1.74 / 2.47, 2048
+2.09 / 2.54, 4096 2.98 / 4.16; 132 programs level (N 2048 1.70 / 1.67); with 32 KB of weights a
+phase (streams alone 3.51 us) N 2048 4.00 / 5.22 -- the tagged words never win: every program
+re-reading the vector costs more than the fence, the counter and the vector's round trip they
+spare, and slows the streams.
+
+    python bench/probe_hop.py [--n 2048,4096] [--programs-per-sm 2,1] [--work 0,16384]
+        [--phases 2000]
+(N up to 4096: the tagged poll keeps N / 128 words a thread in registers -- 8192 spills at 4
+warps, compile_check; a megakernel would hand the 1B's 8192-element gate|up output on in
+chunks.)
+tests/test_probe.py runs both protocols in the interpreter (one program) against the host's sum.
+"""
+import argparse
+import os
+import sys
+
+import torch
+import triton
+import triton.language as tl
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from fastdecode.ptx_inline.flags import spin_acquire_cta  # noqa: E402
+
+PROTOCOLS = ("counter", "tagged")
+W_BYTES = 2 << 30  # the weight buffer a --work phase streams from: past the 50 MB L2
+
+
+@triton.jit
+def hop_kernel(buf_ptr, word_ptr, cnt_ptr, sum_ptr, err_ptr, w_ptr, P, N, n_phases, w_rows,
+               max_spin, TAGGED: tl.constexpr, WAIT: tl.constexpr, BLOCK: tl.constexpr,
+               WORK: tl.constexpr, USE_ASM: tl.constexpr):
+    """n_phases hand-offs of an N-element vector among P programs (module docstring). buf_ptr:
+    fp32 [2, BLOCK] (counter), word_ptr: int64 [2, BLOCK] (tagged), both zero at launch;
+    cnt_ptr: the counter (0 at launch); sum_ptr[p]: what program p read, summed over phases
+    (int64);
+    err_ptr: > 0 if a wait timed out; w_ptr: bf16 [w_rows, WORK] (WORK > 0). WAIT False: no
+    hand-off at all -- each program writes and reads only its own share (the streams alone)."""
+    pid = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    m = offs < N
+    mine = (offs >= N * pid // P) & (offs < N * (pid + 1) // P)
+    if not WAIT:
+        m = mine
+    total = tl.zeros([BLOCK], dtype=tl.float32)  # <= 63 x phases a lane: exact in fp32
+    acc = 0.0
+    for ph in range(n_phases):
+        par = (ph % 2) * BLOCK
+        if WORK > 0:  # this phase's weights: requested before the wait, summed after
+            row = ((ph * P + pid) % w_rows).to(tl.int64)
+            w = tl.load(w_ptr + row * WORK + tl.arange(0, WORK), eviction_policy="evict_first")
+        val = ((offs + ph) % 64).to(tl.float32)
+        if TAGGED:
+            tag = ph + 1
+            bits = val.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF
+            tl.store(word_ptr + par + offs, (tag.to(tl.int64) << 32) | bits, mask=mine)
+            x = tl.zeros([BLOCK], dtype=tl.float32)
+            got = (m == 0).to(tl.int32)  # lanes past N count as seen
+            done = 0
+            n = 0
+            while (done == 0) & (n <= max_spin):
+                wd = tl.load(word_ptr + par + offs, mask=m & (got == 0), other=0, volatile=True)
+                good = (wd >> 32) == tag
+                x = tl.where(good, (wd & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True), x)
+                got = got | good.to(tl.int32)
+                done = tl.min(got, axis=0)
+                n += 1
+            if done == 0:
+                tl.atomic_max(err_ptr, ph + 1)
+        else:
+            tl.store(buf_ptr + par + offs, val, mask=mine)
+            if WAIT:
+                tl.debug_barrier()  # every thread's share stored before the release add
+                tl.atomic_add(cnt_ptr, 1, sem="release", scope="gpu")
+                met, _ = spin_acquire_cta(cnt_ptr, (ph + 1) * P, max_spin, err_ptr + 1, "gpu",
+                                          USE_ASM, True, 16)
+                if met == 0:
+                    tl.atomic_max(err_ptr, ph + 1)
+            x = tl.load(buf_ptr + par + offs, mask=m, other=0.0)
+        total += x
+        if WORK > 0:
+            acc += tl.sum(w.to(tl.float32), axis=0)
+    tl.store(sum_ptr + pid, tl.sum(total.to(tl.int64), axis=0))
+    tl.store(sum_ptr + P + pid, acc.to(tl.int64))  # the streams' sums: kept, not checked
+
+
+class Hop:
+    """Buffers of one (N, work) probe on a device; run() launches one variant."""
+
+    def __init__(self, N: int, work: int = 0, device="cuda"):
+        self.N, self.work, self.device = N, work, torch.device(device)
+        self.BLOCK = triton.next_power_of_2(N)
+        self.buf = torch.zeros(2, self.BLOCK, device=device)
+        self.words = torch.zeros(2, self.BLOCK, dtype=torch.int64, device=device)
+        self.cnt = torch.zeros(1, dtype=torch.int32, device=device)
+        self.err = torch.zeros(2, dtype=torch.int32, device=device)  # timed out; abort word
+        rows = W_BYTES // (2 * work) if work and self.device.type == "cuda" else 1
+        self.w = torch.ones(rows, max(work, 1), dtype=torch.bfloat16, device=device)
+
+    def run(self, P: int, tagged: bool, phases: int, wait: bool = True,
+            max_spin: int = 1 << 20) -> torch.Tensor:
+        """One launch of `phases` hand-offs -> each program's sum (checked: expected())."""
+        for t in (self.buf, self.words, self.cnt, self.err):
+            t.zero_()
+        sums = torch.zeros(2 * P, dtype=torch.int64, device=self.device)
+        kw = dict(launch_cooperative_grid=True) if self.device.type == "cuda" else {}
+        hop_kernel[(P,)](self.buf, self.words, self.cnt, sums, self.err, self.w, P, self.N,
+                         phases, self.w.shape[0], max_spin, TAGGED=tagged, WAIT=wait,
+                         BLOCK=self.BLOCK, WORK=self.work, USE_ASM=self.device.type == "cuda",
+                         num_warps=4, **kw)
+        return sums[:P]
+
+    def expected(self, P: int, phases: int, wait: bool = True) -> torch.Tensor:
+        """Each program's sum: over phases of x[i] = (i + phase) % 64, all N elements (its own
+        share without the waits)."""
+        i, ph = torch.arange(self.N), torch.arange(phases)
+        per_i = ((i[:, None] + ph[None, :]) % 64).sum(1)
+        out = []
+        for p in range(P):
+            lo, hi = (0, self.N) if wait else (self.N * p // P, self.N * (p + 1) // P)
+            out.append(int(per_i[lo:hi].sum()))
+        return torch.tensor(out, dtype=torch.int64)
+
+    def check(self, sums, P, phases, wait=True):
+        if int(self.err[0]):
+            raise RuntimeError(f"a wait timed out at phase {int(self.err[0]) - 1}")
+        want = self.expected(P, phases, wait)
+        if not torch.equal(sums.cpu(), want):
+            raise AssertionError(f"stale or missing elements: {sums[:4].tolist()} vs "
+                                 f"{want[:4].tolist()}")
+
+
+def measure(hop: Hop, P: int, tagged: bool, phases: int, wait: bool, reps: int = 5) -> float:
+    """Median us per phase over reps launches, after a checked launch."""
+    hop.check(hop.run(P, tagged, phases, wait), P, phases, wait)
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        sums = hop.run(P, tagged, phases, wait)
+        b.record()
+        torch.cuda.synchronize()
+        hop.check(sums, P, phases, wait)
+        times.append(a.elapsed_time(b) * 1e3 / phases)
+    return sorted(times)[len(times) // 2]
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--n", default="2048,4096", help="vector elements (the 1B's d_model: 2048)")
+    p.add_argument("--programs-per-sm", default="2,1")
+    p.add_argument("--work", default="0,16384", help="bf16 weights a program streams a phase")
+    p.add_argument("--phases", type=int, default=2000)
+    args = p.parse_args()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    print(f"{torch.cuda.get_device_name()}: us per phase (median of 5 launches of "
+          f"{args.phases} phases)")
+    rows = []
+    for work in map(int, args.work.split(",")):
+        for N in map(int, args.n.split(",")):
+            hop = Hop(N, work)
+            for per_sm in map(int, args.programs_per_sm.split(",")):
+                P = sms * per_sm
+                alone = measure(hop, P, False, args.phases, False) if work else 0.0
+                t = {proto: measure(hop, P, proto == "tagged", args.phases, True)
+                     for proto in PROTOCOLS}
+                rows.append((N, P, work, t["counter"], t["tagged"], alone))
+                print(f"  N {N:6d}  P {P:4d}  work {work * 2 // 1024:3d} KB: counter "
+                      f"{t['counter']:6.2f}  tagged {t['tagged']:6.2f}  (streams alone "
+                      f"{alone:5.2f})", flush=True)
+    print("\n| N | programs | weights a phase | counter us | tagged us | streams alone us | "
+          "hop saved us |\n|---|---|---|---|---|---|---|")
+    for N, P, work, c, g, a in rows:
+        print(f"| {N} | {P} | {work * 2 // 1024} KB | {c:.2f} | {g:.2f} | {a:.2f} | "
+              f"{c - g:+.2f} |")
+
+
+if __name__ == "__main__":
+    main()
