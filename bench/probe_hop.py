@@ -19,6 +19,8 @@ Buffers alternate by phase parity: a program writes phase p + 2's share only aft
 all of p + 1, which every program wrote only after reading p. --work E: each program also streams
 E bf16 weights a phase from a 2 GB buffer (HBM, not L2), requested before its wait and summed
 after it, as a megakernel task's first piece -- whether the tagged polls slow the streams.
+    counter xC (--copies): the counter protocol with the vector stored C times, program p reading
+        copy p % C -- fewer programs reading each L2 line at once.
 Prints us per phase per variant, and per --work the time with the waits off (the streams alone),
 so hop = with - without. Every wait is bounded (max_spin polls, then an error word; the host
 raises): never a hang.
@@ -27,7 +29,10 @@ programs (the megakernel's two an SM) N 128 1.47 / 1.91, 512 1.56 / 2.49, 1024 1
 2.09 / 2.54, 4096 2.98 / 4.16; 132 programs level (N 2048 1.70 / 1.67); with 32 KB of weights a
 phase (streams alone 3.51 us) N 2048 4.00 / 5.22 -- the tagged words never win: every program
 re-reading the vector costs more than the fence, the counter and the vector's round trip they
-spare, and slows the streams.
+spare, and slows the streams. The vector stored 2 / 4 / 8 times, each program reading one copy
+(counter xC; is it the hot L2 lines every program reads at once?): N 128 1.48 / 1.47 / 1.54
+against 1.47, 2048 2.31 / 2.34 / 2.63 against 1.95, 4096 2.36 / 2.87 / 3.90 against 2.95; with
+the 32 KB streams 3.96 / 3.96 / 4.16 against 3.93 (N 2048) -- no.
 
     python bench/probe_hop.py [--n 2048,4096] [--programs-per-sm 2,1] [--work 0,16384]
         [--phases 2000]
@@ -48,15 +53,17 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from fastdecode.ptx_inline.flags import spin_acquire_cta  # noqa: E402
 
 PROTOCOLS = ("counter", "tagged")
+MAX_COPIES = 8  # the counter protocol's vector stored up to this many times (--copies)
 W_BYTES = 2 << 30  # the weight buffer a --work phase streams from: past the 50 MB L2
 
 
 @triton.jit
 def hop_kernel(buf_ptr, word_ptr, cnt_ptr, sum_ptr, err_ptr, w_ptr, P, N, n_phases, w_rows,
                max_spin, TAGGED: tl.constexpr, WAIT: tl.constexpr, BLOCK: tl.constexpr,
-               WORK: tl.constexpr, USE_ASM: tl.constexpr):
+               WORK: tl.constexpr, USE_ASM: tl.constexpr, COPIES: tl.constexpr = 1):
     """n_phases hand-offs of an N-element vector among P programs (module docstring). buf_ptr:
-    fp32 [2, BLOCK] (counter), word_ptr: int64 [2, BLOCK] (tagged), both zero at launch;
+    fp32 [2, COPIES, BLOCK] (counter: each share stored to every copy, program p reading copy
+    p % COPIES), word_ptr: int64 [2, BLOCK] (tagged), both zero at launch;
     cnt_ptr: the counter (0 at launch); sum_ptr[p]: what program p read, summed over phases
     (int64);
     err_ptr: > 0 if a wait timed out; w_ptr: bf16 [w_rows, WORK] (WORK > 0). WAIT False: no
@@ -93,7 +100,8 @@ def hop_kernel(buf_ptr, word_ptr, cnt_ptr, sum_ptr, err_ptr, w_ptr, P, N, n_phas
             if done == 0:
                 tl.atomic_max(err_ptr, ph + 1)
         else:
-            tl.store(buf_ptr + par + offs, val, mask=mine)
+            for r in tl.static_range(COPIES):
+                tl.store(buf_ptr + ((ph % 2) * COPIES + r) * BLOCK + offs, val, mask=mine)
             if WAIT:
                 tl.debug_barrier()  # every thread's share stored before the release add
                 tl.atomic_add(cnt_ptr, 1, sem="release", scope="gpu")
@@ -101,7 +109,8 @@ def hop_kernel(buf_ptr, word_ptr, cnt_ptr, sum_ptr, err_ptr, w_ptr, P, N, n_phas
                                           USE_ASM, True, 16)
                 if met == 0:
                     tl.atomic_max(err_ptr, ph + 1)
-            x = tl.load(buf_ptr + par + offs, mask=m, other=0.0)
+            x = tl.load(buf_ptr + ((ph % 2) * COPIES + pid % COPIES) * BLOCK + offs, mask=m,
+                        other=0.0)
         total += x
         if WORK > 0:
             acc += tl.sum(w.to(tl.float32), axis=0)
@@ -115,7 +124,7 @@ class Hop:
     def __init__(self, N: int, work: int = 0, device="cuda"):
         self.N, self.work, self.device = N, work, torch.device(device)
         self.BLOCK = triton.next_power_of_2(N)
-        self.buf = torch.zeros(2, self.BLOCK, device=device)
+        self.buf = torch.zeros(2, MAX_COPIES, self.BLOCK, device=device)
         self.words = torch.zeros(2, self.BLOCK, dtype=torch.int64, device=device)
         self.cnt = torch.zeros(1, dtype=torch.int32, device=device)
         self.err = torch.zeros(2, dtype=torch.int32, device=device)  # timed out; abort word
@@ -123,7 +132,7 @@ class Hop:
         self.w = torch.ones(rows, max(work, 1), dtype=torch.bfloat16, device=device)
 
     def run(self, P: int, tagged: bool, phases: int, wait: bool = True,
-            max_spin: int = 1 << 20) -> torch.Tensor:
+            max_spin: int = 1 << 20, copies: int = 1) -> torch.Tensor:
         """One launch of `phases` hand-offs -> each program's sum (checked: expected())."""
         for t in (self.buf, self.words, self.cnt, self.err):
             t.zero_()
@@ -132,7 +141,7 @@ class Hop:
         hop_kernel[(P,)](self.buf, self.words, self.cnt, sums, self.err, self.w, P, self.N,
                          phases, self.w.shape[0], max_spin, TAGGED=tagged, WAIT=wait,
                          BLOCK=self.BLOCK, WORK=self.work, USE_ASM=self.device.type == "cuda",
-                         num_warps=4, **kw)
+                         COPIES=copies, num_warps=4, **kw)
         return sums[:P]
 
     def expected(self, P: int, phases: int, wait: bool = True) -> torch.Tensor:
@@ -155,14 +164,15 @@ class Hop:
                                  f"{want[:4].tolist()}")
 
 
-def measure(hop: Hop, P: int, tagged: bool, phases: int, wait: bool, reps: int = 5) -> float:
+def measure(hop: Hop, P: int, tagged: bool, phases: int, wait: bool, copies: int = 1,
+            reps: int = 5) -> float:
     """Median us per phase over reps launches, after a checked launch."""
-    hop.check(hop.run(P, tagged, phases, wait), P, phases, wait)
+    hop.check(hop.run(P, tagged, phases, wait, copies=copies), P, phases, wait)
     times = []
     for _ in range(reps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
-        sums = hop.run(P, tagged, phases, wait)
+        sums = hop.run(P, tagged, phases, wait, copies=copies)
         b.record()
         torch.cuda.synchronize()
         hop.check(sums, P, phases, wait)
@@ -175,9 +185,14 @@ def main():
     p.add_argument("--n", default="2048,4096", help="vector elements (the 1B's d_model: 2048)")
     p.add_argument("--programs-per-sm", default="2,1")
     p.add_argument("--work", default="0,16384", help="bf16 weights a program streams a phase")
+    p.add_argument("--copies", default="4", help="counter protocol: the vector also stored this "
+                   f"many times (<= {MAX_COPIES}), program p reading copy p %% copies")
     p.add_argument("--phases", type=int, default=2000)
     args = p.parse_args()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
+    variants = [("counter", False, 1)] + [(f"counter x{c}", False, int(c))
+                                          for c in args.copies.split(",") if int(c) > 1] + \
+        [("tagged", True, 1)]
     print(f"{torch.cuda.get_device_name()}: us per phase (median of 5 launches of "
           f"{args.phases} phases)")
     rows = []
@@ -187,17 +202,17 @@ def main():
             for per_sm in map(int, args.programs_per_sm.split(",")):
                 P = sms * per_sm
                 alone = measure(hop, P, False, args.phases, False) if work else 0.0
-                t = {proto: measure(hop, P, proto == "tagged", args.phases, True)
-                     for proto in PROTOCOLS}
-                rows.append((N, P, work, t["counter"], t["tagged"], alone))
-                print(f"  N {N:6d}  P {P:4d}  work {work * 2 // 1024:3d} KB: counter "
-                      f"{t['counter']:6.2f}  tagged {t['tagged']:6.2f}  (streams alone "
-                      f"{alone:5.2f})", flush=True)
-    print("\n| N | programs | weights a phase | counter us | tagged us | streams alone us | "
-          "hop saved us |\n|---|---|---|---|---|---|---|")
-    for N, P, work, c, g, a in rows:
-        print(f"| {N} | {P} | {work * 2 // 1024} KB | {c:.2f} | {g:.2f} | {a:.2f} | "
-              f"{c - g:+.2f} |")
+                t = [measure(hop, P, tagged, args.phases, True, c) for _, tagged, c in variants]
+                rows.append((N, P, work, alone, t))
+                print(f"  N {N:6d}  P {P:4d}  work {work * 2 // 1024:3d} KB: " +
+                      "  ".join(f"{v[0]} {x:6.2f}" for v, x in zip(variants, t)) +
+                      f"  (streams alone {alone:5.2f})", flush=True)
+    print("\n| N | programs | weights a phase | streams alone us | " +
+          " | ".join(f"{v[0]} us" for v in variants) + " |\n|---|---|---|---|" +
+          "---|" * len(variants))
+    for N, P, work, alone, t in rows:
+        print(f"| {N} | {P} | {work * 2 // 1024} KB | {alone:.2f} | " +
+              " | ".join(f"{x:.2f}" for x in t) + " |")
 
 
 if __name__ == "__main__":
