@@ -32,10 +32,21 @@ re-reading the vector costs more than the fence, the counter and the vector's ro
 spare, and slows the streams. The vector stored 2 / 4 / 8 times, each program reading one copy
 (counter xC; is it the hot L2 lines every program reads at once?): N 128 1.48 / 1.47 / 1.54
 against 1.47, 2048 2.31 / 2.34 / 2.63 against 1.95, 4096 2.36 / 2.87 / 3.90 against 2.95; with
-the 32 KB streams 3.96 / 3.96 / 4.16 against 3.93 (N 2048) -- no.
+the 32 KB streams 3.96 / 3.96 / 4.16 against 3.93 (N 2048) -- no. --reduce (us per round,
+264 / 132 programs): N 2048 red.u64 3.43 / 1.53, red.f32 3.39 / 1.70, stores 0.78 / 0.46; N 4096
+3.48 / 1.83, 3.49 / 1.87, 1.28 / 0.73; N 8192 5.31 / 2.72, 5.07 / 2.87, 2.33 / 1.17 -- the 1B's
+fused layer would spend ~3.4 us of L2 atomics a layer at its 264 programs, more than the
+hand-off (~2 us of wait) it spares.
 
     python bench/probe_hop.py [--n 2048,4096] [--programs-per-sm 2,1] [--work 0,16384]
         [--phases 2000]
+    python bench/probe_hop.py --reduce [--n 2048,4096]
+--reduce: the other way to spare a hand-off -- gate|up and down fused, each program adding its
+down partial sums straight into the output (fewer hand-offs a layer, RESULTS.md session 43):
+us per round of every program adding an N-element vector into one accumulator, by flavour --
+red.global.add.u64 of int64 fixed point (order-independent, so runs stay bit-identical),
+red.global.add.f32 (not), and plain stores of each program's partials (the cost of writing them
+for a separate reduction).
 (N up to 4096: the tagged poll keeps N / 128 words a thread in registers -- 8192 spills at 4
 warps, compile_check; a megakernel would hand the 1B's 8192-element gate|up output on in
 chunks.)
@@ -53,6 +64,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from fastdecode.ptx_inline.flags import spin_acquire_cta  # noqa: E402
 
 PROTOCOLS = ("counter", "tagged")
+REDUCE = ("red.u64 fixed point", "red.f32", "store partials")
+SCALE = 2.0 ** 24  # --reduce's int64 fixed point: 2^-24 steps
+FIXED = tl.constexpr(SCALE)
 MAX_COPIES = 8  # the counter protocol's vector stored up to this many times (--copies)
 W_BYTES = 2 << 30  # the weight buffer a --work phase streams from: past the 50 MB L2
 
@@ -116,6 +130,72 @@ def hop_kernel(buf_ptr, word_ptr, cnt_ptr, sum_ptr, err_ptr, w_ptr, P, N, n_phas
             acc += tl.sum(w.to(tl.float32), axis=0)
     tl.store(sum_ptr + pid, tl.sum(total.to(tl.int64), axis=0))
     tl.store(sum_ptr + P + pid, acc.to(tl.int64))  # the streams' sums: kept, not checked
+
+
+@triton.jit
+def reduce_kernel(acc_ptr, part_ptr, rounds, N, MODE: tl.constexpr, BLOCK: tl.constexpr,
+                  USE_ASM: tl.constexpr):
+    """--reduce: `rounds` times, every program adds x[i] = (i + pid + round) % 64 / 8 for i < N
+    into acc_ptr (int64 [2, BLOCK], round parity alternating; MODE 0: int64 fixed point by
+    red.global.add.u64, 1: fp32 by red.global.add.f32 into acc_ptr's words as fp32) or (MODE
+    2) stores it to its own row of part_ptr (fp32 [P, BLOCK]). Interpreter: tl.atomic_add."""
+    pid = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    m = offs < N
+    for r in range(rounds):
+        x = ((offs + pid + r) % 64).to(tl.float32) / 8.0
+        at = acc_ptr + (r % 2) * BLOCK + offs
+        if MODE == 0:
+            v = (x * FIXED).to(tl.int64)
+            if USE_ASM:
+                tl.inline_asm_elementwise("@$3 red.global.add.u64 [$1], $2; mov.u32 $0, 0;",
+                                          "=r,l,l,b", [at, v, m], dtype=tl.int32,
+                                          is_pure=False, pack=1)
+            else:
+                tl.atomic_add(at, v, mask=m, sem="relaxed")
+        elif MODE == 1:
+            at32 = at.to(tl.pointer_type(tl.float32), bitcast=True)
+            if USE_ASM:  # pointer and float operands do not mix in inline asm: the bits
+                tl.inline_asm_elementwise(
+                    "{ .reg .f32 f; mov.b32 f, $2; @$3 red.global.add.f32 [$1], f; }"
+                    " mov.u32 $0, 0;", "=r,l,r,b", [at32, x.to(tl.int32, bitcast=True), m],
+                    dtype=tl.int32, is_pure=False, pack=1)
+            else:
+                tl.atomic_add(at32, x, mask=m, sem="relaxed")
+        else:
+            tl.store(part_ptr + pid * BLOCK + offs, x, mask=m)
+
+
+class Reduce:
+    """--reduce's buffers for P programs adding N values a round."""
+
+    def __init__(self, P: int, N: int, device="cuda"):
+        self.P, self.N, self.BLOCK = P, N, triton.next_power_of_2(N)
+        self.acc = torch.zeros(2, self.BLOCK, dtype=torch.int64, device=device)
+        self.part = torch.zeros(P, self.BLOCK, device=device)
+        self.asm = torch.device(device).type == "cuda"
+
+    def run(self, mode: int, rounds: int):
+        self.acc.zero_()
+        reduce_kernel[(self.P,)](self.acc, self.part, rounds, self.N, MODE=mode,
+                                 BLOCK=self.BLOCK, USE_ASM=self.asm, num_warps=4)
+
+    def check(self, mode: int, rounds: int):
+        """A launch's sums against the host's (exact: multiples of 1/8 far inside fp32 and
+        the fixed point); mode 2: the last round's partials."""
+        self.run(mode, rounds)
+        i, p = torch.arange(self.BLOCK)[:, None], torch.arange(self.P)[None, :]
+        x = lambda r: ((i + p + r) % 64).double() / 8 * (i < self.N)  # noqa: E731
+        if mode == 2:
+            got, want = self.part.double().cpu(), x(rounds - 1).T
+        else:
+            got = self.acc.double() / SCALE if mode == 0 else \
+                self.acc.view(torch.float32)[:, ::2].double()
+            got, want = got.cpu(), torch.zeros(2, self.BLOCK, dtype=torch.float64)
+            for r in range(rounds):
+                want[r % 2] += x(r).sum(1)
+        if not torch.equal(got, want):
+            raise AssertionError(f"{REDUCE[mode]}: off by {float((got - want).abs().max())}")
 
 
 class Hop:
@@ -188,8 +268,12 @@ def main():
     p.add_argument("--copies", default="4", help="counter protocol: the vector also stored this "
                    f"many times (<= {MAX_COPIES}), program p reading copy p %% copies")
     p.add_argument("--phases", type=int, default=2000)
+    p.add_argument("--reduce", action="store_true", help="the fused layer's atomic reduction "
+                   "instead (module docstring)")
     args = p.parse_args()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
+    if args.reduce:
+        return reduce_main(args, sms)
     variants = [("counter", False, 1)] + [(f"counter x{c}", False, int(c))
                                           for c in args.copies.split(",") if int(c) > 1] + \
         [("tagged", True, 1)]
@@ -213,6 +297,29 @@ def main():
     for N, P, work, alone, t in rows:
         print(f"| {N} | {P} | {work * 2 // 1024} KB | {alone:.2f} | " +
               " | ".join(f"{x:.2f}" for x in t) + " |")
+
+
+def reduce_main(args, sms: int, rounds: int = 200):
+    print(f"{torch.cuda.get_device_name()}: us per round of every program adding N values "
+          f"(median of 5 launches of {rounds} rounds, each checked)")
+    print("| N | programs | " + " | ".join(f"{name} us" for name in REDUCE) + " |\n|---|---|" +
+          "---|" * len(REDUCE))
+    for N in map(int, args.n.split(",")):
+        for per_sm in map(int, args.programs_per_sm.split(",")):
+            red, t = Reduce(sms * per_sm, N), []
+            for mode in range(len(REDUCE)):
+                red.check(mode, 8)
+                times = []
+                for _ in range(5):
+                    a, b = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+                    a.record()
+                    red.run(mode, rounds)
+                    b.record()
+                    torch.cuda.synchronize()
+                    times.append(a.elapsed_time(b) * 1e3 / rounds)
+                t.append(sorted(times)[2])
+            P = red.P
+            print(f"| {N} | {P} | " + " | ".join(f"{x:.2f}" for x in t) + " |", flush=True)
 
 
 if __name__ == "__main__":

@@ -90,3 +90,20 @@ def test_probe_hop_hands_every_phase_on(tagged):
             assert int(sums[0]) == int(hop.expected(1, 70)[0]) > 0
     with pytest.raises(AssertionError, match="stale"):  # the check itself can fail
         hop.check(sums + 1, 1, 70)
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="the interpreter's run")
+def test_probe_reduce_sums_every_round():
+    """bench/probe_hop.py --reduce in the interpreter (three programs, the atomics by
+    tl.atomic_add there): the int64 fixed-point and fp32 accumulators hold every program's
+    adds of every round, by round parity, and the stored partials the last round's -- exact
+    (multiples of 1/8); a dropped or doubled add would show."""
+    import probe_hop as p
+    red = p.Reduce(3, 40, device="cpu")
+    for mode in range(len(p.REDUCE)):
+        red.check(mode, 5)
+    red.run(0, 5)
+    red.acc[0, 3] += 1  # one fixed-point step too many: the check itself can fail
+    red.run = lambda mode, rounds: None
+    with pytest.raises(AssertionError, match="off by"):
+        red.check(0, 5)
