@@ -21,6 +21,9 @@ E bf16 weights a phase from a 2 GB buffer (HBM, not L2), requested before its wa
 after it, as a megakernel task's first piece -- whether the tagged polls slow the streams.
     counter xC (--copies): the counter protocol with the vector stored C times, program p reading
         copy p % C -- fewer programs reading each L2 line at once.
+    K counters (--counters): the counter in K copies on their own L2 lines, every program adding
+        to each (K lanes of one release add), program p polling copy p % K -- fewer pollers on
+        each counter's line.
 Prints us per phase per variant, and per --work the time with the waits off (the streams alone),
 so hop = with - without. Every wait is bounded (max_spin polls, then an error word; the host
 raises): never a hang.
@@ -32,7 +35,11 @@ re-reading the vector costs more than the fence, the counter and the vector's ro
 spare, and slows the streams. The vector stored 2 / 4 / 8 times, each program reading one copy
 (counter xC; is it the hot L2 lines every program reads at once?): N 128 1.48 / 1.47 / 1.54
 against 1.47, 2048 2.31 / 2.34 / 2.63 against 1.95, 4096 2.36 / 2.87 / 3.90 against 2.95; with
-the 32 KB streams 3.96 / 3.96 / 4.16 against 3.93 (N 2048) -- no. --reduce (us per round,
+the 32 KB streams 3.96 / 3.96 / 4.16 against 3.93 (N 2048) -- no. The counter in 2 / 4 / 8
+copies (is it the 264 pollers on one counter's line?): 264 programs N 128 1.73 / 1.61 / 1.99
+against 1.49, N 2048 2.20 / 2.04 / 2.33 against 2.01, with the streams 4.09 / 3.98 / 4.01
+against 3.98 -- no: the hand-off's ~1.5 us at 264 programs is its chain of barrier, fence,
+release add, poll and load, not a queue at one L2 line. --reduce (us per round,
 264 / 132 programs): N 2048 red.u64 3.43 / 1.53, red.f32 3.39 / 1.70, stores 0.78 / 0.46; N 4096
 3.48 / 1.83, 3.49 / 1.87, 1.28 / 0.73; N 8192 5.31 / 2.72, 5.07 / 2.87, 2.33 / 1.17 -- the 1B's
 fused layer would spend ~3.4 us of L2 atomics a layer at its 264 programs, more than the
@@ -74,11 +81,14 @@ W_BYTES = 2 << 30  # the weight buffer a --work phase streams from: past the 50 
 @triton.jit
 def hop_kernel(buf_ptr, word_ptr, cnt_ptr, sum_ptr, err_ptr, w_ptr, P, N, n_phases, w_rows,
                max_spin, TAGGED: tl.constexpr, WAIT: tl.constexpr, BLOCK: tl.constexpr,
-               WORK: tl.constexpr, USE_ASM: tl.constexpr, COPIES: tl.constexpr = 1):
+               WORK: tl.constexpr, USE_ASM: tl.constexpr, COPIES: tl.constexpr = 1,
+               COUNTERS: tl.constexpr = 1):
     """n_phases hand-offs of an N-element vector among P programs (module docstring). buf_ptr:
     fp32 [2, COPIES, BLOCK] (counter: each share stored to every copy, program p reading copy
     p % COPIES), word_ptr: int64 [2, BLOCK] (tagged), both zero at launch;
-    cnt_ptr: the counter (0 at launch); sum_ptr[p]: what program p read, summed over phases
+    cnt_ptr: the counter (0 at launch; COUNTERS > 1: that many copies, 32 words apart -- each
+    on its own L2 line -- every program adding 1 to each, one lane a copy, and program p polling
+    copy p % COUNTERS); sum_ptr[p]: what program p read, summed over phases
     (int64);
     err_ptr: > 0 if a wait timed out; w_ptr: bf16 [w_rows, WORK] (WORK > 0). WAIT False: no
     hand-off at all -- each program writes and reads only its own share (the streams alone)."""
@@ -118,8 +128,13 @@ def hop_kernel(buf_ptr, word_ptr, cnt_ptr, sum_ptr, err_ptr, w_ptr, P, N, n_phas
                 tl.store(buf_ptr + ((ph % 2) * COPIES + r) * BLOCK + offs, val, mask=mine)
             if WAIT:
                 tl.debug_barrier()  # every thread's share stored before the release add
-                tl.atomic_add(cnt_ptr, 1, sem="release", scope="gpu")
-                met, _ = spin_acquire_cta(cnt_ptr, (ph + 1) * P, max_spin, err_ptr + 1, "gpu",
+                if COUNTERS == 1:
+                    tl.atomic_add(cnt_ptr, 1, sem="release", scope="gpu")
+                else:
+                    tl.atomic_add(cnt_ptr + tl.arange(0, COUNTERS) * 32, 1, sem="release",
+                                  scope="gpu")
+                mine_ctr = cnt_ptr + (pid % COUNTERS) * 32
+                met, _ = spin_acquire_cta(mine_ctr, (ph + 1) * P, max_spin, err_ptr + 1, "gpu",
                                           USE_ASM, True, 16)
                 if met == 0:
                     tl.atomic_max(err_ptr, ph + 1)
@@ -206,13 +221,13 @@ class Hop:
         self.BLOCK = triton.next_power_of_2(N)
         self.buf = torch.zeros(2, MAX_COPIES, self.BLOCK, device=device)
         self.words = torch.zeros(2, self.BLOCK, dtype=torch.int64, device=device)
-        self.cnt = torch.zeros(1, dtype=torch.int32, device=device)
+        self.cnt = torch.zeros(32 * MAX_COPIES, dtype=torch.int32, device=device)
         self.err = torch.zeros(2, dtype=torch.int32, device=device)  # timed out; abort word
         rows = W_BYTES // (2 * work) if work and self.device.type == "cuda" else 1
         self.w = torch.ones(rows, max(work, 1), dtype=torch.bfloat16, device=device)
 
     def run(self, P: int, tagged: bool, phases: int, wait: bool = True,
-            max_spin: int = 1 << 20, copies: int = 1) -> torch.Tensor:
+            max_spin: int = 1 << 20, copies: int = 1, counters: int = 1) -> torch.Tensor:
         """One launch of `phases` hand-offs -> each program's sum (checked: expected())."""
         for t in (self.buf, self.words, self.cnt, self.err):
             t.zero_()
@@ -221,7 +236,7 @@ class Hop:
         hop_kernel[(P,)](self.buf, self.words, self.cnt, sums, self.err, self.w, P, self.N,
                          phases, self.w.shape[0], max_spin, TAGGED=tagged, WAIT=wait,
                          BLOCK=self.BLOCK, WORK=self.work, USE_ASM=self.device.type == "cuda",
-                         COPIES=copies, num_warps=4, **kw)
+                         COPIES=copies, COUNTERS=counters, num_warps=4, **kw)
         return sums[:P]
 
     def expected(self, P: int, phases: int, wait: bool = True) -> torch.Tensor:
@@ -245,14 +260,15 @@ class Hop:
 
 
 def measure(hop: Hop, P: int, tagged: bool, phases: int, wait: bool, copies: int = 1,
-            reps: int = 5) -> float:
+            counters: int = 1, reps: int = 5) -> float:
     """Median us per phase over reps launches, after a checked launch."""
-    hop.check(hop.run(P, tagged, phases, wait, copies=copies), P, phases, wait)
+    kw = dict(copies=copies, counters=counters)
+    hop.check(hop.run(P, tagged, phases, wait, **kw), P, phases, wait)
     times = []
     for _ in range(reps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
-        sums = hop.run(P, tagged, phases, wait, copies=copies)
+        sums = hop.run(P, tagged, phases, wait, **kw)
         b.record()
         torch.cuda.synchronize()
         hop.check(sums, P, phases, wait)
@@ -267,6 +283,8 @@ def main():
     p.add_argument("--work", default="0,16384", help="bf16 weights a program streams a phase")
     p.add_argument("--copies", default="4", help="counter protocol: the vector also stored this "
                    f"many times (<= {MAX_COPIES}), program p reading copy p %% copies")
+    p.add_argument("--counters", default="8", help="counter protocol: the counter in this many "
+                   f"copies (<= {MAX_COPIES}), program p polling copy p %% counters")
     p.add_argument("--phases", type=int, default=2000)
     p.add_argument("--reduce", action="store_true", help="the fused layer's atomic reduction "
                    "instead (module docstring)")
@@ -274,9 +292,10 @@ def main():
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     if args.reduce:
         return reduce_main(args, sms)
-    variants = [("counter", False, 1)] + [(f"counter x{c}", False, int(c))
-                                          for c in args.copies.split(",") if int(c) > 1] + \
-        [("tagged", True, 1)]
+    variants = [("counter", False, 1, 1)] + \
+        [(f"counter x{c}", False, int(c), 1) for c in args.copies.split(",") if int(c) > 1] + \
+        [(f"{c} counters", False, 1, int(c)) for c in args.counters.split(",") if int(c) > 1] + \
+        [("tagged", True, 1, 1)]
     print(f"{torch.cuda.get_device_name()}: us per phase (median of 5 launches of "
           f"{args.phases} phases)")
     rows = []
@@ -286,7 +305,8 @@ def main():
             for per_sm in map(int, args.programs_per_sm.split(",")):
                 P = sms * per_sm
                 alone = measure(hop, P, False, args.phases, False) if work else 0.0
-                t = [measure(hop, P, tagged, args.phases, True, c) for _, tagged, c in variants]
+                t = [measure(hop, P, tagged, args.phases, True, c, k)
+                     for _, tagged, c, k in variants]
                 rows.append((N, P, work, alone, t))
                 print(f"  N {N:6d}  P {P:4d}  work {work * 2 // 1024:3d} KB: " +
                       "  ".join(f"{v[0]} {x:6.2f}" for v, x in zip(variants, t)) +

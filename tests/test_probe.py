@@ -79,13 +79,13 @@ def test_probe_hop_hands_every_phase_on(tagged):
     met by its own share): 70 phases, past the 64-phase period of x[i] = (i + phase) % 64 and
     over both buffer parities, N not a power of two (lanes past N masked), with and without
     the streamed weights and the waits, the counter protocol's vector stored once and 4 times
-    -- every phase's values read back, summed exactly as the host sums them; a word read with
-    another phase's tag or a stale buffer would change the sum."""
+    and its counter in 8 copies -- every phase's values read back, summed exactly as the host
+    sums them; a word read with another phase's tag or a stale buffer would change the sum."""
     import probe_hop as p
-    for work, copies in ((0, 1), (64, 1), (0, 4)):
+    for work, copies, counters in ((0, 1, 1), (64, 1, 1), (0, 4, 1), (0, 1, 8)):
         hop = p.Hop(40, work, device="cpu")
         for wait in (True, False):
-            sums = hop.run(1, tagged, 70, wait, copies=copies)
+            sums = hop.run(1, tagged, 70, wait, copies=copies, counters=counters)
             hop.check(sums, 1, 70, wait)
             assert int(sums[0]) == int(hop.expected(1, 70)[0]) > 0
     with pytest.raises(AssertionError, match="stale"):  # the check itself can fail
