@@ -198,6 +198,16 @@ class StreamConfig:
     # 1268.9 / 1268.8 vs 1272.7 / 1267.8 / 1276.3 tok/s. trace_step at 163 keys: two-tile tasks'
     # ready -> tiles stored 3.26 -> 3.04 us, one-tile tasks' 1.92 -> 2.02, the layer's first
     # QKV_ATTN ready -> a group's last tiles 3.78 -> 3.95 (trace.attention_chain's tiles stage).
+    # Measured and removed again (H200, 2026-12-04, 7108731's tree + a runner_o_prefetch field,
+    # sweep_mega --model 1b --new-tokens 256, one run, interleaved): the attention runner (the
+    # QKV_ATTN task whose ticket completes its KV group) asking L2 for its next queue entry's
+    # o_proj rows before the group's attention -- every other o_proj task requested its first
+    # piece before its wait, the whole chain earlier, so in a trace the runners' o_proj tasks end
+    # last in 14 of 16 layers, 0.88 us (median) after the others. With it they end last in 1 of
+    # 16 and the layer's last o_proj end comes 0.9 us sooner (3.65 -> 2.77 us after the last
+    # runner), yet gate|up ends no sooner (21.09 -> 21.39 us) and the step is slower: 1238.5 /
+    # 1251.7 / 1251.9 vs 1273.4 / 1276.1 / 1279.6 tok/s (reading the next queue entry's words
+    # put ~0.35 us between the ticket and the attention).
     # decode: a KV group's keys and values that attention will read asked into L2 (one bulk
     # prefetch each, attention.kv_prefetch) before a wait: by the group's first QKV tile task of
     # the short-context schedule, before its wait on the previous layer, and by each ATTN task
