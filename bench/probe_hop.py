@@ -57,7 +57,8 @@ for a separate reduction).
 (N up to 4096: the tagged poll keeps N / 128 words a thread in registers -- 8192 spills at 4
 warps, compile_check; a megakernel would hand the 1B's 8192-element gate|up output on in
 chunks.)
-tests/test_probe.py runs both protocols in the interpreter (one program) against the host's sum.
+tests/test_probe.py runs both protocols (and the copies) in the interpreter, one program,
+against the host's sums, and --reduce's three flavours with three programs.
 """
 import argparse
 import os
@@ -70,7 +71,6 @@ import triton.language as tl
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from fastdecode.ptx_inline.flags import spin_acquire_cta  # noqa: E402
 
-PROTOCOLS = ("counter", "tagged")
 REDUCE = ("red.u64 fixed point", "red.f32", "store partials")
 SCALE = 2.0 ** 24  # --reduce's int64 fixed point: 2^-24 steps
 FIXED = tl.constexpr(SCALE)
