@@ -259,21 +259,29 @@ class Hop:
                                  f"{want[:4].tolist()}")
 
 
-def measure(hop: Hop, P: int, tagged: bool, phases: int, wait: bool, copies: int = 1,
-            counters: int = 1, reps: int = 5) -> float:
-    """Median us per phase over reps launches, after a checked launch."""
-    kw = dict(copies=copies, counters=counters)
-    hop.check(hop.run(P, tagged, phases, wait, **kw), P, phases, wait)
+def median_us(launch, per: int, reps: int = 5, after=None) -> float:
+    """Median over reps calls of launch() (one kernel launch) of its GPU time in us over per
+    (its phases or rounds); after(what launch returned), if given, once each launch is done."""
     times = []
     for _ in range(reps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
-        sums = hop.run(P, tagged, phases, wait, **kw)
+        out = launch()
         b.record()
         torch.cuda.synchronize()
-        hop.check(sums, P, phases, wait)
-        times.append(a.elapsed_time(b) * 1e3 / phases)
+        if after is not None:
+            after(out)
+        times.append(a.elapsed_time(b) * 1e3 / per)
     return sorted(times)[len(times) // 2]
+
+
+def measure(hop: Hop, P: int, tagged: bool, phases: int, wait: bool, copies: int = 1,
+            counters: int = 1) -> float:
+    """Median us per phase over 5 launches, each checked, after a checked launch."""
+    kw = dict(copies=copies, counters=counters)
+    hop.check(hop.run(P, tagged, phases, wait, **kw), P, phases, wait)
+    return median_us(lambda: hop.run(P, tagged, phases, wait, **kw), phases,
+                     after=lambda sums: hop.check(sums, P, phases, wait))
 
 
 def main():
@@ -321,7 +329,7 @@ def main():
 
 def reduce_main(args, sms: int, rounds: int = 200):
     print(f"{torch.cuda.get_device_name()}: us per round of every program adding N values "
-          f"(median of 5 launches of {rounds} rounds, each checked)")
+          f"(median of 5 launches of {rounds} rounds, after a checked launch of 8)")
     print("| N | programs | " + " | ".join(f"{name} us" for name in REDUCE) + " |\n|---|---|" +
           "---|" * len(REDUCE))
     for N in map(int, args.n.split(",")):
@@ -329,17 +337,8 @@ def reduce_main(args, sms: int, rounds: int = 200):
             red, t = Reduce(sms * per_sm, N), []
             for mode in range(len(REDUCE)):
                 red.check(mode, 8)
-                times = []
-                for _ in range(5):
-                    a, b = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-                    a.record()
-                    red.run(mode, rounds)
-                    b.record()
-                    torch.cuda.synchronize()
-                    times.append(a.elapsed_time(b) * 1e3 / rounds)
-                t.append(sorted(times)[2])
-            P = red.P
-            print(f"| {N} | {P} | " + " | ".join(f"{x:.2f}" for x in t) + " |", flush=True)
+                t.append(median_us(lambda: red.run(mode, rounds), rounds))
+            print(f"| {N} | {red.P} | " + " | ".join(f"{x:.2f}" for x in t) + " |", flush=True)
 
 
 if __name__ == "__main__":

@@ -252,34 +252,23 @@ def test_mega_carveout_is_bit_identical(llama1b):
     assert torch.equal(out[None][0], out[72][0]) and torch.equal(out[None][1], out[72][1])
 
 
+@pytest.mark.parametrize("name,seed", [("one_poller", 10), ("kv_prefetch", 11),
+                                       ("attn_outline", 12)])
 @pytest.mark.parametrize("keys", [0, None])
-def test_mega_one_poller_is_bit_identical(llama, keys):
-    """Every dependency wait polled by one thread of the program, the verdict shared by a
-    barrier reduction (StreamConfig.one_poller), on both decode schedules (split-KV, and the
-    short-context one at keys=None): only when a task starts may change, not what it computes, so
-    the same bits -- teacher-forced logits and greedy tokens. A thread that ran ahead of the
-    acquire (the barrier not ordering thread 0's acquire before the others' loads) would read
-    stale rows."""
-    out = _stream_variants(llama, 10, "one_poller", attn_in_qkv_keys=keys)
-    assert torch.equal(out[True][0], out[False][0]) and torch.equal(out[True][1], out[False][1])
-
-
-@pytest.mark.parametrize("keys", [0, None])
-def test_mega_kv_prefetch_is_bit_identical(llama, keys):
-    """The K / V bulk L2 prefetches before the QKV_ATTN / ATTN tasks' waits
-    (StreamConfig.kv_prefetch) are hints: the same bits on both decode schedules -- and no fault
-    from their addresses (the keys of this step, rows its QKV tasks are writing among them)."""
-    out = _stream_variants(llama, 11, "kv_prefetch", attn_in_qkv_keys=keys)
-    assert torch.equal(out[True][0], out[False][0]) and torch.equal(out[True][1], out[False][1])
-
-
-@pytest.mark.parametrize("keys", [0, None])
-def test_mega_attention_out_of_line_is_bit_identical(llama, keys):
-    """The attention body called out of line (StreamConfig.attn_outline): the same arithmetic
-    in the same order, compiled otherwise -- the same bits on both decode schedules. An
-    out-of-line call that passed an argument wrong (the ABI's parameter space, not the inliner)
-    would move every token."""
-    out = _stream_variants(llama, 12, "attn_outline", attn_in_qkv_keys=keys)
+def test_mega_stream_flag_is_bit_identical(llama, keys, name, seed):
+    """StreamConfig flags that change when or how a task runs, never what it computes: the same
+    bits -- teacher-forced logits and greedy tokens -- on and off, on both decode schedules
+    (split-KV, and the short-context one at keys=None).
+    one_poller: every dependency wait polled by one thread of the program, the verdict shared by
+    a barrier reduction; a thread that ran ahead of the acquire (the barrier not ordering thread
+    0's acquire before the others' loads) would read stale rows.
+    kv_prefetch: the K / V bulk L2 prefetches before the QKV_ATTN / ATTN tasks' waits are
+    hints -- and no fault from their addresses (the keys of this step, rows its QKV tasks are
+    writing among them).
+    attn_outline: the attention body called out of line, the same arithmetic in the same order
+    compiled otherwise; a call that passed an argument wrong (the ABI's parameter space, not the
+    inliner) would move every token."""
+    out = _stream_variants(llama, seed, name, attn_in_qkv_keys=keys)
     assert torch.equal(out[True][0], out[False][0]) and torch.equal(out[True][1], out[False][1])
 
 
