@@ -56,6 +56,10 @@ class StreamConfig:
     1.9 TB/s (trace at 7cc6fae): hence max_k (2048 instead measured slower: 199.8 vs 218.0 at
     7721f60). Earlier (a808606, whole rows, gate|up pieces of two full tiles): 1B 8192/4w/2 1098
     > 16384/8w/1 998 > 8192/8w/1 938 > 8192/4w/1 868 > 16384/4w/2 732 (772 B of spills).
+    One program per SM again with the 1B's table fields (kv_prefetch, attn_outline, 64-key
+    blocks; H200, 2026-12-04, 27e5351, one process per config, interleaved, tok/s): 16384/4w/2
+    1274.9 / 1268.7, 16384/8w/1 1137.1 / 1136.7, 32768/8w/1 1213.4 / 1214.0 -- 132 programs'
+    cheaper hand-off (bench/probe_hop.py: 1.70 vs 2.09 us) does not pay for their streams.
     L2 prefetches measured slower: the tile after next (fa53434, 16384/8w: 1002 tok/s without,
     934 with) and each task's first 32-128 KB before its dependency wait (ddb7ef0 8B 197.3 /
     197.3 / 195.4 at 0 / 32 / 128 KB; 7721f60: 218.0 without, 207.1 with 128 KB), and the next
@@ -90,7 +94,9 @@ class StreamConfig:
     # (bench_ops, cold L2) PTX pieces streamed 1-12% faster one tile per program, but 0.97-1.12x
     # in the megakernel's persistent form (lm_head 2048x128256: 4328 plain vs 4129 GB/s). Again
     # with one poller (2026-12-02, 253fd6c, sweep_mega 256 tokens): 1B 1195.0 vs 1224.7 plain; the
-    # PTX pieces' 168 registers do not fit 3 programs per SM in a cooperative launch.
+    # PTX pieces' 168 registers do not fit 3 programs per SM in a cooperative launch. The 1B's
+    # QKV tasks alone by PTX pieces (2026-12-04, 27e5351 + an ad hoc constant, table config, one
+    # process per variant): 1249.9 / 1250.6 vs 1278.9 / 1269.2 tok/s plain.
     ptx: bool = False
     # decode: the last ATTN task of a KV group merges its splits (graph.py, Tiling.merge_in_attn)
     # instead of a MERGE task one dependency hop later. Off: on an H200 (2026-11-30, 009b042,
