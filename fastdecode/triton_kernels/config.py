@@ -347,6 +347,10 @@ class StreamConfig:
     # Qwen3-8B default 242.8 / 241.5, 240.9, 235.0, 221.3 (the same variants) -- off. QKV pieces
     # of 8192 (2026-12-02, 253fd6c: ~2.9 QKV tiles per program instead of 1 or 2): 1B 1162.5 vs
     # 1220.1 / 1209.4; again with kv_prefetch (2026-12-03, ccebb63) 1243.8 vs 1262.4 / 1259.4.
+    # QKV pieces of 32768 (2026-12-04, 8b6948e + an ad hoc constant: the QKV stream then holds
+    # no second piece, which spilled 852 B; 0 B with it): 192 tasks of one 64 KB tile, all of it
+    # requested before the wait, 72 programs idle in the phase -- 1B 1256.0 / 1257.6 / 1251.9 vs
+    # 1271.0 / 1283.1 / 1268.8 tok/s (bit-identical logits).
     # compile_check (sm_90a, 2026-12-01), spill store/load bytes: 1B default 44/48,
     # 16384:8192:8192:16384 32/32, 16384:8192:16384:16384 24/24, 16384:16384:8192:16384 40/40,
     # 16384:16384:32768:16384 904/928; 8B default 64/72, down 8192 60/68, down 32768 64/88,
