@@ -105,7 +105,12 @@ class StreamConfig:
     # With norm_in_qkv on Qwen3-8B (2026-11-30, 69859da): 205.4 vs 204.3, within noise. Where
     # the split-KV schedule runs today, past the short-context reach (2026-12-02, 8e33a4a,
     # sweep_mega --prompt-len 2048 --new-tokens 128, one run): 8B 228.0 / 222.6 vs 244.9 /
-    # 238.5, 1B 1094.0 / 988.0 vs 1276.9 / 1106.7 tok/s.
+    # 238.5, 1B 1094.0 / 988.0 vs 1276.9 / 1106.7 tok/s. Measured and removed (H200, 2026-12-04,
+    # 803c2ee + a merge_in_o field): no MERGE tasks, each o_proj task merging every split as it
+    # read the attention row (the ATTN tasks signalling o_proj; bit-identical logits) -- 1B
+    # split-KV schedule 1117.8 / 1118.8 vs MERGE tasks 1282.3, short schedule 1278.5 / 1273.1
+    # tok/s: o_proj tasks of 6.6-9.0 us instead of 1.3-2.0 (trace_step, 163 keys), 256 programs
+    # each reading every split's partials and lse.
     merge_in_attn: bool = False
     # the split-KV schedule: query heads per MERGE task (config.merge_heads; 0: the whole KV
     # group, one task per group). Traced on an H200 (2026-12-03, 043ab43, trace_step
