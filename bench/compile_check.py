@@ -161,7 +161,8 @@ def main():
                    help="compile a 4-row step's megakernel with this multi-row tile instead")
     p.add_argument("--trace", action="store_true",
                    help="also the traced decode megakernel (Runtime.trace_decode: timers, %%smid)")
-    p.add_argument("--dump", default=None, help="write each kernel's TTGIR and PTX to this folder")
+    p.add_argument("--dump", default=None,
+                   help="write each kernel's TTGIR, PTX and cubin to this folder")
     args = p.parse_args()
     driver.set_active(CompileOnlyDriver())
     JITFunction.run = _compile_only(JITFunction.run)
@@ -245,6 +246,8 @@ def main():
             for ext in ("ttgir", "ptx"):
                 with open(os.path.join(args.dump, f"{kname}.{ext}"), "w") as f:
                     f.write(k.asm[ext])
+            with open(os.path.join(args.dump, f"{kname}.cubin"), "wb") as f:
+                f.write(k.asm["cubin"])  # SASS: triton/backends/nvidia/bin/nvdisasm -c
 
 
 def gpu_rows_tiles(tile=None):

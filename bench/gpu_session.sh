@@ -129,6 +129,16 @@ for s in $stages; do
            ablock) for m in 1b 8b qwen3-8b; do NEW=256 sw $m \
                      $B,$B/attn_block_s=32,$B/attn_block_s=64,$B,$B/attn_block_s=32,$B/attn_block_s=64
                    done ;;
+           # the weight pieces as int32 words by plain loads (StreamConfig.words: a bf16 piece
+           # is split into one register an element as it lands, and the stream loops' back
+           # edges wait for it -- sm_90a SASS), against bf16 tiles and the PTX words; the 8B
+           # shapes then take the register stream (words: stages 1)
+           words) T=$B/kv_prefetch=1/attn_outline=1/attn_block_s=64  # the 1B's table entry
+                  NEW=256 sw 1b $T,$T/words=1,$T/ptx=1,$T,$T/words=1
+                  NEW=256 sw 8b $B,$B/words=1,$B,$B/words=1 ;;
+           # where the 1B's two decode schedules cross (level at 163 keys in session 46)
+           xover) T=$B/kv_prefetch=1/attn_outline=1/attn_block_s=64; A=$T/attn_in_qkv_keys
+                  NEW=256 sw 1b $T,$A=0,$A=96,$A=160,$T ;;
            # each op's piece elements (StreamConfig.op_elems: QKV / o / gate|up / down), around
            # ops mode's per-shape bests; compile_check spills within the default's (1B 44/48 B)
            opelems) E=$B/op_elems; Q=$K/288  # Qwen3-8B as its table entry: 288 short keys

@@ -85,7 +85,8 @@ class Tiling:
     n_splits: int
     emb_block: int
     qk_defer: bool = False  # q/k norm after the QKV tiles, in QKNORM tasks (qkv_rope.py)
-    ptx: bool = False       # decode weight pieces by inline PTX (config.StreamConfig.ptx)
+    ptx: int = 0            # decode weight pieces: 1 inline PTX, 2 words by plain loads
+                            # (config.StreamConfig.piece_mode; 0 bf16 tiles)
     merge_in_attn: bool = False  # the last ATTN task of a KV group merges it (no MERGE tasks)
     merge_heads: int = 1         # q heads per MERGE task (config.merge_heads: a power of two)
     norm_in_qkv: bool = False    # qk_defer: the last QKV task of a group norms it (no QKNORM)
@@ -159,7 +160,7 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
                   attn_block_s=block_s, attn_block_tok=block_tok,
                   attn_chunk=chunk, n_splits=n_splits,
                   emb_block=min(1024, triton.next_power_of_2(spec.d_model)), qk_defer=defer,
-                  ptx=st is not None and st.ptx and ptx_stream_ok(dtype, *dims),
+                  ptx=st.piece_mode() if st is not None and ptx_stream_ok(dtype, *dims) else 0,
                   merge_in_attn=st is not None and st.merge_in_attn,
                   merge_heads=merge_heads(spec.group, st.merge_heads if st is not None else 1),
                   norm_in_qkv=st is not None and st.norm_in_qkv and defer,

@@ -179,6 +179,8 @@ def _stream_variants(model, seed, name, values=(False, True), **fixed):
         tiling = fm.runtime._last_sched.graph.tiling
         if name == "attn_in_qkv_keys":
             assert tiling.attn_in_qkv == (on > 0)
+        elif name == "words":  # the PTX constexpr's third form (StreamConfig.piece_mode)
+            assert tiling.ptx == (2 if on else 0)
         elif name == "carveout":  # a launch attribute: the tiling is the default's
             assert fm.runtime.stream.carveout == on
         elif name == "op_elems":  # o_proj's rows per tile follow its piece elements
@@ -203,12 +205,14 @@ def _same_argmax_where_clear(a, b, what):
     assert torch.equal(b.argmax(-1)[clear], a.argmax(-1)[clear]) and clear.sum() >= 4
 
 
-def test_mega_ptx_stream_matches_plain(llama):
-    """The megakernel with its decode weight pieces loaded by inline PTX (ld.global.nc 16-byte
-    words, unpacked in registers) against the plain-Triton pieces: the same tiles, only each
-    piece's fp32 sum runs in another order."""
-    out = _stream_variants(llama, 6, "ptx")
-    _same_argmax_where_clear(out[False][0], out[True][0], "PTX vs plain pieces")
+@pytest.mark.parametrize("form", ["ptx", "words"])
+def test_mega_ptx_stream_matches_plain(llama, form):
+    """The megakernel with its decode weight pieces loaded as 16-byte words, unpacked in
+    registers -- by inline PTX (ld.global.nc) or by plain loads (StreamConfig.words) -- against
+    the plain-Triton bf16 pieces: the same tiles, only each piece's fp32 sum runs in another
+    order."""
+    out = _stream_variants(llama, 6, form)
+    _same_argmax_where_clear(out[False][0], out[True][0], f"{form} vs plain pieces")
 
 
 def test_mega_short_context_schedule_matches_split_kv(llama):

@@ -233,9 +233,12 @@ def test_embedding(T, D, seed, dtype):
 
 
 # the PTX weight pieces (bf16, K % 8 == 0): the stream configs above with ptx=True
+# the inline-PTX pieces and the same words by plain loads (StreamConfig.words)
 PTX_STREAMS = st.sampled_from([StreamConfig(64, 4, 1, max_k=16, ptx=True),
                                StreamConfig(256, 4, 3, max_k=64, ptx=True),
-                               StreamConfig(8192, 8, 2, ptx=True)])
+                               StreamConfig(8192, 8, 2, ptx=True),
+                               StreamConfig(64, 4, 1, max_k=16, words=True),
+                               StreamConfig(8192, 8, 2, words=True)])
 
 
 @given(K8=st.integers(1, 40), N=st.integers(1, 150), seed=st.integers(0, 2**31 - 1),
@@ -243,8 +246,8 @@ PTX_STREAMS = st.sampled_from([StreamConfig(64, 4, 1, max_k=16, ptx=True),
        stream=PTX_STREAMS)
 @settings(max_examples=12)
 def test_gemv_and_lm_head_ptx_stream(K8, N, seed, norm, bias, swiglu, residual, stream):
-    """The decode stream with its pieces loaded by inline PTX (16-byte words, unpacked in
-    registers) against the fp32 reference, at the plain stream's tolerance; the lm_head's token
+    """The decode stream with its pieces loaded as 16-byte words (inline PTX, or plain loads:
+    StreamConfig.words), unpacked in registers, against the fp32 reference, at the plain stream's tolerance; the lm_head's token
     choice is the argmax of its own logits."""
     K, dtype, g = 8 * K8, torch.bfloat16, torch.Generator().manual_seed(seed)
     rows = 2 * N if swiglu else N
@@ -282,13 +285,19 @@ def test_qkv_rope_ptx_stream(group, KVH, HD, K8, pos, seed, bias, stream):
 
 
 def test_ptx_stream_rejects_what_it_cannot_read():
-    """16-byte chunks of bf16 rows only: fp32 / fp16 weights or K % 8 != 0 raise, not misread."""
-    stream = StreamConfig(256, 4, 1, max_k=64, ptx=True)
-    for dtype, K in ((torch.float32, 64), (torch.float16, 64), (torch.bfloat16, 60)):
-        x, w = torch.ones(1, K, device=DEVICE, dtype=dtype), torch.ones(8, K, device=DEVICE,
-                                                                        dtype=dtype)
-        with pytest.raises(ValueError, match="PTX weight stream"):
-            ops.gemv(x, w, stream=stream)
+    """16-byte chunks of bf16 rows only: fp32 / fp16 weights or K % 8 != 0 raise, not misread;
+    the two word forms, or either with shared-memory stages, are refused."""
+    for stream in (StreamConfig(256, 4, 1, max_k=64, ptx=True),
+                   StreamConfig(256, 4, 1, max_k=64, words=True)):
+        for dtype, K in ((torch.float32, 64), (torch.float16, 64), (torch.bfloat16, 60)):
+            x, w = torch.ones(1, K, device=DEVICE, dtype=dtype), torch.ones(8, K, device=DEVICE,
+                                                                            dtype=dtype)
+            with pytest.raises(ValueError, match="PTX / word weight stream"):
+                ops.gemv(x, w, stream=stream)
+    with pytest.raises(ValueError, match="set one"):
+        StreamConfig(ptx=True, words=True)
+    with pytest.raises(ValueError, match="stages"):
+        StreamConfig(words=True, stages=3)
 
 
 # ---- each tolerance rejects a deliberately wrong kernel ---------------------------------------

@@ -147,13 +147,31 @@ def next_x_chunk(x, x_ptr, norm_ptr, offs_t, mask_t, stride_x, k0, K, n_k, rstd,
 def weight_chunk(w_ptr, rows, mask_r, k0, K, BLOCK_K: tl.constexpr, PTX: tl.constexpr):
     """W[rows, k0 : k0 + BLOCK_K], the decode weight stream's piece. Masked rows cost no traffic,
     so a load past a task's end is free.
-    Plain Triton (PTX False): one [BLOCK_R, BLOCK_K] tile, loaded past L1 (evict_first; Triton
-    emits 16-byte ld.global.L1::evict_first.L2::cache_hint.v4 loads for it).
-    PTX (bf16 W, K % 8 == 0, 16-byte aligned rows): four int32 [BLOCK_R, BLOCK_K / 8] words of
+    Plain Triton (PTX 0): one [BLOCK_R, BLOCK_K] tile, loaded past L1 (evict_first; Triton
+    emits 16-byte ld.global.L1::evict_first.L2::cache_hint.v4 loads for it). A bf16 tile lives
+    in registers one element a register: its loads' words are split (PRMT) as they land, so a
+    stream carrying a piece across its loop's back edge waits there for the piece (sm_90a SASS).
+    PTX 1 (bf16 W, K % 8 == 0, 16-byte aligned rows): four int32 [BLOCK_R, BLOCK_K / 8] words of
     16-byte chunks, ptx_inline.ld_stream_b128 (ld.global.nc.L1::no_allocate.L2::256B.v4):
     one pointer per chunk, so each thread's 16 bytes are contiguous whatever the layout. The
-    words are unpacked only where they are used (row_dot), so the loads stay in flight."""
-    if PTX:
+    words are unpacked only where they are used (row_dot), so the loads stay in flight.
+    PTX 2 (config.StreamConfig.words; the same rows): the same four words from one plain int32
+    [BLOCK_R, BLOCK_K / 2] load (16-byte ld.global.L1::evict_first, as PTX 0's), split in
+    registers (renames: each thread holds whole chunks) -- the PTX pieces' form without their
+    cache operators."""
+    if PTX == 2:
+        j = k0 // 2 + tl.arange(0, BLOCK_K // 2)
+        # K % 8 == 0: a mask of j < K / 2 is constant over each thread's 4 words (16-byte loads)
+        w = tl.load(w_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
+                    + rows[:, None].to(tl.int64) * (K // 2) + j[None, :],
+                    mask=mask_r[:, None] & (j[None, :] < K // 2), other=0,
+                    eviction_policy="evict_first")
+        # word i of chunk c is column 4 c + i = 4 c + 2 (i >> 1) + (i & 1)
+        lo, hi = tl.split(tl.reshape(w, [w.shape[0], BLOCK_K // 8, 2, 2]))  # i & 1
+        w0, w2 = tl.split(lo)  # i >> 1
+        w1, w3 = tl.split(hi)
+        return w0, w1, w2, w3
+    elif PTX:
         j = k0 // 8 + tl.arange(0, BLOCK_K // 8)
         ptrs = (w_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
                 + rows[:, None].to(tl.int64) * (K // 2) + 4 * j[None, :])

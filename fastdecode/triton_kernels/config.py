@@ -98,6 +98,13 @@ class StreamConfig:
     # QKV tasks alone by PTX pieces (2026-12-04, 27e5351 + an ad hoc constant, table config, one
     # process per variant): 1249.9 / 1250.6 vs 1278.9 / 1269.2 tok/s plain.
     ptx: bool = False
+    # weight pieces as the PTX pieces' int32 words (two bf16 each, unpacked where they are used)
+    # but read by plain loads (_common.weight_chunk's PTX 2), where ptx_stream_ok: the register
+    # stream's next piece then stays in flight across its loop's back edge, where a bf16 piece
+    # is split into one register an element as it lands (sm_90a SASS of the 1B's megakernel,
+    # 2026-12-04: 128 PRMT at each stream loop's end, reading the loads just issued). Not yet
+    # timed on a GPU (bench/gpu_session.sh exp, EXP_PARTS=words).
+    words: bool = False
     # decode: the last ATTN task of a KV group merges its splits (graph.py, Tiling.merge_in_attn)
     # instead of a MERGE task one dependency hop later. Off: on an H200 (2026-11-30, 009b042,
     # sweep_mega 16384/4w/4096/2) 1B 1118.8 vs 1129.3 tok/s, 8B 219.5 vs 222.1 -- the saved hop
@@ -487,13 +494,19 @@ class StreamConfig:
                                      f"down), got {self.stages}")
                 return tuple(self.stages)
             return (self.stages,) * 4
-        big = d_model is not None and d_model >= self.stages_min_d_model and not self.ptx
+        big = d_model is not None and d_model >= self.stages_min_d_model and not self.ptx \
+            and not self.words
         # QKV / gate|up rows chunked (longer than max_k) too: the megakernel
         # unrolls the RMSNorm statistics' chunk loop (gemv_body K_CONST), which would otherwise
         # nest in the stream loop, and the pipeliner skips a loop with a nested one (they took
         # the register stream before: Qwen2.5-14B, d_model 5120, 3333 120.1 / 120.0 vs 1313 117.6
         # / 117.6 tok/s, H200, 2026-12-03, aa954df, sweep_mega 160 tokens, one run)
         return (3, 3, 3, 3) if big else (1, 1, 1, 1)
+
+    def piece_mode(self) -> int:
+        """The kernels' PTX constexpr for these pieces (_common.weight_chunk): 0 bf16 tiles,
+        1 inline-PTX words, 2 words by plain loads."""
+        return 2 if self.words else int(self.ptx)
 
     def elems(self, op: int) -> int:
         """Elements per weight piece of op 0-3 (QKV, o_proj, gate|up, down): op_elems[op], else
@@ -504,9 +517,13 @@ class StreamConfig:
         if self.op_elems is not None and (len(self.op_elems) != 4 or min(self.op_elems) < 1):
             raise ValueError(f"StreamConfig.op_elems: (QKV, o_proj, gate|up, down) elements per "
                              f"piece, each >= 1, got {self.op_elems}")
-        if min(self.op_stages()) < 1 or (max(self.op_stages()) > 1 and self.ptx):
-            raise ValueError(f"StreamConfig.stages is >= 1, and 1 with the PTX weight pieces "
-                             f"(got stages={self.stages}, ptx={self.ptx})")
+        if min(self.op_stages()) < 1 or (max(self.op_stages()) > 1 and self.piece_mode()):
+            raise ValueError(f"StreamConfig.stages is >= 1, and 1 with the PTX or word weight "
+                             f"pieces (got stages={self.stages}, ptx={self.ptx}, "
+                             f"words={self.words})")
+        if self.ptx and self.words:
+            raise ValueError("StreamConfig: ptx and words are two forms of the weight pieces; "
+                             "set one")
         if self.carveout is not None and not -1 <= self.carveout <= 100:
             raise ValueError(f"StreamConfig.carveout: percent of the SM's shared memory, 0-100, "
                              f"or -1 (the driver's default); got {self.carveout}")
@@ -551,15 +568,16 @@ def ptx_stream_ok(dtype, *ks) -> bool:
     return dtype == torch.bfloat16 and all(k % 8 == 0 for k in ks)
 
 
-def stream_ptx(stream: StreamConfig | None, dtype, K: int) -> bool:
-    """A standalone launch's PTX flag: stream.ptx, refused (ValueError) where the pieces cannot
-    be read (ptx_stream_ok); the megakernel's tiling instead falls back to the plain pieces."""
-    if stream is None or not stream.ptx:
-        return False
+def stream_ptx(stream: StreamConfig | None, dtype, K: int) -> int:
+    """A standalone launch's PTX constexpr (StreamConfig.piece_mode), refused (ValueError) where
+    word pieces cannot be read (ptx_stream_ok); the megakernel's tiling instead falls back to
+    the plain pieces."""
+    if stream is None or not stream.piece_mode():
+        return 0
     if not ptx_stream_ok(dtype, K):
-        raise ValueError(f"the PTX weight stream needs bf16 weights with K % 8 == 0 "
+        raise ValueError(f"the PTX / word weight stream needs bf16 weights with K % 8 == 0 "
                          f"(got {dtype}, K={K})")
-    return True
+    return stream.piece_mode()
 
 
 # Programmatic dependent launch of the ops-mode kernels (use_pdl): off, measured slower in decode
