@@ -138,9 +138,11 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
 
     STREAM (decode, T=1): the task is one continuous weight stream of (tile, K chunk) pieces;
     each iteration first requests the next piece (weights, activation chunk, and at a tile's
-    last chunk the next tile's bias/residual), then reduces the current one, so the loads of
-    two pieces are in flight per program (the megakernel runs one or two programs per SM and
-    needs ~32 KB of loads in flight per SM to cover HBM latency). BLOCK_K < K chunks long rows
+    last chunk the next tile's bias/residual), then reduces the current one, so the next
+    piece's load overlaps the current one's reduction (the megakernel runs one or two programs
+    per SM and needs ~32 KB of loads in flight per SM to cover HBM latency). With bf16 pieces
+    the iteration then waits at its back edge for the piece it requested (_common.weight_chunk:
+    one piece in flight, not two); the word pieces (PTX 1 / 2) carry it in flight. BLOCK_K < K chunks long rows
     so the activation chunk stays a few registers. The second piece requested right after the
     wait, with the activations (then piece i reduced before piece i + 2 is requested: still two
     in flight), measured slower (H200, 2026-12-04, 27e5351 + an ad hoc constant in this body,
