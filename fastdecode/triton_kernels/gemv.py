@@ -142,17 +142,18 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
     piece's load overlaps the current one's reduction (the megakernel runs one or two programs
     per SM and needs ~32 KB of loads in flight per SM to cover HBM latency). With bf16 pieces
     the iteration then waits at its back edge for the piece it requested (_common.weight_chunk:
-    one piece in flight, not two); the word pieces (PTX 1 / 2) carry it in flight. BLOCK_K < K chunks long rows
-    so the activation chunk stays a few registers. The second piece requested right after the
-    wait, with the activations (then piece i reduced before piece i + 2 is requested: still two
-    in flight), measured slower (H200, 2026-12-04, 27e5351 + an ad hoc constant in this body,
-    qkv_rope_body and lm_head_body; Llama-3.2-1B table config, one process per variant,
-    interleaved, tok/s): QKV tasks only 1224.9 / 1223.7, with x's loads issued before it 1214.9
-    / 1232.4 / 1227.4, QKV and lm_head 1230.8 / 1228.7, every op 1120.9 / 1118.5 (124 B of
-    spills), against 1267.0-1278.8 as it is. With PTX pieces (ld.global.nc) the QKV change gains
-    (1258.8 / 1257.4 vs 1235.3 / 1235.1) but stays below the plain stream (bench/RESULTS.md
-    session 46). Otherwise each tile loops over K on its own
-    (ops mode: many programs per SM supply the loads in flight; T>1: tl.dot tiles).
+    one piece in flight, not two); the word pieces (PTX 1 / 2) carry it in flight. BLOCK_K < K
+    chunks long rows so the activation chunk stays a few registers. The second piece requested
+    right after the wait, with the activations (then piece i reduced before piece i + 2 is
+    requested), measured slower with bf16 pieces (H200, 2026-12-04, 27e5351 + an ad hoc
+    constant in this body, qkv_rope_body and lm_head_body; Llama-3.2-1B table config, one
+    process per variant, interleaved, tok/s): QKV tasks only 1224.9 / 1223.7, with x's loads
+    issued before it 1214.9 / 1232.4 / 1227.4, QKV and lm_head 1230.8 / 1228.7, every op
+    1120.9 / 1118.5 (124 B of spills), against 1267.0-1278.8 as it is -- the wait for piece 1
+    then came before piece 0's reduction. With PTX pieces the QKV change gains (1258.8 /
+    1257.4 vs 1235.3 / 1235.1) but stays below the plain stream (bench/RESULTS.md session 46).
+    Otherwise each tile loops over K on its own (ops mode: many programs per SM supply the
+    loads in flight; T>1: tl.dot tiles).
     PTX (STREAM, bf16 weights): the pieces are loaded by inline PTX (_common.weight_chunk).
     STAGES > 1 (STREAM, not PTX): one load of piece i per iteration, which Triton's loop
     pipeliner turns into cp.async copies to shared memory issued STAGES - 1 iterations ahead --
