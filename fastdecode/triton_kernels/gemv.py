@@ -149,8 +149,9 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
     constant in this body, qkv_rope_body and lm_head_body; Llama-3.2-1B table config, one
     process per variant, interleaved, tok/s): QKV tasks only 1224.9 / 1223.7, with x's loads
     issued before it 1214.9 / 1232.4 / 1227.4, QKV and lm_head 1230.8 / 1228.7, every op
-    1120.9 / 1118.5 (124 B of spills), against 1267.0-1278.8 as it is -- the wait for piece 1
-    then came before piece 0's reduction. With PTX pieces the QKV change gains (1258.8 /
+    1120.9 / 1118.5 (124 B of spills), against 1267.0-1278.8 as it is -- in its SASS each bf16
+    piece is split (PRMT) 68-126 instructions after its request, so nothing overlapped the
+    wait. With PTX pieces the QKV change gains (1258.8 /
     1257.4 vs 1235.3 / 1235.1) but stays below the plain stream (bench/RESULTS.md session 46).
     Otherwise each tile loops over K on its own (ops mode: many programs per SM supply the
     loads in flight; T>1: tl.dot tiles).
