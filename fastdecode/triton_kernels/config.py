@@ -102,8 +102,10 @@ class StreamConfig:
     # but read by plain loads (_common.weight_chunk's PTX 2), where ptx_stream_ok: the register
     # stream's next piece then stays in flight across its loop's back edge, where a bf16 piece
     # is split into one register an element as it lands (sm_90a SASS of the 1B's megakernel,
-    # 2026-12-04: 128 PRMT at each stream loop's end, reading the loads just issued). Not yet
-    # timed on a GPU (bench/gpu_session.sh exp, EXP_PARTS=words).
+    # 2026-12-04: 128 PRMT at each stream loop's end, reading the loads just issued). The PTX
+    # pieces carry theirs in flight too (their SASS: all but gate|up's loop) and were slower, so
+    # this asks whether their cache operators or the deeper stream cost that. Not yet timed on
+    # a GPU (bench/gpu_session.sh exp, EXP_PARTS=words).
     words: bool = False
     # decode: the last ATTN task of a KV group merges its splits (graph.py, Tiling.merge_in_attn)
     # instead of a MERGE task one dependency hop later. Off: on an H200 (2026-11-30, 009b042,
