@@ -96,7 +96,9 @@ class StreamConfig:
     # with one poller (2026-12-02, 253fd6c, sweep_mega 256 tokens): 1B 1195.0 vs 1224.7 plain; the
     # PTX pieces' 168 registers do not fit 3 programs per SM in a cooperative launch. The 1B's
     # QKV tasks alone by PTX pieces (2026-12-04, 27e5351 + an ad hoc constant, table config, one
-    # process per variant): 1249.9 / 1250.6 vs 1278.9 / 1269.2 tok/s plain.
+    # process per variant): 1249.9 / 1250.6 vs 1278.9 / 1269.2 tok/s plain. All pieces by PTX with
+    # QKV's second piece requested with the activations (qkv_rope_body's PTX 1 path since then):
+    # 1258.8 / 1257.4 against 1235.3 / 1235.1 without, and the plain stream's 1277.6 / 1278.8.
     ptx: bool = False
     # weight pieces as the PTX pieces' int32 words (two bf16 each, unpacked where they are used)
     # but read by plain loads (_common.weight_chunk's PTX 2), where ptx_stream_ok: the register

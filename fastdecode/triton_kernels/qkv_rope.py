@@ -103,7 +103,14 @@ def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_pt
     (gemv.gemv_body's STAGES, K_CONST); w_lo0 / w_hi0 are unused. DEFER: q and k tiles store
     raw fp32 rows to raw_ptr [T, H + KVH, HD] for qk_norm_rope_body (QK_NORM is then False
     here).
-    PTX (STREAM, bf16 weights): the pieces are loaded by inline PTX (_common.weight_chunk).
+    PTX (STREAM, bf16 weights): the pieces are loaded as int32 words, by inline PTX (1) or plain
+    loads (2) (_common.weight_chunk). PTX 1: a task's second piece is requested with the
+    activations, right after the wait, and each iteration requests the piece after the one in
+    flight after its reduction -- H200, 2026-12-04, 27e5351's tree, Llama-3.2-1B table config,
+    one process per variant: 1258.8 / 1257.4 tok/s against 1235.3 / 1235.1 requested in the
+    loop; with bf16 pieces, which a stream waits for at its back edge, it lost (gemv.gemv_body's
+    docstring). Not with PTX 2 until timed: there it raises the kernel's registers 199 -> 249
+    and adds register moves (reads of the new loads) at the other stream loops' back edges.
     Returns 1, or WAIT's result."""
     half = HD // 2
     n_t = tl.cdiv(T, BLOCK_T)
@@ -164,6 +171,9 @@ def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_pt
         offs_h = c * BLOCK_H + tl.arange(0, BLOCK_H)
         mask_h = (offs_h < half) & (n_it > 0)
         w_lo, w_hi = w_lo0, w_hi0  # requested before x (before the dependency wait)
+        if PTX == 1:  # the second piece requested now, with the activations (docstring)
+            nxt_lo, nxt_hi = qkv_piece(w_ptr, K, H, KVH, HD, g, u_lo, 1, n_it, GROUP, N_CHUNKS,
+                                       BLOCK_H, BLOCK_K, PTX)
         opnd = qkv_operands(j, offs_t, mask_t, offs_h, mask_h, pos, bias_ptr, qk_norm_ptr, cos_ptr,
                             sin_ptr, H, HD, BIAS, QK_NORM)
         rstd = row_rstd(x_ptr, stride_x, offs_t, mask_t, K, eps, BLOCK_K)[:, None]
@@ -176,8 +186,9 @@ def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_pt
             offs_hn = cn * BLOCK_H + tl.arange(0, BLOCK_H)
             mask_hn = (offs_hn < half) & (i1 < n_it)
             k1 = (i1 % n_k) * BLOCK_K
-            nxt_lo, nxt_hi = qkv_piece(w_ptr, K, H, KVH, HD, g, u_lo, i1, n_it, GROUP, N_CHUNKS,
-                                       BLOCK_H, BLOCK_K, PTX)
+            if PTX != 1:
+                nxt_lo, nxt_hi = qkv_piece(w_ptr, K, H, KVH, HD, g, u_lo, i1, n_it, GROUP,
+                                           N_CHUNKS, BLOCK_H, BLOCK_K, PTX)
             x_n = next_x_chunk(x, x_ptr, norm_ptr, offs_t, mask_t, stride_x, k1, K, n_k, rstd,
                                True, BLOCK_K)
             lo += row_dot(w_lo, x, PTX)
@@ -191,6 +202,9 @@ def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_pt
                 hi = lo
                 j, offs_h, opnd = jn, offs_hn, opnd_n
             w_lo, w_hi, x = nxt_lo, nxt_hi, x_n
+            if PTX == 1:  # piece i + 2, the one after the piece now in flight
+                nxt_lo, nxt_hi = qkv_piece(w_ptr, K, H, KVH, HD, g, u_lo, i + 2, n_it, GROUP,
+                                           N_CHUNKS, BLOCK_H, BLOCK_K, PTX)
     else:
         for u in range(u_lo, u_hi):
             j, c, tb = qkv_slot(g, u, n_t, H, KVH, GROUP, N_CHUNKS)
