@@ -306,8 +306,9 @@ def test_multi_row_tiles_match_torch(family, tile, ksplit, monkeypatch):
 def test_ptx_stream_gives_the_plain_streams_tokens(form):
     """bf16 weights, every K % 8 == 0: the decode stream with its weight pieces loaded as
     16-byte words -- by inline PTX (the interpreter runs the wrappers' plain loads and the same
-    unpacking) or by plain loads (StreamConfig.words) -- against the plain stream: teacher-forced logits within bf16 rounding of each other (the pieces' sums run
-    in another order, so a bf16 store may round the other way: 2^-8 relative, then through 2
+    unpacking) or by plain loads (StreamConfig.words) -- against the plain stream:
+    teacher-forced logits within bf16 rounding of each other (the pieces' sums run in another
+    order, so a bf16 store may round the other way: 2^-8 relative, then through 2
     layers), and the same greedy tokens. Llama's tiny model: K = 48 (q_dim, d_model) and 72."""
     model = tiny_model("llama", dtype=torch.bfloat16).to(DEVICE)
     ids = torch.randint(0, 101, (1, 7), generator=torch.Generator().manual_seed(4)).to(DEVICE)

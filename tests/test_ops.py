@@ -247,8 +247,8 @@ PTX_STREAMS = st.sampled_from([StreamConfig(64, 4, 1, max_k=16, ptx=True),
 @settings(max_examples=12)
 def test_gemv_and_lm_head_ptx_stream(K8, N, seed, norm, bias, swiglu, residual, stream):
     """The decode stream with its pieces loaded as 16-byte words (inline PTX, or plain loads:
-    StreamConfig.words), unpacked in registers, against the fp32 reference, at the plain stream's tolerance; the lm_head's token
-    choice is the argmax of its own logits."""
+    StreamConfig.words), unpacked in registers, against the fp32 reference, at the plain
+    stream's tolerance; the lm_head's token choice is the argmax of its own logits."""
     K, dtype, g = 8 * K8, torch.bfloat16, torch.Generator().manual_seed(seed)
     rows = 2 * N if swiglu else N
     x = rnd(1, K, dtype=dtype, seed_gen=g)
