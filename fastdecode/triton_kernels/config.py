@@ -498,8 +498,8 @@ class StreamConfig:
                                      f"down), got {self.stages}")
                 return tuple(self.stages)
             return (self.stages,) * 4
-        big = d_model is not None and d_model >= self.stages_min_d_model and not self.ptx \
-            and not self.words
+        big = d_model is not None and d_model >= self.stages_min_d_model \
+            and not self.piece_mode()
         # QKV / gate|up rows chunked (longer than max_k) too: the megakernel
         # unrolls the RMSNorm statistics' chunk loop (gemv_body K_CONST), which would otherwise
         # nest in the stream loop, and the pipeliner skips a loop with a nested one (they took

@@ -151,11 +151,11 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
     issued before it 1214.9 / 1232.4 / 1227.4, QKV and lm_head 1230.8 / 1228.7, every op
     1120.9 / 1118.5 (124 B of spills), against 1267.0-1278.8 as it is -- in its SASS each bf16
     piece is split (PRMT) 68-126 instructions after its request, so nothing overlapped the
-    wait. With PTX pieces the QKV change gains (1258.8 /
-    1257.4 vs 1235.3 / 1235.1) but stays below the plain stream (bench/RESULTS.md session 46).
-    Otherwise each tile loops over K on its own (ops mode: many programs per SM supply the
-    loads in flight; T>1: tl.dot tiles).
-    PTX (STREAM, bf16 weights): the pieces are loaded by inline PTX (_common.weight_chunk).
+    wait. With PTX pieces the QKV change gains (1258.8 / 1257.4 vs 1235.3 / 1235.1) but stays
+    below the plain stream (bench/RESULTS.md session 46). Otherwise each tile loops over K on
+    its own (ops mode: many programs per SM supply the loads in flight; T>1: tl.dot tiles).
+    PTX (STREAM, bf16 weights): the pieces are loaded as int32 words, by inline PTX (1) or plain
+    loads (2) (_common.weight_chunk).
     STAGES > 1 (STREAM, not PTX): one load of piece i per iteration, which Triton's loop
     pipeliner turns into cp.async copies to shared memory issued STAGES - 1 iterations ahead --
     the pieces in flight wait in shared memory, not registers. The task's dependency wait

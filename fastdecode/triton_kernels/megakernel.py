@@ -339,7 +339,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     [16, 256] tile, 32 values a thread per part at 4 warps; compile_check --rows-tile, sm_90a,
     session 39: 32 / 32 B of spills on the 1B / 8B with 4 / 2 K parts, against 64 / 44 B
     summing row by row and 44 / 48 B by 8-row tiles).
-    PTX (STREAM, bf16 weights): weight pieces by inline PTX (_common.weight_chunk).
+    PTX (STREAM, bf16 weights): weight pieces as int32 words, by inline PTX (1) or plain loads
+    (2) (_common.weight_chunk).
     SQ / SO / SG / SF (STREAM, config.StreamConfig.stages): > 1, the QKV / o_proj / gate|up /
     down tasks stream through shared memory in that many stages, their wait inside the stream
     (gemv.gemv_body, qkv_rope.qkv_rope_body).
