@@ -126,6 +126,43 @@ def stream_start(w_ptr, N, K, tile_lo, tile_hi, BLOCK_N: tl.constexpr, BLOCK_K: 
 
 
 @triton.jit
+def stream_reduce(w, w2, x, acc, acc2, accp, accp2, b, b2, r, i, n_it, tile_lo, bias_ptr, res_ptr,
+                  out_ptr, N, K, stride_res, offs_t, mask_t, BIAS: tl.constexpr,
+                  SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr, BLOCK_N: tl.constexpr,
+                  BLOCK_K: tl.constexpr, PTX: tl.constexpr):
+    """Piece i of gemv_body's register stream, (w, w2) with its activation chunk x, reduced into
+    the tile's sums; at the tile's last chunk (i < n_it) the epilogue, the store, and the next
+    tile's bias / residual requested. -> (acc, acc2, accp, accp2, b, b2, r)."""
+    n_k = tl.cdiv(K, BLOCK_K)
+    if n_k > 1:
+        accp += row_partials(w, x, PTX)
+        if SWIGLU:
+            accp2 += row_partials(w2, x, PTX)
+    else:
+        acc += row_dot(w, x, PTX)
+        if SWIGLU:
+            acc2 += row_dot(w2, x, PTX)
+    if (i % n_k == n_k - 1) & (i < n_it):  # the tile's last chunk: epilogue, store, next operands
+        if n_k > 1:
+            acc = row_sum(accp)
+            acc2 = row_sum(accp2)
+            accp = tl.zeros_like(accp)
+            accp2 = accp
+        rows1 = (tile_lo + (i + 1) // n_k) * BLOCK_N + tl.arange(0, BLOCK_N)
+        b_n, b2_n, r_n = epilogue_operands(bias_ptr, res_ptr, offs_t, mask_t, rows1,
+                                           (rows1 < N) & (i + 1 < n_it), N, stride_res, BIAS,
+                                           SWIGLU, RESIDUAL)
+        y = gemv_epilogue(acc, acc2, b, b2, r, SWIGLU)
+        offs_n = (tile_lo + i // n_k) * BLOCK_N + tl.arange(0, BLOCK_N)
+        tl.store(out_ptr + offs_n[None, :], y.to(out_ptr.dtype.element_ty),
+                 mask=mask_t[:, None] & (offs_n < N)[None, :])
+        acc = tl.zeros_like(acc)
+        acc2 = acc
+        b, b2, r = b_n, b2_n, r_n
+    return acc, acc2, accp, accp2, b, b2, r
+
+
+@triton.jit
 def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, stride_x, stride_res,
               stride_out, eps, tile_lo, tile_hi, pid_t, w0, w20,
               NORM: tl.constexpr, BIAS: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
@@ -260,37 +297,14 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
         accp = tl.zeros([BLOCK_N, BLOCK_K // PV], dtype=tl.float32)  # chunked rows' row_partials
         accp2 = accp
         for i in range(0, n_it):
-            i1 = i + 1
-            rows1 = (tile_lo + i1 // n_k) * BLOCK_N + tl.arange(0, BLOCK_N)
-            mask1 = (rows1 < N) & (i1 < n_it)
-            k1 = (i1 % n_k) * BLOCK_K
-            w_n, w2_n = stream_piece(w_ptr, N, K, tile_lo, i1, n_it, BLOCK_N, BLOCK_K, SWIGLU,
-                                     PTX)
-            x_n = next_x_chunk(x, x_ptr, norm_ptr, offs_t, mask_t, stride_x, k1, K, n_k, rstd,
-                               NORM, BLOCK_K)
-            if n_k > 1:
-                accp += row_partials(w, x, PTX)
-                if SWIGLU:
-                    accp2 += row_partials(w2, x, PTX)
-            else:
-                acc += row_dot(w, x, PTX)
-                if SWIGLU:
-                    acc2 += row_dot(w2, x, PTX)
-            if i % n_k == n_k - 1:  # the tile's last chunk: epilogue, store, next tile's operands
-                if n_k > 1:
-                    acc = row_sum(accp)
-                    acc2 = row_sum(accp2)
-                    accp = tl.zeros([BLOCK_N, BLOCK_K // PV], dtype=tl.float32)
-                    accp2 = accp
-                b_n, b2_n, r_n = epilogue_operands(bias_ptr, res_ptr, offs_t, mask_t, rows1,
-                                                   mask1, N, stride_res, BIAS, SWIGLU, RESIDUAL)
-                y = gemv_epilogue(acc, acc2, b, b2, r, SWIGLU)
-                offs_n = (tile_lo + i // n_k) * BLOCK_N + tl.arange(0, BLOCK_N)
-                tl.store(out_ptr + offs_n[None, :], y.to(out_ptr.dtype.element_ty),
-                         mask=mask_t[:, None] & (offs_n < N)[None, :])
-                acc = tl.zeros([1, BLOCK_N], dtype=tl.float32)
-                acc2 = acc
-                b, b2, r = b_n, b2_n, r_n
+            w_n, w2_n = stream_piece(w_ptr, N, K, tile_lo, i + 1, n_it, BLOCK_N, BLOCK_K,
+                                     SWIGLU, PTX)
+            x_n = next_x_chunk(x, x_ptr, norm_ptr, offs_t, mask_t, stride_x,
+                               ((i + 1) % n_k) * BLOCK_K, K, n_k, rstd, NORM, BLOCK_K)
+            acc, acc2, accp, accp2, b, b2, r = stream_reduce(
+                w, w2, x, acc, acc2, accp, accp2, b, b2, r, i, n_it, tile_lo, bias_ptr, res_ptr,
+                out_ptr, N, K, stride_res, offs_t, mask_t, BIAS, SWIGLU, RESIDUAL, BLOCK_N,
+                BLOCK_K, PTX)
             w, w2, x = w_n, w2_n, x_n
     else:
         rstd = tile_rstd(x_ptr, stride_x, T, K, eps, pid_t, NORM, BLOCK_T, BLOCK_K)
