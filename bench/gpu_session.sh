@@ -136,9 +136,11 @@ for s in $stages; do
            words) T=$B/kv_prefetch=1/attn_outline=1/attn_block_s=64  # the 1B's table entry
                   NEW=256 sw 1b $T,$T/words=1,$T/ptx=1,$T,$T/words=1
                   NEW=256 sw 8b $B,$B/words=1,$B,$B/words=1 ;;
-           # where the 1B's two decode schedules cross (level at 163 keys in session 46)
-           xover) T=$B/kv_prefetch=1/attn_outline=1/attn_block_s=64; A=$T/attn_in_qkv_keys
-                  NEW=256 sw 1b $T,$A=0,$A=96,$A=160,$T ;;
+           # where the 1B's two decode schedules cross (level at 163 keys in session 46; 160
+           # keys 1301.9 vs the rule's 1293.2 / 1288.0 in session 47, one run: its 1B entry again,
+           # with the word pieces since)
+           xover) T=$B/kv_prefetch=1/attn_outline=1/attn_block_s=64/words=1; A=$T/attn_in_qkv_keys
+                  NEW=256 sw 1b $T,$A=160,$A=96,$T,$A=160,$A=96 ;;
            # each op's piece elements (StreamConfig.op_elems: QKV / o / gate|up / down), around
            # ops mode's per-shape bests; compile_check spills within the default's (1B 44/48 B)
            opelems) E=$B/op_elems; Q=$K/288  # Qwen3-8B as its table entry: 288 short keys

@@ -105,9 +105,15 @@ class StreamConfig:
     # stream's next piece then stays in flight across its loop's back edge, where a bf16 piece
     # is split into one register an element as it lands (sm_90a SASS of the 1B's megakernel,
     # 2026-12-04: 128 PRMT at each stream loop's end, reading the loads just issued). The PTX
-    # pieces carry theirs in flight too (their SASS: all but gate|up's loop) and were slower, so
-    # this asks whether their cache operators or the deeper stream cost that. Not yet timed on
-    # a GPU (bench/gpu_session.sh exp, EXP_PARTS=words).
+    # pieces carry theirs in flight too (their SASS: all but gate|up's loop) and were slower: their
+    # cache operators cost that, not the deeper stream. H200, 2026-12-04, 5f24480, sweep_mega
+    # --new-tokens 256 (EXP_PARTS=words bash bench/gpu_session.sh exp), one run, tok/s: 1B table
+    # entry 1291.0 / 1290.6 with words vs 1277.6 / 1277.1 without, 1255.6 by PTX pieces -- the
+    # 1B's entry takes it (tile_table.json); 8B 231.5 / 230.9 vs 257.3 / 257.0 on its shared-
+    # memory stages (words streams in registers: stages 1). Tried on top, each in its own
+    # process, against 1289.5 / 1294.5: a two-piece (ping-pong) gemv stream loop, no back-edge
+    # moves left in its SASS, 255 regs: 1239.3 / 1237.0; QKV's second piece requested with the
+    # activations (as qkv_rope_body's PTX 1): 1291.2 / 1288.5 -- neither kept (RESULTS session 47).
     words: bool = False
     # decode: the last ATTN task of a KV group merges its splits (graph.py, Tiling.merge_in_attn)
     # instead of a MERGE task one dependency hop later. Off: on an H200 (2026-11-30, 009b042,

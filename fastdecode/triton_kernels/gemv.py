@@ -189,8 +189,11 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
     1120.9 / 1118.5 (124 B of spills), against 1267.0-1278.8 as it is -- in its SASS each bf16
     piece is split (PRMT) 68-126 instructions after its request, so nothing overlapped the
     wait. With PTX pieces the QKV change gains (1258.8 / 1257.4 vs 1235.3 / 1235.1) but stays
-    below the plain stream (bench/RESULTS.md session 46). Otherwise each tile loops over K on
-    its own (ops mode: many programs per SM supply the loads in flight; T>1: tl.dot tiles).
+    below the plain stream (bench/RESULTS.md session 46). With word pieces the loop unrolled by
+    two (piece i + 1 requested, piece i reduced, piece i + 2 requested into piece i's registers,
+    piece i + 1 reduced: no register moves left at its back edges in the SASS) ran slower,
+    1239.3 / 1237.0 vs 1289.5 / 1294.5 tok/s (session 47; 255 vs 199 registers, code 150.4 vs
+    125.4 KB). Otherwise each tile loops over K on its own (ops mode: many programs per SM supply the loads in flight; T>1: tl.dot tiles).
     PTX (STREAM, bf16 weights): the pieces are loaded as int32 words, by inline PTX (1) or plain
     loads (2) (_common.weight_chunk).
     STAGES > 1 (STREAM, not PTX): one load of piece i per iteration, which Triton's loop

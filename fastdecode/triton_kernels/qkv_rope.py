@@ -109,8 +109,8 @@ def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_pt
     flight after its reduction -- H200, 2026-12-04, 27e5351's tree, Llama-3.2-1B table config,
     one process per variant: 1258.8 / 1257.4 tok/s against 1235.3 / 1235.1 requested in the
     loop; with bf16 pieces, which a stream waits for at its back edge, it lost (gemv.gemv_body's
-    docstring). Not with PTX 2 until timed: there it raises the kernel's registers 199 -> 249
-    and adds register moves (reads of the new loads) at the other stream loops' back edges.
+    docstring). Not with PTX 2: level there (1291.2 / 1288.5 vs 1289.5 / 1294.5 tok/s, same
+    method, 2026-12-04 session 47) at 249 registers instead of 199.
     Returns 1, or WAIT's result."""
     half = HD // 2
     n_t = tl.cdiv(T, BLOCK_T)
