@@ -133,7 +133,7 @@ for s in $stages; do
            # is split into one register an element as it lands, and the stream loops' back
            # edges wait for it -- sm_90a SASS), against bf16 tiles and the PTX words; the 8B
            # shapes then take the register stream (words: stages 1)
-           words) T=$B/kv_prefetch=1/attn_outline=1/attn_block_s=64  # the 1B's table entry
+           words) T=$B/kv_prefetch=1/attn_outline=1/attn_block_s=64  # the 1B's entry before words
                   NEW=256 sw 1b $T,$T/words=1,$T/ptx=1,$T,$T/words=1
                   NEW=256 sw 8b $B,$B/words=1,$B,$B/words=1 ;;
            # where the 1B's two decode schedules cross (level at 163 keys in session 46; 160
