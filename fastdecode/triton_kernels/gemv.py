@@ -131,8 +131,8 @@ def stream_reduce(w, w2, x, acc, acc2, accp, accp2, b, b2, r, i, n_it, tile_lo, 
                   SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr, BLOCK_N: tl.constexpr,
                   BLOCK_K: tl.constexpr, PTX: tl.constexpr):
     """Piece i of gemv_body's register stream, (w, w2) with its activation chunk x, reduced into
-    the tile's sums; at the tile's last chunk (i < n_it) the epilogue, the store, and the next
-    tile's bias / residual requested. -> (acc, acc2, accp, accp2, b, b2, r)."""
+    the tile's sums; at the tile's last chunk the epilogue, the store, and the next tile's bias
+    / residual requested. -> (acc, acc2, accp, accp2, b, b2, r)."""
     n_k = tl.cdiv(K, BLOCK_K)
     if n_k > 1:
         accp += row_partials(w, x, PTX)
@@ -142,7 +142,7 @@ def stream_reduce(w, w2, x, acc, acc2, accp, accp2, b, b2, r, i, n_it, tile_lo, 
         acc += row_dot(w, x, PTX)
         if SWIGLU:
             acc2 += row_dot(w2, x, PTX)
-    if (i % n_k == n_k - 1) & (i < n_it):  # the tile's last chunk: epilogue, store, next operands
+    if i % n_k == n_k - 1:  # the tile's last chunk: epilogue, store, next tile's operands
         if n_k > 1:
             acc = row_sum(accp)
             acc2 = row_sum(accp2)
@@ -193,7 +193,8 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
     two (piece i + 1 requested, piece i reduced, piece i + 2 requested into piece i's registers,
     piece i + 1 reduced: no register moves left at its back edges in the SASS) ran slower,
     1239.3 / 1237.0 vs 1289.5 / 1294.5 tok/s (session 47; 255 vs 199 registers, code 150.4 vs
-    125.4 KB). Otherwise each tile loops over K on its own (ops mode: many programs per SM supply the loads in flight; T>1: tl.dot tiles).
+    125.4 KB). Otherwise each tile loops over K on its own (ops mode: many programs per SM
+    supply the loads in flight; T>1: tl.dot tiles).
     PTX (STREAM, bf16 weights): the pieces are loaded as int32 words, by inline PTX (1) or plain
     loads (2) (_common.weight_chunk).
     STAGES > 1 (STREAM, not PTX): one load of piece i per iteration, which Triton's loop
