@@ -250,34 +250,14 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
                         xr, nr = x_chunk_raw(x_ptr, norm_ptr, offs_t, mask_t, stride_x, 0, K,
                                              NORM, BLOCK_K)
             if run == 1:
-                kc = i % n_k
                 if n_k > 1:  # this piece's chunk, requested an iteration ago; the next one's
                     x = x_chunk_apply(xr, nr, rstd, NORM)
                     xr, nr = x_chunk_raw(x_ptr, norm_ptr, offs_t, mask_t, stride_x,
-                                         ((kc + 1) % n_k) * BLOCK_K, K, NORM, BLOCK_K)
-                    accp += row_partials(w, x, False)
-                    if SWIGLU:
-                        accp2 += row_partials(w2, x, False)
-                else:
-                    acc += row_dot(w, x, False)
-                    if SWIGLU:
-                        acc2 += row_dot(w2, x, False)
-                if kc == n_k - 1:  # the tile's last chunk: epilogue, store, next tile's operands
-                    if n_k > 1:
-                        acc = row_sum(accp)
-                        acc2 = row_sum(accp2)
-                        accp = tl.zeros([BLOCK_N, BLOCK_K // PV], dtype=tl.float32)
-                        accp2 = accp
-                    rows = (tile_lo + i // n_k) * BLOCK_N + tl.arange(0, BLOCK_N)
-                    y = gemv_epilogue(acc, acc2, b, b2, r, SWIGLU)
-                    tl.store(out_ptr + rows[None, :], y.to(out_ptr.dtype.element_ty),
-                             mask=mask_t[:, None] & (rows < N)[None, :])
-                    rows1 = rows + BLOCK_N
-                    b, b2, r = epilogue_operands(bias_ptr, res_ptr, offs_t, mask_t, rows1,
-                                                 (rows1 < N) & (i + 1 < n_it), N, stride_res,
-                                                 BIAS, SWIGLU, RESIDUAL)
-                    acc = tl.zeros([1, BLOCK_N], dtype=tl.float32)
-                    acc2 = acc
+                                         ((i + 1) % n_k) * BLOCK_K, K, NORM, BLOCK_K)
+                acc, acc2, accp, accp2, b, b2, r = stream_reduce(
+                    w, w2, x, acc, acc2, accp, accp2, b, b2, r, i, n_it, tile_lo, bias_ptr,
+                    res_ptr, out_ptr, N, K, stride_res, offs_t, mask_t, BIAS, SWIGLU, RESIDUAL,
+                    BLOCK_N, BLOCK_K, False)
         if n_it == 0:
             if WAIT is not None:
                 run = WAIT(*wargs)
