@@ -143,6 +143,9 @@ def start_sequence(rt: Runtime, ids, sampling, *, seed, eos, max_new_tokens: int
     already holds -- the choice and the stops set, the prompt prefilled (from the first token
     not cached), its last chunk choosing the first new token."""
     keep = cached_prefix(rt.fed, ids) if reuse else 0
+    lr = rt.state.longrope
+    if keep and lr is not None and lr.long and len(ids) <= lr.orig:
+        keep = 0  # the cache holds keys of the long factors, a fresh call's are the short ones
     rt.reset(keep)
     rt.set_sampling(sampling, seed)
     rt.set_stop(eos, max_new_tokens)

@@ -176,12 +176,15 @@ def generate(rt, ids: torch.Tensor, *, max_new_tokens: int, source, rows_max: in
     idle = 0
     while True:
         start = rt.position  # the cache holds seq[:-1]: tok, seq[-1], goes in next
-        room = min(k, rt.max_seq_len - start - 1, max_new_tokens - len(out))
+        # rows a step may add: the cache's room, and no step across a longrope's switch (its
+        # rows before the switch would take the long factors, plain decoding's the short ones)
+        fits = min(k, rt.max_seq_len - start - 1, rt.rope_room() - 1)
+        room = min(fits, max_new_tokens - len(out))
         cands = source.candidates(room, eos)[:room]
         if not cands and plain:
             idle += 1
             for t in decode_chunk(rt, tok, min(idle, IDLE_CHUNK, max_new_tokens - len(out),
-                                               rt.max_seq_len - start)):
+                                               rt.max_seq_len - start), seq):
                 if emit(t, None, None):
                     return _finish(ids, out, streamer)
             tok = t
@@ -189,10 +192,11 @@ def generate(rt, ids: torch.Tensor, *, max_new_tokens: int, source, rows_max: in
         idle = 0
         # a step has 1 or k + 1 rows whatever the candidates found (an EOS cut, the last
         # tokens): one row count, one compiled kernel; the padding rows are not read
-        pad = min(k, rt.max_seq_len - start - 1) - len(cands)
+        pad = fits - len(cands)
         feed = cands + cands[-1:] * pad
         # from host memory: forward's one copy puts it in the step's ids buffer
-        rows = rt.forward(torch.tensor([tok] + feed, dtype=torch.long))
+        rows = rt.forward(torch.tensor([tok] + feed, dtype=torch.long),
+                          history=lambda p: seq[:p])
         greedy = rows.float().argmax(-1).tolist() if fast else None  # one sync a step
         for i in range(len(cands) + 1):  # row i: the token after the sequence so far
             raw = scores = rows[i:i + 1]
@@ -218,15 +222,16 @@ def generate(rt, ids: torch.Tensor, *, max_new_tokens: int, source, rows_max: in
 IDLE_CHUNK = 8
 
 
-def decode_chunk(rt, tok: int, n: int) -> list:
+def decode_chunk(rt, tok: int, n: int, seq: list) -> list:
     """n greedy decode steps from the chosen token tok (not yet in the cache): their n tokens.
     As forward() does, without the stop conditions (the host checks each token) and into
     history from step 0 (Runtime.free_steps); the cache's record of its tokens (prefix_cache)
-    kept."""
+    kept. seq: the sequence so far, tok its last (the cache holds the others)."""
     st, fed = rt.state, rt.fed
     rt.free_steps()
     st.ids[:1].fill_(tok)
-    rt.decode(n, _GREEDY)
+    rt.decode(n, _GREEDY,  # the ids of positions [0, p): seq's, then this chunk's tokens
+              history=lambda p: (seq + rt.tokens(0, max(0, p - len(seq))).tolist())[:p])
     toks = rt.tokens(0, n).tolist()
     if fed is not None:
         rt.fed = fed + [tok] + toks[:-1]

@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields
 
 import torch
 
-from .spec import ModelSpec
+from .spec import FAMILIES, ModelSpec
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -56,6 +56,8 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
     get(hf_name, index=None) -> tensor | None, HF state-dict names; `index` is a tuple of slices,
     so a rank reads only its shard (safetensors slices lazily). Sharding: distributed.py."""
     sp = spec.shard(rank, world)
+    if FAMILIES[spec.family].fused:
+        get = fused_getter(get, spec)
     if torch.device(device).type == "cuda":
         separate_head = not spec.tied or world > 1  # else the lm_head is the embedding's tensor
         check_weights_fit(sp, spec.vocab_size, separate_head, dtype,
@@ -130,7 +132,50 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
         .view(spec.n_layers, 2, spec.head_dim) if spec.qk_norm else None,
     )
     _check_shapes(pw, spec.vocab_size)
+    _permute_rope_dims(pw)
     return pw
+
+
+def fused_getter(get, spec: ModelSpec):
+    """get(name, index) over a checkpoint that fuses q|k|v into self_attn.qkv_proj and gate|up
+    into mlp.gate_up_proj (Phi-3, in that order, as HF's modeling splits them): a part's name
+    reads its rows of the fused tensor (index's row slice shifted; safetensors still reads only
+    the slice). Any other name, or a checkpoint that has the part itself, reads through."""
+    q, kv, f = spec.q_dim, spec.kv_dim, spec.ffn_dim
+    parts = {"self_attn.q_proj": ("self_attn.qkv_proj", 0, q),
+             "self_attn.k_proj": ("self_attn.qkv_proj", q, kv),
+             "self_attn.v_proj": ("self_attn.qkv_proj", q + kv, kv),
+             "mlp.gate_proj": ("mlp.gate_up_proj", 0, f),
+             "mlp.up_proj": ("mlp.gate_up_proj", f, f)}
+
+    def fget(name, index=None):
+        for part, (whole, off, n) in parts.items():
+            if f".{part}." in name:
+                index = index or (slice(None),)
+                a, b, step = index[0].indices(n)
+                assert step == 1, "row slices only"
+                t = get(name.replace(part, whole), (slice(off + a, off + b), *index[1:]))
+                return get(name, index) if t is None else t
+        return get(name, index)
+    return fget
+
+
+def _permute_rope_dims(pw: PackedWeights):
+    """Partial rotary (spec.rot < head_dim): each q / k head's rows (weights, biases, q/k-norm
+    weights) in ModelSpec.rope_permutation's order, one layer at a time (a layer's copy at most
+    beside the packed weights). q . k is the same sum in any common order of the dims."""
+    s = pw.spec
+    perm = s.rope_permutation()
+    if perm is None:
+        return
+    perm = perm.to(pw.device)
+    qk = (s.n_heads + s.n_kv_heads) * s.head_dim  # q rows, then k rows
+    for t in (pw.w_qkv, pw.b_qkv):
+        for layer in [] if t is None else t:
+            heads = layer[:qk].view(-1, s.head_dim, *layer.shape[1:])
+            heads.copy_(heads[:, perm])
+    if pw.qk_norm is not None:
+        pw.qk_norm.copy_(pw.qk_norm[:, :, perm])
 
 
 def check_weights_fit(sp: ModelSpec, full_vocab: int, separate_head: bool, dtype,

@@ -233,11 +233,12 @@ class Runtime:
                              f"{self.max_seq_len}")
 
     # ---- public steps -----------------------------------------------------------------------
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, history=None) -> torch.Tensor:
         """Append ids [T] (host or device memory) to the cache; return fp32 logits [T, V] of
-        every new token."""
+        every new token. history: generate()'s steps (rope_call)."""
         T = ids.shape[0]
         self._check_room(T)
+        self.rope_call(T, history)
         out = []
         long = self._long_prompt(T)
         step = self.prefill_chunk if long else self.max_chunk
@@ -261,6 +262,7 @@ class Runtime:
         if self.state.n_pos != start or not 0 <= start < T:
             raise ValueError(f"prefill from token {start} of {T} with {self.state.n_pos} cached")
         self._check_room(T - start)
+        self.rope_call(T - start, lambda p: ids[:p])
         if sampling.penalized:
             self.state.seen.zero_()
             self.state.seen[ids.to(self.state.seen.device).long()] = True
@@ -276,6 +278,47 @@ class Runtime:
             self.state.done.zero_()      # a chunk's token choice is not a stop
             run = self._prefill_long if long else self._run
             run(ids[c0:c0 + step], all_logits=False, sampling=sampling, head=last)
+
+    def rope_call(self, T: int, history=None):
+        """longrope (state.LongRope): the tables a call of T tokens at the current position
+        reads -- HF's per forward: the long factors everywhere if the call reaches the original
+        context orig, else the short ones. history (generate's calls: p -> the ids of the cached
+        positions [0, p)): as HF's generate for Phi-3, a call that takes the sequence past orig
+        with the cache at most orig long first re-encodes the cache with the long factors."""
+        lr, p = self.state.longrope, self.state.n_pos
+        if lr is None:
+            return
+        lr.use(p + T > lr.orig)
+        if lr.long and history is not None and 0 < p <= lr.orig:
+            self._refill(history(p))
+
+    def rope_room(self) -> int:
+        """Positions a call may fill from the current one with the tables plain decoding uses
+        for each: up to a longrope's original context, if the cache is short of it."""
+        lr, p = self.state.longrope, self.state.n_pos
+        return lr.orig - p if lr is not None and p < lr.orig else self.max_seq_len
+
+    def _refill(self, ids):
+        """The cache's positions [0, len(ids)) encoded again from their token ids, with no
+        logits and no choice; the token to feed next (state.ids[0]) kept."""
+        st, T, fed = self.state, len(ids), self.fed
+        ids = torch.as_tensor(ids, dtype=torch.long)
+        cur = st.ids[:1].clone()
+        self.rewind(0)
+        long = self._long_prompt(T)
+        step = self.prefill_chunk if long else self.max_chunk
+        for c0 in range(0, T, step):
+            chunk = ids[c0:c0 + step]
+            if long:
+                self._prefill_long(chunk, all_logits=False, sampling=Sampling(), head=False)
+                continue
+            st.ids[:len(chunk)].copy_(chunk)
+            run = self._step_ops if self.mode in ("ops", "mega") else self._step_torch
+            run(len(chunk), False, Sampling(), head=False)
+            st.pos += len(chunk)
+            st.n_pos += len(chunk)
+        st.ids[:1].copy_(cur)
+        self.fed = fed
 
     def _long_prompt(self, T: int) -> bool:
         """Whether T prompt tokens prefill through _prefill_long (ops and mega modes)."""
@@ -318,11 +361,26 @@ class Runtime:
         st.n_pos += T
         return logits
 
-    def decode(self, n: int, sampling: Sampling):
+    def decode(self, n: int, sampling: Sampling, history=None):
         """n decode steps, each feeding back the token the previous step chose. No host sync
-        (but in the caller's logits processors: Sampling.host)."""
+        (but in the caller's logits processors: Sampling.host). history: p -> the ids of the
+        cached positions [0, p) (rope_call); by default the prompt and the chosen tokens."""
         self._check_room(n)
         self.fed = None
+        lr, p = self.state.longrope, self.state.n_pos
+        if lr is not None and p <= lr.orig < p + n:  # a step at orig: the re-encode first
+            if p < lr.orig:
+                self.decode(lr.orig - p, sampling)
+            self.rope_call(1, history or self._generated)
+            return self._decode(p + n - lr.orig, sampling)
+        self.rope_call(1)
+        self._decode(n, sampling)
+
+    def _generated(self, p: int) -> torch.Tensor:
+        """The ids of positions [0, p) of generate()'s sequence: its prompt, then its tokens."""
+        return self.state.sequence(p - len(self.state.prompt))[0]
+
+    def _decode(self, n: int, sampling: Sampling):
         if self.mode == "mega" and not sampling.filtered:
             short = self._short_steps(1, n)  # the short-context schedule's, then the others
             for m in (short, n - short):

@@ -1,8 +1,9 @@
 """ModelSpec: every size of a decoder read from its Hugging Face config, in one dataclass.
 
-One family table says how Llama, Mistral, Qwen2 and Qwen3 differ (qkv bias, q/k norm, sliding
-window, which rope scalings). Anything the kernels do not implement raises
-:class:`UnsupportedModelError` naming the model_type or the field, before any weight is touched.
+One family table says how Llama, Mistral, Qwen2, Qwen3 and Phi-3 differ (qkv bias, q/k norm,
+sliding window, fused checkpoint tensors, partial rotary, which rope scalings). Anything the
+kernels do not implement raises :class:`UnsupportedModelError` naming the model_type or the
+field, before any weight is touched.
 """
 from __future__ import annotations
 
@@ -33,6 +34,12 @@ class Family:
     qkv_bias: bool          # q/k/v projections carry a bias regardless of `attention_bias`
     qk_norm: bool           # RMSNorm over head_dim on q and k before RoPE (Qwen3)
     window_field: str | None  # config field that switches the sliding window on, None: always on if set
+    # the checkpoint stores q|k|v as self_attn.qkv_proj and gate|up as mlp.gate_up_proj (Phi-3;
+    # packing.fused_getter reads the parts out of them)
+    fused: bool = False
+    # HF's rotary embedding of the family rotates the first partial_rotary_factor of each head
+    # (Phi-3); elsewhere its default rope ignores the factor
+    partial_rotary: bool = False
 
 
 FAMILIES: dict[str, Family] = {
@@ -40,10 +47,14 @@ FAMILIES: dict[str, Family] = {
     "mistral": Family(qkv_bias=False, qk_norm=False, window_field=None),
     "qwen2": Family(qkv_bias=True, qk_norm=False, window_field="use_sliding_window"),
     "qwen3": Family(qkv_bias=False, qk_norm=True, window_field="use_sliding_window"),
+    "phi3": Family(qkv_bias=False, qk_norm=False, window_field=None, fused=True,
+                   partial_rotary=True),
 }
 # freq_factors: llama.cpp's per-frequency divisors (a GGUF's rope_freqs tensor, which Llama-3.x
 # files carry in place of their llama3 rope_scaling; loading.gguf_config), rope["factors"]
-ROPE_TYPES = ("default", "linear", "llama3", "yarn", "freq_factors")
+# longrope: Phi-3's long-context checkpoints (short / long per-frequency factors; "su" in older
+# configs), whose factors HF picks per forward: ModelSpec.longrope_orig
+ROPE_TYPES = ("default", "linear", "llama3", "yarn", "freq_factors", "longrope")
 
 
 @dataclass(frozen=True)
@@ -66,6 +77,26 @@ class ModelSpec:
     tied: bool = False
     layer_windows: tuple = ()  # per layer: 0 full attention; W keys in (p - W, p]
     max_position: int = 1 << 30
+    rotary_dim: int = 0  # dims of a q / k head RoPE rotates (its first ones); 0: the whole head
+
+    @property
+    def rot(self) -> int:
+        """Rotated dims of a head: HF rotates pairs (i, i + rot/2), i < rot/2, and passes
+        [rot, head_dim) through. The kernels rotate pairs (i, i + head_dim/2): packing.pack
+        permutes q / k rows (rope_permutation) so those pairs are HF's and the rest sit where
+        rope_inv_freq is 0 (cos 1, sin 0: passed through exactly)."""
+        return self.rotary_dim or self.head_dim
+
+    def rope_permutation(self) -> torch.Tensor | None:
+        """perm [head_dim]: packed q / k dim j holds HF's dim perm[j] (None: the identity,
+        rot == head_dim). Kernel pair (i, i + hd/2) is HF's (i, i + rot/2) for i < rot/2, and
+        two of the passed-through dims [rot, hd) otherwise."""
+        hd, r = self.head_dim, self.rot
+        if r == hd:
+            return None
+        half, rh = hd // 2, r // 2
+        pas = torch.arange(r, hd).view(2, half - rh)  # passed through: half into each half
+        return torch.cat([torch.arange(rh), pas[0], torch.arange(rh, r), pas[1]])
 
     @property
     def group(self) -> int:
@@ -126,9 +157,22 @@ class ModelSpec:
                                    n_kv_heads=max(1, self.n_kv_heads // world),
                                    ffn_dim=self.ffn_dim // world, vocab_size=v1 - v0)
 
-    def rope_inv_freq(self) -> torch.Tensor:
-        """Inverse frequencies [head_dim/2] (fp64 math, returned fp32), with the config's scaling."""
-        hd = self.head_dim
+    @property
+    def longrope_orig(self) -> int | None:
+        """longrope: the original context (original_max_position_embeddings). HF's rotary
+        embedding uses the long factors in a forward whose last position is >= it, the short ones
+        otherwise, and its generate re-encodes the whole cache with the long factors when a
+        sequence first grows past it (Phi3ForCausalLM.prepare_inputs_for_generation):
+        Runtime.rope_call does the same. None: any other rope."""
+        if self.rope.get("rope_type") != "longrope":
+            return None
+        return int(self.rope["original_max_position_embeddings"])
+
+    def rope_inv_freq(self, long: bool = False) -> torch.Tensor:
+        """Inverse frequencies [head_dim/2] (fp64 math, returned fp32), with the config's scaling;
+        over the rotated dims (rot) only, as HF's -- the rest 0 (rope_permutation). long: a
+        longrope's long factors (else its short ones)."""
+        hd = self.rot
         inv = 1.0 / (self.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
         kind = self.rope.get("rope_type", "default")
         if kind == "linear":
@@ -145,6 +189,9 @@ class ModelSpec:
             inv = torch.where(is_mid, mid, scaled)
         elif kind == "freq_factors":
             inv = inv / torch.tensor(self.rope["factors"], dtype=torch.float64)
+        elif kind == "longrope":
+            ext = self.rope["long_factor" if long else "short_factor"]
+            inv = inv / torch.tensor(ext, dtype=torch.float64)
         elif kind == "yarn":
             # YaRN (arXiv 2309.00071), as transformers' _compute_yarn_parameters: frequencies
             # that turn fewer than beta_slow times over the original context are interpolated
@@ -159,7 +206,8 @@ class ModelSpec:
             ramp = ((torch.arange(hd // 2, dtype=torch.float64) - lo)
                     / (hi - lo if hi != lo else 0.001)).clamp(0, 1)
             inv = inv / self._yarn_factor() * ramp + inv * (1 - ramp)
-        return inv.to(torch.float32)
+        pad = torch.zeros((self.head_dim - hd) // 2, dtype=torch.float64)
+        return torch.cat([inv, pad]).to(torch.float32)
 
     def _yarn_original(self) -> float:
         return float(self.rope.get("original_max_position_embeddings") or self.max_position)
@@ -169,24 +217,39 @@ class ModelSpec:
 
     def rope_attention_factor(self) -> float:
         """The factor HF multiplies cos and sin by (its attention_scaling): 1 but for YaRN, whose
-        attention_factor defaults to 0.1 ln(factor) + 1 (or the mscale / mscale_all_dim ratio)."""
-        if self.rope.get("rope_type") != "yarn":
+        attention_factor defaults to 0.1 ln(factor) + 1 (or the mscale / mscale_all_dim ratio),
+        and longrope: sqrt(1 + ln(factor) / ln(original context)), factor the config's or
+        max_position_embeddings / the original context."""
+        kind = self.rope.get("rope_type")
+        if kind not in ("yarn", "longrope"):
             return 1.0
         if self.rope.get("attention_factor") is not None:
             return float(self.rope["attention_factor"])
+        if kind == "longrope":
+            orig = self.longrope_orig
+            factor = float(self.rope.get("factor") or self.max_position / orig)
+            return 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(orig))
         factor = self._yarn_factor()
         g = lambda m: 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0  # noqa: E731
         ms, ms_all = self.rope.get("mscale"), self.rope.get("mscale_all_dim")
         return g(float(ms)) / g(float(ms_all)) if ms and ms_all else g(1.0)
 
-    def rope_table(self, max_seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def rope_table(self, max_seq_len: int, long: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin tables [max_seq_len, head_dim/2] fp32, computed as HF does (fp32 outer product,
-        times rope_attention_factor)."""
-        inv = self.rope_inv_freq()
+        times rope_attention_factor). longrope: the long factors' at every position if long, else
+        the short factors' below the original context and the long ones from it on (a forward
+        that reaches a position past it uses the long ones)."""
         pos = torch.arange(max_seq_len, dtype=torch.float32)
-        freqs = torch.outer(pos, inv)
-        att = self.rope_attention_factor()  # 1.0 (exact) but for YaRN
-        return freqs.cos() * att, freqs.sin() * att
+        freqs = torch.outer(pos, self.rope_inv_freq(long))
+        orig = self.longrope_orig
+        if orig is not None and not long:
+            freqs[orig:] = torch.outer(pos[orig:], self.rope_inv_freq(True))
+        cos, sin = freqs.cos(), freqs.sin()
+        att = self.rope_attention_factor()  # 1.0 (exact) but for YaRN and longrope
+        if att != 1.0:  # on the rotated pairs: the passed-through dims keep cos 1, sin 0
+            cos[:, :self.rot // 2] *= att
+            sin[:, :self.rot // 2] *= att
+        return cos, sin
 
     @classmethod
     def from_hf_config(cls, cfg) -> "ModelSpec":
@@ -200,11 +263,10 @@ class ModelSpec:
             raise UnsupportedModelError(f"{mt}: hidden_act={act!r} is not supported (only silu)")
         rope = _rope_params(cfg)
         kind = rope.get("rope_type", rope.get("type", "default"))
+        kind = "longrope" if kind == "su" else kind  # Phi-3's first configs' name for it
         if kind not in ROPE_TYPES:
             raise UnsupportedModelError(f"{mt}: rope_type={kind!r} is not supported ({ROPE_TYPES})")
         rope = dict(rope, rope_type=kind)
-        if float(getattr(cfg, "partial_rotary_factor", 1.0) or 1.0) != 1.0:
-            raise UnsupportedModelError(f"{mt}: partial_rotary_factor != 1 is not supported")
         n_heads = int(cfg.num_attention_heads)
         n_kv = int(getattr(cfg, "num_key_value_heads", None) or n_heads)
         d = int(cfg.hidden_size)
@@ -214,6 +276,9 @@ class ModelSpec:
                                         f"num_key_value_heads={n_kv}")
         if hd % 2:
             raise UnsupportedModelError(f"{mt}: head_dim={hd} is odd; RoPE needs an even head_dim")
+        rot = _rotary_dim(mt, fam, cfg, rope, hd)
+        if kind == "longrope":
+            rope = _longrope_params(mt, cfg, rope, rot)
         if kind == "freq_factors" and len(rope.get("factors", ())) != hd // 2:
             raise UnsupportedModelError(f"{mt}: {len(rope.get('factors', ()))} rope frequency "
                                         f"factors for head_dim {hd} (expected {hd // 2})")
@@ -236,7 +301,41 @@ class ModelSpec:
             o_bias=attn_bias, mlp_bias=bool(getattr(cfg, "mlp_bias", False)),
             qk_norm=fam.qk_norm, tied=bool(getattr(cfg, "tie_word_embeddings", False)),
             layer_windows=windows,
-            max_position=int(getattr(cfg, "max_position_embeddings", 1 << 30) or (1 << 30)))
+            max_position=int(getattr(cfg, "max_position_embeddings", 1 << 30) or (1 << 30)),
+            rotary_dim=0 if rot == hd else rot)
+
+
+def _longrope_params(mt: str, cfg, rope: dict, rot: int) -> dict:
+    """The rope dict with original_max_position_embeddings (transformers 4.x kept it on the
+    config) and its short / long factors checked: one per rotated pair."""
+    orig = rope.get("original_max_position_embeddings") or \
+        getattr(cfg, "original_max_position_embeddings", None)
+    if not orig:
+        raise UnsupportedModelError(f"{mt}: longrope without original_max_position_embeddings")
+    for k in ("short_factor", "long_factor"):
+        if len(rope.get(k) or ()) != rot // 2:
+            raise UnsupportedModelError(f"{mt}: longrope {k} has {len(rope.get(k) or ())} "
+                                        f"entries for {rot // 2} rotated pairs")
+    return dict(rope, original_max_position_embeddings=int(orig))
+
+
+def _rotary_dim(mt: str, fam: Family, cfg, rope: dict, hd: int) -> int:
+    """The rotated dims of a head: int(head_dim * partial_rotary_factor), as HF computes them,
+    where the family's rotary embedding applies the factor (Phi-3). Llama / Mistral / Qwen's
+    default rope ignores it, as here; their scaled ropes would rotate fewer dims than their
+    attention applies (HF fails on such a config): raised."""
+    f = rope.get("partial_rotary_factor", getattr(cfg, "partial_rotary_factor", None))
+    f = 1.0 if f is None else float(f)
+    if f == 1.0 or (not fam.partial_rotary and rope["rope_type"] == "default"):
+        return hd
+    if not fam.partial_rotary:
+        raise UnsupportedModelError(f"{mt}: partial_rotary_factor={f} with rope_type="
+                                    f"{rope['rope_type']!r} is not supported")
+    rot = int(hd * f)
+    if not 0 < f <= 1 or rot < 2 or rot % 2:
+        raise UnsupportedModelError(f"{mt}: partial_rotary_factor={f} rotates {rot} of head_dim "
+                                    f"{hd}; RoPE needs an even count >= 2")
+    return rot
 
 
 def _rope_params(cfg) -> dict:

@@ -157,6 +157,9 @@ class DecodeState:
         self.scores = self.raw = self.record = None
         cos, sin = s.rope_table(max_seq_len)
         self.cos, self.sin = cos.to(dev), sin.to(dev)
+        orig = s.longrope_orig
+        self.longrope = LongRope(s, self, orig) if orig is not None and orig < max_seq_len \
+            else None
         self.windows = torch.tensor(list(s.layer_windows), device=dev, dtype=torch.int32)
         self.n_pos = 0  # host mirror of pos
         # megakernel stop conditions and watchdog status (see triton_kernels/megakernel.py)
@@ -168,6 +171,24 @@ class DecodeState:
     def sequence(self, n: int) -> torch.Tensor:
         """HF's input_ids [1, L]: generate()'s prompt and the first n chosen tokens."""
         return torch.cat([self.prompt, self.hist[:n]])[None]
+
+
+class LongRope:
+    """A longrope's two tables (ModelSpec.longrope_orig): state.cos / sin hold the short
+    factors' below the original context `orig` and the long factors' from it on; a forward that
+    reaches past orig takes the long factors' at every position (use(True)). Only rows [0, orig)
+    differ: both versions of them are kept on the device, switching is one copy."""
+
+    def __init__(self, spec, st: "DecodeState", orig: int):
+        self.st, self.orig, self.long = st, orig, False
+        self.rows = {long: [t.to(st.cos.device) for t in spec.rope_table(orig, long)]
+                     for long in (False, True)}
+
+    def use(self, long: bool):
+        if long != self.long:
+            self.st.cos[:self.orig].copy_(self.rows[long][0])
+            self.st.sin[:self.orig].copy_(self.rows[long][1])
+            self.long = long
 
 
 class SymmetricLayout:

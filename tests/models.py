@@ -27,6 +27,11 @@ FAMILIES = {
     "qwen3": (tf.Qwen3Config, tf.Qwen3ForCausalLM, dict(
         hidden_size=40, intermediate_size=68, num_attention_heads=4, num_key_value_heads=2,
         head_dim=14, tie_word_embeddings=False)),
+    # phi3: q|k|v and gate|up fused in the checkpoint, half of each head rotated (head_dim 12:
+    # dims 0-5), a sliding window of 6 keys, GQA 2:1
+    "phi3": (tf.Phi3Config, tf.Phi3ForCausalLM, dict(
+        hidden_size=48, intermediate_size=60, num_attention_heads=4, num_key_value_heads=2,
+        partial_rotary_factor=0.5, sliding_window=6, pad_token_id=0, eos_token_id=2)),
 }
 
 
@@ -34,7 +39,8 @@ FAMILIES = {
 def hf_shapes(draw, families=tuple(FAMILIES)):
     """(family, config overrides, vocab) of model shapes nobody tuned for: any GQA ratio, even
     head dims 2-24 (q_dim != d_model allowed), odd FFN and vocab sizes, tied or untied heads, a
-    family's own traits (biases, q/k norm) kept and, Mistral, a random sliding window.
+    family's own traits (biases, q/k norm) kept and, Mistral and Phi-3, a random sliding window
+    (Phi-3: a random rotated part of the head too).
     transformers asks hidden_size to be a multiple of the head count."""
     family = draw(st.sampled_from(families))
     kv = draw(st.integers(1, 3))
@@ -42,8 +48,12 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
     cfg = dict(num_key_value_heads=kv, num_attention_heads=heads,
                head_dim=2 * draw(st.integers(1, 12)), hidden_size=heads * draw(st.integers(2, 9)),
                intermediate_size=draw(st.integers(3, 97)), tie_word_embeddings=draw(st.booleans()))
-    if family == "mistral":
+    if family in ("mistral", "phi3"):
         cfg["sliding_window"] = draw(st.integers(2, 12))
+    if family == "phi3":  # rotate 2 * pairs of the head's dims (the + 0.5: int() of the product
+        rot = 2 * draw(st.integers(1, cfg["head_dim"] // 2))  # cannot round below 2 * pairs)
+        cfg["partial_rotary_factor"] = (rot + 0.5) / cfg["head_dim"] if rot < cfg["head_dim"] \
+            else 1.0
     return family, cfg, draw(st.integers(5, 211))
 
 

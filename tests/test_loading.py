@@ -10,7 +10,7 @@ from models import tiny_model
 
 
 @pytest.mark.parametrize("shard", [None, "30KB"])
-@pytest.mark.parametrize("family", ["llama_bias_tied", "qwen3"])
+@pytest.mark.parametrize("family", ["llama_bias_tied", "qwen3", "phi3"])
 def test_safetensors_folder_matches_from_hf(tmp_path, family, shard):
     model = tiny_model(family)
     kw = {"max_shard_size": shard} if shard else {}
@@ -66,6 +66,23 @@ def test_packing_round_trip():
     assert pw.lm_head.data_ptr() == pw.embed.data_ptr()  # tied: one tensor, streamed once
 
 
+def test_fused_checkpoint_round_trip():
+    """Phi-3 fuses q|k|v (qkv_proj) and gate|up (gate_up_proj): the packed rows are those
+    tensors', each q / k head's in rope_permutation's order (half of each head rotated here)."""
+    model = tiny_model("phi3")
+    sd = model.state_dict()
+    s = ModelSpec.from_hf_config(model.config)
+    pw = pack(s, dict_getter(sd), device="cpu", dtype=torch.float32)
+    perm = s.rope_permutation()
+    assert perm is not None and s.rot == s.head_dim // 2
+    qk = s.q_dim + s.kv_dim
+    for i in range(s.n_layers):
+        qkv = sd[f"model.layers.{i}.self_attn.qkv_proj.weight"]
+        heads = qkv[:qk].view(-1, s.head_dim, s.d_model)[:, perm].reshape(qk, s.d_model)
+        assert torch.equal(pw.w_qkv[i], torch.cat([heads, qkv[qk:]]))
+        assert torch.equal(pw.w_gu[i], sd[f"model.layers.{i}.mlp.gate_up_proj.weight"])
+
+
 def test_missing_tensor_and_bad_dtype_raise():
     model = tiny_model("llama")
     sd = dict(model.state_dict())
@@ -110,11 +127,15 @@ def test_hub_id_loads_the_cached_snapshot(tmp_path, monkeypatch):
 
 
 QWEN2_WINDOWED = dict(use_sliding_window=True, sliding_window=6, max_window_layers=1)
+PHI3_LONGROPE = dict(rope_scaling={"rope_type": "longrope", "short_factor": [1.0, 1.5, 2.0],
+                                   "long_factor": [3.0, 4.0, 5.0]},
+                     original_max_position_embeddings=16, max_position_embeddings=64)
 
 
 @pytest.mark.parametrize("family,overrides", [(f, {}) for f in
                                               ["llama", "llama_bias_tied", "mistral", "qwen2",
-                                               "qwen3"]] + [("qwen2", QWEN2_WINDOWED)])
+                                               "qwen3", "phi3"]] +
+                         [("qwen2", QWEN2_WINDOWED), ("phi3", PHI3_LONGROPE)])
 def test_json_config_gives_the_autoconfig_spec(tmp_path, family, overrides):
     """from_pretrained reads config.json without transformers (JsonConfig): every ModelSpec field
     equals the one from transformers' AutoConfig, and so do the generation defaults generate()
@@ -130,8 +151,8 @@ def test_json_config_gives_the_autoconfig_spec(tmp_path, family, overrides):
     assert ModelSpec.from_hf_config(got) == ModelSpec.from_hf_config(want)
     if family == "llama":
         assert isinstance(got, JsonConfig)
-    if overrides:  # what AutoConfig derives must survive a config.json without layer_types
-        assert ModelSpec.from_hf_config(want).layer_windows == (0, 6)
+    if overrides and family == "qwen2":  # what AutoConfig derives must survive a config.json
+        assert ModelSpec.from_hf_config(want).layer_windows == (0, 6)  # without layer_types
     # what a transformers model loaded from the folder holds: its generation_config.json, else
     # the settings derived from the model config
     hf = GenerationConfig.from_pretrained(tmp_path) if (

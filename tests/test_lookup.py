@@ -61,7 +61,7 @@ def test_candidates_examples():
 
 def _counting_forward(fm):
     """The row count of each step the runtime's forward takes."""
-    return record_calls(fm.runtime, "forward", lambda ids: ids.shape[0])
+    return record_calls(fm.runtime, "forward", lambda ids, history=None: ids.shape[0])
 
 
 @pytest.mark.parametrize("family,mode,loops", [("qwen2", "torch", True), ("llama", "torch", True),
@@ -102,7 +102,8 @@ def test_steps_without_candidates_decode_chunks(mode, monkeypatch):
         want = model.generate(ids, max_new_tokens=30, do_sample=False, eos_token_id=None,
                               pad_token_id=0)
     fm = fastdecode.from_hf(model, max_seq_len=64, mode=mode)
-    chunks, rows = record_calls(fm.runtime, "decode", lambda n, s: n), _counting_forward(fm)
+    chunks = record_calls(fm.runtime, "decode", lambda n, s, history=None: n)
+    rows = _counting_forward(fm)
     got = fm.generate(ids, max_new_tokens=30, prompt_lookup_num_tokens=4, eos_token_id=[])
     assert torch.equal(got, want), (got[0, 7:].tolist(), want[0, 7:].tolist())
     # each chunk one longer than the one before, or 1 again after a step with candidates

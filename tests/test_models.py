@@ -44,6 +44,76 @@ def test_yarn_rope_fp32_matches_hf(mode):
     assert rel_err(got, ref) < 1e-5, (mode, rel_err(got, ref))
 
 
+# Phi-3's long-context rope on a tiny model: original context 16, so the runs below cross it
+LONGROPE = dict(rope_scaling={"rope_type": "longrope", "short_factor": [1.0, 1.3, 2.1],
+                              "long_factor": [1.5, 3.0, 7.0]},
+                original_max_position_embeddings=16, max_position_embeddings=64)
+
+
+@pytest.mark.parametrize("mode,prompts", [("torch", (10, 16, 17, 20)), ("vm", (16,)),
+                                          ("ops", (10,)), ("mega", (10, 20))])
+def test_longrope_generate_matches_hf(mode, prompts):
+    """longrope (Phi-3 128k checkpoints): HF takes the short factors while the sequence is at
+    most the original context long, and its generate re-encodes the whole cache with the long
+    ones when the sequence grows past it (a prompt past it: long from the start). Greedy tokens
+    and every step's logits against HF's generate -- prompts ending short of, at, and past the
+    original context -- with the re-encode landing inside a decode chunk of 5 steps too. The
+    same 1e-5 as above: a cache left on the short factors is off by O(1)."""
+    model = tiny_model("phi3", **LONGROPE).to(DEVICE)
+    fm = fastdecode.from_hf(model, max_seq_len=40, mode=mode)
+    for n in prompts:
+        ids = torch.randint(3, 101, (1, n), generator=torch.Generator().manual_seed(n))
+        ids = ids.to(DEVICE)
+        kw = dict(max_new_tokens=14, output_logits=True, return_dict_in_generate=True)
+        with torch.no_grad():
+            want = model.generate(ids, do_sample=False, **kw)
+        got = fm.generate(ids, **kw)   # one step a call (the host reads each step's logits)
+        assert torch.equal(got.sequences, want.sequences), (mode, n)
+        assert rel_err(torch.cat(got.logits), torch.cat(want.logits)) < 1e-5, (mode, n)
+        fm.runtime.decode_chunk = 5    # steps per launch (mega) / per host round trip
+        assert torch.equal(fm.generate(ids, max_new_tokens=14), want.sequences), (mode, n)
+        fm.runtime.decode_chunk = 1
+
+
+def test_longrope_forward_and_lookup_match_hf():
+    """A caller's own forward calls, as HF's model forward with its cache: each call takes the
+    long factors iff it reaches past the original context, the cached keys keep theirs (no
+    re-encode); and prompt lookup gives plain greedy decoding's tokens across the switch (no
+    step of several rows straddles it)."""
+    from transformers import DynamicCache
+    model = tiny_model("phi3", sliding_window=None, **LONGROPE).to(DEVICE)
+    fm = fastdecode.from_hf(model, max_seq_len=40, mode="torch")
+    ids = torch.randint(3, 101, (1, 24), generator=torch.Generator().manual_seed(0)).to(DEVICE)
+    cache = DynamicCache(config=model.config)
+    cuts = [0, 10, 14, 20, 21, 24]
+    for a, b in zip(cuts, cuts[1:]):
+        with torch.no_grad():
+            want = model(ids[:, a:b], cache=cache, use_cache=True).logits[0]
+        assert rel_err(fm(ids[:, a:b])[0], want) < 1e-5, (a, b)
+    rep = torch.tensor([[5, 6, 7, 8, 9] * 2 + [5, 6]]).to(DEVICE)
+    with torch.no_grad():
+        want = model.generate(rep, max_new_tokens=16, do_sample=False)
+    assert torch.equal(fm.generate(rep, max_new_tokens=16, prompt_lookup_num_tokens=3), want)
+
+
+def test_longrope_prefix_cache_matches_fresh_calls():
+    """prefix_cache with longrope: a turn after one that crossed the original context reuses
+    the cache only where its keys carry the factors a fresh call's would (a short prompt: not the
+    long-factor keys; a long one: re-encoded anyway) -- each turn's logits are a fresh model's."""
+    model = tiny_model("phi3", sliding_window=None, **LONGROPE).to(DEVICE)
+    fm = fastdecode.from_hf(model, max_seq_len=48, mode="torch", prefix_cache=True)
+    fresh = fastdecode.from_hf(model, max_seq_len=48, mode="torch")
+    g = torch.Generator().manual_seed(7)
+    first = torch.randint(3, 101, (1, 10), generator=g).to(DEVICE)
+    kw = dict(max_new_tokens=10, output_logits=True, return_dict_in_generate=True)
+    seq = fm.generate(first, **kw).sequences  # 20 positions: crossed 16
+    for turn in (seq[:, :12], torch.cat([seq, torch.randint(3, 101, (1, 4), generator=g)
+                                         .to(DEVICE)], 1)):
+        got, want = fm.generate(turn, **kw), fresh.generate(turn, **kw)
+        assert torch.equal(got.sequences, want.sequences)
+        assert rel_err(torch.cat(got.logits), torch.cat(want.logits)) < 1e-5
+
+
 @pytest.mark.parametrize("dtype, mode", [(torch.bfloat16, "ops"), (torch.float16, "ops"),
                                          (torch.float16, "mega")])
 @pytest.mark.parametrize("family", ["llama", "qwen3"])

@@ -103,7 +103,7 @@ def test_prompt_lookup_on_a_copy_task(smol):
     ids = chat_ids(tok, f"Repeat the following text exactly, word for word:\n\n{text}")
     fm = fastdecode.from_pretrained(path, device="cpu", dtype=torch.float32, max_seq_len=512)
     plain = fm.generate(ids, max_new_tokens=60)
-    steps = record_calls(fm.runtime, "forward", lambda ids: ids.shape[0])
+    steps = record_calls(fm.runtime, "forward", lambda ids, history=None: ids.shape[0])
     got = fm.generate(ids, max_new_tokens=60, prompt_lookup_num_tokens=10)
     assert torch.equal(got, plain)
     new = got.shape[1] - ids.shape[1]

@@ -17,11 +17,13 @@ def test_spec_fields_and_rope_match_hf(family):
     cfg = model.config
     assert (s.n_layers, s.d_model, s.n_heads, s.vocab_size) == (
         cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads, cfg.vocab_size)
-    assert s.qkv_dim == model.model.layers[0].self_attn.q_proj.out_features + \
-        2 * model.model.layers[0].self_attn.k_proj.out_features
+    attn = model.model.layers[0].self_attn
+    assert s.qkv_dim == (attn.qkv_proj.out_features if family == "phi3" else
+                         attn.q_proj.out_features + 2 * attn.k_proj.out_features)
     assert s.tied == bool(cfg.tie_word_embeddings)
-    inv = model.model.rotary_emb.inv_freq.float()
-    assert torch.allclose(s.rope_inv_freq(), inv, rtol=1e-6, atol=0)
+    inv = model.model.rotary_emb.inv_freq.float()  # Phi-3: of the rotated dims only
+    assert torch.allclose(s.rope_inv_freq()[:len(inv)], inv, rtol=1e-6, atol=0)
+    assert not s.rope_inv_freq()[len(inv):].any()
     assert getattr(model.model.rotary_emb, "attention_scaling", 1.0) == 1.0
 
 
@@ -72,7 +74,10 @@ def _raw(**kw):  # a config HF itself would refuse to build (odd head_dim)
         "rope_type": "dynamic", "factor": 4.0}), "dynamic"),
     (lambda: _raw(num_attention_heads=6, num_key_value_heads=4, hidden_size=48), "multiple"),
     (lambda: _raw(head_dim=7), "odd"),
-    (lambda: _raw(partial_rotary_factor=0.5), "partial_rotary_factor"),
+    (lambda: _raw(hidden_size=64, partial_rotary_factor=0.5,
+                  rope_scaling={"rope_type": "linear", "factor": 2.0}), "partial_rotary_factor"),
+    (lambda: tf.Phi3Config(hidden_size=48, num_attention_heads=4, partial_rotary_factor=0.25),
+     "rotates 3 of head_dim 12"),
     (lambda: _raw(hidden_size=64, rope_scaling={"rope_type": "freq_factors",
                                                 "factors": [1.0] * 3}),
      "3 rope frequency factors for head_dim 8"),
@@ -80,6 +85,84 @@ def _raw(**kw):  # a config HF itself would refuse to build (odd head_dim)
 def test_unsupported_configs_raise(make, match):
     with pytest.raises(UnsupportedModelError, match=match):
         ModelSpec.from_hf_config(make())
+
+
+@pytest.mark.parametrize("factor", [0.5, 0.75, 1 / 3, 1.0])
+def test_partial_rotary_matches_hf(factor):
+    """Phi-3's partial rotary (head_dim 24): HF rotates dims [0, rot) in pairs (i, i + rot/2)
+    and passes the rest through; the kernels rotate pairs (i, i + 12) of the packed q / k,
+    whose dims rope_permutation reorders, with inv_freq 0 (cos 1, sin 0) past rot/2. Rotated
+    so, the packed head is HF's rotated head in the same order (to the tables' rounding)."""
+    model = tiny_model("phi3", hidden_size=96, partial_rotary_factor=factor)
+    s = ModelSpec.from_hf_config(model.config)
+    assert s.rot == int(24 * factor) and s.head_dim == 24
+    perm = s.rope_permutation()
+    assert (perm is None) == (factor == 1.0)
+    perm = torch.arange(24) if perm is None else perm
+    assert sorted(perm.tolist()) == list(range(24))
+    inv = model.model.rotary_emb.inv_freq.float()
+    assert torch.allclose(s.rope_inv_freq()[:s.rot // 2], inv, rtol=1e-6, atol=0)
+    assert not s.rope_inv_freq()[s.rot // 2:].any()
+    pos = torch.arange(40)
+    cos, sin = model.model.rotary_emb(torch.zeros(1, 40, 1), pos[None])
+    q, k = torch.randn(2, 1, 1, 40, 24).unbind(0)
+    want = tf.models.phi3.modeling_phi3.apply_rotary_pos_emb(q, k, cos, sin)[0][0, 0]
+    c, sn = s.rope_table(40)
+    x = q[0, 0][:, perm]
+    got = torch.cat([x[:, :12] * c - x[:, 12:] * sn, x[:, 12:] * c + x[:, :12] * sn], 1)
+    # inv_freq agree to a few fp32 ulps (1e-6 relative: HF's fp32 power, our fp64 one); the
+    # angle p * inv at p < 40 carries that times p, so cos / sin agree to ~4e-5 at worst
+    assert torch.allclose(got, want[:, perm], rtol=0, atol=4e-5)
+
+
+@pytest.mark.parametrize("extra", [{}, {"attention_factor": 1.1}, {"factor": 2.0}])
+def test_longrope_tables_match_hf(extra):
+    """longrope: HF's short and long inverse frequencies (the long ones: a forward reaching
+    past the original context of 16), its cos / sin scale, and the tables -- the short factors'
+    below 16 and the long ones' from it on, or the long ones' everywhere (test_yarn's
+    tolerances)."""
+    lr = {"rope_type": "longrope", "short_factor": [1.0, 1.3, 2.1], "long_factor": [1.5, 3.0, 7.0]}
+    model = tiny_model("phi3", rope_scaling={**lr, **extra}, original_max_position_embeddings=16,
+                       max_position_embeddings=64)
+    s = ModelSpec.from_hf_config(model.config)
+    rot = model.model.rotary_emb
+    assert s.longrope_orig == 16 and s.rot == 6
+    assert s.rope_attention_factor() == pytest.approx(rot.attention_scaling, rel=1e-12)
+    assert s.rope_attention_factor() != 1.0
+    tables = {long: s.rope_table(30, long) for long in (False, True)}
+    for n, long in ((10, False), (30, True)):  # HF picks the factors by the forward's length
+        cos, sin = rot(torch.zeros(1, n, 1), torch.arange(n)[None])
+        assert torch.allclose(s.rope_inv_freq(long)[:3], rot.inv_freq.float(), rtol=1e-6, atol=0)
+        for mine, hf in zip(tables[long], (cos, sin)):
+            assert torch.allclose(mine[:n, :3], hf[0, :, :3], rtol=1e-5, atol=1e-6)
+            assert torch.equal(mine[:, 3:], torch.full_like(mine[:, 3:], float(hf is cos)))
+    for short_t, long_t in zip(*tables.values()):
+        assert torch.equal(short_t[16:], long_t[16:]) and not torch.equal(short_t, long_t)
+
+
+def test_longrope_config_forms():
+    """transformers 4.x's form (rope_scaling "su", the original context on the config) reads
+    as 5.x's; factor lists that do not match the rotated pairs raise."""
+    base = dict(model_type="phi3", hidden_size=48, num_attention_heads=4, num_key_value_heads=4,
+                num_hidden_layers=1, intermediate_size=8, vocab_size=10, rms_norm_eps=1e-5,
+                max_position_embeddings=64)
+    su = {"type": "su", "short_factor": [1.0] * 6, "long_factor": [2.0] * 6}
+    s = ModelSpec.from_hf_config(SimpleNamespace(**base, rope_scaling=su,
+                                                 original_max_position_embeddings=16))
+    assert s.rope["rope_type"] == "longrope" and s.longrope_orig == 16
+    with pytest.raises(UnsupportedModelError, match="long_factor has 5 entries for 6"):
+        ModelSpec.from_hf_config(SimpleNamespace(**base, rope_scaling=dict(
+            su, long_factor=[2.0] * 5), original_max_position_embeddings=16))
+    with pytest.raises(UnsupportedModelError, match="original_max_position_embeddings"):
+        ModelSpec.from_hf_config(SimpleNamespace(**base, rope_scaling=su))
+
+
+def test_partial_factor_ignored_where_hf_ignores_it():
+    """Llama's default rope rotates the whole head whatever partial_rotary_factor says (HF's
+    too): the spec rotates all of it."""
+    s = ModelSpec.from_hf_config(_raw(hidden_size=64, partial_rotary_factor=0.5))
+    assert s.rot == s.head_dim == 8
+    assert s.rope_permutation() is None
 
 
 def test_qwen2_window_layers():

@@ -19,11 +19,11 @@ from helpers import needs_gpus, rel_err, run_ranks
 from models import tiny_model
 
 # (family, world) pairs the tiny models allow (tp must divide heads and ffn, and divide the KV
-# heads or be a multiple of them); the last four replicate KV heads (MQA over 2 and 4 ranks, GQA
-# 3:1 over 6 ranks -- one q head each -- and Qwen3's q/k norm over 4)
+# heads or be a multiple of them); the last five replicate KV heads (MQA over 2 and 4 ranks, GQA
+# 3:1 over 6 ranks -- one q head each -- Qwen3's q/k norm over 4, Phi-3's partial rotary over 4)
 CASES = [("llama", 2), ("llama_bias_tied", 2), ("llama_bias_tied", 4), ("qwen2", 3),
-         ("qwen3", 2), ("mistral_gqa", 2),
-         ("mistral", 2), ("mistral", 4), ("llama", 6), ("qwen3", 4)]
+         ("qwen3", 2), ("mistral_gqa", 2), ("phi3", 2),
+         ("mistral", 2), ("mistral", 4), ("llama", 6), ("qwen3", 4), ("phi3", 4)]
 
 
 def model_for(family):
@@ -121,7 +121,8 @@ def test_bad_tp_sizes_raise():
         spec.check_tp(world)
 
 
-@pytest.mark.parametrize("family,world", [("qwen3", 2), ("llama_bias_tied", 4), ("mistral", 4)])
+@pytest.mark.parametrize("family,world", [("qwen3", 2), ("llama_bias_tied", 4), ("mistral", 4),
+                                          ("phi3", 2)])
 def test_rank_reads_its_shard_from_safetensors(tmp_path, family, world):
     model = model_for(family)
     model.save_pretrained(tmp_path, max_shard_size="40KB")
