@@ -31,6 +31,25 @@ def qwen3(hidden, ffn, layers, heads, tied):
         rms_norm_eps=1e-6)
 
 
+def phi3(hidden, ffn, layers, heads, kv_heads, vocab, tied, head_dim, **kw):
+    """A Phi-3 config (fused qkv_proj / gate_up_proj, RoPE base 1e4); kw: its rope, window."""
+    return tf.Phi3Config(
+        hidden_size=hidden, intermediate_size=ffn, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim,
+        vocab_size=vocab, tie_word_embeddings=tied, rms_norm_eps=1e-5,
+        pad_token_id=vocab - 1, eos_token_id=vocab - 2, bos_token_id=1, **kw)
+
+
+def longrope(pairs: int, partial: float, orig: int = 4096) -> dict:
+    """Phi-3.5 / Phi-4-mini's rope (transformers 5's rope_parameters): per-pair short factors
+    near 1, long ones rising to ~50 (synthetic values of the published checkpoints' scale), an
+    original context of orig positions."""
+    return {"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": partial,
+            "original_max_position_embeddings": orig,
+            "short_factor": [1.0 + 0.02 * i for i in range(pairs)],
+            "long_factor": [1.0 + 49.0 * (i / pairs) ** 2 for i in range(pairs)]}
+
+
 SHAPES = {
     "1b": ("Llama-3.2-1B", lambda: llama3(2048, 8192, 16, 32, True, 32.0, head_dim=64)),
     "8b": ("Llama-3.1-8B", lambda: llama3(4096, 14336, 32, 32, False, 8.0)),
@@ -65,6 +84,17 @@ SHAPES = {
     # q/k norm with q_dim 8192 over a d_model of 5120 (o_proj's K 8192 past the stream's max K),
     # GQA 8:1
     "qwen3-32b": ("Qwen3-32B", lambda: qwen3(5120, 25600, 64, 64, False)),
+    # Phi-3: MHA with head_dim 96 (48 rotation pairs, no power of two), a 2047-key window, 32K
+    # vocabulary; Phi-4-mini: GQA 3:1 with 96 of each head's 128 dims rotated (partial rotary),
+    # longrope past 4096 positions, a tied 200K vocabulary
+    "phi3-mini": ("Phi-3-mini-4k", lambda: phi3(3072, 8192, 32, 32, 32, 32064, False, 96,
+                                                sliding_window=2047, max_position_embeddings=4096,
+                                                rope_parameters={"rope_type": "default",
+                                                                 "rope_theta": 10000.0})),
+    "phi4-mini": ("Phi-4-mini", lambda: phi3(3072, 8192, 32, 24, 8, 200064, True, 128,
+                                             rope_parameters=longrope(48, 0.75),
+                                             original_max_position_embeddings=4096,
+                                             max_position_embeddings=131072)),
 }
 
 
