@@ -59,8 +59,20 @@ def test_longrope_generate_matches_hf(mode, prompts):
     and every step's logits against HF's generate -- prompts ending short of, at, and past the
     original context -- with the re-encode landing inside a decode chunk of 5 steps too. The
     same 1e-5 as above: a cache left on the short factors is off by O(1)."""
-    model = tiny_model("phi3", **LONGROPE).to(DEVICE)
-    fm = fastdecode.from_hf(model, max_seq_len=40, mode=mode)
+    _longrope_generate_check(tiny_model("phi3", **LONGROPE).to(DEVICE), mode, prompts, 40)
+
+
+def test_longrope_long_reencode_matches_hf():
+    """The re-encode of an original context of 70 positions takes the long-prompt pass (ops
+    mode, 64 positions or more: runtime._prefill_long) -- prompt 66, the switch at step 5."""
+    model = tiny_model("phi3", **dict(LONGROPE, original_max_position_embeddings=70,
+                                      max_position_embeddings=256)).to(DEVICE)
+    assert fastdecode.from_hf(model, max_seq_len=96, mode="ops").runtime._long_prompt(70)
+    _longrope_generate_check(model, "ops", (66,), 96)
+
+
+def _longrope_generate_check(model, mode, prompts, max_seq_len):
+    fm = fastdecode.from_hf(model, max_seq_len=max_seq_len, mode=mode)
     for n in prompts:
         ids = torch.randint(3, 101, (1, n), generator=torch.Generator().manual_seed(n))
         ids = ids.to(DEVICE)
