@@ -1,6 +1,6 @@
 """ModelSpec: every size of a decoder read from its Hugging Face config, in one dataclass.
 
-One family table says how Llama, Mistral, Qwen2, Qwen3 and Phi-3 differ (qkv bias, q/k norm,
+One family table says how Llama, Mistral (Ministral), Qwen2, Qwen3 and Phi-3 differ (qkv bias, q/k norm,
 sliding window, fused checkpoint tensors, partial rotary, which rope scalings). Anything the
 kernels do not implement raises :class:`UnsupportedModelError` naming the model_type or the
 field, before any weight is touched.
@@ -45,6 +45,7 @@ class Family:
 FAMILIES: dict[str, Family] = {
     "llama": Family(qkv_bias=False, qk_norm=False, window_field=None),
     "mistral": Family(qkv_bias=False, qk_norm=False, window_field=None),
+    "ministral": Family(qkv_bias=False, qk_norm=False, window_field=None),  # + layer_types
     "qwen2": Family(qkv_bias=True, qk_norm=False, window_field="use_sliding_window"),
     "qwen3": Family(qkv_bias=False, qk_norm=True, window_field="use_sliding_window"),
     "phi3": Family(qkv_bias=False, qk_norm=False, window_field=None, fused=True,

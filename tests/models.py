@@ -19,6 +19,10 @@ FAMILIES = {
     "mistral": (tf.MistralConfig, tf.MistralForCausalLM, dict(
         hidden_size=64, intermediate_size=88, num_attention_heads=8, num_key_value_heads=1,
         sliding_window=5)),
+    # ministral: Mistral with per-layer types -- a window of 5 keys on layer 0, none on layer 1
+    "ministral": (tf.MinistralConfig, tf.MinistralForCausalLM, dict(
+        hidden_size=40, intermediate_size=56, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=10, sliding_window=5, layer_types=["sliding_attention", "full_attention"])),
     # qwen2: q/k/v bias, tied, head_dim 10 (half 5), GQA 2:1
     "qwen2": (tf.Qwen2Config, tf.Qwen2ForCausalLM, dict(
         hidden_size=60, intermediate_size=54, num_attention_heads=6, num_key_value_heads=3,

@@ -57,6 +57,7 @@ def test_family_differences():
     assert spec("qwen2").attn_bias and not spec("qwen2").o_bias
     assert spec("qwen3").qk_norm and spec("qwen3").head_dim == 14
     assert spec("mistral").layer_windows == (5, 5) and spec("llama").layer_windows == (0, 0)
+    assert spec("ministral").layer_windows == (5, 0) and spec("phi3").layer_windows == (6, 6)
     assert spec("llama_bias_tied").o_bias and spec("llama_bias_tied").mlp_bias
     assert spec("llama").rope["rope_type"] == "llama3"
 
