@@ -95,6 +95,14 @@ SHAPES = {
                                              rope_parameters=longrope(48, 0.75),
                                              original_max_position_embeddings=4096,
                                              max_position_embeddings=131072)),
+    # Granite-3.x-8B: Llama with its four multipliers folded into the weights, a 49K vocabulary
+    # (odd: 49155) tied to a scaled lm_head of its own
+    "granite-8b": ("Granite-3.1-8B", lambda: tf.GraniteConfig(
+        hidden_size=4096, intermediate_size=12800, num_hidden_layers=40, num_attention_heads=32,
+        num_key_value_heads=8, vocab_size=49155, tie_word_embeddings=True,
+        rope_theta=10000000.0, max_position_embeddings=131072, rms_norm_eps=1e-5,
+        embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=0.0078125,
+        logits_scaling=16.0)),
 }
 
 

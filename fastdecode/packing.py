@@ -58,8 +58,11 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
     sp = spec.shard(rank, world)
     if FAMILIES[spec.family].fused:
         get = fused_getter(get, spec)
+    get = scaled_getter(get, {"self_attn.q_proj.": spec.q_scale,
+                              "self_attn.o_proj.": spec.residual_scale,
+                              "mlp.down_proj.": spec.residual_scale})
     if torch.device(device).type == "cuda":
-        separate_head = not spec.tied or world > 1  # else the lm_head is the embedding's tensor
+        separate_head = not spec.shares_head or world > 1  # else the embedding's tensor
         check_weights_fit(sp, spec.vocab_size, separate_head, dtype,
                           torch.cuda.mem_get_info(torch.device(device))[0])
     every = slice(None)
@@ -108,12 +111,13 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
     q, f = rows(sp.q_dim), rows(sp.ffn_dim)
     k0, k1 = spec.kv_heads_of(rank, world)  # replicated when world > KV heads
     kv = (slice(k0 * spec.head_dim, k1 * spec.head_dim),)
-    embed = need("model.embed_tokens.weight").contiguous()
+    embed = scaled(fetch("model.embed_tokens.weight"), spec.embed_scale).to(device, dtype)
     v0, v1 = spec.vocab_range(rank, world)
     head = "model.embed_tokens.weight" if spec.tied or get("lm_head.weight") is None \
         else "lm_head.weight"
-    lm_head = embed if (world == 1 and head != "lm_head.weight") else \
-        need(head, (slice(v0, v1),)).contiguous()
+    lm_head = embed.contiguous() if (world == 1 and spec.shares_head) else scaled(
+        fetch(head, (slice(v0, v1),)), spec.logits_scale).to(device, dtype).contiguous()
+    embed = embed.contiguous()
     pw = PackedWeights(
         spec=sp, embed=embed, lm_head=lm_head, final_norm=need("model.norm.weight"),
         attn_norm=stack(("input_layernorm.weight", None)),
@@ -134,6 +138,25 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
     _check_shapes(pw, spec.vocab_size)
     _permute_rope_dims(pw)
     return pw
+
+
+def scaled(t: torch.Tensor, s: float) -> torch.Tensor:
+    """t times s, in fp32 (one rounding when the packing converts it), or t itself if s is 1."""
+    return t if s == 1.0 else t.float() * s
+
+
+def scaled_getter(get, scales: dict):
+    """get(name, index) with the tensors whose names hold a key of scales multiplied by its
+    value (Granite's multipliers folded into the weights: ModelSpec.q_scale, residual_scale)."""
+    scales = {k: s for k, s in scales.items() if s != 1.0}
+    if not scales:
+        return get
+
+    def sget(name, index=None):
+        t = get(name, index)
+        s = next((s for k, s in scales.items() if k in name), 1.0)
+        return t if t is None else scaled(t, s)
+    return sget
 
 
 def fused_getter(get, spec: ModelSpec):

@@ -40,6 +40,10 @@ class Family:
     # HF's rotary embedding of the family rotates the first partial_rotary_factor of each head
     # (Phi-3); elsewhere its default rope ignores the factor
     partial_rotary: bool = False
+    # scalar multipliers (Granite): embedding_multiplier on the embeddings, residual_multiplier on
+    # each block's output before the residual add, attention_multiplier as the attention's scale,
+    # the logits divided by logits_scaling -- folded into the packed weights (packing.pack)
+    multipliers: bool = False
 
 
 FAMILIES: dict[str, Family] = {
@@ -50,6 +54,7 @@ FAMILIES: dict[str, Family] = {
     "qwen3": Family(qkv_bias=False, qk_norm=True, window_field="use_sliding_window"),
     "phi3": Family(qkv_bias=False, qk_norm=False, window_field=None, fused=True,
                    partial_rotary=True),
+    "granite": Family(qkv_bias=False, qk_norm=False, window_field=None, multipliers=True),
 }
 # freq_factors: llama.cpp's per-frequency divisors (a GGUF's rope_freqs tensor, which Llama-3.x
 # files carry in place of their llama3 rope_scaling; loading.gguf_config), rope["factors"]
@@ -79,6 +84,24 @@ class ModelSpec:
     layer_windows: tuple = ()  # per layer: 0 full attention; W keys in (p - W, p]
     max_position: int = 1 << 30
     rotary_dim: int = 0  # dims of a q / k head RoPE rotates (its first ones); 0: the whole head
+    # Granite's multipliers (Family.multipliers), folded into the packed weights: the embedding
+    # rows times embed_scale, o_proj / down (and biases) times residual_scale, the q rows times
+    # attn_scale * sqrt(head_dim) (the kernels' scale is head_dim ** -0.5; 0: no attn_scale),
+    # the lm_head times logits_scale
+    embed_scale: float = 1.0
+    residual_scale: float = 1.0
+    attn_scale: float = 0.0
+    logits_scale: float = 1.0
+
+    @property
+    def q_scale(self) -> float:
+        """What the packed q rows are multiplied by (attn_scale folded in)."""
+        return self.attn_scale * math.sqrt(self.head_dim) if self.attn_scale else 1.0
+
+    @property
+    def shares_head(self) -> bool:
+        """The lm_head is the embedding's tensor: tied, and neither scaled."""
+        return self.tied and self.embed_scale == 1.0 and self.logits_scale == 1.0
 
     @property
     def rot(self) -> int:
@@ -293,7 +316,8 @@ class ModelSpec:
             raise UnsupportedModelError(f"{mt}: layer type {t!r} is not supported")
         windows = tuple(window if t == "sliding_attention" else 0 for t in types)
         attn_bias = bool(getattr(cfg, "attention_bias", False))
-        return cls(
+        scales = _multipliers(cfg) if fam.multipliers else {}
+        return cls(**scales,
             family=mt, n_layers=n_layers, d_model=d, n_heads=n_heads,
             n_kv_heads=n_kv, head_dim=hd, ffn_dim=int(cfg.intermediate_size),
             vocab_size=int(cfg.vocab_size), rms_eps=float(cfg.rms_norm_eps),
@@ -304,6 +328,13 @@ class ModelSpec:
             layer_windows=windows,
             max_position=int(getattr(cfg, "max_position_embeddings", 1 << 30) or (1 << 30)),
             rotary_dim=0 if rot == hd else rot)
+
+
+def _multipliers(cfg) -> dict:
+    """Granite's four scalars as ModelSpec fields (the config class's defaults: 1.0)."""
+    get = lambda name: float(getattr(cfg, name, 1.0) or 1.0)  # noqa: E731
+    return dict(embed_scale=get("embedding_multiplier"), residual_scale=get("residual_multiplier"),
+                attn_scale=get("attention_multiplier"), logits_scale=1.0 / get("logits_scaling"))
 
 
 def _longrope_params(mt: str, cfg, rope: dict, rot: int) -> dict:

@@ -10,7 +10,7 @@ from models import tiny_model
 
 
 @pytest.mark.parametrize("shard", [None, "30KB"])
-@pytest.mark.parametrize("family", ["llama_bias_tied", "qwen3", "phi3"])
+@pytest.mark.parametrize("family", ["llama_bias_tied", "qwen3", "phi3", "granite"])
 def test_safetensors_folder_matches_from_hf(tmp_path, family, shard):
     model = tiny_model(family)
     kw = {"max_shard_size": shard} if shard else {}
@@ -134,7 +134,7 @@ PHI3_LONGROPE = dict(rope_scaling={"rope_type": "longrope", "short_factor": [1.0
 
 @pytest.mark.parametrize("family,overrides", [(f, {}) for f in
                                               ["llama", "llama_bias_tied", "mistral", "qwen2",
-                                               "qwen3", "phi3", "ministral"]] +
+                                               "qwen3", "phi3", "ministral", "granite"]] +
                          [("qwen2", QWEN2_WINDOWED), ("phi3", PHI3_LONGROPE)])
 def test_json_config_gives_the_autoconfig_spec(tmp_path, family, overrides):
     """from_pretrained reads config.json without transformers (JsonConfig): every ModelSpec field

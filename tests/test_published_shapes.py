@@ -6,7 +6,8 @@ QKV bias), Qwen2.5-7B (GQA 7:1, d_model 3584 = 7 x 512, FFN 18944 = 37 x 512), Q
 vocabulary; the window cut to 24 keys so a short prompt crosses it), SmolLM2-135M (9 heads,
 3 KV heads), Mistral-Nemo-12B (32 heads of an explicit 128 on a d_model of 5120, 131K
 vocabulary), Qwen3-32B (64 heads of 128 on 5120, GQA 8:1), Phi-3-mini (MHA, head_dim 96, fused
-checkpoint tensors) and Phi-4-mini (partial rotary, longrope, 200K tied vocabulary) -- at their real matrix sizes (random bf16 weights, biases and norm weights
+checkpoint tensors), Phi-4-mini (partial rotary, longrope, 200K tied vocabulary) and
+Granite-3.1-8B (multipliers folded into the weights, a scaled copy of the tied head) -- at their real matrix sizes (random bf16 weights, biases and norm weights
 perturbed so those paths carry signal), two layers each, against the Hugging Face model.
 
 The reference is the HF model itself in fp32 on the same (bf16-valued) weights. fastdecode keeps
@@ -42,7 +43,8 @@ SHAPES = [("3b", {}), ("qwen2.5-0.5b", {}), ("qwen2.5-7b", {}), ("qwen2.5-14b", 
           # the original context cut to 32: the 40-token prompt takes the long factors, as HF's
           # one forward over the whole sequence does
           ("phi4-mini", {"rope_parameters": longrope(48, 0.75, orig=32),
-                         "original_max_position_embeddings": 32})]
+                         "original_max_position_embeddings": 32}),
+          ("granite-8b", {})]
 
 
 def _model(key, overrides):

@@ -58,6 +58,10 @@ def test_family_differences():
     assert spec("qwen3").qk_norm and spec("qwen3").head_dim == 14
     assert spec("mistral").layer_windows == (5, 5) and spec("llama").layer_windows == (0, 0)
     assert spec("ministral").layer_windows == (5, 0) and spec("phi3").layer_windows == (6, 6)
+    g = spec("granite")
+    assert (g.embed_scale, g.residual_scale, g.attn_scale, g.logits_scale) == (3.0, 0.5, 0.2, 0.4)
+    assert g.tied and not g.shares_head and spec("qwen2").shares_head
+    assert spec("llama").q_scale == 1.0 and g.q_scale == pytest.approx(0.2 * 8 ** 0.5)
     assert spec("llama_bias_tied").o_bias and spec("llama_bias_tied").mlp_bias
     assert spec("llama").rope["rope_type"] == "llama3"
 
