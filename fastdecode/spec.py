@@ -1,9 +1,9 @@
 """ModelSpec: every size of a decoder read from its Hugging Face config, in one dataclass.
 
-One family table says how Llama, Mistral (Ministral), Qwen2, Qwen3 and Phi-3 differ (qkv bias, q/k norm,
-sliding window, fused checkpoint tensors, partial rotary, which rope scalings). Anything the
-kernels do not implement raises :class:`UnsupportedModelError` naming the model_type or the
-field, before any weight is touched.
+One family table says how Llama, Mistral (Ministral), Qwen2, Qwen3, Phi-3 and Granite differ (qkv
+bias, q/k norm, sliding window, fused checkpoint tensors, partial rotary, scalar multipliers, which
+rope scalings). Anything the kernels do not implement raises :class:`UnsupportedModelError` naming
+the model_type or the field, before any weight is touched.
 """
 from __future__ import annotations
 

@@ -1,13 +1,13 @@
 """GPU only: published model shapes that no other test runs, as a new user would bring them --
-Llama-3.2-3B (d_model 3072, GQA 3:1, tied), Qwen2.5-0.5B (GQA 7:1, d_model 896, FFN 4864, tied,
-QKV bias), Qwen2.5-7B (GQA 7:1, d_model 3584 = 7 x 512, FFN 18944 = 37 x 512), Qwen2.5-14B
-(d_model 5120 past the stream's 4096-element rows, GQA 5:1), Qwen3-4B and Qwen3-0.6B (q/k norm,
-32 / 16 heads of 128 on a d_model of 2560 / 1024, tied), Mistral-7B (a sliding window, 32K
-vocabulary; the window cut to 24 keys so a short prompt crosses it), SmolLM2-135M (9 heads,
-3 KV heads), Mistral-Nemo-12B (32 heads of an explicit 128 on a d_model of 5120, 131K
-vocabulary), Qwen3-32B (64 heads of 128 on 5120, GQA 8:1), Phi-3-mini (MHA, head_dim 96, fused
-checkpoint tensors), Phi-4-mini (partial rotary, longrope, 200K tied vocabulary) and
-Granite-3.1-8B (multipliers folded into the weights, a scaled copy of the tied head) -- at their real matrix sizes (random bf16 weights, biases and norm weights
+Llama-3.2-3B (d_model 3072, GQA 3:1, tied), Qwen2.5-0.5B (GQA 7:1, d_model 896, FFN 4864, tied, QKV
+bias), Qwen2.5-7B (GQA 7:1, d_model 3584 = 7 x 512, FFN 18944 = 37 x 512), Qwen2.5-14B (d_model 5120
+past the stream's 4096-element rows, GQA 5:1), Qwen3-4B and Qwen3-0.6B (q/k norm, 32 / 16 heads of
+128 on a d_model of 2560 / 1024, tied), Mistral-7B (a sliding window, 32K vocabulary; the window cut
+to 24 keys so a short prompt crosses it), SmolLM2-135M (9 heads, 3 KV heads), Mistral-Nemo-12B (32
+heads of an explicit 128 on a d_model of 5120, 131K vocabulary), Qwen3-32B (64 heads of 128 on 5120,
+GQA 8:1), Phi-3-mini (MHA, head_dim 96, fused checkpoint tensors), Phi-4-mini (partial rotary,
+longrope, 200K tied vocabulary) and Granite-3.1-8B (multipliers folded into the weights, a scaled
+copy of the tied head) -- at their real matrix sizes (random bf16 weights, biases and norm weights
 perturbed so those paths carry signal), two layers each, against the Hugging Face model.
 
 The reference is the HF model itself in fp32 on the same (bf16-valued) weights. fastdecode keeps
