@@ -44,6 +44,12 @@ FAMILIES = {
         partial_rotary_factor=0.5, sliding_window=6, pad_token_id=0, eos_token_id=2)),
 }
 
+# Phi-3's long-context rope on the tiny phi3 model: an original context of 16 positions, which
+# the tests' runs cross
+LONGROPE = dict(rope_scaling={"rope_type": "longrope", "short_factor": [1.0, 1.3, 2.1],
+                              "long_factor": [1.5, 3.0, 7.0]},
+                original_max_position_embeddings=16, max_position_embeddings=64)
+
 
 @st.composite
 def hf_shapes(draw, families=tuple(FAMILIES)):

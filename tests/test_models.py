@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 import fastdecode
 from conftest import DEVICE
 from helpers import U, hf_logits, rel_err, teacher_forced
-from models import FAMILIES, hf_shapes, tiny_model
+from models import FAMILIES, LONGROPE, hf_shapes, tiny_model
 
 PROMPT, STEPS = 21, 16   # 21 > the 16-token CPU prefill chunk: two chunks, then 16 decode steps
 
@@ -44,10 +44,6 @@ def test_yarn_rope_fp32_matches_hf(mode):
     assert rel_err(got, ref) < 1e-5, (mode, rel_err(got, ref))
 
 
-# Phi-3's long-context rope on a tiny model: original context 16, so the runs below cross it
-LONGROPE = dict(rope_scaling={"rope_type": "longrope", "short_factor": [1.0, 1.3, 2.1],
-                              "long_factor": [1.5, 3.0, 7.0]},
-                original_max_position_embeddings=16, max_position_embeddings=64)
 
 
 @pytest.mark.parametrize("mode,prompts", [("torch", (10, 16, 17, 20)), ("vm", (16,)),

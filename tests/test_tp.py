@@ -16,7 +16,7 @@ from fastdecode.packing import dict_getter, pack
 from fastdecode.spec import ModelSpec
 from fastdecode.triton_kernels.config import StreamConfig
 from helpers import needs_gpus, rel_err, run_ranks
-from models import tiny_model
+from models import LONGROPE, tiny_model
 
 # (family, world) pairs the tiny models allow (tp must divide heads and ffn, and divide the KV
 # heads or be a multiple of them); the last five replicate KV heads (MQA over 2 and 4 ranks, GQA
@@ -217,6 +217,17 @@ def mega_ranks(model, world, fn, max_seq_len=64, device="cpu"):
             torch.cuda.current_stream(device).synchronize()
         return out
     return run_ranks(world, rank)
+
+
+def test_longrope_reencode_over_virtual_ranks():
+    """longrope's re-encode (Runtime._refill) on 2 virtual mega ranks: the cache refilled by the
+    ops bodies with the ranks' partial sums all-reduced -- every rank's greedy tokens across the
+    original context are the tp=1 model's."""
+    model = tiny_model("phi3", sliding_window=None, **LONGROPE)
+    ids = torch.randint(3, 101, (1, 10), generator=torch.Generator().manual_seed(2))
+    want = fastdecode.from_hf(model, max_seq_len=40, mode="torch").generate(ids, max_new_tokens=10)
+    for got in mega_ranks(model, 2, lambda fm: fm.generate(ids, max_new_tokens=10), 40):
+        assert torch.equal(got, want)
 
 
 def test_long_prompt_prefill_over_virtual_ranks():
