@@ -203,12 +203,15 @@ class FastModel(nn.Module):
 
     @torch.no_grad()
     @_on_model_device
-    def generate(self, input_ids=None, max_new_tokens=None, do_sample=None, temperature=None,
-                 top_k=None, top_p=None, min_p=None, repetition_penalty=None, eos_token_id=None,
-                 streamer=None, attention_mask=None, seed=None, max_length=None,
-                 min_new_tokens=None, min_length=None, logits_processor=None,
-                 stopping_criteria=None, generation_config=None, **kwargs):
-        """HF-compatible generate for one sequence, from an empty cache. Unset arguments come from
+    def generate(self, input_ids=None, generation_config=None, logits_processor=None,
+                 stopping_criteria=None, prefix_allowed_tokens_fn=None, synced_gpus=None,
+                 assistant_model=None, streamer=None, *, max_new_tokens=None, do_sample=None,
+                 temperature=None, top_k=None, top_p=None, min_p=None, repetition_penalty=None,
+                 eos_token_id=None, attention_mask=None, seed=None, max_length=None,
+                 min_new_tokens=None, min_length=None, **kwargs):
+        """HF-compatible generate for one sequence, from an empty cache; the positional
+        arguments in HF's order (inputs, generation_config, logits_processor, ...), the rest by
+        name. Unset arguments come from
         generation_config (the model's, as HF does: a repetition_penalty or min_p there applies).
         logits_processor / stopping_criteria: HF's lists (or any callables (input_ids, scores));
         their steps run one at a time with the host in the loop, as do HF's other processors
@@ -220,6 +223,10 @@ class FastModel(nn.Module):
             input_ids = kwargs.pop("inputs", None)
         if input_ids is None:
             raise ValueError("generate() needs input_ids")
+        for name, v in (("prefix_allowed_tokens_fn", prefix_allowed_tokens_fn),
+                        ("synced_gpus", synced_gpus), ("assistant_model", assistant_model)):
+            if v is not None:  # HF's positional parameters, handled with the other kwargs
+                kwargs[name] = v
         gc = generation_config or self.generation_config
         pick = lambda v, name, default: v if v is not None else (  # noqa: E731
             getattr(gc, name, None) if getattr(gc, name, None) is not None else default)

@@ -51,6 +51,26 @@ def test_generate_like_hf(fm, model):
     assert out.dtype == torch.long and torch.equal(out, ref)
 
 
+def test_generate_positional_arguments_like_hf(fm, model):
+    """generate's positional parameters are HF's, in HF's order (inputs, generation_config,
+    logits_processor, ...), so a call written for HF's generate binds the same way."""
+    import inspect
+
+    from transformers import GenerationConfig, GenerationMixin, LogitsProcessorList
+    from transformers.generation.logits_process import SuppressTokensLogitsProcessor
+    ours = list(inspect.signature(fm.generate).parameters.values())
+    hf = list(inspect.signature(GenerationMixin.generate).parameters)[1:]  # after self
+    positional = [p.name for p in ours if p.kind == p.POSITIONAL_OR_KEYWORD]
+    assert positional == ["input_ids"] + hf[1:len(positional)] and len(positional) >= 8
+    ids = torch.tensor([[1, 2, 3]], device=DEVICE)
+    gc = GenerationConfig(max_new_tokens=6, do_sample=False)
+    procs = LogitsProcessorList([SuppressTokensLogitsProcessor([4, 5], device=DEVICE)])
+    with torch.no_grad():
+        ref = model.generate(ids, gc, procs)
+    assert torch.equal(fm.generate(ids, gc, procs), ref)
+    assert torch.equal(fm.generate(ids, gc), fm.generate(ids, max_new_tokens=6))
+
+
 @pytest.mark.filterwarnings("ignore:Using the model-agnostic default `max_length`")
 def test_generated_length_like_hf(fm, model):
     """Without max_new_tokens, HF's length rule: a max_length (argument or generation config)
