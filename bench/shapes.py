@@ -103,6 +103,14 @@ SHAPES = {
         rope_theta=10000000.0, max_position_embeddings=131072, rms_norm_eps=1e-5,
         embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=0.0078125,
         logits_scaling=16.0)),
+    # Seed-OSS-36B: GQA 10:1 (80 heads of 128 over 8 KV heads), q_dim 10240 on a d_model of 5120,
+    # q/k/v biases without an o_proj one
+    "seed-oss-36b": ("Seed-OSS-36B", lambda: tf.SeedOssConfig(
+        hidden_size=5120, intermediate_size=27648, num_hidden_layers=64, num_attention_heads=80,
+        num_key_value_heads=8, head_dim=128, vocab_size=155136, tie_word_embeddings=False,
+        attention_bias=True, attention_out_bias=False, mlp_bias=False, rms_norm_eps=1e-6,
+        max_position_embeddings=524288, rope_parameters={"rope_type": "default",
+                                                         "rope_theta": 10000000.0})),
 }
 
 

@@ -44,6 +44,11 @@ class Family:
     # each block's output before the residual add, attention_multiplier as the attention's scale,
     # the logits divided by logits_scaling -- folded into the packed weights (packing.pack)
     multipliers: bool = False
+    # RoPE on interleaved pairs (2i, 2i + 1) instead of (i, i + head_dim / 2) (Helium, ERNIE
+    # 4.5): packing reorders the q / k dims (ModelSpec.rope_permutation), the kernels unchanged
+    interleaved_rope: bool = False
+    # the config fields that switch on the q / k / v, o_proj and MLP biases (None: never)
+    bias_fields: tuple = ("attention_bias", "attention_bias", "mlp_bias")
 
 
 FAMILIES: dict[str, Family] = {
@@ -55,6 +60,12 @@ FAMILIES: dict[str, Family] = {
     "phi3": Family(qkv_bias=False, qk_norm=False, window_field=None, fused=True,
                    partial_rotary=True),
     "granite": Family(qkv_bias=False, qk_norm=False, window_field=None, multipliers=True),
+    "helium": Family(qkv_bias=False, qk_norm=False, window_field=None, interleaved_rope=True,
+                     bias_fields=("attention_bias", None, "mlp_bias")),
+    "ernie4_5": Family(qkv_bias=False, qk_norm=False, window_field=None, interleaved_rope=True,
+                       bias_fields=("use_bias",) * 3),
+    "seed_oss": Family(qkv_bias=False, qk_norm=False, window_field=None,
+                       bias_fields=("attention_bias", "attention_out_bias", "mlp_bias")),
 }
 # freq_factors: llama.cpp's per-frequency divisors (a GGUF's rope_freqs tensor, which Llama-3.x
 # files carry in place of their llama3 rope_scaling; loading.gguf_config), rope["factors"]
@@ -84,6 +95,7 @@ class ModelSpec:
     layer_windows: tuple = ()  # per layer: 0 full attention; W keys in (p - W, p]
     max_position: int = 1 << 30
     rotary_dim: int = 0  # dims of a q / k head RoPE rotates (its first ones); 0: the whole head
+    rope_interleaved: bool = False  # HF's RoPE pairs are (2i, 2i + 1) (Family.interleaved_rope)
     # Granite's multipliers (Family.multipliers), folded into the packed weights: the embedding
     # rows times embed_scale, o_proj / down (and biases) times residual_scale, the q rows times
     # attn_scale * sqrt(head_dim) (the kernels' scale is head_dim ** -0.5; 0: no attn_scale),
@@ -105,22 +117,24 @@ class ModelSpec:
 
     @property
     def rot(self) -> int:
-        """Rotated dims of a head: HF rotates pairs (i, i + rot/2), i < rot/2, and passes
-        [rot, head_dim) through. The kernels rotate pairs (i, i + head_dim/2): packing.pack
-        permutes q / k rows (rope_permutation) so those pairs are HF's and the rest sit where
-        rope_inv_freq is 0 (cos 1, sin 0: passed through exactly)."""
+        """Rotated dims of a head: HF rotates pairs (i, i + rot/2) -- or, interleaved, (2i,
+        2i + 1) -- for i < rot/2 and passes [rot, head_dim) through. The kernels rotate pairs
+        (i, i + head_dim/2): packing.pack permutes q / k rows (rope_permutation) so those pairs
+        are HF's and the rest sit where rope_inv_freq is 0 (cos 1, sin 0: passed through
+        exactly)."""
         return self.rotary_dim or self.head_dim
 
     def rope_permutation(self) -> torch.Tensor | None:
-        """perm [head_dim]: packed q / k dim j holds HF's dim perm[j] (None: the identity,
-        rot == head_dim). Kernel pair (i, i + hd/2) is HF's (i, i + rot/2) for i < rot/2, and
-        two of the passed-through dims [rot, hd) otherwise."""
+        """perm [head_dim]: packed q / k dim j holds HF's dim perm[j] (None: the identity).
+        Kernel pair (i, i + hd/2) is HF's i-th rotated pair for i < rot/2, and two of the
+        passed-through dims [rot, hd) otherwise."""
         hd, r = self.head_dim, self.rot
-        if r == hd:
+        if r == hd and not self.rope_interleaved:
             return None
-        half, rh = hd // 2, r // 2
-        pas = torch.arange(r, hd).view(2, half - rh)  # passed through: half into each half
-        return torch.cat([torch.arange(rh), pas[0], torch.arange(rh, r), pas[1]])
+        half, i = hd // 2, torch.arange(r // 2)
+        a, b = (2 * i, 2 * i + 1) if self.rope_interleaved else (i, i + r // 2)
+        pas = torch.arange(r, hd).view(2, half - r // 2)  # passed through: half into each half
+        return torch.cat([a, pas[0], b, pas[1]])
 
     @property
     def group(self) -> int:
@@ -193,11 +207,14 @@ class ModelSpec:
         return int(self.rope["original_max_position_embeddings"])
 
     def rope_inv_freq(self, long: bool = False) -> torch.Tensor:
-        """Inverse frequencies [head_dim/2] (fp64 math, returned fp32), with the config's scaling;
-        over the rotated dims (rot) only, as HF's -- the rest 0 (rope_permutation). long: a
-        longrope's long factors (else its short ones)."""
+        """Inverse frequencies [head_dim/2] fp32, with the config's scaling; over the rotated
+        dims (rot) only, as HF's -- the rest 0 (rope_permutation). long: a longrope's long
+        factors (else its short ones). Computed as transformers computes them, op for op in fp32
+        (the same bits on a CPU): where attention logits are large, their last-ulp differences
+        (an fp64 computation's) became 1e-4 of the logits (a 2-wide hidden state, hypothesis)."""
         hd = self.rot
-        inv = 1.0 / (self.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+        base = self.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd)
+        inv = 1.0 / base
         kind = self.rope.get("rope_type", "default")
         if kind == "linear":
             inv = inv / float(self.rope["factor"])
@@ -212,10 +229,10 @@ class ModelSpec:
             is_mid = (wavelen >= old / hi) & (wavelen <= old / lo)
             inv = torch.where(is_mid, mid, scaled)
         elif kind == "freq_factors":
-            inv = inv / torch.tensor(self.rope["factors"], dtype=torch.float64)
+            inv = inv / torch.tensor(self.rope["factors"], dtype=torch.float32)
         elif kind == "longrope":
             ext = self.rope["long_factor" if long else "short_factor"]
-            inv = inv / torch.tensor(ext, dtype=torch.float64)
+            inv = 1.0 / (torch.tensor(ext, dtype=torch.float32) * base)
         elif kind == "yarn":
             # YaRN (arXiv 2309.00071), as transformers' _compute_yarn_parameters: frequencies
             # that turn fewer than beta_slow times over the original context are interpolated
@@ -227,11 +244,11 @@ class ModelSpec:
             if self.rope.get("truncate", True):
                 lo, hi = math.floor(lo), math.ceil(hi)
             lo, hi = max(lo, 0), min(hi, hd - 1)
-            ramp = ((torch.arange(hd // 2, dtype=torch.float64) - lo)
+            ramp = ((torch.arange(hd // 2, dtype=torch.float32) - lo)
                     / (hi - lo if hi != lo else 0.001)).clamp(0, 1)
-            inv = inv / self._yarn_factor() * ramp + inv * (1 - ramp)
-        pad = torch.zeros((self.head_dim - hd) // 2, dtype=torch.float64)
-        return torch.cat([inv, pad]).to(torch.float32)
+            keep = 1 - ramp  # HF's extrapolation factor
+            inv = 1.0 / (self._yarn_factor() * base) * (1 - keep) + inv * keep
+        return torch.cat([inv, torch.zeros((self.head_dim - hd) // 2)])
 
     def _yarn_original(self) -> float:
         return float(self.rope.get("original_max_position_embeddings") or self.max_position)
@@ -315,19 +332,19 @@ class ModelSpec:
         for t in set(types) - {"full_attention", "sliding_attention"}:
             raise UnsupportedModelError(f"{mt}: layer type {t!r} is not supported")
         windows = tuple(window if t == "sliding_attention" else 0 for t in types)
-        attn_bias = bool(getattr(cfg, "attention_bias", False))
+        qkv_b, o_b, mlp_b = (bool(getattr(cfg, f, False) or False) if f else False
+                             for f in fam.bias_fields)
         scales = _multipliers(cfg) if fam.multipliers else {}
         return cls(**scales,
             family=mt, n_layers=n_layers, d_model=d, n_heads=n_heads,
             n_kv_heads=n_kv, head_dim=hd, ffn_dim=int(cfg.intermediate_size),
             vocab_size=int(cfg.vocab_size), rms_eps=float(cfg.rms_norm_eps),
             rope_theta=float(rope.get("rope_theta", getattr(cfg, "rope_theta", 10000.0) or 10000.0)),
-            rope=rope, attn_bias=attn_bias or fam.qkv_bias,
-            o_bias=attn_bias, mlp_bias=bool(getattr(cfg, "mlp_bias", False)),
+            rope=rope, attn_bias=qkv_b or fam.qkv_bias, o_bias=o_b, mlp_bias=mlp_b,
             qk_norm=fam.qk_norm, tied=bool(getattr(cfg, "tie_word_embeddings", False)),
             layer_windows=windows,
             max_position=int(getattr(cfg, "max_position_embeddings", 1 << 30) or (1 << 30)),
-            rotary_dim=0 if rot == hd else rot)
+            rotary_dim=0 if rot == hd else rot, rope_interleaved=fam.interleaved_rope)
 
 
 def _multipliers(cfg) -> dict:

@@ -29,6 +29,18 @@ FAMILIES = {
         hidden_size=48, intermediate_size=54, num_attention_heads=6, num_key_value_heads=3,
         embedding_multiplier=3.0, residual_multiplier=0.5, attention_multiplier=0.2,
         logits_scaling=2.5, tie_word_embeddings=True)),
+    # helium: RoPE on interleaved pairs (2i, 2i + 1), q/k/v biases but none on o_proj
+    "helium": (tf.HeliumConfig, tf.HeliumForCausalLM, dict(
+        hidden_size=48, intermediate_size=70, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=12, attention_bias=True)),
+    # ernie4_5: interleaved RoPE, every linear biased (use_bias), MQA, head_dim 10, tied
+    "ernie4_5": (tf.Ernie4_5Config, tf.Ernie4_5ForCausalLM, dict(
+        hidden_size=40, intermediate_size=44, num_attention_heads=4, num_key_value_heads=1,
+        head_dim=10, use_bias=True, tie_word_embeddings=True)),
+    # seed_oss: q/k/v biases, o_proj's by its own switch (off), MLP biases on
+    "seed_oss": (tf.SeedOssConfig, tf.SeedOssForCausalLM, dict(
+        hidden_size=48, intermediate_size=64, num_attention_heads=6, num_key_value_heads=2,
+        head_dim=8, attention_bias=True, attention_out_bias=False, mlp_bias=True)),
     # qwen2: q/k/v bias, tied, head_dim 10 (half 5), GQA 2:1
     "qwen2": (tf.Qwen2Config, tf.Qwen2ForCausalLM, dict(
         hidden_size=60, intermediate_size=54, num_attention_heads=6, num_key_value_heads=3,
@@ -66,6 +78,8 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
                intermediate_size=draw(st.integers(3, 97)), tie_word_embeddings=draw(st.booleans()))
     if family in ("mistral", "phi3"):
         cfg["sliding_window"] = draw(st.integers(2, 12))
+    if family == "helium":  # its o_proj is [hidden, hidden]: HF's Helium needs H * hd == d
+        cfg["hidden_size"] = heads * cfg["head_dim"]
     if family == "phi3":  # rotate 2 * pairs of the head's dims (the + 0.5: int() of the product
         rot = 2 * draw(st.integers(1, cfg["head_dim"] // 2))  # cannot round below 2 * pairs)
         cfg["partial_rotary_factor"] = (rot + 0.5) / cfg["head_dim"] if rot < cfg["head_dim"] \

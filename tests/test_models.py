@@ -1,5 +1,7 @@
 """Every family, every mode: teacher-forced logits against the Hugging Face model itself, over a
 prompt (several prefill chunks) and 16 more single-token steps."""
+import copy
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -160,13 +162,19 @@ def test_modes_agree_on_generate():
 def test_random_shapes_match_hf(shape, seed):
     """Property: on random shapes of every family (tests/models.hf_shapes), the reference ops
     (torch mode: the packed weights, the decode path's cache and rotary tables) give the HF
-    model's own fp32 logits over a two-chunk prompt and decode steps; the same 1e-5 as above
-    (K <= 216 here). The kernels are held to torch mode on random shapes by
+    model's own logits over a two-chunk prompt and decode steps, in fp64 (K <= 216 here): the
+    same 1e-5 as above, or 4x the HF fp32 run's own distance from it where that is larger --
+    some draws amplify fp32 rounding (a hidden state 4 wide, one head: HF fp32 5e-6 from fp64),
+    and a second fp32 sum order lands within a few times of it; a wrong kernel is off by O(1).
+    The kernels are held to torch mode on random shapes by
     test_megakernel.test_mega_random_shapes_match_torch."""
     family, cfg, vocab = shape
     model = tiny_model(family, vocab=vocab, seed=seed, **cfg).to(DEVICE)
     ids = torch.randint(0, vocab, (1, PROMPT + 4), generator=torch.Generator().manual_seed(seed))
     ids = ids.to(DEVICE)
-    ref = hf_logits(model, ids)
+    ref32 = hf_logits(model, ids).double()
+    with torch.no_grad():
+        ref = copy.deepcopy(model).double()(ids).logits[0]
     got = teacher_forced(fastdecode.from_hf(model, max_seq_len=32, mode="torch"), ids, PROMPT)
-    assert rel_err(got, ref) < 1e-5, (family, cfg, vocab, rel_err(got, ref))
+    bound = max(1e-5, 4 * rel_err(ref32, ref))
+    assert rel_err(got.double(), ref) < bound, (family, cfg, vocab, rel_err(got.double(), ref))

@@ -6,9 +6,10 @@ past the stream's 4096-element rows, GQA 5:1), Qwen3-4B and Qwen3-0.6B (q/k norm
 to 24 keys so a short prompt crosses it), SmolLM2-135M (9 heads, 3 KV heads), Mistral-Nemo-12B (32
 heads of an explicit 128 on a d_model of 5120, 131K vocabulary), Qwen3-32B (64 heads of 128 on 5120,
 GQA 8:1), Phi-3-mini (MHA, head_dim 96, fused checkpoint tensors), Phi-4-mini (partial rotary,
-longrope, 200K tied vocabulary) and Granite-3.1-8B (multipliers folded into the weights, a scaled
-copy of the tied head) -- at their real matrix sizes (random bf16 weights, biases and norm weights
-perturbed so those paths carry signal), two layers each, against the Hugging Face model.
+longrope, 200K tied vocabulary), Granite-3.1-8B (multipliers folded into the weights, a scaled
+copy of the tied head) and Seed-OSS-36B (GQA 10:1, q_dim 10240 on a d_model of 5120) -- at their real
+matrix sizes (random bf16 weights, biases and norm weights perturbed so those paths carry signal),
+two layers each, against the Hugging Face model.
 
 The reference is the HF model itself in fp32 on the same (bf16-valued) weights. fastdecode keeps
 fp32 accumulators and rounds activations to bf16 at about six points a layer (the normed input
@@ -44,7 +45,7 @@ SHAPES = [("3b", {}), ("qwen2.5-0.5b", {}), ("qwen2.5-7b", {}), ("qwen2.5-14b", 
           # one forward over the whole sequence does
           ("phi4-mini", {"rope_parameters": longrope(48, 0.75, orig=32),
                          "original_max_position_embeddings": 32}),
-          ("granite-8b", {})]
+          ("granite-8b", {}), ("seed-oss-36b", {})]
 
 
 def _model(key, overrides):

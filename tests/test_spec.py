@@ -22,7 +22,7 @@ def test_spec_fields_and_rope_match_hf(family):
                          attn.q_proj.out_features + 2 * attn.k_proj.out_features)
     assert s.tied == bool(cfg.tie_word_embeddings)
     inv = model.model.rotary_emb.inv_freq.float()  # Phi-3: of the rotated dims only
-    assert torch.allclose(s.rope_inv_freq()[:len(inv)], inv, rtol=1e-6, atol=0)
+    assert torch.equal(s.rope_inv_freq()[:len(inv)], inv)  # HF's fp32 ops: the same bits
     assert not s.rope_inv_freq()[len(inv):].any()
     assert getattr(model.model.rotary_emb, "attention_scaling", 1.0) == 1.0
 
@@ -36,20 +36,19 @@ def test_spec_fields_and_rope_match_hf(family):
     ("mistral", {"factor": 3.0, "original_max_position_embeddings": 40, "attention_factor": 1.3}),
 ])
 def test_yarn_rope_matches_hf(family, yarn):
-    """YaRN: the inverse frequencies and the cos / sin scale of HF's own rotary embedding (fp32
-    there, fp64 here: 1e-6 relative is a few fp32 ulps)."""
+    """YaRN: the inverse frequencies, the cos / sin scale and the tables of HF's own rotary
+    embedding, bit for bit (the same fp32 ops)."""
     model = tiny_model(family, rope_scaling={"rope_type": "yarn", **yarn})
     s = ModelSpec.from_hf_config(model.config)
     rot = model.model.rotary_emb
-    assert torch.allclose(s.rope_inv_freq(), rot.inv_freq.float(), rtol=1e-6, atol=0)
+    assert torch.equal(s.rope_inv_freq(), rot.inv_freq.float())
     assert s.rope_attention_factor() == pytest.approx(rot.attention_scaling, rel=1e-12)
     assert s.rope_attention_factor() != 1.0
     pos = torch.arange(50)[None]
     cos, sin = rot(torch.zeros(1, 50, 1), pos)
     c, sn = s.rope_table(50)
     half = s.head_dim // 2
-    assert torch.allclose(c, cos[0, :, :half], rtol=1e-5, atol=1e-6)
-    assert torch.allclose(sn, sin[0, :, :half], rtol=1e-5, atol=1e-6)
+    assert torch.equal(c, cos[0, :, :half]) and torch.equal(sn, sin[0, :, :half])
 
 
 def test_family_differences():
@@ -62,6 +61,11 @@ def test_family_differences():
     assert (g.embed_scale, g.residual_scale, g.attn_scale, g.logits_scale) == (3.0, 0.5, 0.2, 0.4)
     assert g.tied and not g.shares_head and spec("qwen2").shares_head
     assert spec("llama").q_scale == 1.0 and g.q_scale == pytest.approx(0.2 * 8 ** 0.5)
+    h, e, so = spec("helium"), spec("ernie4_5"), spec("seed_oss")
+    assert (h.attn_bias, h.o_bias, h.mlp_bias) == (True, False, False) and h.rope_interleaved
+    assert (e.attn_bias, e.o_bias, e.mlp_bias) == (True, True, True) and e.rope_interleaved
+    assert (so.attn_bias, so.o_bias, so.mlp_bias) == (True, False, True)
+    assert torch.equal(h.rope_permutation(), torch.tensor([0, 2, 4, 6, 8, 10, 1, 3, 5, 7, 9, 11]))
     assert spec("llama_bias_tied").o_bias and spec("llama_bias_tied").mlp_bias
     assert spec("llama").rope["rope_type"] == "llama3"
 
@@ -97,7 +101,7 @@ def test_partial_rotary_matches_hf(factor):
     """Phi-3's partial rotary (head_dim 24): HF rotates dims [0, rot) in pairs (i, i + rot/2)
     and passes the rest through; the kernels rotate pairs (i, i + 12) of the packed q / k,
     whose dims rope_permutation reorders, with inv_freq 0 (cos 1, sin 0) past rot/2. Rotated
-    so, the packed head is HF's rotated head in the same order (to the tables' rounding)."""
+    so, the packed head is HF's rotated head in the same order, bit for bit."""
     model = tiny_model("phi3", hidden_size=96, partial_rotary_factor=factor)
     s = ModelSpec.from_hf_config(model.config)
     assert s.rot == int(24 * factor) and s.head_dim == 24
@@ -106,7 +110,7 @@ def test_partial_rotary_matches_hf(factor):
     perm = torch.arange(24) if perm is None else perm
     assert sorted(perm.tolist()) == list(range(24))
     inv = model.model.rotary_emb.inv_freq.float()
-    assert torch.allclose(s.rope_inv_freq()[:s.rot // 2], inv, rtol=1e-6, atol=0)
+    assert torch.equal(s.rope_inv_freq()[:s.rot // 2], inv)
     assert not s.rope_inv_freq()[s.rot // 2:].any()
     pos = torch.arange(40)
     cos, sin = model.model.rotary_emb(torch.zeros(1, 40, 1), pos[None])
@@ -115,17 +119,14 @@ def test_partial_rotary_matches_hf(factor):
     c, sn = s.rope_table(40)
     x = q[0, 0][:, perm]
     got = torch.cat([x[:, :12] * c - x[:, 12:] * sn, x[:, 12:] * c + x[:, :12] * sn], 1)
-    # inv_freq agree to a few fp32 ulps (1e-6 relative: HF's fp32 power, our fp64 one); the
-    # angle p * inv at p < 40 carries that times p, so cos / sin agree to ~4e-5 at worst
-    assert torch.allclose(got, want[:, perm], rtol=0, atol=4e-5)
+    assert torch.equal(got, want[:, perm])  # the same tables and the same two products
 
 
 @pytest.mark.parametrize("extra", [{}, {"attention_factor": 1.1}, {"factor": 2.0}])
 def test_longrope_tables_match_hf(extra):
     """longrope: HF's short and long inverse frequencies (the long ones: a forward reaching
     past the original context of 16), its cos / sin scale, and the tables -- the short factors'
-    below 16 and the long ones' from it on, or the long ones' everywhere (test_yarn's
-    tolerances)."""
+    below 16 and the long ones' from it on, or the long ones' everywhere -- bit for bit."""
     lr = {"rope_type": "longrope", "short_factor": [1.0, 1.3, 2.1], "long_factor": [1.5, 3.0, 7.0]}
     model = tiny_model("phi3", rope_scaling={**lr, **extra}, original_max_position_embeddings=16,
                        max_position_embeddings=64)
@@ -137,9 +138,9 @@ def test_longrope_tables_match_hf(extra):
     tables = {long: s.rope_table(30, long) for long in (False, True)}
     for n, long in ((10, False), (30, True)):  # HF picks the factors by the forward's length
         cos, sin = rot(torch.zeros(1, n, 1), torch.arange(n)[None])
-        assert torch.allclose(s.rope_inv_freq(long)[:3], rot.inv_freq.float(), rtol=1e-6, atol=0)
+        assert torch.equal(s.rope_inv_freq(long)[:3], rot.inv_freq.float())
         for mine, hf in zip(tables[long], (cos, sin)):
-            assert torch.allclose(mine[:n, :3], hf[0, :, :3], rtol=1e-5, atol=1e-6)
+            assert torch.equal(mine[:n, :3], hf[0, :, :3])
             assert torch.equal(mine[:, 3:], torch.full_like(mine[:, 3:], float(hf is cos)))
     for short_t, long_t in zip(*tables.values()):
         assert torch.equal(short_t[16:], long_t[16:]) and not torch.equal(short_t, long_t)
