@@ -184,9 +184,10 @@ def fused_getter(get, spec: ModelSpec):
 
 
 def _permute_rope_dims(pw: PackedWeights):
-    """Partial rotary (spec.rot < head_dim): each q / k head's rows (weights, biases, q/k-norm
-    weights) in ModelSpec.rope_permutation's order, one layer at a time (a layer's copy at most
-    beside the packed weights). q . k is the same sum in any common order of the dims."""
+    """Partial rotary (spec.rot < head_dim) or interleaved RoPE pairs: each q / k head's rows
+    (weights, biases, q/k-norm weights) in ModelSpec.rope_permutation's order, one layer at a
+    time (a layer's copy at most beside the packed weights). q . k is the same sum in any common
+    order of the dims; the packed tensors are the packing's own (the caller's are not touched)."""
     s = pw.spec
     perm = s.rope_permutation()
     if perm is None:
