@@ -82,8 +82,8 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
                             "(dequantize first)")
         return t
 
-    def need(name, index=None):
-        return fetch(name, index).to(device=device, dtype=dtype)
+    def need(name, index=None, scale=1.0):
+        return scaled(fetch(name, index), scale).to(device=device, dtype=dtype)
 
     def stack(*parts):
         """parts: (name within the layer, index); concatenated along dim 0, stacked over layers.
@@ -111,13 +111,12 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
     q, f = rows(sp.q_dim), rows(sp.ffn_dim)
     k0, k1 = spec.kv_heads_of(rank, world)  # replicated when world > KV heads
     kv = (slice(k0 * spec.head_dim, k1 * spec.head_dim),)
-    embed = scaled(fetch("model.embed_tokens.weight"), spec.embed_scale).to(device, dtype)
+    embed = need("model.embed_tokens.weight", scale=spec.embed_scale).contiguous()
     v0, v1 = spec.vocab_range(rank, world)
     head = "model.embed_tokens.weight" if spec.tied or get("lm_head.weight") is None \
         else "lm_head.weight"
-    lm_head = embed.contiguous() if (world == 1 and spec.shares_head) else scaled(
-        fetch(head, (slice(v0, v1),)), spec.logits_scale).to(device, dtype).contiguous()
-    embed = embed.contiguous()
+    lm_head = embed if (world == 1 and spec.shares_head) else \
+        need(head, (slice(v0, v1),), spec.logits_scale).contiguous()
     pw = PackedWeights(
         spec=sp, embed=embed, lm_head=lm_head, final_norm=need("model.norm.weight"),
         attn_norm=stack(("input_layernorm.weight", None)),

@@ -240,8 +240,7 @@ class Runtime:
         self._check_room(T)
         self.rope_call(T, history)
         out = []
-        long = self._long_prompt(T)
-        step = self.prefill_chunk if long else self.max_chunk
+        long, step = self._chunking(T)
         for c0 in range(0, T, step):
             chunk = ids[c0:c0 + step]
             self.free_steps()
@@ -269,8 +268,7 @@ class Runtime:
         self.state.prompt = ids.to(self.state.hist.device).long()
         if self.fed is not None:
             self.fed += ids[start:].tolist()
-        long = self._long_prompt(T - start)
-        step = self.prefill_chunk if long else self.max_chunk
+        long, step = self._chunking(T - start)
         for c0 in range(start, T, step):
             last = c0 + step >= T  # earlier chunks only fill the KV cache
             if last:
@@ -305,8 +303,7 @@ class Runtime:
         ids = torch.as_tensor(ids, dtype=torch.long)
         cur = st.ids[:1].clone()
         self.rewind(0)
-        long = self._long_prompt(T)
-        step = self.prefill_chunk if long else self.max_chunk
+        long, step = self._chunking(T)
         for c0 in range(0, T, step):
             chunk = ids[c0:c0 + step]
             if long:
@@ -323,6 +320,11 @@ class Runtime:
     def _long_prompt(self, T: int) -> bool:
         """Whether T prompt tokens prefill through _prefill_long (ops and mega modes)."""
         return self.mode in ("ops", "mega") and T >= self.prefill_min
+
+    def _chunking(self, T: int) -> tuple[bool, int]:
+        """How T tokens fed at once run: (through _prefill_long, tokens a pass)."""
+        long = self._long_prompt(T)
+        return long, self.prefill_chunk if long else self.max_chunk
 
     def _prefill_long(self, ids, *, all_logits, sampling, head=True):
         """ids [T] of a long prompt in one pass, compute-bound: the reference's layer blocks under

@@ -332,8 +332,7 @@ class ModelSpec:
         for t in set(types) - {"full_attention", "sliding_attention"}:
             raise UnsupportedModelError(f"{mt}: layer type {t!r} is not supported")
         windows = tuple(window if t == "sliding_attention" else 0 for t in types)
-        qkv_b, o_b, mlp_b = (bool(getattr(cfg, f, False) or False) if f else False
-                             for f in fam.bias_fields)
+        qkv_b, o_b, mlp_b = (bool(f and getattr(cfg, f, False)) for f in fam.bias_fields)
         scales = _multipliers(cfg) if fam.multipliers else {}
         return cls(**scales,
             family=mt, n_layers=n_layers, d_model=d, n_heads=n_heads,

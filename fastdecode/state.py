@@ -177,12 +177,13 @@ class LongRope:
     """A longrope's two tables (ModelSpec.longrope_orig): state.cos / sin hold the short
     factors' below the original context `orig` and the long factors' from it on; a forward that
     reaches past orig takes the long factors' at every position (use(True)). Only rows [0, orig)
-    differ: both versions of them are kept on the device, switching is one copy."""
+    differ: both versions of them are kept on the device (the short ones copied from the state's
+    table as built), switching is one copy."""
 
     def __init__(self, spec, st: "DecodeState", orig: int):
         self.st, self.orig, self.long = st, orig, False
-        self.rows = {long: [t.to(st.cos.device) for t in spec.rope_table(orig, long)]
-                     for long in (False, True)}
+        self.rows = {False: [st.cos[:orig].clone(), st.sin[:orig].clone()],
+                     True: [t.to(st.cos.device) for t in spec.rope_table(orig, True)]}
 
     def use(self, long: bool):
         if long != self.long:
