@@ -23,6 +23,7 @@ import torch
 from . import reference as R
 from .packing import PackedWeights, pack
 from .spec import ModelSpec, TensorParallelError  # noqa: F401  (re-exported)
+from .state import RopeTables
 
 
 def all_reduce_fp32(parts):
@@ -42,11 +43,11 @@ class RankModel:
         shape = (s.n_layers, s.n_kv_heads, max_seq_len, s.head_dim)
         self.k_cache = torch.zeros(shape, device=pw.device, dtype=pw.dtype)
         self.v_cache = torch.zeros_like(self.k_cache)
-        self.cos, self.sin = (t.to(pw.device) for t in s.rope_table(max_seq_len))
+        self.rope = RopeTables(s, max_seq_len, pw.device)
 
     def attn_partial(self, l, h, pos):
-        return R.attention_block(self.pw, l, h, pos, self.k_cache[l], self.v_cache[l], self.cos,
-                                 self.sin)
+        return R.attention_block(self.pw, l, h, pos, self.k_cache[l], self.v_cache[l],
+                                 *self.rope.layer(l))
 
     def mlp_partial(self, l, h):
         return R.mlp_block(self.pw, l, h)

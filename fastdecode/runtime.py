@@ -350,7 +350,7 @@ class Runtime:
         num = R.Numerics(mm=R.mm_native, norm=ops.rmsnorm, swiglu=ops.swiglu, attend=attend)
         for l in range(s.n_layers):
             self._add_reduced(h, R.attention_block(pw, l, h, st.n_pos, st.k_cache[l],
-                                                   st.v_cache[l], st.cos, st.sin, num=num))
+                                                   st.v_cache[l], *st.rope.layer(l), num=num))
             self._add_reduced(h, R.mlp_block(pw, l, h, num=num))
         logits = None
         if all_logits:
@@ -451,8 +451,8 @@ class Runtime:
         ops.embedding(st.ids[:T], pw.embed, out=h)
         for l in range(s.n_layers):
             b_qkv, qk_norm, b_o, b_gu, b_down = self._layer_args(l)
-            ops.qkv_rope(h, pw.w_qkv[l], pw.attn_norm[l], st.cos, st.sin, st.pos, st.k_cache[l],
-                         st.v_cache[l], n_heads=s.n_heads, eps=s.rms_eps, bias=b_qkv,
+            ops.qkv_rope(h, pw.w_qkv[l], pw.attn_norm[l], *st.rope.layer(l), st.pos,
+                         st.k_cache[l], st.v_cache[l], n_heads=s.n_heads, eps=s.rms_eps, bias=b_qkv,
                          qk_norm=qk_norm, q_out=st.q[:T], raw=st.qk_raw)
             ops.attention(st.q[:T], st.k_cache[l], st.v_cache[l], st.pos,
                           window=s.layer_windows[l], n_splits=st.o_part.shape[0],
@@ -509,7 +509,7 @@ class Runtime:
         h.copy_(pw.embed[st.ids[:T].long()])
         for l in range(s.n_layers):
             self._add_reduced(h, R.attention_block(pw, l, h, p, st.k_cache[l], st.v_cache[l],
-                                                   st.cos, st.sin))
+                                                   *st.rope.layer(l)))
             self._add_reduced(h, R.mlp_block(pw, l, h))
         if not head:
             return
@@ -643,7 +643,7 @@ class Runtime:
             st.ids, st.pos, st.step, st.seed, st.temp, st.hist,
             st.h, st.q, st.attn, st.act, st.o_part, st.lse, st.logits_shard, st.pval, st.pidx,
             st.qk_raw, st.kpart,
-            st.k_cache, st.v_cache, st.cos, st.sin, st.windows,
+            st.k_cache, st.v_cache, st.rope.cos, st.rope.sin, st.windows, st.rope.offsets,
             pw.embed, pw.lm_head, pw.final_norm, pw.attn_norm, pw.mlp_norm, pw.w_qkv,
             opt(pw.b_qkv), opt(pw.qk_norm), pw.w_o, opt(pw.b_o), pw.w_gu, opt(pw.b_gu),
             pw.w_down, opt(pw.b_down),
@@ -676,7 +676,7 @@ class Runtime:
             NORM_IN_QKV=tg.norm_in_qkv, SQ=tg.stages[0], SO=tg.stages[1], SG=tg.stages[2],
             SF=tg.stages[3], PF_KB=tg.l2_prefetch_kb, KV_PF=tg.kv_prefetch,
             POLL1=tg.abort_every if tg.one_poller else 0, KSPLIT=tg.ksplit,
-            ATTN_OUTLINE=tg.attn_outline,
+            ATTN_OUTLINE=tg.attn_outline, NOPE=bool(s.nope_layers),
             num_warps=tg.num_warps)
         grid = (sched.n_programs,)
         variant = (key, sampling.do_sample, trace is not None)

@@ -1,8 +1,8 @@
 """ModelSpec: every size of a decoder read from its Hugging Face config, in one dataclass.
 
-One family table says how Llama, Mistral (Ministral), Qwen2, Qwen3, Phi-3 and Granite differ (qkv
-bias, q/k norm, sliding window, fused checkpoint tensors, partial rotary, scalar multipliers, which
-rope scalings). Anything the kernels do not implement raises :class:`UnsupportedModelError` naming
+One family table says how Llama, Mistral (Ministral), Qwen2, Qwen3, Phi-3, Granite, SmolLM3 ...
+differ (qkv bias, q/k norm, sliding window, fused checkpoint tensors, partial rotary, scalar
+multipliers, layers without RoPE, which rope scalings). Anything the kernels do not implement raises :class:`UnsupportedModelError` naming
 the model_type or the field, before any weight is touched.
 """
 from __future__ import annotations
@@ -49,6 +49,9 @@ class Family:
     interleaved_rope: bool = False
     # the config fields that switch on the q / k / v, o_proj and MLP biases (None: never)
     bias_fields: tuple = ("attention_bias", "attention_bias", "mlp_bias")
+    # layers without RoPE (SmolLM3's NoPE layers): the config's per-layer list, 1 rotary / 0 none
+    # (None in the config: every no_rope_layer_interval-th layer, HF's default)
+    nope_field: str | None = None
 
 
 FAMILIES: dict[str, Family] = {
@@ -66,6 +69,8 @@ FAMILIES: dict[str, Family] = {
                        bias_fields=("use_bias",) * 3),
     "seed_oss": Family(qkv_bias=False, qk_norm=False, window_field=None,
                        bias_fields=("attention_bias", "attention_out_bias", "mlp_bias")),
+    "smollm3": Family(qkv_bias=False, qk_norm=False, window_field="use_sliding_window",
+                      nope_field="no_rope_layers"),
 }
 # freq_factors: llama.cpp's per-frequency divisors (a GGUF's rope_freqs tensor, which Llama-3.x
 # files carry in place of their llama3 rope_scaling; loading.gguf_config), rope["factors"]
@@ -96,6 +101,7 @@ class ModelSpec:
     max_position: int = 1 << 30
     rotary_dim: int = 0  # dims of a q / k head RoPE rotates (its first ones); 0: the whole head
     rope_interleaved: bool = False  # HF's RoPE pairs are (2i, 2i + 1) (Family.interleaved_rope)
+    nope_layers: tuple = ()  # the layers without RoPE (Family.nope_field; state.RopeTables)
     # Granite's multipliers (Family.multipliers), folded into the packed weights: the embedding
     # rows times embed_scale, o_proj / down (and biases) times residual_scale, the q rows times
     # attn_scale * sqrt(head_dim) (the kernels' scale is head_dim ** -0.5; 0: no attn_scale),
@@ -333,6 +339,7 @@ class ModelSpec:
             raise UnsupportedModelError(f"{mt}: layer type {t!r} is not supported")
         windows = tuple(window if t == "sliding_attention" else 0 for t in types)
         qkv_b, o_b, mlp_b = (bool(f and getattr(cfg, f, False)) for f in fam.bias_fields)
+        nope = _nope_layers(mt, fam, cfg, n_layers)
         scales = _multipliers(cfg) if fam.multipliers else {}
         return cls(**scales,
             family=mt, n_layers=n_layers, d_model=d, n_heads=n_heads,
@@ -343,7 +350,22 @@ class ModelSpec:
             qk_norm=fam.qk_norm, tied=bool(getattr(cfg, "tie_word_embeddings", False)),
             layer_windows=windows,
             max_position=int(getattr(cfg, "max_position_embeddings", 1 << 30) or (1 << 30)),
-            rotary_dim=0 if rot == hd else rot, rope_interleaved=fam.interleaved_rope)
+            rotary_dim=0 if rot == hd else rot, rope_interleaved=fam.interleaved_rope,
+            nope_layers=nope)
+
+
+def _nope_layers(mt: str, fam: Family, cfg, n_layers: int) -> tuple:
+    """The indices of the layers whose attention takes no RoPE (Family.nope_field)."""
+    if fam.nope_field is None:
+        return ()
+    flags = getattr(cfg, fam.nope_field, None)
+    if flags is None:  # HF's default: every interval-th layer without RoPE
+        every = int(getattr(cfg, "no_rope_layer_interval", 4))
+        flags = [int((l + 1) % every != 0) for l in range(n_layers)]
+    if len(flags) != n_layers:
+        raise UnsupportedModelError(f"{mt}: {fam.nope_field} has {len(flags)} entries for "
+                                    f"{n_layers} layers")
+    return tuple(l for l, f in enumerate(flags) if not f)
 
 
 def _multipliers(cfg) -> dict:

@@ -155,8 +155,7 @@ class DecodeState:
         # processors and stopping criteria see them (Sampling.host)
         self.prompt = self.hist[:0]
         self.scores = self.raw = self.record = None
-        cos, sin = s.rope_table(max_seq_len)
-        self.cos, self.sin = cos.to(dev), sin.to(dev)
+        self.rope = RopeTables(s, max_seq_len, dev)
         orig = s.longrope_orig
         self.longrope = LongRope(s, self, orig) if orig is not None and orig < max_seq_len \
             else None
@@ -173,8 +172,30 @@ class DecodeState:
         return torch.cat([self.prompt, self.hist[:n]])[None]
 
 
+class RopeTables:
+    """A model's RoPE tables, cos and sin [rows, head_dim/2] fp32 (ModelSpec.rope_table), and --
+    when some layers take no RoPE (ModelSpec.nope_layers: SmolLM3) -- as many identity rows after
+    them (cos 1, sin 0: y * 1 - x * 0 is y exactly), which those layers read in their place: every
+    kernel and reference path unchanged but for the table a layer is given (layer), the
+    megakernel's by a per-layer row offset (offsets, on the device; its rope_ptr)."""
+
+    def __init__(self, spec, rows: int, device):
+        cos, sin = spec.rope_table(rows)
+        if spec.nope_layers:
+            cos = torch.cat([cos, torch.ones_like(cos)])
+            sin = torch.cat([sin, torch.zeros_like(sin)])
+        self.cos, self.sin, self.rows = cos.to(device), sin.to(device), rows
+        self.starts = [rows if l in spec.nope_layers else 0 for l in range(spec.n_layers)]
+        self.offsets = torch.tensor(self.starts, device=device, dtype=torch.int32)
+
+    def layer(self, l: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Layer l's cos, sin [rows, head_dim/2]."""
+        r = slice(self.starts[l], self.starts[l] + self.rows)
+        return self.cos[r], self.sin[r]
+
+
 class LongRope:
-    """A longrope's two tables (ModelSpec.longrope_orig): state.cos / sin hold the short
+    """A longrope's two tables (ModelSpec.longrope_orig): state.rope's tables hold the short
     factors' below the original context `orig` and the long factors' from it on; a forward that
     reaches past orig takes the long factors' at every position (use(True)). Only rows [0, orig)
     differ: both versions of them are kept on the device (the short ones copied from the state's
@@ -182,13 +203,14 @@ class LongRope:
 
     def __init__(self, spec, st: "DecodeState", orig: int):
         self.st, self.orig, self.long = st, orig, False
-        self.rows = {False: [st.cos[:orig].clone(), st.sin[:orig].clone()],
-                     True: [t.to(st.cos.device) for t in spec.rope_table(orig, True)]}
+        rope = st.rope
+        self.rows = {False: [rope.cos[:orig].clone(), rope.sin[:orig].clone()],
+                     True: [t.to(rope.cos.device) for t in spec.rope_table(orig, True)]}
 
     def use(self, long: bool):
         if long != self.long:
-            self.st.cos[:self.orig].copy_(self.rows[long][0])
-            self.st.sin[:self.orig].copy_(self.rows[long][1])
+            self.st.rope.cos[:self.orig].copy_(self.rows[long][0])
+            self.st.rope.sin[:self.orig].copy_(self.rows[long][1])
             self.long = long
 
 

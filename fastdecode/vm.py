@@ -74,7 +74,8 @@ class VM:
                     if pw.qk_norm is not None:
                         y = R.rmsnorm(y, pw.qk_norm[l, 0 if is_q else 1], s.rms_eps)
                     p = self.pos + toks
-                    y = R.rope(y, st.cos[p], st.sin[p])
+                    cos, sin = st.rope.layer(l)
+                    y = R.rope(y, cos[p], sin[p])
                 y = y[:, 0]
                 if is_q:
                     st.q[toks[:, None], j, cols[None]] = y[:, cols].to(dt)
@@ -145,11 +146,12 @@ class VM:
         """q/k RMSNorm + RoPE of KV group kv's q heads and k head from the raw QKV rows."""
         s, pw, st, tg = self.spec, self.pw, self.st, self.tiling
         p = self.pos + torch.arange(tg.T, device=st.h.device)
+        cos, sin = st.rope.layer(l)
         for j in [kv * s.group + i for i in range(s.group)] + [s.n_heads + kv]:
             is_q = j < s.n_heads
             y = R.rmsnorm(st.qk_raw[:tg.T, j][:, None], pw.qk_norm[l, 0 if is_q else 1],
                           s.rms_eps)
-            y = R.rope(y, st.cos[p], st.sin[p])[:, 0].to(pw.dtype)
+            y = R.rope(y, cos[p], sin[p])[:, 0].to(pw.dtype)
             if is_q:
                 st.q[:tg.T, j] = y
             else:

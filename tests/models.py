@@ -41,6 +41,15 @@ FAMILIES = {
     "seed_oss": (tf.SeedOssConfig, tf.SeedOssForCausalLM, dict(
         hidden_size=48, intermediate_size=64, num_attention_heads=6, num_key_value_heads=2,
         head_dim=8, attention_bias=True, attention_out_bias=False, mlp_bias=True)),
+    # smollm3: no RoPE on every second layer (no_rope_layer_interval 2: layers 1, 3, ...), which
+    # also take a sliding window of 4 keys (HF's layer types for use_sliding_window); YaRN on the
+    # others (its attention factor must not reach the NoPE layers), GQA 3:1, head_dim 8, tied
+    "smollm3": (tf.SmolLM3Config, tf.SmolLM3ForCausalLM, dict(
+        hidden_size=48, intermediate_size=50, num_attention_heads=6, num_key_value_heads=2,
+        head_dim=8, no_rope_layer_interval=2, use_sliding_window=True, sliding_window=4,
+        rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16},
+        max_position_embeddings=64, tie_word_embeddings=True, pad_token_id=0, bos_token_id=1,
+        eos_token_id=2)),
     # qwen2: q/k/v bias, tied, head_dim 10 (half 5), GQA 2:1
     "qwen2": (tf.Qwen2Config, tf.Qwen2ForCausalLM, dict(
         hidden_size=60, intermediate_size=54, num_attention_heads=6, num_key_value_heads=3,

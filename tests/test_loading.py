@@ -135,7 +135,7 @@ PHI3_LONGROPE = dict(rope_scaling={"rope_type": "longrope", "short_factor": [1.0
 @pytest.mark.parametrize("family,overrides", [(f, {}) for f in
                                               ["llama", "llama_bias_tied", "mistral", "qwen2",
                                                "qwen3", "phi3", "ministral", "granite", "helium",
-                                               "ernie4_5", "seed_oss"]] +
+                                               "ernie4_5", "seed_oss", "smollm3"]] +
                          [("qwen2", QWEN2_WINDOWED), ("phi3", PHI3_LONGROPE)])
 def test_json_config_gives_the_autoconfig_spec(tmp_path, family, overrides):
     """from_pretrained reads config.json without transformers (JsonConfig): every ModelSpec field

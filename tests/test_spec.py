@@ -24,7 +24,8 @@ def test_spec_fields_and_rope_match_hf(family):
     inv = model.model.rotary_emb.inv_freq.float()  # Phi-3: of the rotated dims only
     assert torch.equal(s.rope_inv_freq()[:len(inv)], inv)  # HF's fp32 ops: the same bits
     assert not s.rope_inv_freq()[len(inv):].any()
-    assert getattr(model.model.rotary_emb, "attention_scaling", 1.0) == 1.0
+    assert s.rope_attention_factor() == pytest.approx(
+        getattr(model.model.rotary_emb, "attention_scaling", 1.0), rel=1e-12)
 
 
 @pytest.mark.parametrize("family,yarn", [
@@ -68,6 +69,9 @@ def test_family_differences():
     assert torch.equal(h.rope_permutation(), torch.tensor([0, 2, 4, 6, 8, 10, 1, 3, 5, 7, 9, 11]))
     assert spec("llama_bias_tied").o_bias and spec("llama_bias_tied").mlp_bias
     assert spec("llama").rope["rope_type"] == "llama3"
+    sm = ModelSpec.from_hf_config(tiny_model("smollm3", layers=5).config)
+    assert sm.nope_layers == (1, 3) and sm.layer_windows == (0, 4, 0, 4, 0)
+    assert spec("llama").nope_layers == ()
 
 
 def _raw(**kw):  # a config HF itself would refuse to build (odd head_dim)

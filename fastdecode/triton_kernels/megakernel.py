@@ -163,6 +163,17 @@ def merge_group(opart_ptr, lse_ptr, attn_ptr, pos, T, TM, H, HD, window, n_split
 
 
 @triton.jit
+def layer_rope(cos_ptr, sin_ptr, rope_ptr, layer, HD, NOPE: tl.constexpr):
+    """Layer `layer`'s cos / sin tables: NOPE (a model with layers without RoPE,
+    state.RopeTables), the row its table starts at, rope_ptr[layer] -- the identity rows for those
+    layers; else the one table."""
+    if NOPE:
+        start = tl.load(rope_ptr + layer) * (HD // 2)
+        return cos_ptr + start, sin_ptr + start
+    return cos_ptr, sin_ptr
+
+
+@triton.jit
 def qk_norm_group(layer, g, qkraw_ptr, qkn_ptr, cos_ptr, sin_ptr, pos, q_ptr, kc_ptr, T, S,
                   eps, H, KVH, HD, GROUP, BLOCK_SLOT: tl.constexpr, BLOCK_HALF: tl.constexpr):
     """Layer `layer`'s KV group g q/k-normalized and rotated (a QKNORM task, or the QKV task that
@@ -299,7 +310,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                ids_ptr, pos_ptr, step_ptr, seed_ptr, temp_ptr, hist_ptr,
                h_ptr, q_ptr, attn_ptr, act_ptr, opart_ptr, lse_ptr, logits_ptr, pval_ptr, pidx_ptr,
                qkraw_ptr, kpart_ptr,
-               kc_ptr, vc_ptr, cos_ptr, sin_ptr, win_ptr,
+               kc_ptr, vc_ptr, cos_ptr, sin_ptr, win_ptr, rope_ptr,
                emb_ptr, lm_ptr, fnorm_ptr, anorm_ptr, mnorm_ptr, wqkv_ptr, bqkv_ptr, qkn_ptr,
                wo_ptr, bo_ptr, wgu_ptr, bgu_ptr, wd_ptr, bd_ptr,
                T, TM, KVH, V, S, eps, scale, n_splits, n_vparts,
@@ -321,7 +332,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                MERGE_IN_ATTN: tl.constexpr, NORM_IN_QKV: tl.constexpr, SQ: tl.constexpr,
                SO: tl.constexpr, SG: tl.constexpr, SF: tl.constexpr, PF_KB: tl.constexpr = 0,
                POLL1: tl.constexpr = 0, KV_PF: tl.constexpr = False, KSPLIT: tl.constexpr = 1,
-               ATTN_OUTLINE: tl.constexpr = False):
+               ATTN_OUTLINE: tl.constexpr = False, NOPE: tl.constexpr = False):
     """Model sizes D, FFN, H, HD are constexpr (one compile per model): a decode tile over whole
     rows then folds its chunk loop away and keeps the activation row in registers, which spares
     registers (bench/compile_check.py: 1B shape 255 registers with 48 B of spills when they were
@@ -408,8 +419,9 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
             # weight tasks: first weight piece, then the wait; the others: the wait
             if (op == OP_QKV) | (op == OP_QKVA):
                 w_qkv = wqkv_ptr + layer * QKVN * D
+                cos_l, sin_l = layer_rope(cos_ptr, sin_ptr, rope_ptr, layer, HD, NOPE)
                 qargs = (h_ptr, w_qkv, anorm_ptr + layer * D, bqkv_ptr + layer * QKVN,
-                         qkn_ptr + layer * 2 * HD, cos_ptr, sin_ptr, pos, q_ptr,
+                         qkn_ptr + layer * 2 * HD, cos_l, sin_l, pos, q_ptr,
                          kc_ptr + layer * KVH * S * HD, vc_ptr + layer * KVH * S * HD,
                          T, D, D, S, eps, H, KVH, HD, a0, a1, a2)
                 # KV_PF: the group's K / V asked into L2 (its window read for the keys' range)
@@ -447,7 +459,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                             if TRACE:
                                 tl.store(tr + 5, globaltimer_ns(op, clock_ptr, USE_ASM))
                             if QK_DEFER:
-                                qk_norm_group(layer, a0, qkraw_ptr, qkn_ptr, cos_ptr, sin_ptr,
+                                qk_norm_group(layer, a0, qkraw_ptr, qkn_ptr, cos_l, sin_l,
                                               pos, q_ptr, kc_ptr, T, S, eps, H, KVH, HD, GROUP,
                                               QKN_SLOTS, BLOCK_HALF)
                             if op == OP_QKVA:
@@ -548,7 +560,9 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                             BLOCK_SP, BLOCK_D, BLOCK_S)
                     elif op == OP_QKNORM:
                         if QK_DEFER:
-                            qk_norm_group(layer, a0, qkraw_ptr, qkn_ptr, cos_ptr, sin_ptr,
+                            cos_l, sin_l = layer_rope(cos_ptr, sin_ptr, rope_ptr, layer, HD,
+                                                      NOPE)
+                            qk_norm_group(layer, a0, qkraw_ptr, qkn_ptr, cos_l, sin_l,
                                           pos, q_ptr, kc_ptr, T, S, eps, H, KVH, HD, GROUP,
                                           QKN_SLOTS, BLOCK_HALF)
                     elif op == OP_MERGE:
