@@ -111,6 +111,12 @@ SHAPES = {
         attention_bias=True, attention_out_bias=False, mlp_bias=False, rms_norm_eps=1e-6,
         max_position_embeddings=524288, rope_parameters={"rope_type": "default",
                                                          "rope_theta": 10000000.0})),
+    # SmolLM3-3B: every fourth layer without RoPE (no_rope_layers), GQA 4:1, a tied 128K vocabulary
+    "smollm3-3b": ("SmolLM3-3B", lambda: tf.SmolLM3Config(
+        hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16,
+        num_key_value_heads=4, vocab_size=128256, tie_word_embeddings=True, rms_norm_eps=1e-6,
+        max_position_embeddings=65536, no_rope_layer_interval=4,
+        rope_parameters={"rope_type": "default", "rope_theta": 5000000.0})),
 }
 
 

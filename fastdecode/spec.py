@@ -355,17 +355,19 @@ class ModelSpec:
 
 
 def _nope_layers(mt: str, fam: Family, cfg, n_layers: int) -> tuple:
-    """The indices of the layers whose attention takes no RoPE (Family.nope_field)."""
+    """The indices of the layers whose attention takes no RoPE (Family.nope_field). A list
+    longer than the layers (a config whose num_hidden_layers was cut) is read as HF reads it: its
+    first n_layers entries."""
     if fam.nope_field is None:
         return ()
     flags = getattr(cfg, fam.nope_field, None)
     if flags is None:  # HF's default: every interval-th layer without RoPE
         every = int(getattr(cfg, "no_rope_layer_interval", 4))
         flags = [int((l + 1) % every != 0) for l in range(n_layers)]
-    if len(flags) != n_layers:
+    if len(flags) < n_layers:
         raise UnsupportedModelError(f"{mt}: {fam.nope_field} has {len(flags)} entries for "
                                     f"{n_layers} layers")
-    return tuple(l for l, f in enumerate(flags) if not f)
+    return tuple(l for l, f in enumerate(flags[:n_layers]) if not f)
 
 
 def _multipliers(cfg) -> dict:

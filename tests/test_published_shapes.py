@@ -7,7 +7,8 @@ to 24 keys so a short prompt crosses it), SmolLM2-135M (9 heads, 3 KV heads), Mi
 heads of an explicit 128 on a d_model of 5120, 131K vocabulary), Qwen3-32B (64 heads of 128 on 5120,
 GQA 8:1), Phi-3-mini (MHA, head_dim 96, fused checkpoint tensors), Phi-4-mini (partial rotary,
 longrope, 200K tied vocabulary), Granite-3.1-8B (multipliers folded into the weights, a scaled
-copy of the tied head) and Seed-OSS-36B (GQA 10:1, q_dim 10240 on a d_model of 5120) -- at their real
+copy of the tied head), Seed-OSS-36B (GQA 10:1, q_dim 10240 on a d_model of 5120) and SmolLM3-3B
+(layers without RoPE, GQA 4:1, tied 128K vocabulary) -- at their real
 matrix sizes (random bf16 weights, biases and norm weights perturbed so those paths carry signal),
 two layers each, against the Hugging Face model.
 
@@ -45,7 +46,9 @@ SHAPES = [("3b", {}), ("qwen2.5-0.5b", {}), ("qwen2.5-7b", {}), ("qwen2.5-14b", 
           # one forward over the whole sequence does
           ("phi4-mini", {"rope_parameters": longrope(48, 0.75, orig=32),
                          "original_max_position_embeddings": 32}),
-          ("granite-8b", {}), ("seed-oss-36b", {})]
+          ("granite-8b", {}), ("seed-oss-36b", {}),
+          # the second of the two layers without RoPE, as every fourth one of the real model
+          ("smollm3-3b", {"no_rope_layers": [1, 0]})]
 
 
 def _model(key, overrides):
