@@ -56,7 +56,10 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
     get(hf_name, index=None) -> tensor | None, HF state-dict names; `index` is a tuple of slices,
     so a rank reads only its shard (safetensors slices lazily). Sharding: distributed.py."""
     sp = spec.shard(rank, world)
-    if FAMILIES[spec.family].fused:
+    fam = FAMILIES[spec.family]
+    if fam.checkpoint_names:
+        get = renamed_getter(get, fam.checkpoint_names)
+    if fam.fused:
         get = fused_getter(get, spec)
     get = scaled_getter(get, {"self_attn.q_proj.": spec.q_scale,
                               "self_attn.o_proj.": spec.residual_scale,
@@ -156,6 +159,20 @@ def scaled_getter(get, scales: dict):
         s = next((s for k, s in scales.items() if k in name), 1.0)
         return t if t is None else scaled(t, s)
     return sget
+
+
+def renamed_getter(get, names: tuple):
+    """get(name, index) over a checkpoint that keeps its own tensor names (Family.checkpoint_names:
+    (HF part, checkpoint part) pairs, replaced in order): the HF name first, then the checkpoint's."""
+
+    def rget(name, index=None):
+        t = get(name, index)
+        if t is None:
+            for hf, own in names:
+                name = name.replace(hf, own)
+            t = get(name, index)
+        return t
+    return rget
 
 
 def fused_getter(get, spec: ModelSpec):

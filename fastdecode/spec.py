@@ -1,8 +1,8 @@
 """ModelSpec: every size of a decoder read from its Hugging Face config, in one dataclass.
 
 One family table says how Llama, Mistral (Ministral), Qwen2, Qwen3, Phi-3, Granite, SmolLM3 ...
-differ (qkv bias, q/k norm, sliding window, fused checkpoint tensors, partial rotary, scalar
-multipliers, layers without RoPE, which rope scalings). Anything the kernels do not implement raises :class:`UnsupportedModelError` naming
+differ (qkv bias, q/k norm, sliding window, fused or renamed checkpoint tensors, partial rotary,
+scalar multipliers, layers without RoPE, which rope scalings). Anything the kernels do not implement raises :class:`UnsupportedModelError` naming
 the model_type or the field, before any weight is touched.
 """
 from __future__ import annotations
@@ -52,6 +52,10 @@ class Family:
     # layers without RoPE (SmolLM3's NoPE layers): the config's per-layer list, 1 rotary / 0 none
     # (None in the config: every no_rope_layer_interval-th layer, HF's default)
     nope_field: str | None = None
+    # (HF name part, the checkpoint's) pairs, in order: a checkpoint that keeps its own tensor
+    # names, which HF renames on loading (EXAONE 3.x: Llama's modules under GPT-2-style names;
+    # packing.renamed_getter). HF's state_dict and a checkpoint with HF's names read as they are
+    checkpoint_names: tuple = ()
 
 
 FAMILIES: dict[str, Family] = {
@@ -69,6 +73,13 @@ FAMILIES: dict[str, Family] = {
                        bias_fields=("use_bias",) * 3),
     "seed_oss": Family(qkv_bias=False, qk_norm=False, window_field=None,
                        bias_fields=("attention_bias", "attention_out_bias", "mlp_bias")),
+    # EXAONE 3.0 / 3.5: HF runs it as Llama (LlamaForCausalLM); its checkpoints keep their names
+    "exaone": Family(qkv_bias=False, qk_norm=False, window_field=None, checkpoint_names=(
+        ("model.embed_tokens.", "transformer.wte."), ("model.layers.", "transformer.h."),
+        ("model.norm.", "transformer.ln_f."), (".self_attn.o_proj.", ".attn.attention.out_proj."),
+        (".self_attn.", ".attn.attention."), (".input_layernorm.", ".ln_1."),
+        (".post_attention_layernorm.", ".ln_2."), (".mlp.gate_proj.", ".mlp.c_fc_0."),
+        (".mlp.up_proj.", ".mlp.c_fc_1."), (".mlp.down_proj.", ".mlp.c_proj."))),
     "smollm3": Family(qkv_bias=False, qk_norm=False, window_field="use_sliding_window",
                       nope_field="no_rope_layers"),
 }

@@ -50,6 +50,11 @@ FAMILIES = {
         rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16},
         max_position_embeddings=64, tie_word_embeddings=True, pad_token_id=0, bos_token_id=1,
         eos_token_id=2)),
+    # exaone (EXAONE 3.x): HF's Llama under its own checkpoint names (save_pretrained writes
+    # them), GQA 4:1, head_dim 6, tied
+    "exaone": (tf.ExaoneConfig, tf.LlamaForCausalLM, dict(
+        hidden_size=48, intermediate_size=46, num_attention_heads=8, num_key_value_heads=2,
+        head_dim=6, tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
     # qwen2: q/k/v bias, tied, head_dim 10 (half 5), GQA 2:1
     "qwen2": (tf.Qwen2Config, tf.Qwen2ForCausalLM, dict(
         hidden_size=60, intermediate_size=54, num_attention_heads=6, num_key_value_heads=3,

@@ -1,5 +1,8 @@
 """Checkpoints without an HF model object: safetensors folders (one file and sharded with an
 index) give the same model as from_hf; the packed layout concatenates back to HF's weights."""
+import dataclasses
+import json
+
 import pytest
 import torch
 
@@ -10,8 +13,10 @@ from models import tiny_model
 
 
 @pytest.mark.parametrize("shard", [None, "30KB"])
-@pytest.mark.parametrize("family", ["llama_bias_tied", "qwen3", "phi3", "granite"])
+@pytest.mark.parametrize("family", ["llama_bias_tied", "qwen3", "phi3", "granite", "exaone"])
 def test_safetensors_folder_matches_from_hf(tmp_path, family, shard):
+    """exaone: save_pretrained writes EXAONE's own tensor names (transformer.h.0.attn.attention.
+    q_proj ...), which packing.renamed_getter reads."""
     model = tiny_model(family)
     kw = {"max_shard_size": shard} if shard else {}
     model.save_pretrained(tmp_path, **kw)
@@ -135,7 +140,7 @@ PHI3_LONGROPE = dict(rope_scaling={"rope_type": "longrope", "short_factor": [1.0
 @pytest.mark.parametrize("family,overrides", [(f, {}) for f in
                                               ["llama", "llama_bias_tied", "mistral", "qwen2",
                                                "qwen3", "phi3", "ministral", "granite", "helium",
-                                               "ernie4_5", "seed_oss", "smollm3"]] +
+                                               "ernie4_5", "seed_oss", "smollm3", "exaone"]] +
                          [("qwen2", QWEN2_WINDOWED), ("phi3", PHI3_LONGROPE)])
 def test_json_config_gives_the_autoconfig_spec(tmp_path, family, overrides):
     """from_pretrained reads config.json without transformers (JsonConfig): every ModelSpec field
@@ -162,6 +167,24 @@ def test_json_config_gives_the_autoconfig_spec(tmp_path, family, overrides):
     for name in ("max_length", "max_new_tokens", "do_sample", "temperature", "top_k", "top_p",
                  "eos_token_id"):
         assert getattr(ours, name) == getattr(hf, name), name
+
+
+def test_exaone_config_keys(tmp_path):
+    """An EXAONE checkpoint's config.json names three sizes its own way (num_layers,
+    layer_norm_epsilon, activation_function: ExaoneConfig.attribute_map): read through
+    AutoConfig, the same spec as the model's."""
+    from fastdecode.loading import load_config
+    model = tiny_model("exaone", layers=3)
+    model.save_pretrained(tmp_path)
+    d = json.loads((tmp_path / "config.json").read_text())
+    for hf, own in (("num_hidden_layers", "num_layers"), ("rms_norm_eps", "layer_norm_epsilon"),
+                    ("hidden_act", "activation_function")):
+        d[own] = d.pop(hf)
+    d["layer_norm_epsilon"] = 1e-6  # not the class default (1e-5): read, not defaulted
+    (tmp_path / "config.json").write_text(json.dumps(d))
+    spec = ModelSpec.from_hf_config(load_config(str(tmp_path)))
+    assert spec == dataclasses.replace(ModelSpec.from_hf_config(model.config), rms_eps=1e-6)
+    assert spec.n_layers == 3
 
 
 def _write_gguf(path, arch, name, tied, head_dim=None, rope_dims=None, stops=None, split=None):
