@@ -111,6 +111,13 @@ SHAPES = {
         attention_bias=True, attention_out_bias=False, mlp_bias=False, rms_norm_eps=1e-6,
         max_position_embeddings=524288, rope_parameters={"rope_type": "default",
                                                          "rope_theta": 10000000.0})),
+    # GLM-4-9B: GQA 16:1 (32 heads over 2 KV heads), half of each head rotated on interleaved
+    # pairs, q / k / v biases, gate|up fused in the checkpoint, a 151K vocabulary
+    "glm4-9b": ("GLM-4-9B", lambda: tf.GlmConfig(
+        hidden_size=4096, intermediate_size=13696, num_hidden_layers=40, num_attention_heads=32,
+        num_key_value_heads=2, head_dim=128, vocab_size=151552, tie_word_embeddings=False,
+        attention_bias=True, rms_norm_eps=1.5625e-07, max_position_embeddings=131072,
+        pad_token_id=151329, eos_token_id=[151329, 151336, 151338])),
     # SmolLM3-3B: every fourth layer without RoPE (no_rope_layers), GQA 4:1, a tied 128K vocabulary
     "smollm3-3b": ("SmolLM3-3B", lambda: tf.SmolLM3Config(
         hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16,

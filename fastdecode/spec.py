@@ -80,6 +80,11 @@ FAMILIES: dict[str, Family] = {
         (".self_attn.", ".attn.attention."), (".input_layernorm.", ".ln_1."),
         (".post_attention_layernorm.", ".ln_2."), (".mlp.gate_proj.", ".mlp.c_fc_0."),
         (".mlp.up_proj.", ".mlp.c_fc_1."), (".mlp.down_proj.", ".mlp.c_proj."))),
+    # GLM-4 (glm-4-9b-chat-hf): gate|up fused as Phi-3's, half of each head rotated on
+    # interleaved pairs, q / k / v biases only
+    "glm": Family(qkv_bias=False, qk_norm=False, window_field=None, fused=True,
+                  partial_rotary=True, interleaved_rope=True,
+                  bias_fields=("attention_bias", None, None)),
     "smollm3": Family(qkv_bias=False, qk_norm=False, window_field="use_sliding_window",
                       nope_field="no_rope_layers"),
 }
@@ -110,7 +115,9 @@ class ModelSpec:
     tied: bool = False
     layer_windows: tuple = ()  # per layer: 0 full attention; W keys in (p - W, p]
     max_position: int = 1 << 30
-    rotary_dim: int = 0  # dims of a q / k head RoPE rotates (its first ones); 0: the whole head
+    # HF's int(head_dim * partial_rotary_factor), the frequencies' denominator (odd allowed: HF
+    # then rotates one dim more, rot); 0: the whole head
+    rotary_dim: int = 0
     rope_interleaved: bool = False  # HF's RoPE pairs are (2i, 2i + 1) (Family.interleaved_rope)
     nope_layers: tuple = ()  # the layers without RoPE (Family.nope_field; state.RopeTables)
     # Granite's multipliers (Family.multipliers), folded into the packed weights: the embedding
@@ -138,8 +145,8 @@ class ModelSpec:
         2i + 1) -- for i < rot/2 and passes [rot, head_dim) through. The kernels rotate pairs
         (i, i + head_dim/2): packing.pack permutes q / k rows (rope_permutation) so those pairs
         are HF's and the rest sit where rope_inv_freq is 0 (cos 1, sin 0: passed through
-        exactly)."""
-        return self.rotary_dim or self.head_dim
+        exactly). An odd rotary_dim d rotates d + 1 dims, as HF's (ceil(d / 2) frequencies)."""
+        return 2 * -(-self.rotary_dim // 2) if self.rotary_dim else self.head_dim
 
     def rope_permutation(self) -> torch.Tensor | None:
         """perm [head_dim]: packed q / k dim j holds HF's dim perm[j] (None: the identity).
@@ -229,7 +236,7 @@ class ModelSpec:
         factors (else its short ones). Computed as transformers computes them, op for op in fp32
         (the same bits on a CPU): where attention logits are large, their last-ulp differences
         (an fp64 computation's) became 1e-4 of the logits (a 2-wide hidden state, hypothesis)."""
-        hd = self.rot
+        hd = self.rotary_dim or self.head_dim  # HF's dim: the frequencies' denominator
         base = self.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd)
         inv = 1.0 / base
         kind = self.rope.get("rope_type", "default")
@@ -265,7 +272,7 @@ class ModelSpec:
                     / (hi - lo if hi != lo else 0.001)).clamp(0, 1)
             keep = 1 - ramp  # HF's extrapolation factor
             inv = 1.0 / (self._yarn_factor() * base) * (1 - keep) + inv * keep
-        return torch.cat([inv, torch.zeros((self.head_dim - hd) // 2)])
+        return torch.cat([inv, torch.zeros((self.head_dim - self.rot) // 2)])
 
     def _yarn_original(self) -> float:
         return float(self.rope.get("original_max_position_embeddings") or self.max_position)
@@ -396,9 +403,9 @@ def _longrope_params(mt: str, cfg, rope: dict, rot: int) -> dict:
     if not orig:
         raise UnsupportedModelError(f"{mt}: longrope without original_max_position_embeddings")
     for k in ("short_factor", "long_factor"):
-        if len(rope.get(k) or ()) != rot // 2:
+        if len(rope.get(k) or ()) != -(-rot // 2):
             raise UnsupportedModelError(f"{mt}: longrope {k} has {len(rope.get(k) or ())} "
-                                        f"entries for {rot // 2} rotated pairs")
+                                        f"entries for {-(-rot // 2)} rotated pairs")
     return dict(rope, original_max_position_embeddings=int(orig))
 
 
@@ -415,9 +422,11 @@ def _rotary_dim(mt: str, fam: Family, cfg, rope: dict, hd: int) -> int:
         raise UnsupportedModelError(f"{mt}: partial_rotary_factor={f} with rope_type="
                                     f"{rope['rope_type']!r} is not supported")
     rot = int(hd * f)
-    if not 0 < f <= 1 or rot < 2 or rot % 2:
+    if not 0 < f <= 1 or rot < 1:
         raise UnsupportedModelError(f"{mt}: partial_rotary_factor={f} rotates {rot} of head_dim "
-                                    f"{hd}; RoPE needs an even count >= 2")
+                                    f"{hd}; RoPE needs at least one dim")
+    if rot % 2 and rope["rope_type"] == "yarn":  # HF's YaRN ramp has rot // 2 entries: fails
+        raise UnsupportedModelError(f"{mt}: YaRN with an odd rotary dim ({rot}) is not supported")
     return rot
 
 

@@ -55,6 +55,11 @@ FAMILIES = {
     "exaone": (tf.ExaoneConfig, tf.LlamaForCausalLM, dict(
         hidden_size=48, intermediate_size=46, num_attention_heads=8, num_key_value_heads=2,
         head_dim=6, tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    # glm: gate|up fused in one tensor, RoPE on interleaved pairs of half of each head (its
+    # default partial_rotary_factor 0.5, head_dim 12: dims 0-5), q/k/v biases, GQA 3:1
+    "glm": (tf.GlmConfig, tf.GlmForCausalLM, dict(
+        hidden_size=48, intermediate_size=52, num_attention_heads=6, num_key_value_heads=2,
+        head_dim=12, attention_bias=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
     # qwen2: q/k/v bias, tied, head_dim 10 (half 5), GQA 2:1
     "qwen2": (tf.Qwen2Config, tf.Qwen2ForCausalLM, dict(
         hidden_size=60, intermediate_size=54, num_attention_heads=6, num_key_value_heads=3,
@@ -82,7 +87,7 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
     """(family, config overrides, vocab) of model shapes nobody tuned for: any GQA ratio, even
     head dims 2-24 (q_dim != d_model allowed), odd FFN and vocab sizes, tied or untied heads, a
     family's own traits (biases, q/k norm) kept and, Mistral and Phi-3, a random sliding window
-    (Phi-3: a random rotated part of the head too).
+    (Phi-3 and GLM: a random rotated part of the head too, odd dim counts among them).
     transformers asks hidden_size to be a multiple of the head count."""
     family = draw(st.sampled_from(families))
     kv = draw(st.integers(1, 3))
@@ -94,8 +99,9 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
         cfg["sliding_window"] = draw(st.integers(2, 12))
     if family == "helium":  # its o_proj is [hidden, hidden]: HF's Helium needs H * hd == d
         cfg["hidden_size"] = heads * cfg["head_dim"]
-    if family == "phi3":  # rotate 2 * pairs of the head's dims (the + 0.5: int() of the product
-        rot = 2 * draw(st.integers(1, cfg["head_dim"] // 2))  # cannot round below 2 * pairs)
+    if family in ("phi3", "glm"):  # rotate any count of the head's dims, odd ones too (HF then
+        # rotates one more; the + 0.5: int() of the product cannot round below rot)
+        rot = draw(st.integers(1, cfg["head_dim"]))
         cfg["partial_rotary_factor"] = (rot + 0.5) / cfg["head_dim"] if rot < cfg["head_dim"] \
             else 1.0
     return family, cfg, draw(st.integers(5, 211))

@@ -13,7 +13,8 @@ from models import tiny_model
 
 
 @pytest.mark.parametrize("shard", [None, "30KB"])
-@pytest.mark.parametrize("family", ["llama_bias_tied", "qwen3", "phi3", "granite", "exaone"])
+@pytest.mark.parametrize("family", ["llama_bias_tied", "qwen3", "phi3", "granite", "exaone",
+                                    "glm"])
 def test_safetensors_folder_matches_from_hf(tmp_path, family, shard):
     """exaone: save_pretrained writes EXAONE's own tensor names (transformer.h.0.attn.attention.
     q_proj ...), which packing.renamed_getter reads."""
@@ -140,7 +141,8 @@ PHI3_LONGROPE = dict(rope_scaling={"rope_type": "longrope", "short_factor": [1.0
 @pytest.mark.parametrize("family,overrides", [(f, {}) for f in
                                               ["llama", "llama_bias_tied", "mistral", "qwen2",
                                                "qwen3", "phi3", "ministral", "granite", "helium",
-                                               "ernie4_5", "seed_oss", "smollm3", "exaone"]] +
+                                               "ernie4_5", "seed_oss", "smollm3", "exaone",
+                                               "glm"]] +
                          [("qwen2", QWEN2_WINDOWED), ("phi3", PHI3_LONGROPE)])
 def test_json_config_gives_the_autoconfig_spec(tmp_path, family, overrides):
     """from_pretrained reads config.json without transformers (JsonConfig): every ModelSpec field

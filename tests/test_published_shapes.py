@@ -8,7 +8,8 @@ heads of an explicit 128 on a d_model of 5120, 131K vocabulary), Qwen3-32B (64 h
 GQA 8:1), Phi-3-mini (MHA, head_dim 96, fused checkpoint tensors), Phi-4-mini (partial rotary,
 longrope, 200K tied vocabulary), Granite-3.1-8B (multipliers folded into the weights, a scaled
 copy of the tied head), Seed-OSS-36B (GQA 10:1, q_dim 10240 on a d_model of 5120) and SmolLM3-3B
-(layers without RoPE, GQA 4:1, tied 128K vocabulary) -- at their real
+(layers without RoPE, GQA 4:1, tied 128K vocabulary), GLM-4-9B (GQA 16:1, interleaved partial
+rotary) -- at their real
 matrix sizes (random bf16 weights, biases and norm weights perturbed so those paths carry signal),
 two layers each, against the Hugging Face model.
 
@@ -48,7 +49,7 @@ SHAPES = [("3b", {}), ("qwen2.5-0.5b", {}), ("qwen2.5-7b", {}), ("qwen2.5-14b", 
                          "original_max_position_embeddings": 32}),
           ("granite-8b", {}), ("seed-oss-36b", {}),
           # the second of the two layers without RoPE, as every fourth one of the real model
-          ("smollm3-3b", {"no_rope_layers": [1, 0]})]
+          ("smollm3-3b", {"no_rope_layers": [1, 0]}), ("glm4-9b", {})]
 
 
 def _model(key, overrides):

@@ -72,6 +72,9 @@ def test_family_differences():
     sm = ModelSpec.from_hf_config(tiny_model("smollm3", layers=5).config)
     assert sm.nope_layers == (1, 3) and sm.layer_windows == (0, 4, 0, 4, 0)
     assert spec("llama").nope_layers == ()
+    gl = spec("glm")
+    assert (gl.attn_bias, gl.o_bias, gl.mlp_bias, gl.rot, gl.rope_interleaved) == (
+        True, False, False, 6, True)
 
 
 def _raw(**kw):  # a config HF itself would refuse to build (odd head_dim)
@@ -89,8 +92,12 @@ def _raw(**kw):  # a config HF itself would refuse to build (odd head_dim)
     (lambda: _raw(head_dim=7), "odd"),
     (lambda: _raw(hidden_size=64, partial_rotary_factor=0.5,
                   rope_scaling={"rope_type": "linear", "factor": 2.0}), "partial_rotary_factor"),
-    (lambda: tf.Phi3Config(hidden_size=48, num_attention_heads=4, partial_rotary_factor=0.25),
-     "rotates 3 of head_dim 12"),
+    (lambda: tf.Phi3Config(hidden_size=48, num_attention_heads=4, partial_rotary_factor=0.05),
+     "rotates 0 of head_dim 12"),
+    (lambda: _raw(model_type="phi3", hidden_size=48, num_attention_heads=4,
+                  num_key_value_heads=4, partial_rotary_factor=0.25,
+                  rope_scaling={"rope_type": "yarn", "factor": 2.0,
+                                "original_max_position_embeddings": 16}), "odd rotary dim"),
     (lambda: _raw(hidden_size=64, rope_scaling={"rope_type": "freq_factors",
                                                 "factors": [1.0] * 3}),
      "3 rope frequency factors for head_dim 8"),
@@ -100,17 +107,20 @@ def test_unsupported_configs_raise(make, match):
         ModelSpec.from_hf_config(make())
 
 
-@pytest.mark.parametrize("factor", [0.5, 0.75, 1 / 3, 1.0])
-def test_partial_rotary_matches_hf(factor):
-    """Phi-3's partial rotary (head_dim 24): HF rotates dims [0, rot) in pairs (i, i + rot/2)
-    and passes the rest through; the kernels rotate pairs (i, i + 12) of the packed q / k,
-    whose dims rope_permutation reorders, with inv_freq 0 (cos 1, sin 0) past rot/2. Rotated
-    so, the packed head is HF's rotated head in the same order, bit for bit."""
-    model = tiny_model("phi3", hidden_size=96, partial_rotary_factor=factor)
+@pytest.mark.parametrize("family", ["phi3", "glm"])
+@pytest.mark.parametrize("factor", [0.5, 0.75, 1 / 3, 1.0, 5.5 / 24])
+def test_partial_rotary_matches_hf(family, factor):
+    """Partial rotary (head_dim 24): HF rotates dims [0, rot) in pairs (i, i + rot/2) -- GLM:
+    (2i, 2i + 1) -- and passes the rest through; the kernels rotate pairs (i, i + 12) of the
+    packed q / k, whose dims rope_permutation reorders, with inv_freq 0 (cos 1, sin 0) past
+    rot/2. Rotated so, the packed head is HF's rotated head in the same order, bit for bit.
+    An odd int(24 x factor) (5): HF's 3 frequencies over 5, rotating 6 dims."""
+    model = tiny_model(family, hidden_size=96, num_attention_heads=4, num_key_value_heads=2,
+                       head_dim=24, partial_rotary_factor=factor)
     s = ModelSpec.from_hf_config(model.config)
-    assert s.rot == int(24 * factor) and s.head_dim == 24
+    assert s.rot == 2 * -(-int(24 * factor) // 2) and s.head_dim == 24
     perm = s.rope_permutation()
-    assert (perm is None) == (factor == 1.0)
+    assert (perm is None) == (factor == 1.0 and family == "phi3")  # GLM's pairs: interleaved
     perm = torch.arange(24) if perm is None else perm
     assert sorted(perm.tolist()) == list(range(24))
     inv = model.model.rotary_emb.inv_freq.float()
@@ -119,7 +129,8 @@ def test_partial_rotary_matches_hf(factor):
     pos = torch.arange(40)
     cos, sin = model.model.rotary_emb(torch.zeros(1, 40, 1), pos[None])
     q, k = torch.randn(2, 1, 1, 40, 24).unbind(0)
-    want = tf.models.phi3.modeling_phi3.apply_rotary_pos_emb(q, k, cos, sin)[0][0, 0]
+    modeling = tf.models.phi3.modeling_phi3 if family == "phi3" else tf.models.glm.modeling_glm
+    want = modeling.apply_rotary_pos_emb(q, k, cos, sin)[0][0, 0]
     c, sn = s.rope_table(40)
     x = q[0, 0][:, perm]
     got = torch.cat([x[:, :12] * c - x[:, 12:] * sn, x[:, 12:] * c + x[:, :12] * sn], 1)

@@ -23,7 +23,7 @@ from models import LONGROPE, tiny_model
 # 3:1 over 6 ranks -- one q head each -- Qwen3's q/k norm over 4, Phi-3's partial rotary over 4)
 CASES = [("llama", 2), ("llama_bias_tied", 2), ("llama_bias_tied", 4), ("qwen2", 3),
          ("qwen3", 2), ("mistral_gqa", 2), ("phi3", 2), ("granite", 3), ("helium", 2),
-         ("ernie4_5", 2), ("smollm3", 2), ("exaone", 2),
+         ("ernie4_5", 2), ("smollm3", 2), ("exaone", 2), ("glm", 2),
          ("mistral", 2), ("mistral", 4), ("llama", 6), ("qwen3", 4), ("phi3", 4)]
 
 
