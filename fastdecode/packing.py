@@ -162,8 +162,9 @@ def scaled_getter(get, scales: dict):
 
 
 def renamed_getter(get, names: tuple):
-    """get(name, index) over a checkpoint that keeps its own tensor names (Family.checkpoint_names:
-    (HF part, checkpoint part) pairs, replaced in order): the HF name first, then the checkpoint's."""
+    """get(name, index) over a checkpoint that keeps its own tensor names
+    (Family.checkpoint_names: (HF part, checkpoint part) pairs, replaced in order): the HF name
+    first, then the checkpoint's."""
 
     def rget(name, index=None):
         t = get(name, index)

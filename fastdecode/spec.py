@@ -2,8 +2,9 @@
 
 One family table says how Llama, Mistral (Ministral), Qwen2, Qwen3, Phi-3, Granite, SmolLM3 ...
 differ (qkv bias, q/k norm, sliding window, fused or renamed checkpoint tensors, partial rotary,
-scalar multipliers, layers without RoPE, which rope scalings). Anything the kernels do not implement raises :class:`UnsupportedModelError` naming
-the model_type or the field, before any weight is touched.
+scalar multipliers, layers without RoPE, which rope scalings). Anything the kernels do not
+implement raises :class:`UnsupportedModelError` naming the model_type or the field, before any
+weight is touched.
 """
 from __future__ import annotations
 
