@@ -48,7 +48,8 @@ class Family:
     # RoPE on interleaved pairs (2i, 2i + 1) instead of (i, i + head_dim / 2) (Helium, ERNIE
     # 4.5): packing reorders the q / k dims (ModelSpec.rope_permutation), the kernels unchanged
     interleaved_rope: bool = False
-    # the config fields that switch on the q / k / v, o_proj and MLP biases (None: never)
+    # the config fields that switch on the q / k / v, o_proj and MLP biases (None: never; a tuple:
+    # the first of its names the config has -- a checkpoint's own name beside HF's)
     bias_fields: tuple = ("attention_bias", "attention_bias", "mlp_bias")
     # layers without RoPE (SmolLM3's NoPE layers): the config's per-layer list, 1 rotary / 0 none
     # (None in the config: every no_rope_layer_interval-th layer, HF's default)
@@ -86,6 +87,9 @@ FAMILIES: dict[str, Family] = {
     "glm": Family(qkv_bias=False, qk_norm=False, window_field=None, fused=True,
                   partial_rotary=True, interleaved_rope=True,
                   bias_fields=("attention_bias", None, None)),
+    # InternLM3: HF's Llama; its config.json names the biases qkv_bias (q / k / v / o) and bias
+    "internlm3": Family(qkv_bias=False, qk_norm=False, window_field=None, bias_fields=(
+        ("attention_bias", "qkv_bias"), ("attention_bias", "qkv_bias"), ("mlp_bias", "bias"))),
     "smollm3": Family(qkv_bias=False, qk_norm=False, window_field="use_sliding_window",
                       nope_field="no_rope_layers"),
 }
@@ -357,7 +361,7 @@ class ModelSpec:
         for t in set(types) - {"full_attention", "sliding_attention"}:
             raise UnsupportedModelError(f"{mt}: layer type {t!r} is not supported")
         windows = tuple(window if t == "sliding_attention" else 0 for t in types)
-        qkv_b, o_b, mlp_b = (bool(f and getattr(cfg, f, False)) for f in fam.bias_fields)
+        qkv_b, o_b, mlp_b = (_config_flag(cfg, f) for f in fam.bias_fields)
         nope = _nope_layers(mt, fam, cfg, n_layers)
         scales = _multipliers(cfg) if fam.multipliers else {}
         return cls(**scales,
@@ -371,6 +375,14 @@ class ModelSpec:
             max_position=int(getattr(cfg, "max_position_embeddings", 1 << 30) or (1 << 30)),
             rotary_dim=0 if rot == hd else rot, rope_interleaved=fam.interleaved_rope,
             nope_layers=nope)
+
+
+def _config_flag(cfg, names) -> bool:
+    """The first of `names` (one name, a tuple of them, or None: False) the config has."""
+    for name in (names,) if isinstance(names, str) else names or ():
+        if hasattr(cfg, name):
+            return bool(getattr(cfg, name))
+    return False
 
 
 def _nope_layers(mt: str, fam: Family, cfg, n_layers: int) -> tuple:

@@ -67,6 +67,12 @@ FAMILIES = {
     "glm": (_tf("GlmConfig"), _tf("GlmForCausalLM"), dict(
         hidden_size=48, intermediate_size=52, num_attention_heads=6, num_key_value_heads=2,
         head_dim=12, attention_bias=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    # internlm3: HF's Llama with biases on q / k / v / o and the MLP (its config's qkv_bias and
+    # bias), GQA 4:1, head_dim 10
+    "internlm3": (_tf("InternLM3Config"), _tf("LlamaForCausalLM"), dict(
+        hidden_size=40, intermediate_size=50, num_attention_heads=8, num_key_value_heads=2,
+        head_dim=10, attention_bias=True, mlp_bias=True, pad_token_id=0, bos_token_id=1,
+        eos_token_id=2)),
     # qwen2: q/k/v bias, tied, head_dim 10 (half 5), GQA 2:1
     "qwen2": (_tf("Qwen2Config"), _tf("Qwen2ForCausalLM"), dict(
         hidden_size=60, intermediate_size=54, num_attention_heads=6, num_key_value_heads=3,

@@ -171,21 +171,28 @@ def test_json_config_gives_the_autoconfig_spec(tmp_path, family, overrides):
         assert getattr(ours, name) == getattr(hf, name), name
 
 
-def test_exaone_config_keys(tmp_path):
-    """An EXAONE checkpoint's config.json names three sizes its own way (num_layers,
-    layer_norm_epsilon, activation_function: ExaoneConfig.attribute_map): read through
-    AutoConfig, the same spec as the model's."""
+@pytest.mark.parametrize("family,own_names,changed", [
+    # num_layers, layer_norm_epsilon, activation_function (ExaoneConfig.attribute_map): no
+    # rms_norm_eps, so load_config reads it through AutoConfig
+    ("exaone", (("num_hidden_layers", "num_layers"), ("rms_norm_eps", "layer_norm_epsilon"),
+                ("hidden_act", "activation_function")), {"layer_norm_epsilon": 1e-6}),
+    # qkv_bias and bias (InternLM3Config.attribute_map), read by JsonConfig itself
+    ("internlm3", (("attention_bias", "qkv_bias"), ("mlp_bias", "bias")), {})])
+def test_checkpoint_config_keys(tmp_path, family, own_names, changed):
+    """A checkpoint's config.json that names some fields its own way (as the published EXAONE
+    and InternLM3 ones do, where save_pretrained writes HF's names): the same spec as the model's,
+    a value set under the checkpoint's name (not the class default) read."""
     from fastdecode.loading import load_config
-    model = tiny_model("exaone", layers=3)
+    model = tiny_model(family, layers=3)
     model.save_pretrained(tmp_path)
     d = json.loads((tmp_path / "config.json").read_text())
-    for hf, own in (("num_hidden_layers", "num_layers"), ("rms_norm_eps", "layer_norm_epsilon"),
-                    ("hidden_act", "activation_function")):
+    for hf, own in own_names:
         d[own] = d.pop(hf)
-    d["layer_norm_epsilon"] = 1e-6  # not the class default (1e-5): read, not defaulted
+    d.update(changed)
     (tmp_path / "config.json").write_text(json.dumps(d))
     spec = ModelSpec.from_hf_config(load_config(str(tmp_path)))
-    assert spec == dataclasses.replace(ModelSpec.from_hf_config(model.config), rms_eps=1e-6)
+    want = ModelSpec.from_hf_config(model.config)
+    assert spec == (dataclasses.replace(want, rms_eps=1e-6) if changed else want)
     assert spec.n_layers == 3
 
 
