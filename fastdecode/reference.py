@@ -62,20 +62,29 @@ def rope(y, cos, sin):
     return torch.cat([lo * c - hi * s, hi * c + lo * s], dim=-1)
 
 
+def norm_rope(y, norm_w, cos, sin, eps, after=False):
+    """q or k heads y [T, n, hd]: their RMSNorm (norm_w [hd]; None: none), then RoPE (cos / sin
+    [T, hd/2]) -- or RoPE first if after (HunYuan)."""
+    if after:
+        y = rope(y, cos, sin)
+    if norm_w is not None:
+        y = rmsnorm(y, norm_w, eps)
+    return y if after else rope(y, cos, sin)
+
+
 def qkv_rope(x, w_qkv, norm_w, cos, sin, pos, k_cache, v_cache, *, n_heads, eps, bias=None,
-             qk_norm=None, num=None):
+             qk_norm=None, num=None, qk_norm_after=False):
     """Writes k/v of the T tokens at positions pos..pos+T-1 into the layer's cache; returns q fp32
-    [T, H, hd]. The q / k norms (qk_norm) are this module's rmsnorm whatever num's."""
+    [T, H, hd]. The q / k norms (qk_norm; after RoPE if qk_norm_after) are this module's rmsnorm
+    whatever num's."""
     T = x.shape[0]
     KVH, S, HD = k_cache.shape
     p = int(pos)
     y = gemv(x, w_qkv, norm_w=norm_w, eps=eps, bias=bias, num=num).view(T, n_heads + 2 * KVH, HD)
     q, k, v = y.split([n_heads, KVH, KVH], dim=1)
-    if qk_norm is not None:
-        q = rmsnorm(q, qk_norm[0], eps)
-        k = rmsnorm(k, qk_norm[1], eps)
     c, s = cos[p:p + T].float(), sin[p:p + T].float()
-    q, k = rope(q, c, s), rope(k, c, s)
+    q, k = (norm_rope(y, None if qk_norm is None else qk_norm[i], c, s, eps, qk_norm_after)
+            for i, y in enumerate((q, k)))
     k_cache[:, p:p + T] = k.transpose(0, 1).to(k_cache.dtype)
     v_cache[:, p:p + T] = v.transpose(0, 1).to(v_cache.dtype)
     return q
@@ -186,7 +195,7 @@ def attention_block(pw, l, h, pos, k_cache, v_cache, cos, sin, num=FP32):
     pick = lambda t: None if t is None else t[l]  # noqa: E731
     q = qkv_rope(h, pw.w_qkv[l], pw.attn_norm[l], cos, sin, pos, k_cache, v_cache,
                  n_heads=s.n_heads, eps=s.rms_eps, bias=pick(pw.b_qkv), qk_norm=pick(pw.qk_norm),
-                 num=num)
+                 num=num, qk_norm_after=s.qk_norm_after)
     o = num.attend(q.to(pw.dtype), k_cache, v_cache, pos, window=s.layer_windows[l])
     return gemv(o.to(pw.dtype), pw.w_o[l], bias=pick(pw.b_o), num=num)
 

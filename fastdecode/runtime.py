@@ -30,7 +30,7 @@ from .spec import vocab_range
 from .state import MAX_EOS, DecodeState, Sampling, SymmetricLayout
 from .triton_kernels.config import (attention_blocks, merge_block, merge_splits,
                                     prefill_attention_config, sm_count, stream_config)
-from .triton_kernels.qkv_rope import qk_norm_slots
+from .triton_kernels.qkv_rope import qk_norm_mode, qk_norm_slots
 from .triton_kernels._common import INTERPRET
 from .triton_kernels.launch import CachedLauncher
 from .triton_kernels.megakernel import megakernel
@@ -453,7 +453,8 @@ class Runtime:
             b_qkv, qk_norm, b_o, b_gu, b_down = self._layer_args(l)
             ops.qkv_rope(h, pw.w_qkv[l], pw.attn_norm[l], *st.rope.layer(l), st.pos,
                          st.k_cache[l], st.v_cache[l], n_heads=s.n_heads, eps=s.rms_eps, bias=b_qkv,
-                         qk_norm=qk_norm, q_out=st.q[:T], raw=st.qk_raw)
+                         qk_norm=qk_norm, q_out=st.q[:T], raw=st.qk_raw,
+                         qk_norm_after=s.qk_norm_after)
             ops.attention(st.q[:T], st.k_cache[l], st.v_cache[l], st.pos,
                           window=s.layer_windows[l], n_splits=st.o_part.shape[0],
                           scratch=(st.o_part, st.lse),
@@ -655,8 +656,10 @@ class Runtime:
             sched.graph.counters.get(("qticket", 0, 0), 0))
         kw.update(
             D=s.d_model, FFN=s.ffn_dim, H=s.n_heads, HD=s.head_dim,
-            BIAS_QKV=pw.b_qkv is not None, QK_NORM=pw.qk_norm is not None and not tg.qk_defer,
+            BIAS_QKV=pw.b_qkv is not None,
+            QK_NORM=qk_norm_mode(pw.qk_norm is not None and not tg.qk_defer, s.qk_norm_after),
             QK_DEFER=tg.qk_defer, QKN_SLOTS=qk_norm_slots(G),
+            QKN_ORDER=qk_norm_mode(True, s.qk_norm_after),
             BLOCK_HALF=triton.next_power_of_2(s.head_dim // 2),
             BIAS_O=pw.b_o is not None, BIAS_MLP=pw.b_gu is not None,
             SAMPLE=sampling.do_sample, BLOCK_T=tg.block_t, STREAM=tg.stream, RQ=tg.rows_q,

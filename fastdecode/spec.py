@@ -58,6 +58,11 @@ class Family:
     # names, which HF renames on loading (EXAONE 3.x: Llama's modules under GPT-2-style names;
     # packing.renamed_getter). HF's state_dict and a checkpoint with HF's names read as they are
     checkpoint_names: tuple = ()
+    # the q / k RMSNorm after RoPE, not before (HunYuan; qkv_rope.qk_norm_mode)
+    qk_norm_after_rope: bool = False
+    # a "dynamic" rope with a fixed alpha is HF's static NTK-alpha stretch of the base (HunYuan's
+    # rotary embedding: rope_type ntk_alpha here)
+    alpha_rope: bool = False
 
 
 FAMILIES: dict[str, Family] = {
@@ -90,6 +95,12 @@ FAMILIES: dict[str, Family] = {
     # InternLM3: HF's Llama; its config.json names the biases qkv_bias (q / k / v / o) and bias
     "internlm3": Family(qkv_bias=False, qk_norm=False, window_field=None, bias_fields=(
         ("attention_bias", "qkv_bias"), ("attention_bias", "qkv_bias"), ("mlp_bias", "bias"))),
+    # HunYuan dense (Hunyuan-0.5B ... 7B): q / k RMSNorm after RoPE (query_layernorm /
+    # key_layernorm in the checkpoint), biases on q / k / v / o by attention_bias
+    "hunyuan_v1_dense": Family(qkv_bias=False, qk_norm=True, window_field=None,
+                               qk_norm_after_rope=True, alpha_rope=True, checkpoint_names=(
+                                   (".self_attn.q_norm.", ".self_attn.query_layernorm."),
+                                   (".self_attn.k_norm.", ".self_attn.key_layernorm."))),
     "smollm3": Family(qkv_bias=False, qk_norm=False, window_field="use_sliding_window",
                       nope_field="no_rope_layers"),
 }
@@ -97,7 +108,8 @@ FAMILIES: dict[str, Family] = {
 # files carry in place of their llama3 rope_scaling; loading.gguf_config), rope["factors"]
 # longrope: Phi-3's long-context checkpoints (short / long per-frequency factors; "su" in older
 # configs), whose factors HF picks per forward: ModelSpec.longrope_orig
-ROPE_TYPES = ("default", "linear", "llama3", "yarn", "freq_factors", "longrope")
+# ntk_alpha: HunYuan's base stretch, theta x alpha ^ (head_dim / (head_dim - 2)) (Family.alpha_rope)
+ROPE_TYPES = ("default", "linear", "llama3", "yarn", "freq_factors", "longrope", "ntk_alpha")
 
 
 @dataclass(frozen=True)
@@ -125,6 +137,7 @@ class ModelSpec:
     rotary_dim: int = 0
     rope_interleaved: bool = False  # HF's RoPE pairs are (2i, 2i + 1) (Family.interleaved_rope)
     nope_layers: tuple = ()  # the layers without RoPE (Family.nope_field; state.RopeTables)
+    qk_norm_after: bool = False  # the q / k norm after RoPE (Family.qk_norm_after_rope)
     # Granite's multipliers (Family.multipliers), folded into the packed weights: the embedding
     # rows times embed_scale, o_proj / down (and biases) times residual_scale, the q rows times
     # attn_scale * sqrt(head_dim) (the kernels' scale is head_dim ** -0.5; 0: no attn_scale),
@@ -242,7 +255,10 @@ class ModelSpec:
         (the same bits on a CPU): where attention logits are large, their last-ulp differences
         (an fp64 computation's) became 1e-4 of the logits (a 2-wide hidden state, hypothesis)."""
         hd = self.rotary_dim or self.head_dim  # HF's dim: the frequencies' denominator
-        base = self.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd)
+        theta = self.rope_theta
+        if self.rope.get("rope_type") == "ntk_alpha":
+            theta = theta * float(self.rope["alpha"]) ** (hd / (hd - 2))
+        base = theta ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd)
         inv = 1.0 / base
         kind = self.rope.get("rope_type", "default")
         if kind == "linear":
@@ -334,6 +350,8 @@ class ModelSpec:
         rope = _rope_params(cfg)
         kind = rope.get("rope_type", rope.get("type", "default"))
         kind = "longrope" if kind == "su" else kind  # Phi-3's first configs' name for it
+        if kind == "dynamic" and fam.alpha_rope and rope.get("alpha"):
+            kind = "ntk_alpha"
         if kind not in ROPE_TYPES:
             raise UnsupportedModelError(f"{mt}: rope_type={kind!r} is not supported ({ROPE_TYPES})")
         rope = dict(rope, rope_type=kind)
@@ -349,6 +367,8 @@ class ModelSpec:
         rot = _rotary_dim(mt, fam, cfg, rope, hd)
         if kind == "longrope":
             rope = _longrope_params(mt, cfg, rope, rot)
+        if kind == "ntk_alpha" and hd <= 2:
+            raise UnsupportedModelError(f"{mt}: an NTK-alpha rope needs head_dim > 2, got {hd}")
         if kind == "freq_factors" and len(rope.get("factors", ())) != hd // 2:
             raise UnsupportedModelError(f"{mt}: {len(rope.get('factors', ()))} rope frequency "
                                         f"factors for head_dim {hd} (expected {hd // 2})")
@@ -370,7 +390,8 @@ class ModelSpec:
             vocab_size=int(cfg.vocab_size), rms_eps=float(cfg.rms_norm_eps),
             rope_theta=float(rope.get("rope_theta", getattr(cfg, "rope_theta", 10000.0) or 10000.0)),
             rope=rope, attn_bias=qkv_b or fam.qkv_bias, o_bias=o_b, mlp_bias=mlp_b,
-            qk_norm=fam.qk_norm, tied=bool(getattr(cfg, "tie_word_embeddings", False)),
+            qk_norm=fam.qk_norm, qk_norm_after=fam.qk_norm_after_rope,
+            tied=bool(getattr(cfg, "tie_word_embeddings", False)),
             layer_windows=windows,
             max_position=int(getattr(cfg, "max_position_embeddings", 1 << 30) or (1 << 30)),
             rotary_dim=0 if rot == hd else rot, rope_interleaved=fam.interleaved_rope,

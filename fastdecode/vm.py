@@ -71,11 +71,10 @@ class VM:
                     st.qk_raw[toks[:, None], j, cols[None]] = y[:, 0][:, cols].float()
                     continue
                 if is_q or is_k:
-                    if pw.qk_norm is not None:
-                        y = R.rmsnorm(y, pw.qk_norm[l, 0 if is_q else 1], s.rms_eps)
                     p = self.pos + toks
                     cos, sin = st.rope.layer(l)
-                    y = R.rope(y, cos[p], sin[p])
+                    w = None if pw.qk_norm is None else pw.qk_norm[l, 0 if is_q else 1]
+                    y = R.norm_rope(y, w, cos[p], sin[p], s.rms_eps, s.qk_norm_after)
                 y = y[:, 0]
                 if is_q:
                     st.q[toks[:, None], j, cols[None]] = y[:, cols].to(dt)
@@ -149,9 +148,8 @@ class VM:
         cos, sin = st.rope.layer(l)
         for j in [kv * s.group + i for i in range(s.group)] + [s.n_heads + kv]:
             is_q = j < s.n_heads
-            y = R.rmsnorm(st.qk_raw[:tg.T, j][:, None], pw.qk_norm[l, 0 if is_q else 1],
-                          s.rms_eps)
-            y = R.rope(y, cos[p], sin[p])[:, 0].to(pw.dtype)
+            y = R.norm_rope(st.qk_raw[:tg.T, j][:, None], pw.qk_norm[l, 0 if is_q else 1],
+                            cos[p], sin[p], s.rms_eps, s.qk_norm_after)[:, 0].to(pw.dtype)
             if is_q:
                 st.q[:tg.T, j] = y
             else:

@@ -73,6 +73,13 @@ FAMILIES = {
         hidden_size=40, intermediate_size=50, num_attention_heads=8, num_key_value_heads=2,
         head_dim=10, attention_bias=True, mlp_bias=True, pad_token_id=0, bos_token_id=1,
         eos_token_id=2)),
+    # hunyuan_v1_dense: q/k RMSNorm after RoPE, the NTK-alpha rope (a "dynamic" type with a
+    # fixed alpha), biases on q / k / v / o, GQA 3:1, head_dim 12, tied
+    "hunyuan_v1_dense": (_tf("HunYuanDenseV1Config"), _tf("HunYuanDenseV1ForCausalLM"), dict(
+        hidden_size=48, intermediate_size=58, num_attention_heads=6, num_key_value_heads=2,
+        head_dim=12, attention_bias=True, tie_word_embeddings=True,
+        rope_scaling={"rope_type": "dynamic", "alpha": 1000.0, "factor": 1.0},
+        pad_token_id=0, bos_token_id=1, eos_token_id=2)),
     # qwen2: q/k/v bias, tied, head_dim 10 (half 5), GQA 2:1
     "qwen2": (_tf("Qwen2Config"), _tf("Qwen2ForCausalLM"), dict(
         hidden_size=60, intermediate_size=54, num_attention_heads=6, num_key_value_heads=3,

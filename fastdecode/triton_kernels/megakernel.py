@@ -175,12 +175,13 @@ def layer_rope(cos_ptr, sin_ptr, rope_ptr, layer, HD, NOPE: tl.constexpr):
 
 @triton.jit
 def qk_norm_group(layer, g, qkraw_ptr, qkn_ptr, cos_ptr, sin_ptr, pos, q_ptr, kc_ptr, T, S,
-                  eps, H, KVH, HD, GROUP, BLOCK_SLOT: tl.constexpr, BLOCK_HALF: tl.constexpr):
+                  eps, H, KVH, HD, GROUP, BLOCK_SLOT: tl.constexpr, BLOCK_HALF: tl.constexpr,
+                  QKN_ORDER: tl.constexpr):
     """Layer `layer`'s KV group g q/k-normalized and rotated (a QKNORM task, or the QKV task that
     completes the group's tiles: NORM_IN_QKV)."""
     qk_norm_rope_body(qkraw_ptr, qkn_ptr + layer * 2 * HD, cos_ptr, sin_ptr, pos, q_ptr,
                       kc_ptr + layer * KVH * S * HD, T, S, eps, H, KVH, HD, g, GROUP, BLOCK_SLOT,
-                      BLOCK_HALF)
+                      BLOCK_HALF, QKN_ORDER)
 
 
 @triton.jit
@@ -332,7 +333,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                MERGE_IN_ATTN: tl.constexpr, NORM_IN_QKV: tl.constexpr, SQ: tl.constexpr,
                SO: tl.constexpr, SG: tl.constexpr, SF: tl.constexpr, PF_KB: tl.constexpr = 0,
                POLL1: tl.constexpr = 0, KV_PF: tl.constexpr = False, KSPLIT: tl.constexpr = 1,
-               ATTN_OUTLINE: tl.constexpr = False, NOPE: tl.constexpr = False):
+               ATTN_OUTLINE: tl.constexpr = False, NOPE: tl.constexpr = False,
+               QKN_ORDER: tl.constexpr = 1):
     """Model sizes D, FFN, H, HD are constexpr (one compile per model): a decode tile over whole
     rows then folds its chunk loop away and keeps the activation row in registers, which spares
     registers (bench/compile_check.py: 1B shape 255 registers with 48 B of spills when they were
@@ -341,7 +343,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     and KQ/KD/KF block K of the GEMV tiles whose rows have q_dim / d_model / ffn_dim elements,
     RG/KG those of gate and up (half a tile each: config.StreamConfig.tile).
     QK_DEFER (q/k norm, decode): QKV tiles store raw q / k rows to qkraw_ptr and QKNORM tasks
-    normalize and rotate them (qkv_rope.qk_norm_rope_body; QK_NORM is then False).
+    normalize and rotate them (qkv_rope.qk_norm_rope_body; QK_NORM is then 0). QKN_ORDER: the
+    q / k norm before RoPE or after it (qkv_rope.qk_norm_mode; QK_NORM, when not 0, equals it).
     Tensor parallelism (module docstring): xtab_ptr, rank, the word offsets x_ctr (this
     schedule's remote counters) / x_red / x_lmv / x_lmi of the symmetric buffer, x_spin (the
     bound of a remote wait's polls), v0 / VFULL (this rank's first vocabulary id, the whole
@@ -461,7 +464,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                             if QK_DEFER:
                                 qk_norm_group(layer, a0, qkraw_ptr, qkn_ptr, cos_l, sin_l,
                                               pos, q_ptr, kc_ptr, T, S, eps, H, KVH, HD, GROUP,
-                                              QKN_SLOTS, BLOCK_HALF)
+                                              QKN_SLOTS, BLOCK_HALF, QKN_ORDER)
                             if op == OP_QKVA:
                                 tl.debug_barrier()  # q / k rows normed by other threads
                                 if TRACE:
@@ -564,7 +567,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                                       NOPE)
                             qk_norm_group(layer, a0, qkraw_ptr, qkn_ptr, cos_l, sin_l,
                                           pos, q_ptr, kc_ptr, T, S, eps, H, KVH, HD, GROUP,
-                                          QKN_SLOTS, BLOCK_HALF)
+                                          QKN_SLOTS, BLOCK_HALF, QKN_ORDER)
                     elif op == OP_MERGE:
                         merge_group(opart_ptr, lse_ptr, attn_ptr, pos, T, TM, H, HD, win,
                                     n_splits, a0, a1, a2, GROUP, BLOCK_GM, BLOCK_SP, BLOCK_D,

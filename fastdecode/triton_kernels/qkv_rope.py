@@ -7,6 +7,7 @@ each new token t at position p = pos + t:
     y       = rmsnorm_hd(y) * {q,k}_norm      (Qwen3, q and k heads only)
     y       = y*cos(p) + rotate_half(y)*sin(p)                (q and k heads; rotate_half pairs
                                                                element i with i + hd/2, as HF)
+    (HunYuan: the two lines the other way round -- QK_NORM, qk_norm_mode)
     q[t, j] = y | k_cache[j-H, p] = y | v_cache[j-H-KVH, p] = y
 A tile is BLOCK_H rotation pairs (row i of the lo half [0, hd/2) with row i of the hi half
 [hd/2, hd)) of one head, so the rotation needs no cross-thread shuffle: with 4 pairs per tile
@@ -29,6 +30,16 @@ from ._common import (INTERPRET, gemv_acc, next_x_chunk, pdl_start, pdl_wait, ro
                       stream_x0, weight_chunk, x_chunk)
 from .config import StreamConfig, gemv_config, qkv_pairs, stream_ptx, use_pdl
 from .gemv import block_t
+
+# the QK_NORM constexpr of the bodies: 0 none, the q / k RMSNorm before RoPE (Qwen3) or after it
+# (HunYuan: ModelSpec.qk_norm_after)
+QK_NORM_FIRST = tl.constexpr(1)
+QK_NORM_AFTER_ROPE = tl.constexpr(2)
+
+
+def qk_norm_mode(qk_norm: bool, after: bool) -> int:
+    """The QK_NORM value of a model's QKV tiles (0 without q / k norm)."""
+    return 0 if not qk_norm else (QK_NORM_AFTER_ROPE if after else QK_NORM_FIRST).value
 
 
 def qk_norm_slots(group: int) -> int:
@@ -272,7 +283,12 @@ def qkv_rope_finish(lo, hi, opnd, j, offs_t, mask_t, offs_h, mask_h, pos, q_ptr,
 @triton.jit
 def norm_rotate(lo, hi, nlo, nhi, c, s, eps, HD, QK_NORM: tl.constexpr):
     """Rows of q / k heads as lo / hi halves [R, BLOCK_H]: per-head RMSNorm (QK_NORM: whole heads,
-    weights nlo / nhi) then the rotary embedding (cos c, sin s)."""
+    weights nlo / nhi) then the rotary embedding (cos c, sin s); QK_NORM == QK_NORM_AFTER_ROPE
+    (HunYuan): the rotary embedding first, then the norm."""
+    if QK_NORM == QK_NORM_AFTER_ROPE:
+        lo, hi = lo * c - hi * s, hi * c + lo * s
+        r = 1.0 / tl.sqrt((tl.sum(lo * lo, axis=1) + tl.sum(hi * hi, axis=1)) / HD + eps)
+        return lo * r[:, None] * nlo, hi * r[:, None] * nhi
     if QK_NORM:
         r = 1.0 / tl.sqrt((tl.sum(lo * lo, axis=1) + tl.sum(hi * hi, axis=1)) / HD + eps)
         lo = lo * r[:, None] * nlo
@@ -299,7 +315,8 @@ def qkv_rope_store(lo, hi, nlo, nhi, c, s, j, offs_t, offs_h, mask, p, q_ptr, k_
 
 @triton.jit
 def qk_norm_rope_body(raw_ptr, qk_norm_ptr, cos_ptr, sin_ptr, pos, q_ptr, k_ptr, T, S, eps,
-                      H, KVH, HD, g, GROUP, BLOCK_SLOT: tl.constexpr, BLOCK_HALF: tl.constexpr):
+                      H, KVH, HD, g, GROUP, BLOCK_SLOT: tl.constexpr, BLOCK_HALF: tl.constexpr,
+                      QK_NORM: tl.constexpr = QK_NORM_FIRST):
     """The deferred half of qkv_rope_body (DEFER), for KV group g: its q heads and k head, every
     token: the raw fp32 rows from raw_ptr [T, H + KVH, HD] through q/k RMSNorm and RoPE
     (norm_rotate, as a whole-head tile) to q / the k cache. The group's GROUP + 1 heads are one
@@ -323,7 +340,7 @@ def qk_norm_rope_body(raw_ptr, qk_norm_ptr, cos_ptr, sin_ptr, pos, q_ptr, k_ptr,
         hi = tl.load(src + half, mask=m, other=0.0)
         c = tl.load(cos_ptr + p * half + offs_h, mask=offs_h < half, other=1.0)[None, :]
         s = tl.load(sin_ptr + p * half + offs_h, mask=offs_h < half, other=0.0)[None, :]
-        lo, hi = norm_rotate(lo, hi, nlo, nhi, c, s, eps, HD, True)
+        lo, hi = norm_rotate(lo, hi, nlo, nhi, c, s, eps, HD, QK_NORM)
         dst = tl.where(j < H, q_ptr + (t * H + j) * HD, k_ptr + ((j - H) * S + p) * HD)
         dst = dst[:, None] + offs_h[None, :]
         tl.store(dst, lo.to(q_ptr.dtype.element_ty), mask=m)
@@ -357,13 +374,14 @@ def qkv_rope_kernel(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_
 @triton.jit
 def qk_norm_rope_kernel(raw_ptr, qk_norm_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_ptr, T, S, eps,
                         H, KVH, HD, GROUP, BLOCK_SLOT: tl.constexpr, BLOCK_HALF: tl.constexpr,
-                        PDL: tl.constexpr):
+                        PDL: tl.constexpr, QK_NORM: tl.constexpr):
     """Grid (KV groups,): the deferred q/k norm + RoPE of qkv_rope (DEFER). Bytes: (GROUP + 1)
     raw fp32 heads in (L2: just written), bf16 out -- a few us of latency, no bandwidth."""
     pdl_start(PDL)
     pdl_wait(PDL)
     qk_norm_rope_body(raw_ptr, qk_norm_ptr, cos_ptr, sin_ptr, tl.load(pos_ptr), q_ptr, k_ptr, T,
-                      S, eps, H, KVH, HD, tl.program_id(0), GROUP, BLOCK_SLOT, BLOCK_HALF)
+                      S, eps, H, KVH, HD, tl.program_id(0), GROUP, BLOCK_SLOT, BLOCK_HALF,
+                      QK_NORM)
 
 
 def qkv_tile(head_dim: int, qk_norm: bool, T: int, K: int, device, pairs=None,
@@ -391,11 +409,12 @@ def qkv_tile(head_dim: int, qk_norm: bool, T: int, K: int, device, pairs=None,
 
 
 def qkv_rope(x, w_qkv, norm_w, cos, sin, pos, k_cache, v_cache, *, n_heads, eps, bias=None,
-             qk_norm=None, q_out=None, pairs=None, stream: StreamConfig | None = None, raw=None):
+             qk_norm=None, q_out=None, pairs=None, stream: StreamConfig | None = None, raw=None,
+             qk_norm_after: bool = False):
     """x [T, d]; w_qkv [(H+2KVH)*hd, d]; cos/sin [S, hd/2] fp32; pos int32 [1] on device;
     k_cache/v_cache [KVH, S, hd] of one layer (written at rows pos..pos+T-1); qk_norm [2, hd] or
-    None; pairs: rotation pairs per program (default: config.py's tile); stream: the megakernel's
-    decode tile (qkv_tile); raw: fp32 scratch of >= T * (H + KVH) * hd for the deferred q/k norm
+    None (qk_norm_after: applied after RoPE); pairs: rotation pairs per program (default:
+    config.py's tile); stream: the megakernel's decode tile (qkv_tile); raw: fp32 scratch of >= T * (H + KVH) * hd for the deferred q/k norm
     (defer_qk_norm; allocated if None). Returns q [T, H, hd]."""
     T, K = x.shape
     KVH, S, HD = k_cache.shape
@@ -417,7 +436,8 @@ def qkv_rope(x, w_qkv, norm_w, cos, sin, pos, k_cache, v_cache, *, n_heads, eps,
                           qk_norm if qk_norm is not None else norm_w, cos, sin, pos,
                           q_out, k_cache, v_cache, raw if defer else q_out, T, K, x.stride(0), S,
                           eps, n_heads, KVH, HD, G, n_chunks, per, BIAS=bias is not None,
-                          QK_NORM=qk_norm is not None and not defer, BLOCK_T=BT, BLOCK_H=BLOCK_H,
+                          QK_NORM=qk_norm_mode(qk_norm is not None and not defer, qk_norm_after),
+                          BLOCK_T=BT, BLOCK_H=BLOCK_H,
                           BLOCK_K=BLOCK_K, STREAM=streamed,
                           F32=INTERPRET or w_qkv.dtype == torch.float32, DEFER=defer, PTX=ptx,
                           PDL=pdl, STAGES=stream.op_stages()[0] if streamed else 1,
@@ -426,5 +446,5 @@ def qkv_rope(x, w_qkv, norm_w, cos, sin, pos, k_cache, v_cache, *, n_heads, eps,
         qk_norm_rope_kernel[(KVH,)](raw, qk_norm, cos, sin, pos, q_out, k_cache, T, S, eps,
                                     n_heads, KVH, HD, G, BLOCK_SLOT=qk_norm_slots(G),
                                     BLOCK_HALF=triton.next_power_of_2(HD // 2), PDL=pdl,
-                                    launch_pdl=pdl)
+                                    QK_NORM=qk_norm_mode(True, qk_norm_after), launch_pdl=pdl)
     return q_out
