@@ -122,6 +122,8 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
         cfg["sliding_window"] = draw(st.integers(2, 12))
     if family == "helium":  # its o_proj is [hidden, hidden]: HF's Helium needs H * hd == d
         cfg["hidden_size"] = heads * cfg["head_dim"]
+    if family == "hunyuan_v1_dense":  # its NTK-alpha base divides by head_dim - 2 (HF and ours:
+        cfg["head_dim"] = max(4, cfg["head_dim"])  # head_dim 2 raises UnsupportedModelError)
     if family in ("phi3", "glm"):  # rotate any count of the head's dims, odd ones too (HF then
         # rotates one more; the + 0.5: int() of the product cannot round below rot)
         rot = draw(st.integers(1, cfg["head_dim"]))
