@@ -255,12 +255,12 @@ class ModelSpec:
         (the same bits on a CPU): where attention logits are large, their last-ulp differences
         (an fp64 computation's) became 1e-4 of the logits (a 2-wide hidden state, hypothesis)."""
         hd = self.rotary_dim or self.head_dim  # HF's dim: the frequencies' denominator
+        kind = self.rope.get("rope_type", "default")
         theta = self.rope_theta
-        if self.rope.get("rope_type") == "ntk_alpha":
+        if kind == "ntk_alpha":
             theta = theta * float(self.rope["alpha"]) ** (hd / (hd - 2))
         base = theta ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd)
         inv = 1.0 / base
-        kind = self.rope.get("rope_type", "default")
         if kind == "linear":
             inv = inv / float(self.rope["factor"])
         elif kind == "llama3":
@@ -436,10 +436,11 @@ def _longrope_params(mt: str, cfg, rope: dict, rot: int) -> dict:
         getattr(cfg, "original_max_position_embeddings", None)
     if not orig:
         raise UnsupportedModelError(f"{mt}: longrope without original_max_position_embeddings")
+    pairs = -(-rot // 2)  # an odd rot: HF's ceil(rot / 2) frequencies
     for k in ("short_factor", "long_factor"):
-        if len(rope.get(k) or ()) != -(-rot // 2):
+        if len(rope.get(k) or ()) != pairs:
             raise UnsupportedModelError(f"{mt}: longrope {k} has {len(rope.get(k) or ())} "
-                                        f"entries for {-(-rot // 2)} rotated pairs")
+                                        f"entries for {pairs} rotated pairs")
     return dict(rope, original_max_position_embeddings=int(orig))
 
 

@@ -7,11 +7,10 @@ to 24 keys so a short prompt crosses it), SmolLM2-135M (9 heads, 3 KV heads), Mi
 heads of an explicit 128 on a d_model of 5120, 131K vocabulary), Qwen3-32B (64 heads of 128 on 5120,
 GQA 8:1), Phi-3-mini (MHA, head_dim 96, fused checkpoint tensors), Phi-4-mini (partial rotary,
 longrope, 200K tied vocabulary), Granite-3.1-8B (multipliers folded into the weights, a scaled
-copy of the tied head), Seed-OSS-36B (GQA 10:1, q_dim 10240 on a d_model of 5120) and SmolLM3-3B
-(layers without RoPE, GQA 4:1, tied 128K vocabulary), GLM-4-9B (GQA 16:1, interleaved partial
-rotary) -- at their real
-matrix sizes (random bf16 weights, biases and norm weights perturbed so those paths carry signal),
-two layers each, against the Hugging Face model.
+copy of the tied head), Seed-OSS-36B (GQA 10:1, q_dim 10240 on a d_model of 5120), SmolLM3-3B
+(layers without RoPE, GQA 4:1, tied 128K vocabulary) and GLM-4-9B (GQA 16:1, interleaved partial
+rotary) -- at their real matrix sizes (random bf16 weights, biases and norm weights perturbed so
+those paths carry signal), two layers each, against the Hugging Face model.
 
 The reference is the HF model itself in fp32 on the same (bf16-valued) weights. fastdecode keeps
 fp32 accumulators and rounds activations to bf16 at about six points a layer (the normed input
