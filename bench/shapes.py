@@ -31,6 +31,15 @@ def qwen3(hidden, ffn, layers, heads, tied):
         rms_norm_eps=1e-6)
 
 
+def gemma(hidden, ffn, layers, heads, kv_heads):
+    """A Gemma (1) config (head_dim 256, a tied 256K vocabulary, RoPE base 1e4)."""
+    return tf.GemmaConfig(
+        hidden_size=hidden, intermediate_size=ffn, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=256, vocab_size=256000,
+        tie_word_embeddings=True, rms_norm_eps=1e-6, max_position_embeddings=8192,
+        hidden_act="gelu_pytorch_tanh", pad_token_id=0, eos_token_id=1, bos_token_id=2)
+
+
 def phi3(hidden, ffn, layers, heads, kv_heads, vocab, tied, head_dim, **kw):
     """A Phi-3 config (fused qkv_proj / gate_up_proj, RoPE base 1e4); kw: its rope, window."""
     return tf.Phi3Config(
@@ -124,6 +133,11 @@ SHAPES = {
         num_key_value_heads=4, vocab_size=128256, tie_word_embeddings=True, rms_norm_eps=1e-6,
         max_position_embeddings=65536, no_rope_layer_interval=4,
         rope_parameters={"rope_type": "default", "rope_theta": 5000000.0})),
+    # Gemma-2B / 7B: (1 + w) RMSNorms, sqrt(d)-scaled embeddings, the tanh GELU gate, head_dim
+    # 256 (2B: MQA, 8 heads over 1 KV head; 7B: 16 heads, q_dim 4096 on a d_model of 3072), a
+    # tied 256K vocabulary
+    "gemma-2b": ("Gemma-2B", lambda: gemma(2048, 16384, 18, 8, 1)),
+    "gemma-7b": ("Gemma-7B", lambda: gemma(3072, 24576, 28, 16, 16)),
 }
 
 

@@ -61,6 +61,10 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
         get = renamed_getter(get, fam.checkpoint_names)
     if fam.fused:
         get = fused_getter(get, spec)
+    embed_scale = spec.embed_scale
+    if fam.gemma_norms:
+        get = offset_norm_getter(get)
+        embed_scale = float(torch.tensor(embed_scale).to(dtype))  # HF's normalizer, in dtype
     get = scaled_getter(get, {"self_attn.q_proj.": spec.q_scale,
                               "self_attn.o_proj.": spec.residual_scale,
                               "mlp.down_proj.": spec.residual_scale})
@@ -114,7 +118,7 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
     q, f = rows(sp.q_dim), rows(sp.ffn_dim)
     k0, k1 = spec.kv_heads_of(rank, world)  # replicated when world > KV heads
     kv = (slice(k0 * spec.head_dim, k1 * spec.head_dim),)
-    embed = need("model.embed_tokens.weight", scale=spec.embed_scale).contiguous()
+    embed = need("model.embed_tokens.weight", scale=embed_scale).contiguous()
     v0, v1 = spec.vocab_range(rank, world)
     head = "model.embed_tokens.weight" if spec.tied or get("lm_head.weight") is None \
         else "lm_head.weight"
@@ -159,6 +163,17 @@ def scaled_getter(get, scales: dict):
         s = next((s for k, s in scales.items() if k in name), 1.0)
         return t if t is None else scaled(t, s)
     return sget
+
+
+def offset_norm_getter(get):
+    """get(name, index) with every RMSNorm weight (a name ending in "norm.weight") plus 1, in
+    fp32 (one rounding when the packing converts it): Gemma's norms scale by (1 + w)
+    (Family.gemma_norms), the kernels' by w."""
+
+    def nget(name, index=None):
+        t = get(name, index)
+        return t if t is None or not name.endswith("norm.weight") else t.float() + 1.0
+    return nget
 
 
 def renamed_getter(get, names: tuple):

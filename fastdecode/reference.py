@@ -34,13 +34,15 @@ def mm_native(x, w):
     return x.to(w.dtype) @ w.t()
 
 
-def silu_mul(y):
-    """y [T, 2N] = [gate | up] -> silu(gate) * up [T, N] in y's dtype."""
+def glu(y, act="silu"):
+    """y [T, 2N] = [gate | up] -> act(gate) * up [T, N] in y's dtype; act: ModelSpec.act (silu,
+    or gelu_tanh: torch's tanh-approximated GELU, HF's gelu_pytorch_tanh)."""
     g, u = y.chunk(2, dim=-1)
-    return F.silu(g) * u
+    return (F.silu(g) if act == "silu" else F.gelu(g, approximate="tanh")) * u
 
 
-def gemv(x, w, *, norm_w=None, eps=1e-6, bias=None, residual=None, swiglu=False, num=None):
+def gemv(x, w, *, norm_w=None, eps=1e-6, bias=None, residual=None, swiglu=False, act="silu",
+         num=None):
     """[T, N]: epilogue(prologue(x) @ w.T) in the matmul's output dtype; num: the Numerics (FP32:
     fp32 throughout; the long prompts': the epilogue in the weights' dtype, each op computed in
     fp32 and rounded, as torch does for bf16 / fp16)."""
@@ -49,7 +51,7 @@ def gemv(x, w, *, norm_w=None, eps=1e-6, bias=None, residual=None, swiglu=False,
     if bias is not None:
         y = y + bias.to(y.dtype)
     if swiglu:
-        y = num.swiglu(y)
+        y = num.swiglu(y, act)
     if residual is not None:
         y = y + residual.to(y.dtype)
     return y
@@ -176,11 +178,11 @@ def merge_partials(o, lse):
 @dataclass(frozen=True)
 class Numerics:
     """How the layer blocks compute. mm(x, w): x @ w.T; norm(x, w, eps): the d_model-wide
-    RMSNorms; swiglu(y [T, 2N]) -> [T, N]; attend(q, k_cache, v_cache, pos, window=): the
+    RMSNorms; swiglu(y [T, 2N], act) -> [T, N]; attend(q, k_cache, v_cache, pos, window=): the
     attention (this module's, or a kernel's with the same contract)."""
     mm: Callable = mm_fp32
     norm: Callable = rmsnorm
-    swiglu: Callable = silu_mul
+    swiglu: Callable = glu
     attend: Callable = attention
 
 
@@ -201,10 +203,10 @@ def attention_block(pw, l, h, pos, k_cache, v_cache, cos, sin, num=FP32):
 
 
 def mlp_block(pw, l, h, num=FP32):
-    """Layer l's MLP [T, d] (fp32 under FP32), without the residual: down(silu(gate) * up)(
+    """Layer l's MLP [T, d] (fp32 under FP32), without the residual: down(act(gate) * up)(
     rmsnorm(h))."""
     s = pw.spec
     pick = lambda t: None if t is None else t[l]  # noqa: E731
     act = gemv(h, pw.w_gu[l], norm_w=pw.mlp_norm[l], eps=s.rms_eps, bias=pick(pw.b_gu),
-               swiglu=True, num=num).to(pw.dtype)
+               swiglu=True, act=s.act, num=num).to(pw.dtype)
     return gemv(act, pw.w_down[l], bias=pick(pw.b_down), num=num)

@@ -63,6 +63,10 @@ class Family:
     # a "dynamic" rope with a fixed alpha is HF's static NTK-alpha stretch of the base (HunYuan's
     # rotary embedding: rope_type ntk_alpha here)
     alpha_rope: bool = False
+    # Gemma: the RMSNorms scale by (1 + weight) (packing adds the 1), and the embeddings are
+    # multiplied by sqrt(hidden_size) rounded to the weights' dtype (HF's normalizer; packing
+    # folds it into the embedding rows, ModelSpec.embed_scale)
+    gemma_norms: bool = False
 
 
 FAMILIES: dict[str, Family] = {
@@ -103,7 +107,13 @@ FAMILIES: dict[str, Family] = {
                                    (".self_attn.k_norm.", ".self_attn.key_layernorm."))),
     "smollm3": Family(qkv_bias=False, qk_norm=False, window_field="use_sliding_window",
                       nope_field="no_rope_layers"),
+    # Gemma (1): (1 + w) RMSNorms, sqrt(d)-scaled embeddings, the tanh GELU gate (GeGLU),
+    # head_dim 256 apart from hidden_size / heads, tied; Gemma 2 / 3's extra norms are another
+    # model_type (unsupported)
+    "gemma": Family(qkv_bias=False, qk_norm=False, window_field=None, gemma_norms=True),
 }
+# HF's hidden_act names -> ModelSpec.act (the gated MLP's activation: triton_kernels.gemv.GLU_ACTS)
+ACTS = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh"}
 # freq_factors: llama.cpp's per-frequency divisors (a GGUF's rope_freqs tensor, which Llama-3.x
 # files carry in place of their llama3 rope_scaling; loading.gguf_config), rope["factors"]
 # longrope: Phi-3's long-context checkpoints (short / long per-frequency factors; "su" in older
@@ -138,6 +148,7 @@ class ModelSpec:
     rope_interleaved: bool = False  # HF's RoPE pairs are (2i, 2i + 1) (Family.interleaved_rope)
     nope_layers: tuple = ()  # the layers without RoPE (Family.nope_field; state.RopeTables)
     qk_norm_after: bool = False  # the q / k norm after RoPE (Family.qk_norm_after_rope)
+    act: str = "silu"  # the gate's activation in the MLP: silu (SwiGLU) or gelu_tanh (GeGLU)
     # Granite's multipliers (Family.multipliers), folded into the packed weights: the embedding
     # rows times embed_scale, o_proj / down (and biases) times residual_scale, the q rows times
     # attn_scale * sqrt(head_dim) (the kernels' scale is head_dim ** -0.5; 0: no attn_scale),
@@ -344,9 +355,14 @@ class ModelSpec:
             raise UnsupportedModelError(
                 f"model_type {mt!r} is not supported; fastdecode supports {sorted(FAMILIES)}")
         fam = FAMILIES[mt]
-        act = getattr(cfg, "hidden_act", "silu")
-        if act not in ("silu", "swish"):
-            raise UnsupportedModelError(f"{mt}: hidden_act={act!r} is not supported (only silu)")
+        act = getattr(cfg, "hidden_act", None) or "silu"
+        if fam.gemma_norms:  # the released config.json files say "gelu" and mean the tanh GELU
+            # (HF's GemmaConfig rewrites it; transformers 4.x read hidden_activation first)
+            act = getattr(cfg, "hidden_activation", None) or \
+                ("gelu_pytorch_tanh" if act == "gelu" else act)
+        if act not in ACTS:
+            raise UnsupportedModelError(f"{mt}: hidden_act={act!r} is not supported "
+                                        f"({sorted(ACTS)})")
         rope = _rope_params(cfg)
         kind = rope.get("rope_type", rope.get("type", "default"))
         kind = "longrope" if kind == "su" else kind  # Phi-3's first configs' name for it
@@ -384,6 +400,8 @@ class ModelSpec:
         qkv_b, o_b, mlp_b = (_config_flag(cfg, f) for f in fam.bias_fields)
         nope = _nope_layers(mt, fam, cfg, n_layers)
         scales = _multipliers(cfg) if fam.multipliers else {}
+        if fam.gemma_norms:
+            scales = dict(embed_scale=math.sqrt(d))
         return cls(**scales,
             family=mt, n_layers=n_layers, d_model=d, n_heads=n_heads,
             n_kv_heads=n_kv, head_dim=hd, ffn_dim=int(cfg.intermediate_size),
@@ -395,7 +413,7 @@ class ModelSpec:
             layer_windows=windows,
             max_position=int(getattr(cfg, "max_position_embeddings", 1 << 30) or (1 << 30)),
             rotary_dim=0 if rot == hd else rot, rope_interleaved=fam.interleaved_rope,
-            nope_layers=nope)
+            nope_layers=nope, act=ACTS[act])
 
 
 def _config_flag(cfg, names) -> bool:

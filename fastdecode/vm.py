@@ -209,7 +209,7 @@ class VM:
             b = pick(pw.b_gu)
             st.act[ix] = R.gemv(st.h[toks], pw.w_gu[l, both], norm_w=pw.mlp_norm[l],
                                 eps=s.rms_eps, bias=None if b is None else b[both],
-                                swiglu=True).to(dt)
+                                swiglu=True, act=s.act).to(dt)
         elif op == Op.DOWN:
             b = pick(pw.b_down)
             st.h[ix] = R.gemv(st.act[toks], pw.w_down[l, rows],

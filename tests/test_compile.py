@@ -13,7 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.mark.parametrize("family,tp", [("llama_bias_tied", 1), ("mistral", 1), ("qwen2", 1),
                                        ("qwen3", 1), ("qwen3", 2), ("smollm3", 1),
-                                       ("hunyuan_v1_dense", 1)])
+                                       ("hunyuan_v1_dense", 1), ("gemma", 1)])
 def test_kernels_compile_for_sm90(family, tp):
     """tp=2: rank 0's megakernel with the in-kernel all-reduce (remote counters, pushes, REDUCE)."""
     env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=ROOT)

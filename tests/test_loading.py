@@ -14,7 +14,7 @@ from models import tiny_model
 
 @pytest.mark.parametrize("shard", [None, "30KB"])
 @pytest.mark.parametrize("family", ["llama_bias_tied", "qwen3", "phi3", "granite", "exaone",
-                                    "glm"])
+                                    "glm", "gemma"])
 def test_safetensors_folder_matches_from_hf(tmp_path, family, shard):
     """exaone: save_pretrained writes EXAONE's own tensor names (transformer.h.0.attn.attention.
     q_proj ...), which packing.renamed_getter reads."""
@@ -142,7 +142,7 @@ PHI3_LONGROPE = dict(rope_scaling={"rope_type": "longrope", "short_factor": [1.0
                                               ["llama", "llama_bias_tied", "mistral", "qwen2",
                                                "qwen3", "phi3", "ministral", "granite", "helium",
                                                "ernie4_5", "seed_oss", "smollm3", "exaone",
-                                               "glm"]] +
+                                               "glm", "gemma"]] +
                          [("qwen2", QWEN2_WINDOWED), ("phi3", PHI3_LONGROPE)])
 def test_json_config_gives_the_autoconfig_spec(tmp_path, family, overrides):
     """from_pretrained reads config.json without transformers (JsonConfig): every ModelSpec field
@@ -169,6 +169,24 @@ def test_json_config_gives_the_autoconfig_spec(tmp_path, family, overrides):
     for name in ("max_length", "max_new_tokens", "do_sample", "temperature", "top_k", "top_p",
                  "eos_token_id"):
         assert getattr(ours, name) == getattr(hf, name), name
+
+
+def test_gemma_released_config_json(tmp_path):
+    """Gemma's released config.json files say hidden_act "gelu" (HF's GemmaConfig reads it as
+    the tanh GELU, as Gemma was trained) and leave tie_word_embeddings to the class default (tied):
+    from_pretrained, reading the file without transformers, gives the HF model's logits."""
+    from helpers import hf_logits, rel_err, teacher_forced
+    model = tiny_model("gemma")
+    model.save_pretrained(tmp_path)
+    d = json.loads((tmp_path / "config.json").read_text())
+    d["hidden_act"] = "gelu"
+    d.pop("tie_word_embeddings", None)
+    (tmp_path / "config.json").write_text(json.dumps(d))
+    fm = fastdecode.from_pretrained(str(tmp_path), max_seq_len=32, device="cpu",
+                                    dtype=torch.float32, mode="torch")
+    assert fm.weights.spec.act == "gelu_tanh"
+    ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6, 5, 3]])
+    assert rel_err(teacher_forced(fm, ids, 6), hf_logits(model, ids)) < 1e-5
 
 
 @pytest.mark.parametrize("family,own_names,changed", [

@@ -614,7 +614,7 @@ def test_trace_a_step_of_several_rows():
 
 
 @settings(max_examples=4)
-@given(shape=hf_shapes(("llama", "qwen3")), seed=st.integers(0, 1000))
+@given(shape=hf_shapes(("llama", "qwen3", "gemma")), seed=st.integers(0, 1000))
 def test_mega_random_shapes_match_torch(shape, seed):
     """The megakernel (model sizes are its constexprs, compiled per model) on random shapes:
     prefill chunk (its tiles' K loops) + decode steps

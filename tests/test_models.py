@@ -126,15 +126,17 @@ def test_longrope_prefix_cache_matches_fresh_calls():
 
 @pytest.mark.parametrize("dtype, mode", [(torch.bfloat16, "ops"), (torch.float16, "ops"),
                                          (torch.float16, "mega")])
-@pytest.mark.parametrize("family", ["llama", "qwen3"])
+@pytest.mark.parametrize("family", ["llama", "qwen3", "gemma"])
 def test_half_close_to_fp32_hf(family, dtype, mode):
     """bf16 / fp16 weights and activations vs the fp32 HF model holding the same rounded weights
     (fp16: a model loaded with dtype=torch.float16, which the kernels take as they take bf16).
     Activations are rounded to the half type at ~6 points per layer (u = 2^-8 bf16, 2^-11 fp16,
     relative); with 2 layers and the head the logits' relative error is ~ sqrt(13) * u in the
     worst case; we allow 4u * sqrt(13) (5.6e-2 bf16, 7e-3 fp16; observed 1.1-2.5e-2 / 0.9-1.8e-3),
-    and a wrong kernel is off by O(1). (mega bf16 runs on GPUs only: the interpreter's bf16
-    arithmetic, KNOWLEDGE.md.)"""
+    and a wrong kernel is off by O(1). Gemma's (1 + w) norm weights are rounded once more, at
+    packing (HF multiplies by them in fp32): two more points a layer, sqrt(17) * u, still inside
+    the bound (observed 3.2e-2 / 2.7e-3, HF's own half run 2.2e-2 / 2.6e-3). (mega bf16 runs on
+    GPUs only: the interpreter's bf16 arithmetic, KNOWLEDGE.md.)"""
     model = tiny_model(family, dtype=dtype).to(DEVICE)
     ids = torch.randint(0, 101, (1, PROMPT + STEPS), generator=torch.Generator().manual_seed(4))
     ids = ids.to(DEVICE)

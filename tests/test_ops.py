@@ -18,6 +18,7 @@ from helpers import assert_close, close
 from conftest import DEVICE
 
 DTYPES = st.sampled_from([torch.float32, torch.bfloat16, torch.float16])
+ACTS = st.sampled_from(["silu", "gelu_tanh"])  # the gated epilogue's activations (GLU_ACTS)
 TOKENS = st.sampled_from([1, 1, 2, 5, 17])  # decode (register GEMV) and tl.dot (M padded) paths
 # the megakernel's decode stream (T=1): 1 to 128 rows per tile, whole rows or K chunks of 16-64
 # (odd K ends mid-chunk), one or several tiles per program; the register stream and (stages 3)
@@ -46,25 +47,26 @@ def test_rmsnorm(T, K, seed, dtype, has_res):
         assert torch.equal(res, res_ref) or close(res, res_ref, dtype)
 
 
-@given(T=TOKENS, N=st.integers(1, 3000), seed=st.integers(0, 2**31 - 1), dtype=DTYPES)
-def test_swiglu(T, N, seed, dtype):
-    """The long prompts' SwiGLU on a [gate | up] matmul output against the fp32 reference's
-    silu(gate) * up: elementwise, one rounding to dtype (K=1); N past the 2048-lane block."""
+@given(T=TOKENS, N=st.integers(1, 3000), seed=st.integers(0, 2**31 - 1), dtype=DTYPES, act=ACTS)
+def test_swiglu(T, N, seed, dtype, act):
+    """The long prompts' gated activation on a [gate | up] matmul output against the fp32
+    reference's act(gate) * up (torch's silu / tanh GELU): elementwise, one rounding to dtype
+    (K=1); N past the 2048-lane block."""
     g = torch.Generator().manual_seed(seed)
     y = rnd(T, 2 * N, dtype=dtype, seed_gen=g, scale=3.0)
-    assert_close(ops.swiglu(y), R.silu_mul(y.float()), dtype, 1, "swiglu")
+    assert_close(ops.swiglu(y, act), R.glu(y.float(), act), dtype, 1, "swiglu")
 
 
 @given(T=TOKENS, K=st.integers(1, 300), N=st.integers(1, 150), seed=st.integers(0, 2**31 - 1),
        dtype=DTYPES, norm=st.booleans(), bias=st.booleans(), swiglu=st.booleans(),
-       residual=st.booleans(), stream=STREAMS)
-def test_gemv(T, K, N, seed, dtype, norm, bias, swiglu, residual, stream):
+       residual=st.booleans(), stream=STREAMS, act=ACTS)
+def test_gemv(T, K, N, seed, dtype, norm, bias, swiglu, residual, stream, act):
     g = torch.Generator().manual_seed(seed)
     rows = 2 * N if swiglu else N
     x = rnd(T, K, dtype=dtype, seed_gen=g)
     w = rnd(rows, K, dtype=dtype, seed_gen=g, scale=K ** -0.5)
     kw = dict(norm_w=rnd(K, dtype=dtype, seed_gen=g, shift=1) if norm else None, eps=1e-5,
-              bias=rnd(rows, dtype=dtype, seed_gen=g) if bias else None, swiglu=swiglu)
+              bias=rnd(rows, dtype=dtype, seed_gen=g) if bias else None, swiglu=swiglu, act=act)
     res = rnd(T, N, dtype=dtype, seed_gen=g) if residual else None
     ref = R.gemv(x, w, residual=res, **kw)
     # residual updated in place when given

@@ -48,7 +48,8 @@ SHAPES = [("3b", {}), ("qwen2.5-0.5b", {}), ("qwen2.5-7b", {}), ("qwen2.5-14b", 
                          "original_max_position_embeddings": 32}),
           ("granite-8b", {}), ("seed-oss-36b", {}),
           # the second of the two layers without RoPE, as every fourth one of the real model
-          ("smollm3-3b", {"no_rope_layers": [1, 0]}), ("glm4-9b", {})]
+          ("smollm3-3b", {"no_rope_layers": [1, 0]}), ("glm4-9b", {}), ("gemma-2b", {}),
+          ("gemma-7b", {})]
 
 
 def _model(key, overrides):

@@ -2,7 +2,8 @@
 
     y[t, n] = epilogue( sum_k prologue(x)[t, k] * W[n, k] )
     prologue: RMSNorm of the input row (NORM):  x * rsqrt(mean(x^2) + eps) * norm_w
-    epilogue: + bias[n] (BIAS);  silu(y_gate) * y_up with W = [gate; up] stacked [2N, K] (SWIGLU);
+    epilogue: + bias[n] (BIAS);  act(y_gate) * y_up with W = [gate; up] stacked [2N, K] (SWIGLU:
+              GLU_ACTS' code of act -- 1 silu (SwiGLU), 2 the tanh GELU (GeGLU: Gemma));
               + residual[t, n] (RESIDUAL, may alias the output: the residual stream updated in place)
 
 Shapes: x [T, K] (bf16/fp16/fp32), W [N or 2N, K] row-major, y [T, N]. fp32 accumulation.
@@ -17,6 +18,10 @@ from ._common import (INTERPRET, gemv_acc, next_x_chunk, pdl_ready, pdl_start, p
                       row_partials, row_rstd, row_sum, stream_x0, weight_chunk, x_chunk,
                       x_chunk_apply, x_chunk_raw)
 from .config import StreamConfig, gemv_config, gemv_stream, stream_ptx, use_pdl
+
+# the gated epilogue's activations, by ModelSpec.act: the SWIGLU constexpr's value (0: no gate)
+GLU_ACTS = {"silu": 1, "gelu_tanh": 2}
+GELU_C = tl.constexpr(0.7978845608028654)  # sqrt(2 / pi): gelu_tanh(x) = x sigmoid(2 GELU_C (x + 0.044715 x^3))
 
 
 @triton.jit
@@ -39,10 +44,16 @@ def epilogue_operands(bias_ptr, res_ptr, offs_t, mask_t, offs_n, mask_n, N, stri
 
 @triton.jit
 def gemv_epilogue(acc, acc2, b, b2, r, SWIGLU: tl.constexpr):
-    """(acc + bias) [silu(gate) * (up + up-bias)] + residual on fp32 tiles."""
+    """(acc + bias) [act(gate) * (up + up-bias)] + residual on fp32 tiles. Both activations are
+    g sigmoid(z): silu z = g; torch's tanh GELU 0.5 g (1 + tanh(u)), u = GELU_C (g + 0.044715
+    g^3), is g sigmoid(2u) (1 + tanh(u) = 2 sigmoid(2u)) -- one exp, no tanh (which Triton's
+    interpreter lacks); an fp32 ulp or two from torch's tanh form."""
     acc += b
     if SWIGLU:
-        acc = acc / (1.0 + tl.exp(-acc)) * (acc2 + b2)
+        z = acc
+        if SWIGLU == 2:
+            z = (2.0 * GELU_C) * (acc + 0.044715 * acc * acc * acc)
+        acc = acc / (1.0 + tl.exp(-z)) * (acc2 + b2)
     return acc + r
 
 
@@ -333,9 +344,10 @@ def block_t(T: int) -> int:
 
 
 def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bias=None,
-         residual=None, swiglu: bool = False, out=None, config=None,
+         residual=None, swiglu: bool = False, act: str = "silu", out=None, config=None,
          stream: StreamConfig | None = None) -> torch.Tensor:
-    """Launcher: x [T, K], w [N, K] (or [2N, K] with swiglu) -> out [T, N] in x's dtype.
+    """Launcher: x [T, K], w [N, K] (or [2N, K] with swiglu: act(gate) * up, act a GLU_ACTS
+    name) -> out [T, N] in x's dtype.
     stream (T=1 only): the megakernel's decode stream, `stream.tiles` tiles per program, for
     testing and timing that path standalone. Neither config nor stream: decode takes
     tile_table.json's choice for this GPU and shape (config.gemv_stream, else gemv_config)."""
@@ -361,7 +373,7 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
     grid = (triton.cdiv(triton.cdiv(N, cfg.block_n), per), triton.cdiv(T, BT))
     gemv_kernel[grid](x, w, norm_w if norm_w is not None else w, bias if bias is not None else w,
                       res, out, T, N, K, x.stride(0), res.stride(0), out.stride(0), eps, per,
-                      NORM=norm_w is not None, BIAS=bias is not None, SWIGLU=swiglu,
+                      NORM=norm_w is not None, BIAS=bias is not None, SWIGLU=GLU_ACTS[act] if swiglu else 0,
                       RESIDUAL=residual is not None, BLOCK_T=BT, BLOCK_N=cfg.block_n,
                       BLOCK_K=cfg.block_k, STREAM=stream is not None,
                       F32=INTERPRET or w.dtype == torch.float32, PTX=ptx, PDL=pdl,
@@ -371,21 +383,22 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
 
 
 @triton.jit
-def swiglu_kernel(y_ptr, out_ptr, N, stride_y, stride_out, BLOCK_N: tl.constexpr):
-    """Grid (T, N blocks): the GEMV's SwiGLU epilogue (gemv_epilogue) on a row of a matmul's
-    [gate | up] output."""
+def swiglu_kernel(y_ptr, out_ptr, N, stride_y, stride_out, BLOCK_N: tl.constexpr,
+                  ACT: tl.constexpr):
+    """Grid (T, N blocks): the GEMV's gated epilogue (gemv_epilogue, ACT: GLU_ACTS) on a row of
+    a matmul's [gate | up] output."""
     t = tl.program_id(0)
     offs = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     m = offs < N
     row = y_ptr + t.to(tl.int64) * stride_y + offs
     g = tl.load(row, mask=m, other=0.0).to(tl.float32)
     u = tl.load(row + N, mask=m, other=0.0).to(tl.float32)
-    y = gemv_epilogue(g, u, 0.0, 0.0, 0.0, True)
+    y = gemv_epilogue(g, u, 0.0, 0.0, 0.0, ACT)
     tl.store(out_ptr + t.to(tl.int64) * stride_out + offs, y.to(out_ptr.dtype.element_ty), mask=m)
 
 
-def swiglu(y: torch.Tensor, out=None) -> torch.Tensor:
-    """y [T, 2N] = [gate | up] (a long prompt's cuBLAS gate|up output) -> silu(gate) * up [T, N]
+def swiglu(y: torch.Tensor, act: str = "silu", out=None) -> torch.Tensor:
+    """y [T, 2N] = [gate | up] (a long prompt's cuBLAS gate|up output) -> act(gate) * up [T, N]
     in y's dtype, fp32 math, rounded once. Bytes: 3 x T x N elements (bf16 at 4.4 TB/s: 2048
     tokens of Llama-3.1-8B's 14336 in ~40 us; torch's silu then mul on the strided halves, 5 x,
     took 166 us -- H200 profile of bench_prefill, 2026-12-02)."""
@@ -396,5 +409,5 @@ def swiglu(y: torch.Tensor, out=None) -> torch.Tensor:
         out = torch.empty(T, N, device=y.device, dtype=y.dtype)
     BLOCK_N = min(2048, triton.next_power_of_2(N))
     swiglu_kernel[(T, triton.cdiv(N, BLOCK_N))](y, out, N, y.stride(0), out.stride(0),
-                                                BLOCK_N=BLOCK_N, num_warps=4)
+                                                BLOCK_N=BLOCK_N, ACT=GLU_ACTS[act], num_warps=4)
     return out

@@ -334,7 +334,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                SO: tl.constexpr, SG: tl.constexpr, SF: tl.constexpr, PF_KB: tl.constexpr = 0,
                POLL1: tl.constexpr = 0, KV_PF: tl.constexpr = False, KSPLIT: tl.constexpr = 1,
                ATTN_OUTLINE: tl.constexpr = False, NOPE: tl.constexpr = False,
-               QKN_ORDER: tl.constexpr = 1):
+               QKN_ORDER: tl.constexpr = 1, ACT: tl.constexpr = 1):
     """Model sizes D, FFN, H, HD are constexpr (one compile per model): a decode tile over whole
     rows then folds its chunk loop away and keeps the activation row in registers, which spares
     registers (bench/compile_check.py: 1B shape 255 registers with 48 B of spills when they were
@@ -382,7 +382,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     KSPLIT > 1 (a step of several rows on one rank, graph.Tiling.ksplit): o_proj / down_proj
     tasks (arg0 = token block * KSPLIT + K part) store their K part's fp32 partial sums to
     kpart_ptr [2 (o, down), KSPLIT, TM, D]; REDUCE tasks (arg0: 0 o, 1 down) add the parts in
-    order, the bias and the residual (residual_task)."""
+    order, the bias and the residual (residual_task).
+    ACT: the gate|up tasks' activation (gemv.GLU_ACTS: 1 silu, 2 the tanh GELU)."""
     pid = tl.program_id(0)
     qlen = tl.load(qlen_ptr + pid)
     QKVN = (H + 2 * KVH) * HD
@@ -490,7 +491,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                 if SG > 1:
                     run = gemv_body(h_ptr, w_gu, mnorm_ptr + layer * D, bgu_ptr + layer * 2 * FFN,
                                     h_ptr, act_ptr, T, FFN, D, D, D, FFN, eps, a1, a2, a0, 0, 0,
-                                    True, BIAS_MLP, True, False, BLOCK_T, RG, KG, STREAM, F32,
+                                    True, BIAS_MLP, ACT, False, BLOCK_T, RG, KG, STREAM, F32,
                                     PTX, SG, ready, wargs, D)
                 else:
                     # register stream (the 1B class): the first piece before the wait, as the
@@ -503,7 +504,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                     if run == 1:
                         gemv_body(h_ptr, w_gu, mnorm_ptr + layer * D, bgu_ptr + layer * 2 * FFN,
                                   h_ptr, act_ptr, T, FFN, D, D, D, FFN, eps, a1, a2, a0, w0, w20,
-                                  True, BIAS_MLP, True, False, BLOCK_T, RG, KG, STREAM, F32, PTX)
+                                  True, BIAS_MLP, ACT, False, BLOCK_T, RG, KG, STREAM, F32, PTX)
             elif op == OP_DOWN:
                 run = residual_task(act_ptr, wd_ptr + layer * D * FFN, bd_ptr + layer * D, h_ptr,
                                     T, D, FFN, eps, a1, a2, a0, ctr_ptr, target, status_ptr,
