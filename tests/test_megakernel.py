@@ -84,12 +84,14 @@ def test_short_context_reach():
 
 def test_decode_attention_block():
     """The decode megakernel's attention loop block (StreamConfig.attention_block): 32 keys at
-    head_dim <= 64, 64 above, or as asked; the split plan (chunk, splits: the runtime's partials
-    buffer) stays attention_config's whatever the loop block."""
+    head_dim <= 64, 64 up to 128, past it at most 64 x 128 elements (Gemma's 256: 32 keys), or as
+    asked; the split plan (chunk, splits: the runtime's partials buffer) stays
+    attention_config's whatever the loop block."""
     assert StreamConfig().attention_block(64) == 32 and StreamConfig().attention_block(32) == 32
     assert StreamConfig().attention_block(128) == 64
+    assert [StreamConfig().attention_block(hd) for hd in (160, 256, 512)] == [32, 32, 16]
     assert StreamConfig(attn_block_s=16).attention_block(128) == 16
-    for hd, stream in ((64, None), (128, None), (64, StreamConfig(attn_block_s=16))):
+    for hd, stream in ((64, None), (128, None), (256, None), (64, StreamConfig(attn_block_s=16))):
         spec = ModelSpec(family="llama", n_layers=1, d_model=256, n_heads=4, n_kv_heads=2,
                          head_dim=hd, ffn_dim=512, vocab_size=100, rms_eps=1e-5, rope_theta=1e4,
                          qk_norm=False, layer_windows=(0,))

@@ -487,10 +487,18 @@ class StreamConfig:
     # 84/96 B, 8B 3333 56/72 -> 172/200 B.
 
     def attention_block(self, head_dim: int) -> int:
-        """Keys per iteration of the decode megakernel's attention loop (attn_block_s's rule)."""
+        """Keys per iteration of the decode megakernel's attention loop (attn_block_s's rule).
+        Past head_dim 128 a block keeps the head_dim-128 shapes' 64 x 128 elements: 32 keys at
+        head_dim 256 (Gemma), by shared memory, not timed -- compile_check gemma-2b (sm_90a):
+        75 KB a program instead of 141 KB at 64 keys, so two programs an SM stay resident (at
+        64 the cooperative launch is refused and the runtime falls back to one an SM)."""
         if self.attn_block_s:
             return self.attn_block_s
-        return 32 if head_dim <= 64 else attention_config(head_dim, 1, 1)[0]
+        if head_dim <= 64:
+            return 32
+        if head_dim > 128:  # the largest power of two <= 64 * 128 / head_dim (tl.dot: >= 16)
+            return max(16, 1 << ((64 * 128 // head_dim).bit_length() - 1))
+        return attention_config(head_dim, 1, 1)[0]
 
     def op_stages(self, d_model: int | None = None) -> tuple:
         """(QKV, o_proj, gate|up, down) stream stages: stages as given, else 3 for models of
