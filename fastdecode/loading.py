@@ -35,7 +35,10 @@ class JsonConfig:
 
 
 def _json_config_suffices(d: dict) -> bool:
-    windowed = d.get("sliding_window") and d.get("use_sliding_window", d["model_type"] == "mistral")
+    # a window without layer_types: the config class derives them (Qwen2 from max_window_layers,
+    # CWM every fourth layer full; Mistral's apply to all)
+    windowed = d.get("sliding_window") and d.get("use_sliding_window",
+                                                 d["model_type"] in ("mistral", "cwm"))
     return "rms_norm_eps" in d and not (windowed and "layer_types" not in d)
 
 

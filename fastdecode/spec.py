@@ -107,6 +107,11 @@ FAMILIES: dict[str, Family] = {
                                    (".self_attn.k_norm.", ".self_attn.key_layernorm."))),
     "smollm3": Family(qkv_bias=False, qk_norm=False, window_field="use_sliding_window",
                       nope_field="no_rope_layers"),
+    # IQuest-Coder: HF's Llama under a model_type of its own
+    "iquestcoder": Family(qkv_bias=False, qk_norm=False, window_field=None),
+    # CWM (Code World Model): Llama with sliding windows on the layers its layer_types name (the
+    # config class's default: three of every four)
+    "cwm": Family(qkv_bias=False, qk_norm=False, window_field=None),
     # Gemma (1): (1 + w) RMSNorms, sqrt(d)-scaled embeddings, the tanh GELU gate (GeGLU),
     # head_dim 256 apart from hidden_size / heads, tied; Gemma 2 / 3's extra norms are another
     # model_type (unsupported)

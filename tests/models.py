@@ -85,6 +85,15 @@ FAMILIES = {
     "gemma": (_tf("GemmaConfig"), _tf("GemmaForCausalLM"), dict(
         hidden_size=40, intermediate_size=66, num_attention_heads=4, num_key_value_heads=1,
         head_dim=16, tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    # iquestcoder: HF's Llama under its own model_type; GQA 4:1, head_dim 6, tied
+    "iquestcoder": (_tf("IQuestCoderConfig"), _tf("LlamaForCausalLM"), dict(
+        hidden_size=48, intermediate_size=62, num_attention_heads=8, num_key_value_heads=2,
+        head_dim=6, tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    # cwm: a window of 5 keys on the layers the config's default layer_types slide (all but
+    # layer 0 of 2), its default llama3 rope scaling, GQA 3:1, head_dim 8
+    "cwm": (_tf("CwmConfig"), _tf("CwmForCausalLM"), dict(
+        hidden_size=48, intermediate_size=56, num_attention_heads=6, num_key_value_heads=2,
+        head_dim=8, sliding_window=5, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
     # qwen2: q/k/v bias, tied, head_dim 10 (half 5), GQA 2:1
     "qwen2": (_tf("Qwen2Config"), _tf("Qwen2ForCausalLM"), dict(
         hidden_size=60, intermediate_size=54, num_attention_heads=6, num_key_value_heads=3,

@@ -142,7 +142,7 @@ PHI3_LONGROPE = dict(rope_scaling={"rope_type": "longrope", "short_factor": [1.0
                                               ["llama", "llama_bias_tied", "mistral", "qwen2",
                                                "qwen3", "phi3", "ministral", "granite", "helium",
                                                "ernie4_5", "seed_oss", "smollm3", "exaone",
-                                               "glm", "gemma"]] +
+                                               "glm", "gemma", "iquestcoder", "cwm"]] +
                          [("qwen2", QWEN2_WINDOWED), ("phi3", PHI3_LONGROPE)])
 def test_json_config_gives_the_autoconfig_spec(tmp_path, family, overrides):
     """from_pretrained reads config.json without transformers (JsonConfig): every ModelSpec field
@@ -169,6 +169,20 @@ def test_json_config_gives_the_autoconfig_spec(tmp_path, family, overrides):
     for name in ("max_length", "max_new_tokens", "do_sample", "temperature", "top_k", "top_p",
                  "eos_token_id"):
         assert getattr(ours, name) == getattr(hf, name), name
+
+
+def test_cwm_config_json_without_layer_types(tmp_path):
+    """A CWM config.json without layer_types: the config class slides three of every four layers
+    (not all, as a window alone says for Mistral), so load_config reads it through AutoConfig."""
+    from fastdecode.loading import load_config
+    model = tiny_model("cwm", layers=5)
+    model.save_pretrained(tmp_path)
+    d = json.loads((tmp_path / "config.json").read_text())
+    d.pop("layer_types", None)
+    (tmp_path / "config.json").write_text(json.dumps(d))
+    spec = ModelSpec.from_hf_config(load_config(str(tmp_path)))
+    want = ModelSpec.from_hf_config(model.config).layer_windows
+    assert spec.layer_windows == want == (0, 5, 5, 5, 0)
 
 
 def test_gemma_released_config_json(tmp_path):
