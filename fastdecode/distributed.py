@@ -67,13 +67,13 @@ class VirtualTP:
         shards = [pack(spec, get, device=device, dtype=dtype, rank=r, world=world)
                   for r in range(world)]
         self.ranks = [RankModel(pw, max_seq_len) for pw in shards]
-        self.embed = shards[0].embed
+        self.embed = shards[0].embed_rows
         self.pos = 0
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """ids [T] -> fp32 logits [T, V] (the vocab shards gathered in rank order)."""
         T = ids.shape[0]
-        h = self.embed[ids.long()].clone()
+        h = self.embed(ids.long()).clone()
         for l in range(self.spec.n_layers):
             o = all_reduce_fp32([r.attn_partial(l, h, self.pos) for r in self.ranks])
             h = (h.float() + o).to(self.dtype)

@@ -47,6 +47,23 @@ class PackedWeights:
     def device(self):
         return self.w_qkv.device
 
+    @property
+    def embed_scale(self) -> float:
+        """What an embedding row is multiplied by as it is looked up: ModelSpec.embed_scale
+        (Granite's multiplier; Gemma's sqrt(d_model), rounded to the weights' dtype as HF's
+        normalizer is), 1.0 elsewhere. Applied at lookup (embed_rows, the embedding kernels), not
+        folded into the rows, so a tied lm_head stays the embedding's tensor."""
+        s = self.spec.embed_scale
+        if FAMILIES[self.spec.family].gemma_norms:
+            s = float(torch.tensor(s).to(self.dtype))
+        return s
+
+    def embed_rows(self, ids) -> torch.Tensor:
+        """The embedding rows of ids times embed_scale, in the weights' dtype (one rounding of
+        the fp32 product, as the kernels and HF's bf16 / fp16 multiply)."""
+        rows, s = self.embed[ids], self.embed_scale
+        return rows if s == 1.0 else (rows.float() * s).to(rows.dtype)
+
     def tensors(self):
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "spec"}
 
@@ -61,10 +78,8 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
         get = renamed_getter(get, fam.checkpoint_names)
     if fam.fused:
         get = fused_getter(get, spec)
-    embed_scale = spec.embed_scale
     if fam.gemma_norms:
         get = offset_norm_getter(get)
-        embed_scale = float(torch.tensor(embed_scale).to(dtype))  # HF's normalizer, in dtype
     get = scaled_getter(get, {"self_attn.q_proj.": spec.q_scale,
                               "self_attn.o_proj.": spec.residual_scale,
                               "mlp.down_proj.": spec.residual_scale})
@@ -118,7 +133,7 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
     q, f = rows(sp.q_dim), rows(sp.ffn_dim)
     k0, k1 = spec.kv_heads_of(rank, world)  # replicated when world > KV heads
     kv = (slice(k0 * spec.head_dim, k1 * spec.head_dim),)
-    embed = need("model.embed_tokens.weight", scale=embed_scale).contiguous()
+    embed = need("model.embed_tokens.weight").contiguous()
     v0, v1 = spec.vocab_range(rank, world)
     head = "model.embed_tokens.weight" if spec.tied or get("lm_head.weight") is None \
         else "lm_head.weight"

@@ -341,7 +341,7 @@ class Runtime:
         Returns the fp32 logits [T, V] of every token if all_logits."""
         st, pw, s = self.state, self.pw, self.spec
         T = ids.shape[0]
-        h = pw.embed[ids.to(pw.device).long()]
+        h = pw.embed_rows(ids.to(pw.device).long())
         block_s, block_tok, warps = prefill_attention_config(s.head_dim, s.group)
 
         def attend(q, k_cache, v_cache, pos, window):  # pos: st.pos on the device
@@ -449,7 +449,7 @@ class Runtime:
     def _step_ops(self, T, all_logits, sampling, head=True, choose=True):
         st, pw, s = self.state, self.pw, self.spec
         h = st.h[:T]
-        ops.embedding(st.ids[:T], pw.embed, out=h)
+        ops.embedding(st.ids[:T], pw.embed, out=h, scale=pw.embed_scale)
         for l in range(s.n_layers):
             b_qkv, qk_norm, b_o, b_gu, b_down = self._layer_args(l)
             ops.qkv_rope(h, pw.w_qkv[l], pw.attn_norm[l], *st.rope.layer(l), st.pos,
@@ -508,7 +508,7 @@ class Runtime:
         st, pw, s, tp = self.state, self.pw, self.spec, self.collectives
         p = st.n_pos
         h = st.h[:T]
-        h.copy_(pw.embed[st.ids[:T].long()])
+        h.copy_(pw.embed_rows(st.ids[:T].long()))
         for l in range(s.n_layers):
             self._add_reduced(h, R.attention_block(pw, l, h, p, st.k_cache[l], st.v_cache[l],
                                                    *st.rope.layer(l)))
@@ -650,7 +650,7 @@ class Runtime:
             opt(pw.b_qkv), opt(pw.qk_norm), pw.w_o, opt(pw.b_o), pw.w_gu, opt(pw.b_gu),
             pw.w_down, opt(pw.b_down),
             tg.T, st.h.shape[0], s.n_kv_heads, s.vocab_size, self.max_seq_len, s.rms_eps,
-            s.head_dim ** -0.5, tg.n_splits, n_vparts,
+            s.head_dim ** -0.5, tg.n_splits, n_vparts, pw.embed_scale,
             x.table if x else st.status, self.collectives.rank, x_ctr, self.max_spin_remote,
             x.red if x else 0, x.lmv if x else 0, x.lmi if x else 0, self.vocab[0],
             st.logits.shape[1], sched.graph.counters.get(("ticket", 0, 0), 0),

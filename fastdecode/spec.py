@@ -43,7 +43,8 @@ class Family:
     partial_rotary: bool = False
     # scalar multipliers (Granite): embedding_multiplier on the embeddings, residual_multiplier on
     # each block's output before the residual add, attention_multiplier as the attention's scale,
-    # the logits divided by logits_scaling -- folded into the packed weights (packing.pack)
+    # the logits divided by logits_scaling -- folded into the packed weights (packing.pack), but
+    # the embeddings' scaled at lookup (PackedWeights.embed_scale)
     multipliers: bool = False
     # RoPE on interleaved pairs (2i, 2i + 1) instead of (i, i + head_dim / 2) (Helium, ERNIE
     # 4.5): packing reorders the q / k dims (ModelSpec.rope_permutation), the kernels unchanged
@@ -64,8 +65,8 @@ class Family:
     # rotary embedding: rope_type ntk_alpha here)
     alpha_rope: bool = False
     # Gemma: the RMSNorms scale by (1 + weight) (packing adds the 1), and the embeddings are
-    # multiplied by sqrt(hidden_size) rounded to the weights' dtype (HF's normalizer; packing
-    # folds it into the embedding rows, ModelSpec.embed_scale)
+    # multiplied by sqrt(hidden_size) rounded to the weights' dtype (HF's normalizer; at lookup:
+    # ModelSpec.embed_scale, PackedWeights.embed_scale)
     gemma_norms: bool = False
 
 
@@ -154,10 +155,10 @@ class ModelSpec:
     nope_layers: tuple = ()  # the layers without RoPE (Family.nope_field; state.RopeTables)
     qk_norm_after: bool = False  # the q / k norm after RoPE (Family.qk_norm_after_rope)
     act: str = "silu"  # the gate's activation in the MLP: silu (SwiGLU) or gelu_tanh (GeGLU)
-    # Granite's multipliers (Family.multipliers), folded into the packed weights: the embedding
-    # rows times embed_scale, o_proj / down (and biases) times residual_scale, the q rows times
-    # attn_scale * sqrt(head_dim) (the kernels' scale is head_dim ** -0.5; 0: no attn_scale),
-    # the lm_head times logits_scale
+    # Granite's multipliers (Family.multipliers): the embedding rows times embed_scale as they are
+    # looked up (Gemma's sqrt(d) too); folded into the packed weights, o_proj / down (and
+    # biases) times residual_scale, the q rows times attn_scale * sqrt(head_dim) (the kernels'
+    # scale is head_dim ** -0.5; 0: no attn_scale), the lm_head times logits_scale
     embed_scale: float = 1.0
     residual_scale: float = 1.0
     attn_scale: float = 0.0
@@ -170,8 +171,9 @@ class ModelSpec:
 
     @property
     def shares_head(self) -> bool:
-        """The lm_head is the embedding's tensor: tied, and neither scaled."""
-        return self.tied and self.embed_scale == 1.0 and self.logits_scale == 1.0
+        """The lm_head is the embedding's tensor: tied, and the logits unscaled (an embedding
+        scale applies at lookup: PackedWeights.embed_scale)."""
+        return self.tied and self.logits_scale == 1.0
 
     @property
     def rot(self) -> int:

@@ -31,7 +31,8 @@ FAMILIES = {
         hidden_size=40, intermediate_size=56, num_attention_heads=4, num_key_value_heads=2,
         head_dim=10, sliding_window=5, layer_types=["sliding_attention", "full_attention"])),
     # granite: Llama with four scalar multipliers (embeddings, residual branches, the attention's
-    # scale, the logits' divisor), tied embeddings (the scaled lm_head is a tensor of its own)
+    # scale, the logits' divisor), tied embeddings (the scaled lm_head is a tensor of its own;
+    # the embedding's multiplier applies at lookup)
     "granite": (_tf("GraniteConfig"), _tf("GraniteForCausalLM"), dict(
         hidden_size=48, intermediate_size=54, num_attention_heads=6, num_key_value_heads=3,
         embedding_multiplier=3.0, residual_multiplier=0.5, attention_multiplier=0.2,

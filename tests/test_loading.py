@@ -72,6 +72,26 @@ def test_packing_round_trip():
     assert pw.lm_head.data_ptr() == pw.embed.data_ptr()  # tied: one tensor, streamed once
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gemma_packing(dtype):
+    """Gemma: the norms packed as 1 + w (fp32 sum, one rounding); the embedding as it is, its
+    sqrt(d) factor (HF's normalizer, rounded to the weights' dtype) applied at lookup, so the tied
+    lm_head is the same tensor: the rows looked up are HF's scaled embedding, bit for bit."""
+    model = tiny_model("gemma", dtype=dtype)
+    spec = ModelSpec.from_hf_config(model.config)
+    sd = model.state_dict()
+    pw = pack(spec, dict_getter(sd), device="cpu", dtype=dtype)
+    assert pw.lm_head.data_ptr() == pw.embed.data_ptr()
+    assert torch.equal(pw.embed, sd["model.embed_tokens.weight"])
+    plus1 = lambda t: (t.float() + 1).to(dtype)  # noqa: E731
+    assert torch.equal(pw.final_norm, plus1(sd["model.norm.weight"]))
+    assert torch.equal(pw.mlp_norm[1], plus1(sd["model.layers.1.post_attention_layernorm.weight"]))
+    assert pw.embed_scale == float(torch.tensor(spec.d_model ** 0.5).to(dtype))
+    ids = torch.tensor([3, 7, 3])
+    with torch.no_grad():
+        assert torch.equal(pw.embed_rows(ids), model.model.embed_tokens(ids))
+
+
 def test_fused_checkpoint_round_trip():
     """Phi-3 fuses q|k|v (qkv_proj) and gate|up (gate_up_proj): the packed rows are those
     tensors', each q / k head's in rope_permutation's order (half of each head rotated here)."""

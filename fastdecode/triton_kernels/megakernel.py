@@ -314,7 +314,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                kc_ptr, vc_ptr, cos_ptr, sin_ptr, win_ptr, rope_ptr,
                emb_ptr, lm_ptr, fnorm_ptr, anorm_ptr, mnorm_ptr, wqkv_ptr, bqkv_ptr, qkn_ptr,
                wo_ptr, bo_ptr, wgu_ptr, bgu_ptr, wd_ptr, bd_ptr,
-               T, TM, KVH, V, S, eps, scale, n_splits, n_vparts,
+               T, TM, KVH, V, S, eps, scale, n_splits, n_vparts, emb_scale,
                xtab_ptr, rank, x_ctr, x_spin, x_red, x_lmv, x_lmi, v0, VFULL, tkt_base, qtkt_base,
                D: tl.constexpr, FFN: tl.constexpr, H: tl.constexpr, HD: tl.constexpr,
                BIAS_QKV: tl.constexpr, QK_NORM: tl.constexpr, QK_DEFER: tl.constexpr,
@@ -383,7 +383,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     tasks (arg0 = token block * KSPLIT + K part) store their K part's fp32 partial sums to
     kpart_ptr [2 (o, down), KSPLIT, TM, D]; REDUCE tasks (arg0: 0 o, 1 down) add the parts in
     order, the bias and the residual (residual_task).
-    ACT: the gate|up tasks' activation (gemv.GLU_ACTS: 1 silu, 2 the tanh GELU)."""
+    ACT: the gate|up tasks' activation (gemv.GLU_ACTS: 1 silu, 2 the tanh GELU); emb_scale: what
+    an EMBED task multiplies a row by (PackedWeights.embed_scale)."""
     pid = tl.program_id(0)
     qlen = tl.load(qlen_ptr + pid)
     QKVN = (H + 2 * KVH) * HD
@@ -546,7 +547,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                     if op == OP_EMBED:
                         for t in range(a0, a1):
                             for c in range(0, tl.cdiv(D, EMB_BLOCK)):
-                                embedding_body(ids_ptr, emb_ptr, h_ptr, D, D, t, c, EMB_BLOCK)
+                                embedding_body(ids_ptr, emb_ptr, h_ptr, D, D, t, c, emb_scale,
+                                               EMB_BLOCK)
                     elif op == OP_ATTN:
                         attend(q_ptr, kc_ptr + layer * KVH * S * HD,
                                vc_ptr + layer * KVH * S * HD, opart_ptr, lse_ptr, pos,
