@@ -118,6 +118,19 @@ FAMILIES: dict[str, Family] = {
     # model_type (unsupported)
     "gemma": Family(qkv_bias=False, qk_norm=False, window_field=None, gemma_norms=True),
 }
+# why some model types a user may try are not supported (UnsupportedModelError says it)
+_POST_NORMS = "its norms after each attention / MLP block, before the residual add"
+UNSUPPORTED = {
+    **{mt: _POST_NORMS for mt in ("gemma2", "gemma3_text", "olmo2", "olmo3", "exaone4", "glm4")},
+    **{mt: "a mixture of experts" for mt in ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3",
+                                             "gpt_oss", "llama4_text", "olmoe", "granitemoe")},
+    **{mt: "a vision-language model (its text model alone is not read)" for mt in (
+        "gemma3", "mistral3", "llava", "qwen2_vl", "qwen2_5_vl", "llama4")},
+    "ministral3": "its position-dependent query scale (llama_4_scaling_beta)",
+    **{mt: "its MLP without a gate" for mt in ("arcee", "apertus", "nemotron")},
+    **{mt: "LayerNorm, not RMSNorm" for mt in ("phi", "stablelm", "starcoder2", "cohere",
+                                                "falcon", "gpt2", "gpt_neox", "olmo")},
+}
 # HF's hidden_act names -> ModelSpec.act (the gated MLP's activation: triton_kernels.gemv.GLU_ACTS)
 ACTS = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh"}
 # freq_factors: llama.cpp's per-frequency divisors (a GGUF's rope_freqs tensor, which Llama-3.x
@@ -359,8 +372,9 @@ class ModelSpec:
     def from_hf_config(cls, cfg) -> "ModelSpec":
         mt = getattr(cfg, "model_type", None)
         if mt not in FAMILIES:
-            raise UnsupportedModelError(
-                f"model_type {mt!r} is not supported; fastdecode supports {sorted(FAMILIES)}")
+            why = f" ({UNSUPPORTED[mt]})" if mt in UNSUPPORTED else ""
+            raise UnsupportedModelError(f"model_type {mt!r} is not supported{why}; fastdecode "
+                                        f"supports {sorted(FAMILIES)}")
         fam = FAMILIES[mt]
         act = getattr(cfg, "hidden_act", None) or "silu"
         if fam.gemma_norms:  # the released config.json files say "gelu" and mean the tanh GELU

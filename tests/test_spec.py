@@ -84,7 +84,9 @@ def _raw(**kw):  # a config HF itself would refuse to build (odd head_dim)
 
 
 @pytest.mark.parametrize("make,match", [
-    (lambda: tf.GPT2Config(), "gpt2"),
+    (lambda: tf.GPT2Config(), "'gpt2' is not supported \\(LayerNorm"),
+    (lambda: tf.MixtralConfig(), "mixture of experts"),
+    (lambda: tf.Gemma2Config(), "norms after each attention"),
     (lambda: tf.LlamaConfig(hidden_act="gelu"), "hidden_act"),
     (lambda: tf.LlamaConfig(max_position_embeddings=4096, rope_scaling={
         "rope_type": "dynamic", "factor": 4.0}), "dynamic"),
