@@ -78,6 +78,8 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
         get = renamed_getter(get, fam.checkpoint_names)
     if fam.fused:
         get = fused_getter(get, spec)
+    if spec.text_of:
+        get = text_model_getter(get)
     if fam.gemma_norms:
         get = offset_norm_getter(get)
     get = scaled_getter(get, {"self_attn.q_proj.": spec.q_scale,
@@ -178,6 +180,23 @@ def scaled_getter(get, scales: dict):
         s = next((s for k, s in scales.items() if k in name), 1.0)
         return t if t is None else scaled(t, s)
     return sget
+
+
+def text_model_getter(get):
+    """get(name, index) of a vision-language model's language model (ModelSpec.text_of): HF's
+    names read under model.language_model. (the model's state dict) or language_model.model.
+    (its checkpoint files), the head under language_model.lm_head. there; the vision tower's
+    tensors are never read."""
+    alts = (("model.", ("model.language_model.", "language_model.model.")),
+            ("lm_head.", ("language_model.lm_head.",)))
+
+    def tget(name, index=None):
+        t = get(name, index)
+        for head, prefixes in alts:
+            for p in prefixes if t is None and name.startswith(head) else ():
+                t = get(p + name[len(head):], index) if t is None else t
+        return t
+    return tget
 
 
 def offset_norm_getter(get):

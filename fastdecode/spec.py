@@ -3,14 +3,16 @@
 One family table says how Llama, Mistral (Ministral), Qwen2, Qwen3, Phi-3, Granite, SmolLM3 ...
 differ (qkv bias, q/k norm, sliding window, fused or renamed checkpoint tensors, partial rotary,
 scalar multipliers, layers without RoPE, which rope scalings). Anything the kernels do not
-implement raises :class:`UnsupportedModelError` naming the model_type or the field, before any
-weight is touched.
+implement raises :class:`UnsupportedModelError` naming the model_type or the field (and, for
+model types a user may try, why: UNSUPPORTED), before any weight is touched. A vision-language
+model whose language model is a supported family (TEXT_OF) is read from its text_config.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import torch
 
@@ -118,6 +120,9 @@ FAMILIES: dict[str, Family] = {
     # model_type (unsupported)
     "gemma": Family(qkv_bias=False, qk_norm=False, window_field=None, gemma_norms=True),
 }
+# vision-language models whose language model (text_config) is a supported family: it decodes
+# alone (no image is read; Mistral Small 3.x, LLaVA), packing.text_model_getter finding its tensors
+TEXT_OF = ("mistral3", "llava")
 # why some model types a user may try are not supported (UnsupportedModelError says it)
 _POST_NORMS = "its norms after each attention / MLP block, before the residual add"
 UNSUPPORTED = {
@@ -125,7 +130,7 @@ UNSUPPORTED = {
     **{mt: "a mixture of experts" for mt in ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3",
                                              "gpt_oss", "llama4_text", "olmoe", "granitemoe")},
     **{mt: "a vision-language model (its text model alone is not read)" for mt in (
-        "gemma3", "mistral3", "llava", "qwen2_vl", "qwen2_5_vl", "llama4")},
+        "gemma3", "qwen2_vl", "qwen2_5_vl", "llama4")},
     "ministral3": "its position-dependent query scale (llama_4_scaling_beta)",
     **{mt: "its MLP without a gate" for mt in ("arcee", "apertus", "nemotron")},
     **{mt: "LayerNorm, not RMSNorm" for mt in ("phi", "stablelm", "starcoder2", "cohere",
@@ -168,6 +173,7 @@ class ModelSpec:
     nope_layers: tuple = ()  # the layers without RoPE (Family.nope_field; state.RopeTables)
     qk_norm_after: bool = False  # the q / k norm after RoPE (Family.qk_norm_after_rope)
     act: str = "silu"  # the gate's activation in the MLP: silu (SwiGLU) or gelu_tanh (GeGLU)
+    text_of: str = ""  # the vision-language model_type (TEXT_OF) whose language model this is
     # Granite's multipliers (Family.multipliers): the embedding rows times embed_scale as they are
     # looked up (Gemma's sqrt(d) too); folded into the packed weights, o_proj / down (and
     # biases) times residual_scale, the q rows times attn_scale * sqrt(head_dim) (the kernels'
@@ -371,6 +377,12 @@ class ModelSpec:
     @classmethod
     def from_hf_config(cls, cfg) -> "ModelSpec":
         mt = getattr(cfg, "model_type", None)
+        text = getattr(cfg, "text_config", None)
+        if mt in TEXT_OF and text is not None:
+            spec = cls.from_hf_config(SimpleNamespace(**text) if isinstance(text, dict) else text)
+            tied = getattr(cfg, "tie_word_embeddings", None)  # the wrapper's, as HF ties it
+            return dataclasses.replace(spec, text_of=mt,
+                                       tied=spec.tied if tied is None else bool(tied))
         if mt not in FAMILIES:
             why = f" ({UNSUPPORTED[mt]})" if mt in UNSUPPORTED else ""
             raise UnsupportedModelError(f"model_type {mt!r} is not supported{why}; fastdecode "

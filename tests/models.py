@@ -147,6 +147,38 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
     return family, cfg, draw(st.integers(5, 211))
 
 
+# vision-language models whose language model decodes alone (spec.TEXT_OF): (config class, model
+# class, text family of FAMILIES, vision config) -- Mistral Small 3.x, LLaVA; a one-layer vision
+# tower that nothing here reads
+VLMS = {
+    "mistral3": ("Mistral3Config", "Mistral3ForConditionalGeneration", "mistral", dict(
+        model_type="pixtral", hidden_size=32, intermediate_size=40, num_hidden_layers=1,
+        num_attention_heads=2, head_dim=16, image_size=32, patch_size=16)),
+    "llava": ("LlavaConfig", "LlavaForConditionalGeneration", "llama", dict(
+        model_type="clip_vision_model", hidden_size=32, intermediate_size=40,
+        num_hidden_layers=1, num_attention_heads=2, image_size=32, patch_size=16)),
+}
+
+
+def tiny_vlm(kind: str, seed: int = 0, **top):
+    """A vision-language model around tiny_model(its text family)'s configuration and weights
+    (top: the wrapper config's own fields, tie_word_embeddings)."""
+    cfg_name, model_name, family, vision = VLMS[kind]
+    if _tf(cfg_name) is None or family in MISSING:
+        pytest.skip(f"transformers {tf.__version__} has no {cfg_name}")
+    text = tiny_model(family, seed=seed)
+    cfg = _tf(cfg_name)(text_config=text.config.to_dict(), vision_config=vision,
+                        image_token_index=text.config.vocab_size - 1, **top)
+    model = _tf(model_name)(cfg).eval()
+    lm = model.model.language_model
+    with torch.no_grad():
+        for name, p in text.model.named_parameters():
+            lm.get_parameter(name).copy_(p)
+        if model.lm_head.weight is not lm.embed_tokens.weight:
+            model.lm_head.weight.copy_(text.lm_head.weight)
+    return model
+
+
 def tiny_model(family: str, vocab: int = 101, layers: int = 2, seed: int = 0,
                dtype=torch.float32, **overrides):
     if family in MISSING:

@@ -35,6 +35,28 @@ def test_safetensors_folder_matches_from_hf(tmp_path, family, shard):
     assert torch.equal(fm(ids), ref(ids))
 
 
+@pytest.mark.parametrize("kind,tied", [("mistral3", False), ("mistral3", True), ("llava", False)])
+def test_vision_language_folder_reads_its_text_model(tmp_path, kind, tied):
+    """A vision-language checkpoint's files keep the language model under language_model.model.
+    / language_model.lm_head. (the vision tower beside it, never read): from_pretrained packs the
+    same tensors as from_hf of the loaded model, whose state dict names them model.language_model.
+    / lm_head."""
+    from models import tiny_vlm
+    model = tiny_vlm(kind, tie_word_embeddings=tied)
+    model.save_pretrained(tmp_path)
+    fm = fastdecode.from_pretrained(str(tmp_path), max_seq_len=32, device="cpu",
+                                    dtype=torch.float32, mode="torch")
+    ref = fastdecode.from_hf(model, max_seq_len=32, mode="torch")
+    assert fm.weights.spec == ref.weights.spec and fm.weights.spec.text_of == kind
+    for name, t in ref.weights.tensors().items():
+        got = fm.weights.tensors()[name]
+        assert (t is None) == (got is None), name
+        if t is not None:
+            assert torch.equal(got, t), name
+    ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
+    assert torch.equal(fm(ids), ref(ids))
+
+
 def test_dtype_by_name(tmp_path):
     """from_pretrained's dtype as transformers takes it: a torch dtype, its name, or "auto" (the
     checkpoint's, float32 on a CPU); anything else raises before the checkpoint is read."""

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import fastdecode
 from conftest import DEVICE
 from helpers import U, hf_logits, rel_err, teacher_forced
-from models import FAMILIES, LONGROPE, hf_shapes, tiny_model
+from models import FAMILIES, LONGROPE, hf_shapes, tiny_model, tiny_vlm
 
 PROMPT, STEPS = 21, 16   # 21 > the 16-token CPU prefill chunk: two chunks, then 16 decode steps
 
@@ -30,6 +30,21 @@ def test_family_fp32_matches_hf(family, mode):
     assert got.shape == ref.shape
     assert rel_err(got, ref) < 1e-5, (family, mode, rel_err(got, ref))
     assert fm.position == PROMPT + STEPS
+
+
+@pytest.mark.parametrize("mode", ["torch", "ops", "mega"])
+@pytest.mark.parametrize("kind,tied", [("mistral3", False), ("mistral3", True), ("llava", False)])
+def test_vision_language_text_model_matches_hf(kind, tied, mode):
+    """A vision-language model (Mistral Small 3.x, LLaVA) decodes with its language model alone:
+    the HF model's logits on text-only input, at the family test's 1e-5; tied as the wrapper's
+    config says (HF ties by it, not by the text config's)."""
+    model = tiny_vlm(kind, tie_word_embeddings=tied).to(DEVICE)
+    ids = torch.randint(0, 99, (1, PROMPT + STEPS), generator=torch.Generator().manual_seed(6))
+    ids = ids.to(DEVICE)
+    ref = hf_logits(model, ids)
+    fm = fastdecode.from_hf(model, max_seq_len=64, mode=mode)
+    assert fm.weights.spec.text_of == kind and fm.weights.spec.tied == tied
+    assert rel_err(teacher_forced(fm, ids, PROMPT), ref) < 1e-5
 
 
 @pytest.mark.parametrize("mode", ["torch", "mega"])
