@@ -121,8 +121,9 @@ FAMILIES: dict[str, Family] = {
     "gemma": Family(qkv_bias=False, qk_norm=False, window_field=None, gemma_norms=True),
 }
 # vision-language models whose language model (text_config) is a supported family: it decodes
-# alone (no image is read; Mistral Small 3.x, LLaVA), packing.text_model_getter finding its tensors
-TEXT_OF = ("mistral3", "llava")
+# alone (no image is read; Mistral Small 3.x, LLaVA and LLaVA-NeXT / OneVision), packing.
+# text_model_getter finding its tensors. (PaliGemma's prompt attends both ways: not among them.)
+TEXT_OF = ("mistral3", "llava", "llava_next", "llava_onevision")
 # why some model types a user may try are not supported (UnsupportedModelError says it)
 _POST_NORMS = "its norms after each attention / MLP block, before the residual add"
 UNSUPPORTED = {

@@ -157,6 +157,10 @@ VLMS = {
     "llava": ("LlavaConfig", "LlavaForConditionalGeneration", "llama", dict(
         model_type="clip_vision_model", hidden_size=32, intermediate_size=40,
         num_hidden_layers=1, num_attention_heads=2, image_size=32, patch_size=16)),
+    "llava_onevision": ("LlavaOnevisionConfig", "LlavaOnevisionForConditionalGeneration", "qwen2",
+                        dict(model_type="siglip_vision_model", hidden_size=32,
+                             intermediate_size=40, num_hidden_layers=1, num_attention_heads=2,
+                             image_size=32, patch_size=16)),
 }
 
 
