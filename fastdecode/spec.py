@@ -132,7 +132,7 @@ UNSUPPORTED = {
                                              "gpt_oss", "llama4_text", "olmoe", "granitemoe")},
     **{mt: "a vision-language model (its text model alone is not read)" for mt in (
         "gemma3", "qwen2_vl", "qwen2_5_vl", "llama4")},
-    "ministral3": "its position-dependent query scale (llama_4_scaling_beta)",
+    "ministral3": "its position-dependent query scale, llama_4_scaling_beta",
     **{mt: "its MLP without a gate" for mt in ("arcee", "apertus", "nemotron")},
     **{mt: "LayerNorm, not RMSNorm" for mt in ("phi", "stablelm", "starcoder2", "cohere",
                                                 "falcon", "gpt2", "gpt_neox", "olmo")},
@@ -380,7 +380,11 @@ class ModelSpec:
         mt = getattr(cfg, "model_type", None)
         text = getattr(cfg, "text_config", None)
         if mt in TEXT_OF and text is not None:
-            spec = cls.from_hf_config(SimpleNamespace(**text) if isinstance(text, dict) else text)
+            try:
+                spec = cls.from_hf_config(SimpleNamespace(**text) if isinstance(text, dict)
+                                          else text)
+            except UnsupportedModelError as e:
+                raise UnsupportedModelError(f"{mt}'s language model: {e}") from None
             tied = getattr(cfg, "tie_word_embeddings", None)  # the wrapper's, as HF ties it
             return dataclasses.replace(spec, text_of=mt,
                                        tied=spec.tied if tied is None else bool(tied))

@@ -87,6 +87,8 @@ def _raw(**kw):  # a config HF itself would refuse to build (odd head_dim)
     (lambda: tf.GPT2Config(), "'gpt2' is not supported \\(LayerNorm"),
     (lambda: tf.MixtralConfig(), "mixture of experts"),
     (lambda: tf.Gemma2Config(), "norms after each attention"),
+    (lambda: tf.Mistral3Config(text_config=dict(model_type="ministral3")),
+     "mistral3's language model: model_type 'ministral3' is not supported \\(its position"),
     (lambda: tf.LlamaConfig(hidden_act="gelu"), "hidden_act"),
     (lambda: tf.LlamaConfig(max_position_embeddings=4096, rope_scaling={
         "rope_type": "dynamic", "factor": 4.0}), "dynamic"),
