@@ -193,8 +193,11 @@ def text_model_getter(get):
     def tget(name, index=None):
         t = get(name, index)
         for head, prefixes in alts:
-            for p in prefixes if t is None and name.startswith(head) else ():
-                t = get(p + name[len(head):], index) if t is None else t
+            if t is None and name.startswith(head):
+                for p in prefixes:
+                    t = get(p + name[len(head):], index)
+                    if t is not None:
+                        break
         return t
     return tget
 
