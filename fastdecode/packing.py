@@ -12,6 +12,7 @@ Stacking over layers gives every op one base pointer plus a layer stride (what t
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, fields
 
 import torch
@@ -47,12 +48,13 @@ class PackedWeights:
     def device(self):
         return self.w_qkv.device
 
-    @property
+    @functools.cached_property
     def embed_scale(self) -> float:
         """What an embedding row is multiplied by as it is looked up: ModelSpec.embed_scale
         (Granite's multiplier; Gemma's sqrt(d_model), rounded to the weights' dtype as HF's
         normalizer is), 1.0 elsewhere. Applied at lookup (embed_rows, the embedding kernels), not
-        folded into the rows, so a tied lm_head stays the embedding's tensor."""
+        folded into the rows, so a tied lm_head stays the embedding's tensor. Computed once per
+        PackedWeights (a move to another dtype builds a new one: FastModel.to), not per step."""
         s = self.spec.embed_scale
         if FAMILIES[self.spec.family].gemma_norms:
             s = float(torch.tensor(s).to(self.dtype))

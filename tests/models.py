@@ -81,8 +81,8 @@ FAMILIES = {
         head_dim=12, attention_bias=True, tie_word_embeddings=True,
         rope_scaling={"rope_type": "dynamic", "alpha": 1000.0, "factor": 1.0},
         pad_token_id=0, bos_token_id=1, eos_token_id=2)),
-    # gemma: (1 + w) RMSNorms, sqrt(d)-scaled embeddings (an unscaled tied lm_head beside them),
-    # the tanh GELU gate, MQA, head_dim 16 with hidden 40 (H * hd != d)
+    # gemma: (1 + w) RMSNorms, sqrt(d)-scaled embeddings (scaled at lookup: the tied lm_head is
+    # the embedding's tensor), the tanh GELU gate, MQA, head_dim 16 with hidden 40 (H * hd != d)
     "gemma": (_tf("GemmaConfig"), _tf("GemmaForCausalLM"), dict(
         hidden_size=40, intermediate_size=66, num_attention_heads=4, num_key_value_heads=1,
         head_dim=16, tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
