@@ -40,6 +40,31 @@ def gemma(hidden, ffn, layers, heads, kv_heads):
         hidden_act="gelu_pytorch_tanh", pad_token_id=0, eos_token_id=1, bos_token_id=2)
 
 
+def gemma2(hidden, ffn, layers, heads, kv_heads):
+    """A Gemma 2 config (norms after the blocks too, soft-capped attention scores (50) and
+    logits (30), head_dim 256, sliding-window (4096) and full layers in turn, a tied 256K
+    vocabulary)."""
+    return tf.Gemma2Config(
+        hidden_size=hidden, intermediate_size=ffn, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=256,
+        vocab_size=256000, sliding_window=4096, query_pre_attn_scalar=256,
+        attn_logit_softcapping=50.0, final_logit_softcapping=30.0, tie_word_embeddings=True,
+        rms_norm_eps=1e-6, max_position_embeddings=8192, attn_implementation="eager",
+        pad_token_id=0, eos_token_id=1, bos_token_id=2)
+
+
+def gemma3(hidden, ffn, layers, heads, kv_heads, window, **kw):
+    """A Gemma 3 text config (norms after the blocks too, q / k norms, head_dim 256, five
+    sliding-window layers (RoPE base 1e4) to one full (1e6), a tied 262K vocabulary); kw: the
+    full layers' rope scaling."""
+    return tf.Gemma3TextConfig(
+        hidden_size=hidden, intermediate_size=ffn, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=256,
+        vocab_size=262144, sliding_window=window, query_pre_attn_scalar=256,
+        tie_word_embeddings=True, rms_norm_eps=1e-6, max_position_embeddings=32768,
+        pad_token_id=0, eos_token_id=1, bos_token_id=2, **kw)
+
+
 def phi3(hidden, ffn, layers, heads, kv_heads, vocab, tied, head_dim, **kw):
     """A Phi-3 config (fused qkv_proj / gate_up_proj, RoPE base 1e4); kw: its rope, window."""
     return tf.Phi3Config(
@@ -138,6 +163,22 @@ SHAPES = {
     # tied 256K vocabulary
     "gemma-2b": ("Gemma-2B", lambda: gemma(2048, 16384, 18, 8, 1)),
     "gemma-7b": ("Gemma-7B", lambda: gemma(3072, 24576, 28, 16, 16)),
+    # Gemma 2 2B / 9B: norms after the attention and the MLP, soft-capped attention and logits
+    # (2B: GQA 2:1, 8 heads of 256 on a d_model of 2304; 9B: 16 heads on 3584)
+    "gemma2-2b": ("Gemma-2-2B", lambda: gemma2(2304, 9216, 26, 8, 4)),
+    "gemma2-9b": ("Gemma-2-9B", lambda: gemma2(3584, 14336, 42, 16, 8)),
+    # Gemma 3 1B / 4B (the 4B's text model): norms after the attention and the MLP, (1 + w) q / k
+    # norms, sliding-window layers with a RoPE of their own (1B: MQA, 4 heads of 256 on a
+    # d_model of 1152; 4B: GQA 2:1, the full layers' linear rope scaling 8)
+    "gemma3-1b": ("Gemma-3-1B", lambda: gemma3(1152, 6912, 26, 4, 1, 512)),
+    "gemma3-4b": ("Gemma-3-4B", lambda: gemma3(2560, 10240, 34, 8, 4, 1024, rope_scaling={
+        "rope_type": "linear", "factor": 8.0})),
+    # GLM-4-9B-0414: GLM-4-9B's layout with norms after the attention and the MLP
+    "glm4-9b-0414": ("GLM-4-9B-0414", lambda: tf.Glm4Config(
+        hidden_size=4096, intermediate_size=13696, num_hidden_layers=40, num_attention_heads=32,
+        num_key_value_heads=2, head_dim=128, vocab_size=151552, tie_word_embeddings=False,
+        attention_bias=True, rms_norm_eps=1e-5, max_position_embeddings=32768,
+        pad_token_id=151329, eos_token_id=[151329, 151336, 151338])),
 }
 
 

@@ -53,7 +53,8 @@ class RankModel:
         return R.mlp_block(self.pw, l, h)
 
     def logits_shard(self, h):
-        return R.gemv(h, self.pw.lm_head, norm_w=self.pw.final_norm, eps=self.spec.rms_eps)
+        return R.soft_cap(R.gemv(h, self.pw.lm_head, norm_w=self.pw.final_norm,
+                                 eps=self.spec.rms_eps), self.spec.logit_softcap)
 
 
 class VirtualTP:
@@ -74,11 +75,12 @@ class VirtualTP:
         """ids [T] -> fp32 logits [T, V] (the vocab shards gathered in rank order)."""
         T = ids.shape[0]
         h = self.embed(ids.long()).clone()
+        pw, eps = self.ranks[0].pw, self.spec.rms_eps  # the post norms: replicated
         for l in range(self.spec.n_layers):
             o = all_reduce_fp32([r.attn_partial(l, h, self.pos) for r in self.ranks])
-            h = (h.float() + o).to(self.dtype)
+            h = (h.float() + R.block_out(o, pw.post_norm(0, l), eps)).to(self.dtype)
             d = all_reduce_fp32([r.mlp_partial(l, h) for r in self.ranks])
-            h = (h.float() + d).to(self.dtype)
+            h = (h.float() + R.block_out(d, pw.post_norm(1, l), eps)).to(self.dtype)
         self.pos += T
         return torch.cat([r.logits_shard(h) for r in self.ranks], dim=-1)
 

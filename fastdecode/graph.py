@@ -32,6 +32,10 @@ REDUCE tasks add the ranks' partials to the residual in rank order:
     REDUCE(l, 0) waits xo[l] (every rank's O tasks)  -> red[l, 0];  GATE_UP(l) waits red[l, 0]
     REDUCE(l, 1) waits xdown[l]                      -> red[l, 1];  QKV(l+1), LM_HEAD wait it
     LM_HEAD pushes its partial choice to every rank (xlm); CHOOSE waits xlm and merges all ranks'
+Norms after the blocks (ModelSpec.post_norms, Tiling.post_norm): a block's output is normalized
+whole before the residual add, so O and DOWN always store sums (one rank: one K part) and
+REDUCE tasks add norm(sum) -- one grid-wide hand-off more per block than a residual added in
+the GEMV epilogue.
 Two partial buffers (o, down) suffice: rank A pushes o partials of layer l+1 only after every
 rank's DOWN(l), which each rank runs after its last REDUCE(l, 0) read them (and the next step's
 first push follows every rank's CHOOSE).
@@ -100,6 +104,14 @@ class Tiling:
     ksplit: int = 1               # several rows, one rank: K parts per o / down tile
                                   # (config.rows_ksplit; build_step sets it)
     attn_outline: bool = False    # decode: the attention body out of line (StreamConfig)
+    post_norm: bool = False       # norms after the blocks (ModelSpec.post_norms): o / down sums
+                                  # through REDUCE tasks, which normalize them
+
+    @property
+    def parted(self) -> bool:
+        """One rank's o / down tasks store fp32 sums (K parts; or one, normalized whole by a
+        post norm) for REDUCE tasks, rather than adding to the residual."""
+        return self.ksplit > 1 or self.post_norm
 
     def n_t(self, block=None):
         return triton.cdiv(self.T, block or self.block_t)
@@ -170,7 +182,7 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
                   kv_prefetch=st is not None and st.kv_prefetch,
                   one_poller=st is not None and st.one_poller,
                   abort_every=st.abort_every if st is not None else 1,
-                  attn_outline=st is not None and st.attn_outline)
+                  attn_outline=st is not None and st.attn_outline, post_norm=spec.post_norms)
 
 
 REMOTE = ("xo", "xdown", "xlm")  # counter keys signalled across ranks (tensor parallelism)
@@ -251,7 +263,7 @@ def build_step(spec: ModelSpec, tiling: Tiling, n_programs: int, world: int = 1,
     per_group = tg.qkv_group_tiles(s.group)
     n_red = triton.cdiv(s.d_model, COST.reduce_block)
     red_bytes = max(world, tg.ksplit) * T * COST.reduce_block * 4
-    reduced = tp or tg.ksplit > 1  # the row-parallel ops' partial sums, then REDUCE tasks
+    reduced = tp or tg.parted  # the row-parallel ops' partial sums, then REDUCE tasks
     # what a residual write leaves behind: the row-parallel op itself, or its reduction
     after = {"o": lambda l: ("red", l, 0) if reduced else ("o", l),
              "down": lambda l: ("red", l, 1) if reduced else ("down", l)}

@@ -1,6 +1,6 @@
 """Public per-op API: the standalone launchers of the fused Triton ops (fastdecode.ops.*)."""
 from . import _env  # noqa: F401  (interpreter on CPU-only machines, before any kernel is defined)
-from .triton_kernels.all_reduce import PeerBuffers, all_reduce
+from .triton_kernels.all_reduce import PeerBuffers, all_reduce, residual_add
 from .triton_kernels.attention import attention, split_plan
 from .triton_kernels.embedding import embedding
 from .triton_kernels.gemv import gemv, swiglu
@@ -9,4 +9,5 @@ from .triton_kernels.qkv_rope import qkv_rope
 from .triton_kernels.rmsnorm import rmsnorm
 
 __all__ = ["PeerBuffers", "all_reduce", "attention", "choose_merge", "embedding", "gemv",
-           "lm_head", "qkv_rope", "rmsnorm", "sample_logits", "split_plan", "swiglu"]
+           "lm_head", "qkv_rope", "residual_add", "rmsnorm", "sample_logits", "split_plan",
+           "swiglu"]

@@ -6,7 +6,8 @@ GEMV tiles (row-major [N, K], K contiguous, so a tile streams whole 16-byte-alig
     w_gu   [L, 2 * ffn, d]            gate rows, then up rows (the SWIGLU epilogue reads row n and
                                       row ffn + n in the same tile)
     w_down [L, d, ffn]
-    norms  [L, d]; qk_norm [L, 2, hd] (Qwen3); biases where the family has them
+    norms  [L, d] (before attention / the MLP; after them too where the family has them:
+           ModelSpec.post_norms); qk_norm [L, 2, hd] (Qwen3); biases where the family has them
     embed  [V, d]; lm_head [V, d] (the same tensor when the embeddings are tied)
 Stacking over layers gives every op one base pointer plus a layer stride (what the megakernel needs).
 """
@@ -39,6 +40,13 @@ class PackedWeights:
     b_gu: torch.Tensor | None = None
     b_down: torch.Tensor | None = None
     qk_norm: torch.Tensor | None = None
+    post_attn_norm: torch.Tensor | None = None  # [L, d] (ModelSpec.post_norms)
+    post_mlp_norm: torch.Tensor | None = None
+
+    def post_norm(self, which: int, l: int) -> torch.Tensor | None:
+        """Layer l's norm after its attention (which 0) or MLP (1); None: none."""
+        t = (self.post_attn_norm, self.post_mlp_norm)[which]
+        return None if t is None else t[l]
 
     @property
     def dtype(self):
@@ -84,7 +92,9 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
         get = text_model_getter(get)
     if fam.gemma_norms:
         get = offset_norm_getter(get)
-    get = scaled_getter(get, {"self_attn.q_proj.": spec.q_scale,
+    # the query scale on the q rows -- or, where q is RMS-normalized, on its norm's weight
+    get = scaled_getter(get, {"self_attn.q_norm." if spec.qk_norm else "self_attn.q_proj.":
+                              spec.q_scale,
                               "self_attn.o_proj.": spec.residual_scale,
                               "mlp.down_proj.": spec.residual_scale})
     if torch.device(device).type == "cuda":
@@ -134,6 +144,7 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
         return t if rank == 0 or t is None else torch.zeros_like(t)
 
     attn = "self_attn.{}_proj.{}"
+    norms = [n and (f"{n}.weight", None) for n in fam.norms]
     q, f = rows(sp.q_dim), rows(sp.ffn_dim)
     k0, k1 = spec.kv_heads_of(rank, world)  # replicated when world > KV heads
     kv = (slice(k0 * spec.head_dim, k1 * spec.head_dim),)
@@ -145,8 +156,9 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
         need(head, (slice(v0, v1),), spec.logits_scale).contiguous()
     pw = PackedWeights(
         spec=sp, embed=embed, lm_head=lm_head, final_norm=need("model.norm.weight"),
-        attn_norm=stack(("input_layernorm.weight", None)),
-        mlp_norm=stack(("post_attention_layernorm.weight", None)),
+        attn_norm=stack(norms[0]), mlp_norm=stack(norms[1]),
+        post_attn_norm=stack(norms[2]) if spec.post_norms else None,
+        post_mlp_norm=stack(norms[3]) if spec.post_norms else None,
         w_qkv=stack((attn.format("q", "weight"), q), (attn.format("k", "weight"), kv),
                     (attn.format("v", "weight"), kv)),
         w_o=stack((attn.format("o", "weight"), cols(sp.q_dim))),

@@ -22,6 +22,18 @@ def rmsnorm(x, w, eps, residual=None):
     return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps) * w.float()
 
 
+def block_out(y, norm_w, eps, norm=rmsnorm):
+    """A block's output y [T, d] as the residual stream adds it: y itself, or -- where the model
+    normalizes its blocks' outputs (ModelSpec.post_norms; norm_w [d], None: no such norm) --
+    norm(y, norm_w, eps) (this module's fp32 rmsnorm, or a Numerics' norm)."""
+    return y if norm_w is None else norm(y, norm_w, eps)
+
+
+def soft_cap(x, cap: float):
+    """cap tanh(x / cap) (Gemma 2's soft-capping of attention scores and logits; cap 0: x)."""
+    return x if not cap else cap * torch.tanh(x / cap)
+
+
 def mm_fp32(x, w):
     """fp32 x [T, K] @ w [N, K].T in fp32: the reference's matmul."""
     return x.float() @ w.float().t()
@@ -92,8 +104,9 @@ def qkv_rope(x, w_qkv, norm_w, cos, sin, pos, k_cache, v_cache, *, n_heads, eps,
     return q
 
 
-def attention(q, k_cache, v_cache, pos, *, window=0, scale=None):
-    """q [T, H, hd] (queries at positions pos..pos+T-1) -> fp32 [T, H*hd]; causal, optional window."""
+def attention(q, k_cache, v_cache, pos, *, window=0, scale=None, softcap=0.0):
+    """q [T, H, hd] (queries at positions pos..pos+T-1) -> fp32 [T, H*hd]; causal, optional
+    window; the scores soft-capped at softcap (0: not)."""
     T, H, HD = q.shape
     KVH = k_cache.shape[0]
     p = int(pos)
@@ -101,7 +114,7 @@ def attention(q, k_cache, v_cache, pos, *, window=0, scale=None):
     scale = HD ** -0.5 if scale is None else scale
     k = k_cache[:, :L].float().repeat_interleave(H // KVH, dim=0)   # [H, L, hd]
     v = v_cache[:, :L].float().repeat_interleave(H // KVH, dim=0)
-    s = torch.einsum("thd,hld->htl", q.float(), k) * scale
+    s = soft_cap(torch.einsum("thd,hld->htl", q.float(), k) * scale, softcap)
     qp = torch.arange(p, L, device=q.device)[:, None]
     kp = torch.arange(L, device=q.device)[None, :]
     ok = kp <= qp
@@ -149,14 +162,14 @@ def choose(logits, *, temperature=1.0, sample=False, generator=None):
     return int(torch.argmax(logits.float() / temperature - torch.log(-torch.log(u))).reshape(-1)[0])
 
 
-def attention_partial(q, k, v, qpos, key0, key1, window=0, scale=None):
+def attention_partial(q, k, v, qpos, key0, key1, window=0, scale=None, softcap=0.0):
     """Partial attention of queries q [n, G, hd] at positions qpos [n] over keys [key0, key1) of
     one KV head (k, v [S, hd]), causal (+ window). Returns (o normalised [n, G, hd], lse [n, G]);
     rows with no visible key get o = 0, lse = -inf (as the kernel's split phase)."""
     n, G, HD = q.shape
     scale = HD ** -0.5 if scale is None else scale
     kp = torch.arange(key0, max(key0, key1), device=q.device)
-    s = torch.einsum("ngd,ld->ngl", q.float(), k[kp].float()) * scale
+    s = soft_cap(torch.einsum("ngd,ld->ngl", q.float(), k[kp].float()) * scale, softcap)
     ok = kp[None, :] <= qpos[:, None]
     if window:
         ok = ok & (kp[None, :] > qpos[:, None] - window)
@@ -178,8 +191,8 @@ def merge_partials(o, lse):
 @dataclass(frozen=True)
 class Numerics:
     """How the layer blocks compute. mm(x, w): x @ w.T; norm(x, w, eps): the d_model-wide
-    RMSNorms; swiglu(y [T, 2N], act) -> [T, N]; attend(q, k_cache, v_cache, pos, window=): the
-    attention (this module's, or a kernel's with the same contract)."""
+    RMSNorms; swiglu(y [T, 2N], act) -> [T, N]; attend(q, k_cache, v_cache, pos, window=,
+    softcap=): the attention (this module's, or a kernel's with the same contract)."""
     mm: Callable = mm_fp32
     norm: Callable = rmsnorm
     swiglu: Callable = glu
@@ -198,7 +211,8 @@ def attention_block(pw, l, h, pos, k_cache, v_cache, cos, sin, num=FP32):
     q = qkv_rope(h, pw.w_qkv[l], pw.attn_norm[l], cos, sin, pos, k_cache, v_cache,
                  n_heads=s.n_heads, eps=s.rms_eps, bias=pick(pw.b_qkv), qk_norm=pick(pw.qk_norm),
                  num=num, qk_norm_after=s.qk_norm_after)
-    o = num.attend(q.to(pw.dtype), k_cache, v_cache, pos, window=s.layer_windows[l])
+    o = num.attend(q.to(pw.dtype), k_cache, v_cache, pos, window=s.layer_windows[l],
+                   softcap=s.attn_softcap)
     return gemv(o.to(pw.dtype), pw.w_o[l], bias=pick(pw.b_o), num=num)
 
 

@@ -344,19 +344,21 @@ class Runtime:
         h = pw.embed_rows(ids.to(pw.device).long())
         block_s, block_tok, warps = prefill_attention_config(s.head_dim, s.group)
 
-        def attend(q, k_cache, v_cache, pos, window):  # pos: st.pos on the device
-            return ops.attention(q, k_cache, v_cache, st.pos, window=window, n_splits=1,
-                                 block_s=block_s, block_tok=block_tok, num_warps=warps)
+        def attend(q, k_cache, v_cache, pos, window, softcap):  # pos: st.pos on the device
+            return ops.attention(q, k_cache, v_cache, st.pos, window=window, softcap=softcap,
+                                 n_splits=1, block_s=block_s, block_tok=block_tok, num_warps=warps)
 
         num = R.Numerics(mm=R.mm_native, norm=ops.rmsnorm, swiglu=ops.swiglu, attend=attend)
         for l in range(s.n_layers):
             self._add_reduced(h, R.attention_block(pw, l, h, st.n_pos, st.k_cache[l],
-                                                   st.v_cache[l], *st.rope.layer(l), num=num))
-            self._add_reduced(h, R.mlp_block(pw, l, h, num=num))
+                                                   st.v_cache[l], *st.rope.layer(l), num=num),
+                              pw.post_norm(0, l), num.norm)
+            self._add_reduced(h, R.mlp_block(pw, l, h, num=num), pw.post_norm(1, l), num.norm)
         logits = None
         if all_logits:
-            logits = self.collectives.gather_vocab(R.gemv(
-                h, pw.lm_head, norm_w=pw.final_norm, eps=s.rms_eps, num=num).float())
+            logits = self.collectives.gather_vocab(R.soft_cap(R.gemv(
+                h, pw.lm_head, norm_w=pw.final_norm, eps=s.rms_eps, num=num).float(),
+                s.logit_softcap))
         if head:
             self._head_ops(h, T, False, sampling)
         else:
@@ -432,19 +434,26 @@ class Runtime:
         pick = lambda t: None if t is None else t[l]  # noqa: E731
         return pick(pw.b_qkv), pick(pw.qk_norm), pick(pw.b_o), pick(pw.b_gu), pick(pw.b_down)
 
-    def _add_reduced(self, h, part):
-        """h += the all-reduced partial sums (fp32, rank order; one rank: part itself), the
-        residual add of both modes under tensor parallelism: computed in fp32, rounded once to
-        h's dtype (torch's in-place add of a bf16 h)."""
-        h.add_(self.collectives.all_reduce(part))
+    def _add_reduced(self, h, part, norm_w=None, norm=R.rmsnorm):
+        """h += the all-reduced partial sums (fp32, rank order; one rank: part itself) -- or
+        their RMSNorm by norm_w, a norm after the block (ModelSpec.post_norms) -- the residual
+        add of the torch mode and the long prompts' pass: computed in fp32 (under FP32), rounded
+        once to h's dtype (torch's in-place add of a bf16 h)."""
+        h.add_(R.block_out(self.collectives.all_reduce(part), norm_w, self.spec.rms_eps, norm))
 
-    def _residual_gemv(self, x, w, bias, h):
+    def _residual_gemv(self, x, w, bias, h, norm_w=None):
         """h += x @ w^T (+ bias): fused in the GEMV epilogue on one rank; with tensor parallelism
-        the row-parallel partial sums (fp32) are all-reduced first, as in torch mode."""
-        if not self.tp:
+        the row-parallel partial sums (fp32) are all-reduced first, as in torch mode. norm_w (a
+        norm after the block, ModelSpec.post_norms): the fp32 sums all-reduced, then h += their
+        RMSNorm by the megakernel's REDUCE body (ops.residual_add)."""
+        if not self.tp and norm_w is None:
             ops.gemv(x, w, bias=bias, residual=h, out=h)
             return
-        self._add_reduced(h, ops.gemv(x, w, bias=bias, out=self.state.part[:x.shape[0]]))
+        part = ops.gemv(x, w, bias=bias, out=self.state.part[:x.shape[0]])
+        if norm_w is None:
+            self._add_reduced(h, part)
+        else:
+            ops.residual_add(h, self.collectives.all_reduce(part), norm_w, self.spec.rms_eps)
 
     def _step_ops(self, T, all_logits, sampling, head=True, choose=True):
         st, pw, s = self.state, self.pw, self.spec
@@ -457,13 +466,14 @@ class Runtime:
                          qk_norm=qk_norm, q_out=st.q[:T], raw=st.qk_raw,
                          qk_norm_after=s.qk_norm_after)
             ops.attention(st.q[:T], st.k_cache[l], st.v_cache[l], st.pos,
-                          window=s.layer_windows[l], n_splits=st.o_part.shape[0],
+                          window=s.layer_windows[l], softcap=s.attn_softcap,
+                          n_splits=st.o_part.shape[0],
                           scratch=(st.o_part, st.lse),
                           out=st.attn[:T])
-            self._residual_gemv(st.attn[:T], pw.w_o[l], b_o, h)
+            self._residual_gemv(st.attn[:T], pw.w_o[l], b_o, h, pw.post_norm(0, l))
             ops.gemv(h, pw.w_gu[l], norm_w=pw.mlp_norm[l], eps=s.rms_eps, bias=b_gu, swiglu=True,
                      act=s.act, out=st.act[:T])
-            self._residual_gemv(st.act[:T], pw.w_down[l], b_down, h)
+            self._residual_gemv(st.act[:T], pw.w_down[l], b_down, h, pw.post_norm(1, l))
         if head:
             self._head_ops(h, T, all_logits, sampling, choose)
 
@@ -476,6 +486,7 @@ class Runtime:
         n = x.shape[0]
         if not (self.tp or sampling.filtered):  # the token choice fused into the lm_head
             _, pval, pidx = ops.lm_head(x, pw.lm_head, pw.final_norm, s.rms_eps,
+                                        softcap=s.logit_softcap,
                                         logits=st.logits[:n] if all_logits else None,
                                         sample=sampling.do_sample, seed=st.seed, temp=st.temp,
                                         partials=(st.pval, st.pidx))
@@ -485,7 +496,8 @@ class Runtime:
         # (Sampling.warp), and a vocab-parallel lm_head gathers the ranks' rows (rank order; the
         # same bits and seed on every rank, Gumbel noise keyed on global token ids, so every rank
         # picks the same token)
-        ops.lm_head(x, pw.lm_head, pw.final_norm, s.rms_eps, logits=st.logits_shard[:n],
+        ops.lm_head(x, pw.lm_head, pw.final_norm, s.rms_eps, softcap=s.logit_softcap,
+                    logits=st.logits_shard[:n],
                     choose=False, partials=(st.pval, st.pidx))
         if self.tp:
             st.logits[:n].copy_(self.collectives.gather_vocab(st.logits_shard[:n]))
@@ -511,12 +523,13 @@ class Runtime:
         h.copy_(pw.embed_rows(st.ids[:T].long()))
         for l in range(s.n_layers):
             self._add_reduced(h, R.attention_block(pw, l, h, p, st.k_cache[l], st.v_cache[l],
-                                                   *st.rope.layer(l)))
-            self._add_reduced(h, R.mlp_block(pw, l, h))
+                                                   *st.rope.layer(l)), pw.post_norm(0, l))
+            self._add_reduced(h, R.mlp_block(pw, l, h), pw.post_norm(1, l))
         if not head:
             return
         x = h if all_logits else h[T - 1:]
-        logits = tp.gather_vocab(R.gemv(x, pw.lm_head, norm_w=pw.final_norm, eps=s.rms_eps))
+        logits = tp.gather_vocab(R.soft_cap(R.gemv(x, pw.lm_head, norm_w=pw.final_norm,
+                                                   eps=s.rms_eps), s.logit_softcap))
         st.logits[:x.shape[0]].copy_(logits)
         last, temp = sampling.warp(logits[-1:], sampling.temperature, st)
         tok = R.choose(last, temperature=1.0 if temp is None else temp,
@@ -559,8 +572,8 @@ class Runtime:
                 st.pval = torch.zeros(need, device=st.pval.device, dtype=st.pval.dtype)
                 st.pidx = torch.zeros(need, device=st.pidx.device, dtype=st.pidx.dtype)
                 self._graphs.clear()  # captured with the old buffers
-            need = 2 * graph.tiling.ksplit * st.h.numel() if graph.tiling.ksplit > 1 else 0
-            if need > st.kpart.numel():  # o / down tiles' K parts (graph.Tiling.ksplit)
+            need = 2 * graph.tiling.ksplit * st.h.numel() if graph.tiling.parted else 0
+            if need > st.kpart.numel():  # o / down tiles' K parts (graph.Tiling.parted)
                 st.kpart = torch.zeros(need, device=st.kpart.device, dtype=torch.float32)
                 self._graphs.clear()
             self._schedules[key] = build_schedule(graph, self.programs(T))
@@ -646,11 +659,13 @@ class Runtime:
             st.h, st.q, st.attn, st.act, st.o_part, st.lse, st.logits_shard, st.pval, st.pidx,
             st.qk_raw, st.kpart,
             st.k_cache, st.v_cache, st.rope.cos, st.rope.sin, st.windows, st.rope.offsets,
-            pw.embed, pw.lm_head, pw.final_norm, pw.attn_norm, pw.mlp_norm, pw.w_qkv,
+            pw.embed, pw.lm_head, pw.final_norm, pw.attn_norm, pw.mlp_norm,
+            opt(pw.post_attn_norm), opt(pw.post_mlp_norm), pw.w_qkv,
             opt(pw.b_qkv), opt(pw.qk_norm), pw.w_o, opt(pw.b_o), pw.w_gu, opt(pw.b_gu),
             pw.w_down, opt(pw.b_down),
             tg.T, st.h.shape[0], s.n_kv_heads, s.vocab_size, self.max_seq_len, s.rms_eps,
-            s.head_dim ** -0.5, tg.n_splits, n_vparts, pw.embed_scale,
+            s.head_dim ** -0.5, tg.n_splits, n_vparts, pw.embed_scale, s.attn_softcap,
+            s.logit_softcap,
             x.table if x else st.status, self.collectives.rank, x_ctr, self.max_spin_remote,
             x.red if x else 0, x.lmv if x else 0, x.lmi if x else 0, self.vocab[0],
             st.logits.shape[1], sched.graph.counters.get(("ticket", 0, 0), 0),
@@ -680,7 +695,8 @@ class Runtime:
             NORM_IN_QKV=tg.norm_in_qkv, SQ=tg.stages[0], SO=tg.stages[1], SG=tg.stages[2],
             SF=tg.stages[3], PF_KB=tg.l2_prefetch_kb, KV_PF=tg.kv_prefetch,
             POLL1=tg.abort_every if tg.one_poller else 0, KSPLIT=tg.ksplit,
-            ATTN_OUTLINE=tg.attn_outline, NOPE=bool(s.nope_layers),
+            ATTN_OUTLINE=tg.attn_outline, ROPE_TABLES=len(st.rope.cos) > st.rope.rows,
+            POST_NORM=s.post_norms, SOFTCAP=s.attn_softcap > 0, LOGIT_CAP=s.logit_softcap > 0,
             num_warps=tg.num_warps)
         grid = (sched.n_programs,)
         variant = (key, sampling.do_sample, trace is not None)

@@ -70,8 +70,20 @@ class Family:
     # multiplied by sqrt(hidden_size) rounded to the weights' dtype (HF's normalizer; at lookup:
     # ModelSpec.embed_scale, PackedWeights.embed_scale)
     gemma_norms: bool = False
+    # the RMSNorms of a layer by name: (before attention, before the MLP, after attention, after
+    # the MLP; None: none). A norm after a block normalizes the block's output before the
+    # residual add (Gemma 2 / 3, GLM-4-0414: ModelSpec.post_norms)
+    norms: tuple = ("input_layernorm", "post_attention_layernorm", None, None)
+    # the attention's scale is query_pre_attn_scalar ** -0.5, not head_dim ** -0.5 (Gemma 2 / 3;
+    # ModelSpec.attn_scale)
+    query_scalar: bool = False
+    # the sliding-window layers rotate by a RoPE of their own (Gemma 3: rope_parameters per
+    # layer type; transformers 4.x's rope_local_base_freq): ModelSpec.local_rope
+    local_rope: bool = False
 
 
+_GEMMA_POST = ("input_layernorm", "pre_feedforward_layernorm", "post_attention_layernorm",
+               "post_feedforward_layernorm")
 FAMILIES: dict[str, Family] = {
     "llama": Family(qkv_bias=False, qk_norm=False, window_field=None),
     "mistral": Family(qkv_bias=False, qk_norm=False, window_field=None),
@@ -119,19 +131,38 @@ FAMILIES: dict[str, Family] = {
     # head_dim 256 apart from hidden_size / heads, tied; Gemma 2 / 3's extra norms are another
     # model_type (unsupported)
     "gemma": Family(qkv_bias=False, qk_norm=False, window_field=None, gemma_norms=True),
+    # Gemma 3 (its text model: gemma-3-270m / 1b, or a multimodal one's language model): Gemma's
+    # norms and embedding scale, norms after the attention and the MLP too, (1 + w) q / k
+    # RMSNorms, the query_pre_attn_scalar scale, sliding-window layers with a RoPE of their own
+    # Gemma 2: Gemma's norms and embedding scale, norms after the attention and the MLP too, the
+    # query_pre_attn_scalar scale, soft-capped attention scores and logits, sliding-window and
+    # full layers in turn
+    "gemma2": Family(qkv_bias=False, qk_norm=False, window_field=None, gemma_norms=True,
+                     norms=_GEMMA_POST, query_scalar=True),
+    "gemma3_text": Family(qkv_bias=False, qk_norm=True, window_field=None, gemma_norms=True,
+                          norms=_GEMMA_POST, query_scalar=True, local_rope=True),
+    # GLM-4-0414 (GLM-4-9B-0414, GLM-Z1): GLM's layout (fused gate|up, interleaved half RoPE,
+    # q / k / v biases) with norms after the attention and the MLP
+    "glm4": Family(qkv_bias=False, qk_norm=False, window_field=None, fused=True,
+                   partial_rotary=True, interleaved_rope=True,
+                   bias_fields=("attention_bias", None, None), norms=(
+                       "input_layernorm", "post_attention_layernorm",
+                       "post_self_attn_layernorm", "post_mlp_layernorm")),
 }
 # vision-language models whose language model (text_config) is a supported family: it decodes
-# alone (no image is read; Mistral Small 3.x, LLaVA and LLaVA-NeXT / OneVision), packing.
+# alone (no image is read; Mistral Small 3.x, LLaVA and LLaVA-NeXT / OneVision, Gemma 3 4B and
+# up), packing.
 # text_model_getter finding its tensors. (PaliGemma's prompt attends both ways: not among them.)
-TEXT_OF = ("mistral3", "llava", "llava_next", "llava_onevision")
+TEXT_OF = ("mistral3", "llava", "llava_next", "llava_onevision", "gemma3")
 # why some model types a user may try are not supported (UnsupportedModelError says it)
-_POST_NORMS = "its norms after each attention / MLP block, before the residual add"
 UNSUPPORTED = {
-    **{mt: _POST_NORMS for mt in ("gemma2", "gemma3_text", "olmo2", "olmo3", "exaone4", "glm4")},
+    **{mt: "its norms after each attention / MLP block with none before, and its q / k norms "
+           "over all heads at once" for mt in ("olmo2", "olmo3")},
+    "exaone4": "its norms after each attention / MLP block with none before",
     **{mt: "a mixture of experts" for mt in ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3",
                                              "gpt_oss", "llama4_text", "olmoe", "granitemoe")},
     **{mt: "a vision-language model (its text model alone is not read)" for mt in (
-        "gemma3", "qwen2_vl", "qwen2_5_vl", "llama4")},
+        "qwen2_vl", "qwen2_5_vl", "llama4")},
     "ministral3": "its position-dependent query scale, llama_4_scaling_beta",
     **{mt: "its MLP without a gate" for mt in ("arcee", "apertus", "nemotron")},
     **{mt: "LayerNorm, not RMSNorm" for mt in ("phi", "stablelm", "starcoder2", "cohere",
@@ -175,6 +206,15 @@ class ModelSpec:
     qk_norm_after: bool = False  # the q / k norm after RoPE (Family.qk_norm_after_rope)
     act: str = "silu"  # the gate's activation in the MLP: silu (SwiGLU) or gelu_tanh (GeGLU)
     text_of: str = ""  # the vision-language model_type (TEXT_OF) whose language model this is
+    # RMSNorms after the attention and the MLP, before the residual add (Family.norms): each
+    # block's output is normalized whole, so its row-parallel sums go through REDUCE tasks
+    post_norms: bool = False
+    # the sliding-window layers' rope dict ({}: they rotate as the others; Family.local_rope)
+    local_rope: dict = field(default_factory=dict)
+    # soft-capping, cap tanh(x / cap) (0: none): of the attention scores (after the scale) and
+    # of the logits (Gemma 2's attn_logit_softcapping / final_logit_softcapping)
+    attn_softcap: float = 0.0
+    logit_softcap: float = 0.0
     # Granite's multipliers (Family.multipliers): the embedding rows times embed_scale as they are
     # looked up (Gemma's sqrt(d) too); folded into the packed weights, o_proj / down (and
     # biases) times residual_scale, the q rows times attn_scale * sqrt(head_dim) (the kernels'
@@ -235,8 +275,9 @@ class ModelSpec:
 
     def weight_bytes_per_token(self, elt: int = 2) -> int:
         """Bytes a decode step must stream: every layer matrix, the lm_head, norms (embedding row ignored)."""
+        norms = 4 if self.post_norms else 2
         per_layer = (self.qkv_dim * self.d_model + self.d_model * self.q_dim
-                     + 3 * self.ffn_dim * self.d_model + 2 * self.d_model)
+                     + 3 * self.ffn_dim * self.d_model + norms * self.d_model)
         return elt * (self.n_layers * per_layer + self.vocab_size * self.d_model + self.d_model)
 
     def kv_bytes(self, seq_len: int, elt: int = 2) -> int:
@@ -358,6 +399,14 @@ class ModelSpec:
         ms, ms_all = self.rope.get("mscale"), self.rope.get("mscale_all_dim")
         return g(float(ms)) / g(float(ms_all)) if ms and ms_all else g(1.0)
 
+    def sliding_rope(self) -> "ModelSpec | None":
+        """The spec whose rope_table is the sliding-window layers' (local_rope; None: they
+        rotate as the others)."""
+        if not self.local_rope:
+            return None
+        return dataclasses.replace(self, rope=self.local_rope, local_rope={},
+                                   rope_theta=float(self.local_rope.get("rope_theta") or 1e4))
+
     def rope_table(self, max_seq_len: int, long: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin tables [max_seq_len, head_dim/2] fp32, computed as HF does (fp32 outer product,
         times rope_attention_factor). longrope: the long factors' at every position if long, else
@@ -401,14 +450,21 @@ class ModelSpec:
         if act not in ACTS:
             raise UnsupportedModelError(f"{mt}: hidden_act={act!r} is not supported "
                                         f"({sorted(ACTS)})")
-        rope = _rope_params(cfg)
-        kind = rope.get("rope_type", rope.get("type", "default"))
-        kind = "longrope" if kind == "su" else kind  # Phi-3's first configs' name for it
-        if kind == "dynamic" and fam.alpha_rope and rope.get("alpha"):
-            kind = "ntk_alpha"
-        if kind not in ROPE_TYPES:
-            raise UnsupportedModelError(f"{mt}: rope_type={kind!r} is not supported ({ROPE_TYPES})")
-        rope = dict(rope, rope_type=kind)
+        rope, local = _rope_params(cfg, fam)
+        rope = _rope_kind(mt, fam, rope)
+        kind = rope["rope_type"]
+        if local:
+            local = _rope_kind(mt, fam, local)
+            if local["rope_type"] == "longrope":
+                raise UnsupportedModelError(f"{mt}: a longrope on the sliding-window layers is "
+                                            "not supported")
+        caps = [float(getattr(cfg, f, None) or 0.0) for f in ("attn_logit_softcapping",
+                                                              "final_logit_softcapping")]
+        if min(caps) < 0:
+            raise UnsupportedModelError(f"{mt}: a negative soft-capping {caps}")
+        if getattr(cfg, "use_bidirectional_attention", False):
+            raise UnsupportedModelError(f"{mt}: use_bidirectional_attention (an encoder's "
+                                        "attention) is not supported")
         n_heads = int(cfg.num_attention_heads)
         n_kv = int(getattr(cfg, "num_key_value_heads", None) or n_heads)
         d = int(cfg.hidden_size)
@@ -434,12 +490,18 @@ class ModelSpec:
                                                       "full_attention"] * n_layers
         for t in set(types) - {"full_attention", "sliding_attention"}:
             raise UnsupportedModelError(f"{mt}: layer type {t!r} is not supported")
-        windows = tuple(window if t == "sliding_attention" else 0 for t in types)
+        if len(types) < n_layers:
+            raise UnsupportedModelError(f"{mt}: layer_types has {len(types)} entries for "
+                                        f"{n_layers} layers")
+        # a longer list (a config whose num_hidden_layers was cut): its first n_layers, as HF
+        windows = tuple(window if t == "sliding_attention" else 0 for t in types[:n_layers])
         qkv_b, o_b, mlp_b = (_config_flag(cfg, f) for f in fam.bias_fields)
         nope = _nope_layers(mt, fam, cfg, n_layers)
         scales = _multipliers(cfg) if fam.multipliers else {}
         if fam.gemma_norms:
             scales = dict(embed_scale=math.sqrt(d))
+        if fam.query_scalar:
+            scales["attn_scale"] = float(getattr(cfg, "query_pre_attn_scalar", None) or hd) ** -0.5
         return cls(**scales,
             family=mt, n_layers=n_layers, d_model=d, n_heads=n_heads,
             n_kv_heads=n_kv, head_dim=hd, ffn_dim=int(cfg.intermediate_size),
@@ -451,7 +513,9 @@ class ModelSpec:
             layer_windows=windows,
             max_position=int(getattr(cfg, "max_position_embeddings", 1 << 30) or (1 << 30)),
             rotary_dim=0 if rot == hd else rot, rope_interleaved=fam.interleaved_rope,
-            nope_layers=nope, act=ACTS[act])
+            nope_layers=nope, act=ACTS[act], post_norms=fam.norms[2] is not None,
+            local_rope=local if any(windows) else {}, attn_softcap=caps[0],
+            logit_softcap=caps[1])
 
 
 def _config_flag(cfg, names) -> bool:
@@ -521,15 +585,36 @@ def _rotary_dim(mt: str, fam: Family, cfg, rope: dict, hd: int) -> int:
     return rot
 
 
-def _rope_params(cfg) -> dict:
-    """transformers >= 5 keeps rope_parameters (with rope_theta inside); 4.x kept rope_scaling."""
+def _rope_kind(mt: str, fam: Family, rope: dict) -> dict:
+    """The rope dict with its rope_type named as ROPE_TYPES does, or UnsupportedModelError."""
+    kind = rope.get("rope_type", rope.get("type", "default"))
+    kind = "longrope" if kind == "su" else kind  # Phi-3's first configs' name for it
+    if kind == "dynamic" and fam.alpha_rope and rope.get("alpha"):
+        kind = "ntk_alpha"
+    if kind not in ROPE_TYPES:
+        raise UnsupportedModelError(f"{mt}: rope_type={kind!r} is not supported ({ROPE_TYPES})")
+    return dict(rope, rope_type=kind)
+
+
+def _rope_params(cfg, fam: Family) -> tuple[dict, dict]:
+    """(the rope dict, the sliding-window layers' own: {} unless Family.local_rope), each with
+    its rope_theta. transformers >= 5 keeps rope_parameters (with rope_theta inside; per layer
+    type, a dict of them); 4.x kept rope_scaling, and Gemma 3's local base in
+    rope_local_base_freq."""
     params = getattr(cfg, "rope_parameters", None)
     if params:
         if isinstance(params, dict) and "rope_type" not in params and "type" not in params \
                 and all(isinstance(v, dict) for v in params.values()):
-            raise UnsupportedModelError("per-layer-type rope_parameters are not supported")
-        return dict(params)
+            if not fam.local_rope or "full_attention" not in params:
+                raise UnsupportedModelError("per-layer-type rope_parameters are not supported")
+            full = dict(params["full_attention"])
+            return full, dict(params.get("sliding_attention") or full)
+        return dict(params), {}
     scaling = getattr(cfg, "rope_scaling", None) or {}
     out = dict(scaling)
     out.setdefault("rope_theta", getattr(cfg, "rope_theta", 10000.0))
-    return out
+    local = {}
+    if fam.local_rope:
+        local = {"rope_type": "default",
+                 "rope_theta": float(getattr(cfg, "rope_local_base_freq", None) or 10000.0)}
+    return out, local

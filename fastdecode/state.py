@@ -173,20 +173,29 @@ class DecodeState:
 
 
 class RopeTables:
-    """A model's RoPE tables, cos and sin [rows, head_dim/2] fp32 (ModelSpec.rope_table), and --
-    when some layers take no RoPE (ModelSpec.nope_layers: SmolLM3) -- as many identity rows after
-    them (cos 1, sin 0: y * 1 - x * 0 is y exactly), which those layers read in their place: every
-    kernel and reference path unchanged but for the table a layer is given (layer), the
-    megakernel's by a per-layer row offset (offsets, on the device; its rope_ptr)."""
+    """A model's RoPE tables, cos and sin [rows, head_dim/2] fp32 (ModelSpec.rope_table), then
+    -- when the sliding-window layers rotate by a RoPE of their own (ModelSpec.sliding_rope:
+    Gemma 3) -- theirs, and -- when some layers take no RoPE (ModelSpec.nope_layers: SmolLM3) --
+    as many identity rows (cos 1, sin 0: y * 1 - x * 0 is y exactly), which those layers read in
+    their place: every kernel and reference path unchanged but for the table a layer is given
+    (layer), the megakernel's by a per-layer row offset (offsets, on the device; its rope_ptr).
+    The first table's rows come first (LongRope rewrites them)."""
 
     def __init__(self, spec, rows: int, device):
         cos, sin = spec.rope_table(rows)
+        tables, starts = [(cos, sin)], [0] * spec.n_layers
+        local = spec.sliding_rope()
+        if local is not None:
+            tables.append(local.rope_table(rows))
+            starts = [rows if w else 0 for w in spec.layer_windows]
         if spec.nope_layers:
-            cos = torch.cat([cos, torch.ones_like(cos)])
-            sin = torch.cat([sin, torch.zeros_like(sin)])
-        self.cos, self.sin, self.rows = cos.to(device), sin.to(device), rows
-        self.starts = [rows if l in spec.nope_layers else 0 for l in range(spec.n_layers)]
-        self.offsets = torch.tensor(self.starts, device=device, dtype=torch.int32)
+            starts = [len(tables) * rows if l in spec.nope_layers else r
+                      for l, r in enumerate(starts)]
+            tables.append((torch.ones_like(cos), torch.zeros_like(sin)))
+        self.cos = torch.cat([c for c, _ in tables]).to(device)
+        self.sin = torch.cat([s for _, s in tables]).to(device)
+        self.rows, self.starts = rows, starts
+        self.offsets = torch.tensor(starts, device=device, dtype=torch.int32)
 
     def layer(self, l: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Layer l's cos, sin [rows, head_dim/2]."""

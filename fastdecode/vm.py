@@ -104,7 +104,7 @@ class VM:
                 k1 = min(k0 + chunk, self.pos + int(toks[-1]) + 1)
                 o, lse = R.attention_partial(st.q[toks, heads], st.k_cache[l, kv],
                                              st.v_cache[l, kv], self.pos + toks, k0, k1,
-                                             s.layer_windows[l])
+                                             s.layer_windows[l], softcap=s.attn_softcap)
                 st.o_part[split, toks, heads] = o
                 st.lse[split, toks, heads] = lse
             if tg.merge_in_attn:  # the group's last ATTN task merges it
@@ -119,16 +119,17 @@ class VM:
             tb = a0 // self.n_vparts if task.op == Op.LM_HEAD else a0
             r = tg.gemv_rows(task.op)
             rows = torch.arange(a1 * r, min(N, a2 * r), device=st.h.device)
-            if tg.ksplit > 1 and task.op in (Op.O_PROJ, Op.DOWN):
+            if tg.parted and task.op in (Op.O_PROJ, Op.DOWN):
                 self._k_part(task.op, l, *divmod(a0, tg.ksplit), rows)
             else:
                 self._gemv_tile(task.op, l, self._tokens(tb, tg.block_t), rows)
         elif task.op == Op.REDUCE:  # one rank (the VM's): the K parts of a0's tiles
             cols = torch.arange(a1 * COST.reduce_block, min(s.d_model, a2 * COST.reduce_block),
                                 device=st.h.device)
-            parts = self._parts()[a0, :, :tg.T, cols]
+            parts = self._parts()[a0, :, :tg.T]  # every column: a post norm's sum of squares
             b = pick((pw.b_o, pw.b_down)[a0])
-            acc = parts.sum(0) if b is None else parts.sum(0) + b[cols].float()
+            acc = parts.sum(0) if b is None else parts.sum(0) + b.float()
+            acc = R.block_out(acc, pw.post_norm(a0, l), s.rms_eps)[:, cols]
             st.h[:tg.T, cols] = (st.h[:tg.T, cols].float() + acc).to(dt)
         elif task.op == Op.CHOOSE:
             T = tg.T
@@ -161,7 +162,8 @@ class VM:
         heads = slice(kv * s.group, (kv + 1) * s.group)
         toks = self._tokens(0, T)
         o, _ = R.attention_partial(st.q[toks, heads], st.k_cache[l, kv], st.v_cache[l, kv],
-                                   self.pos + toks, 0, self.pos + T, s.layer_windows[l])
+                                   self.pos + toks, 0, self.pos + T, s.layer_windows[l],
+                                   softcap=s.attn_softcap)
         st.attn[:T].view(T, s.n_heads, s.head_dim)[:, heads] = o.to(self.pw.dtype)
 
     def _merge(self, l, kv, g0=0, g1=None):
@@ -215,5 +217,6 @@ class VM:
             st.h[ix] = R.gemv(st.act[toks], pw.w_down[l, rows],
                               bias=None if b is None else b[rows], residual=st.h[ix]).to(dt)
         else:
-            st.logits[ix] = R.gemv(st.h[toks], pw.lm_head[rows], norm_w=pw.final_norm,
-                                   eps=s.rms_eps)
+            st.logits[ix] = R.soft_cap(R.gemv(st.h[toks], pw.lm_head[rows],
+                                              norm_w=pw.final_norm, eps=s.rms_eps),
+                                       s.logit_softcap)

@@ -86,6 +86,28 @@ FAMILIES = {
     "gemma": (_tf("GemmaConfig"), _tf("GemmaForCausalLM"), dict(
         hidden_size=40, intermediate_size=66, num_attention_heads=4, num_key_value_heads=1,
         head_dim=16, tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    # gemma2: Gemma's norms and GeGLU, norms after the attention and the MLP too, soft-capped
+    # attention scores (cap 3: the tiny model's scores reach it) and logits (cap 2), the query
+    # scale 20 ** -0.5, layers sliding (a window of 5 keys) and full in turn, GQA 2:1, head_dim
+    # 12, tied; HF's eager attention (the one that soft-caps)
+    "gemma2": (_tf("Gemma2Config"), _tf("Gemma2ForCausalLM"), dict(
+        hidden_size=40, intermediate_size=58, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=12, query_pre_attn_scalar=20, sliding_window=5, attn_logit_softcapping=3.0,
+        final_logit_softcapping=2.0, tie_word_embeddings=True, attn_implementation="eager",
+        pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    # gemma3_text: Gemma's norms and GeGLU, norms after the attention and the MLP too, (1 + w)
+    # q / k norms, the query scale 24 ** -0.5 (not head_dim's), layers sliding (a window of 5
+    # keys, RoPE base 100) and full (linear rope scaling) in turn, GQA 2:1, head_dim 16, tied
+    "gemma3_text": (_tf("Gemma3TextConfig"), _tf("Gemma3ForCausalLM"), dict(
+        hidden_size=40, intermediate_size=66, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=16, query_pre_attn_scalar=24, sliding_window=5, sliding_window_pattern=2,
+        rope_scaling={"rope_type": "linear", "factor": 2.0}, rope_local_base_freq=100.0,
+        tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    # glm4: GLM's layout (fused gate|up, interleaved RoPE on half of each head, q/k/v biases)
+    # with norms after the attention and the MLP, GQA 3:1
+    "glm4": (_tf("Glm4Config"), _tf("Glm4ForCausalLM"), dict(
+        hidden_size=48, intermediate_size=52, num_attention_heads=6, num_key_value_heads=2,
+        head_dim=12, attention_bias=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
     # iquestcoder: HF's Llama under its own model_type; GQA 4:1, head_dim 6, tied
     "iquestcoder": (_tf("IQuestCoderConfig"), _tf("LlamaForCausalLM"), dict(
         hidden_size=48, intermediate_size=62, num_attention_heads=8, num_key_value_heads=2,
@@ -139,8 +161,8 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
         cfg["hidden_size"] = heads * cfg["head_dim"]
     if family == "hunyuan_v1_dense":  # its NTK-alpha base divides by head_dim - 2 (HF and ours:
         cfg["head_dim"] = max(4, cfg["head_dim"])  # head_dim 2 raises UnsupportedModelError)
-    if family in ("phi3", "glm"):  # rotate any count of the head's dims, odd ones too (HF then
-        # rotates one more; the + 0.5: int() of the product cannot round below rot)
+    if family in ("phi3", "glm", "glm4"):  # rotate any count of the head's dims, odd ones too
+        # (HF then rotates one more; the + 0.5: int() of the product cannot round below rot)
         rot = draw(st.integers(1, cfg["head_dim"]))
         cfg["partial_rotary_factor"] = (rot + 0.5) / cfg["head_dim"] if rot < cfg["head_dim"] \
             else 1.0
@@ -148,8 +170,8 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
 
 
 # vision-language models whose language model decodes alone (spec.TEXT_OF): (config class, model
-# class, text family of FAMILIES, vision config) -- Mistral Small 3.x, LLaVA; a one-layer vision
-# tower that nothing here reads
+# class, text family of FAMILIES, vision config[, the wrapper config's own fields]) -- Mistral
+# Small 3.x, LLaVA, Gemma 3; a one-layer vision tower that nothing here reads
 VLMS = {
     "mistral3": ("Mistral3Config", "Mistral3ForConditionalGeneration", "mistral", dict(
         model_type="pixtral", hidden_size=32, intermediate_size=40, num_hidden_layers=1,
@@ -161,18 +183,22 @@ VLMS = {
                         dict(model_type="siglip_vision_model", hidden_size=32,
                              intermediate_size=40, num_hidden_layers=1, num_attention_heads=2,
                              image_size=32, patch_size=16)),
+    "gemma3": ("Gemma3Config", "Gemma3ForConditionalGeneration", "gemma3_text", dict(
+        model_type="siglip_vision_model", hidden_size=32, intermediate_size=40,
+        num_hidden_layers=1, num_attention_heads=2, image_size=32, patch_size=16),
+        dict(mm_tokens_per_image=4, boi_token_index=97, eoi_token_index=98)),
 }
 
 
 def tiny_vlm(kind: str, seed: int = 0, **top):
     """A vision-language model around tiny_model(its text family)'s configuration and weights
     (top: the wrapper config's own fields, tie_word_embeddings)."""
-    cfg_name, model_name, family, vision = VLMS[kind]
+    cfg_name, model_name, family, vision, *own = VLMS[kind]
     if _tf(cfg_name) is None or family in MISSING:
         pytest.skip(f"transformers {tf.__version__} has no {cfg_name}")
     text = tiny_model(family, seed=seed)
     cfg = _tf(cfg_name)(text_config=text.config.to_dict(), vision_config=vision,
-                        image_token_index=text.config.vocab_size - 1, **top)
+                        image_token_index=text.config.vocab_size - 1, **(own or [{}])[0], **top)
     model = _tf(model_name)(cfg).eval()
     lm = model.model.language_model
     with torch.no_grad():

@@ -14,7 +14,7 @@ from models import tiny_model
 
 @pytest.mark.parametrize("shard", [None, "30KB"])
 @pytest.mark.parametrize("family", ["llama_bias_tied", "qwen3", "phi3", "granite", "exaone",
-                                    "glm", "gemma"])
+                                    "glm", "gemma", "gemma2", "gemma3_text", "glm4"])
 def test_safetensors_folder_matches_from_hf(tmp_path, family, shard):
     """exaone: save_pretrained writes EXAONE's own tensor names (transformer.h.0.attn.attention.
     q_proj ...), which packing.renamed_getter reads."""
@@ -43,7 +43,8 @@ def _folder_packs_as_from_hf(path, model):
     return fm.weights.spec
 
 
-@pytest.mark.parametrize("kind,tied", [("mistral3", False), ("mistral3", True), ("llava", False)])
+@pytest.mark.parametrize("kind,tied", [("mistral3", False), ("mistral3", True), ("llava", False),
+                                       ("gemma3", True)])
 def test_vision_language_folder_reads_its_text_model(tmp_path, kind, tied):
     """A vision-language checkpoint's files keep the language model under language_model.model.
     / language_model.lm_head. (the vision tower beside it, never read): from_pretrained packs the
@@ -182,7 +183,8 @@ PHI3_LONGROPE = dict(rope_scaling={"rope_type": "longrope", "short_factor": [1.0
                                               ["llama", "llama_bias_tied", "mistral", "qwen2",
                                                "qwen3", "phi3", "ministral", "granite", "helium",
                                                "ernie4_5", "seed_oss", "smollm3", "exaone",
-                                               "glm", "gemma", "iquestcoder", "cwm"]] +
+                                               "glm", "gemma", "iquestcoder", "cwm",
+                                               "gemma2", "gemma3_text", "glm4"]] +
                          [("qwen2", QWEN2_WINDOWED), ("phi3", PHI3_LONGROPE)])
 def test_json_config_gives_the_autoconfig_spec(tmp_path, family, overrides):
     """from_pretrained reads config.json without transformers (JsonConfig): every ModelSpec field
@@ -223,6 +225,30 @@ def test_cwm_config_json_without_layer_types(tmp_path):
     spec = ModelSpec.from_hf_config(load_config(str(tmp_path)))
     want = ModelSpec.from_hf_config(model.config).layer_windows
     assert spec.layer_windows == want == (0, 5, 5, 5, 0)
+
+
+@pytest.mark.parametrize("layer_types", [True, False])
+def test_gemma3_transformers4_config_json(tmp_path, layer_types):
+    """A Gemma 3 config.json as transformers 4.x wrote it (rope_theta, rope_local_base_freq and
+    rope_scaling for the full layers, sliding_window_pattern; no rope_parameters), with or
+    without layer_types: the spec of transformers 5's own config -- read without transformers
+    (JsonConfig) when the layer types are there, through AutoConfig (which derives them from the
+    pattern; a window alone would slide every layer) when not."""
+    from fastdecode.loading import JsonConfig, load_config
+    model = tiny_model("gemma3_text", layers=5)
+    model.save_pretrained(tmp_path)
+    d = json.loads((tmp_path / "config.json").read_text())
+    d.pop("rope_parameters")
+    d.update(rope_theta=1e6, rope_local_base_freq=100.0, sliding_window_pattern=2,
+             rope_scaling={"rope_type": "linear", "factor": 2.0})
+    if not layer_types:
+        d.pop("layer_types")
+    (tmp_path / "config.json").write_text(json.dumps(d))
+    got = load_config(str(tmp_path))
+    assert isinstance(got, JsonConfig) == layer_types
+    spec = ModelSpec.from_hf_config(got)
+    assert spec == ModelSpec.from_hf_config(model.config)
+    assert spec.layer_windows == (5, 0, 5, 0, 5) and spec.sliding_rope().rope_theta == 100.0
 
 
 def test_gemma_released_config_json(tmp_path):

@@ -34,11 +34,12 @@ def test_family_fp32_matches_hf(family, mode):
 
 @pytest.mark.parametrize("mode", ["torch", "ops", "mega"])
 @pytest.mark.parametrize("kind,tied", [("mistral3", False), ("mistral3", True), ("llava", False),
-                                       ("llava_onevision", True)])
+                                       ("llava_onevision", True), ("gemma3", True)])
 def test_vision_language_text_model_matches_hf(kind, tied, mode):
-    """A vision-language model (Mistral Small 3.x, LLaVA, LLaVA-OneVision: Qwen2 inside) decodes
-    with its language model alone: the HF model's logits on text-only input, at the family test's
-    1e-5; tied as the wrapper's config says (HF ties by it, not by the text config's)."""
+    """A vision-language model (Mistral Small 3.x, LLaVA, LLaVA-OneVision: Qwen2 inside, Gemma
+    3) decodes with its language model alone: the HF model's logits on text-only input, at the
+    family test's 1e-5; tied as the wrapper's config says (HF ties by it, not by the text
+    config's)."""
     model = tiny_vlm(kind, tie_word_embeddings=tied).to(DEVICE)
     ids = torch.randint(0, 99, (1, PROMPT + STEPS), generator=torch.Generator().manual_seed(6))
     ids = ids.to(DEVICE)
@@ -142,7 +143,7 @@ def test_longrope_prefix_cache_matches_fresh_calls():
 
 @pytest.mark.parametrize("dtype, mode", [(torch.bfloat16, "ops"), (torch.float16, "ops"),
                                          (torch.float16, "mega")])
-@pytest.mark.parametrize("family", ["llama", "qwen3", "gemma"])
+@pytest.mark.parametrize("family", ["llama", "qwen3", "gemma", "gemma2", "gemma3_text", "glm4"])
 def test_half_close_to_fp32_hf(family, dtype, mode):
     """bf16 / fp16 weights and activations vs the fp32 HF model holding the same rounded weights
     (fp16: a model loaded with dtype=torch.float16, which the kernels take as they take bf16).

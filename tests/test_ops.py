@@ -166,6 +166,27 @@ def test_attention(T, group, KVH, HD, pos, window, seed, dtype, n_splits, block_
     assert_close(out, ref, dtype, pos + T, "attention")
 
 
+@given(T=TOKENS, group=st.sampled_from([1, 3]), KVH=st.integers(1, 2),
+       HD=st.sampled_from([10, 16]), pos=st.integers(0, 80), window=st.sampled_from([0, 5]),
+       seed=st.integers(0, 2**31 - 1), dtype=DTYPES, n_splits=st.sampled_from([None, 1, 3]),
+       cap=st.sampled_from([0.5, 2.0, 50.0]))
+def test_attention_softcap(T, group, KVH, HD, pos, window, seed, dtype, n_splits, cap):
+    """Gemma 2's soft-capped scores, cap tanh(q . k * scale / cap) (the kernels' exp form,
+    _common.soft_cap, within cap 2^-24 of torch's tanh: far inside the tolerance), against the
+    reference's; q three times the keys' scale, so the scores (std ~3) pass the caps 0.5 and 2,
+    and the tolerance then rejects the uncapped attention (where a query sees several keys)."""
+    g = torch.Generator().manual_seed(seed)
+    H, S = group * KVH, pos + T + 5
+    q = rnd(T, H, HD, dtype=dtype, seed_gen=g, scale=3.0)
+    kc, vc = rnd(KVH, S, HD, dtype=dtype, seed_gen=g), rnd(KVH, S, HD, dtype=dtype, seed_gen=g)
+    p = torch.tensor([pos], dtype=torch.int32, device=DEVICE)
+    ref = R.attention(q, kc, vc, pos, window=window, softcap=cap)
+    out = ops.attention(q, kc, vc, p, window=window, n_splits=n_splits, softcap=cap)
+    assert_close(out, ref, dtype, pos + T, "attention softcap")
+    if cap <= 2.0 and pos >= 8 and window == 0:
+        assert not close(ops.attention(q, kc, vc, p, n_splits=n_splits), ref, dtype, pos + T)
+
+
 @given(pos=st.integers(0, 5000), T=st.sampled_from([1, 1, 3, 17]),
        window=st.sampled_from([0, 0, 1, 5, 700]), n_splits=st.integers(1, 40),
        align=st.sampled_from([1, 8, 32, 64]))
@@ -203,15 +224,17 @@ def test_split_range_kernel_matches_host(align):
 
 
 @given(T=TOKENS, K=st.integers(1, 200), V=st.integers(2, 700), seed=st.integers(0, 2**31 - 1),
-       dtype=DTYPES, stream=STREAMS)
-def test_lm_head_argmax(T, K, V, seed, dtype, stream):
+       dtype=DTYPES, stream=STREAMS, cap=st.sampled_from([0.0, 0.0, 1.5]))
+def test_lm_head_argmax(T, K, V, seed, dtype, stream, cap):
+    """The logits (soft-capped at cap > 0: Gemma 2's final_logit_softcapping) and the choice
+    from them."""
     g = torch.Generator().manual_seed(seed)
     x, w = rnd(T, K, dtype=dtype, seed_gen=g), rnd(V, K, dtype=dtype, seed_gen=g)
     nw = rnd(K, dtype=dtype, seed_gen=g, shift=1)
     logits = torch.empty(T, V, device=DEVICE)
     _, pval, pidx = ops.lm_head(x, w, nw, 1e-5, logits=logits,
-                                stream=stream if T == 1 else None)
-    ref = R.gemv(x, w, norm_w=nw, eps=1e-5)
+                                stream=stream if T == 1 else None, softcap=cap)
+    ref = R.soft_cap(R.gemv(x, w, norm_w=nw, eps=1e-5), cap)
     assert_close(logits, ref, torch.float32 if T == 1 else dtype, K, "logits")
     tok, hist = torch.zeros(1, dtype=torch.int32, device=DEVICE), torch.zeros(4, dtype=torch.long,
                                                                                device=DEVICE)
@@ -242,6 +265,31 @@ def test_embedding(T, D, seed, dtype, scale):
         assert ((got.float() - want.float()).abs() <= want.float().abs() * 2.0 ** -7).all()
     else:
         assert torch.equal(got, want)
+
+
+@given(T=st.integers(1, 18), D=st.integers(1, 700), P=st.integers(1, 4),
+       seed=st.integers(0, 2**31 - 1), dtype=DTYPES, norm=st.booleans(), bias=st.booleans())
+def test_residual_add(T, D, P, seed, dtype, norm, bias):
+    """The megakernel's REDUCE body standalone: h + (the parts' fp32 sum + bias), or + its
+    RMSNorm (a norm after the block, over all D columns while each program writes its 256), ROWS
+    token rows a tile (T past 16: two tiles). The sum's error is P fp32 adds (~2^-24), the
+    norm's a D-long fp32 sum of squares: the result stored in h's dtype is one rounding from the
+    fp32 reference's (rel_tol with K = D)."""
+    g = torch.Generator().manual_seed(seed)
+    h = rnd(T, D, dtype=dtype, seed_gen=g)
+    parts = rnd(P, T, D, dtype=torch.float32, seed_gen=g, scale=2.0)
+    w = rnd(D, dtype=dtype, seed_gen=g, shift=1.0) if norm else None
+    b = rnd(D, dtype=dtype, seed_gen=g) if bias else None
+    s = parts.sum(0) + (b.float() if bias else 0.0)
+    want = h.float() + R.block_out(s, w, 1e-6)
+    got = ops.residual_add(h.clone(), parts, w, 1e-6, bias=b)
+    assert_close(got, want, dtype, D, "residual_add")
+    if norm:  # and the tolerance rejects a norm over the program's columns only, or no norm
+        part = h.float() + torch.cat([R.rmsnorm(s[:, c:c + 256], w[c:c + 256], 1e-6)
+                                      for c in range(0, D, 256)], 1)
+        if D > 256:
+            assert not close(part.to(dtype), want, dtype, D)
+        assert not close((h.float() + s).to(dtype), want, dtype, D)
 
 
 # the PTX weight pieces (bf16, K % 8 == 0): the stream configs above with ptx=True

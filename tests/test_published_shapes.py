@@ -8,9 +8,12 @@ heads of an explicit 128 on a d_model of 5120, 131K vocabulary), Qwen3-32B (64 h
 GQA 8:1), Phi-3-mini (MHA, head_dim 96, fused checkpoint tensors), Phi-4-mini (partial rotary,
 longrope, 200K tied vocabulary), Granite-3.1-8B (multipliers folded into the weights, a scaled
 copy of the tied head), Seed-OSS-36B (GQA 10:1, q_dim 10240 on a d_model of 5120), SmolLM3-3B
-(layers without RoPE, GQA 4:1, tied 128K vocabulary) and GLM-4-9B (GQA 16:1, interleaved partial
-rotary) -- at their real matrix sizes (random bf16 weights, biases and norm weights perturbed so
-those paths carry signal), two layers each, against the Hugging Face model.
+(layers without RoPE, GQA 4:1, tied 128K vocabulary), GLM-4-9B (GQA 16:1, interleaved partial
+rotary), Gemma-2B / 7B (GeGLU, head_dim 256), Gemma-2-2B (norms after the blocks, soft-capped
+attention and logits), Gemma-3-1B / 4B (norms after the blocks, q / k norms, a RoPE per layer
+type) and GLM-4-9B-0414 (norms after the blocks) -- at their real
+matrix sizes (random bf16 weights, biases and norm weights perturbed so those paths carry
+signal), two layers each, against the Hugging Face model.
 
 The reference is the HF model itself in fp32 on the same (bf16-valued) weights. fastdecode keeps
 fp32 accumulators and rounds activations to bf16 at about six points a layer (the normed input
@@ -49,7 +52,10 @@ SHAPES = [("3b", {}), ("qwen2.5-0.5b", {}), ("qwen2.5-7b", {}), ("qwen2.5-14b", 
           ("granite-8b", {}), ("seed-oss-36b", {}),
           # the second of the two layers without RoPE, as every fourth one of the real model
           ("smollm3-3b", {"no_rope_layers": [1, 0]}), ("glm4-9b", {}), ("gemma-2b", {}),
-          ("gemma-7b", {})]
+          ("gemma-7b", {}),
+          # a sliding layer (window cut to 24) and a full one, each with its own RoPE table
+          *[(k, {"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 24})
+            for k in ("gemma2-2b", "gemma3-1b", "gemma3-4b")], ("glm4-9b-0414", {})]
 
 
 def _model(key, overrides):

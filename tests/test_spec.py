@@ -21,11 +21,16 @@ def test_spec_fields_and_rope_match_hf(family):
     assert s.qkv_dim == (attn.qkv_proj.out_features if family == "phi3" else
                          attn.q_proj.out_features + 2 * attn.k_proj.out_features)
     assert s.tied == bool(cfg.tie_word_embeddings)
-    inv = model.model.rotary_emb.inv_freq.float()  # Phi-3: of the rotated dims only
-    assert torch.equal(s.rope_inv_freq()[:len(inv)], inv)  # HF's fp32 ops: the same bits
-    assert not s.rope_inv_freq()[len(inv):].any()
-    assert s.rope_attention_factor() == pytest.approx(
-        getattr(model.model.rotary_emb, "attention_scaling", 1.0), rel=1e-12)
+    rot = model.model.rotary_emb
+    # Gemma 3: a rotary embedding per layer type, HF's attributes prefixed by it
+    kinds = [("full_attention_", s), ("sliding_attention_", s.sliding_rope())] \
+        if s.local_rope else [("", s)]
+    for prefix, sp in kinds:
+        inv = getattr(rot, prefix + "inv_freq").float()  # Phi-3: of the rotated dims only
+        assert torch.equal(sp.rope_inv_freq()[:len(inv)], inv)  # HF's fp32 ops: the same bits
+        assert not sp.rope_inv_freq()[len(inv):].any()
+        assert sp.rope_attention_factor() == pytest.approx(
+            getattr(rot, prefix + "attention_scaling", 1.0), rel=1e-12)
 
 
 @pytest.mark.parametrize("family,yarn", [
@@ -75,6 +80,23 @@ def test_family_differences():
     gl = spec("glm")
     assert (gl.attn_bias, gl.o_bias, gl.mlp_bias, gl.rot, gl.rope_interleaved) == (
         True, False, False, 6, True)
+    g2 = spec("gemma2")
+    assert (g2.attn_softcap, g2.logit_softcap, g2.layer_windows) == (3.0, 2.0, (5, 0))
+    assert g2.post_norms and not g2.local_rope and g2.q_scale == pytest.approx((12 / 20) ** 0.5)
+    assert spec("llama").attn_softcap == spec("llama").logit_softcap == 0.0
+    g4, g3 = spec("glm4"), spec("gemma3_text")
+    assert g4.post_norms and not gl.post_norms and g4.rot == 6 and not g4.local_rope
+    assert g3.post_norms and g3.qk_norm and g3.act == "gelu_tanh" and g3.layer_windows == (5, 0)
+    assert g3.attn_scale == 24 ** -0.5 and g3.q_scale == pytest.approx((16 / 24) ** 0.5)
+    assert g3.rope == {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e6}
+    assert g3.sliding_rope().rope_theta == 100.0 and g3.sliding_rope().rope["rope_type"] == \
+        "default"
+    # a model whose layers all attend fully needs no second table
+    assert not spec_of("gemma3_text", sliding_window_pattern=1).local_rope
+
+
+def spec_of(family, **kw):
+    return ModelSpec.from_hf_config(tiny_model(family, **kw).config)
 
 
 def _raw(**kw):  # a config HF itself would refuse to build (odd head_dim)
@@ -86,7 +108,16 @@ def _raw(**kw):  # a config HF itself would refuse to build (odd head_dim)
 @pytest.mark.parametrize("make,match", [
     (lambda: tf.GPT2Config(), "'gpt2' is not supported \\(LayerNorm"),
     (lambda: tf.MixtralConfig(), "mixture of experts"),
-    (lambda: tf.Gemma2Config(), "norms after each attention"),
+    (lambda: tf.Gemma3TextConfig(use_bidirectional_attention=True), "bidirectional"),
+    (lambda: tf.Olmo2Config(), "norms after each attention / MLP block with none before"),
+    (lambda: _raw(attn_logit_softcapping=-1.0), "negative soft-capping"),
+    (lambda: _raw(rope_parameters={"full_attention": {"rope_type": "default"},
+                                   "sliding_attention": {"rope_type": "default"}}),
+     "per-layer-type rope_parameters"),
+    (lambda: _raw(model_type="gemma3_text", query_pre_attn_scalar=8, rope_parameters={
+        "full_attention": {"rope_type": "default", "rope_theta": 1e6}, "sliding_attention": {
+            "rope_type": "longrope", "short_factor": [1.0] * 4, "long_factor": [1.0] * 4}},
+        sliding_window=4, hidden_activation="gelu_pytorch_tanh"), "longrope on the sliding"),
     (lambda: tf.Mistral3Config(text_config=dict(model_type="ministral3")),
      "mistral3's language model: model_type 'ministral3' is not supported \\(its position"),
     (lambda: tf.LlamaConfig(hidden_act="gelu"), "hidden_act"),

@@ -247,6 +247,16 @@ def piece_dot(w, x, F32: tl.constexpr):
 
 
 @triton.jit
+def soft_cap(x, cap):
+    """cap tanh(x / cap) (Gemma 2's soft-capping of attention scores and logits), as sign(x)
+    cap (1 - e) / (1 + e), e = exp(-2 |x| / cap): no overflow, and no tanh (which Triton's
+    interpreter lacks); absolute error ~ cap 2^-24 (near 0, 1 - e cancels to e's last bit)."""
+    e = tl.exp(-2.0 * tl.abs(x) / cap)
+    t = (1.0 - e) / (1.0 + e)
+    return tl.where(x < 0, -t, t) * cap
+
+
+@triton.jit
 def mm_tile(a, b, F32: tl.constexpr):
     """a [M, K] @ b [K, N] with fp32 accumulation; bf16/fp16 operands on the GPU, IEEE fp32 under
     the interpreter (F32)."""

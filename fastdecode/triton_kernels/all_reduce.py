@@ -143,9 +143,26 @@ def push_rows(tab_ptr, rank, offset, stride, t_lo, t_hi, lo, hi, WORLD: tl.const
 
 
 @triton.jit
+def part_sum(part_ptr, part_stride, rows, c, T, D, WORLD: tl.constexpr, BLOCK: tl.constexpr,
+             bias_ptr, BIAS: tl.constexpr):
+    """(part[0] + part[1] + ... in order (+ bias), fp32 [ROWS, BLOCK], column block c of
+    `rows`; its columns; its mask)."""
+    cols = c * BLOCK + tl.arange(0, BLOCK)[None, :]
+    m = (rows < T) & (cols < D)
+    offs = rows * D + cols
+    acc = tl.load(part_ptr + offs, mask=m, other=0.0)
+    for r in tl.static_range(1, WORLD):
+        acc += tl.load(part_ptr + r * part_stride + offs, mask=m, other=0.0)
+    if BIAS:
+        acc += tl.load(bias_ptr + cols, mask=cols < D, other=0.0).to(tl.float32)
+    return acc, cols, m
+
+
+@triton.jit
 def residual_sum_body(h_ptr, part_ptr, part_stride, T, D, c_lo, c_hi, WORLD: tl.constexpr,
                       BLOCK: tl.constexpr, bias_ptr=None, BIAS: tl.constexpr = False,
-                      ROWS: tl.constexpr = 1):
+                      ROWS: tl.constexpr = 1, norm_ptr=None, eps=1e-6,
+                      NORM: tl.constexpr = False):
     """h[t, cols] = h + (part[0] + part[1] + ... in rank order, fp32) for column blocks
     [c_lo, c_hi) of BLOCK and every token row: the reduce half of the megakernel's all-reduce.
     part [WORLD, TM, D] fp32 (rank stride part_stride). The same sum, in the same order, as
@@ -153,20 +170,62 @@ def residual_sum_body(h_ptr, part_ptr, part_stride, T, D, c_lo, c_hi, WORLD: tl.
     split tile's K parts on one GPU (WORLD: the parts; graph.Tiling.ksplit), then + bias if
     BIAS (the order of gemv.gemv_epilogue: sum, bias, residual). ROWS token rows a [ROWS,
     BLOCK] tile, the WORLD parts' loads unrolled: one round of loads in flight per tile, not
-    one per row and part (a step of 16 rows paid 16 dependent rounds: session 39's trace)."""
+    one per row and part (a step of 16 rows paid 16 dependent rounds: session 39's trace).
+    NORM (a norm after the block, ModelSpec.post_norms): h + rmsnorm(sum) * norm_w instead --
+    the row's sum of squares over all D columns first (every task reads the whole row of
+    partials: D x WORLD x 4 bytes a row, from L2), then its own columns, fp32 throughout."""
     for t0 in range(0, T, ROWS):
         rows = t0 + tl.arange(0, ROWS)[:, None]
+        rstd = tl.zeros([ROWS, 1], dtype=tl.float32)
+        if NORM:
+            ss = tl.zeros([ROWS, BLOCK], dtype=tl.float32)
+            for c in range(0, tl.cdiv(D, BLOCK)):
+                acc, _, _ = part_sum(part_ptr, part_stride, rows, c, T, D, WORLD, BLOCK,
+                                     bias_ptr, BIAS)
+                ss += acc * acc
+            rstd = (1.0 / tl.sqrt(tl.sum(ss, axis=1) / D + eps))[:, None]
         for c in range(c_lo, c_hi):
-            cols = c * BLOCK + tl.arange(0, BLOCK)[None, :]
-            m = (rows < T) & (cols < D)
+            acc, cols, m = part_sum(part_ptr, part_stride, rows, c, T, D, WORLD, BLOCK,
+                                    bias_ptr, BIAS)
+            if NORM:
+                acc = acc * rstd * tl.load(norm_ptr + cols, mask=cols < D,
+                                           other=0.0).to(tl.float32)
             offs = rows * D + cols
-            acc = tl.load(part_ptr + offs, mask=m, other=0.0)
-            for r in tl.static_range(1, WORLD):
-                acc += tl.load(part_ptr + r * part_stride + offs, mask=m, other=0.0)
-            if BIAS:
-                acc += tl.load(bias_ptr + cols, mask=cols < D, other=0.0).to(tl.float32)
             h = tl.load(h_ptr + offs, mask=m, other=0.0).to(tl.float32)
             tl.store(h_ptr + offs, (h + acc).to(h_ptr.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def residual_add_kernel(h_ptr, part_ptr, part_stride, T, D, bias_ptr, norm_ptr, eps,
+                        PARTS: tl.constexpr, BLOCK: tl.constexpr, BIAS: tl.constexpr,
+                        ROWS: tl.constexpr, NORM: tl.constexpr):
+    c = tl.program_id(0)
+    residual_sum_body(h_ptr, part_ptr, part_stride, T, D, c, c + 1, PARTS, BLOCK, bias_ptr, BIAS,
+                      ROWS, norm_ptr, eps, NORM)
+
+
+def residual_add(h: torch.Tensor, parts: torch.Tensor, norm_w: torch.Tensor | None = None,
+                 eps: float = 1e-6, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """h [T, D] += s, s = the sum of parts [P, T, D] (or one [T, D]) fp32 in order, + bias [D]
+    -- or, given norm_w [D] (a norm after the block, ModelSpec.post_norms), += rmsnorm(s) *
+    norm_w; in fp32, rounded once to h's dtype. In place; returns h. The megakernel's REDUCE
+    body (residual_sum_body), one program per 256 columns: a vector of D fp32 read 1 + D / 256
+    times (each program reads the whole row for the norm), bytes ~ 4 D P (D / 256 + 1) + 4 D."""
+    parts = parts if parts.dim() == 3 else parts[None]
+    P, T, D = parts.shape
+    if tuple(h.shape) != (T, D) or not (h.is_contiguous() and parts[0].is_contiguous()):
+        raise ValueError(f"residual_add: h {tuple(h.shape)} and parts {tuple(parts.shape)} must "
+                         "be contiguous [T, D] and [P, T, D]")
+    if parts.dtype != torch.float32:
+        raise ValueError(f"residual_add: parts must be fp32 partial sums, got {parts.dtype}")
+    block = 256  # opcodes.COST.reduce_block: the megakernel's REDUCE column block
+    dummy = parts
+    residual_add_kernel[(triton.cdiv(D, block),)](
+        h, parts, parts.stride(0) if P > 1 else 0, T, D,
+        dummy if bias is None else bias, dummy if norm_w is None else norm_w, eps,
+        PARTS=P, BLOCK=block, BIAS=bias is not None,
+        ROWS=min(16, triton.next_power_of_2(T)), NORM=norm_w is not None)
+    return h
 
 
 @triton.jit(do_not_specialize=["rank", "max_spin"])

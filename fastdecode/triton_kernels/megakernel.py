@@ -137,16 +137,16 @@ def attend(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos, T, TM, S, H, HD, window, sc
            kvh, split, pid_t, GROUP: tl.constexpr, BLOCK_G: tl.constexpr,
            BLOCK_TOK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_S: tl.constexpr,
            BLOCK_D: tl.constexpr, F32: tl.constexpr, DIRECT: tl.constexpr,
-           OUTLINE: tl.constexpr):
+           OUTLINE: tl.constexpr, softcap, SOFTCAP: tl.constexpr):
     """attention_body, inlined or (OUTLINE) called out of line."""
     if OUTLINE:
         attention_call(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos, T, TM, S, H, HD, window, scale,
                        n_splits, kvh, split, pid_t, GROUP, BLOCK_G, BLOCK_TOK, BLOCK_M, BLOCK_S,
-                       BLOCK_D, F32, DIRECT)
+                       BLOCK_D, F32, DIRECT, softcap, SOFTCAP)
     else:
         attention_body(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos, T, TM, S, H, HD, window, scale,
                        n_splits, kvh, split, pid_t, GROUP, BLOCK_G, BLOCK_TOK, BLOCK_M, BLOCK_S,
-                       BLOCK_D, F32, DIRECT)
+                       BLOCK_D, F32, DIRECT, softcap, SOFTCAP)
 
 
 @triton.jit
@@ -163,11 +163,11 @@ def merge_group(opart_ptr, lse_ptr, attn_ptr, pos, T, TM, H, HD, window, n_split
 
 
 @triton.jit
-def layer_rope(cos_ptr, sin_ptr, rope_ptr, layer, HD, NOPE: tl.constexpr):
-    """Layer `layer`'s cos / sin tables: NOPE (a model with layers without RoPE,
-    state.RopeTables), the row its table starts at, rope_ptr[layer] -- the identity rows for those
-    layers; else the one table."""
-    if NOPE:
+def layer_rope(cos_ptr, sin_ptr, rope_ptr, layer, HD, ROPE_TABLES: tl.constexpr):
+    """Layer `layer`'s cos / sin tables: ROPE_TABLES (a model with several tables,
+    state.RopeTables: layers without RoPE, or sliding-window layers' own), the row its table
+    starts at, rope_ptr[layer]; else the one table."""
+    if ROPE_TABLES:
         start = tl.load(rope_ptr + layer) * (HD // 2)
         return cos_ptr + start, sin_ptr + start
     return cos_ptr, sin_ptr
@@ -251,14 +251,17 @@ def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, a0,
                   F32: tl.constexpr, WORLD: tl.constexpr, PUSH_BLOCK: tl.constexpr,
                   USE_ASM: tl.constexpr, TRACE: tl.constexpr, PTX: tl.constexpr,
                   STAGES: tl.constexpr, RG: tl.constexpr, PF_KB: tl.constexpr,
-                  POLL1: tl.constexpr, part_ptr=None, part_stride=0, KSPLIT: tl.constexpr = 1):
+                  POLL1: tl.constexpr, part_ptr=None, part_stride=0, KSPLIT: tl.constexpr = 1,
+                  POST_NORM: tl.constexpr = False):
     """o_proj / down_proj task: h[:, tiles lo..hi] += x @ W^T (+ bias), the residual stream in
     place -- its first weight piece requested, then its wait (ready), then the stream (STAGES >
     1: the wait inside the stream's first iteration, gemv_body). a0: the token block, or with
     KSPLIT > 1 (a step of several rows, graph.Tiling.ksplit) token block * KSPLIT + K part kp:
     only K part kp of the tiles, its fp32 partial sums stored to part_ptr + kp * part_stride
     (this op's parts; no bias, no residual); REDUCE tasks add the parts, the bias and the
-    residual. Tensor parallelism: the fp32 partial sum goes to this rank's row of the symmetric
+    residual. POST_NORM on one rank (a norm after the block: the sum is normalized whole) stores
+    the fp32 sums the same way, as one K part. Tensor parallelism: the fp32 partial sum goes to
+    this rank's row of the symmetric
     buffer (element part_off) and is pushed to every rank; REDUCE tasks add it to the residual.
     task_prefetch (StreamConfig.l2_prefetch_kb: an o_proj task, PF_KB > 0) before its wait (the
     register stream: after its first piece; shared-memory stages: before the stream's first
@@ -274,16 +277,17 @@ def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, a0,
     kp = 0
     if WORLD > 1:
         out = peer(xtab_ptr, rank, part_off, tl.float32)
-    if KSPLIT > 1:
+    PARTS: tl.constexpr = (KSPLIT > 1) | (POST_NORM & (WORLD == 1))  # sums for REDUCE tasks
+    if PARTS:
         tb = a0 // KSPLIT
         kp = a0 % KSPLIT
         out = part_ptr + kp * part_stride
-    EPI: tl.constexpr = KSPLIT == 1  # this task adds the bias and the residual
+    EPI: tl.constexpr = PARTS == 0  # this task adds the bias and (one rank) the residual
     if STAGES > 1:
         task_prefetch(entry, has_next, wgu_ptr, FFN, D, RG, PF_KB, USE_ASM)
         run = gemv_body(x_ptr, w_ptr, w_ptr, b_ptr, h_ptr, out, T, D, K, K, D, D, eps, lo, hi,
-                        tb, 0, 0, False, BIAS, False, WORLD == 1, BLOCK_T, BLOCK_N, BLOCK_K,
-                        STREAM, F32, PTX, STAGES, ready, wargs)
+                        tb, 0, 0, False, BIAS & EPI, False, (WORLD == 1) & EPI, BLOCK_T, BLOCK_N,
+                        BLOCK_K, STREAM, F32, PTX, STAGES, ready, wargs)
     else:
         w0, _ = stream_start(w_ptr, D, K, lo, hi, BLOCK_N, BLOCK_K, False, STREAM, PTX)
         task_prefetch(entry, has_next, wgu_ptr, FFN, D, RG, PF_KB, USE_ASM)
@@ -312,9 +316,10 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                h_ptr, q_ptr, attn_ptr, act_ptr, opart_ptr, lse_ptr, logits_ptr, pval_ptr, pidx_ptr,
                qkraw_ptr, kpart_ptr,
                kc_ptr, vc_ptr, cos_ptr, sin_ptr, win_ptr, rope_ptr,
-               emb_ptr, lm_ptr, fnorm_ptr, anorm_ptr, mnorm_ptr, wqkv_ptr, bqkv_ptr, qkn_ptr,
+               emb_ptr, lm_ptr, fnorm_ptr, anorm_ptr, mnorm_ptr, apost_ptr, mpost_ptr,
+               wqkv_ptr, bqkv_ptr, qkn_ptr,
                wo_ptr, bo_ptr, wgu_ptr, bgu_ptr, wd_ptr, bd_ptr,
-               T, TM, KVH, V, S, eps, scale, n_splits, n_vparts, emb_scale,
+               T, TM, KVH, V, S, eps, scale, n_splits, n_vparts, emb_scale, attn_cap, logit_cap,
                xtab_ptr, rank, x_ctr, x_spin, x_red, x_lmv, x_lmi, v0, VFULL, tkt_base, qtkt_base,
                D: tl.constexpr, FFN: tl.constexpr, H: tl.constexpr, HD: tl.constexpr,
                BIAS_QKV: tl.constexpr, QK_NORM: tl.constexpr, QK_DEFER: tl.constexpr,
@@ -333,8 +338,10 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                MERGE_IN_ATTN: tl.constexpr, NORM_IN_QKV: tl.constexpr, SQ: tl.constexpr,
                SO: tl.constexpr, SG: tl.constexpr, SF: tl.constexpr, PF_KB: tl.constexpr = 0,
                POLL1: tl.constexpr = 0, KV_PF: tl.constexpr = False, KSPLIT: tl.constexpr = 1,
-               ATTN_OUTLINE: tl.constexpr = False, NOPE: tl.constexpr = False,
-               QKN_ORDER: tl.constexpr = 1, ACT: tl.constexpr = 1):
+               ATTN_OUTLINE: tl.constexpr = False, ROPE_TABLES: tl.constexpr = False,
+               QKN_ORDER: tl.constexpr = 1, ACT: tl.constexpr = 1,
+               POST_NORM: tl.constexpr = False, SOFTCAP: tl.constexpr = False,
+               LOGIT_CAP: tl.constexpr = False):
     """Model sizes D, FFN, H, HD are constexpr (one compile per model): a decode tile over whole
     rows then folds its chunk loop away and keeps the activation row in registers, which spares
     registers (bench/compile_check.py: 1B shape 255 registers with 48 B of spills when they were
@@ -383,8 +390,15 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     tasks (arg0 = token block * KSPLIT + K part) store their K part's fp32 partial sums to
     kpart_ptr [2 (o, down), KSPLIT, TM, D]; REDUCE tasks (arg0: 0 o, 1 down) add the parts in
     order, the bias and the residual (residual_task).
+    POST_NORM (ModelSpec.post_norms): a norm after each attention / MLP block (apost_ptr /
+    mpost_ptr [L, D]), before the residual add. Each block's output is normalized whole, so its
+    sums always go through REDUCE tasks (graph.py): on one rank as a K part of one
+    (kpart_ptr), with tensor parallelism the ranks' partials; REDUCE adds norm(sum) to h
+    (all_reduce.residual_sum_body NORM).
     ACT: the gate|up tasks' activation (gemv.GLU_ACTS: 1 silu, 2 the tanh GELU); emb_scale: what
-    an EMBED task multiplies a row by (PackedWeights.embed_scale)."""
+    an EMBED task multiplies a row by (PackedWeights.embed_scale).
+    SOFTCAP / LOGIT_CAP (Gemma 2): the attention scores soft-capped at attn_cap, the logits at
+    logit_cap (cap tanh(x / cap), _common.soft_cap; ModelSpec.attn_softcap / logit_softcap)."""
     pid = tl.program_id(0)
     qlen = tl.load(qlen_ptr + pid)
     QKVN = (H + 2 * KVH) * HD
@@ -424,7 +438,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
             # weight tasks: first weight piece, then the wait; the others: the wait
             if (op == OP_QKV) | (op == OP_QKVA):
                 w_qkv = wqkv_ptr + layer * QKVN * D
-                cos_l, sin_l = layer_rope(cos_ptr, sin_ptr, rope_ptr, layer, HD, NOPE)
+                cos_l, sin_l = layer_rope(cos_ptr, sin_ptr, rope_ptr, layer, HD, ROPE_TABLES)
                 qargs = (h_ptr, w_qkv, anorm_ptr + layer * D, bqkv_ptr + layer * QKVN,
                          qkn_ptr + layer * 2 * HD, cos_l, sin_l, pos, q_ptr,
                          kc_ptr + layer * KVH * S * HD, vc_ptr + layer * KVH * S * HD,
@@ -476,7 +490,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                            vc_ptr + layer * KVH * S * HD, attn_ptr, lse_ptr,
                                            pos, T, TM, S, H, HD, win, scale, 1, a0, 0, tb,
                                            GROUP, BLOCK_G, BLOCK_TOK, BLOCK_M, BLOCK_S,
-                                           BLOCK_D, F32, True, ATTN_OUTLINE)
+                                           BLOCK_D, F32, True, ATTN_OUTLINE, attn_cap,
+                                           SOFTCAP)
                                 if TRACE:
                                     tl.store(tr + 7, globaltimer_ns(op, clock_ptr, USE_ASM))
             elif op == OP_O:
@@ -486,7 +501,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                     x_ctr, x_spin, x_red + rank * TM * D, w + NW, i + 1 < qlen,
                                     wgu_ptr, FFN, BIAS_O, BLOCK_T, RQ, KQ, STREAM, F32, WORLD,
                                     RED_BLOCK, USE_ASM, TRACE, PTX, SO, RG, PF_KB, POLL1,
-                                    kpart_ptr, TM * D, KSPLIT)
+                                    kpart_ptr, TM * D, KSPLIT, POST_NORM)
             elif op == OP_GU:
                 w_gu = wgu_ptr + layer * 2 * FFN * D
                 if SG > 1:
@@ -513,7 +528,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                     x_ctr, x_spin, x_red + (WORLD + rank) * TM * D, w, False,
                                     wgu_ptr, FFN, BIAS_MLP, BLOCK_T, RF, KF, STREAM, F32, WORLD,
                                     RED_BLOCK, USE_ASM, TRACE, PTX, SF, RG, 0, POLL1,
-                                    kpart_ptr + KSPLIT * TM * D, TM * D, KSPLIT)
+                                    kpart_ptr + KSPLIT * TM * D, TM * D, KSPLIT, POST_NORM)
             elif op == OP_LM:
                 w0, _ = stream_start(lm_ptr, V, D, a1, a2, RD, KD, False, STREAM, PTX)
                 run = ready(*wargs)
@@ -526,7 +541,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                     lm_head_body(h_ptr, lm_ptr, fnorm_ptr, logits_ptr, pval_ptr, pidx_ptr,
                                  seed_ptr, temp_ptr, T, V, D, D, V, eps, n_vparts, a1, a2,
                                  a0 % n_vparts, a0 // n_vparts, w0, voff, vkey, True, True, SAMPLE,
-                                 BLOCK_T, RD, KD, STREAM, F32, PTX)
+                                 BLOCK_T, RD, KD, STREAM, F32, PTX, logit_cap, LOGIT_CAP)
                     if WORLD > 1:  # this task's partial choices to every rank, rank-major
                         tl.debug_barrier()
                         part = a0 % n_vparts
@@ -554,7 +569,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                vc_ptr + layer * KVH * S * HD, opart_ptr, lse_ptr, pos,
                                T, TM, S, H, HD, win, scale, n_splits,
                                a0, a1, a2, GROUP, BLOCK_G, BLOCK_TOK, BLOCK_M, BLOCK_S,
-                               BLOCK_D, F32, False, ATTN_OUTLINE)
+                               BLOCK_D, F32, False, ATTN_OUTLINE, attn_cap, SOFTCAP)
                         if MERGE_IN_ATTN:  # the group's last split to finish merges it
                             tl.debug_barrier()  # this split's partials stored before its ticket
                             tkt = tl.atomic_add(ctr_ptr + tkt_base + layer * KVH + a0, 1,
@@ -567,7 +582,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                     elif op == OP_QKNORM:
                         if QK_DEFER:
                             cos_l, sin_l = layer_rope(cos_ptr, sin_ptr, rope_ptr, layer, HD,
-                                                      NOPE)
+                                                      ROPE_TABLES)
                             qk_norm_group(layer, a0, qkraw_ptr, qkn_ptr, cos_l, sin_l,
                                           pos, q_ptr, kc_ptr, T, S, eps, H, KVH, HD, GROUP,
                                           QKN_SLOTS, BLOCK_HALF, QKN_ORDER)
@@ -589,18 +604,25 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                         for k in range(0, n_eos):
                             stop = stop | (tl.load(eos_ptr + k) == tok).to(tl.int32)
                         tl.store(done_ptr, stop)
-                    elif KSPLIT > 1:  # OP_REDUCE of K parts: o's (a0 0) or down's
+                    elif (KSPLIT > 1) | (POST_NORM & (WORLD == 1)):
+                        # OP_REDUCE of K parts (or a post norm's one): o's (a0 0) or down's
                         parts = kpart_ptr + a0 * KSPLIT * TM * D
                         if a0 == 0:
                             residual_sum_body(h_ptr, parts, TM * D, T, D, a1, a2, KSPLIT,
-                                              RED_BLOCK, bo_ptr + layer * D, BIAS_O, RED_ROWS)
+                                              RED_BLOCK, bo_ptr + layer * D, BIAS_O, RED_ROWS,
+                                              apost_ptr + layer * D, eps, POST_NORM)
                         else:
                             residual_sum_body(h_ptr, parts, TM * D, T, D, a1, a2, KSPLIT,
-                                              RED_BLOCK, bd_ptr + layer * D, BIAS_MLP, RED_ROWS)
+                                              RED_BLOCK, bd_ptr + layer * D, BIAS_MLP, RED_ROWS,
+                                              mpost_ptr + layer * D, eps, POST_NORM)
                     elif WORLD > 1:  # OP_REDUCE
+                        post = apost_ptr + layer * D
+                        if a0 == 1:
+                            post = mpost_ptr + layer * D
                         residual_sum_body(h_ptr, peer(xtab_ptr, rank, x_red + a0 * WORLD * TM * D,
                                                       tl.float32), TM * D, T, D, a1, a2, WORLD,
-                                          RED_BLOCK, ROWS=RED_ROWS)
+                                          RED_BLOCK, ROWS=RED_ROWS, norm_ptr=post, eps=eps,
+                                          NORM=POST_NORM)
             if run == 1:
                 # publish: every thread's stores precede the barrier; the one release add after
                 # it makes them visible at GPU scope to any program that acquires the counter --
