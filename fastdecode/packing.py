@@ -29,8 +29,8 @@ class PackedWeights:
     embed: torch.Tensor
     lm_head: torch.Tensor
     final_norm: torch.Tensor
-    attn_norm: torch.Tensor
-    mlp_norm: torch.Tensor
+    attn_norm: torch.Tensor | None  # [L, d]; None: no norm before the blocks (ModelSpec.pre_norms)
+    mlp_norm: torch.Tensor | None
     w_qkv: torch.Tensor
     w_o: torch.Tensor
     w_gu: torch.Tensor
@@ -42,6 +42,11 @@ class PackedWeights:
     qk_norm: torch.Tensor | None = None
     post_attn_norm: torch.Tensor | None = None  # [L, d] (ModelSpec.post_norms)
     post_mlp_norm: torch.Tensor | None = None
+
+    def pre_norm(self, which: int, l: int) -> torch.Tensor | None:
+        """Layer l's norm before its attention (which 0) or MLP (1); None: none."""
+        t = (self.attn_norm, self.mlp_norm)[which]
+        return None if t is None else t[l]
 
     def post_norm(self, which: int, l: int) -> torch.Tensor | None:
         """Layer l's norm after its attention (which 0) or MLP (1); None: none."""
@@ -156,7 +161,8 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
         need(head, (slice(v0, v1),), spec.logits_scale).contiguous()
     pw = PackedWeights(
         spec=sp, embed=embed, lm_head=lm_head, final_norm=need("model.norm.weight"),
-        attn_norm=stack(norms[0]), mlp_norm=stack(norms[1]),
+        attn_norm=stack(norms[0]) if spec.pre_norms else None,
+        mlp_norm=stack(norms[1]) if spec.pre_norms else None,
         post_attn_norm=stack(norms[2]) if spec.post_norms else None,
         post_mlp_norm=stack(norms[3]) if spec.post_norms else None,
         w_qkv=stack((attn.format("q", "weight"), q), (attn.format("k", "weight"), kv),

@@ -208,7 +208,7 @@ def attention_block(pw, l, h, pos, k_cache, v_cache, cos, sin, num=FP32):
     partial sum. Writes the T new keys / values into the layer's cache."""
     s = pw.spec
     pick = lambda t: None if t is None else t[l]  # noqa: E731
-    q = qkv_rope(h, pw.w_qkv[l], pw.attn_norm[l], cos, sin, pos, k_cache, v_cache,
+    q = qkv_rope(h, pw.w_qkv[l], pw.pre_norm(0, l), cos, sin, pos, k_cache, v_cache,
                  n_heads=s.n_heads, eps=s.rms_eps, bias=pick(pw.b_qkv), qk_norm=pick(pw.qk_norm),
                  num=num, qk_norm_after=s.qk_norm_after)
     o = num.attend(q.to(pw.dtype), k_cache, v_cache, pos, window=s.layer_windows[l],
@@ -221,6 +221,6 @@ def mlp_block(pw, l, h, num=FP32):
     rmsnorm(h))."""
     s = pw.spec
     pick = lambda t: None if t is None else t[l]  # noqa: E731
-    act = gemv(h, pw.w_gu[l], norm_w=pw.mlp_norm[l], eps=s.rms_eps, bias=pick(pw.b_gu),
+    act = gemv(h, pw.w_gu[l], norm_w=pw.pre_norm(1, l), eps=s.rms_eps, bias=pick(pw.b_gu),
                swiglu=True, act=s.act, num=num).to(pw.dtype)
     return gemv(act, pw.w_down[l], bias=pick(pw.b_down), num=num)

@@ -461,7 +461,7 @@ class Runtime:
         ops.embedding(st.ids[:T], pw.embed, out=h, scale=pw.embed_scale)
         for l in range(s.n_layers):
             b_qkv, qk_norm, b_o, b_gu, b_down = self._layer_args(l)
-            ops.qkv_rope(h, pw.w_qkv[l], pw.attn_norm[l], *st.rope.layer(l), st.pos,
+            ops.qkv_rope(h, pw.w_qkv[l], pw.pre_norm(0, l), *st.rope.layer(l), st.pos,
                          st.k_cache[l], st.v_cache[l], n_heads=s.n_heads, eps=s.rms_eps, bias=b_qkv,
                          qk_norm=qk_norm, q_out=st.q[:T], raw=st.qk_raw,
                          qk_norm_after=s.qk_norm_after)
@@ -471,7 +471,7 @@ class Runtime:
                           scratch=(st.o_part, st.lse),
                           out=st.attn[:T])
             self._residual_gemv(st.attn[:T], pw.w_o[l], b_o, h, pw.post_norm(0, l))
-            ops.gemv(h, pw.w_gu[l], norm_w=pw.mlp_norm[l], eps=s.rms_eps, bias=b_gu, swiglu=True,
+            ops.gemv(h, pw.w_gu[l], norm_w=pw.pre_norm(1, l), eps=s.rms_eps, bias=b_gu, swiglu=True,
                      act=s.act, out=st.act[:T])
             self._residual_gemv(st.act[:T], pw.w_down[l], b_down, h, pw.post_norm(1, l))
         if head:
@@ -659,7 +659,7 @@ class Runtime:
             st.h, st.q, st.attn, st.act, st.o_part, st.lse, st.logits_shard, st.pval, st.pidx,
             st.qk_raw, st.kpart,
             st.k_cache, st.v_cache, st.rope.cos, st.rope.sin, st.windows, st.rope.offsets,
-            pw.embed, pw.lm_head, pw.final_norm, pw.attn_norm, pw.mlp_norm,
+            pw.embed, pw.lm_head, pw.final_norm, opt(pw.attn_norm), opt(pw.mlp_norm),
             opt(pw.post_attn_norm), opt(pw.post_mlp_norm), pw.w_qkv,
             opt(pw.b_qkv), opt(pw.qk_norm), pw.w_o, opt(pw.b_o), pw.w_gu, opt(pw.b_gu),
             pw.w_down, opt(pw.b_down),
@@ -696,7 +696,8 @@ class Runtime:
             SF=tg.stages[3], PF_KB=tg.l2_prefetch_kb, KV_PF=tg.kv_prefetch,
             POLL1=tg.abort_every if tg.one_poller else 0, KSPLIT=tg.ksplit,
             ATTN_OUTLINE=tg.attn_outline, ROPE_TABLES=len(st.rope.cos) > st.rope.rows,
-            POST_NORM=s.post_norms, SOFTCAP=s.attn_softcap > 0, LOGIT_CAP=s.logit_softcap > 0,
+            POST_NORM=s.post_norms, PRE_NORM=s.pre_norms, SOFTCAP=s.attn_softcap > 0,
+            LOGIT_CAP=s.logit_softcap > 0,
             num_warps=tg.num_warps)
         grid = (sched.n_programs,)
         variant = (key, sampling.do_sample, trace is not None)

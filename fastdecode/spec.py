@@ -80,6 +80,9 @@ class Family:
     # the sliding-window layers rotate by a RoPE of their own (Gemma 3: rope_parameters per
     # layer type; transformers 4.x's rope_local_base_freq): ModelSpec.local_rope
     local_rope: bool = False
+    # where the config sets a sliding window, the full-attention layers take no RoPE (EXAONE 4's
+    # hybrid attention: ModelSpec.nope_layers)
+    full_layers_nope: bool = False
 
 
 _GEMMA_POST = ("input_layernorm", "pre_feedforward_layernorm", "post_attention_layernorm",
@@ -143,6 +146,11 @@ FAMILIES: dict[str, Family] = {
                           norms=_GEMMA_POST, query_scalar=True, local_rope=True),
     # GLM-4-0414 (GLM-4-9B-0414, GLM-Z1): GLM's layout (fused gate|up, interleaved half RoPE,
     # q / k / v biases) with norms after the attention and the MLP
+    # EXAONE 4: norms after the attention and the MLP and none before, q / k RMSNorms, the
+    # full-attention layers without RoPE where the config sets a sliding window
+    "exaone4": Family(qkv_bias=False, qk_norm=True, window_field=None, norms=(
+        None, None, "post_attention_layernorm", "post_feedforward_layernorm"),
+        full_layers_nope=True),
     "glm4": Family(qkv_bias=False, qk_norm=False, window_field=None, fused=True,
                    partial_rotary=True, interleaved_rope=True,
                    bias_fields=("attention_bias", None, None), norms=(
@@ -156,9 +164,8 @@ FAMILIES: dict[str, Family] = {
 TEXT_OF = ("mistral3", "llava", "llava_next", "llava_onevision", "gemma3")
 # why some model types a user may try are not supported (UnsupportedModelError says it)
 UNSUPPORTED = {
-    **{mt: "its norms after each attention / MLP block with none before, and its q / k norms "
-           "over all heads at once" for mt in ("olmo2", "olmo3")},
-    "exaone4": "its norms after each attention / MLP block with none before",
+    **{mt: "its q / k RMSNorms over all heads at once (q_proj's whole output), not per head"
+       for mt in ("olmo2", "olmo3")},
     **{mt: "a mixture of experts" for mt in ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3",
                                              "gpt_oss", "llama4_text", "olmoe", "granitemoe")},
     **{mt: "a vision-language model (its text model alone is not read)" for mt in (
@@ -209,6 +216,7 @@ class ModelSpec:
     # RMSNorms after the attention and the MLP, before the residual add (Family.norms): each
     # block's output is normalized whole, so its row-parallel sums go through REDUCE tasks
     post_norms: bool = False
+    pre_norms: bool = True  # RMSNorms before the attention and the MLP (EXAONE 4: none)
     # the sliding-window layers' rope dict ({}: they rotate as the others; Family.local_rope)
     local_rope: dict = field(default_factory=dict)
     # soft-capping, cap tanh(x / cap) (0: none): of the attention scores (after the scale) and
@@ -275,7 +283,7 @@ class ModelSpec:
 
     def weight_bytes_per_token(self, elt: int = 2) -> int:
         """Bytes a decode step must stream: every layer matrix, the lm_head, norms (embedding row ignored)."""
-        norms = 4 if self.post_norms else 2
+        norms = 2 * self.post_norms + 2 * self.pre_norms
         per_layer = (self.qkv_dim * self.d_model + self.d_model * self.q_dim
                      + 3 * self.ffn_dim * self.d_model + norms * self.d_model)
         return elt * (self.n_layers * per_layer + self.vocab_size * self.d_model + self.d_model)
@@ -497,6 +505,8 @@ class ModelSpec:
         windows = tuple(window if t == "sliding_attention" else 0 for t in types[:n_layers])
         qkv_b, o_b, mlp_b = (_config_flag(cfg, f) for f in fam.bias_fields)
         nope = _nope_layers(mt, fam, cfg, n_layers)
+        if fam.full_layers_nope and getattr(cfg, "sliding_window", None) is not None:
+            nope = tuple(l for l, t in enumerate(types[:n_layers]) if t != "sliding_attention")
         scales = _multipliers(cfg) if fam.multipliers else {}
         if fam.gemma_norms:
             scales = dict(embed_scale=math.sqrt(d))
@@ -514,6 +524,7 @@ class ModelSpec:
             max_position=int(getattr(cfg, "max_position_embeddings", 1 << 30) or (1 << 30)),
             rotary_dim=0 if rot == hd else rot, rope_interleaved=fam.interleaved_rope,
             nope_layers=nope, act=ACTS[act], post_norms=fam.norms[2] is not None,
+            pre_norms=fam.norms[0] is not None,
             local_rope=local if any(windows) else {}, attn_softcap=caps[0],
             logit_softcap=caps[1])
 

@@ -61,7 +61,7 @@ class VM:
                 toks = self._tokens(tb, tg.block_t)
                 rows = slice(j * HD, (j + 1) * HD)
                 b = pick(pw.b_qkv)
-                y = R.gemv(st.h[toks], pw.w_qkv[l, rows], norm_w=pw.attn_norm[l], eps=s.rms_eps,
+                y = R.gemv(st.h[toks], pw.w_qkv[l, rows], norm_w=pw.pre_norm(0, l), eps=s.rms_eps,
                            bias=None if b is None else b[rows])[:, None]
                 is_q, is_k = j < s.n_heads, s.n_heads <= j < s.n_heads + s.n_kv_heads
                 sel = torch.arange(c * tg.qkv_pairs, min(half, (c + 1) * tg.qkv_pairs),
@@ -209,7 +209,7 @@ class VM:
         elif op == Op.GATE_UP:
             both = torch.cat([rows, rows + s.ffn_dim])
             b = pick(pw.b_gu)
-            st.act[ix] = R.gemv(st.h[toks], pw.w_gu[l, both], norm_w=pw.mlp_norm[l],
+            st.act[ix] = R.gemv(st.h[toks], pw.w_gu[l, both], norm_w=pw.pre_norm(1, l),
                                 eps=s.rms_eps, bias=None if b is None else b[both],
                                 swiglu=True, act=s.act).to(dt)
         elif op == Op.DOWN:

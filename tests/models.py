@@ -103,6 +103,12 @@ FAMILIES = {
         head_dim=16, query_pre_attn_scalar=24, sliding_window=5, sliding_window_pattern=2,
         rope_scaling={"rope_type": "linear", "factor": 2.0}, rope_local_base_freq=100.0,
         tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    # exaone4: norms after the attention and the MLP and none before, q / k RMSNorms, layers
+    # sliding (a window of 5 keys, RoPE) and full (no RoPE) in turn, GQA 3:1, head_dim 8, tied
+    "exaone4": (_tf("Exaone4Config"), _tf("Exaone4ForCausalLM"), dict(
+        hidden_size=48, intermediate_size=62, num_attention_heads=6, num_key_value_heads=2,
+        head_dim=8, sliding_window=5, sliding_window_pattern=2, tie_word_embeddings=True,
+        pad_token_id=0, bos_token_id=1, eos_token_id=2)),
     # glm4: GLM's layout (fused gate|up, interleaved RoPE on half of each head, q/k/v biases)
     # with norms after the attention and the MLP, GQA 3:1
     "glm4": (_tf("Glm4Config"), _tf("Glm4ForCausalLM"), dict(

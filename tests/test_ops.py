@@ -91,12 +91,14 @@ def _qkv_case(T, H, KVH, HD, K, pos, S, dtype, g, bias, qk):
 @given(T=TOKENS, group=st.sampled_from([1, 2, 3, 4]), KVH=st.integers(1, 3),
        HD=st.sampled_from([2, 6, 10, 16, 24, 40]), K=st.integers(2, 120), pos=st.integers(0, 30),
        seed=st.integers(0, 2**31 - 1), dtype=DTYPES, bias=st.booleans(), qk=st.booleans(),
-       pairs=st.sampled_from([None, 1, 2, 4]), stream=STREAMS)
-def test_qkv_rope(T, group, KVH, HD, K, pos, seed, dtype, bias, qk, pairs, stream):
-    """pairs: rotation pairs per program (the GPU decode tile splits a head over programs)."""
+       pairs=st.sampled_from([None, 1, 2, 4]), stream=STREAMS, norm=st.sampled_from([1, 1, 0]))
+def test_qkv_rope(T, group, KVH, HD, K, pos, seed, dtype, bias, qk, pairs, stream, norm):
+    """pairs: rotation pairs per program (the GPU decode tile splits a head over programs); norm
+    0: no RMSNorm prologue (a model without norms before its blocks, EXAONE 4)."""
     g = torch.Generator().manual_seed(seed)
     H, S = group * KVH, pos + T + 3
     x, w, nw, cos, sin, b, qkn, kc, vc = _qkv_case(T, H, KVH, HD, K, pos, S, dtype, g, bias, qk)
+    nw = nw if norm else None
     kc2, vc2 = kc.clone(), vc.clone()
     p = torch.tensor([pos], dtype=torch.int32, device=DEVICE)
     kw = dict(n_heads=H, eps=1e-5, bias=b, qk_norm=qkn)

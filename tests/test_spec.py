@@ -84,6 +84,12 @@ def test_family_differences():
     assert (g2.attn_softcap, g2.logit_softcap, g2.layer_windows) == (3.0, 2.0, (5, 0))
     assert g2.post_norms and not g2.local_rope and g2.q_scale == pytest.approx((12 / 20) ** 0.5)
     assert spec("llama").attn_softcap == spec("llama").logit_softcap == 0.0
+    e4 = spec_of("exaone4", layers=4)
+    assert not e4.pre_norms and e4.post_norms and e4.qk_norm and e4.nope_layers == (1, 3)
+    assert e4.layer_windows == (5, 0, 5, 0) and spec("llama").pre_norms
+    # no window: every layer rotates, as HF's (its RoPE skip needs a sliding window set)
+    assert spec_of("exaone4", sliding_window=None, layer_types=["full_attention"] * 2
+                   ).nope_layers == ()
     g4, g3 = spec("glm4"), spec("gemma3_text")
     assert g4.post_norms and not gl.post_norms and g4.rot == 6 and not g4.local_rope
     assert g3.post_norms and g3.qk_norm and g3.act == "gelu_tanh" and g3.layer_windows == (5, 0)
@@ -109,7 +115,7 @@ def _raw(**kw):  # a config HF itself would refuse to build (odd head_dim)
     (lambda: tf.GPT2Config(), "'gpt2' is not supported \\(LayerNorm"),
     (lambda: tf.MixtralConfig(), "mixture of experts"),
     (lambda: tf.Gemma3TextConfig(use_bidirectional_attention=True), "bidirectional"),
-    (lambda: tf.Olmo2Config(), "norms after each attention / MLP block with none before"),
+    (lambda: tf.Olmo2Config(), "q / k RMSNorms over all heads at once"),
     (lambda: _raw(attn_logit_softcapping=-1.0), "negative soft-capping"),
     (lambda: _raw(rope_parameters={"full_attention": {"rope_type": "default"},
                                    "sliding_attention": {"rope_type": "default"}}),

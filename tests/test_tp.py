@@ -25,7 +25,7 @@ CASES = [("llama", 2), ("llama_bias_tied", 2), ("llama_bias_tied", 4), ("qwen2",
          ("qwen3", 2), ("mistral_gqa", 2), ("phi3", 2), ("granite", 3), ("helium", 2),
          ("ernie4_5", 2), ("smollm3", 2), ("exaone", 2), ("glm", 2),
          ("hunyuan_v1_dense", 2), ("gemma", 2), ("cwm", 2), ("gemma3_text", 2), ("glm4", 2),
-         ("gemma2", 2),
+         ("gemma2", 2), ("exaone4", 2),
          ("mistral", 2), ("mistral", 4), ("llama", 6), ("qwen3", 4), ("phi3", 4)]
 
 
@@ -265,7 +265,7 @@ def test_long_prompt_prefill_over_virtual_ranks():
 @pytest.mark.parametrize("family,world,stages", [("qwen3", 2, None), ("llama_bias_tied", 2, 3),
                                                 ("wide", 4, None), ("mistral", 2, None),
                                                 ("gemma3_text", 2, None), ("glm4", 2, 3),
-                                                ("gemma2", 2, None)])
+                                                ("gemma2", 2, None), ("exaone4", 2, None)])
 def test_mega_virtual_ranks_match_tp1(family, world, stages):
     """The megakernel's in-kernel all-reduce (push partial sums + system-scope flags, rank-order
     fp32 sum) and cross-rank token choice, on virtual ranks: prefill chunks (T=9) and decode
@@ -275,7 +275,8 @@ def test_mega_virtual_ranks_match_tp1(family, world, stages):
     stages 3: QKV / o_proj / gate|up / down stream through shared memory, their waits (the remote
     ones too) inside the stream (config.StreamConfig.stages). gemma3_text, glm4, gemma2: norms
     after the blocks, which REDUCE applies to the ranks' summed partials; gemma2's soft-capped
-    attention and logits (each rank caps its vocabulary shard)."""
+    attention and logits (each rank caps its vocabulary shard); exaone4: no norms before the
+    blocks, no RoPE on its full layers."""
     check_mega_ranks(family, world, stages, "cpu")
 
 

@@ -341,7 +341,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                ATTN_OUTLINE: tl.constexpr = False, ROPE_TABLES: tl.constexpr = False,
                QKN_ORDER: tl.constexpr = 1, ACT: tl.constexpr = 1,
                POST_NORM: tl.constexpr = False, SOFTCAP: tl.constexpr = False,
-               LOGIT_CAP: tl.constexpr = False):
+               LOGIT_CAP: tl.constexpr = False, PRE_NORM: tl.constexpr = True):
     """Model sizes D, FFN, H, HD are constexpr (one compile per model): a decode tile over whole
     rows then folds its chunk loop away and keeps the activation row in registers, which spares
     registers (bench/compile_check.py: 1B shape 255 registers with 48 B of spills when they were
@@ -394,7 +394,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     mpost_ptr [L, D]), before the residual add. Each block's output is normalized whole, so its
     sums always go through REDUCE tasks (graph.py): on one rank as a K part of one
     (kpart_ptr), with tensor parallelism the ranks' partials; REDUCE adds norm(sum) to h
-    (all_reduce.residual_sum_body NORM).
+    (all_reduce.residual_sum_body NORM). PRE_NORM False (ModelSpec.pre_norms: EXAONE 4): no
+    norm before the blocks -- the QKV and gate|up tasks read the residual as it is.
     ACT: the gate|up tasks' activation (gemv.GLU_ACTS: 1 silu, 2 the tanh GELU); emb_scale: what
     an EMBED task multiplies a row by (PackedWeights.embed_scale).
     SOFTCAP / LOGIT_CAP (Gemma 2): the attention scores soft-capped at attn_cap, the logits at
@@ -450,7 +451,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                     task_kv_prefetch(*kvpf)
                     run = qkv_rope_body(*qargs, 0, 0, GROUP, QKV_CHUNKS, qkraw_ptr, BIAS_QKV,
                                         QK_NORM, BLOCK_T, BLOCK_H, QKV_BK, STREAM, F32, QK_DEFER,
-                                        PTX, SQ, ready, wargs, D)
+                                        PTX, SQ, ready, wargs, D, PRE_NORM)
                 else:
                     lo0, hi0 = qkv_start(w_qkv, D, H, KVH, HD, a0, a1, a2, GROUP, QKV_CHUNKS,
                                          BLOCK_H, QKV_BK, STREAM, PTX)
@@ -459,7 +460,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                     if run == 1:
                         qkv_rope_body(*qargs, lo0, hi0, GROUP, QKV_CHUNKS, qkraw_ptr, BIAS_QKV,
                                       QK_NORM, BLOCK_T, BLOCK_H, QKV_BK, STREAM, F32, QK_DEFER,
-                                      PTX)
+                                      PTX, NORM=PRE_NORM)
                 if run == 1:
                     # the task that completes the group's tiles norms it (NORM_IN_QKV, or a
                     # deferred q/k norm in QKV_ATTN) and, QKV_ATTN, runs its attention
@@ -507,7 +508,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                 if SG > 1:
                     run = gemv_body(h_ptr, w_gu, mnorm_ptr + layer * D, bgu_ptr + layer * 2 * FFN,
                                     h_ptr, act_ptr, T, FFN, D, D, D, FFN, eps, a1, a2, a0, 0, 0,
-                                    True, BIAS_MLP, ACT, False, BLOCK_T, RG, KG, STREAM, F32,
+                                    PRE_NORM, BIAS_MLP, ACT, False, BLOCK_T, RG, KG, STREAM, F32,
                                     PTX, SG, ready, wargs, D)
                 else:
                     # register stream (the 1B class): the first piece before the wait, as the
@@ -520,7 +521,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                     if run == 1:
                         gemv_body(h_ptr, w_gu, mnorm_ptr + layer * D, bgu_ptr + layer * 2 * FFN,
                                   h_ptr, act_ptr, T, FFN, D, D, D, FFN, eps, a1, a2, a0, w0, w20,
-                                  True, BIAS_MLP, ACT, False, BLOCK_T, RG, KG, STREAM, F32, PTX)
+                                  PRE_NORM, BIAS_MLP, ACT, False, BLOCK_T, RG, KG, STREAM, F32,
+                                  PTX)
             elif op == OP_DOWN:
                 run = residual_task(act_ptr, wd_ptr + layer * D * FFN, bd_ptr + layer * D, h_ptr,
                                     T, D, FFN, eps, a1, a2, a0, ctr_ptr, target, status_ptr,

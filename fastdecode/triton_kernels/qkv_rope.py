@@ -103,7 +103,7 @@ def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_pt
                   BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, STREAM: tl.constexpr,
                   F32: tl.constexpr, DEFER: tl.constexpr, PTX: tl.constexpr,
                   STAGES: tl.constexpr = 1, WAIT: tl.constexpr = None, wargs=None,
-                  K_CONST: tl.constexpr = 0):
+                  K_CONST: tl.constexpr = 0, NORM: tl.constexpr = True):
     """Tiles [u_lo, u_hi) of KV group g (qkv_slot): each is pairs [c*BLOCK_H, (c+1)*BLOCK_H) of
     one head slot for one token block. STREAM (T=1): the decode stream of gemv_body (its first
     piece w_lo0 / w_hi0 from qkv_start) -- the next
@@ -122,6 +122,8 @@ def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_pt
     loop; with bf16 pieces, which a stream waits for at its back edge, it lost (gemv.gemv_body's
     docstring). Not with PTX 2: level there (1291.2 / 1288.5 vs 1289.5 / 1294.5 tok/s, same
     method, 2026-12-04 session 47) at 249 registers instead of 199.
+    NORM: the RMSNorm prologue by norm_ptr (False: the rows as they are -- a model without norms
+    before its blocks, ModelSpec.pre_norms).
     Returns 1, or WAIT's result."""
     half = HD // 2
     n_t = tl.cdiv(T, BLOCK_T)
@@ -149,12 +151,12 @@ def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_pt
                         j, offs_t, mask_t, offs_h, offs_h < half, pos, bias_ptr, qk_norm_ptr,
                         cos_ptr, sin_ptr, H, HD, BIAS, QK_NORM)
                     x, rstd = stream_x0(x, x_ptr, norm_ptr, stride_x, offs_t, mask_t, K, eps,
-                                        n_k, True, BLOCK_K, K_CONST)
+                                        n_k, NORM, BLOCK_K, K_CONST)
             if run == 1:
                 kc = i % n_k
                 if n_k > 1:
                     x = x_chunk(x_ptr, norm_ptr, offs_t, mask_t, stride_x, kc * BLOCK_K, K,
-                                rstd, True, BLOCK_K)
+                                rstd, NORM, BLOCK_K)
                 lo += row_dot(w_lo, x, False)
                 hi += row_dot(w_hi, x, False)
                 if kc == n_k - 1:  # the tile's last chunk: epilogue, next tile's operands
@@ -187,8 +189,10 @@ def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_pt
                                        BLOCK_H, BLOCK_K, PTX)
         opnd = qkv_operands(j, offs_t, mask_t, offs_h, mask_h, pos, bias_ptr, qk_norm_ptr, cos_ptr,
                             sin_ptr, H, HD, BIAS, QK_NORM)
-        rstd = row_rstd(x_ptr, stride_x, offs_t, mask_t, K, eps, BLOCK_K)[:, None]
-        x = x_chunk(x_ptr, norm_ptr, offs_t, mask_t, stride_x, 0, K, rstd, True, BLOCK_K)
+        rstd = tl.zeros([1, 1], dtype=tl.float32)
+        if NORM:
+            rstd = row_rstd(x_ptr, stride_x, offs_t, mask_t, K, eps, BLOCK_K)[:, None]
+        x = x_chunk(x_ptr, norm_ptr, offs_t, mask_t, stride_x, 0, K, rstd, NORM, BLOCK_K)
         lo = tl.zeros([1, BLOCK_H], dtype=tl.float32)
         hi = lo
         for i in range(0, n_it):
@@ -201,7 +205,7 @@ def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_pt
                 nxt_lo, nxt_hi = qkv_piece(w_ptr, K, H, KVH, HD, g, u_lo, i1, n_it, GROUP,
                                            N_CHUNKS, BLOCK_H, BLOCK_K, PTX)
             x_n = next_x_chunk(x, x_ptr, norm_ptr, offs_t, mask_t, stride_x, k1, K, n_k, rstd,
-                               True, BLOCK_K)
+                               NORM, BLOCK_K)
             lo += row_dot(w_lo, x, PTX)
             hi += row_dot(w_hi, x, PTX)
             if i % n_k == n_k - 1:  # the tile's last chunk: epilogue, next tile's operands
@@ -224,9 +228,11 @@ def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_pt
             offs_h = c * BLOCK_H + tl.arange(0, BLOCK_H)
             mask_h = offs_h < half
             rows = j * HD + offs_h
-            rstd = row_rstd(x_ptr, stride_x, offs_t, mask_t, K, eps, BLOCK_K)
+            rstd = tl.zeros([BLOCK_T], dtype=tl.float32)
+            if NORM:
+                rstd = row_rstd(x_ptr, stride_x, offs_t, mask_t, K, eps, BLOCK_K)
             lo, hi = gemv_acc(x_ptr, stride_x, offs_t, mask_t, rstd, norm_ptr, w_ptr, rows,
-                              rows + half, mask_h, K, 0, K, True, True, BLOCK_K, F32)
+                              rows + half, mask_h, K, 0, K, NORM, True, BLOCK_K, F32)
             opnd = qkv_operands(j, offs_t, mask_t, offs_h, mask_h, pos, bias_ptr, qk_norm_ptr,
                                 cos_ptr, sin_ptr, H, HD, BIAS, QK_NORM)
             qkv_rope_finish(lo, hi, opnd, j, offs_t, mask_t, offs_h, mask_h, pos, q_ptr, k_ptr,
@@ -354,7 +360,7 @@ def qkv_rope_kernel(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_
                     BIAS: tl.constexpr, QK_NORM: tl.constexpr, BLOCK_T: tl.constexpr,
                     BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, STREAM: tl.constexpr,
                     F32: tl.constexpr, DEFER: tl.constexpr, PTX: tl.constexpr,
-                    PDL: tl.constexpr, STAGES: tl.constexpr):
+                    PDL: tl.constexpr, STAGES: tl.constexpr, NORM: tl.constexpr):
     """Grid (KV groups, tile ranges of the group). PDL: the first weight piece before pdl_wait
     (gemv.gemv_kernel; STAGES > 1: none -- the position is read after the wait, before the
     body, which the shared-memory stream would need inside its first iteration)."""
@@ -368,7 +374,7 @@ def qkv_rope_kernel(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_
     qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_ptr,
                   tl.load(pos_ptr), q_ptr, k_ptr, v_ptr, T, K, stride_x, S, eps, H, KVH, HD,
                   tl.program_id(0), lo, hi, w_lo, w_hi, GROUP, n_chunks, raw_ptr, BIAS, QK_NORM,
-                  BLOCK_T, BLOCK_H, BLOCK_K, STREAM, F32, DEFER, PTX, STAGES)
+                  BLOCK_T, BLOCK_H, BLOCK_K, STREAM, F32, DEFER, PTX, STAGES, NORM=NORM)
 
 
 @triton.jit
@@ -411,7 +417,8 @@ def qkv_tile(head_dim: int, qk_norm: bool, T: int, K: int, device, pairs=None,
 def qkv_rope(x, w_qkv, norm_w, cos, sin, pos, k_cache, v_cache, *, n_heads, eps, bias=None,
              qk_norm=None, q_out=None, pairs=None, stream: StreamConfig | None = None, raw=None,
              qk_norm_after: bool = False):
-    """x [T, d]; w_qkv [(H+2KVH)*hd, d]; cos/sin [S, hd/2] fp32; pos int32 [1] on device;
+    """x [T, d]; w_qkv [(H+2KVH)*hd, d]; norm_w [d] (None: x not normalized, a model without
+    norms before its blocks); cos/sin [S, hd/2] fp32; pos int32 [1] on device;
     k_cache/v_cache [KVH, S, hd] of one layer (written at rows pos..pos+T-1); qk_norm [2, hd] or
     None (qk_norm_after: applied after RoPE); pairs: rotation pairs per program (default:
     config.py's tile); stream: the megakernel's decode tile (qkv_tile); raw: fp32 scratch of
@@ -433,8 +440,9 @@ def qkv_rope(x, w_qkv, norm_w, cos, sin, pos, k_cache, v_cache, *, n_heads, eps,
     ptx = streamed and stream_ptx(stream, w_qkv.dtype, K)
     pdl = use_pdl(x.device)
     grid = (KVH, triton.cdiv((G + 2) * n_chunks * triton.cdiv(T, BT), per))
-    qkv_rope_kernel[grid](x, w_qkv, norm_w, bias if bias is not None else w_qkv,
-                          qk_norm if qk_norm is not None else norm_w, cos, sin, pos,
+    qkv_rope_kernel[grid](x, w_qkv, norm_w if norm_w is not None else w_qkv,
+                          bias if bias is not None else w_qkv,
+                          qk_norm if qk_norm is not None else w_qkv, cos, sin, pos,
                           q_out, k_cache, v_cache, raw if defer else q_out, T, K, x.stride(0), S,
                           eps, n_heads, KVH, HD, G, n_chunks, per, BIAS=bias is not None,
                           QK_NORM=qk_norm_mode(qk_norm is not None and not defer, qk_norm_after),
@@ -442,7 +450,7 @@ def qkv_rope(x, w_qkv, norm_w, cos, sin, pos, k_cache, v_cache, *, n_heads, eps,
                           BLOCK_K=BLOCK_K, STREAM=streamed,
                           F32=INTERPRET or w_qkv.dtype == torch.float32, DEFER=defer, PTX=ptx,
                           PDL=pdl, STAGES=stream.op_stages()[0] if streamed else 1,
-                          num_warps=warps, launch_pdl=pdl)
+                          NORM=norm_w is not None, num_warps=warps, launch_pdl=pdl)
     if defer:
         qk_norm_rope_kernel[(KVH,)](raw, qk_norm, cos, sin, pos, q_out, k_cache, T, S, eps,
                                     n_heads, KVH, HD, G, BLOCK_SLOT=qk_norm_slots(G),
