@@ -173,6 +173,14 @@ SHAPES = {
     "gemma3-1b": ("Gemma-3-1B", lambda: gemma3(1152, 6912, 26, 4, 1, 512)),
     "gemma3-4b": ("Gemma-3-4B", lambda: gemma3(2560, 10240, 34, 8, 4, 1024, rope_scaling={
         "rope_type": "linear", "factor": 8.0})),
+    # OLMo-2-0425-1B: norms after the blocks and none before, q / k norms over all 16 heads of 128
+    # at once (MHA), a 100K vocabulary
+    "olmo2-1b": ("OLMo-2-1B", lambda: tf.Olmo2Config(
+        hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=16,
+        num_key_value_heads=16, vocab_size=100352, tie_word_embeddings=False, rms_norm_eps=1e-6,
+        max_position_embeddings=4096, rope_parameters={"rope_type": "default",
+                                                       "rope_theta": 500000.0},
+        pad_token_id=100277, eos_token_id=100257, bos_token_id=None)),
     # GLM-4-9B-0414: GLM-4-9B's layout with norms after the attention and the MLP
     "glm4-9b-0414": ("GLM-4-9B-0414", lambda: tf.Glm4Config(
         hidden_size=4096, intermediate_size=13696, num_hidden_layers=40, num_attention_heads=32,

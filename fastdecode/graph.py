@@ -9,7 +9,8 @@ are counters, one per (op, layer[, KV group]):
     QKV(l, g)  waits down[l-1] (emb for l=0) (it reads the whole residual vector: RMSNorm prologue)
     ATTN(l, g) waits qkv[l, g]               (only its own KV head's q, k, v tiles)
     (q/k norm, decode: QKNORM(l, g) waits qkv[l, g] and normalizes + rotates the group's raw q
-     and k rows; ATTN(l, g) waits qkn[l, g] -- Tiling.qk_defer)
+     and k rows; ATTN(l, g) waits qkn[l, g] -- Tiling.qk_defer; q/k norms over all heads, OLMo 2,
+     every step: QKV(l, *) signal qkv[l, 0] and QKNORM(l, g) waits for all of them)
     MERGE(l,g) waits attn[l, g]             (one task per Tiling.merge_heads q heads of g)
     O(l)       waits merge[l]                (it reads the whole attention output)
     (Tiling.attn_in_qkv, short-context decode: no QKNORM, ATTN or MERGE tasks -- QKV_ATTN tasks
@@ -157,7 +158,11 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
     else:
         cfg = gemv_config(spec.d_model * 4, spec.d_model, T, device, elem_bytes=elem_bytes)
         rows, bks, warps, st = [cfg.block_n] * 4, [cfg.block_k] * 4, cfg.num_warps, None
-    defer = defer_qk_norm(spec.qk_norm, T)
+    defer = defer_qk_norm(spec.qk_norm, T, spec.qk_norm_full)
+    # q / k norms over all heads (OLMo 2): the norm needs every group's QKV tiles, so no group's
+    # last tile may run it (norm_in_qkv) or its attention (attn_in_qkv): QKNORM tasks wait for
+    # the whole layer's QKV tasks
+    attn_in_qkv = attn_in_qkv and not spec.qk_norm_full
     pairs, qkv_bk, _, _ = qkv_tile(spec.head_dim, spec.qk_norm, T, spec.d_model, device,
                                    stream=st, defer=defer, elem_bytes=elem_bytes)
     block_s, block_tok = attention_config(spec.head_dim, spec.group, T)
@@ -175,7 +180,8 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
                   ptx=st.piece_mode() if st is not None and ptx_stream_ok(dtype, *dims) else 0,
                   merge_in_attn=st is not None and st.merge_in_attn,
                   merge_heads=merge_heads(spec.group, st.merge_heads if st is not None else 1),
-                  norm_in_qkv=st is not None and st.norm_in_qkv and defer,
+                  norm_in_qkv=st is not None and st.norm_in_qkv and defer and
+                  not spec.qk_norm_full,
                   attn_in_qkv=attn_in_qkv,
                   stages=st.op_stages(spec.d_model) if st is not None else (1, 1, 1, 1),
                   l2_prefetch_kb=st.l2_prefetch_kb if st is not None else 0,
@@ -249,6 +255,10 @@ def build_step(spec: ModelSpec, tiling: Tiling, n_programs: int, world: int = 1,
             min(triton.cdiv(K, bk) for _, K, bk in ops), n_programs))
     g = StepGraph(spec, tiling, world=world)
     tg = tiling
+    # the counter a group's QKV tasks signal: per group, or per layer where the q / k norms span
+    # every head (ModelSpec.qk_norm_full: QKNORM tasks then wait for all of the layer's tiles)
+    qkv_key = (lambda l, kv: ("qkv", l, 0)) if spec.qk_norm_full else \
+        (lambda l, kv: ("qkv", l, kv))
     elt = 2
     tp = world > 1
     g.add(Task(Op.EMBED, 0, (0, T, 0), ("tok",), ("emb",), COST.task_overhead_bytes, -1))
@@ -275,7 +285,7 @@ def build_step(spec: ModelSpec, tiling: Tiling, n_programs: int, world: int = 1,
             for a, b in ranges(per_group, max(1, parts)):
                 if split_attn:
                     g.add(Task(Op.QKV, l, (kv, a, b), prev,
-                               ("qkn" if tg.norm_in_qkv else "qkv", l, kv),
+                               ("qkn", l, kv) if tg.norm_in_qkv else qkv_key(l, kv),
                                COST.task_overhead_bytes + (b - a) * qkv_tile_bytes))
                 else:
                     g.add(Task(Op.QKV_ATTN, l, (kv, a, b), prev, ("merge", l),
@@ -284,7 +294,7 @@ def build_step(spec: ModelSpec, tiling: Tiling, n_programs: int, world: int = 1,
         qkv_done = (lambda kv: ("qkn", l, kv)) if tg.qk_defer else (lambda kv: ("qkv", l, kv))
         if tg.qk_defer and not tg.norm_in_qkv and split_attn:
             for kv in range(s.n_kv_heads):
-                g.add(Task(Op.QKNORM, l, (kv, 0, 0), ("qkv", l, kv), ("qkn", l, kv),
+                g.add(Task(Op.QKNORM, l, (kv, 0, 0), qkv_key(l, kv), ("qkn", l, kv),
                            COST.task_overhead_bytes))
         for kv in range(s.n_kv_heads if split_attn else 0):
             for sp in range(tg.n_splits):

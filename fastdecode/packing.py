@@ -7,7 +7,8 @@ GEMV tiles (row-major [N, K], K contiguous, so a tile streams whole 16-byte-alig
                                       row ffn + n in the same tile)
     w_down [L, d, ffn]
     norms  [L, d] (before attention / the MLP; after them too where the family has them:
-           ModelSpec.post_norms); qk_norm [L, 2, hd] (Qwen3); biases where the family has them
+           ModelSpec.post_norms); qk_norm [L, 2, hd] (Qwen3; OLMo 2's over all heads: [L, H + KVH,
+           hd]); biases where the family has them
     embed  [V, d]; lm_head [V, d] (the same tensor when the embeddings are tied)
 Stacking over layers gives every op one base pointer plus a layer stride (what the megakernel needs).
 """
@@ -175,8 +176,10 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
         b_o=on_first_rank(stack((attn.format("o", "bias"), None)) if spec.o_bias else None),
         b_gu=stack(("mlp.gate_proj.bias", f), ("mlp.up_proj.bias", f)) if spec.mlp_bias else None,
         b_down=on_first_rank(stack(("mlp.down_proj.bias", None)) if spec.mlp_bias else None),
+        # [L, 2, hd] (q's, k's), or by head slot [L, H + KVH, hd] for norms over all heads
         qk_norm=stack(("self_attn.q_norm.weight", None), ("self_attn.k_norm.weight", None))
-        .view(spec.n_layers, 2, spec.head_dim) if spec.qk_norm else None,
+        .view(spec.n_layers, sp.n_heads + sp.n_kv_heads if spec.qk_norm_full else 2,
+              spec.head_dim) if spec.qk_norm else None,
     )
     _check_shapes(pw, spec.vocab_size)
     _permute_rope_dims(pw)

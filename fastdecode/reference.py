@@ -86,17 +86,25 @@ def norm_rope(y, norm_w, cos, sin, eps, after=False):
     return y if after else rope(y, cos, sin)
 
 
+def heads_norm(y, w, eps):
+    """y [T, n, hd] RMS-normalized over all its heads at once (OLMo 2's q / k norms), w [n, hd]."""
+    return rmsnorm(y.reshape(y.shape[0], -1), w.reshape(-1), eps).view(y.shape)
+
+
 def qkv_rope(x, w_qkv, norm_w, cos, sin, pos, k_cache, v_cache, *, n_heads, eps, bias=None,
-             qk_norm=None, num=None, qk_norm_after=False):
+             qk_norm=None, num=None, qk_norm_after=False, qk_norm_full=False):
     """Writes k/v of the T tokens at positions pos..pos+T-1 into the layer's cache; returns q fp32
-    [T, H, hd]. The q / k norms (qk_norm; after RoPE if qk_norm_after) are this module's rmsnorm
-    whatever num's."""
+    [T, H, hd]. The q / k norms (qk_norm; after RoPE if qk_norm_after; over all heads at once,
+    qk_norm [H + KVH, hd], if qk_norm_full) are this module's rmsnorm whatever num's."""
     T = x.shape[0]
     KVH, S, HD = k_cache.shape
     p = int(pos)
     y = gemv(x, w_qkv, norm_w=norm_w, eps=eps, bias=bias, num=num).view(T, n_heads + 2 * KVH, HD)
     q, k, v = y.split([n_heads, KVH, KVH], dim=1)
     c, s = cos[p:p + T].float(), sin[p:p + T].float()
+    if qk_norm_full:
+        q, k = heads_norm(q, qk_norm[:n_heads], eps), heads_norm(k, qk_norm[n_heads:], eps)
+        qk_norm = None
     q, k = (norm_rope(y, None if qk_norm is None else qk_norm[i], c, s, eps, qk_norm_after)
             for i, y in enumerate((q, k)))
     k_cache[:, p:p + T] = k.transpose(0, 1).to(k_cache.dtype)
@@ -210,7 +218,7 @@ def attention_block(pw, l, h, pos, k_cache, v_cache, cos, sin, num=FP32):
     pick = lambda t: None if t is None else t[l]  # noqa: E731
     q = qkv_rope(h, pw.w_qkv[l], pw.pre_norm(0, l), cos, sin, pos, k_cache, v_cache,
                  n_heads=s.n_heads, eps=s.rms_eps, bias=pick(pw.b_qkv), qk_norm=pick(pw.qk_norm),
-                 num=num, qk_norm_after=s.qk_norm_after)
+                 num=num, qk_norm_after=s.qk_norm_after, qk_norm_full=s.qk_norm_full)
     o = num.attend(q.to(pw.dtype), k_cache, v_cache, pos, window=s.layer_windows[l],
                    softcap=s.attn_softcap)
     return gemv(o.to(pw.dtype), pw.w_o[l], bias=pick(pw.b_o), num=num)

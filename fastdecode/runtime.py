@@ -464,7 +464,7 @@ class Runtime:
             ops.qkv_rope(h, pw.w_qkv[l], pw.pre_norm(0, l), *st.rope.layer(l), st.pos,
                          st.k_cache[l], st.v_cache[l], n_heads=s.n_heads, eps=s.rms_eps, bias=b_qkv,
                          qk_norm=qk_norm, q_out=st.q[:T], raw=st.qk_raw,
-                         qk_norm_after=s.qk_norm_after)
+                         qk_norm_after=s.qk_norm_after, qk_norm_full=s.qk_norm_full)
             ops.attention(st.q[:T], st.k_cache[l], st.v_cache[l], st.pos,
                           window=s.layer_windows[l], softcap=s.attn_softcap,
                           n_splits=st.o_part.shape[0],
@@ -675,7 +675,7 @@ class Runtime:
             BIAS_QKV=pw.b_qkv is not None,
             QK_NORM=qk_norm_mode(pw.qk_norm is not None and not tg.qk_defer, s.qk_norm_after),
             QK_DEFER=tg.qk_defer, QKN_SLOTS=qk_norm_slots(G),
-            QKN_ORDER=qk_norm_mode(True, s.qk_norm_after),
+            QKN_ORDER=qk_norm_mode(True, s.qk_norm_after, s.qk_norm_full),
             BLOCK_HALF=triton.next_power_of_2(s.head_dim // 2),
             BIAS_O=pw.b_o is not None, BIAS_MLP=pw.b_gu is not None, ACT=GLU_ACTS[s.act],
             SAMPLE=sampling.do_sample, BLOCK_T=tg.block_t, STREAM=tg.stream, RQ=tg.rows_q,

@@ -83,10 +83,14 @@ class Family:
     # where the config sets a sliding window, the full-attention layers take no RoPE (EXAONE 4's
     # hybrid attention: ModelSpec.nope_layers)
     full_layers_nope: bool = False
+    # the q / k norms are one RMSNorm over all q heads' rows at once and one over all k heads'
+    # (OLMo 2 / 3: weights [H * hd], [KVH * hd]), not one per head
+    qk_norm_full: bool = False
 
 
 _GEMMA_POST = ("input_layernorm", "pre_feedforward_layernorm", "post_attention_layernorm",
                "post_feedforward_layernorm")
+_POST_ONLY = (None, None, "post_attention_layernorm", "post_feedforward_layernorm")
 FAMILIES: dict[str, Family] = {
     "llama": Family(qkv_bias=False, qk_norm=False, window_field=None),
     "mistral": Family(qkv_bias=False, qk_norm=False, window_field=None),
@@ -148,9 +152,14 @@ FAMILIES: dict[str, Family] = {
     # q / k / v biases) with norms after the attention and the MLP
     # EXAONE 4: norms after the attention and the MLP and none before, q / k RMSNorms, the
     # full-attention layers without RoPE where the config sets a sliding window
-    "exaone4": Family(qkv_bias=False, qk_norm=True, window_field=None, norms=(
-        None, None, "post_attention_layernorm", "post_feedforward_layernorm"),
-        full_layers_nope=True),
+    "exaone4": Family(qkv_bias=False, qk_norm=True, window_field=None, norms=_POST_ONLY,
+                      full_layers_nope=True),
+    # OLMo 2 / 3: norms after the blocks and none before, q / k norms over all heads at once;
+    # OLMo 3 adds sliding-window layers with a RoPE of their own
+    "olmo2": Family(qkv_bias=False, qk_norm=True, window_field=None, norms=_POST_ONLY,
+                    qk_norm_full=True),
+    "olmo3": Family(qkv_bias=False, qk_norm=True, window_field=None, norms=_POST_ONLY,
+                    qk_norm_full=True, local_rope=True),
     "glm4": Family(qkv_bias=False, qk_norm=False, window_field=None, fused=True,
                    partial_rotary=True, interleaved_rope=True,
                    bias_fields=("attention_bias", None, None), norms=(
@@ -164,8 +173,6 @@ FAMILIES: dict[str, Family] = {
 TEXT_OF = ("mistral3", "llava", "llava_next", "llava_onevision", "gemma3")
 # why some model types a user may try are not supported (UnsupportedModelError says it)
 UNSUPPORTED = {
-    **{mt: "its q / k RMSNorms over all heads at once (q_proj's whole output), not per head"
-       for mt in ("olmo2", "olmo3")},
     **{mt: "a mixture of experts" for mt in ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3",
                                              "gpt_oss", "llama4_text", "olmoe", "granitemoe")},
     **{mt: "a vision-language model (its text model alone is not read)" for mt in (
@@ -217,6 +224,7 @@ class ModelSpec:
     # block's output is normalized whole, so its row-parallel sums go through REDUCE tasks
     post_norms: bool = False
     pre_norms: bool = True  # RMSNorms before the attention and the MLP (EXAONE 4: none)
+    qk_norm_full: bool = False  # the q / k norms over all heads at once (Family.qk_norm_full)
     # the sliding-window layers' rope dict ({}: they rotate as the others; Family.local_rope)
     local_rope: dict = field(default_factory=dict)
     # soft-capping, cap tanh(x / cap) (0: none): of the attention scores (after the scale) and
@@ -302,6 +310,10 @@ class ModelSpec:
         for what, n in (("num_attention_heads", self.n_heads), ("intermediate_size", self.ffn_dim)):
             if n % world:
                 raise TensorParallelError(f"tp={world} does not divide {what}={n}")
+        if self.qk_norm_full and world > 1:
+            raise TensorParallelError(f"{self.family}: its q / k norms span every head, which "
+                                      f"tp={world} splits over ranks (tensor parallelism is not "
+                                      "supported for it)")
         kvh = self.n_kv_heads
         if kvh % world and world % kvh:
             raise TensorParallelError(
@@ -524,7 +536,7 @@ class ModelSpec:
             max_position=int(getattr(cfg, "max_position_embeddings", 1 << 30) or (1 << 30)),
             rotary_dim=0 if rot == hd else rot, rope_interleaved=fam.interleaved_rope,
             nope_layers=nope, act=ACTS[act], post_norms=fam.norms[2] is not None,
-            pre_norms=fam.norms[0] is not None,
+            pre_norms=fam.norms[0] is not None, qk_norm_full=fam.qk_norm_full,
             local_rope=local if any(windows) else {}, attn_softcap=caps[0],
             logit_softcap=caps[1])
 

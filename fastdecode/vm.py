@@ -147,10 +147,16 @@ class VM:
         s, pw, st, tg = self.spec, self.pw, self.st, self.tiling
         p = self.pos + torch.arange(tg.T, device=st.h.device)
         cos, sin = st.rope.layer(l)
+        raw = st.qk_raw[:tg.T]
+        if s.qk_norm_full:  # over every group's heads (all QKV tasks of the layer waited for)
+            H = s.n_heads
+            raw = torch.cat([R.heads_norm(raw[:, :H], pw.qk_norm[l, :H], s.rms_eps),
+                             R.heads_norm(raw[:, H:], pw.qk_norm[l, H:], s.rms_eps)], 1)
         for j in [kv * s.group + i for i in range(s.group)] + [s.n_heads + kv]:
             is_q = j < s.n_heads
-            y = R.norm_rope(st.qk_raw[:tg.T, j][:, None], pw.qk_norm[l, 0 if is_q else 1],
-                            cos[p], sin[p], s.rms_eps, s.qk_norm_after)[:, 0].to(pw.dtype)
+            w = None if s.qk_norm_full else pw.qk_norm[l, 0 if is_q else 1]
+            y = R.norm_rope(raw[:, j][:, None], w, cos[p], sin[p], s.rms_eps,
+                            s.qk_norm_after)[:, 0].to(pw.dtype)
             if is_q:
                 st.q[:tg.T, j] = y
             else:

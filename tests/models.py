@@ -109,6 +109,19 @@ FAMILIES = {
         hidden_size=48, intermediate_size=62, num_attention_heads=6, num_key_value_heads=2,
         head_dim=8, sliding_window=5, sliding_window_pattern=2, tie_word_embeddings=True,
         pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    # olmo2: norms after the blocks and none before, q / k RMSNorms over all heads at once, GQA
+    # 3:1, head_dim 8; olmo3: the same with a layer sliding (a window of 5 keys, RoPE base 100)
+    # and one full (linear rope scaling): its layer_types name two layers
+    "olmo2": (_tf("Olmo2Config"), _tf("Olmo2ForCausalLM"), dict(
+        hidden_size=48, intermediate_size=58, num_attention_heads=6, num_key_value_heads=2,
+        head_dim=8, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    "olmo3": (_tf("Olmo3Config"), _tf("Olmo3ForCausalLM"), dict(
+        hidden_size=48, intermediate_size=58, num_attention_heads=6, num_key_value_heads=2,
+        head_dim=8, sliding_window=5, layer_types=["sliding_attention", "full_attention"],
+        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
+                         "full_attention": {"rope_type": "linear", "factor": 2.0,
+                                            "rope_theta": 10000.0}},
+        pad_token_id=0, bos_token_id=1, eos_token_id=2)),
     # glm4: GLM's layout (fused gate|up, interleaved RoPE on half of each head, q/k/v biases)
     # with norms after the attention and the MLP, GQA 3:1
     "glm4": (_tf("Glm4Config"), _tf("Glm4ForCausalLM"), dict(

@@ -110,6 +110,33 @@ def test_qkv_rope(T, group, KVH, HD, K, pos, seed, dtype, bias, qk, pairs, strea
     assert torch.equal(kc[:, :pos], kc2[:, :pos]) and torch.equal(kc[:, pos + T:], kc2[:, pos + T:])
 
 
+@given(T=TOKENS, group=st.sampled_from([1, 3]), KVH=st.integers(1, 3),
+       HD=st.sampled_from([2, 8, 24]), K=st.integers(2, 90), pos=st.integers(0, 20),
+       seed=st.integers(0, 2**31 - 1), dtype=DTYPES, stream=STREAMS)
+def test_qkv_rope_norm_over_all_heads(T, group, KVH, HD, K, pos, seed, dtype, stream):
+    """OLMo 2's q / k norms: one RMSNorm over all H q heads' rows (H x HD long) and one over the
+    KVH k heads', weights by head slot [H + KVH, HD] (QK_NORM_FULL, deferred at every T: the
+    raw rows, then one qk_norm_rope_kernel program per KV group, each summing every head). The
+    tolerance rejects the per-head norm of the same weights (where a token has several heads)."""
+    g = torch.Generator().manual_seed(seed)
+    H, S = group * KVH, pos + T + 3
+    x, w, nw, cos, sin, b, _, kc, vc = _qkv_case(T, H, KVH, HD, K, pos, S, dtype, g, False, False)
+    qkn = rnd(H + KVH, HD, dtype=dtype, seed_gen=g, shift=1)
+    kc2, vc2 = kc.clone(), vc.clone()
+    p = torch.tensor([pos], dtype=torch.int32, device=DEVICE)
+    kw = dict(n_heads=H, eps=1e-5, qk_norm=qkn, qk_norm_full=True)
+    q = ops.qkv_rope(x, w, nw, cos, sin, p, kc, vc, stream=stream if T == 1 else None, **kw)
+    q_ref = R.qkv_rope(x, w, nw, cos, sin, pos, kc2, vc2, **kw)
+    assert defer_qk_norm(True, T, True)
+    assert_close(q, q_ref, dtype, K, "q")
+    assert_close(kc, kc2, dtype, K, "k cache")
+    if H > 1:
+        y = R.gemv(x, w, norm_w=nw, eps=1e-5).view(T, -1, HD)[:, :H]
+        per_head = torch.cat([R.norm_rope(y[:, i:i + 1], qkn[i], cos[pos:pos + T].float(),
+                                          sin[pos:pos + T].float(), 1e-5) for i in range(H)], 1)
+        assert not close(q, per_head, dtype, K)
+
+
 @pytest.mark.parametrize("HD,pairs,stream", [(6, None, None), (40, 2, None),
                                              (24, None, StreamConfig(64, 4, 1, max_k=16))])
 def test_qkv_rope_decode_defers_qk_norm(HD, pairs, stream):

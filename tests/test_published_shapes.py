@@ -11,9 +11,9 @@ copy of the tied head), Seed-OSS-36B (GQA 10:1, q_dim 10240 on a d_model of 5120
 (layers without RoPE, GQA 4:1, tied 128K vocabulary), GLM-4-9B (GQA 16:1, interleaved partial
 rotary), Gemma-2B / 7B (GeGLU, head_dim 256), Gemma-2-2B (norms after the blocks, soft-capped
 attention and logits), Gemma-3-1B / 4B (norms after the blocks, q / k norms, a RoPE per layer
-type) and GLM-4-9B-0414 (norms after the blocks) -- at their real
-matrix sizes (random bf16 weights, biases and norm weights perturbed so those paths carry
-signal), two layers each, against the Hugging Face model.
+type), OLMo-2-1B (q / k norms over all heads, no norms before the blocks) and GLM-4-9B-0414
+(norms after the blocks) -- at their real matrix sizes (random bf16 weights, biases and norm
+weights perturbed so those paths carry signal), two layers each, against the Hugging Face model.
 
 The reference is the HF model itself in fp32 on the same (bf16-valued) weights. fastdecode keeps
 fp32 accumulators and rounds activations to bf16 at about six points a layer (the normed input
@@ -55,7 +55,8 @@ SHAPES = [("3b", {}), ("qwen2.5-0.5b", {}), ("qwen2.5-7b", {}), ("qwen2.5-14b", 
           ("gemma-7b", {}),
           # a sliding layer (window cut to 24) and a full one, each with its own RoPE table
           *[(k, {"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 24})
-            for k in ("gemma2-2b", "gemma3-1b", "gemma3-4b")], ("glm4-9b-0414", {})]
+            for k in ("gemma2-2b", "gemma3-1b", "gemma3-4b")], ("glm4-9b-0414", {}),
+          ("olmo2-1b", {})]
 
 
 def _model(key, overrides):

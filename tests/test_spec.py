@@ -90,6 +90,10 @@ def test_family_differences():
     # no window: every layer rotates, as HF's (its RoPE skip needs a sliding window set)
     assert spec_of("exaone4", sliding_window=None, layer_types=["full_attention"] * 2
                    ).nope_layers == ()
+    o2, o3 = spec("olmo2"), spec("olmo3")
+    assert o2.qk_norm_full and not o2.pre_norms and o2.post_norms and not o2.local_rope
+    assert o3.qk_norm_full and o3.layer_windows == (5, 0) and o3.sliding_rope().rope_theta == 100
+    assert not spec("qwen3").qk_norm_full
     g4, g3 = spec("glm4"), spec("gemma3_text")
     assert g4.post_norms and not gl.post_norms and g4.rot == 6 and not g4.local_rope
     assert g3.post_norms and g3.qk_norm and g3.act == "gelu_tanh" and g3.layer_windows == (5, 0)
@@ -115,7 +119,6 @@ def _raw(**kw):  # a config HF itself would refuse to build (odd head_dim)
     (lambda: tf.GPT2Config(), "'gpt2' is not supported \\(LayerNorm"),
     (lambda: tf.MixtralConfig(), "mixture of experts"),
     (lambda: tf.Gemma3TextConfig(use_bidirectional_attention=True), "bidirectional"),
-    (lambda: tf.Olmo2Config(), "q / k RMSNorms over all heads at once"),
     (lambda: _raw(attn_logit_softcapping=-1.0), "negative soft-capping"),
     (lambda: _raw(rope_parameters={"full_attention": {"rope_type": "default"},
                                    "sliding_attention": {"rope_type": "default"}}),

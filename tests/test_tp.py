@@ -122,6 +122,8 @@ def test_bad_tp_sizes_raise():
         packed(tiny_model("qwen2"), 0, 2)              # 3 KV heads over 2 ranks
     for world in (1, 2, 6):                          # 6: each KV head on 3 ranks
         spec.check_tp(world)
+    with pytest.raises(TensorParallelError, match="span every head"):
+        packed(tiny_model("olmo2"), 0, 2)              # q / k norms over all heads: one rank
 
 
 @pytest.mark.parametrize("family,world", [("qwen3", 2), ("llama_bias_tied", 4), ("mistral", 4),

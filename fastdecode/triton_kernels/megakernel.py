@@ -45,7 +45,7 @@ from .attention import attention_body, attn_merge_body, kv_prefetch
 from .embedding import embedding_body
 from .gemv import gemv_body, stream_start
 from .lm_head import choose_merge_body, lm_head_body
-from .qkv_rope import qk_norm_rope_body, qkv_rope_body, qkv_start
+from .qkv_rope import QK_NORM_FULL, qk_norm_rope_body, qkv_rope_body, qkv_start
 
 TW: tl.constexpr = tl.constexpr(TRACE_WORDS)
 OP_EMBED: tl.constexpr = tl.constexpr(int(Op.EMBED))
@@ -178,8 +178,12 @@ def qk_norm_group(layer, g, qkraw_ptr, qkn_ptr, cos_ptr, sin_ptr, pos, q_ptr, kc
                   eps, H, KVH, HD, GROUP, BLOCK_SLOT: tl.constexpr, BLOCK_HALF: tl.constexpr,
                   QKN_ORDER: tl.constexpr):
     """Layer `layer`'s KV group g q/k-normalized and rotated (a QKNORM task, or the QKV task that
-    completes the group's tiles: NORM_IN_QKV)."""
-    qk_norm_rope_body(qkraw_ptr, qkn_ptr + layer * 2 * HD, cos_ptr, sin_ptr, pos, q_ptr,
+    completes the group's tiles: NORM_IN_QKV). The layer's norm weights: [2, HD] (q's, k's), or
+    [H + KVH, HD] for norms over all heads (QK_NORM_FULL, packing.PackedWeights.qk_norm)."""
+    rows = 2
+    if QKN_ORDER == QK_NORM_FULL:
+        rows = H + KVH
+    qk_norm_rope_body(qkraw_ptr, qkn_ptr + layer * rows * HD, cos_ptr, sin_ptr, pos, q_ptr,
                       kc_ptr + layer * KVH * S * HD, T, S, eps, H, KVH, HD, g, GROUP, BLOCK_SLOT,
                       BLOCK_HALF, QKN_ORDER)
 

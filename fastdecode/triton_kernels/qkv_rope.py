@@ -7,7 +7,9 @@ each new token t at position p = pos + t:
     y       = rmsnorm_hd(y) * {q,k}_norm      (Qwen3, q and k heads only)
     y       = y*cos(p) + rotate_half(y)*sin(p)                (q and k heads; rotate_half pairs
                                                                element i with i + hd/2, as HF)
-    (HunYuan: the two lines the other way round -- QK_NORM, qk_norm_mode)
+    (HunYuan: the two lines the other way round -- QK_NORM, qk_norm_mode; OLMo 2: one RMSNorm
+     over all q heads' rows at once and one over all k heads', weights [(H + KVH) * hd] --
+     QK_NORM_FULL, always deferred)
     q[t, j] = y | k_cache[j-H, p] = y | v_cache[j-H-KVH, p] = y
 A tile is BLOCK_H rotation pairs (row i of the lo half [0, hd/2) with row i of the hi half
 [hd/2, hd)) of one head, so the rotation needs no cross-thread shuffle: with 4 pairs per tile
@@ -32,14 +34,18 @@ from .config import StreamConfig, gemv_config, qkv_pairs, stream_ptx, use_pdl
 from .gemv import block_t
 
 # the QK_NORM constexpr of the bodies: 0 none, the q / k RMSNorm before RoPE (Qwen3) or after it
-# (HunYuan: ModelSpec.qk_norm_after)
+# (HunYuan: ModelSpec.qk_norm_after), or over all heads at once before RoPE (OLMo 2:
+# ModelSpec.qk_norm_full; qk_norm_rope_body only)
 QK_NORM_FIRST = tl.constexpr(1)
 QK_NORM_AFTER_ROPE = tl.constexpr(2)
+QK_NORM_FULL = tl.constexpr(3)
 
 
-def qk_norm_mode(qk_norm: bool, after: bool) -> int:
+def qk_norm_mode(qk_norm: bool, after: bool, full: bool = False) -> int:
     """The QK_NORM value of a model's QKV tiles (0 without q / k norm)."""
-    return 0 if not qk_norm else (QK_NORM_AFTER_ROPE if after else QK_NORM_FIRST).value
+    if not qk_norm:
+        return 0
+    return (QK_NORM_FULL if full else QK_NORM_AFTER_ROPE if after else QK_NORM_FIRST).value
 
 
 def qk_norm_slots(group: int) -> int:
@@ -47,10 +53,11 @@ def qk_norm_slots(group: int) -> int:
     return triton.next_power_of_2(group + 1)
 
 
-def defer_qk_norm(qk_norm: bool, T: int) -> bool:
+def defer_qk_norm(qk_norm: bool, T: int, full: bool = False) -> bool:
     """Decode (T=1) with q/k RMSNorm runs it after the QKV tiles (DEFER), in both modes; prefill
-    chunks keep whole-head tiles (their tl.dot tiles have >= 16 pairs anyway)."""
-    return qk_norm and T == 1
+    chunks keep whole-head tiles (their tl.dot tiles have >= 16 pairs anyway). A norm over all
+    heads (full) always runs after them: no tile holds every head."""
+    return qk_norm and (T == 1 or full)
 
 
 @triton.jit
@@ -320,6 +327,20 @@ def qkv_rope_store(lo, hi, nlo, nhi, c, s, j, offs_t, offs_h, mask, p, q_ptr, k_
 
 
 @triton.jit
+def heads_rstd(row_ptr, j0, n, HD, eps, BLOCK_SLOT: tl.constexpr, BLOCK_HALF: tl.constexpr):
+    """1 / sqrt(mean(x^2) + eps) over heads [j0, j0 + n) of one token's raw rows row_ptr
+    [heads, HD] fp32, BLOCK_SLOT heads a round (QK_NORM_FULL's statistics)."""
+    offs = tl.arange(0, BLOCK_SLOT)[:, None] * HD + tl.arange(0, 2 * BLOCK_HALF)[None, :]
+    ok = (tl.arange(0, 2 * BLOCK_HALF) < HD)[None, :]
+    ss = tl.zeros([BLOCK_SLOT, 2 * BLOCK_HALF], dtype=tl.float32)
+    for h0 in range(j0, j0 + n, BLOCK_SLOT):
+        m = ((h0 + tl.arange(0, BLOCK_SLOT)) < j0 + n)[:, None] & ok
+        x = tl.load(row_ptr + h0 * HD + offs, mask=m, other=0.0)
+        ss += x * x
+    return 1.0 / tl.sqrt(tl.sum(tl.sum(ss, axis=1), axis=0) / (n * HD) + eps)
+
+
+@triton.jit
 def qk_norm_rope_body(raw_ptr, qk_norm_ptr, cos_ptr, sin_ptr, pos, q_ptr, k_ptr, T, S, eps,
                       H, KVH, HD, g, GROUP, BLOCK_SLOT: tl.constexpr, BLOCK_HALF: tl.constexpr,
                       QK_NORM: tl.constexpr = QK_NORM_FIRST):
@@ -329,14 +350,20 @@ def qk_norm_rope_body(raw_ptr, qk_norm_ptr, cos_ptr, sin_ptr, pos, q_ptr, k_ptr,
     [BLOCK_SLOT >= GROUP + 1, BLOCK_HALF >= HD / 2] tile per token, so their loads go out
     together: this runs on the attention chain (the HBM idles), where a head at a time cost a
     dependent L2 round trip each (Qwen3-8B, 2026-12-01 trace: ~7 us from a group's last QKV
-    tile to its attention's end, ~3.7 us without q/k norm)."""
+    tile to its attention's end, ~3.7 us without q/k norm).
+    QK_NORM_FULL (OLMo 2): the q rows normalized over all H heads at once, the k rows over all
+    KVH (heads_rstd: every group's raw rows, which the caller has waited for), weights
+    qk_norm_ptr [(H + KVH), HD] by head slot; then RoPE."""
     half = HD // 2
     offs_h = tl.arange(0, BLOCK_HALF)
     slot = tl.arange(0, BLOCK_SLOT)
     m = (slot < GROUP + 1)[:, None] & (offs_h < half)[None, :]
     j = tl.where(slot < GROUP, g * GROUP + slot, H + g)  # the group's q heads, then its k head
-    # q / k norm weights: row 0 for q heads, row 1 for the k head
-    nrm = qk_norm_ptr + (j >= H).to(tl.int32)[:, None] * HD + offs_h[None, :]
+    # q / k norm weights: row 0 for q heads, row 1 for the k head (QK_NORM_FULL: row j)
+    row = (j >= H).to(tl.int32)
+    if QK_NORM == QK_NORM_FULL:
+        row = j
+    nrm = qk_norm_ptr + row[:, None] * HD + offs_h[None, :]
     nlo = tl.load(nrm, mask=m, other=0.0).to(tl.float32)
     nhi = tl.load(nrm + half, mask=m, other=0.0).to(tl.float32)
     for t in range(0, T):
@@ -346,7 +373,15 @@ def qk_norm_rope_body(raw_ptr, qk_norm_ptr, cos_ptr, sin_ptr, pos, q_ptr, k_ptr,
         hi = tl.load(src + half, mask=m, other=0.0)
         c = tl.load(cos_ptr + p * half + offs_h, mask=offs_h < half, other=1.0)[None, :]
         s = tl.load(sin_ptr + p * half + offs_h, mask=offs_h < half, other=0.0)[None, :]
-        lo, hi = norm_rotate(lo, hi, nlo, nhi, c, s, eps, HD, QK_NORM)
+        if QK_NORM == QK_NORM_FULL:
+            rq = heads_rstd(raw_ptr + t * (H + KVH) * HD, 0, H, HD, eps, BLOCK_SLOT, BLOCK_HALF)
+            rk = heads_rstd(raw_ptr + t * (H + KVH) * HD, H, KVH, HD, eps, BLOCK_SLOT,
+                            BLOCK_HALF)
+            r = tl.where(j < H, rq, rk)[:, None]
+            lo, hi = lo * r * nlo, hi * r * nhi
+            lo, hi = lo * c - hi * s, hi * c + lo * s
+        else:
+            lo, hi = norm_rotate(lo, hi, nlo, nhi, c, s, eps, HD, QK_NORM)
         dst = tl.where(j < H, q_ptr + (t * H + j) * HD, k_ptr + ((j - H) * S + p) * HD)
         dst = dst[:, None] + offs_h[None, :]
         tl.store(dst, lo.to(q_ptr.dtype.element_ty), mask=m)
@@ -416,11 +451,12 @@ def qkv_tile(head_dim: int, qk_norm: bool, T: int, K: int, device, pairs=None,
 
 def qkv_rope(x, w_qkv, norm_w, cos, sin, pos, k_cache, v_cache, *, n_heads, eps, bias=None,
              qk_norm=None, q_out=None, pairs=None, stream: StreamConfig | None = None, raw=None,
-             qk_norm_after: bool = False):
+             qk_norm_after: bool = False, qk_norm_full: bool = False):
     """x [T, d]; w_qkv [(H+2KVH)*hd, d]; norm_w [d] (None: x not normalized, a model without
     norms before its blocks); cos/sin [S, hd/2] fp32; pos int32 [1] on device;
     k_cache/v_cache [KVH, S, hd] of one layer (written at rows pos..pos+T-1); qk_norm [2, hd] or
-    None (qk_norm_after: applied after RoPE); pairs: rotation pairs per program (default:
+    None (qk_norm_after: applied after RoPE; qk_norm_full: [H + KVH, hd], one norm over all q
+    heads and one over all k heads, QK_NORM_FULL); pairs: rotation pairs per program (default:
     config.py's tile); stream: the megakernel's decode tile (qkv_tile); raw: fp32 scratch of
     >= T * (H + KVH) * hd for the deferred q/k norm (defer_qk_norm; allocated if None). Returns q
     [T, H, hd]."""
@@ -428,7 +464,7 @@ def qkv_rope(x, w_qkv, norm_w, cos, sin, pos, k_cache, v_cache, *, n_heads, eps,
     KVH, S, HD = k_cache.shape
     if q_out is None:
         q_out = torch.empty(T, n_heads, HD, device=x.device, dtype=k_cache.dtype)
-    defer = defer_qk_norm(qk_norm is not None, T)
+    defer = defer_qk_norm(qk_norm is not None, T, qk_norm_full)
     if defer and raw is None:
         raw = torch.empty(T, n_heads + KVH, HD, device=x.device, dtype=torch.float32)
     BT = block_t(T)
@@ -455,5 +491,6 @@ def qkv_rope(x, w_qkv, norm_w, cos, sin, pos, k_cache, v_cache, *, n_heads, eps,
         qk_norm_rope_kernel[(KVH,)](raw, qk_norm, cos, sin, pos, q_out, k_cache, T, S, eps,
                                     n_heads, KVH, HD, G, BLOCK_SLOT=qk_norm_slots(G),
                                     BLOCK_HALF=triton.next_power_of_2(HD // 2), PDL=pdl,
-                                    QK_NORM=qk_norm_mode(True, qk_norm_after), launch_pdl=pdl)
+                                    QK_NORM=qk_norm_mode(True, qk_norm_after, qk_norm_full),
+                                    launch_pdl=pdl)
     return q_out
