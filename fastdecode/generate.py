@@ -51,7 +51,8 @@ def check_hf_kwargs(kwargs):
                              f"groups, guidance or encoder; a custom token "
                              f"choice as a logits_processor / stopping_criteria callable)")
     unknown = set(kwargs) - _HARMLESS - set(_NEUTRAL)
-    images = sorted(unknown & {"pixel_values", "image_sizes", "pixel_attention_mask"})
+    images = sorted(unknown & {"pixel_values", "image_sizes", "pixel_attention_mask",
+                               "image_grid_thw", "pixel_values_videos", "video_grid_thw"})
     if images:  # a vision-language model's language model decodes alone (spec.TEXT_OF)
         raise TypeError(f"generate() got {images}: images are not supported (fastdecode runs a "
                         f"vision-language model's language model alone, on text)")

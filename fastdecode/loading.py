@@ -11,7 +11,7 @@ from typing import Callable
 import torch
 
 from .gguf_file import GGUFArray, GGUFFile, dequantize
-from .spec import UnsupportedModelError
+from .spec import TEXT_OF, UnsupportedModelError
 
 Getter = Callable[..., "torch.Tensor | None"]  # get(hf_name, index=None)
 
@@ -41,7 +41,10 @@ def _json_config_suffices(d: dict) -> bool:
     windowed = d.get("sliding_window") and d.get("use_sliding_window",
                                                  d["model_type"] in ("mistral", "cwm", "gemma2",
                                                                      "gemma3_text"))
-    return "rms_norm_eps" in d and not (windowed and "layer_types" not in d)
+    # a vision-language config (TEXT_OF) through AutoConfig: a flat transformers-4 one (Qwen2-VL's
+    # text fields at its top level) then gets its text_config
+    return "rms_norm_eps" in d and not (windowed and "layer_types" not in d) and \
+        d["model_type"] not in TEXT_OF
 
 
 def load_config(path: str, gguf_file: str | None = None):

@@ -80,6 +80,9 @@ class Family:
     # the sliding-window layers rotate by a RoPE of their own (Gemma 3: rope_parameters per
     # layer type; transformers 4.x's rope_local_base_freq): ModelSpec.local_rope
     local_rope: bool = False
+    # a multimodal RoPE (Qwen2-VL's mrope): text tokens sit at one position on all its axes,
+    # which rotates as the default RoPE -- text-only decoding reads it as that
+    mrope: bool = False
     # where the config sets a sliding window, the full-attention layers take no RoPE (EXAONE 4's
     # hybrid attention: ModelSpec.nope_layers)
     full_layers_nope: bool = False
@@ -154,6 +157,9 @@ FAMILIES: dict[str, Family] = {
     # full-attention layers without RoPE where the config sets a sliding window
     "exaone4": Family(qkv_bias=False, qk_norm=True, window_field=None, norms=_POST_ONLY,
                       full_layers_nope=True),
+    # Qwen2-VL / Qwen2.5-VL's language models (their wrappers in TEXT_OF): Qwen2's layout
+    **{mt: Family(qkv_bias=True, qk_norm=False, window_field="use_sliding_window", mrope=True)
+       for mt in ("qwen2_vl_text", "qwen2_5_vl_text")},
     # OLMo 2 / 3: norms after the blocks and none before, q / k norms over all heads at once;
     # OLMo 3 adds sliding-window layers with a RoPE of their own
     "olmo2": Family(qkv_bias=False, qk_norm=True, window_field=None, norms=_POST_ONLY,
@@ -168,15 +174,16 @@ FAMILIES: dict[str, Family] = {
 }
 # vision-language models whose language model (text_config) is a supported family: it decodes
 # alone (no image is read; Mistral Small 3.x, LLaVA and LLaVA-NeXT / OneVision, Gemma 3 4B and
-# up), packing.
+# up, Qwen2-VL / Qwen2.5-VL), packing.
 # text_model_getter finding its tensors. (PaliGemma's prompt attends both ways: not among them.)
-TEXT_OF = ("mistral3", "llava", "llava_next", "llava_onevision", "gemma3")
+TEXT_OF = ("mistral3", "llava", "llava_next", "llava_onevision", "gemma3", "qwen2_vl",
+           "qwen2_5_vl")
 # why some model types a user may try are not supported (UnsupportedModelError says it)
 UNSUPPORTED = {
     **{mt: "a mixture of experts" for mt in ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3",
                                              "gpt_oss", "llama4_text", "olmoe", "granitemoe")},
     **{mt: "a vision-language model (its text model alone is not read)" for mt in (
-        "qwen2_vl", "qwen2_5_vl", "llama4")},
+        "llama4", "qwen3_vl")},
     "ministral3": "its position-dependent query scale, llama_4_scaling_beta",
     **{mt: "its MLP without a gate" for mt in ("arcee", "apertus", "nemotron")},
     **{mt: "LayerNorm, not RMSNorm" for mt in ("phi", "stablelm", "starcoder2", "cohere",
@@ -612,11 +619,15 @@ def _rope_kind(mt: str, fam: Family, rope: dict) -> dict:
     """The rope dict with its rope_type named as ROPE_TYPES does, or UnsupportedModelError."""
     kind = rope.get("rope_type", rope.get("type", "default"))
     kind = "longrope" if kind == "su" else kind  # Phi-3's first configs' name for it
+    if kind == "mrope" and fam.mrope:  # transformers 4.x's name of Qwen2-VL's (Family.mrope)
+        kind = "default"
     if kind == "dynamic" and fam.alpha_rope and rope.get("alpha"):
         kind = "ntk_alpha"
     if kind not in ROPE_TYPES:
         raise UnsupportedModelError(f"{mt}: rope_type={kind!r} is not supported ({ROPE_TYPES})")
-    return dict(rope, rope_type=kind)
+    out = {k: v for k, v in rope.items() if k != "type"}  # transformers 4.x's name of rope_type
+    out["rope_type"] = kind
+    return out
 
 
 def _rope_params(cfg, fam: Family) -> tuple[dict, dict]:

@@ -206,6 +206,14 @@ VLMS = {
         model_type="siglip_vision_model", hidden_size=32, intermediate_size=40,
         num_hidden_layers=1, num_attention_heads=2, image_size=32, patch_size=16),
         dict(mm_tokens_per_image=4, boi_token_index=97, eoi_token_index=98)),
+    # Qwen2.5-VL: its text config's own model_type and multimodal RoPE (3 axes of 1 / 2 / 2 of the
+    # head's 5 frequencies: one position on all of them for text)
+    "qwen2_5_vl": ("Qwen2_5_VLConfig", "Qwen2_5_VLForConditionalGeneration", "qwen2", dict(
+        depth=1, hidden_size=32, intermediate_size=40, num_heads=2, out_hidden_size=60,
+        fullatt_block_indexes=[0], patch_size=14),
+        dict(video_token_id=99, vision_start_token_id=98, text=dict(
+            model_type="qwen2_5_vl_text", rope_parameters={
+                "rope_type": "default", "rope_theta": 10000.0, "mrope_section": [1, 2, 2]}))),
 }
 
 
@@ -216,8 +224,12 @@ def tiny_vlm(kind: str, seed: int = 0, **top):
     if _tf(cfg_name) is None or family in MISSING:
         pytest.skip(f"transformers {tf.__version__} has no {cfg_name}")
     text = tiny_model(family, seed=seed)
-    cfg = _tf(cfg_name)(text_config=text.config.to_dict(), vision_config=vision,
-                        image_token_index=text.config.vocab_size - 1, **(own or [{}])[0], **top)
+    own = dict((own or [{}])[0])
+    text_cfg = dict(text.config.to_dict(), **own.pop("text", {}))  # the text config's own fields
+    cfg = _tf(cfg_name)(text_config=text_cfg, vision_config=vision,
+                        image_token_index=text.config.vocab_size - 1, **own, **top)
+    if hasattr(cfg, "image_token_id"):  # the name Qwen2-VL reads
+        cfg.image_token_id = text.config.vocab_size - 1
     model = _tf(model_name)(cfg).eval()
     lm = model.model.language_model
     with torch.no_grad():

@@ -212,8 +212,10 @@ def test_bad_inputs_raise(fm):
         fm.generate(ok, max_new_tokens=2, do_sample=True, min_p=1.5)
     with pytest.raises(TypeError, match="unsupported arguments"):
         fm.generate(ok, max_new_tokens=2, penalty_alpha=0.6)
-    with pytest.raises(TypeError, match="images are not supported"):
-        fm.generate(ok, max_new_tokens=2, pixel_values=torch.zeros(1, 3, 8, 8))
+    for images in (dict(pixel_values=torch.zeros(1, 3, 8, 8)),  # Qwen2-VL's grid sizes too
+                   dict(image_grid_thw=torch.ones(1, 3, dtype=torch.long))):
+        with pytest.raises(TypeError, match="images are not supported"):
+            fm.generate(ok, max_new_tokens=2, **images)
     with pytest.raises(ValueError, match="guidance_scale"):
         fm.generate(ok, max_new_tokens=2, guidance_scale=1.5)
     with pytest.raises(ValueError, match="stop_strings needs the model's tokenizer"):

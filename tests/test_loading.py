@@ -45,7 +45,7 @@ def _folder_packs_as_from_hf(path, model):
 
 
 @pytest.mark.parametrize("kind,tied", [("mistral3", False), ("mistral3", True), ("llava", False),
-                                       ("gemma3", True)])
+                                       ("gemma3", True), ("qwen2_5_vl", True)])
 def test_vision_language_folder_reads_its_text_model(tmp_path, kind, tied):
     """A vision-language checkpoint's files keep the language model under language_model.model.
     / language_model.lm_head. (the vision tower beside it, never read): from_pretrained packs the
@@ -55,6 +55,27 @@ def test_vision_language_folder_reads_its_text_model(tmp_path, kind, tied):
     model = tiny_vlm(kind, tie_word_embeddings=tied)
     model.save_pretrained(tmp_path)
     assert _folder_packs_as_from_hf(tmp_path, model).text_of == kind
+
+
+def test_qwen2_vl_transformers4_flat_config(tmp_path):
+    """A Qwen2.5-VL config.json as transformers 4.x wrote it -- the text model's fields at its top
+    level, the multimodal RoPE as rope_scaling {"type": "mrope"} -- goes through AutoConfig
+    (which nests them in text_config) and gives the spec of transformers 5's own config: mrope read
+    as the default RoPE (one position on every axis for text)."""
+    from fastdecode.loading import load_config
+    from models import tiny_vlm
+    model = tiny_vlm("qwen2_5_vl", tie_word_embeddings=True)
+    model.save_pretrained(tmp_path)
+    d = json.loads((tmp_path / "config.json").read_text())
+    text = d.pop("text_config")
+    text.pop("model_type")
+    rope = text.pop("rope_parameters")
+    d.update(text, rope_theta=rope["rope_theta"],
+             rope_scaling={"type": "mrope", "mrope_section": rope["mrope_section"]})
+    (tmp_path / "config.json").write_text(json.dumps(d))
+    spec = ModelSpec.from_hf_config(load_config(str(tmp_path)))
+    assert spec == ModelSpec.from_hf_config(model.config)
+    assert spec.family == "qwen2_5_vl_text" and spec.rope["rope_type"] == "default"
 
 
 def test_dtype_by_name(tmp_path):
