@@ -157,9 +157,12 @@ FAMILIES: dict[str, Family] = {
     # full-attention layers without RoPE where the config sets a sliding window
     "exaone4": Family(qkv_bias=False, qk_norm=True, window_field=None, norms=_POST_ONLY,
                       full_layers_nope=True),
-    # Qwen2-VL / Qwen2.5-VL's language models (their wrappers in TEXT_OF): Qwen2's layout
+    # Qwen2-VL / Qwen2.5-VL's language models (their wrappers in TEXT_OF): Qwen2's layout;
+    # Qwen3-VL's: Qwen3's (its deepstack adds visual features to image tokens only)
     **{mt: Family(qkv_bias=True, qk_norm=False, window_field="use_sliding_window", mrope=True)
        for mt in ("qwen2_vl_text", "qwen2_5_vl_text")},
+    "qwen3_vl_text": Family(qkv_bias=False, qk_norm=True, window_field="use_sliding_window",
+                            mrope=True),
     # OLMo 2 / 3: norms after the blocks and none before, q / k norms over all heads at once;
     # OLMo 3 adds sliding-window layers with a RoPE of their own
     "olmo2": Family(qkv_bias=False, qk_norm=True, window_field=None, norms=_POST_ONLY,
@@ -174,16 +177,17 @@ FAMILIES: dict[str, Family] = {
 }
 # vision-language models whose language model (text_config) is a supported family: it decodes
 # alone (no image is read; Mistral Small 3.x, LLaVA and LLaVA-NeXT / OneVision, Gemma 3 4B and
-# up, Qwen2-VL / Qwen2.5-VL), packing.
+# up, Qwen2-VL / Qwen2.5-VL / Qwen3-VL), packing.
 # text_model_getter finding its tensors. (PaliGemma's prompt attends both ways: not among them.)
 TEXT_OF = ("mistral3", "llava", "llava_next", "llava_onevision", "gemma3", "qwen2_vl",
-           "qwen2_5_vl")
+           "qwen2_5_vl", "qwen3_vl")
 # why some model types a user may try are not supported (UnsupportedModelError says it)
 UNSUPPORTED = {
     **{mt: "a mixture of experts" for mt in ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3",
-                                             "gpt_oss", "llama4_text", "olmoe", "granitemoe")},
+                                             "gpt_oss", "llama4_text", "olmoe", "granitemoe",
+                                             "qwen3_vl_moe")},
     **{mt: "a vision-language model (its text model alone is not read)" for mt in (
-        "llama4", "qwen3_vl")},
+        "llama4",)},
     "ministral3": "its position-dependent query scale, llama_4_scaling_beta",
     **{mt: "its MLP without a gate" for mt in ("arcee", "apertus", "nemotron")},
     **{mt: "LayerNorm, not RMSNorm" for mt in ("phi", "stablelm", "starcoder2", "cohere",

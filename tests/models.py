@@ -214,6 +214,15 @@ VLMS = {
         dict(video_token_id=99, vision_start_token_id=98, text=dict(
             model_type="qwen2_5_vl_text", rope_parameters={
                 "rope_type": "default", "rope_theta": 10000.0, "mrope_section": [1, 2, 2]}))),
+    # Qwen3-VL: Qwen3 inside (q / k norms), its interleaved multimodal RoPE over the head's 7
+    # frequencies, one deepstack merger (image tokens only)
+    "qwen3_vl": ("Qwen3VLConfig", "Qwen3VLForConditionalGeneration", "qwen3", dict(
+        depth=1, hidden_size=32, intermediate_size=40, num_heads=2, out_hidden_size=40,
+        deepstack_visual_indexes=[0], patch_size=16),
+        dict(video_token_id=99, vision_start_token_id=98, text=dict(
+            model_type="qwen3_vl_text", rope_parameters={
+                "rope_type": "default", "rope_theta": 10000.0, "mrope_section": [3, 2, 2],
+                "mrope_interleaved": True}))),
 }
 
 
