@@ -112,9 +112,19 @@ def qkv_rope(x, w_qkv, norm_w, cos, sin, pos, k_cache, v_cache, *, n_heads, eps,
     return q
 
 
-def attention(q, k_cache, v_cache, pos, *, window=0, scale=None, softcap=0.0):
+def position_scale(qpos, qscale):
+    """The query scale at positions qpos (Ministral 3's llama_4_scaling_beta): 1 + beta ln(1 +
+    floor(qpos / orig)) for qscale (beta, orig); 1 for qscale ()."""
+    if not qscale:
+        return torch.ones(qpos.shape, dtype=torch.float32, device=qpos.device)
+    beta, orig = qscale
+    return 1.0 + beta * torch.log1p(torch.div(qpos, orig, rounding_mode="floor").float())
+
+
+def attention(q, k_cache, v_cache, pos, *, window=0, scale=None, softcap=0.0, qscale=()):
     """q [T, H, hd] (queries at positions pos..pos+T-1) -> fp32 [T, H*hd]; causal, optional
-    window; the scores soft-capped at softcap (0: not)."""
+    window; each query's scores times position_scale (qscale), then soft-capped at softcap (0:
+    not)."""
     T, H, HD = q.shape
     KVH = k_cache.shape[0]
     p = int(pos)
@@ -122,8 +132,9 @@ def attention(q, k_cache, v_cache, pos, *, window=0, scale=None, softcap=0.0):
     scale = HD ** -0.5 if scale is None else scale
     k = k_cache[:, :L].float().repeat_interleave(H // KVH, dim=0)   # [H, L, hd]
     v = v_cache[:, :L].float().repeat_interleave(H // KVH, dim=0)
-    s = soft_cap(torch.einsum("thd,hld->htl", q.float(), k) * scale, softcap)
     qp = torch.arange(p, L, device=q.device)[:, None]
+    s = torch.einsum("thd,hld->htl", q.float(), k) * scale * position_scale(qp, qscale)[None]
+    s = soft_cap(s, softcap)
     kp = torch.arange(L, device=q.device)[None, :]
     ok = kp <= qp
     if window:
@@ -170,14 +181,15 @@ def choose(logits, *, temperature=1.0, sample=False, generator=None):
     return int(torch.argmax(logits.float() / temperature - torch.log(-torch.log(u))).reshape(-1)[0])
 
 
-def attention_partial(q, k, v, qpos, key0, key1, window=0, scale=None, softcap=0.0):
+def attention_partial(q, k, v, qpos, key0, key1, window=0, scale=None, softcap=0.0, qscale=()):
     """Partial attention of queries q [n, G, hd] at positions qpos [n] over keys [key0, key1) of
     one KV head (k, v [S, hd]), causal (+ window). Returns (o normalised [n, G, hd], lse [n, G]);
     rows with no visible key get o = 0, lse = -inf (as the kernel's split phase)."""
     n, G, HD = q.shape
     scale = HD ** -0.5 if scale is None else scale
     kp = torch.arange(key0, max(key0, key1), device=q.device)
-    s = soft_cap(torch.einsum("ngd,ld->ngl", q.float(), k[kp].float()) * scale, softcap)
+    s = torch.einsum("ngd,ld->ngl", q.float(), k[kp].float()) * scale
+    s = soft_cap(s * position_scale(qpos, qscale)[:, None, None], softcap)
     ok = kp[None, :] <= qpos[:, None]
     if window:
         ok = ok & (kp[None, :] > qpos[:, None] - window)
@@ -200,7 +212,7 @@ def merge_partials(o, lse):
 class Numerics:
     """How the layer blocks compute. mm(x, w): x @ w.T; norm(x, w, eps): the d_model-wide
     RMSNorms; swiglu(y [T, 2N], act) -> [T, N]; attend(q, k_cache, v_cache, pos, window=,
-    softcap=): the attention (this module's, or a kernel's with the same contract)."""
+    softcap=, qscale=): the attention (this module's, or a kernel's with the same contract)."""
     mm: Callable = mm_fp32
     norm: Callable = rmsnorm
     swiglu: Callable = glu
@@ -220,7 +232,7 @@ def attention_block(pw, l, h, pos, k_cache, v_cache, cos, sin, num=FP32):
                  n_heads=s.n_heads, eps=s.rms_eps, bias=pick(pw.b_qkv), qk_norm=pick(pw.qk_norm),
                  num=num, qk_norm_after=s.qk_norm_after, qk_norm_full=s.qk_norm_full)
     o = num.attend(q.to(pw.dtype), k_cache, v_cache, pos, window=s.layer_windows[l],
-                   softcap=s.attn_softcap)
+                   softcap=s.attn_softcap, qscale=s.q_pos_scale)
     return gemv(o.to(pw.dtype), pw.w_o[l], bias=pick(pw.b_o), num=num)
 
 

@@ -344,9 +344,10 @@ class Runtime:
         h = pw.embed_rows(ids.to(pw.device).long())
         block_s, block_tok, warps = prefill_attention_config(s.head_dim, s.group)
 
-        def attend(q, k_cache, v_cache, pos, window, softcap):  # pos: st.pos on the device
+        def attend(q, k_cache, v_cache, pos, window, softcap, qscale):  # pos: st.pos, device
             return ops.attention(q, k_cache, v_cache, st.pos, window=window, softcap=softcap,
-                                 n_splits=1, block_s=block_s, block_tok=block_tok, num_warps=warps)
+                                 qscale=qscale, n_splits=1, block_s=block_s, block_tok=block_tok,
+                                 num_warps=warps)
 
         num = R.Numerics(mm=R.mm_native, norm=ops.rmsnorm, swiglu=ops.swiglu, attend=attend)
         for l in range(s.n_layers):
@@ -467,6 +468,7 @@ class Runtime:
                          qk_norm_after=s.qk_norm_after, qk_norm_full=s.qk_norm_full)
             ops.attention(st.q[:T], st.k_cache[l], st.v_cache[l], st.pos,
                           window=s.layer_windows[l], softcap=s.attn_softcap,
+                          qscale=s.q_pos_scale,
                           n_splits=st.o_part.shape[0],
                           scratch=(st.o_part, st.lse),
                           out=st.attn[:T])
@@ -665,7 +667,7 @@ class Runtime:
             pw.w_down, opt(pw.b_down),
             tg.T, st.h.shape[0], s.n_kv_heads, s.vocab_size, self.max_seq_len, s.rms_eps,
             s.head_dim ** -0.5, tg.n_splits, n_vparts, pw.embed_scale, s.attn_softcap,
-            s.logit_softcap,
+            s.logit_softcap, *(s.q_pos_scale or (0.0, 1)),
             x.table if x else st.status, self.collectives.rank, x_ctr, self.max_spin_remote,
             x.red if x else 0, x.lmv if x else 0, x.lmi if x else 0, self.vocab[0],
             st.logits.shape[1], sched.graph.counters.get(("ticket", 0, 0), 0),
@@ -697,7 +699,7 @@ class Runtime:
             POLL1=tg.abort_every if tg.one_poller else 0, KSPLIT=tg.ksplit,
             ATTN_OUTLINE=tg.attn_outline, ROPE_TABLES=len(st.rope.cos) > st.rope.rows,
             POST_NORM=s.post_norms, PRE_NORM=s.pre_norms, SOFTCAP=s.attn_softcap > 0,
-            LOGIT_CAP=s.logit_softcap > 0,
+            LOGIT_CAP=s.logit_softcap > 0, QSCALE=bool(s.q_pos_scale),
             num_warps=tg.num_warps)
         grid = (sched.n_programs,)
         variant = (key, sampling.do_sample, trace is not None)

@@ -98,6 +98,9 @@ FAMILIES: dict[str, Family] = {
     "llama": Family(qkv_bias=False, qk_norm=False, window_field=None),
     "mistral": Family(qkv_bias=False, qk_norm=False, window_field=None),
     "ministral": Family(qkv_bias=False, qk_norm=False, window_field=None),  # + layer_types
+    # Ministral 3 (its VLM wrapper mistral3): Mistral with YaRN and a query scale growing with the
+    # position past the original context (ModelSpec.q_pos_scale)
+    "ministral3": Family(qkv_bias=False, qk_norm=False, window_field=None),
     "qwen2": Family(qkv_bias=True, qk_norm=False, window_field="use_sliding_window"),
     "qwen3": Family(qkv_bias=False, qk_norm=True, window_field="use_sliding_window"),
     "phi3": Family(qkv_bias=False, qk_norm=False, window_field=None, fused=True,
@@ -188,7 +191,6 @@ UNSUPPORTED = {
                                              "qwen3_vl_moe")},
     **{mt: "a vision-language model (its text model alone is not read)" for mt in (
         "llama4",)},
-    "ministral3": "its position-dependent query scale, llama_4_scaling_beta",
     **{mt: "its MLP without a gate" for mt in ("arcee", "apertus", "nemotron")},
     **{mt: "LayerNorm, not RMSNorm" for mt in ("phi", "stablelm", "starcoder2", "cohere",
                                                 "falcon", "gpt2", "gpt_neox", "olmo")},
@@ -242,6 +244,9 @@ class ModelSpec:
     # of the logits (Gemma 2's attn_logit_softcapping / final_logit_softcapping)
     attn_softcap: float = 0.0
     logit_softcap: float = 0.0
+    # (beta, original context): each query scaled by 1 + beta ln(1 + floor(p / orig)) at position
+    # p -- exactly 1 below orig (Ministral 3's llama_4_scaling_beta); (): none
+    q_pos_scale: tuple = ()
     # Granite's multipliers (Family.multipliers): the embedding rows times embed_scale as they are
     # looked up (Gemma's sqrt(d) too); folded into the packed weights, o_proj / down (and
     # biases) times residual_scale, the q rows times attn_scale * sqrt(head_dim) (the kernels'
@@ -549,7 +554,20 @@ class ModelSpec:
             nope_layers=nope, act=ACTS[act], post_norms=fam.norms[2] is not None,
             pre_norms=fam.norms[0] is not None, qk_norm_full=fam.qk_norm_full,
             local_rope=local if any(windows) else {}, attn_softcap=caps[0],
-            logit_softcap=caps[1])
+            logit_softcap=caps[1], q_pos_scale=_q_pos_scale(mt, rope))
+
+
+def _q_pos_scale(mt: str, rope: dict) -> tuple:
+    """ModelSpec.q_pos_scale from the rope dict's llama_4_scaling_beta (Ministral 3), with the
+    original context it divides the position by."""
+    beta = float(rope.get("llama_4_scaling_beta") or 0.0)
+    if not beta:
+        return ()
+    orig = rope.get("original_max_position_embeddings")
+    if not orig:
+        raise UnsupportedModelError(f"{mt}: llama_4_scaling_beta without "
+                                    "original_max_position_embeddings")
+    return (beta, int(orig))
 
 
 def _config_flag(cfg, names) -> bool:

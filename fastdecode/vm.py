@@ -104,7 +104,8 @@ class VM:
                 k1 = min(k0 + chunk, self.pos + int(toks[-1]) + 1)
                 o, lse = R.attention_partial(st.q[toks, heads], st.k_cache[l, kv],
                                              st.v_cache[l, kv], self.pos + toks, k0, k1,
-                                             s.layer_windows[l], softcap=s.attn_softcap)
+                                             s.layer_windows[l], softcap=s.attn_softcap,
+                                             qscale=s.q_pos_scale)
                 st.o_part[split, toks, heads] = o
                 st.lse[split, toks, heads] = lse
             if tg.merge_in_attn:  # the group's last ATTN task merges it
@@ -169,7 +170,7 @@ class VM:
         toks = self._tokens(0, T)
         o, _ = R.attention_partial(st.q[toks, heads], st.k_cache[l, kv], st.v_cache[l, kv],
                                    self.pos + toks, 0, self.pos + T, s.layer_windows[l],
-                                   softcap=s.attn_softcap)
+                                   softcap=s.attn_softcap, qscale=s.q_pos_scale)
         st.attn[:T].view(T, s.n_heads, s.head_dim)[:, heads] = o.to(self.pw.dtype)
 
     def _merge(self, l, kv, g0=0, g1=None):

@@ -30,6 +30,16 @@ FAMILIES = {
     "ministral": (_tf("MinistralConfig"), _tf("MinistralForCausalLM"), dict(
         hidden_size=40, intermediate_size=56, num_attention_heads=4, num_key_value_heads=2,
         head_dim=10, sliding_window=5, layer_types=["sliding_attention", "full_attention"])),
+    # ministral3: Mistral with YaRN (x64) over an original context of 8 positions, the query scale
+    # 1 + 0.5 ln(1 + floor(p / 8)) (llama_4_scaling_beta; raised from the released 0.1 so the
+    # tests' positions, up to 36, feel it), GQA 2:1, head_dim 10
+    "ministral3": (_tf("Ministral3Config"), _tf("Ministral3ForCausalLM"), dict(
+        hidden_size=40, intermediate_size=56, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=10, rope_parameters={
+            "rope_type": "yarn", "rope_theta": 10000.0, "factor": 64.0,
+            "original_max_position_embeddings": 8, "beta_fast": 32.0, "beta_slow": 1.0,
+            "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.5},
+        pad_token_id=0, bos_token_id=1, eos_token_id=2)),
     # granite: Llama with four scalar multipliers (embeddings, residual branches, the attention's
     # scale, the logits' divisor), tied embeddings (the scaled lm_head is a tensor of its own;
     # the embedding's multiplier applies at lookup)

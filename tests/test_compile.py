@@ -14,12 +14,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @pytest.mark.parametrize("family,tp", [("llama_bias_tied", 1), ("mistral", 1), ("qwen2", 1),
                                        ("qwen3", 1), ("qwen3", 2), ("smollm3", 1),
                                        ("hunyuan_v1_dense", 1), ("gemma", 1), ("gemma2", 2),
-                                       ("gemma3_text", 1), ("exaone4", 1), ("olmo3", 1)])
+                                       ("gemma3_text", 1), ("exaone4", 1), ("olmo3", 1),
+                                       ("ministral3", 1)])
 def test_kernels_compile_for_sm90(family, tp):
     """tp=2: rank 0's megakernel with the in-kernel all-reduce (remote counters, pushes, REDUCE).
     gemma2 (tp 2): the post norms over the ranks' partials, soft-capped attention and logits;
     gemma3_text: the post norms' one-rank REDUCE tasks, two RoPE tables; exaone4: no norm
-    prologue in the QKV and gate|up tasks; olmo3: q / k norms over all heads (QK_NORM_FULL)."""
+    prologue in the QKV and gate|up tasks; olmo3: q / k norms over all heads (QK_NORM_FULL);
+    ministral3: the position-dependent query scale (QSCALE)."""
     env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=ROOT)
     out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "compile_check.py"),
                           "--family", family, "--tp", str(tp)], capture_output=True, text=True,

@@ -207,7 +207,7 @@ PHI3_LONGROPE = dict(rope_scaling={"rope_type": "longrope", "short_factor": [1.0
                                                "ernie4_5", "seed_oss", "smollm3", "exaone",
                                                "glm", "gemma", "iquestcoder", "cwm",
                                                "gemma2", "gemma3_text", "glm4", "exaone4",
-                                               "olmo2", "olmo3"]] +
+                                               "olmo2", "olmo3", "ministral3"]] +
                          [("qwen2", QWEN2_WINDOWED), ("phi3", PHI3_LONGROPE)])
 def test_json_config_gives_the_autoconfig_spec(tmp_path, family, overrides):
     """from_pretrained reads config.json without transformers (JsonConfig): every ModelSpec field

@@ -198,22 +198,29 @@ def test_attention(T, group, KVH, HD, pos, window, seed, dtype, n_splits, block_
 @given(T=TOKENS, group=st.sampled_from([1, 3]), KVH=st.integers(1, 2),
        HD=st.sampled_from([10, 16]), pos=st.integers(0, 80), window=st.sampled_from([0, 5]),
        seed=st.integers(0, 2**31 - 1), dtype=DTYPES, n_splits=st.sampled_from([None, 1, 3]),
-       cap=st.sampled_from([0.5, 2.0, 50.0]))
-def test_attention_softcap(T, group, KVH, HD, pos, window, seed, dtype, n_splits, cap):
+       cap=st.sampled_from([0.5, 2.0, 50.0]), qs=st.sampled_from([(), (), (0.5, 4)]))
+def test_attention_softcap(T, group, KVH, HD, pos, window, seed, dtype, n_splits, cap, qs):
     """Gemma 2's soft-capped scores, cap tanh(q . k * scale / cap) (the kernels' exp form,
     _common.soft_cap, within cap 2^-24 of torch's tanh: far inside the tolerance), against the
     reference's; q three times the keys' scale, so the scores (std ~3) pass the caps 0.5 and 2,
-    and the tolerance then rejects the uncapped attention (where a query sees several keys)."""
+    and the tolerance then rejects the uncapped attention (where a query sees several keys).
+    qs (beta, orig): Ministral 3's position scale of the scores before the cap, 1 + beta ln(1 +
+    floor(qp / orig)) (QSCALE; with the cap 50, i.e. barely capped, the tolerance rejects its
+    absence past a few multiples of orig)."""
     g = torch.Generator().manual_seed(seed)
     H, S = group * KVH, pos + T + 5
     q = rnd(T, H, HD, dtype=dtype, seed_gen=g, scale=3.0)
     kc, vc = rnd(KVH, S, HD, dtype=dtype, seed_gen=g), rnd(KVH, S, HD, dtype=dtype, seed_gen=g)
     p = torch.tensor([pos], dtype=torch.int32, device=DEVICE)
-    ref = R.attention(q, kc, vc, pos, window=window, softcap=cap)
-    out = ops.attention(q, kc, vc, p, window=window, n_splits=n_splits, softcap=cap)
+    ref = R.attention(q, kc, vc, pos, window=window, softcap=cap, qscale=qs)
+    out = ops.attention(q, kc, vc, p, window=window, n_splits=n_splits, softcap=cap, qscale=qs)
     assert_close(out, ref, dtype, pos + T, "attention softcap")
     if cap <= 2.0 and pos >= 8 and window == 0:
-        assert not close(ops.attention(q, kc, vc, p, n_splits=n_splits), ref, dtype, pos + T)
+        assert not close(ops.attention(q, kc, vc, p, n_splits=n_splits, qscale=qs), ref, dtype,
+                         pos + T)
+    if qs and cap == 50.0 and pos >= 16 and window == 0:
+        assert not close(ops.attention(q, kc, vc, p, n_splits=n_splits, softcap=cap), ref, dtype,
+                         pos + T)
 
 
 @given(pos=st.integers(0, 5000), T=st.sampled_from([1, 1, 3, 17]),

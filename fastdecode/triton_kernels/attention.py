@@ -3,7 +3,9 @@
 For query token t (position qp = pos + t) and query head h (KV head h // G):
     o[t, h] = softmax_j( q[t,h] . k[j] * scale ) @ v[j],  keys j <= qp (causal),
               and j > qp - window when the layer has a sliding window;
-    (SOFTCAP: the scores cap tanh(q . k * scale / cap) first -- Gemma 2's attn_logit_softcapping)
+    (SOFTCAP: the scores cap tanh(q . k * scale / cap) first -- Gemma 2's attn_logit_softcapping;
+     QSCALE: q . k * scale times 1 + beta ln(1 + floor(qp / orig)) -- Ministral 3's
+     llama_4_scaling_beta, a query scale growing with the position past the original context)
 Phase 1 (attention_body), one program per (KV head, split, block of tokens): every key and value
 row of the split is read ONCE for all G query heads of its group (rows of the score tile are
 (token, group member) pairs, M padded to >= 16 for tl.dot), online softmax in fp32, writes a
@@ -71,10 +73,12 @@ def attention_body(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos, T, TM, S, H, HD, wi
                    GROUP: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_TOK: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
                    F32: tl.constexpr, DIRECT: tl.constexpr, softcap=0.0,
-                   SOFTCAP: tl.constexpr = False):
+                   SOFTCAP: tl.constexpr = False, qs_beta=0.0, qs_orig=1,
+                   QSCALE: tl.constexpr = False):
     """One (KV head, split, token block) program of phase 1 (module docstring): split `split` of
     n_splits (split_range). DIRECT (n_splits 1): o_ptr is the attention output [T, H * HD] in
-    its dtype, written final -- no lse, no merge. SOFTCAP: the scores soft-capped at softcap."""
+    its dtype, written final -- no lse, no merge. SOFTCAP: the scores soft-capped at softcap.
+    QSCALE: each query's scores times 1 + qs_beta ln(1 + qp // qs_orig) (module docstring)."""
     offs_m = tl.arange(0, BLOCK_M)
     tloc = offs_m // BLOCK_G
     g = offs_m % BLOCK_G
@@ -84,6 +88,9 @@ def attention_body(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos, T, TM, S, H, HD, wi
     offs_d = tl.arange(0, BLOCK_D)
     mask_d = offs_d < HD
     qp = pos + t
+    qs = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
+    if QSCALE:  # the query's position scale: exactly 1 below qs_orig
+        qs = 1.0 + qs_beta * tl.log(1.0 + (qp // qs_orig).to(tl.float32))
     q = tl.load(q_ptr + (t[:, None] * H + h[:, None]) * HD + offs_d[None, :],
                 mask=valid[:, None] & mask_d[None, :], other=0.0)
     # keys this program may need: [first, last] over its tokens, clipped to its split
@@ -105,6 +112,8 @@ def attention_body(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos, T, TM, S, H, HD, wi
         k = tl.load(k_ptr + kv_off, mask=kvm, other=0.0)
         v = tl.load(v_ptr + kv_off, mask=kvm, other=0.0)
         sc = mm_tile(q, tl.trans(k), F32) * scale
+        if QSCALE:
+            sc = sc * qs[:, None]
         if SOFTCAP:
             sc = soft_cap(sc, softcap)
         ok = mask_s[None, :] & (offs_s[None, :] <= qp[:, None])
@@ -136,7 +145,7 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos_ptr, T, TM, S, H, 
                      n_splits, GROUP: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_TOK: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
                      F32: tl.constexpr, DIRECT: tl.constexpr, PDL: tl.constexpr, softcap,
-                     SOFTCAP: tl.constexpr):
+                     SOFTCAP: tl.constexpr, qs_beta, qs_orig, QSCALE: tl.constexpr):
     pdl_start(PDL)
     pdl_wait(PDL)
     # token blocks last-first: under the causal mask the last tokens' blocks read the most keys,
@@ -145,7 +154,7 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos_ptr, T, TM, S, H, 
                    scale, n_splits, tl.program_id(0), tl.program_id(1),
                    tl.num_programs(2) - 1 - tl.program_id(2),
                    GROUP, BLOCK_G, BLOCK_TOK, BLOCK_M, BLOCK_S, BLOCK_D, F32, DIRECT, softcap,
-                   SOFTCAP)
+                   SOFTCAP, qs_beta, qs_orig, QSCALE)
 
 
 @triton.jit
@@ -212,13 +221,14 @@ def split_plan(max_seq_len: int, n_kv_heads: int, block_s: int = 64, sms: int = 
 
 def attention(q, k_cache, v_cache, pos, *, window: int = 0, scale=None, out=None,
               n_splits=None, block_s=None, block_tok=None, num_warps=4, num_stages=3,
-              scratch=None, heads_per_merge=1, softcap: float = 0.0):
+              scratch=None, heads_per_merge=1, softcap: float = 0.0, qscale: tuple = ()):
     """q [T, H, hd]; k_cache/v_cache [KVH, S, hd] (one layer, positions < pos+T filled); pos int32
     [1] device tensor. Returns out [T, H*hd] in q's dtype. n_splits: programs per KV head
     (split_plan's for S by default), each taking an even share of the keys; block_s: keys per
     iteration, block_tok: query tokens per program (attention_config's by default; a long
     prompt's pass takes prefill_attention_config's larger tiles); heads_per_merge: q heads per
-    merge program (config.merge_heads); softcap > 0: the scores soft-capped (SOFTCAP)."""
+    merge program (config.merge_heads); softcap > 0: the scores soft-capped (SOFTCAP); qscale
+    (beta, orig): the position-dependent query scale (QSCALE; () none)."""
     T, H, HD = q.shape
     KVH, S, _ = k_cache.shape
     G = H // KVH
@@ -246,6 +256,8 @@ def attention(q, k_cache, v_cache, pos, *, window: int = 0, scale=None, out=None
                            BLOCK_TOK=block_tok, BLOCK_M=BLOCK_M, BLOCK_S=block_s, BLOCK_D=BLOCK_D,
                            F32=INTERPRET or q.dtype == torch.float32, DIRECT=direct, PDL=pdl,
                            softcap=float(softcap), SOFTCAP=softcap > 0,
+                           qs_beta=float(qscale[0]) if qscale else 0.0,
+                           qs_orig=int(qscale[1]) if qscale else 1, QSCALE=bool(qscale),
                            num_warps=num_warps, num_stages=num_stages, launch_pdl=pdl)
     if direct:
         return out
