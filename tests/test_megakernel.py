@@ -28,11 +28,13 @@ def specs(draw):
     group = draw(st.integers(1, 4))
     hd = 2 * draw(st.integers(1, 12))
     L = draw(st.integers(1, 3))
+    qk_norm = draw(st.booleans())
     return ModelSpec(family="llama", n_layers=L, d_model=draw(st.integers(4, 96)),
                      n_heads=kv * group, n_kv_heads=kv, head_dim=hd,
                      ffn_dim=draw(st.integers(3, 120)), vocab_size=draw(st.integers(5, 300)),
-                     rms_eps=1e-5, rope_theta=1e4, qk_norm=draw(st.booleans()),
-                     layer_windows=(0,) * L)
+                     rms_eps=1e-5, rope_theta=1e4, qk_norm=qk_norm,
+                     layer_windows=(0,) * L, post_norms=draw(st.booleans()),
+                     qk_norm_full=qk_norm and draw(st.booleans()))
 
 
 @given(spec=specs(), T=st.sampled_from([1, 3, 16]), P=st.integers(1, 17),
@@ -41,7 +43,10 @@ def specs(draw):
 def test_schedule_properties(spec, T, P, max_seq, seed, fused, short, parts):
     """fused: merge_in_attn and norm_in_qkv (no MERGE / QKNORM tasks in decode steps); short: the
     short-context decode step (QKV_ATTN tasks, no ATTN / MERGE / QKNORM tasks); parts: K parts
-    per o / down tile of a step of several rows (config.ROWS_KSPLIT; REDUCE tasks sum them)."""
+    per o / down tile of a step of several rows (config.ROWS_KSPLIT; REDUCE tasks sum them).
+    Norms after the blocks (post_norms): REDUCE tasks at every T; q / k norms over all heads
+    (qk_norm_full): neither the short schedule nor norm_in_qkv, QKNORM tasks at every T, each
+    waiting for all of its layer's QKV tasks."""
     from fastdecode.triton_kernels import config
     short = short and T == 1
     was, config.ROWS_KSPLIT = config.ROWS_KSPLIT, parts
@@ -51,10 +56,17 @@ def test_schedule_properties(spec, T, P, max_seq, seed, fused, short, parts):
     finally:
         config.ROWS_KSPLIT = was
     ops = {t.op.name for t in graph.tasks}
+    short = short and not spec.qk_norm_full
     assert ("QKV_ATTN" in ops) == short and ("QKV" in ops) != short
     assert graph.tiling.ksplit == (parts if T > 1 else 1)
-    assert ("REDUCE" in ops) == (graph.tiling.ksplit > 1)
+    assert ("REDUCE" in ops) == (graph.tiling.ksplit > 1 or spec.post_norms)
     assert not short or not ops & {"ATTN", "MERGE", "QKNORM"}
+    if spec.qk_norm_full:
+        qkv = [t for t in graph.tasks if t.op.name == "QKV"]
+        assert "QKNORM" in ops and {t.signal for t in qkv} == {
+            ("qkv", l, 0) for l in range(spec.n_layers)}
+        assert all(graph.producers[t.wait] == sum(q.layer == t.layer for q in qkv)
+                   for t in graph.tasks if t.op.name == "QKNORM")
     sched = build_schedule(graph, P)
     assert sorted(i for q in sched.queues for i in q) == list(range(len(graph.tasks)))
     assert sched.words.shape[0] == P and int(sched.lengths.sum()) == len(graph.tasks)
@@ -176,14 +188,18 @@ def test_validator_rejects_missing_producer():
 @pytest.mark.parametrize("family,fused,keys,parts", [
     ("llama", False, 0, 1), ("mistral", False, 0, 1), ("qwen3", False, 0, 1),
     ("qwen3", True, 0, 1), ("mistral", False, 21, 1), ("qwen3", False, 21, 1),
-    ("llama_bias_tied", False, 0, 3)])
+    ("llama_bias_tied", False, 0, 3), ("gemma3_text", True, 21, 3), ("olmo3", True, 21, 3),
+    ("gemma2", False, 0, 1)])
 def test_vm_random_interleavings_match_torch(family, fused, keys, parts, monkeypatch):
     """fused (merge_in_attn, norm_in_qkv): whichever ATTN task of a group runs last in the
     interleaving merges it, whichever QKV task completes a group's tiles norms it. keys 21: the
     decode steps at positions 19, 20 run the short-context schedule (the QKV task completing a
     group runs its attention), the later ones the split-KV schedule. parts 3: the prompt's
     o / down tiles in 3 K parts (config.ROWS_KSPLIT; whole rows on the CPU: one K chunk, so
-    parts 1 and 2 are empty), REDUCE tasks adding them and the biases."""
+    parts 1 and 2 are empty), REDUCE tasks adding them and the biases. gemma3_text, olmo3,
+    gemma2: norms after the blocks (REDUCE tasks normalizing the sums, K parts or not); olmo3's
+    q / k norms over all heads (its QKNORM tasks after every QKV task of the layer, whatever
+    fused and keys ask)."""
     from fastdecode.triton_kernels import config
     monkeypatch.setattr(config, "ROWS_KSPLIT", parts)
     model = tiny_model(family)
@@ -267,7 +283,8 @@ def test_decode_stream_tiles_match_torch(family, stream):
 
 @pytest.mark.parametrize("ksplit", [1, 3])
 @pytest.mark.parametrize("family,tile", [("llama_bias_tied", "16x16x4"), ("qwen3", "16x16x4"),
-                                         ("qwen2", "shipped"), ("mistral", "shipped")])
+                                         ("qwen2", "shipped"), ("mistral", "shipped"),
+                                         ("gemma3_text", "16x16x4")])
 @pytest.mark.filterwarnings("error:megakernel:UserWarning")  # no fallback to one program an SM
 def test_multi_row_tiles_match_torch(family, tile, ksplit, monkeypatch):
     """Steps of several rows with the GPU's multi-row tile (the CPU otherwise takes whole rows:
@@ -300,7 +317,7 @@ def test_multi_row_tiles_match_torch(family, tile, ksplit, monkeypatch):
         g = fm.runtime.schedule(4).graph
         assert g.tiling.ksplit == ksplit
         n_red = sum(t.op == Op.REDUCE for t in g.tasks)
-        assert (n_red > 0) == (ksplit > 1)
+        assert (n_red > 0) == (ksplit > 1 or g.spec.post_norms)  # gemma3_text: post norms
         assert fm.runtime.schedule(1).graph.tiling.ksplit == 1  # decode: never
 
 
