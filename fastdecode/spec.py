@@ -1,8 +1,9 @@
 """ModelSpec: every size of a decoder read from its Hugging Face config, in one dataclass.
 
-One family table says how Llama, Mistral (Ministral), Qwen2, Qwen3, Phi-3, Granite, SmolLM3 ...
-differ (qkv bias, q/k norm, sliding window, fused or renamed checkpoint tensors, partial rotary,
-scalar multipliers, layers without RoPE, which rope scalings). Anything the kernels do not
+One family table says how Llama, Mistral (Ministral), Qwen2, Qwen3, Phi-3, Granite, SmolLM3, Gemma,
+OLMo ... differ (qkv bias, q/k norm, sliding window, fused or renamed checkpoint tensors, partial
+rotary, scalar multipliers, layers without RoPE, which rope scalings, norms before / after the
+blocks, soft-capping, a RoPE per layer type). Anything the kernels do not
 implement raises :class:`UnsupportedModelError` naming the model_type or the field (and, for
 model types a user may try, why: UNSUPPORTED), before any weight is touched. A vision-language
 model whose language model is a supported family (TEXT_OF) is read from its text_config.
