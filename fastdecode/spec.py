@@ -167,6 +167,13 @@ FAMILIES: dict[str, Family] = {
        for mt in ("qwen2_vl_text", "qwen2_5_vl_text")},
     "qwen3_vl_text": Family(qkv_bias=False, qk_norm=True, window_field="use_sliding_window",
                             mrope=True),
+    # GLM-4.1V's (glm4v): GLM-4-0414's layout, q / k / v biases always, its mrope on interleaved
+    # pairs of the rotated part of each head
+    "glm4v_text": Family(qkv_bias=True, qk_norm=False, window_field=None, fused=True,
+                         partial_rotary=True, interleaved_rope=True, mrope=True,
+                         bias_fields=(None, None, None), norms=(
+                             "input_layernorm", "post_attention_layernorm",
+                             "post_self_attn_layernorm", "post_mlp_layernorm")),
     # OLMo 2 / 3: norms after the blocks and none before, q / k norms over all heads at once;
     # OLMo 3 adds sliding-window layers with a RoPE of their own
     "olmo2": Family(qkv_bias=False, qk_norm=True, window_field=None, norms=_POST_ONLY,
@@ -181,15 +188,15 @@ FAMILIES: dict[str, Family] = {
 }
 # vision-language models whose language model (text_config) is a supported family: it decodes
 # alone (no image is read; Mistral Small 3.x, LLaVA and LLaVA-NeXT / OneVision, Gemma 3 4B and
-# up, Qwen2-VL / Qwen2.5-VL / Qwen3-VL), packing.
+# up, Qwen2-VL / Qwen2.5-VL / Qwen3-VL, GLM-4.1V), packing.
 # text_model_getter finding its tensors. (PaliGemma's prompt attends both ways: not among them.)
 TEXT_OF = ("mistral3", "llava", "llava_next", "llava_onevision", "gemma3", "qwen2_vl",
-           "qwen2_5_vl", "qwen3_vl")
+           "qwen2_5_vl", "qwen3_vl", "glm4v")
 # why some model types a user may try are not supported (UnsupportedModelError says it)
 UNSUPPORTED = {
     **{mt: "a mixture of experts" for mt in ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3",
                                              "gpt_oss", "llama4_text", "olmoe", "granitemoe",
-                                             "qwen3_vl_moe")},
+                                             "qwen3_vl_moe", "glm4v_moe")},
     **{mt: "a vision-language model (its text model alone is not read)" for mt in (
         "llama4",)},
     **{mt: "its MLP without a gate" for mt in ("arcee", "apertus", "nemotron")},

@@ -224,6 +224,17 @@ VLMS = {
         dict(video_token_id=99, vision_start_token_id=98, text=dict(
             model_type="qwen2_5_vl_text", rope_parameters={
                 "rope_type": "default", "rope_theta": 10000.0, "mrope_section": [1, 2, 2]}))),
+    # GLM-4.1V: GLM-4-0414 inside (its text config's own model_type, q / k / v biases, 6 of each
+    # head's 8 dims rotated on interleaved pairs by the multimodal RoPE: 3 axes of 1 / 1 / 1 of
+    # the 3 rotated frequencies)
+    "glm4v": ("Glm4vConfig", "Glm4vForConditionalGeneration", "glm4", dict(
+        depth=1, hidden_size=32, intermediate_size=40, num_heads=2, out_hidden_size=48,
+        patch_size=14),
+        dict(video_token_id=99, image_start_token_id=97, image_end_token_id=98,
+             tiny=dict(head_dim=8), text=dict(  # its attention's head_dim: d_model / heads
+            model_type="glm4v_text", rope_parameters={
+                "rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.75,
+                "mrope_section": [1, 1, 1]}))),
     # Qwen3-VL: Qwen3 inside (q / k norms), its interleaved multimodal RoPE over the head's 7
     # frequencies, one deepstack merger (image tokens only)
     "qwen3_vl": ("Qwen3VLConfig", "Qwen3VLForConditionalGeneration", "qwen3", dict(
@@ -242,8 +253,8 @@ def tiny_vlm(kind: str, seed: int = 0, **top):
     cfg_name, model_name, family, vision, *own = VLMS[kind]
     if _tf(cfg_name) is None or family in MISSING:
         pytest.skip(f"transformers {tf.__version__} has no {cfg_name}")
-    text = tiny_model(family, seed=seed)
     own = dict((own or [{}])[0])
+    text = tiny_model(family, seed=seed, **own.pop("tiny", {}))  # the text model's own sizes
     text_cfg = dict(text.config.to_dict(), **own.pop("text", {}))  # the text config's own fields
     cfg = _tf(cfg_name)(text_config=text_cfg, vision_config=vision,
                         image_token_index=text.config.vocab_size - 1, **own, **top)

@@ -35,12 +35,14 @@ def test_family_fp32_matches_hf(family, mode):
 @pytest.mark.parametrize("mode", ["torch", "ops", "mega"])
 @pytest.mark.parametrize("kind,tied", [("mistral3", False), ("mistral3", True), ("llava", False),
                                        ("llava_onevision", True), ("gemma3", True),
-                                       ("qwen2_5_vl", True), ("qwen3_vl", False)])
+                                       ("qwen2_5_vl", True), ("qwen3_vl", False),
+                                       ("glm4v", False)])
 def test_vision_language_text_model_matches_hf(kind, tied, mode):
     """A vision-language model (Mistral Small 3.x, LLaVA, LLaVA-OneVision: Qwen2 inside, Gemma 3,
-    Qwen2.5-VL / Qwen3-VL: their multimodal RoPE one position on every axis for text) decodes
-    with its language model alone: the HF model's logits on text-only input, at the family
-    test's 1e-5; tied as the wrapper's config says (HF ties by it, not by the text config's)."""
+    Qwen2.5-VL / Qwen3-VL / GLM-4.1V: their multimodal RoPE one position on every axis for text)
+    decodes with its language model alone: the HF model's logits on text-only input, at the
+    family test's 1e-5; tied as the wrapper's config says (HF ties by it, not by the text
+    config's)."""
     model = tiny_vlm(kind, tie_word_embeddings=tied).to(DEVICE)
     ids = torch.randint(0, 99, (1, PROMPT + STEPS), generator=torch.Generator().manual_seed(6))
     ids = ids.to(DEVICE)
