@@ -224,6 +224,10 @@ VLMS = {
         dict(video_token_id=99, vision_start_token_id=98, text=dict(
             model_type="qwen2_5_vl_text", rope_parameters={
                 "rope_type": "default", "rope_theta": 10000.0, "mrope_section": [1, 2, 2]}))),
+    # InternVL (HF's format, InternVL3-*-hf): Qwen2 inside
+    "internvl": ("InternVLConfig", "InternVLForConditionalGeneration", "qwen2", dict(
+        hidden_size=32, intermediate_size=40, num_hidden_layers=1, num_attention_heads=2,
+        image_size=[28, 28], patch_size=[14, 14])),
     # GLM-4.1V: GLM-4-0414 inside (its text config's own model_type, q / k / v biases, 6 of each
     # head's 8 dims rotated on interleaved pairs by the multimodal RoPE: 3 axes of 1 / 1 / 1 of
     # the 3 rotated frequencies)

@@ -36,7 +36,7 @@ def test_family_fp32_matches_hf(family, mode):
 @pytest.mark.parametrize("kind,tied", [("mistral3", False), ("mistral3", True), ("llava", False),
                                        ("llava_onevision", True), ("gemma3", True),
                                        ("qwen2_5_vl", True), ("qwen3_vl", False),
-                                       ("glm4v", False)])
+                                       ("glm4v", False), ("internvl", True)])
 def test_vision_language_text_model_matches_hf(kind, tied, mode):
     """A vision-language model (Mistral Small 3.x, LLaVA, LLaVA-OneVision: Qwen2 inside, Gemma 3,
     Qwen2.5-VL / Qwen3-VL / GLM-4.1V: their multimodal RoPE one position on every axis for text)
