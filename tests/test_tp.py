@@ -146,6 +146,7 @@ def test_rank_reads_its_shard_from_safetensors(tmp_path, family, world):
 
 @pytest.mark.parametrize("family,world,mode,device", [
     ("qwen3", 2, "torch", "cpu"), ("llama", 2, "ops", "cpu"), ("mistral", 2, "torch", "cpu"),
+    ("gemma2", 2, "ops", "cpu"),
     pytest.param("llama", 2, "mega", "cuda", marks=[pytest.mark.gpu, needs_gpus(2)]),
     pytest.param("mistral", 2, "mega", "cuda", marks=[pytest.mark.gpu, needs_gpus(2)]),
     pytest.param("qwen3", 2, "mega", "cuda", marks=[pytest.mark.gpu, needs_gpus(2)]),
@@ -159,7 +160,8 @@ def test_torchrun_ranks_match_single_process(tmp_path, family, world, mode, devi
     Triton kernels (interpreted) with row-parallel partial sums all-reduced between them and the
     vocab-parallel lm_head gathered before the token choice. cuda, mega: one GPU per rank, the
     megakernel's in-kernel all-reduce over NVLink (symmetric memory), fp32 weights. mistral: MQA,
-    its one KV head replicated on every rank."""
+    its one KV head replicated on every rank. gemma2, ops: the norms after the blocks applied to
+    the all-reduced sums (ops.residual_add), the logits' soft-cap on each rank's shard."""
     import os
     import subprocess
     import sys
