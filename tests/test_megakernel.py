@@ -248,7 +248,8 @@ WHOLE_ROWS = StreamConfig(2048, 4, merge_in_attn=True, norm_in_qkv=True, attn_in
 
 
 @pytest.mark.parametrize("family,stream", [("qwen2", STAGED), ("qwen3", STAGED),
-                                           ("qwen2", WHOLE_ROWS), ("qwen3", WHOLE_ROWS)])
+                                           ("qwen2", WHOLE_ROWS), ("qwen3", WHOLE_ROWS),
+                                           ("gemma3_text", STAGED), ("olmo3", WHOLE_ROWS)])
 def test_decode_stream_tiles_match_torch(family, stream):
     """The decode tasks' stream tiles: K chunked (max_k=16 < every K of the tiny models: several
     pieces per tile, odd K ends mid-chunk; QKV / o / gate|up / down streamed through shared
@@ -264,7 +265,10 @@ def test_decode_stream_tiles_match_torch(family, stream):
     elements, so QKV / o / gate|up / down tiles differ in rows (WHOLE_ROWS). merge_heads 0: one
     MERGE task per KV group (the default: one per q head; merge_in_attn: the group's heads one at
     a time in its last ATTN task). attn_outline (STAGED): attention through megakernel.attend's
-    out-of-line call (the interpreter runs the same function; a GPU compiles it as a .func)."""
+    out-of-line call (the interpreter runs the same function; a GPU compiles it as a .func).
+    gemma3_text, olmo3: norms after the blocks (o / down through REDUCE tasks, the staged stream's
+    sums to the K-part buffer), olmo3's q / k norms over all heads (QKNORM tasks whatever
+    norm_in_qkv says, no short schedule)."""
     model = tiny_model(family).to(DEVICE)
     ids = torch.randint(0, 101, (1, 12), generator=torch.Generator().manual_seed(4)).to(DEVICE)
     ref = fastdecode.from_hf(model, max_seq_len=32, mode="torch")
@@ -277,7 +281,8 @@ def test_decode_stream_tiles_match_torch(family, stream):
     assert ("MERGE" not in ops) == stream.merge_in_attn  # the last ATTN task of a group merged
     assert ops.count("MERGE") in (0, model.config.num_hidden_layers
                                   * model.config.num_key_value_heads)  # merge_heads 0
-    assert ("QKNORM" in ops) == (family == "qwen3" and not stream.norm_in_qkv)
+    s = fm.weights.spec
+    assert ("QKNORM" in ops) == (s.qk_norm and (not stream.norm_in_qkv or s.qk_norm_full))
     assert ((1, True) in fm.runtime._schedules) == (stream.attn_in_qkv_keys > 0)
 
 
