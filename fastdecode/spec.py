@@ -73,7 +73,7 @@ class Family:
     gemma_norms: bool = False
     # the RMSNorms of a layer by name: (before attention, before the MLP, after attention, after
     # the MLP; None: none). A norm after a block normalizes the block's output before the
-    # residual add (Gemma 2 / 3, GLM-4-0414: ModelSpec.post_norms)
+    # residual add (Gemma 2 / 3, GLM-4-0414, EXAONE 4, OLMo 2 / 3: ModelSpec.post_norms)
     norms: tuple = ("input_layernorm", "post_attention_layernorm", None, None)
     # the attention's scale is query_pre_attn_scalar ** -0.5, not head_dim ** -0.5 (Gemma 2 / 3;
     # ModelSpec.attn_scale)
@@ -95,6 +95,8 @@ class Family:
 _GEMMA_POST = ("input_layernorm", "pre_feedforward_layernorm", "post_attention_layernorm",
                "post_feedforward_layernorm")
 _POST_ONLY = (None, None, "post_attention_layernorm", "post_feedforward_layernorm")
+_GLM4_NORMS = ("input_layernorm", "post_attention_layernorm", "post_self_attn_layernorm",
+               "post_mlp_layernorm")
 FAMILIES: dict[str, Family] = {
     "llama": Family(qkv_bias=False, qk_norm=False, window_field=None),
     "mistral": Family(qkv_bias=False, qk_norm=False, window_field=None),
@@ -145,46 +147,42 @@ FAMILIES: dict[str, Family] = {
     # head_dim 256 apart from hidden_size / heads, tied; Gemma 2 / 3's extra norms are another
     # model_type (unsupported)
     "gemma": Family(qkv_bias=False, qk_norm=False, window_field=None, gemma_norms=True),
-    # Gemma 3 (its text model: gemma-3-270m / 1b, or a multimodal one's language model): Gemma's
-    # norms and embedding scale, norms after the attention and the MLP too, (1 + w) q / k
-    # RMSNorms, the query_pre_attn_scalar scale, sliding-window layers with a RoPE of their own
     # Gemma 2: Gemma's norms and embedding scale, norms after the attention and the MLP too, the
     # query_pre_attn_scalar scale, soft-capped attention scores and logits, sliding-window and
     # full layers in turn
     "gemma2": Family(qkv_bias=False, qk_norm=False, window_field=None, gemma_norms=True,
                      norms=_GEMMA_POST, query_scalar=True),
+    # Gemma 3 (its text model: gemma-3-270m / 1b, or a multimodal one's language model): Gemma's
+    # norms and embedding scale, norms after the attention and the MLP too, (1 + w) q / k
+    # RMSNorms, the query_pre_attn_scalar scale, sliding-window layers with a RoPE of their own
     "gemma3_text": Family(qkv_bias=False, qk_norm=True, window_field=None, gemma_norms=True,
                           norms=_GEMMA_POST, query_scalar=True, local_rope=True),
     # GLM-4-0414 (GLM-4-9B-0414, GLM-Z1): GLM's layout (fused gate|up, interleaved half RoPE,
     # q / k / v biases) with norms after the attention and the MLP
+    "glm4": Family(qkv_bias=False, qk_norm=False, window_field=None, fused=True,
+                   partial_rotary=True, interleaved_rope=True,
+                   bias_fields=("attention_bias", None, None), norms=_GLM4_NORMS),
     # EXAONE 4: norms after the attention and the MLP and none before, q / k RMSNorms, the
     # full-attention layers without RoPE where the config sets a sliding window
     "exaone4": Family(qkv_bias=False, qk_norm=True, window_field=None, norms=_POST_ONLY,
                       full_layers_nope=True),
-    # Qwen2-VL / Qwen2.5-VL's language models (their wrappers in TEXT_OF): Qwen2's layout;
-    # Qwen3-VL's: Qwen3's (its deepstack adds visual features to image tokens only)
-    **{mt: Family(qkv_bias=True, qk_norm=False, window_field="use_sliding_window", mrope=True)
-       for mt in ("qwen2_vl_text", "qwen2_5_vl_text")},
-    "qwen3_vl_text": Family(qkv_bias=False, qk_norm=True, window_field="use_sliding_window",
-                            mrope=True),
-    # GLM-4.1V's (glm4v): GLM-4-0414's layout, q / k / v biases always, its mrope on interleaved
-    # pairs of the rotated part of each head
-    "glm4v_text": Family(qkv_bias=True, qk_norm=False, window_field=None, fused=True,
-                         partial_rotary=True, interleaved_rope=True, mrope=True,
-                         bias_fields=(None, None, None), norms=(
-                             "input_layernorm", "post_attention_layernorm",
-                             "post_self_attn_layernorm", "post_mlp_layernorm")),
     # OLMo 2 / 3: norms after the blocks and none before, q / k norms over all heads at once;
     # OLMo 3 adds sliding-window layers with a RoPE of their own
     "olmo2": Family(qkv_bias=False, qk_norm=True, window_field=None, norms=_POST_ONLY,
                     qk_norm_full=True),
     "olmo3": Family(qkv_bias=False, qk_norm=True, window_field=None, norms=_POST_ONLY,
                     qk_norm_full=True, local_rope=True),
-    "glm4": Family(qkv_bias=False, qk_norm=False, window_field=None, fused=True,
-                   partial_rotary=True, interleaved_rope=True,
-                   bias_fields=("attention_bias", None, None), norms=(
-                       "input_layernorm", "post_attention_layernorm",
-                       "post_self_attn_layernorm", "post_mlp_layernorm")),
+    # the language models of vision-language wrappers (TEXT_OF) that have model types of their
+    # own -- Qwen2-VL / Qwen2.5-VL's: Qwen2's layout; Qwen3-VL's: Qwen3's (its deepstack adds
+    # visual features to image tokens only); GLM-4.1V's: GLM-4-0414's, q / k / v biases always,
+    # its mrope on interleaved pairs of the rotated part of each head
+    **{mt: Family(qkv_bias=True, qk_norm=False, window_field="use_sliding_window", mrope=True)
+       for mt in ("qwen2_vl_text", "qwen2_5_vl_text")},
+    "qwen3_vl_text": Family(qkv_bias=False, qk_norm=True, window_field="use_sliding_window",
+                            mrope=True),
+    "glm4v_text": Family(qkv_bias=True, qk_norm=False, window_field=None, fused=True,
+                         partial_rotary=True, interleaved_rope=True, mrope=True,
+                         bias_fields=(None, None, None), norms=_GLM4_NORMS),
 }
 # vision-language models whose language model (text_config) is a supported family: it decodes
 # alone (no image is read; Mistral Small 3.x, LLaVA and LLaVA-NeXT / OneVision, Gemma 3 4B and
