@@ -11,6 +11,10 @@ def _tf(name):
     return getattr(tf, name, None)
 
 
+# GLM's and GLM-4-0414's tiny models: the same sizes (the latter adds its two post norms)
+_GLM = dict(hidden_size=48, intermediate_size=52, num_attention_heads=6, num_key_value_heads=2,
+            head_dim=12, attention_bias=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
 FAMILIES = {
     # llama: Llama-3 rope scaling, GQA 3:1, head_dim 8, untied
     "llama": (_tf("LlamaConfig"), _tf("LlamaForCausalLM"), dict(
@@ -75,9 +79,7 @@ FAMILIES = {
         head_dim=6, tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
     # glm: gate|up fused in one tensor, RoPE on interleaved pairs of half of each head (its
     # default partial_rotary_factor 0.5, head_dim 12: dims 0-5), q/k/v biases, GQA 3:1
-    "glm": (_tf("GlmConfig"), _tf("GlmForCausalLM"), dict(
-        hidden_size=48, intermediate_size=52, num_attention_heads=6, num_key_value_heads=2,
-        head_dim=12, attention_bias=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    "glm": (_tf("GlmConfig"), _tf("GlmForCausalLM"), _GLM),
     # internlm3: HF's Llama with biases on q / k / v / o and the MLP (its config's qkv_bias and
     # bias), GQA 4:1, head_dim 10
     "internlm3": (_tf("InternLM3Config"), _tf("LlamaForCausalLM"), dict(
@@ -134,9 +136,7 @@ FAMILIES = {
         pad_token_id=0, bos_token_id=1, eos_token_id=2)),
     # glm4: GLM's layout (fused gate|up, interleaved RoPE on half of each head, q/k/v biases)
     # with norms after the attention and the MLP, GQA 3:1
-    "glm4": (_tf("Glm4Config"), _tf("Glm4ForCausalLM"), dict(
-        hidden_size=48, intermediate_size=52, num_attention_heads=6, num_key_value_heads=2,
-        head_dim=12, attention_bias=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    "glm4": (_tf("Glm4Config"), _tf("Glm4ForCausalLM"), _GLM),
     # iquestcoder: HF's Llama under its own model_type; GQA 4:1, head_dim 6, tied
     "iquestcoder": (_tf("IQuestCoderConfig"), _tf("LlamaForCausalLM"), dict(
         hidden_size=48, intermediate_size=62, num_attention_heads=8, num_key_value_heads=2,
