@@ -36,11 +36,10 @@ class JsonConfig:
 
 def _json_config_suffices(d: dict) -> bool:
     # a window without layer_types: the config class derives them (Qwen2 from max_window_layers,
-    # CWM every fourth layer full, Gemma 2 every second, Gemma 3 from sliding_window_pattern;
-    # Mistral's apply to all)
-    windowed = d.get("sliding_window") and d.get("use_sliding_window",
-                                                 d["model_type"] in ("mistral", "cwm", "gemma2",
-                                                                     "gemma3_text"))
+    # CWM every fourth layer full, Gemma 2 / VaultGemma every second, Gemma 3 from
+    # sliding_window_pattern; Mistral's apply to all)
+    windowed = d.get("sliding_window") and d.get("use_sliding_window", d["model_type"] in (
+        "mistral", "cwm", "gemma2", "vaultgemma", "gemma3_text"))
     # a vision-language config (TEXT_OF) through AutoConfig: a flat transformers-4 one (Qwen2-VL's
     # text fields at its top level) then gets its text_config
     return "rms_norm_eps" in d and not (windowed and "layer_types" not in d) and \

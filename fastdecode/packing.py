@@ -98,11 +98,13 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
         get = text_model_getter(get)
     if fam.gemma_norms:
         get = offset_norm_getter(get)
-    # the query scale on the q rows -- or, where q is RMS-normalized, on its norm's weight
+    # the query scale on the q rows -- or, where q is RMS-normalized, on its norm's weight; the
+    # residual scale on o_proj / down -- or, where a norm follows them, on that norm's weight
+    # (which the scale follows: HyperCLOVAX; a norm of scaled rows would cancel it)
+    blocks = [f".{n}." for n in fam.norms[2:]] if spec.post_norms else \
+        ["self_attn.o_proj.", "mlp.down_proj."]
     get = scaled_getter(get, {"self_attn.q_norm." if spec.qk_norm else "self_attn.q_proj.":
-                              spec.q_scale,
-                              "self_attn.o_proj.": spec.residual_scale,
-                              "mlp.down_proj.": spec.residual_scale})
+                              spec.q_scale, **dict.fromkeys(blocks, spec.residual_scale)})
     if torch.device(device).type == "cuda":
         separate_head = not spec.shares_head or world > 1  # else the embedding's tensor
         check_weights_fit(sp, spec.vocab_size, separate_head, dtype,

@@ -49,6 +49,8 @@ class Family:
     # the logits divided by logits_scaling -- folded into the packed weights (packing.pack), but
     # the embeddings' scaled at lookup (PackedWeights.embed_scale)
     multipliers: bool = False
+    # logits_scaling multiplies the logits (HyperCLOVAX) rather than divides them (Granite)
+    logits_multiplied: bool = False
     # RoPE on interleaved pairs (2i, 2i + 1) instead of (i, i + head_dim / 2) (Helium, ERNIE
     # 4.5): packing reorders the q / k dims (ModelSpec.rope_permutation), the kernels unchanged
     interleaved_rope: bool = False
@@ -75,6 +77,9 @@ class Family:
     # the MLP; None: none). A norm after a block normalizes the block's output before the
     # residual add (Gemma 2 / 3, GLM-4-0414, EXAONE 4, OLMo 2 / 3: ModelSpec.post_norms)
     norms: tuple = ("input_layernorm", "post_attention_layernorm", None, None)
+    # the config flag that switches the norms after the blocks on (HyperCLOVAX's use_post_norm,
+    # on when absent, as HF's default); None: norms[2:] alone decide
+    post_norm_field: str | None = None
     # the attention's scale is query_pre_attn_scalar ** -0.5, not head_dim ** -0.5 (Gemma 2 / 3;
     # ModelSpec.attn_scale)
     query_scalar: bool = False
@@ -109,6 +114,13 @@ FAMILIES: dict[str, Family] = {
     "phi3": Family(qkv_bias=False, qk_norm=False, window_field=None, fused=True,
                    partial_rotary=True),
     "granite": Family(qkv_bias=False, qk_norm=False, window_field=None, multipliers=True),
+    # HyperCLOVAX (SEED-Think-14B): Granite's multipliers, the logits times logits_scaling, and
+    # ("Peri-LN", use_post_norm) a norm after the attention and the MLP, whose output the
+    # residual_multiplier scales after the norm
+    "hyperclovax": Family(qkv_bias=False, qk_norm=False, window_field=None, multipliers=True,
+                          logits_multiplied=True, post_norm_field="use_post_norm",
+                          norms=("input_layernorm", "post_attention_layernorm", "post_norm1",
+                                 "post_norm2")),
     "helium": Family(qkv_bias=False, qk_norm=False, window_field=None, interleaved_rope=True,
                      bias_fields=("attention_bias", None, "mlp_bias")),
     "ernie4_5": Family(qkv_bias=False, qk_norm=False, window_field=None, interleaved_rope=True,
@@ -152,6 +164,9 @@ FAMILIES: dict[str, Family] = {
     # full layers in turn
     "gemma2": Family(qkv_bias=False, qk_norm=False, window_field=None, gemma_norms=True,
                      norms=_GEMMA_POST, query_scalar=True),
+    # VaultGemma (vaultgemma-1b): Gemma 2 without its norms after the blocks
+    "vaultgemma": Family(qkv_bias=False, qk_norm=False, window_field=None, gemma_norms=True,
+                         norms=_GEMMA_POST[:2] + (None, None), query_scalar=True),
     # Gemma 3 (its text model: gemma-3-270m / 1b, or a multimodal one's language model): Gemma's
     # norms and embedding scale, norms after the attention and the MLP too, (1 + w) q / k
     # RMSNorms, the query_pre_attn_scalar scale, sliding-window layers with a RoPE of their own
@@ -255,7 +270,8 @@ class ModelSpec:
     q_pos_scale: tuple = ()
     # Granite's multipliers (Family.multipliers): the embedding rows times embed_scale as they are
     # looked up (Gemma's sqrt(d) too); folded into the packed weights, o_proj / down (and
-    # biases) times residual_scale, the q rows times attn_scale * sqrt(head_dim) (the kernels'
+    # biases) times residual_scale -- with norms after the blocks, which it follows (HyperCLOVAX),
+    # those norms' weights -- the q rows times attn_scale * sqrt(head_dim) (the kernels'
     # scale is head_dim ** -0.5; 0: no attn_scale), the lm_head times logits_scale
     embed_scale: float = 1.0
     residual_scale: float = 1.0
@@ -541,7 +557,7 @@ class ModelSpec:
         nope = _nope_layers(mt, fam, cfg, n_layers)
         if fam.full_layers_nope and getattr(cfg, "sliding_window", None) is not None:
             nope = tuple(l for l, t in enumerate(types[:n_layers]) if t != "sliding_attention")
-        scales = _multipliers(cfg) if fam.multipliers else {}
+        scales = _multipliers(cfg, hd, fam.logits_multiplied) if fam.multipliers else {}
         if fam.gemma_norms:
             scales = dict(embed_scale=math.sqrt(d))
         if fam.query_scalar:
@@ -557,7 +573,8 @@ class ModelSpec:
             layer_windows=windows,
             max_position=int(getattr(cfg, "max_position_embeddings", 1 << 30) or (1 << 30)),
             rotary_dim=0 if rot == hd else rot, rope_interleaved=fam.interleaved_rope,
-            nope_layers=nope, act=ACTS[act], post_norms=fam.norms[2] is not None,
+            nope_layers=nope, act=ACTS[act], post_norms=fam.norms[2] is not None and (
+                fam.post_norm_field is None or bool(getattr(cfg, fam.post_norm_field, True))),
             pre_norms=fam.norms[0] is not None, qk_norm_full=fam.qk_norm_full,
             local_rope=local if any(windows) else {}, attn_softcap=caps[0],
             logit_softcap=caps[1], q_pos_scale=_q_pos_scale(mt, rope))
@@ -600,11 +617,16 @@ def _nope_layers(mt: str, fam: Family, cfg, n_layers: int) -> tuple:
     return tuple(l for l, f in enumerate(flags[:n_layers]) if not f)
 
 
-def _multipliers(cfg) -> dict:
-    """Granite's four scalars as ModelSpec fields (the config class's defaults: 1.0)."""
+def _multipliers(cfg, head_dim: int, logits_multiplied: bool = False) -> dict:
+    """Granite's four scalars as ModelSpec fields (the config class's defaults: 1.0); the
+    logits divided by logits_scaling, or multiplied (Family.logits_multiplied: HyperCLOVAX, whose
+    config class defaults the attention's multiplier to head_dim ** -0.5)."""
     get = lambda name: float(getattr(cfg, name, 1.0) or 1.0)  # noqa: E731
+    logits = get("logits_scaling")
+    attn = get("attention_multiplier") if not logits_multiplied else \
+        float(getattr(cfg, "attention_multiplier", None) or head_dim ** -0.5)
     return dict(embed_scale=get("embedding_multiplier"), residual_scale=get("residual_multiplier"),
-                attn_scale=get("attention_multiplier"), logits_scale=1.0 / get("logits_scaling"))
+                attn_scale=attn, logits_scale=logits if logits_multiplied else 1.0 / logits)
 
 
 def _longrope_params(mt: str, cfg, rope: dict, rot: int) -> dict:

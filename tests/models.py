@@ -51,6 +51,12 @@ FAMILIES = {
         hidden_size=48, intermediate_size=54, num_attention_heads=6, num_key_value_heads=3,
         embedding_multiplier=3.0, residual_multiplier=0.5, attention_multiplier=0.2,
         logits_scaling=2.5, tie_word_embeddings=True)),
+    # hyperclovax: Granite's multipliers (the logits times logits_scaling) with a norm after the
+    # attention and the MLP, the residual multiplier after it (use_post_norm), GQA 3:1, untied
+    "hyperclovax": (_tf("HyperCLOVAXConfig"), _tf("HyperCLOVAXForCausalLM"), dict(
+        hidden_size=48, intermediate_size=54, num_attention_heads=6, num_key_value_heads=2,
+        embedding_multiplier=3.0, residual_multiplier=0.5, attention_multiplier=0.2,
+        logits_scaling=2.5, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
     # helium: RoPE on interleaved pairs (2i, 2i + 1), q/k/v biases but none on o_proj
     "helium": (_tf("HeliumConfig"), _tf("HeliumForCausalLM"), dict(
         hidden_size=48, intermediate_size=70, num_attention_heads=4, num_key_value_heads=2,
@@ -105,6 +111,13 @@ FAMILIES = {
     "gemma2": (_tf("Gemma2Config"), _tf("Gemma2ForCausalLM"), dict(
         hidden_size=40, intermediate_size=58, num_attention_heads=4, num_key_value_heads=2,
         head_dim=12, query_pre_attn_scalar=20, sliding_window=5, attn_logit_softcapping=3.0,
+        final_logit_softcapping=2.0, tie_word_embeddings=True, attn_implementation="eager",
+        pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    # vaultgemma: Gemma 2 without the norms after the blocks (soft caps, the query scale, sliding
+    # and full layers as gemma2's), MHA, head_dim 10, tied
+    "vaultgemma": (_tf("VaultGemmaConfig"), _tf("VaultGemmaForCausalLM"), dict(
+        hidden_size=40, intermediate_size=50, num_attention_heads=4, num_key_value_heads=4,
+        head_dim=10, query_pre_attn_scalar=16, sliding_window=5, attn_logit_softcapping=3.0,
         final_logit_softcapping=2.0, tie_word_embeddings=True, attn_implementation="eager",
         pad_token_id=0, bos_token_id=1, eos_token_id=2)),
     # gemma3_text: Gemma's norms and GeGLU, norms after the attention and the MLP too, (1 + w)

@@ -32,6 +32,19 @@ def test_family_fp32_matches_hf(family, mode):
     assert fm.position == PROMPT + STEPS
 
 
+@pytest.mark.parametrize("mode", ["torch", "mega"])
+def test_hyperclovax_without_post_norms_matches_hf(mode):
+    """HyperCLOVAX with use_post_norm off: Granite's layout, the residual multiplier back on
+    o_proj / down (the family test runs it on: on its norms' weights), at the family test's
+    1e-5."""
+    model = tiny_model("hyperclovax", use_post_norm=False).to(DEVICE)
+    ids = torch.randint(0, 101, (1, PROMPT + STEPS), generator=torch.Generator().manual_seed(4))
+    ids = ids.to(DEVICE)
+    fm = fastdecode.from_hf(model, max_seq_len=64, mode=mode)
+    assert not fm.weights.spec.post_norms
+    assert rel_err(teacher_forced(fm, ids, PROMPT), hf_logits(model, ids.to(DEVICE))) < 1e-5
+
+
 @pytest.mark.parametrize("mode", ["torch", "ops", "mega"])
 @pytest.mark.parametrize("kind,tied", [("mistral3", False), ("mistral3", True), ("llava", False),
                                        ("llava_onevision", True), ("gemma3", True),

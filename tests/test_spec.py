@@ -6,6 +6,7 @@ import torch
 import transformers as tf
 
 from fastdecode import UnsupportedModelError
+from fastdecode.loading import JsonConfig
 from fastdecode.spec import ModelSpec
 from models import FAMILIES, tiny_model
 
@@ -107,6 +108,25 @@ def test_family_differences():
 
 def spec_of(family, **kw):
     return ModelSpec.from_hf_config(tiny_model(family, **kw).config)
+
+
+def test_peri_ln_and_vaultgemma_specs():
+    """HyperCLOVAX's norms after the blocks follow its use_post_norm; its logits multiplied by
+    logits_scaling (Granite's divided). VaultGemma: Gemma 2's caps and layers, no post norms.
+    (Their own test: transformers versions before these models skip it.)"""
+    h = spec_of("hyperclovax")
+    assert h.post_norms and h.pre_norms and (h.residual_scale, h.logits_scale) == (0.5, 2.5)
+    assert not spec_of("hyperclovax", use_post_norm=False).post_norms
+    # a config.json without the attention's multiplier: the class's head_dim ** -0.5, not
+    # Granite's 1.0
+    d = tiny_model("hyperclovax").config.to_dict()
+    want = ModelSpec.from_hf_config(type(tiny_model("hyperclovax").config)(**dict(
+        d, attention_multiplier=None)))
+    del d["attention_multiplier"]
+    assert ModelSpec.from_hf_config(JsonConfig(d)) == want and want.attn_scale == 8 ** -0.5
+    v = spec_of("vaultgemma")
+    assert not v.post_norms and v.pre_norms and v.layer_windows == (5, 0)
+    assert (v.attn_softcap, v.logit_softcap, v.act) == (3.0, 2.0, "gelu_tanh")
 
 
 def _raw(**kw):  # a config HF itself would refuse to build (odd head_dim)
