@@ -181,6 +181,10 @@ SHAPES = {
         max_position_embeddings=4096, rope_parameters={"rope_type": "default",
                                                        "rope_theta": 500000.0},
         pad_token_id=100277, eos_token_id=100257, bos_token_id=None)),
+    # Arcee: transformers' ArceeConfig defaults ("AFM-4.5B-Base style": 32 layers of 32 heads of
+    # 80 on 2560, MHA, an MLP of 18432 without a gate, relu^2; the released checkpoint's own
+    # sizes are not checked here), a 128K vocabulary
+    "arcee-cfg": ("ArceeConfig()", lambda: tf.ArceeConfig(vocab_size=128256)),
     # GLM-4-9B-0414: GLM-4-9B's layout with norms after the attention and the MLP
     "glm4-9b-0414": ("GLM-4-9B-0414", lambda: tf.Glm4Config(
         hidden_size=4096, intermediate_size=13696, num_hidden_layers=40, num_attention_heads=32,

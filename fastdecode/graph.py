@@ -74,7 +74,8 @@ class Tiling:
     rows_q: int           # rows per tile, K = q_dim (o_proj)
     rows_d: int           # rows per tile, K = d_model (gate|up, lm_head)
     rows_f: int           # rows per tile, K = ffn_dim (down_proj)
-    rows_g: int           # rows per tile of each of gate and up, K = d_model
+    rows_g: int           # rows per tile of each of gate and up (of up alone without a gate,
+                          # ModelSpec.gated), K = d_model
     bk_q: int
     bk_d: int
     bk_f: int
@@ -151,9 +152,10 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
     if T == 1:
         st = stream or stream_config(device, spec)
         # o_proj (rows of q_dim), the lm_head (d_model), down (ffn_dim), gate|up (d_model, two
-        # matrices a piece): each op's piece elements (StreamConfig.elems)
+        # matrices a piece; one without a gate): each op's piece elements (StreamConfig.elems)
         tiles = [st.tile(spec.q_dim, elems=st.elems(1)), st.tile(spec.d_model),
-                 st.tile(spec.ffn_dim, elems=st.elems(3)), st.tile(spec.d_model, 2, st.elems(2))]
+                 st.tile(spec.ffn_dim, elems=st.elems(3)),
+                 st.tile(spec.d_model, 1 + spec.gated, st.elems(2))]
         rows, bks, warps = [t.block_n for t in tiles], [t.block_k for t in tiles], st.num_warps
     else:
         cfg = gemv_config(spec.d_model * 4, spec.d_model, T, device, elem_bytes=elem_bytes)
@@ -184,7 +186,8 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
                   not spec.qk_norm_full,
                   attn_in_qkv=attn_in_qkv,
                   stages=st.op_stages(spec.d_model) if st is not None else (1, 1, 1, 1),
-                  l2_prefetch_kb=st.l2_prefetch_kb if st is not None else 0,
+                  # (its prefetch reads gate and up rows: an MLP without a gate takes none)
+                  l2_prefetch_kb=st.l2_prefetch_kb if st is not None and spec.gated else 0,
                   kv_prefetch=st is not None and st.kv_prefetch,
                   one_poller=st is not None and st.one_poller,
                   abort_every=st.abort_every if st is not None else 1,
@@ -307,7 +310,8 @@ def build_step(spec: ModelSpec, tiling: Tiling, n_programs: int, world: int = 1,
                 g.add(Task(Op.MERGE, l, (kv, h0, min(s.group, h0 + tg.merge_heads)),
                            ("attn", l, kv), ("merge", l), COST.task_overhead_bytes))
         for op, key, wait, N, K in ((Op.O_PROJ, "o", ("merge", l), s.d_model, s.q_dim),
-                                    (Op.GATE_UP, "gu", after["o"](l), s.ffn_dim, 2 * s.d_model),
+                                    (Op.GATE_UP, "gu", after["o"](l), s.ffn_dim,
+                                     (1 + s.gated) * s.d_model),
                                     (Op.DOWN, "down", ("gu", l), s.d_model, s.ffn_dim)):
             parts = tg.ksplit if key != "gu" else 1  # arg0: token block * parts + K part
             tile_bytes = tg.gemv_rows(op) * K * elt // parts

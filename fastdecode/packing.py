@@ -4,7 +4,8 @@ GEMV tiles (row-major [N, K], K contiguous, so a tile streams whole 16-byte-alig
     w_qkv  [L, (H + 2 KVH) * hd, d]   q rows, then k rows, then v rows (head-major)
     w_o    [L, d, H * hd]
     w_gu   [L, 2 * ffn, d]            gate rows, then up rows (the SWIGLU epilogue reads row n and
-                                      row ffn + n in the same tile)
+                                      row ffn + n in the same tile); an MLP without a gate
+                                      (ModelSpec.gated False): [L, ffn, d], up rows alone
     w_down [L, d, ffn]
     norms  [L, d] (before attention / the MLP; after them too where the family has them:
            ModelSpec.post_norms); qk_norm [L, 2, hd] (Qwen3; OLMo 2's over all heads: [L, H + KVH,
@@ -152,6 +153,9 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
         return t if rank == 0 or t is None else torch.zeros_like(t)
 
     attn = "self_attn.{}_proj.{}"
+
+    def gated(name, index):  # the gate's rows before the up rows, where the MLP has a gate
+        return ((name, index),) if spec.gated else ()
     norms = [n and (f"{n}.weight", None) for n in fam.norms]
     q, f = rows(sp.q_dim), rows(sp.ffn_dim)
     k0, k1 = spec.kv_heads_of(rank, world)  # replicated when world > KV heads
@@ -171,12 +175,13 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
         w_qkv=stack((attn.format("q", "weight"), q), (attn.format("k", "weight"), kv),
                     (attn.format("v", "weight"), kv)),
         w_o=stack((attn.format("o", "weight"), cols(sp.q_dim))),
-        w_gu=stack(("mlp.gate_proj.weight", f), ("mlp.up_proj.weight", f)),
+        w_gu=stack(*gated("mlp.gate_proj.weight", f), ("mlp.up_proj.weight", f)),
         w_down=stack(("mlp.down_proj.weight", cols(sp.ffn_dim))),
         b_qkv=stack((attn.format("q", "bias"), q), (attn.format("k", "bias"), kv),
                     (attn.format("v", "bias"), kv)) if spec.attn_bias else None,
         b_o=on_first_rank(stack((attn.format("o", "bias"), None)) if spec.o_bias else None),
-        b_gu=stack(("mlp.gate_proj.bias", f), ("mlp.up_proj.bias", f)) if spec.mlp_bias else None,
+        b_gu=stack(*gated("mlp.gate_proj.bias", f), ("mlp.up_proj.bias", f))
+        if spec.mlp_bias else None,
         b_down=on_first_rank(stack(("mlp.down_proj.bias", None)) if spec.mlp_bias else None),
         # [L, 2, hd] (q's, k's), or by head slot [L, H + KVH, hd] for norms over all heads
         qk_norm=stack(("self_attn.q_norm.weight", None), ("self_attn.k_norm.weight", None))
@@ -325,7 +330,7 @@ def _check_shapes(pw: PackedWeights, full_vocab: int):
     want = {
         "embed": (full_vocab, s.d_model), "lm_head": (s.vocab_size, s.d_model),
         "w_qkv": (s.n_layers, s.qkv_dim, s.d_model), "w_o": (s.n_layers, s.d_model, s.q_dim),
-        "w_gu": (s.n_layers, 2 * s.ffn_dim, s.d_model),
+        "w_gu": (s.n_layers, (1 + s.gated) * s.ffn_dim, s.d_model),
         "w_down": (s.n_layers, s.d_model, s.ffn_dim),
     }
     for name, shape in want.items():

@@ -46,16 +46,32 @@ def mm_native(x, w):
     return x.to(w.dtype) @ w.t()
 
 
-def glu(y, act="silu"):
-    """y [T, 2N] = [gate | up] -> act(gate) * up [T, N] in y's dtype; act: ModelSpec.act (silu,
-    or gelu_tanh: torch's tanh-approximated GELU, HF's gelu_pytorch_tanh)."""
+def activation(g, act="silu"):
+    """act(g): ModelSpec.act -- silu, gelu_tanh (torch's tanh-approximated GELU, HF's
+    gelu_pytorch_tanh; in fp64, then rounded: its 0.5 g (1 + tanh(u)) cancels in fp32 where u
+    << 0, 2e-5 relative at g = -4, which the kernels' g sigmoid(2u) form does not) or relu2
+    (relu(g)^2)."""
+    if act == "relu2":
+        return torch.square(F.relu(g))
+    if act == "silu":
+        return F.silu(g)
+    return F.gelu(g.double(), approximate="tanh").to(g.dtype)
+
+
+def glu(y, act="silu", gated=True):
+    """y [T, 2N] = [gate | up] -> act(gate) * up [T, N] in y's dtype; not gated (an MLP without
+    a gate, ModelSpec.gated): y [T, N] = up -> act(up)."""
+    if not gated:
+        return activation(y, act)
     g, u = y.chunk(2, dim=-1)
-    return (F.silu(g) if act == "silu" else F.gelu(g, approximate="tanh")) * u
+    return activation(g, act) * u
 
 
 def gemv(x, w, *, norm_w=None, eps=1e-6, bias=None, residual=None, swiglu=False, act="silu",
-         num=None):
-    """[T, N]: epilogue(prologue(x) @ w.T) in the matmul's output dtype; num: the Numerics (FP32:
+         gated=True, num=None):
+    """[T, N]: epilogue(prologue(x) @ w.T) in the matmul's output dtype; swiglu: the MLP's
+    activation epilogue (glu: act(gate) * up of w = [gate; up], or act(up) if not gated); num: the
+    Numerics (FP32:
     fp32 throughout; the long prompts': the epilogue in the weights' dtype, each op computed in
     fp32 and rounded, as torch does for bf16 / fp16)."""
     num = num or FP32
@@ -63,7 +79,7 @@ def gemv(x, w, *, norm_w=None, eps=1e-6, bias=None, residual=None, swiglu=False,
     if bias is not None:
         y = y + bias.to(y.dtype)
     if swiglu:
-        y = num.swiglu(y, act)
+        y = num.swiglu(y, act, gated)
     if residual is not None:
         y = y + residual.to(y.dtype)
     return y
@@ -211,7 +227,7 @@ def merge_partials(o, lse):
 @dataclass(frozen=True)
 class Numerics:
     """How the layer blocks compute. mm(x, w): x @ w.T; norm(x, w, eps): the d_model-wide
-    RMSNorms; swiglu(y [T, 2N], act) -> [T, N]; attend(q, k_cache, v_cache, pos, window=,
+    RMSNorms; swiglu(y [T, 2N], act, gated) -> [T, N] (glu's contract); attend(q, k_cache, v_cache, pos, window=,
     softcap=, qscale=): the attention (this module's, or a kernel's with the same contract)."""
     mm: Callable = mm_fp32
     norm: Callable = rmsnorm
@@ -238,9 +254,9 @@ def attention_block(pw, l, h, pos, k_cache, v_cache, cos, sin, num=FP32):
 
 def mlp_block(pw, l, h, num=FP32):
     """Layer l's MLP [T, d] (fp32 under FP32), without the residual: down(act(gate) * up)(
-    rmsnorm(h))."""
+    rmsnorm(h)) (down(act(up)) without a gate)."""
     s = pw.spec
     pick = lambda t: None if t is None else t[l]  # noqa: E731
     act = gemv(h, pw.w_gu[l], norm_w=pw.pre_norm(1, l), eps=s.rms_eps, bias=pick(pw.b_gu),
-               swiglu=True, act=s.act, num=num).to(pw.dtype)
+               swiglu=True, act=s.act, gated=s.gated, num=num).to(pw.dtype)
     return gemv(act, pw.w_down[l], bias=pick(pw.b_down), num=num)

@@ -95,6 +95,8 @@ class Family:
     # the q / k norms are one RMSNorm over all q heads' rows at once and one over all k heads'
     # (OLMo 2 / 3: weights [H * hd], [KVH * hd]), not one per head
     qk_norm_full: bool = False
+    # the MLP is down(act(gate) * up); False: down(act(up)), no gate (Arcee: relu2)
+    gated: bool = True
 
 
 _GEMMA_POST = ("input_layernorm", "pre_feedforward_layernorm", "post_attention_layernorm",
@@ -152,6 +154,8 @@ FAMILIES: dict[str, Family] = {
                       nope_field="no_rope_layers"),
     # IQuest-Coder: HF's Llama under a model_type of its own
     "iquestcoder": Family(qkv_bias=False, qk_norm=False, window_field=None),
+    # Arcee (AFM-4.5B): Llama with an MLP without a gate, down(relu(up)^2)
+    "arcee": Family(qkv_bias=False, qk_norm=False, window_field=None, gated=False),
     # CWM (Code World Model): Llama with sliding windows on the layers its layer_types name (the
     # config class's default: three of every four)
     "cwm": Family(qkv_bias=False, qk_norm=False, window_field=None),
@@ -212,12 +216,14 @@ UNSUPPORTED = {
                                              "qwen3_vl_moe", "glm4v_moe")},
     **{mt: "a vision-language model (its text model alone is not read)" for mt in (
         "llama4",)},
-    **{mt: "its MLP without a gate" for mt in ("arcee", "apertus", "nemotron")},
+    **{mt: "its MLP's activation, xIELU, has learned parameters" for mt in ("apertus",)},
+    **{mt: "LayerNorm1P, not RMSNorm" for mt in ("nemotron",)},
     **{mt: "LayerNorm, not RMSNorm" for mt in ("phi", "stablelm", "starcoder2", "cohere",
                                                 "falcon", "gpt2", "gpt_neox", "olmo")},
 }
-# HF's hidden_act names -> ModelSpec.act (the gated MLP's activation: triton_kernels.gemv.GLU_ACTS)
-ACTS = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh"}
+# HF's hidden_act names -> ModelSpec.act (the MLP's activation: triton_kernels.gemv.ACT_CODES)
+ACTS = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh",
+        "relu2": "relu2"}
 # freq_factors: llama.cpp's per-frequency divisors (a GGUF's rope_freqs tensor, which Llama-3.x
 # files carry in place of their llama3 rope_scaling; loading.gguf_config), rope["factors"]
 # longrope: Phi-3's long-context checkpoints (short / long per-frequency factors; "su" in older
@@ -252,7 +258,8 @@ class ModelSpec:
     rope_interleaved: bool = False  # HF's RoPE pairs are (2i, 2i + 1) (Family.interleaved_rope)
     nope_layers: tuple = ()  # the layers without RoPE (Family.nope_field; state.RopeTables)
     qk_norm_after: bool = False  # the q / k norm after RoPE (Family.qk_norm_after_rope)
-    act: str = "silu"  # the gate's activation in the MLP: silu (SwiGLU) or gelu_tanh (GeGLU)
+    act: str = "silu"  # the MLP's activation: silu (SwiGLU), gelu_tanh (GeGLU), relu2 (relu^2)
+    gated: bool = True  # the MLP is down(act(gate) * up); False: down(act(up)) (Family.gated)
     text_of: str = ""  # the vision-language model_type (TEXT_OF) whose language model this is
     # RMSNorms after the attention and the MLP, before the residual add (Family.norms): each
     # block's output is normalized whole, so its row-parallel sums go through REDUCE tasks
@@ -331,7 +338,7 @@ class ModelSpec:
         """Bytes a decode step must stream: every layer matrix, the lm_head, norms (embedding row ignored)."""
         norms = 2 * self.post_norms + 2 * self.pre_norms
         per_layer = (self.qkv_dim * self.d_model + self.d_model * self.q_dim
-                     + 3 * self.ffn_dim * self.d_model + norms * self.d_model)
+                     + (2 + self.gated) * self.ffn_dim * self.d_model + norms * self.d_model)
         return elt * (self.n_layers * per_layer + self.vocab_size * self.d_model + self.d_model)
 
     def kv_bytes(self, seq_len: int, elt: int = 2) -> int:
@@ -573,7 +580,7 @@ class ModelSpec:
             layer_windows=windows,
             max_position=int(getattr(cfg, "max_position_embeddings", 1 << 30) or (1 << 30)),
             rotary_dim=0 if rot == hd else rot, rope_interleaved=fam.interleaved_rope,
-            nope_layers=nope, act=ACTS[act], post_norms=fam.norms[2] is not None and (
+            nope_layers=nope, act=ACTS[act], gated=fam.gated, post_norms=fam.norms[2] is not None and (
                 fam.post_norm_field is None or bool(getattr(cfg, fam.post_norm_field, True))),
             pre_norms=fam.norms[0] is not None, qk_norm_full=fam.qk_norm_full,
             local_rope=local if any(windows) else {}, attn_softcap=caps[0],

@@ -214,11 +214,11 @@ class VM:
             st.h[ix] = R.gemv(st.attn[toks], pw.w_o[l, rows], bias=None if b is None else b[rows],
                               residual=st.h[ix]).to(dt)
         elif op == Op.GATE_UP:
-            both = torch.cat([rows, rows + s.ffn_dim])
+            both = torch.cat([rows, rows + s.ffn_dim]) if s.gated else rows
             b = pick(pw.b_gu)
             st.act[ix] = R.gemv(st.h[toks], pw.w_gu[l, both], norm_w=pw.pre_norm(1, l),
                                 eps=s.rms_eps, bias=None if b is None else b[both],
-                                swiglu=True, act=s.act).to(dt)
+                                swiglu=True, act=s.act, gated=s.gated).to(dt)
         elif op == Op.DOWN:
             b = pick(pw.b_down)
             st.h[ix] = R.gemv(st.act[toks], pw.w_down[l, rows],

@@ -7,14 +7,24 @@ import torch
 U = {torch.float32: 2.0 ** -24, torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}
 
 
-def rel_tol(dtype, K: int = 1) -> float:
+def rel_tol(dtype, K: int = 1, gain: float = 1.0) -> float:
     """Relative L2 tolerance for an op whose output is stored in `dtype` after an fp32 reduction of
     length K, compared with an fp32 reference on the same inputs.
     - storing: the interpreter truncates instead of rounding, so up to 2u relative per element;
-    - the T>1 tl.dot path rounds the normalised input to `dtype` (another u, relative rms);
+    - the T>1 tl.dot path rounds the normalised input to `dtype` (another u, relative rms),
+      times `gain`: what the epilogue multiplies an input's relative error by (an MLP
+      activation's, ACT_GAIN);
     - the fp32 reduction: random-walk error ~ sqrt(K) * 2^-24, kept with a 16x margin.
     For fp32 outputs the first two terms are fp32's own."""
-    return 2 * U[dtype] + U[dtype] + 16 * math.sqrt(K) * U[torch.float32]
+    return 2 * U[dtype] + gain * U[dtype] + 16 * math.sqrt(K) * U[torch.float32]
+
+
+# An MLP epilogue's gain on a relative error e of its input row (both GEMV outputs carry the same
+# e: one rounded input): act(g) * up moves by (1 + g act'(g) / act(g)) e -- at most 3 for relu^2
+# (2 + 1), 2.28 for silu over |g| <= 3 (the tests' pre-activations are ~N(0, 1)); the tanh GELU's
+# factor grows only where its output is under 1% of the row's scale (|g| > 2.5 on the negative
+# side), which the L2 norm does not see. Without a gate: act(up) alone, relu^2's 2.
+ACT_GAIN = 3.0
 
 
 def rel_err(out, ref) -> float:
@@ -22,9 +32,9 @@ def rel_err(out, ref) -> float:
     return float((out - ref).norm() / ref.norm().clamp_min(1e-30))
 
 
-def assert_close(out, ref, dtype, K=1, what=""):
+def assert_close(out, ref, dtype, K=1, what="", gain=1.0):
     assert torch.isfinite(out.float()).all(), f"{what}: non-finite output"
-    err, tol = rel_err(out, ref), rel_tol(dtype, K)
+    err, tol = rel_err(out, ref), rel_tol(dtype, K, gain)
     assert err <= tol, f"{what}: relative L2 error {err:.3g} > tolerance {tol:.3g} ({dtype}, K={K})"
 
 

@@ -150,6 +150,10 @@ FAMILIES = {
     # glm4: GLM's layout (fused gate|up, interleaved RoPE on half of each head, q/k/v biases)
     # with norms after the attention and the MLP, GQA 3:1
     "glm4": (_tf("Glm4Config"), _tf("Glm4ForCausalLM"), _GLM),
+    # arcee: Llama with an MLP without a gate, down(relu(up)^2), MLP biases, GQA 2:1, head_dim 10
+    "arcee": (_tf("ArceeConfig"), _tf("ArceeForCausalLM"), dict(
+        hidden_size=40, intermediate_size=74, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=10, mlp_bias=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
     # iquestcoder: HF's Llama under its own model_type; GQA 4:1, head_dim 6, tied
     "iquestcoder": (_tf("IQuestCoderConfig"), _tf("LlamaForCausalLM"), dict(
         hidden_size=48, intermediate_size=62, num_attention_heads=8, num_key_value_heads=2,

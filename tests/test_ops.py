@@ -15,11 +15,11 @@ from fastdecode.triton_kernels._common import INTERPRET
 from fastdecode.triton_kernels.attention import split_range, split_range_host
 from fastdecode.triton_kernels.config import StreamConfig, merge_splits
 from fastdecode.triton_kernels.qkv_rope import defer_qk_norm
-from helpers import assert_close, close
+from helpers import ACT_GAIN, assert_close, close
 from conftest import DEVICE
 
 DTYPES = st.sampled_from([torch.float32, torch.bfloat16, torch.float16])
-ACTS = st.sampled_from(["silu", "gelu_tanh"])  # the gated epilogue's activations (GLU_ACTS)
+ACTS = st.sampled_from(["silu", "gelu_tanh", "relu2"])  # the MLP epilogue's (gemv.ACT_CODES)
 TOKENS = st.sampled_from([1, 1, 2, 5, 17])  # decode (register GEMV) and tl.dot (M padded) paths
 # the megakernel's decode stream (T=1): 1 to 128 rows per tile, whole rows or K chunks of 16-64
 # (odd K ends mid-chunk), one or several tiles per program; the register stream and (stages 3)
@@ -48,31 +48,35 @@ def test_rmsnorm(T, K, seed, dtype, has_res):
         assert torch.equal(res, res_ref) or close(res, res_ref, dtype)
 
 
-@given(T=TOKENS, N=st.integers(1, 3000), seed=st.integers(0, 2**31 - 1), dtype=DTYPES, act=ACTS)
-def test_swiglu(T, N, seed, dtype, act):
-    """The long prompts' gated activation on a [gate | up] matmul output against the fp32
-    reference's act(gate) * up (torch's silu / tanh GELU): elementwise, one rounding to dtype
-    (K=1); N past the 2048-lane block."""
+@given(T=TOKENS, N=st.integers(1, 3000), seed=st.integers(0, 2**31 - 1), dtype=DTYPES, act=ACTS,
+       gated=st.booleans())
+def test_swiglu(T, N, seed, dtype, act, gated):
+    """The long prompts' MLP activation on a [gate | up] matmul output against the fp32
+    reference's act(gate) * up (torch's silu / tanh GELU, relu^2) -- or act(up) of an up output
+    alone (an MLP without a gate): elementwise, one rounding to dtype (K=1); N past the
+    2048-lane block."""
     g = torch.Generator().manual_seed(seed)
-    y = rnd(T, 2 * N, dtype=dtype, seed_gen=g, scale=3.0)
-    assert_close(ops.swiglu(y, act), R.glu(y.float(), act), dtype, 1, "swiglu")
+    y = rnd(T, (1 + gated) * N, dtype=dtype, seed_gen=g, scale=3.0)
+    assert_close(ops.swiglu(y, act, gated), R.glu(y.float(), act, gated), dtype, 1, "swiglu")
 
 
 @given(T=TOKENS, K=st.integers(1, 300), N=st.integers(1, 150), seed=st.integers(0, 2**31 - 1),
        dtype=DTYPES, norm=st.booleans(), bias=st.booleans(), swiglu=st.booleans(),
-       residual=st.booleans(), stream=STREAMS, act=ACTS)
-def test_gemv(T, K, N, seed, dtype, norm, bias, swiglu, residual, stream, act):
+       residual=st.booleans(), stream=STREAMS, act=ACTS, gated=st.booleans())
+def test_gemv(T, K, N, seed, dtype, norm, bias, swiglu, residual, stream, act, gated):
+    """swiglu: the MLP epilogue, act(gate) * up over [gate; up] rows, or (not gated) act(up)."""
     g = torch.Generator().manual_seed(seed)
-    rows = 2 * N if swiglu else N
+    rows = 2 * N if swiglu and gated else N
     x = rnd(T, K, dtype=dtype, seed_gen=g)
     w = rnd(rows, K, dtype=dtype, seed_gen=g, scale=K ** -0.5)
     kw = dict(norm_w=rnd(K, dtype=dtype, seed_gen=g, shift=1) if norm else None, eps=1e-5,
-              bias=rnd(rows, dtype=dtype, seed_gen=g) if bias else None, swiglu=swiglu, act=act)
+              bias=rnd(rows, dtype=dtype, seed_gen=g) if bias else None, swiglu=swiglu, act=act,
+              gated=gated)
     res = rnd(T, N, dtype=dtype, seed_gen=g) if residual else None
     ref = R.gemv(x, w, residual=res, **kw)
     # residual updated in place when given
     out = ops.gemv(x, w, residual=res, out=res, stream=stream if T == 1 else None, **kw)
-    assert_close(out, ref, dtype, K, "gemv")
+    assert_close(out, ref, dtype, K, "gemv", gain=ACT_GAIN if swiglu else 1.0)
 
 
 def _qkv_case(T, H, KVH, HD, K, pos, S, dtype, g, bias, qk):

@@ -56,7 +56,7 @@ SHAPES = [("3b", {}), ("qwen2.5-0.5b", {}), ("qwen2.5-7b", {}), ("qwen2.5-14b", 
           # a sliding layer (window cut to 24) and a full one, each with its own RoPE table
           *[(k, {"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 24})
             for k in ("gemma2-2b", "gemma3-1b", "gemma3-4b")], ("glm4-9b-0414", {}),
-          ("olmo2-1b", {})]
+          ("olmo2-1b", {}), ("arcee-cfg", {})]
 
 
 def _model(key, overrides):

@@ -148,7 +148,7 @@ def _raw(**kw):  # a config HF itself would refuse to build (odd head_dim)
             "rope_type": "longrope", "short_factor": [1.0] * 4, "long_factor": [1.0] * 4}},
         sliding_window=4, hidden_activation="gelu_pytorch_tanh"), "longrope on the sliding"),
     (lambda: tf.Mistral3Config(text_config=dict(model_type="nemotron")),
-     "mistral3's language model: model_type 'nemotron' is not supported \\(its MLP without"),
+     "mistral3's language model: model_type 'nemotron' is not supported \\(LayerNorm1P"),
     (lambda: tf.LlamaConfig(hidden_act="gelu"), "hidden_act"),
     (lambda: tf.LlamaConfig(max_position_embeddings=4096, rope_scaling={
         "rope_type": "dynamic", "factor": 4.0}), "dynamic"),

@@ -25,7 +25,8 @@ CASES = [("llama", 2), ("llama_bias_tied", 2), ("llama_bias_tied", 4), ("qwen2",
          ("qwen3", 2), ("mistral_gqa", 2), ("phi3", 2), ("granite", 3), ("helium", 2),
          ("ernie4_5", 2), ("smollm3", 2), ("exaone", 2), ("glm", 2),
          ("hunyuan_v1_dense", 2), ("gemma", 2), ("cwm", 2), ("gemma3_text", 2), ("glm4", 2),
-         ("gemma2", 2), ("exaone4", 2), ("ministral3", 2),
+         ("gemma2", 2), ("exaone4", 2), ("ministral3", 2), ("arcee", 2), ("hyperclovax", 2),
+         ("vaultgemma", 2),
          ("mistral", 2), ("mistral", 4), ("llama", 6), ("qwen3", 4), ("phi3", 4)]
 
 
@@ -84,8 +85,9 @@ def test_shards_concatenate_back(family, world):
     assert torch.equal(torch.cat([sh.w_o for sh in shards], 2), pw.w_o)
     assert torch.equal(torch.cat([sh.w_down for sh in shards], 2), pw.w_down)
     f = s.ffn_dim // world
-    gates = [sh.w_gu[:, :f] for sh in shards]
-    ups = [sh.w_gu[:, f:] for sh in shards]
+    gates = [sh.w_gu[:, :f] for sh in shards] if s.gated else []  # (no gate: up rows alone)
+    ups = [sh.w_gu[:, f:] if s.gated else sh.w_gu for sh in shards]
+    assert all(sh.w_gu.shape[1] == (1 + s.gated) * f for sh in shards)
     assert torch.equal(torch.cat(gates + ups, 1), pw.w_gu)
     assert torch.equal(torch.cat([sh.lm_head for sh in shards], 0), pw.lm_head)
     assert sum(sh.spec.vocab_size for sh in shards) == s.vocab_size

@@ -3,7 +3,8 @@
     y[t, n] = epilogue( sum_k prologue(x)[t, k] * W[n, k] )
     prologue: RMSNorm of the input row (NORM):  x * rsqrt(mean(x^2) + eps) * norm_w
     epilogue: + bias[n] (BIAS);  act(y_gate) * y_up with W = [gate; up] stacked [2N, K] (SWIGLU:
-              GLU_ACTS' code of act -- 1 silu (SwiGLU), 2 the tanh GELU (GeGLU: Gemma));
+              ACT_CODES' code of act -- 1 silu (SwiGLU), 2 the tanh GELU (GeGLU: Gemma), 3
+              relu^2); or, SWIGLU negative (an MLP without a gate: Arcee), act(y) of W [N, K];
               + residual[t, n] (RESIDUAL, may alias the output: the residual stream updated in place)
 
 Shapes: x [T, K] (bf16/fp16/fp32), W [N or 2N, K] row-major, y [T, N]. fp32 accumulation.
@@ -19,8 +20,16 @@ from ._common import (INTERPRET, gemv_acc, next_x_chunk, pdl_ready, pdl_start, p
                       x_chunk_apply, x_chunk_raw)
 from .config import StreamConfig, gemv_config, gemv_stream, stream_ptx, use_pdl
 
-# the gated epilogue's activations, by ModelSpec.act: the SWIGLU constexpr's value (0: no gate)
-GLU_ACTS = {"silu": 1, "gelu_tanh": 2}
+# the MLP epilogue's activations, by ModelSpec.act: the SWIGLU constexpr's magnitude (glu_code)
+ACT_CODES = {"silu": 1, "gelu_tanh": 2, "relu2": 3}
+
+
+def glu_code(act: str, gated: bool = True) -> int:
+    """The SWIGLU constexpr of the MLP's epilogue: act's code, positive with a gate (act(gate) *
+    up over W = [gate; up]: two matrices a tile), negative without (act(up) over W = up)."""
+    return ACT_CODES[act] if gated else -ACT_CODES[act]
+
+
 GELU_C = tl.constexpr(0.7978845608028654)  # sqrt(2 / pi): gelu_tanh(x) = x sigmoid(2 GELU_C (x + 0.044715 x^3))
 
 
@@ -34,7 +43,7 @@ def epilogue_operands(bias_ptr, res_ptr, offs_t, mask_t, offs_n, mask_n, N, stri
     r = tl.zeros([offs_t.shape[0], offs_n.shape[0]], dtype=tl.float32)
     if BIAS:
         b = tl.load(bias_ptr + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
-        if SWIGLU:
+        if SWIGLU > 0:
             b2 = tl.load(bias_ptr + N + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
     if RESIDUAL:
         r = tl.load(res_ptr + offs_t[:, None] * stride_res + offs_n[None, :],
@@ -43,17 +52,30 @@ def epilogue_operands(bias_ptr, res_ptr, offs_t, mask_t, offs_n, mask_n, N, stri
 
 
 @triton.jit
+def activation(g, CODE: tl.constexpr):
+    """act(g) in fp32 by its ACT_CODES code. silu and the tanh GELU are both g sigmoid(z): silu
+    z = g; torch's tanh GELU 0.5 g (1 + tanh(u)), u = GELU_C (g + 0.044715 g^3), is g
+    sigmoid(2u) (1 + tanh(u) = 2 sigmoid(2u)) -- one exp, no tanh (which Triton's interpreter
+    lacks); an fp32 ulp or two from torch's tanh form. relu2: max(g, 0)^2."""
+    if CODE == 3:
+        m = tl.maximum(g, 0.0)
+        return m * m
+    else:
+        z = g
+        if CODE == 2:
+            z = (2.0 * GELU_C) * (g + 0.044715 * g * g * g)
+        return g / (1.0 + tl.exp(-z))
+
+
+@triton.jit
 def gemv_epilogue(acc, acc2, b, b2, r, SWIGLU: tl.constexpr):
-    """(acc + bias) [act(gate) * (up + up-bias)] + residual on fp32 tiles. Both activations are
-    g sigmoid(z): silu z = g; torch's tanh GELU 0.5 g (1 + tanh(u)), u = GELU_C (g + 0.044715
-    g^3), is g sigmoid(2u) (1 + tanh(u) = 2 sigmoid(2u)) -- one exp, no tanh (which Triton's
-    interpreter lacks); an fp32 ulp or two from torch's tanh form."""
+    """(acc + bias) [act(gate) * (up + up-bias)] + residual on fp32 tiles (glu_code: SWIGLU >
+    0; < 0 act(acc + bias), an MLP without a gate)."""
     acc += b
-    if SWIGLU:
-        z = acc
-        if SWIGLU == 2:
-            z = (2.0 * GELU_C) * (acc + 0.044715 * acc * acc * acc)
-        acc = acc / (1.0 + tl.exp(-z)) * (acc2 + b2)
+    if SWIGLU > 0:
+        acc = activation(acc, SWIGLU) * (acc2 + b2)
+    elif SWIGLU < 0:
+        acc = activation(acc, -SWIGLU)
     return acc + r
 
 
@@ -95,7 +117,7 @@ def gemv_tile(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, T, N, K, stride_x, stri
         k_lo = kpart * per
         k_hi = tl.minimum(K, k_lo + per)
     acc, acc2 = gemv_acc(x_ptr, stride_x, offs_t, mask_t, rstd, norm_ptr, w_ptr, offs_n, offs_n + N,
-                         mask_n, K, k_lo, k_hi, NORM, SWIGLU, BLOCK_K, F32)
+                         mask_n, K, k_lo, k_hi, NORM, SWIGLU > 0, BLOCK_K, F32)
     b, b2, r = epilogue_operands(bias_ptr, res_ptr, offs_t, mask_t, offs_n, mask_n, N, stride_res,
                                  BIAS, SWIGLU, RESIDUAL)
     return gemv_epilogue(acc, acc2, b, b2, r, SWIGLU), offs_t, mask_t, offs_n, mask_n
@@ -147,11 +169,11 @@ def stream_reduce(w, w2, x, acc, acc2, accp, accp2, b, b2, r, i, n_it, tile_lo, 
     n_k = tl.cdiv(K, BLOCK_K)
     if n_k > 1:
         accp += row_partials(w, x, PTX)
-        if SWIGLU:
+        if SWIGLU > 0:
             accp2 += row_partials(w2, x, PTX)
     else:
         acc += row_dot(w, x, PTX)
-        if SWIGLU:
+        if SWIGLU > 0:
             acc2 += row_dot(w2, x, PTX)
     if i % n_k == n_k - 1:  # the tile's last chunk: epilogue, store, next tile's operands
         if n_k > 1:
@@ -247,7 +269,8 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
         accp = tl.zeros([BLOCK_N, BLOCK_K // PV], dtype=tl.float32)  # chunked rows' row_partials
         accp2 = accp
         for i in tl.range(0, n_it, num_stages=STAGES):
-            w, w2 = stream_piece(w_ptr, N, K, tile_lo, i, n_it, BLOCK_N, BLOCK_K, SWIGLU, False)
+            w, w2 = stream_piece(w_ptr, N, K, tile_lo, i, n_it, BLOCK_N, BLOCK_K, SWIGLU > 0,
+                                 False)
             if i == 0:
                 if WAIT is not None:
                     run = WAIT(*wargs)
@@ -293,7 +316,7 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
         accp2 = accp
         for i in range(0, n_it):
             w_n, w2_n = stream_piece(w_ptr, N, K, tile_lo, i + 1, n_it, BLOCK_N, BLOCK_K,
-                                     SWIGLU, PTX)
+                                     SWIGLU > 0, PTX)
             x_n = next_x_chunk(x, x_ptr, norm_ptr, offs_t, mask_t, stride_x,
                                ((i + 1) % n_k) * BLOCK_K, K, n_k, rstd, NORM, BLOCK_K)
             acc, acc2, accp, accp2, b, b2, r = stream_reduce(
@@ -331,7 +354,7 @@ def gemv_kernel(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, str
                   SWIGLU, RESIDUAL, BLOCK_T, BLOCK_N, BLOCK_K, STREAM, F32, PTX, STAGES,
                   pdl_ready, (PDL,))
     else:
-        w0, w20 = stream_start(w_ptr, N, K, lo, hi, BLOCK_N, BLOCK_K, SWIGLU, STREAM, PTX)
+        w0, w20 = stream_start(w_ptr, N, K, lo, hi, BLOCK_N, BLOCK_K, SWIGLU > 0, STREAM, PTX)
         pdl_wait(PDL)
         gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, stride_x,
                   stride_res, stride_out, eps, lo, hi, tl.program_id(1), w0, w20, NORM, BIAS,
@@ -344,18 +367,20 @@ def block_t(T: int) -> int:
 
 
 def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bias=None,
-         residual=None, swiglu: bool = False, act: str = "silu", out=None, config=None,
-         stream: StreamConfig | None = None) -> torch.Tensor:
-    """Launcher: x [T, K], w [N, K] (or [2N, K] with swiglu: act(gate) * up, act a GLU_ACTS
-    name) -> out [T, N] in x's dtype.
+         residual=None, swiglu: bool = False, act: str = "silu", gated: bool = True, out=None,
+         config=None, stream: StreamConfig | None = None) -> torch.Tensor:
+    """Launcher: x [T, K], w [N, K] (or [2N, K] with swiglu: act(gate) * up, act an ACT_CODES
+    name; swiglu without a gate, gated False: act(x @ w.T) of w [N, K]) -> out [T, N] in x's
+    dtype.
     stream (T=1 only): the megakernel's decode stream, `stream.tiles` tiles per program, for
     testing and timing that path standalone. Neither config nor stream: decode takes
     tile_table.json's choice for this GPU and shape (config.gemv_stream, else gemv_config)."""
     T, K = x.shape
-    N = w.shape[0] // 2 if swiglu else w.shape[0]
+    two = swiglu and gated  # two matrices a tile: gate and up
+    N = w.shape[0] // 2 if two else w.shape[0]
     assert w.shape[1] == K and x.stride(1) == 1 and w.is_contiguous()
     if stream is None and config is None and T == 1:
-        stream = gemv_stream(N, K, x.device, rows=w.shape[0], parts=2 if swiglu else 1)
+        stream = gemv_stream(N, K, x.device, rows=w.shape[0], parts=2 if two else 1)
     if out is None:
         out = torch.empty(T, N, device=x.device, dtype=x.dtype)
     res = residual if residual is not None else out
@@ -364,7 +389,7 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
     pdl = use_pdl(x.device)
     if stream is not None:
         assert T == 1, "the stream is the decode (T=1) path"
-        cfg = stream.tile(K, 2 if swiglu else 1)
+        cfg = stream.tile(K, 2 if two else 1)
         per = stream.tiles
     else:
         cfg = config or gemv_config(N, K, T, x.device, rows=w.shape[0],
@@ -373,11 +398,12 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
     grid = (triton.cdiv(triton.cdiv(N, cfg.block_n), per), triton.cdiv(T, BT))
     gemv_kernel[grid](x, w, norm_w if norm_w is not None else w, bias if bias is not None else w,
                       res, out, T, N, K, x.stride(0), res.stride(0), out.stride(0), eps, per,
-                      NORM=norm_w is not None, BIAS=bias is not None, SWIGLU=GLU_ACTS[act] if swiglu else 0,
+                      NORM=norm_w is not None, BIAS=bias is not None,
+                      SWIGLU=glu_code(act, gated) if swiglu else 0,
                       RESIDUAL=residual is not None, BLOCK_T=BT, BLOCK_N=cfg.block_n,
                       BLOCK_K=cfg.block_k, STREAM=stream is not None,
                       F32=INTERPRET or w.dtype == torch.float32, PTX=ptx, PDL=pdl,
-                      STAGES=stream.op_stages()[2 if swiglu else 3] if stream is not None else 1,
+                      STAGES=stream.op_stages()[2 if two else 3] if stream is not None else 1,
                       num_warps=cfg.num_warps, launch_pdl=pdl)
     return out
 
@@ -385,29 +411,32 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
 @triton.jit
 def swiglu_kernel(y_ptr, out_ptr, N, stride_y, stride_out, BLOCK_N: tl.constexpr,
                   ACT: tl.constexpr):
-    """Grid (T, N blocks): the GEMV's gated epilogue (gemv_epilogue, ACT: GLU_ACTS) on a row of
-    a matmul's [gate | up] output."""
+    """Grid (T, N blocks): the GEMV's MLP epilogue (gemv_epilogue, ACT: glu_code) on a row of
+    a matmul's [gate | up] output (ACT < 0: its up output alone)."""
     t = tl.program_id(0)
     offs = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     m = offs < N
     row = y_ptr + t.to(tl.int64) * stride_y + offs
     g = tl.load(row, mask=m, other=0.0).to(tl.float32)
-    u = tl.load(row + N, mask=m, other=0.0).to(tl.float32)
+    u = g
+    if ACT > 0:
+        u = tl.load(row + N, mask=m, other=0.0).to(tl.float32)
     y = gemv_epilogue(g, u, 0.0, 0.0, 0.0, ACT)
     tl.store(out_ptr + t.to(tl.int64) * stride_out + offs, y.to(out_ptr.dtype.element_ty), mask=m)
 
 
-def swiglu(y: torch.Tensor, act: str = "silu", out=None) -> torch.Tensor:
+def swiglu(y: torch.Tensor, act: str = "silu", gated: bool = True, out=None) -> torch.Tensor:
     """y [T, 2N] = [gate | up] (a long prompt's cuBLAS gate|up output) -> act(gate) * up [T, N]
-    in y's dtype, fp32 math, rounded once. Bytes: 3 x T x N elements (bf16 at 4.4 TB/s: 2048
+    in y's dtype, fp32 math, rounded once (not gated: y [T, N] = up -> act(up)). Bytes: 3 x T x N elements (bf16 at 4.4 TB/s: 2048
     tokens of Llama-3.1-8B's 14336 in ~40 us; torch's silu then mul on the strided halves, 5 x,
     took 166 us -- H200 profile of bench_prefill, 2026-12-02)."""
     T, N2 = y.shape
-    N = N2 // 2
-    assert N2 == 2 * N and y.stride(1) == 1
+    N = N2 // 2 if gated else N2
+    assert N2 == (1 + gated) * N and y.stride(1) == 1
     if out is None:
         out = torch.empty(T, N, device=y.device, dtype=y.dtype)
     BLOCK_N = min(2048, triton.next_power_of_2(N))
     swiglu_kernel[(T, triton.cdiv(N, BLOCK_N))](y, out, N, y.stride(0), out.stride(0),
-                                                BLOCK_N=BLOCK_N, ACT=GLU_ACTS[act], num_warps=4)
+                                                BLOCK_N=BLOCK_N, ACT=glu_code(act, gated),
+                                                num_warps=4)
     return out

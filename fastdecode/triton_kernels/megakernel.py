@@ -403,7 +403,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     (kpart_ptr), with tensor parallelism the ranks' partials; REDUCE adds norm(sum) to h
     (all_reduce.residual_sum_body NORM). PRE_NORM False (ModelSpec.pre_norms: EXAONE 4): no
     norm before the blocks -- the QKV and gate|up tasks read the residual as it is.
-    ACT: the gate|up tasks' activation (gemv.GLU_ACTS: 1 silu, 2 the tanh GELU); emb_scale: what
+    ACT: the gate|up tasks' activation (gemv.glu_code: 1 silu, 2 the tanh GELU, 3 relu^2; negative
+    for an MLP without a gate, ModelSpec.gated: wgu_ptr [L, FFN, D] up rows alone); emb_scale: what
     an EMBED task multiplies a row by (PackedWeights.embed_scale).
     SOFTCAP / LOGIT_CAP (Gemma 2): the attention scores soft-capped at attn_cap, the logits at
     logit_cap (cap tanh(x / cap), _common.soft_cap; ModelSpec.attn_softcap / logit_softcap).
@@ -413,6 +414,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     qlen = tl.load(qlen_ptr + pid)
     QKVN = (H + 2 * KVH) * HD
     QD = H * HD
+    GU: tl.constexpr = 2 if ACT > 0 else 1  # w_gu's matrices: gate and up, or up alone
     e0 = tl.load(ctr_ptr + tok_ctr)  # steps completed before this launch (previous launch done)
     run = 1
     s = 0
@@ -513,9 +515,9 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                     RED_BLOCK, USE_ASM, TRACE, PTX, SO, RG, PF_KB, POLL1,
                                     kpart_ptr, TM * D, KSPLIT, POST_NORM)
             elif op == OP_GU:
-                w_gu = wgu_ptr + layer * 2 * FFN * D
+                w_gu = wgu_ptr + layer * GU * FFN * D
                 if SG > 1:
-                    run = gemv_body(h_ptr, w_gu, mnorm_ptr + layer * D, bgu_ptr + layer * 2 * FFN,
+                    run = gemv_body(h_ptr, w_gu, mnorm_ptr + layer * D, bgu_ptr + layer * GU * FFN,
                                     h_ptr, act_ptr, T, FFN, D, D, D, FFN, eps, a1, a2, a0, 0, 0,
                                     PRE_NORM, BIAS_MLP, ACT, False, BLOCK_T, RG, KG, STREAM, F32,
                                     PTX, SG, ready, wargs, D)
@@ -525,10 +527,10 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                     # wait; with one poller per program (StreamConfig.one_poller) before is
                     # faster: 1B 1249.3 / 1252.7 vs 1172.3 / 1153.2 / 1156.7 / 1175.0 tok/s
                     # (H200, 2026-12-02, c1a1b1c's tree, sweep_mega 256 tokens; RESULTS.md)
-                    w0, w20 = stream_start(w_gu, FFN, D, a1, a2, RG, KG, True, STREAM, PTX)
+                    w0, w20 = stream_start(w_gu, FFN, D, a1, a2, RG, KG, ACT > 0, STREAM, PTX)
                     run = ready(*wargs)
                     if run == 1:
-                        gemv_body(h_ptr, w_gu, mnorm_ptr + layer * D, bgu_ptr + layer * 2 * FFN,
+                        gemv_body(h_ptr, w_gu, mnorm_ptr + layer * D, bgu_ptr + layer * GU * FFN,
                                   h_ptr, act_ptr, T, FFN, D, D, D, FFN, eps, a1, a2, a0, w0, w20,
                                   PRE_NORM, BIAS_MLP, ACT, False, BLOCK_T, RG, KG, STREAM, F32,
                                   PTX)
