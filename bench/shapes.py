@@ -185,6 +185,11 @@ SHAPES = {
     # 80 on 2560, MHA, an MLP of 18432 without a gate, relu^2; the released checkpoint's own
     # sizes are not checked here), a 128K vocabulary
     "arcee-cfg": ("ArceeConfig()", lambda: tf.ArceeConfig(vocab_size=128256)),
+    # nanochat d32 (karpathy/nanochat's depth 32: model dim 64 x depth, heads of 128, MHA, an MLP
+    # of 4 x without a gate, relu^2, a 64K vocabulary, untied, logits soft-capped at 15)
+    "nanochat-d32": ("nanochat-d32", lambda: tf.NanoChatConfig(
+        hidden_size=2048, intermediate_size=8192, num_hidden_layers=32, num_attention_heads=16,
+        num_key_value_heads=16, vocab_size=65536, max_position_embeddings=2048)),
     # GLM-4-9B-0414: GLM-4-9B's layout with norms after the attention and the MLP
     "glm4-9b-0414": ("GLM-4-9B-0414", lambda: tf.Glm4Config(
         hidden_size=4096, intermediate_size=13696, num_hidden_layers=40, num_attention_heads=32,

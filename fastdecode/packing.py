@@ -99,6 +99,8 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
         get = text_model_getter(get)
     if fam.gemma_norms:
         get = offset_norm_getter(get)
+    if fam.weightless_norms:
+        get = ones_norm_getter(get, spec)
     # the query scale on the q rows -- or, where q is RMS-normalized, on its norm's weight; the
     # residual scale on o_proj / down -- or, where a norm follows them, on that norm's weight
     # (which the scale follows: HyperCLOVAX; a norm of scaled rows would cancel it)
@@ -161,6 +163,10 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
     k0, k1 = spec.kv_heads_of(rank, world)  # replicated when world > KV heads
     kv = (slice(k0 * spec.head_dim, k1 * spec.head_dim),)
     embed = need("model.embed_tokens.weight").contiguous()
+    if spec.embed_norm:  # the embedding norm, row-wise: applied to the table once (into a new
+        # tensor: `need` may hand back the caller's own, from_hf's model's parameter)
+        embed = normalized_rows(fetch("model.embed_tokens.weight"), spec.rms_eps,
+                                torch.empty_like(embed))
     v0, v1 = spec.vocab_range(rank, world)
     head = "model.embed_tokens.weight" if spec.tied or get("lm_head.weight") is None \
         else "lm_head.weight"
@@ -230,6 +236,31 @@ def text_model_getter(get):
                         break
         return t
     return tget
+
+
+def ones_norm_getter(get, spec: ModelSpec):
+    """get(name, index) with the RMSNorm weights a checkpoint lacks (Family.weightless_norms)
+    read as ones: head_dim long for q / k norms, d_model for the others."""
+
+    def oget(name, index=None):
+        t = get(name, index)
+        if t is None and name.endswith("norm.weight"):
+            n = spec.head_dim if name.endswith(("q_norm.weight", "k_norm.weight")) else \
+                spec.d_model
+            t = torch.ones(n)
+        return t
+    return oget
+
+
+def normalized_rows(table: torch.Tensor, eps: float, out: torch.Tensor,
+                    chunk: int = 8192) -> torch.Tensor:
+    """out[i] = table[i] * rsqrt(mean(table[i]^2) + eps), in fp32, rounded once to out's dtype
+    (a weightless RMSNorm after the lookup, as HF computes it, done to every row at packing:
+    ModelSpec.embed_norm). In chunks of rows: no fp32 copy of a whole vocabulary."""
+    for r in range(0, table.shape[0], chunk):
+        x = table[r:r + chunk].to(out.device).float()
+        out[r:r + chunk] = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return out
 
 
 def offset_norm_getter(get):

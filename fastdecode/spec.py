@@ -97,6 +97,14 @@ class Family:
     qk_norm_full: bool = False
     # the MLP is down(act(gate) * up); False: down(act(up)), no gate (Arcee: relu2)
     gated: bool = True
+    # RMSNorms without weights (NanoChat: the checkpoint has none; packing reads ones)
+    weightless_norms: bool = False
+    # a weightless RMSNorm on each embedded row before the first layer (NanoChat): ModelSpec.
+    # embed_norm, the packed table's rows normalized (a row-wise op: the same as after lookup)
+    embed_norm: bool = False
+    # rotate_half with its signs flipped, cat(x2, -x1) (NanoChat): a rotation by -theta, the
+    # tables' sin negated (ModelSpec.rope_flipped)
+    rope_flipped: bool = False
 
 
 _GEMMA_POST = ("input_layernorm", "pre_feedforward_layernorm", "post_attention_layernorm",
@@ -156,6 +164,12 @@ FAMILIES: dict[str, Family] = {
     "iquestcoder": Family(qkv_bias=False, qk_norm=False, window_field=None),
     # Arcee (AFM-4.5B): Llama with an MLP without a gate, down(relu(up)^2)
     "arcee": Family(qkv_bias=False, qk_norm=False, window_field=None, gated=False),
+    # NanoChat (nanochat-d32 ...): weightless RMSNorms, one more on the embeddings, RoPE by -theta
+    # then q / k norms, an MLP without a gate (relu^2, fc1 / fc2), soft-capped logits, untied
+    "nanochat": Family(qkv_bias=False, qk_norm=True, window_field=None, gated=False,
+                       qk_norm_after_rope=True, weightless_norms=True, embed_norm=True,
+                       rope_flipped=True, checkpoint_names=((".mlp.up_proj.", ".mlp.fc1."),
+                                                            (".mlp.down_proj.", ".mlp.fc2."))),
     # CWM (Code World Model): Llama with sliding windows on the layers its layer_types name (the
     # config class's default: three of every four)
     "cwm": Family(qkv_bias=False, qk_norm=False, window_field=None),
@@ -275,6 +289,10 @@ class ModelSpec:
     # (beta, original context): each query scaled by 1 + beta ln(1 + floor(p / orig)) at position
     # p -- exactly 1 below orig (Ministral 3's llama_4_scaling_beta); (): none
     q_pos_scale: tuple = ()
+    # NanoChat (Family.embed_norm / rope_flipped): the embedded rows RMS-normalized (no weight),
+    # and RoPE rotating by -theta (rope_table's sin negated)
+    embed_norm: bool = False
+    rope_flipped: bool = False
     # Granite's multipliers (Family.multipliers): the embedding rows times embed_scale as they are
     # looked up (Gemma's sqrt(d) too); folded into the packed weights, o_proj / down (and
     # biases) times residual_scale -- with norms after the blocks, which it follows (HyperCLOVAX),
@@ -293,8 +311,8 @@ class ModelSpec:
     @property
     def shares_head(self) -> bool:
         """The lm_head is the embedding's tensor: tied, and the logits unscaled (an embedding
-        scale applies at lookup: PackedWeights.embed_scale)."""
-        return self.tied and self.logits_scale == 1.0
+        scale applies at lookup: PackedWeights.embed_scale; normalized rows do not)."""
+        return self.tied and self.logits_scale == 1.0 and not self.embed_norm
 
     @property
     def rot(self) -> int:
@@ -483,6 +501,8 @@ class ModelSpec:
         if orig is not None and not long:
             freqs[orig:] = torch.outer(pos[orig:], self.rope_inv_freq(True))
         cos, sin = freqs.cos(), freqs.sin()
+        if self.rope_flipped:  # a rotation by -theta (NanoChat's rotate_half)
+            sin = -sin
         att = self.rope_attention_factor()  # 1.0 (exact) but for YaRN and longrope
         if att != 1.0:  # on the rotated pairs: the passed-through dims keep cos 1, sin 0
             cos[:, :self.rot // 2] *= att
@@ -584,7 +604,8 @@ class ModelSpec:
                 fam.post_norm_field is None or bool(getattr(cfg, fam.post_norm_field, True))),
             pre_norms=fam.norms[0] is not None, qk_norm_full=fam.qk_norm_full,
             local_rope=local if any(windows) else {}, attn_softcap=caps[0],
-            logit_softcap=caps[1], q_pos_scale=_q_pos_scale(mt, rope))
+            logit_softcap=caps[1], q_pos_scale=_q_pos_scale(mt, rope),
+            embed_norm=fam.embed_norm, rope_flipped=fam.rope_flipped)
 
 
 def _q_pos_scale(mt: str, rope: dict) -> tuple:

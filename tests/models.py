@@ -154,6 +154,12 @@ FAMILIES = {
     "arcee": (_tf("ArceeConfig"), _tf("ArceeForCausalLM"), dict(
         hidden_size=40, intermediate_size=74, num_attention_heads=4, num_key_value_heads=2,
         head_dim=10, mlp_bias=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    # nanochat: weightless norms (one more on the embeddings), RoPE by -theta then q / k norms, an
+    # MLP without a gate (relu^2), logits soft-capped at 2 (the tiny model's reach it), MHA,
+    # head_dim 8
+    "nanochat": (_tf("NanoChatConfig"), _tf("NanoChatForCausalLM"), dict(
+        hidden_size=48, intermediate_size=70, num_attention_heads=6, num_key_value_heads=6,
+        final_logit_softcapping=2.0)),
     # iquestcoder: HF's Llama under its own model_type; GQA 4:1, head_dim 6, tied
     "iquestcoder": (_tf("IQuestCoderConfig"), _tf("LlamaForCausalLM"), dict(
         hidden_size=48, intermediate_size=62, num_attention_heads=8, num_key_value_heads=2,

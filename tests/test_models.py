@@ -32,6 +32,15 @@ def test_family_fp32_matches_hf(family, mode):
     assert fm.position == PROMPT + STEPS
 
 
+def test_packing_leaves_the_hf_model_alone():
+    """NanoChat's embedding norm is applied to the packed table: from_hf's fp32 model on the CPU
+    hands packing its own tensors (no copy), which must stay as they were."""
+    model = tiny_model("nanochat")
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    fastdecode.from_hf(model, max_seq_len=32, mode="torch")
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+
+
 @pytest.mark.parametrize("mode", ["torch", "mega"])
 def test_hyperclovax_without_post_norms_matches_hf(mode):
     """HyperCLOVAX with use_post_norm off: Granite's layout, the residual multiplier back on
@@ -160,7 +169,7 @@ def test_longrope_prefix_cache_matches_fresh_calls():
 @pytest.mark.parametrize("dtype, mode", [(torch.bfloat16, "ops"), (torch.float16, "ops"),
                                          (torch.float16, "mega")])
 @pytest.mark.parametrize("family", ["llama", "qwen3", "gemma", "gemma2", "gemma3_text", "glm4",
-                                    "exaone4", "olmo2", "arcee", "hyperclovax"])
+                                    "exaone4", "olmo2", "arcee", "hyperclovax", "nanochat"])
 def test_half_close_to_fp32_hf(family, dtype, mode):
     """bf16 / fp16 weights and activations vs the fp32 HF model holding the same rounded weights
     (fp16: a model loaded with dtype=torch.float16, which the kernels take as they take bf16).
