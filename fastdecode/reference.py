@@ -71,9 +71,8 @@ def gemv(x, w, *, norm_w=None, eps=1e-6, bias=None, residual=None, swiglu=False,
          gated=True, num=None):
     """[T, N]: epilogue(prologue(x) @ w.T) in the matmul's output dtype; swiglu: the MLP's
     activation epilogue (glu: act(gate) * up of w = [gate; up], or act(up) if not gated); num: the
-    Numerics (FP32:
-    fp32 throughout; the long prompts': the epilogue in the weights' dtype, each op computed in
-    fp32 and rounded, as torch does for bf16 / fp16)."""
+    Numerics (FP32: fp32 throughout; the long prompts': the epilogue in the weights' dtype, each
+    op computed in fp32 and rounded, as torch does for bf16 / fp16)."""
     num = num or FP32
     y = num.mm(num.norm(x, norm_w, eps) if norm_w is not None else x, w)
     if bias is not None:
@@ -227,8 +226,9 @@ def merge_partials(o, lse):
 @dataclass(frozen=True)
 class Numerics:
     """How the layer blocks compute. mm(x, w): x @ w.T; norm(x, w, eps): the d_model-wide
-    RMSNorms; swiglu(y [T, 2N], act, gated) -> [T, N] (glu's contract); attend(q, k_cache, v_cache, pos, window=,
-    softcap=, qscale=): the attention (this module's, or a kernel's with the same contract)."""
+    RMSNorms; swiglu(y [T, 2N], act, gated) -> [T, N] (glu's contract); attend(q, k_cache,
+    v_cache, pos, window=, softcap=, qscale=): the attention (this module's, or a kernel's with
+    the same contract)."""
     mm: Callable = mm_fp32
     norm: Callable = rmsnorm
     swiglu: Callable = glu

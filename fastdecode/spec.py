@@ -600,7 +600,8 @@ class ModelSpec:
             layer_windows=windows,
             max_position=int(getattr(cfg, "max_position_embeddings", 1 << 30) or (1 << 30)),
             rotary_dim=0 if rot == hd else rot, rope_interleaved=fam.interleaved_rope,
-            nope_layers=nope, act=ACTS[act], gated=fam.gated, post_norms=fam.norms[2] is not None and (
+            nope_layers=nope, act=ACTS[act], gated=fam.gated,
+            post_norms=fam.norms[2] is not None and (
                 fam.post_norm_field is None or bool(getattr(cfg, fam.post_norm_field, True))),
             pre_norms=fam.norms[0] is not None, qk_norm_full=fam.qk_norm_full,
             local_rope=local if any(windows) else {}, attn_softcap=caps[0],

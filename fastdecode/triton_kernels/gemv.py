@@ -423,9 +423,10 @@ def swiglu_kernel(y_ptr, out_ptr, N, stride_y, stride_out, BLOCK_N: tl.constexpr
 
 def swiglu(y: torch.Tensor, act: str = "silu", gated: bool = True, out=None) -> torch.Tensor:
     """y [T, 2N] = [gate | up] (a long prompt's cuBLAS gate|up output) -> act(gate) * up [T, N]
-    in y's dtype, fp32 math, rounded once (not gated: y [T, N] = up -> act(up)). Bytes: 3 x T x N elements (bf16 at 4.4 TB/s: 2048
-    tokens of Llama-3.1-8B's 14336 in ~40 us; torch's silu then mul on the strided halves, 5 x,
-    took 166 us -- H200 profile of bench_prefill, 2026-12-02)."""
+    in y's dtype, fp32 math, rounded once (not gated: y [T, N] = up -> act(up)). Bytes: 3 x T x
+    N elements (bf16 at 4.4 TB/s: 2048 tokens of Llama-3.1-8B's 14336 in ~40 us; torch's silu
+    then mul on the strided halves, 5 x, took 166 us -- H200 profile of bench_prefill,
+    2026-12-02)."""
     T, N2 = y.shape
     N = N2 // 2 if gated else N2
     assert N2 == (1 + gated) * N and y.stride(1) == 1
