@@ -231,6 +231,16 @@ UNSUPPORTED = {
     **{mt: "a vision-language model (its text model alone is not read)" for mt in (
         "llama4",)},
     **{mt: "its MLP's activation, xIELU, has learned parameters" for mt in ("apertus",)},
+    **{mt: "linear-attention (Gated DeltaNet) layers" for mt in ("qwen3_next", "qwen3_5",
+                                                                "qwen3_5_text")},
+    **{mt: "state-space (Mamba) layers" for mt in ("jamba", "bamba", "zamba", "zamba2",
+                                                    "falcon_h1", "nemotron_h", "falcon_mamba",
+                                                    "mamba", "mamba2")},
+    **{mt: "per-layer head sizes, KV shared across layers and per-layer input embeddings"
+       for mt in ("gemma4", "gemma4_text", "gemma3n", "gemma3n_text")},
+    **{mt: "attention sinks" for mt in ("granite_swa",)},
+    **{mt: "short convolution layers" for mt in ("lfm2",)},
+    **{mt: "LayerNorm, not RMSNorm" for mt in ("jais2",)},
     **{mt: "LayerNorm1P, not RMSNorm" for mt in ("nemotron",)},
     **{mt: "LayerNorm, not RMSNorm" for mt in ("phi", "stablelm", "starcoder2", "cohere",
                                                 "falcon", "gpt2", "gpt_neox", "olmo")},

@@ -150,6 +150,8 @@ def _raw(**kw):  # a config HF itself would refuse to build (odd head_dim)
     (lambda: tf.Mistral3Config(text_config=dict(model_type="nemotron")),
      "mistral3's language model: model_type 'nemotron' is not supported \\(LayerNorm1P"),
     (lambda: tf.LlamaConfig(hidden_act="gelu"), "hidden_act"),
+    (lambda: _raw(model_type="qwen3_next"), "linear-attention"),
+    (lambda: _raw(model_type="gemma4_text"), "per-layer head sizes"),
     (lambda: tf.LlamaConfig(max_position_embeddings=4096, rope_scaling={
         "rope_type": "dynamic", "factor": 4.0}), "dynamic"),
     (lambda: _raw(num_attention_heads=6, num_key_value_heads=4, hidden_size=48), "multiple"),
