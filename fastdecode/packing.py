@@ -162,11 +162,13 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
     q, f = rows(sp.q_dim), rows(sp.ffn_dim)
     k0, k1 = spec.kv_heads_of(rank, world)  # replicated when world > KV heads
     kv = (slice(k0 * spec.head_dim, k1 * spec.head_dim),)
-    embed = need("model.embed_tokens.weight").contiguous()
-    if spec.embed_norm:  # the embedding norm, row-wise: applied to the table once (into a new
-        # tensor: `need` may hand back the caller's own, from_hf's model's parameter)
-        embed = normalized_rows(fetch("model.embed_tokens.weight"), spec.rms_eps,
-                                torch.empty_like(embed))
+    if spec.embed_norm:  # the embedding norm, row-wise: applied to the table once, into a new
+        # tensor (never the caller's own: from_hf's model's parameter)
+        table = fetch("model.embed_tokens.weight")
+        embed = normalized_rows(table, spec.rms_eps,
+                                torch.empty(table.shape, device=device, dtype=dtype))
+    else:
+        embed = need("model.embed_tokens.weight").contiguous()
     v0, v1 = spec.vocab_range(rank, world)
     head = "model.embed_tokens.weight" if spec.tied or get("lm_head.weight") is None \
         else "lm_head.weight"

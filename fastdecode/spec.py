@@ -240,10 +240,9 @@ UNSUPPORTED = {
        for mt in ("gemma4", "gemma4_text", "gemma3n", "gemma3n_text")},
     **{mt: "attention sinks" for mt in ("granite_swa",)},
     **{mt: "short convolution layers" for mt in ("lfm2",)},
-    **{mt: "LayerNorm, not RMSNorm" for mt in ("jais2",)},
     **{mt: "LayerNorm1P, not RMSNorm" for mt in ("nemotron",)},
     **{mt: "LayerNorm, not RMSNorm" for mt in ("phi", "stablelm", "starcoder2", "cohere",
-                                                "falcon", "gpt2", "gpt_neox", "olmo")},
+                                                "falcon", "gpt2", "gpt_neox", "olmo", "jais2")},
 }
 # HF's hidden_act names -> ModelSpec.act (the MLP's activation: triton_kernels.gemv.ACT_CODES)
 ACTS = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh",

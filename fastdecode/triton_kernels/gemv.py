@@ -372,11 +372,11 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
     testing and timing that path standalone. Neither config nor stream: decode takes
     tile_table.json's choice for this GPU and shape (config.gemv_stream, else gemv_config)."""
     T, K = x.shape
-    two = swiglu and gated  # two matrices a tile: gate and up
-    N = w.shape[0] // 2 if two else w.shape[0]
+    parts = 2 if swiglu and gated else 1  # matrices a tile: gate and up, or one
+    N = w.shape[0] // parts
     assert w.shape[1] == K and x.stride(1) == 1 and w.is_contiguous()
     if stream is None and config is None and T == 1:
-        stream = gemv_stream(N, K, x.device, rows=w.shape[0], parts=2 if two else 1)
+        stream = gemv_stream(N, K, x.device, rows=w.shape[0], parts=parts)
     if out is None:
         out = torch.empty(T, N, device=x.device, dtype=x.dtype)
     res = residual if residual is not None else out
@@ -385,7 +385,7 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
     pdl = use_pdl(x.device)
     if stream is not None:
         assert T == 1, "the stream is the decode (T=1) path"
-        cfg = stream.tile(K, 2 if two else 1)
+        cfg = stream.tile(K, parts)
         per = stream.tiles
     else:
         cfg = config or gemv_config(N, K, T, x.device, rows=w.shape[0],
@@ -399,7 +399,8 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
                       RESIDUAL=residual is not None, BLOCK_T=BT, BLOCK_N=cfg.block_n,
                       BLOCK_K=cfg.block_k, STREAM=stream is not None,
                       F32=INTERPRET or w.dtype == torch.float32, PTX=ptx, PDL=pdl,
-                      STAGES=stream.op_stages()[2 if two else 3] if stream is not None else 1,
+                      # the op's stages: gate|up's (with or without a gate), else down's
+                      STAGES=stream.op_stages()[2 if swiglu else 3] if stream is not None else 1,
                       num_warps=cfg.num_warps, launch_pdl=pdl)
     return out
 
