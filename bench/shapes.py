@@ -190,6 +190,21 @@ SHAPES = {
     "nanochat-d32": ("nanochat-d32", lambda: tf.NanoChatConfig(
         hidden_size=2048, intermediate_size=8192, num_hidden_layers=32, num_attention_heads=16,
         num_key_value_heads=16, vocab_size=65536, max_position_embeddings=2048)),
+    # LayerNorm families (their residual stream kept centered: ModelSpec.layer_norm). OLMo-1B-hf
+    # (16 layers of 16 heads of 128, MLP 8192, tied), stablelm-2-1_6b (24 layers of 32 heads of
+    # 64, a quarter rotated, q / k / v biases, MLP 5632, untied) as their config.json files read;
+    # StarCoder2: Starcoder2Config's defaults (starcoder2-3b's sizes: 30 layers of 24 heads of 128,
+    # GQA 12:1, MLP 12288 without a gate, biases everywhere, tied; the window of 4096 keys)
+    "olmo-1b": ("OLMo-1B", lambda: tf.OlmoConfig(
+        hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=16,
+        num_key_value_heads=16, vocab_size=50304, tie_word_embeddings=True,
+        max_position_embeddings=2048, pad_token_id=1, eos_token_id=50279)),
+    "stablelm2-1.6b": ("StableLM-2-1.6B", lambda: tf.StableLmConfig(
+        hidden_size=2048, intermediate_size=5632, num_hidden_layers=24, num_attention_heads=32,
+        num_key_value_heads=32, vocab_size=100352, use_qkv_bias=True, partial_rotary_factor=0.25,
+        tie_word_embeddings=False, max_position_embeddings=4096, bos_token_id=100257,
+        eos_token_id=100257)),
+    "starcoder2-cfg": ("Starcoder2Config()", lambda: tf.Starcoder2Config(sliding_window=4096)),
     # GLM-4-9B-0414: GLM-4-9B's layout with norms after the attention and the MLP
     "glm4-9b-0414": ("GLM-4-9B-0414", lambda: tf.Glm4Config(
         hidden_size=4096, intermediate_size=13696, num_hidden_layers=40, num_attention_heads=32,

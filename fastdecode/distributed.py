@@ -53,8 +53,7 @@ class RankModel:
         return R.mlp_block(self.pw, l, h)
 
     def logits_shard(self, h):
-        return R.soft_cap(R.gemv(h, self.pw.lm_head, norm_w=self.pw.final_norm,
-                                 eps=self.spec.rms_eps), self.spec.logit_softcap)
+        return R.head_logits(self.pw, h)
 
 
 class VirtualTP:

@@ -10,7 +10,8 @@ GEMV tiles (row-major [N, K], K contiguous, so a tile streams whole 16-byte-alig
     norms  [L, d] (before attention / the MLP; after them too where the family has them:
            ModelSpec.post_norms); qk_norm [L, 2, hd] (Qwen3; OLMo 2's over all heads: [L, H + KVH,
            hd]); biases where the family has them
-    embed  [V, d]; lm_head [V, d] (the same tensor when the embeddings are tied)
+    embed  [V, d]; lm_head [V, d] (the same tensor when the embeddings are tied); b_head [V]
+           (a LayerNorm family's final norm bias through the head: ModelSpec.head_bias)
 Stacking over layers gives every op one base pointer plus a layer stride (what the megakernel needs).
 """
 from __future__ import annotations
@@ -44,6 +45,7 @@ class PackedWeights:
     qk_norm: torch.Tensor | None = None
     post_attn_norm: torch.Tensor | None = None  # [L, d] (ModelSpec.post_norms)
     post_mlp_norm: torch.Tensor | None = None
+    b_head: torch.Tensor | None = None  # [V] added to the logits (ModelSpec.head_bias)
 
     def pre_norm(self, which: int, l: int) -> torch.Tensor | None:
         """Layer l's norm before its attention (which 0) or MLP (1); None: none."""
@@ -108,6 +110,8 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
         ["self_attn.o_proj.", "mlp.down_proj."]
     get = scaled_getter(get, {"self_attn.q_norm." if spec.qk_norm else "self_attn.q_proj.":
                               spec.q_scale, **dict.fromkeys(blocks, spec.residual_scale)})
+    if spec.layer_norm:  # last: it reads the weights as packed to fold the norms' biases
+        get = centered_getter(get, spec)
     if torch.device(device).type == "cuda":
         separate_head = not spec.shares_head or world > 1  # else the embedding's tensor
         check_weights_fit(sp, spec.vocab_size, separate_head, dtype,
@@ -165,8 +169,11 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
     if spec.embed_norm:  # the embedding norm, row-wise: applied to the table once, into a new
         # tensor (never the caller's own: from_hf's model's parameter)
         table = fetch("model.embed_tokens.weight")
-        embed = normalized_rows(table, spec.rms_eps,
-                                torch.empty(table.shape, device=device, dtype=dtype))
+        embed = rows_through(table, lambda x: x * torch.rsqrt(
+            x.pow(2).mean(-1, keepdim=True) + spec.rms_eps), device, dtype)
+    elif spec.layer_norm:  # centered rows: the residual stream starts at mean 0
+        embed = rows_through(fetch("model.embed_tokens.weight"),
+                             lambda x: x - x.mean(-1, keepdim=True), device, dtype)
     else:
         embed = need("model.embed_tokens.weight").contiguous()
     v0, v1 = spec.vocab_range(rank, world)
@@ -196,6 +203,9 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
         .view(spec.n_layers, sp.n_heads + sp.n_kv_heads if spec.qk_norm_full else 2,
               spec.head_dim) if spec.qk_norm else None,
     )
+    if spec.head_bias:  # the final LayerNorm's bias through the head: W_head @ b, per row
+        b = fetch("model.norm.bias").to(device).double()[:, None]
+        pw.b_head = rows_through(pw.lm_head, lambda w: w.double() @ b, device, dtype).view(-1)
     _check_shapes(pw, spec.vocab_size)
     _permute_rope_dims(pw)
     return pw
@@ -254,15 +264,59 @@ def ones_norm_getter(get, spec: ModelSpec):
     return oget
 
 
-def normalized_rows(table: torch.Tensor, eps: float, out: torch.Tensor,
-                    chunk: int = 8192) -> torch.Tensor:
-    """out[i] = table[i] * rsqrt(mean(table[i]^2) + eps), in fp32, rounded once to out's dtype
-    (a weightless RMSNorm after the lookup, as HF computes it, done to every row at packing:
-    ModelSpec.embed_norm). In chunks of rows: no fp32 copy of a whole vocabulary."""
+def rows_through(table: torch.Tensor, fn, device, dtype, chunk: int = 8192) -> torch.Tensor:
+    """A new tensor of fn(rows) over table's rows (fn of fp32 rows [n, d] -> [n, d'] fp32),
+    rounded once to dtype on device: NanoChat's embedding norm (ModelSpec.embed_norm: a
+    weightless RMSNorm, row-wise, so applied to the table once at packing), a LayerNorm family's
+    centered embedding rows and its head's bias (ModelSpec.layer_norm). In chunks of rows: no
+    fp32 copy of a whole vocabulary, and never the caller's tensor (from_hf's fp32 CPU model
+    hands over its own parameters)."""
+    out = None
     for r in range(0, table.shape[0], chunk):
-        x = table[r:r + chunk].to(out.device).float()
-        out[r:r + chunk] = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+        y = fn(table[r:r + chunk].to(device).float())
+        if out is None:
+            out = torch.empty((table.shape[0], y.shape[1]), device=device, dtype=dtype)
+        out[r:r + chunk] = y
     return out
+
+
+def centered_getter(get, spec: ModelSpec):
+    """get(name, index) for a LayerNorm family (ModelSpec.layer_norm). The residual stream is
+    the embedding row plus every o_proj and down output; centering each of them (C = I - 11^T / d
+    on their output rows: the weights' columns and the biases minus their means) keeps it at
+    mean 0, where LayerNorm(x) = x * rsqrt(mean(x^2) + eps) * w + b: the kernels' RMSNorm, then
+    the bias. A norm's bias b before a projection W (q / k / v, gate / up) becomes that
+    projection's bias: W (n w + b) + c = W (n w) + (W b + c) -- a missing c read as zeros, as is
+    a down bias the model lacks (ModelSpec.mlp_bias is on: gate|up's bias needs it). The
+    embedding rows (pack: rows_through) and the final norm's bias (PackedWeights.b_head) are
+    pack's. In fp64, rounded once where pack converts: the same bits whatever the source's
+    layout or a shard's slice (an fp32 sum's order follows them)."""
+    feeds = {f"{p}.bias": (f"{p}.weight", norm) for p, norm in (
+        ("self_attn.q_proj", "input_layernorm"), ("self_attn.k_proj", "input_layernorm"),
+        ("self_attn.v_proj", "input_layernorm"), ("mlp.gate_proj", "post_attention_layernorm"),
+        ("mlp.up_proj", "post_attention_layernorm"))}
+    out = ("self_attn.o_proj.", "mlp.down_proj.")
+
+    def cget(name, index=None):
+        t = get(name, index)
+        part = name.split(".", 3)[-1]  # model.layers.{i}.<part>
+        if name.startswith("model.layers.") and part.startswith(out):
+            if t is None and part == "mlp.down_proj.bias":
+                t = torch.zeros(spec.d_model)
+            # whole output rows: a tensor-parallel shard slices the columns alone. In fp64: a
+            # shard's columns then round to the whole matrix's bits (fp32's sum order follows
+            # the slice's width)
+            return t if t is None else t.double() - t.double().mean(0, keepdim=True)
+        if name.startswith("model.layers.") and part in feeds and spec.head_bias:
+            layer = name[:-len(part)]
+            w = get(layer + feeds[part][0], index)
+            b = get(f"{layer}{feeds[part][1]}.bias")
+            if w is None or b is None:
+                return t
+            fold = w.double() @ b.to(w.device).double()
+            return fold if t is None else t.double() + fold
+        return t
+    return cget
 
 
 def offset_norm_getter(get):

@@ -260,3 +260,12 @@ def mlp_block(pw, l, h, num=FP32):
     act = gemv(h, pw.w_gu[l], norm_w=pw.pre_norm(1, l), eps=s.rms_eps, bias=pick(pw.b_gu),
                swiglu=True, act=s.act, gated=s.gated, num=num).to(pw.dtype)
     return gemv(act, pw.w_down[l], bias=pick(pw.b_down), num=num)
+
+
+def head_logits(pw, x, rows=slice(None), num=FP32):
+    """The logits [T, V] fp32 of rows x [T, d]: the final norm, the lm_head (rows: those vocab
+    rows only) and its bias (ModelSpec.head_bias), soft-capped (ModelSpec.logit_softcap)."""
+    s = pw.spec
+    b = None if pw.b_head is None else pw.b_head[rows]
+    y = gemv(x, pw.lm_head[rows], norm_w=pw.final_norm, eps=s.rms_eps, bias=b, num=num)
+    return soft_cap(y.float(), s.logit_softcap)

@@ -357,9 +357,7 @@ class Runtime:
             self._add_reduced(h, R.mlp_block(pw, l, h, num=num), pw.post_norm(1, l), num.norm)
         logits = None
         if all_logits:
-            logits = self.collectives.gather_vocab(R.soft_cap(R.gemv(
-                h, pw.lm_head, norm_w=pw.final_norm, eps=s.rms_eps, num=num).float(),
-                s.logit_softcap))
+            logits = self.collectives.gather_vocab(R.head_logits(pw, h, num=num))
         if head:
             self._head_ops(h, T, False, sampling)
         else:
@@ -488,7 +486,7 @@ class Runtime:
         n = x.shape[0]
         if not (self.tp or sampling.filtered):  # the token choice fused into the lm_head
             _, pval, pidx = ops.lm_head(x, pw.lm_head, pw.final_norm, s.rms_eps,
-                                        softcap=s.logit_softcap,
+                                        softcap=s.logit_softcap, bias=pw.b_head,
                                         logits=st.logits[:n] if all_logits else None,
                                         sample=sampling.do_sample, seed=st.seed, temp=st.temp,
                                         partials=(st.pval, st.pidx))
@@ -499,7 +497,7 @@ class Runtime:
         # same bits and seed on every rank, Gumbel noise keyed on global token ids, so every rank
         # picks the same token)
         ops.lm_head(x, pw.lm_head, pw.final_norm, s.rms_eps, softcap=s.logit_softcap,
-                    logits=st.logits_shard[:n],
+                    bias=pw.b_head, logits=st.logits_shard[:n],
                     choose=False, partials=(st.pval, st.pidx))
         if self.tp:
             st.logits[:n].copy_(self.collectives.gather_vocab(st.logits_shard[:n]))
@@ -530,8 +528,7 @@ class Runtime:
         if not head:
             return
         x = h if all_logits else h[T - 1:]
-        logits = tp.gather_vocab(R.soft_cap(R.gemv(x, pw.lm_head, norm_w=pw.final_norm,
-                                                   eps=s.rms_eps), s.logit_softcap))
+        logits = tp.gather_vocab(R.head_logits(pw, x))
         st.logits[:x.shape[0]].copy_(logits)
         last, temp = sampling.warp(logits[-1:], sampling.temperature, st)
         tok = R.choose(last, temperature=1.0 if temp is None else temp,
@@ -664,7 +661,7 @@ class Runtime:
             pw.embed, pw.lm_head, pw.final_norm, opt(pw.attn_norm), opt(pw.mlp_norm),
             opt(pw.post_attn_norm), opt(pw.post_mlp_norm), pw.w_qkv,
             opt(pw.b_qkv), opt(pw.qk_norm), pw.w_o, opt(pw.b_o), pw.w_gu, opt(pw.b_gu),
-            pw.w_down, opt(pw.b_down),
+            pw.w_down, opt(pw.b_down), opt(pw.b_head),
             tg.T, st.h.shape[0], s.n_kv_heads, s.vocab_size, self.max_seq_len, s.rms_eps,
             s.head_dim ** -0.5, tg.n_splits, n_vparts, pw.embed_scale, s.attn_softcap,
             s.logit_softcap, *(s.q_pos_scale or (0.0, 1)),
@@ -700,6 +697,7 @@ class Runtime:
             ATTN_OUTLINE=tg.attn_outline, ROPE_TABLES=len(st.rope.cos) > st.rope.rows,
             POST_NORM=s.post_norms, PRE_NORM=s.pre_norms, SOFTCAP=s.attn_softcap > 0,
             LOGIT_CAP=s.logit_softcap > 0, QSCALE=bool(s.q_pos_scale),
+            BIAS_LM=pw.b_head is not None,
             num_warps=tg.num_warps)
         grid = (sched.n_programs,)
         variant = (key, sampling.do_sample, trace is not None)

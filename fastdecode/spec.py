@@ -3,7 +3,7 @@
 One family table says how Llama, Mistral (Ministral), Qwen2, Qwen3, Phi-3, Granite, SmolLM3, Gemma,
 OLMo ... differ (qkv bias, q/k norm, sliding window, fused or renamed checkpoint tensors, partial
 rotary, scalar multipliers, layers without RoPE, which rope scalings, norms before / after the
-blocks, soft-capping, a RoPE per layer type). Anything the kernels do not
+blocks, soft-capping, a RoPE per layer type, LayerNorms on a centered residual stream). Anything the kernels do not
 implement raises :class:`UnsupportedModelError` naming the model_type or the field (and, for
 model types a user may try, why: UNSUPPORTED), before any weight is touched. A vision-language
 model whose language model is a supported family (TEXT_OF) is read from its text_config.
@@ -105,6 +105,16 @@ class Family:
     # rotate_half with its signs flipped, cat(x2, -x1) (NanoChat): a rotation by -theta, the
     # tables' sin negated (ModelSpec.rope_flipped)
     rope_flipped: bool = False
+    # LayerNorms, not RMSNorms (OLMo 1, StableLM, StarCoder2), run as RMSNorms over a residual
+    # stream kept centered: packing centers everything written into it (ModelSpec.layer_norm)
+    layer_norm: bool = False
+    # the LayerNorms carry a bias (StableLM, StarCoder2): folded into the biases of the
+    # projections they feed, the final one into a bias on the logits (ModelSpec.head_bias)
+    norm_bias: bool = False
+    # the norms' epsilon: the config field that holds it, or a constant (OLMo 1: 1e-5)
+    eps_field: str | float = "rms_norm_eps"
+    # (config field, what it switches on): configs that set one are refused
+    refuse: tuple = ()
 
 
 _GEMMA_POST = ("input_layernorm", "pre_feedforward_layernorm", "post_attention_layernorm",
@@ -173,6 +183,28 @@ FAMILIES: dict[str, Family] = {
     # CWM (Code World Model): Llama with sliding windows on the layers its layer_types name (the
     # config class's default: three of every four)
     "cwm": Family(qkv_bias=False, qk_norm=False, window_field=None),
+    # OLMo 1 (OLMo-1B-hf, OLMo-7B-hf): Llama with LayerNorms without weight or bias (eps 1e-5)
+    "olmo": Family(qkv_bias=False, qk_norm=False, window_field=None, layer_norm=True,
+                   weightless_norms=True, eps_field=1e-5,
+                   refuse=(("clip_qkv", "q / k / v clipped at clip_qkv"),)),
+    # StableLM (stablelm-2-1_6b, stablelm-3b-4e1t, stablelm-zephyr): LayerNorms with biases, a
+    # quarter of each head rotated, q / k / v biases by use_qkv_bias
+    "stablelm": Family(qkv_bias=False, qk_norm=False, window_field=None, partial_rotary=True,
+                       layer_norm=True, norm_bias=True, eps_field="layer_norm_eps",
+                       bias_fields=("use_qkv_bias", None, None),
+                       refuse=(("use_parallel_residual", "parallel attention and MLP blocks"),
+                               ("qk_layernorm", "per-head q / k LayerNorms"))),
+    # StarCoder2: LayerNorms with biases, biases on every projection (use_bias), an MLP without a
+    # gate (the tanh GELU; c_fc / c_proj), a sliding window where the config sets one
+    "starcoder2": Family(qkv_bias=False, qk_norm=False, window_field=None, gated=False,
+                         layer_norm=True, norm_bias=True, eps_field="norm_epsilon",
+                         bias_fields=("use_bias",) * 3,
+                         checkpoint_names=((".mlp.up_proj.", ".mlp.c_fc."),
+                                           (".mlp.down_proj.", ".mlp.c_proj."))),
+    # Jais 2: LayerNorms with biases, an MLP without a gate (relu^2), biases by attention_bias /
+    # mlp_bias
+    "jais2": Family(qkv_bias=False, qk_norm=False, window_field=None, gated=False,
+                    layer_norm=True, norm_bias=True, eps_field="layer_norm_eps"),
     # Gemma (1): (1 + w) RMSNorms, sqrt(d)-scaled embeddings, the tanh GELU gate (GeGLU),
     # head_dim 256 apart from hidden_size / heads, tied; Gemma 2 / 3's extra norms are another
     # model_type (unsupported)
@@ -241,8 +273,9 @@ UNSUPPORTED = {
     **{mt: "attention sinks" for mt in ("granite_swa",)},
     **{mt: "short convolution layers" for mt in ("lfm2",)},
     **{mt: "LayerNorm1P, not RMSNorm" for mt in ("nemotron",)},
-    **{mt: "LayerNorm, not RMSNorm" for mt in ("phi", "stablelm", "starcoder2", "cohere",
-                                                "falcon", "gpt2", "gpt_neox", "olmo", "jais2")},
+    **{mt: "parallel attention and MLP blocks" for mt in ("phi", "cohere", "cohere2",
+                                                           "gpt_neox", "gptj", "falcon")},
+    **{mt: "learned absolute positions, no RoPE" for mt in ("gpt2", "gpt_bigcode", "opt")},
 }
 # HF's hidden_act names -> ModelSpec.act (the MLP's activation: triton_kernels.gemv.ACT_CODES)
 ACTS = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh",
@@ -302,6 +335,12 @@ class ModelSpec:
     # and RoPE rotating by -theta (rope_table's sin negated)
     embed_norm: bool = False
     rope_flipped: bool = False
+    # LayerNorms (Family.layer_norm): packing centers the embedding rows and the o_proj / down
+    # outputs (weights and biases), so the residual stream's mean is 0 and each LayerNorm is the
+    # kernels' RMSNorm; its bias folded into the q / k / v and gate|up biases (attn_bias,
+    # mlp_bias) and, the final norm's, into a bias on the logits (head_bias: PackedWeights.b_head)
+    layer_norm: bool = False
+    head_bias: bool = False
     # Granite's multipliers (Family.multipliers): the embedding rows times embed_scale as they are
     # looked up (Gemma's sqrt(d) too); folded into the packed weights, o_proj / down (and
     # biases) times residual_scale -- with norms after the blocks, which it follows (HyperCLOVAX),
@@ -320,8 +359,9 @@ class ModelSpec:
     @property
     def shares_head(self) -> bool:
         """The lm_head is the embedding's tensor: tied, and the logits unscaled (an embedding
-        scale applies at lookup: PackedWeights.embed_scale; normalized rows do not)."""
-        return self.tied and self.logits_scale == 1.0 and not self.embed_norm
+        scale applies at lookup: PackedWeights.embed_scale; normalized or centered rows do
+        not)."""
+        return self.tied and self.logits_scale == 1.0 and not (self.embed_norm or self.layer_norm)
 
     @property
     def rot(self) -> int:
@@ -556,6 +596,10 @@ class ModelSpec:
                                                               "final_logit_softcapping")]
         if min(caps) < 0:
             raise UnsupportedModelError(f"{mt}: a negative soft-capping {caps}")
+        for flag, what in fam.refuse:
+            if getattr(cfg, flag, None):
+                raise UnsupportedModelError(f"{mt}: {flag}={getattr(cfg, flag)!r} ({what}) is "
+                                            "not supported")
         if getattr(cfg, "use_bidirectional_attention", False):
             raise UnsupportedModelError(f"{mt}: use_bidirectional_attention (an encoder's "
                                         "attention) is not supported")
@@ -601,9 +645,10 @@ class ModelSpec:
         return cls(**scales,
             family=mt, n_layers=n_layers, d_model=d, n_heads=n_heads,
             n_kv_heads=n_kv, head_dim=hd, ffn_dim=int(cfg.intermediate_size),
-            vocab_size=int(cfg.vocab_size), rms_eps=float(cfg.rms_norm_eps),
+            vocab_size=int(cfg.vocab_size), rms_eps=_norm_eps(mt, fam, cfg),
             rope_theta=float(rope.get("rope_theta", getattr(cfg, "rope_theta", 10000.0) or 10000.0)),
-            rope=rope, attn_bias=qkv_b or fam.qkv_bias, o_bias=o_b, mlp_bias=mlp_b,
+            rope=rope, attn_bias=qkv_b or fam.qkv_bias or fam.norm_bias, o_bias=o_b,
+            mlp_bias=mlp_b or fam.norm_bias, layer_norm=fam.layer_norm, head_bias=fam.norm_bias,
             qk_norm=fam.qk_norm, qk_norm_after=fam.qk_norm_after_rope,
             tied=bool(getattr(cfg, "tie_word_embeddings", False)),
             layer_windows=windows,
@@ -616,6 +661,16 @@ class ModelSpec:
             local_rope=local if any(windows) else {}, attn_softcap=caps[0],
             logit_softcap=caps[1], q_pos_scale=_q_pos_scale(mt, rope),
             embed_norm=fam.embed_norm, rope_flipped=fam.rope_flipped)
+
+
+def _norm_eps(mt: str, fam: Family, cfg) -> float:
+    """The norms' epsilon: Family.eps_field's config value, or its constant."""
+    if not isinstance(fam.eps_field, str):
+        return float(fam.eps_field)
+    eps = getattr(cfg, fam.eps_field, None)
+    if eps is None:
+        raise UnsupportedModelError(f"{mt}: the config has no {fam.eps_field}")
+    return float(eps)
 
 
 def _q_pos_scale(mt: str, rope: dict) -> tuple:

@@ -224,6 +224,4 @@ class VM:
             st.h[ix] = R.gemv(st.act[toks], pw.w_down[l, rows],
                               bias=None if b is None else b[rows], residual=st.h[ix]).to(dt)
         else:
-            st.logits[ix] = R.soft_cap(R.gemv(st.h[toks], pw.lm_head[rows],
-                                              norm_w=pw.final_norm, eps=s.rms_eps),
-                                       s.logit_softcap)
+            st.logits[ix] = R.head_logits(pw, st.h[toks], rows)

@@ -160,6 +160,27 @@ FAMILIES = {
     "nanochat": (_tf("NanoChatConfig"), _tf("NanoChatForCausalLM"), dict(
         hidden_size=48, intermediate_size=70, num_attention_heads=6, num_key_value_heads=6,
         final_logit_softcapping=2.0)),
+    # olmo (OLMo 1): LayerNorms without weight or bias (the residual stream kept centered), GQA
+    # 3:1, tied (the head then a tensor of its own: the embedding rows are centered)
+    "olmo": (_tf("OlmoConfig"), _tf("OlmoForCausalLM"), dict(
+        hidden_size=48, intermediate_size=58, num_attention_heads=6, num_key_value_heads=2,
+        tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    # stablelm: LayerNorms with biases (folded into q / k / v, gate / up and the logits), a
+    # quarter of each head rotated (head_dim 16: 4 dims), q / k / v biases, GQA 2:1
+    "stablelm": (_tf("StableLmConfig"), _tf("StableLmForCausalLM"), dict(
+        hidden_size=64, intermediate_size=54, num_attention_heads=4, num_key_value_heads=2,
+        use_qkv_bias=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    # starcoder2: LayerNorms with biases, biases everywhere, an MLP without a gate (tanh GELU), a
+    # window of 5 keys, GQA 3:1, tied
+    "starcoder2": (_tf("Starcoder2Config"), _tf("Starcoder2ForCausalLM"), dict(
+        hidden_size=48, intermediate_size=70, num_attention_heads=6, num_key_value_heads=2,
+        sliding_window=5, tie_word_embeddings=True, pad_token_id=0, bos_token_id=1,
+        eos_token_id=2)),
+    # jais2: LayerNorms with biases, an MLP without a gate (relu^2) nor biases (its down bias
+    # read as zeros, the up one the norm's fold alone), q / k / v / o biases, GQA 2:1, head_dim 10
+    "jais2": (_tf("Jais2Config"), _tf("Jais2ForCausalLM"), dict(
+        hidden_size=40, intermediate_size=66, num_attention_heads=4, num_key_value_heads=2,
+        attention_bias=True, mlp_bias=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
     # iquestcoder: HF's Llama under its own model_type; GQA 4:1, head_dim 6, tied
     "iquestcoder": (_tf("IQuestCoderConfig"), _tf("LlamaForCausalLM"), dict(
         hidden_size=48, intermediate_size=62, num_attention_heads=8, num_key_value_heads=2,
@@ -209,10 +230,14 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
                intermediate_size=draw(st.integers(3, 97)), tie_word_embeddings=draw(st.booleans()))
     if family in ("mistral", "phi3"):
         cfg["sliding_window"] = draw(st.integers(2, 12))
-    if family == "helium":  # its o_proj is [hidden, hidden]: HF's Helium needs H * hd == d
+    if family in ("helium", "stablelm"):  # [hidden, hidden] o_proj (Helium), head_dim always
+        # hidden / heads in the attention (StableLM): HF's needs H * hd == d
         cfg["hidden_size"] = heads * cfg["head_dim"]
     if family == "hunyuan_v1_dense":  # its NTK-alpha base divides by head_dim - 2 (HF and ours:
         cfg["head_dim"] = max(4, cfg["head_dim"])  # head_dim 2 raises UnsupportedModelError)
+    if family == "stablelm":  # HF's StableLM fails on an odd rotated part: any even one
+        cfg["partial_rotary_factor"] = 2 * draw(st.integers(1, cfg["head_dim"] // 2)) / \
+            cfg["head_dim"]
     if family in ("phi3", "glm", "glm4"):  # rotate any count of the head's dims, odd ones too
         # (HF then rotates one more; the + 0.5: int() of the product cannot round below rot)
         rot = draw(st.integers(1, cfg["head_dim"]))
@@ -310,7 +335,7 @@ def tiny_model(family: str, vocab: int = 101, layers: int = 2, seed: int = 0,
     model = model_cls(cfg).eval()
     with torch.no_grad():  # HF's init is tiny (std 0.02): use weights that exercise the math
         for name, p in model.named_parameters():
-            if "norm" in name:
+            if "norm" in name and not name.endswith("bias"):
                 p.copy_(1 + 0.2 * torch.randn_like(p))
             elif name.endswith("bias"):
                 p.copy_(0.3 * torch.randn_like(p))

@@ -264,17 +264,18 @@ def test_split_range_kernel_matches_host(align):
 
 
 @given(T=TOKENS, K=st.integers(1, 200), V=st.integers(2, 700), seed=st.integers(0, 2**31 - 1),
-       dtype=DTYPES, stream=STREAMS, cap=st.sampled_from([0.0, 0.0, 1.5]))
-def test_lm_head_argmax(T, K, V, seed, dtype, stream, cap):
-    """The logits (soft-capped at cap > 0: Gemma 2's final_logit_softcapping) and the choice
-    from them."""
+       dtype=DTYPES, stream=STREAMS, cap=st.sampled_from([0.0, 0.0, 1.5]), bias=st.booleans())
+def test_lm_head_argmax(T, K, V, seed, dtype, stream, cap, bias):
+    """The logits (plus a bias: a LayerNorm family's final norm bias through the head;
+    soft-capped at cap > 0: Gemma 2's final_logit_softcapping) and the choice from them."""
     g = torch.Generator().manual_seed(seed)
     x, w = rnd(T, K, dtype=dtype, seed_gen=g), rnd(V, K, dtype=dtype, seed_gen=g)
     nw = rnd(K, dtype=dtype, seed_gen=g, shift=1)
+    b = rnd(V, dtype=dtype, seed_gen=g) if bias else None
     logits = torch.empty(T, V, device=DEVICE)
     _, pval, pidx = ops.lm_head(x, w, nw, 1e-5, logits=logits,
-                                stream=stream if T == 1 else None, softcap=cap)
-    ref = R.soft_cap(R.gemv(x, w, norm_w=nw, eps=1e-5), cap)
+                                stream=stream if T == 1 else None, softcap=cap, bias=b)
+    ref = R.soft_cap(R.gemv(x, w, norm_w=nw, eps=1e-5, bias=b), cap)
     assert_close(logits, ref, torch.float32 if T == 1 else dtype, K, "logits")
     tok, hist = torch.zeros(1, dtype=torch.int32, device=DEVICE), torch.zeros(4, dtype=torch.long,
                                                                                device=DEVICE)

@@ -110,6 +110,23 @@ def spec_of(family, **kw):
     return ModelSpec.from_hf_config(tiny_model(family, **kw).config)
 
 
+def test_layer_norm_specs():
+    """LayerNorm families: the eps from the family's field (OLMo 1's a constant 1e-5), the norm
+    biases switching on the q / k / v and MLP biases they fold into and the logits' bias, a tied
+    head never the (centered) embedding's tensor."""
+    s = spec_of("stablelm", layer_norm_eps=3e-6)
+    assert s.layer_norm and s.head_bias and s.attn_bias and s.mlp_bias and not s.o_bias
+    assert s.rms_eps == 3e-6 and s.rot == 4 and s.gated
+    c = spec_of("starcoder2", norm_epsilon=2e-6)
+    assert c.rms_eps == 2e-6 and not c.gated and c.act == "gelu_tanh" and c.o_bias
+    assert c.layer_windows == (5, 5) and c.tied and not c.shares_head
+    o = spec_of("olmo")
+    assert o.layer_norm and not (o.head_bias or o.attn_bias or o.mlp_bias) and o.rms_eps == 1e-5
+    assert o.tied and not o.shares_head
+    j = spec_of("jais2", layer_norm_eps=4e-6)
+    assert j.rms_eps == 4e-6 and j.mlp_bias and j.o_bias and j.act == "relu2" and not j.gated
+
+
 def test_peri_ln_and_vaultgemma_specs():
     """HyperCLOVAX's norms after the blocks follow its use_post_norm; its logits multiplied by
     logits_scaling (Granite's divided). VaultGemma: Gemma 2's caps and layers, no post norms.
@@ -136,7 +153,11 @@ def _raw(**kw):  # a config HF itself would refuse to build (odd head_dim)
 
 
 @pytest.mark.parametrize("make,match", [
-    (lambda: tf.GPT2Config(), "'gpt2' is not supported \\(LayerNorm"),
+    (lambda: tf.GPT2Config(), "'gpt2' is not supported \\(learned absolute positions"),
+    (lambda: tf.PhiConfig(), "'phi' is not supported \\(parallel attention and MLP"),
+    (lambda: tf.StableLmConfig(use_parallel_residual=True), "use_parallel_residual=True"),
+    (lambda: tf.StableLmConfig(qk_layernorm=True), "per-head q / k LayerNorms"),
+    (lambda: tf.OlmoConfig(clip_qkv=8.0), "clip_qkv=8.0"),
     (lambda: tf.MixtralConfig(), "mixture of experts"),
     (lambda: tf.Gemma3TextConfig(use_bidirectional_attention=True), "bidirectional"),
     (lambda: _raw(attn_logit_softcapping=-1.0), "negative soft-capping"),

@@ -1,8 +1,9 @@
 """lm_head with the final RMSNorm prologue and an in-kernel token choice (argmax or Gumbel-max).
 
 Phase 1 (lm_head_body), one program (or megakernel task) per (range of BLOCK_N vocab slices, token block):
-    logits[t, n] = W[n] . rmsnorm(x[t]) * final_norm          (fp32; stored if WRITE_LOGITS;
-                   SOFTCAP: cap tanh(logits / cap), Gemma 2's final_logit_softcapping)
+    logits[t, n] = W[n] . rmsnorm(x[t]) * final_norm (+ b[n])  (fp32; stored if WRITE_LOGITS;
+                   BIAS: a LayerNorm family's final norm bias through the head, ModelSpec.
+                   head_bias; SOFTCAP: cap tanh(logits / cap), Gemma 2's final_logit_softcapping)
     score[t, n]  = logits[t, n]                                (greedy)
                  = logits[t, n] / temperature + Gumbel(u)      (SAMPLE; u = philox(seed, t*V + n))
     partial max and argmax of score over its slices -> pval/pidx [T, n_parts]
@@ -52,7 +53,7 @@ def lm_head_body(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_pt
                  v0, VKEY, WRITE_LOGITS: tl.constexpr, CHOOSE: tl.constexpr, SAMPLE: tl.constexpr,
                  BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                  STREAM: tl.constexpr, F32: tl.constexpr, PTX: tl.constexpr, softcap=0.0,
-                 SOFTCAP: tl.constexpr = False):
+                 SOFTCAP: tl.constexpr = False, b_ptr=None, BIAS: tl.constexpr = False):
     """Vocab tiles [tile_lo, tile_hi) of BLOCK_N rows for token block pid_t; one partial choice
     per token row at pval/pidx[t, part]. STREAM (T=1): the decode stream of gemv_body, w0 its
     first piece (gemv.stream_start). v0: the vocabulary id of row 0 (a tensor-parallel rank's
@@ -86,6 +87,8 @@ def lm_head_body(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_pt
             if i % n_k == n_k - 1:
                 offs_n = (tile_lo + i // n_k) * BLOCK_N + tl.arange(0, BLOCK_N)
                 mask_n = offs_n < V
+                if BIAS:
+                    acc += tl.load(b_ptr + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
                 if SOFTCAP:
                     acc = soft_cap(acc, softcap)
                 if WRITE_LOGITS:
@@ -102,6 +105,8 @@ def lm_head_body(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_pt
             y, offs_t, mask_t, offs_n, mask_n = gemv_tile(
                 x_ptr, w_ptr, norm_ptr, w_ptr, x_ptr, T, V, K, stride_x, stride_x, rstd, tile,
                 pid_t, True, False, False, False, BLOCK_T, BLOCK_N, BLOCK_K, F32)
+            if BIAS:
+                y += tl.load(b_ptr + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
             if SOFTCAP:
                 y = soft_cap(y, softcap)
             if WRITE_LOGITS:
@@ -121,7 +126,8 @@ def lm_head_kernel(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_
                    WRITE_LOGITS: tl.constexpr, CHOOSE: tl.constexpr, SAMPLE: tl.constexpr,
                    BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                    STREAM: tl.constexpr, F32: tl.constexpr, PTX: tl.constexpr,
-                   PDL: tl.constexpr, softcap, SOFTCAP: tl.constexpr):
+                   PDL: tl.constexpr, softcap, SOFTCAP: tl.constexpr, b_ptr,
+                   BIAS: tl.constexpr):
     """PDL: the first weight piece before pdl_wait (gemv.gemv_kernel)."""
     pdl_start(PDL)
     pid = tl.program_id(0)
@@ -132,7 +138,7 @@ def lm_head_kernel(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_
     lm_head_body(x_ptr, w_ptr, norm_ptr, logits_ptr, pval_ptr, pidx_ptr, seed_ptr, temp_ptr,
                  T, V, K, stride_x, stride_logits, eps, tl.num_programs(0), lo, hi, pid,
                  tl.program_id(1), w0, 0, V, WRITE_LOGITS, CHOOSE, SAMPLE, BLOCK_T, BLOCK_N,
-                 BLOCK_K, STREAM, F32, PTX, softcap, SOFTCAP)
+                 BLOCK_K, STREAM, F32, PTX, softcap, SOFTCAP, b_ptr, BIAS)
 
 
 @triton.jit
@@ -202,10 +208,12 @@ def _partials(partials, T, n_tiles, device):
 
 
 def lm_head(x, w, norm_w, eps, *, logits=None, choose=True, sample=False, seed=None, temp=None,
-            partials=None, stream: StreamConfig | None = None, softcap: float = 0.0):
+            partials=None, stream: StreamConfig | None = None, softcap: float = 0.0,
+            bias=None):
     """x [T, d] -> (logits [T, V] fp32 or None, pval, pidx [T, n_parts]) with the token choice:
     one partial per program. stream (T=1): the megakernel's decode stream, `stream.tiles` tiles
-    per program. softcap > 0: the logits soft-capped (ModelSpec.logit_softcap)."""
+    per program. softcap > 0: the logits soft-capped (ModelSpec.logit_softcap); bias [V]: added
+    to them before (PackedWeights.b_head)."""
     T, K = x.shape
     V = w.shape[0]
     ptx = stream_ptx(stream, w.dtype, K)
@@ -226,7 +234,8 @@ def lm_head(x, w, norm_w, eps, *, logits=None, choose=True, sample=False, seed=N
         WRITE_LOGITS=logits is not None, CHOOSE=choose, SAMPLE=sample, BLOCK_T=BT,
         BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, STREAM=stream is not None,
         F32=INTERPRET or w.dtype == torch.float32, PTX=ptx, PDL=pdl, softcap=float(softcap),
-        SOFTCAP=softcap > 0, num_warps=cfg.num_warps, launch_pdl=pdl)
+        SOFTCAP=softcap > 0, b_ptr=bias if bias is not None else dummy, BIAS=bias is not None,
+        num_warps=cfg.num_warps, launch_pdl=pdl)
     return logits, pval, pidx
 
 
