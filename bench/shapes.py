@@ -205,6 +205,13 @@ SHAPES = {
         tie_word_embeddings=False, max_position_embeddings=4096, bos_token_id=100257,
         eos_token_id=100257)),
     "starcoder2-cfg": ("Starcoder2Config()", lambda: tf.Starcoder2Config(sliding_window=4096)),
+    # phi-2 (parallel blocks on one LayerNorm: 32 layers of 32 heads of 80, 40% of each rotated,
+    # an MLP of 10240 without a gate, biases everywhere, untied), as its config.json reads
+    "phi-2": ("Phi-2", lambda: tf.PhiConfig(
+        hidden_size=2560, intermediate_size=10240, num_hidden_layers=32, num_attention_heads=32,
+        num_key_value_heads=32, vocab_size=51200, partial_rotary_factor=0.4,
+        tie_word_embeddings=False, max_position_embeddings=2048, bos_token_id=50256,
+        eos_token_id=50256)),
     # GLM-4-9B-0414: GLM-4-9B's layout with norms after the attention and the MLP
     "glm4-9b-0414": ("GLM-4-9B-0414", lambda: tf.Glm4Config(
         hidden_size=4096, intermediate_size=13696, num_hidden_layers=40, num_attention_heads=32,

@@ -77,8 +77,10 @@ class VirtualTP:
         pw, eps = self.ranks[0].pw, self.spec.rms_eps  # the post norms: replicated
         for l in range(self.spec.n_layers):
             o = all_reduce_fp32([r.attn_partial(l, h, self.pos) for r in self.ranks])
+            x = h  # parallel blocks (ModelSpec.parallel): the MLP reads the layer's input
             h = (h.float() + R.block_out(o, pw.post_norm(0, l), eps)).to(self.dtype)
-            d = all_reduce_fp32([r.mlp_partial(l, h) for r in self.ranks])
+            d = all_reduce_fp32([r.mlp_partial(l, x if self.spec.parallel else h)
+                                 for r in self.ranks])
             h = (h.float() + R.block_out(d, pw.post_norm(1, l), eps)).to(self.dtype)
         self.pos += T
         return torch.cat([r.logits_shard(h) for r in self.ranks], dim=-1)

@@ -23,6 +23,8 @@ are counters, one per (op, layer[, KV group]):
      QKV task that completes group g's tiles (qticket[l, g] counts tiles) normalizes and rotates
      the group, and every QKV(l, g) signals qkn[l, g])
     GATE_UP(l) waits o[l];  DOWN(l) waits gu[l];  LM_HEAD waits down[L-1];  CHOOSE waits lm
+    (parallel blocks, ModelSpec.parallel: GATE_UP(l) waits merge[l], reading the residual before
+     o_proj adds to it; O(l) waits gu[l] -- after every read of it -- and DOWN(l) waits o[l])
 Steps of several rows on one rank (Tiling.ksplit > 1): O and DOWN tasks each sum one K part of
 their tiles into fp32 partial buffers (signalling po / pdown), and REDUCE tasks add the parts in
 order, the bias and the residual -- the tensor-parallel REDUCE below with K parts for ranks:
@@ -309,10 +311,11 @@ def build_step(spec: ModelSpec, tiling: Tiling, n_programs: int, world: int = 1,
             for h0 in range(0, s.group, tg.merge_heads):
                 g.add(Task(Op.MERGE, l, (kv, h0, min(s.group, h0 + tg.merge_heads)),
                            ("attn", l, kv), ("merge", l), COST.task_overhead_bytes))
-        for op, key, wait, N, K in ((Op.O_PROJ, "o", ("merge", l), s.d_model, s.q_dim),
-                                    (Op.GATE_UP, "gu", after["o"](l), s.ffn_dim,
-                                     (1 + s.gated) * s.d_model),
-                                    (Op.DOWN, "down", ("gu", l), s.d_model, s.ffn_dim)):
+        o = (Op.O_PROJ, "o", ("gu", l) if s.parallel else ("merge", l), s.d_model, s.q_dim)
+        gu = (Op.GATE_UP, "gu", ("merge", l) if s.parallel else after["o"](l), s.ffn_dim,
+              (1 + s.gated) * s.d_model)
+        down = (Op.DOWN, "down", after["o"](l) if s.parallel else ("gu", l), s.d_model, s.ffn_dim)
+        for op, key, wait, N, K in (gu, o, down) if s.parallel else (o, gu, down):
             parts = tg.ksplit if key != "gu" else 1  # arg0: token block * parts + K part
             tile_bytes = tg.gemv_rows(op) * K * elt // parts
             sig = ("x" + key, l) if tp and key != "gu" else \

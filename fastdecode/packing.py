@@ -111,7 +111,7 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
     get = scaled_getter(get, {"self_attn.q_norm." if spec.qk_norm else "self_attn.q_proj.":
                               spec.q_scale, **dict.fromkeys(blocks, spec.residual_scale)})
     if spec.layer_norm:  # last: it reads the weights as packed to fold the norms' biases
-        get = centered_getter(get, spec)
+        get = centered_getter(get, spec, fam.norms[:2])
     if torch.device(device).type == "cuda":
         separate_head = not spec.shares_head or world > 1  # else the embedding's tensor
         check_weights_fit(sp, spec.vocab_size, separate_head, dtype,
@@ -203,9 +203,14 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
         .view(spec.n_layers, sp.n_heads + sp.n_kv_heads if spec.qk_norm_full else 2,
               spec.head_dim) if spec.qk_norm else None,
     )
-    if spec.head_bias:  # the final LayerNorm's bias through the head: W_head @ b, per row
+    if spec.head_bias:  # the final LayerNorm's bias through the head, W_head @ b per row, plus
+        # the head's own bias where it has one (Phi)
         b = fetch("model.norm.bias").to(device).double()[:, None]
-        pw.b_head = rows_through(pw.lm_head, lambda w: w.double() @ b, device, dtype).view(-1)
+        fold = rows_through(pw.lm_head, lambda w: w.double() @ b, device, torch.float64)
+        own = get("lm_head.bias", (slice(v0, v1),))
+        if own is not None:
+            fold += scaled(own, spec.logits_scale).to(device).double()[:, None]
+        pw.b_head = fold.view(-1).to(dtype)
     _check_shapes(pw, spec.vocab_size)
     _permute_rope_dims(pw)
     return pw
@@ -280,21 +285,21 @@ def rows_through(table: torch.Tensor, fn, device, dtype, chunk: int = 8192) -> t
     return out
 
 
-def centered_getter(get, spec: ModelSpec):
+def centered_getter(get, spec: ModelSpec, norms: tuple):
     """get(name, index) for a LayerNorm family (ModelSpec.layer_norm). The residual stream is
     the embedding row plus every o_proj and down output; centering each of them (C = I - 11^T / d
     on their output rows: the weights' columns and the biases minus their means) keeps it at
     mean 0, where LayerNorm(x) = x * rsqrt(mean(x^2) + eps) * w + b: the kernels' RMSNorm, then
     the bias. A norm's bias b before a projection W (q / k / v, gate / up) becomes that
-    projection's bias: W (n w + b) + c = W (n w) + (W b + c) -- a missing c read as zeros, as is
+    projection's bias: W (n w + b) + c = W (n w) + (W b + c) (norms: the names of the norms before
+    the attention and the MLP, Family.norms) -- a missing c read as zeros, as is
     a down bias the model lacks (ModelSpec.mlp_bias is on: gate|up's bias needs it). The
     embedding rows (pack: rows_through) and the final norm's bias (PackedWeights.b_head) are
     pack's. In fp64, rounded once where pack converts: the same bits whatever the source's
     layout or a shard's slice (an fp32 sum's order follows them)."""
-    feeds = {f"{p}.bias": (f"{p}.weight", norm) for p, norm in (
-        ("self_attn.q_proj", "input_layernorm"), ("self_attn.k_proj", "input_layernorm"),
-        ("self_attn.v_proj", "input_layernorm"), ("mlp.gate_proj", "post_attention_layernorm"),
-        ("mlp.up_proj", "post_attention_layernorm"))}
+    feeds = {f"{p}.bias": (f"{p}.weight", norms[i]) for p, i in (
+        ("self_attn.q_proj", 0), ("self_attn.k_proj", 0), ("self_attn.v_proj", 0),
+        ("mlp.gate_proj", 1), ("mlp.up_proj", 1))}
     out = ("self_attn.o_proj.", "mlp.down_proj.")
 
     def cget(name, index=None):

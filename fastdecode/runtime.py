@@ -351,10 +351,12 @@ class Runtime:
 
         num = R.Numerics(mm=R.mm_native, norm=ops.rmsnorm, swiglu=ops.swiglu, attend=attend)
         for l in range(s.n_layers):
-            self._add_reduced(h, R.attention_block(pw, l, h, st.n_pos, st.k_cache[l],
-                                                   st.v_cache[l], *st.rope.layer(l), num=num),
-                              pw.post_norm(0, l), num.norm)
-            self._add_reduced(h, R.mlp_block(pw, l, h, num=num), pw.post_norm(1, l), num.norm)
+            a = R.attention_block(pw, l, h, st.n_pos, st.k_cache[l], st.v_cache[l],
+                                  *st.rope.layer(l), num=num)
+            m = R.mlp_block(pw, l, h, num=num) if s.parallel else None  # the layer's input
+            self._add_reduced(h, a, pw.post_norm(0, l), num.norm)
+            self._add_reduced(h, R.mlp_block(pw, l, h, num=num) if m is None else m,
+                              pw.post_norm(1, l), num.norm)
         logits = None
         if all_logits:
             logits = self.collectives.gather_vocab(R.head_logits(pw, h, num=num))
@@ -470,9 +472,14 @@ class Runtime:
                           n_splits=st.o_part.shape[0],
                           scratch=(st.o_part, st.lse),
                           out=st.attn[:T])
-            self._residual_gemv(st.attn[:T], pw.w_o[l], b_o, h, pw.post_norm(0, l))
-            ops.gemv(h, pw.w_gu[l], norm_w=pw.pre_norm(1, l), eps=s.rms_eps, bias=b_gu, swiglu=True,
-                     act=s.act, gated=s.gated, out=st.act[:T])
+            # parallel blocks (ModelSpec.parallel): the MLP reads the layer's input, before
+            # o_proj adds to it
+            for op in ("gu", "o") if s.parallel else ("o", "gu"):
+                if op == "o":
+                    self._residual_gemv(st.attn[:T], pw.w_o[l], b_o, h, pw.post_norm(0, l))
+                else:
+                    ops.gemv(h, pw.w_gu[l], norm_w=pw.pre_norm(1, l), eps=s.rms_eps, bias=b_gu,
+                             swiglu=True, act=s.act, gated=s.gated, out=st.act[:T])
             self._residual_gemv(st.act[:T], pw.w_down[l], b_down, h, pw.post_norm(1, l))
         if head:
             self._head_ops(h, T, all_logits, sampling, choose)
@@ -522,9 +529,10 @@ class Runtime:
         h = st.h[:T]
         h.copy_(pw.embed_rows(st.ids[:T].long()))
         for l in range(s.n_layers):
-            self._add_reduced(h, R.attention_block(pw, l, h, p, st.k_cache[l], st.v_cache[l],
-                                                   *st.rope.layer(l)), pw.post_norm(0, l))
-            self._add_reduced(h, R.mlp_block(pw, l, h), pw.post_norm(1, l))
+            a = R.attention_block(pw, l, h, p, st.k_cache[l], st.v_cache[l], *st.rope.layer(l))
+            m = R.mlp_block(pw, l, h) if s.parallel else None  # the layer's input
+            self._add_reduced(h, a, pw.post_norm(0, l))
+            self._add_reduced(h, R.mlp_block(pw, l, h) if m is None else m, pw.post_norm(1, l))
         if not head:
             return
         x = h if all_logits else h[T - 1:]

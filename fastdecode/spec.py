@@ -115,6 +115,11 @@ class Family:
     eps_field: str | float = "rms_norm_eps"
     # (config field, what it switches on): configs that set one are refused
     refuse: tuple = ()
+    # the attention and the MLP both read the layer's input, x + attn(n(x)) + mlp(n'(x)) (Phi,
+    # Cohere: ModelSpec.parallel)
+    parallel: bool = False
+    # the config field that multiplies the logits (Cohere's logit_scale; ModelSpec.logits_scale)
+    logit_scale_field: str | None = None
 
 
 _GEMMA_POST = ("input_layernorm", "pre_feedforward_layernorm", "post_attention_layernorm",
@@ -201,6 +206,27 @@ FAMILIES: dict[str, Family] = {
                          bias_fields=("use_bias",) * 3,
                          checkpoint_names=((".mlp.up_proj.", ".mlp.c_fc."),
                                            (".mlp.down_proj.", ".mlp.c_proj."))),
+    # Phi-1 / 1.5 / 2 (`phi`): parallel blocks on one LayerNorm with biases, biases on every
+    # projection and the lm_head, part of each head rotated, an MLP without a gate (fc1 / fc2)
+    "phi": Family(qkv_bias=True, qk_norm=False, window_field=None, gated=False,
+                  partial_rotary=True, layer_norm=True, norm_bias=True, eps_field="layer_norm_eps",
+                  parallel=True, bias_fields=(True, True, True),
+                  norms=("input_layernorm", "input_layernorm", None, None),
+                  refuse=(("qk_layernorm", "q / k LayerNorms"),),
+                  checkpoint_names=(("model.norm.", "model.final_layernorm."),
+                                    (".self_attn.o_proj.", ".self_attn.dense."),
+                                    (".mlp.up_proj.", ".mlp.fc1."),
+                                    (".mlp.down_proj.", ".mlp.fc2."))),
+    # Cohere (Command-R, Aya 23): parallel blocks on one LayerNorm without a bias, RoPE on
+    # interleaved pairs, the logits times logit_scale, tied; Cohere 2 (Command R7B): sliding-window
+    # layers, the full ones without RoPE
+    **{mt: Family(qkv_bias=False, qk_norm=False, window_field=None, layer_norm=True,
+                  eps_field="layer_norm_eps", parallel=True, interleaved_rope=True,
+                  bias_fields=("attention_bias", "attention_bias", None),
+                  norms=("input_layernorm", "input_layernorm", None, None),
+                  logit_scale_field="logit_scale", full_layers_nope=mt == "cohere2",
+                  refuse=(("use_qk_norm", "per-head q / k LayerNorms"),))
+       for mt in ("cohere", "cohere2")},
     # Jais 2: LayerNorms with biases, an MLP without a gate (relu^2), biases by attention_bias /
     # mlp_bias
     "jais2": Family(qkv_bias=False, qk_norm=False, window_field=None, gated=False,
@@ -273,8 +299,8 @@ UNSUPPORTED = {
     **{mt: "attention sinks" for mt in ("granite_swa",)},
     **{mt: "short convolution layers" for mt in ("lfm2",)},
     **{mt: "LayerNorm1P, not RMSNorm" for mt in ("nemotron",)},
-    **{mt: "parallel attention and MLP blocks" for mt in ("phi", "cohere", "cohere2",
-                                                           "gpt_neox", "gptj", "falcon")},
+    **{mt: "parallel attention and MLP blocks with a q|k|v layout of their own" for mt in (
+        "gpt_neox", "gptj", "falcon")},
     **{mt: "learned absolute positions, no RoPE" for mt in ("gpt2", "gpt_bigcode", "opt")},
 }
 # HF's hidden_act names -> ModelSpec.act (the MLP's activation: triton_kernels.gemv.ACT_CODES)
@@ -335,6 +361,10 @@ class ModelSpec:
     # and RoPE rotating by -theta (rope_table's sin negated)
     embed_norm: bool = False
     rope_flipped: bool = False
+    # the attention and the MLP both read the layer's input (Family.parallel): the gate|up
+    # tasks run before o_proj's (graph.build_step), reading the residual stream before o_proj
+    # adds to it; down adds after
+    parallel: bool = False
     # LayerNorms (Family.layer_norm): packing centers the embedding rows and the o_proj / down
     # outputs (weights and biases), so the residual stream's mean is 0 and each LayerNorm is the
     # kernels' RMSNorm; its bias folded into the q / k / v and gate|up biases (attn_bias,
@@ -640,6 +670,8 @@ class ModelSpec:
         scales = _multipliers(cfg, hd, fam.logits_multiplied) if fam.multipliers else {}
         if fam.gemma_norms:
             scales = dict(embed_scale=math.sqrt(d))
+        if fam.logit_scale_field:
+            scales["logits_scale"] = float(getattr(cfg, fam.logit_scale_field, None) or 1.0)
         if fam.query_scalar:
             scales["attn_scale"] = float(getattr(cfg, "query_pre_attn_scalar", None) or hd) ** -0.5
         return cls(**scales,
@@ -649,6 +681,7 @@ class ModelSpec:
             rope_theta=float(rope.get("rope_theta", getattr(cfg, "rope_theta", 10000.0) or 10000.0)),
             rope=rope, attn_bias=qkv_b or fam.qkv_bias or fam.norm_bias, o_bias=o_b,
             mlp_bias=mlp_b or fam.norm_bias, layer_norm=fam.layer_norm, head_bias=fam.norm_bias,
+            parallel=fam.parallel,
             qk_norm=fam.qk_norm, qk_norm_after=fam.qk_norm_after_rope,
             tied=bool(getattr(cfg, "tie_word_embeddings", False)),
             layer_windows=windows,
@@ -687,7 +720,10 @@ def _q_pos_scale(mt: str, rope: dict) -> tuple:
 
 
 def _config_flag(cfg, names) -> bool:
-    """The first of `names` (one name, a tuple of them, or None: False) the config has."""
+    """The first of `names` (one name, a tuple of them, or None: False; True: always) the
+    config has."""
+    if names is True:
+        return True
     for name in (names,) if isinstance(names, str) else names or ():
         if hasattr(cfg, name):
             return bool(getattr(cfg, name))

@@ -116,7 +116,7 @@ def layer_weight_bytes(spec, itemsize: int = 2) -> dict:
     d, q, f = spec.d_model, spec.q_dim, spec.ffn_dim
     qkv = spec.qkv_dim * d * itemsize
     return {"QKV": qkv, "QKV_ATTN": qkv, "O_PROJ": q * d * itemsize,
-            "GATE_UP": 2 * f * d * itemsize, "DOWN": f * d * itemsize}
+            "GATE_UP": (1 + spec.gated) * f * d * itemsize, "DOWN": f * d * itemsize}
 
 
 def phase_rates(evs, layer: int, op_bytes: dict, step: int = 0) -> dict:

@@ -181,6 +181,23 @@ FAMILIES = {
     "jais2": (_tf("Jais2Config"), _tf("Jais2ForCausalLM"), dict(
         hidden_size=40, intermediate_size=66, num_attention_heads=4, num_key_value_heads=2,
         attention_bias=True, mlp_bias=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    # phi (Phi-1 / 1.5 / 2): parallel blocks on one LayerNorm with a bias, biases everywhere
+    # (the lm_head's too), half of each head rotated (head_dim 12), an MLP without a gate (tanh
+    # GELU), GQA 2:1
+    "phi": (_tf("PhiConfig"), _tf("PhiForCausalLM"), dict(
+        hidden_size=48, intermediate_size=70, num_attention_heads=4, num_key_value_heads=2,
+        partial_rotary_factor=0.5, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    # cohere: parallel blocks on one LayerNorm without a bias, RoPE on interleaved pairs, q / k /
+    # v / o biases, the logits times 0.5, tied, GQA 3:1
+    "cohere": (_tf("CohereConfig"), _tf("CohereForCausalLM"), dict(
+        hidden_size=48, intermediate_size=56, num_attention_heads=6, num_key_value_heads=2,
+        attention_bias=True, logit_scale=0.5, tie_word_embeddings=True, pad_token_id=0,
+        bos_token_id=1, eos_token_id=2)),
+    # cohere2: Cohere's blocks, a window of 5 keys on layer 0, no RoPE on the full layer 1
+    "cohere2": (_tf("Cohere2Config"), _tf("Cohere2ForCausalLM"), dict(
+        hidden_size=48, intermediate_size=56, num_attention_heads=6, num_key_value_heads=2,
+        logit_scale=0.5, sliding_window=5, layer_types=["sliding_attention", "full_attention"],
+        tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
     # iquestcoder: HF's Llama under its own model_type; GQA 4:1, head_dim 6, tied
     "iquestcoder": (_tf("IQuestCoderConfig"), _tf("LlamaForCausalLM"), dict(
         hidden_size=48, intermediate_size=62, num_attention_heads=8, num_key_value_heads=2,
@@ -230,12 +247,12 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
                intermediate_size=draw(st.integers(3, 97)), tie_word_embeddings=draw(st.booleans()))
     if family in ("mistral", "phi3"):
         cfg["sliding_window"] = draw(st.integers(2, 12))
-    if family in ("helium", "stablelm"):  # [hidden, hidden] o_proj (Helium), head_dim always
-        # hidden / heads in the attention (StableLM): HF's needs H * hd == d
+    if family in ("helium", "stablelm", "phi"):  # [hidden, hidden] o_proj (Helium), head_dim
+        # always hidden / heads in the attention (StableLM, Phi): HF's needs H * hd == d
         cfg["hidden_size"] = heads * cfg["head_dim"]
     if family == "hunyuan_v1_dense":  # its NTK-alpha base divides by head_dim - 2 (HF and ours:
         cfg["head_dim"] = max(4, cfg["head_dim"])  # head_dim 2 raises UnsupportedModelError)
-    if family == "stablelm":  # HF's StableLM fails on an odd rotated part: any even one
+    if family in ("stablelm", "phi"):  # HF's StableLM / Phi fail on an odd rotated part
         cfg["partial_rotary_factor"] = 2 * draw(st.integers(1, cfg["head_dim"] // 2)) / \
             cfg["head_dim"]
     if family in ("phi3", "glm", "glm4"):  # rotate any count of the head's dims, odd ones too

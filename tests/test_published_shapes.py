@@ -58,7 +58,8 @@ SHAPES = [("3b", {}), ("qwen2.5-0.5b", {}), ("qwen2.5-7b", {}), ("qwen2.5-14b", 
             for k in ("gemma2-2b", "gemma3-1b", "gemma3-4b")], ("glm4-9b-0414", {}),
           ("olmo2-1b", {}), ("arcee-cfg", {}), ("nanochat-d32", {}),
           # LayerNorm families: random norm biases, folded into the projections and the logits
-          ("olmo-1b", {}), ("stablelm2-1.6b", {}), ("starcoder2-cfg", {"sliding_window": 24})]
+          ("olmo-1b", {}), ("stablelm2-1.6b", {}), ("starcoder2-cfg", {"sliding_window": 24}),
+          ("phi-2", {})]
 
 
 def _model(key, overrides):

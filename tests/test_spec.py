@@ -125,6 +125,14 @@ def test_layer_norm_specs():
     assert o.tied and not o.shares_head
     j = spec_of("jais2", layer_norm_eps=4e-6)
     assert j.rms_eps == 4e-6 and j.mlp_bias and j.o_bias and j.act == "relu2" and not j.gated
+    # parallel blocks: Phi's biases on every projection whatever the config says, Cohere's
+    # logits multiplier, Cohere 2's full layers without RoPE
+    p = spec_of("phi")
+    assert p.parallel and p.attn_bias and p.o_bias and p.mlp_bias and p.head_bias and p.rot == 6
+    co, c2 = spec_of("cohere"), spec_of("cohere2")
+    assert co.parallel and co.rope_interleaved and co.logits_scale == 0.5 and not co.head_bias
+    assert co.tied and not co.shares_head and not spec_of("llama").parallel
+    assert c2.parallel and c2.layer_windows == (5, 0) and c2.nope_layers == (1,)
 
 
 def test_peri_ln_and_vaultgemma_specs():
@@ -154,10 +162,12 @@ def _raw(**kw):  # a config HF itself would refuse to build (odd head_dim)
 
 @pytest.mark.parametrize("make,match", [
     (lambda: tf.GPT2Config(), "'gpt2' is not supported \\(learned absolute positions"),
-    (lambda: tf.PhiConfig(), "'phi' is not supported \\(parallel attention and MLP"),
     (lambda: tf.StableLmConfig(use_parallel_residual=True), "use_parallel_residual=True"),
     (lambda: tf.StableLmConfig(qk_layernorm=True), "per-head q / k LayerNorms"),
     (lambda: tf.OlmoConfig(clip_qkv=8.0), "clip_qkv=8.0"),
+    (lambda: tf.PhiConfig(qk_layernorm=True), "qk_layernorm=True"),
+    (lambda: tf.CohereConfig(use_qk_norm=True), "use_qk_norm=True"),
+    (lambda: tf.GPTNeoXConfig(), "'gpt_neox' is not supported \\(parallel attention"),
     (lambda: tf.MixtralConfig(), "mixture of experts"),
     (lambda: tf.Gemma3TextConfig(use_bidirectional_attention=True), "bidirectional"),
     (lambda: _raw(attn_logit_softcapping=-1.0), "negative soft-capping"),

@@ -26,7 +26,8 @@ CASES = [("llama", 2), ("llama_bias_tied", 2), ("llama_bias_tied", 4), ("qwen2",
          ("ernie4_5", 2), ("smollm3", 2), ("exaone", 2), ("glm", 2),
          ("hunyuan_v1_dense", 2), ("gemma", 2), ("cwm", 2), ("gemma3_text", 2), ("glm4", 2),
          ("gemma2", 2), ("exaone4", 2), ("ministral3", 2), ("arcee", 2), ("hyperclovax", 2),
-         ("vaultgemma", 2), ("nanochat", 2), ("stablelm", 2), ("starcoder2", 2),
+         ("vaultgemma", 2), ("nanochat", 2), ("stablelm", 2), ("starcoder2", 2), ("phi", 2),
+         ("cohere2", 2),
          ("mistral", 2), ("mistral", 4), ("llama", 6), ("qwen3", 4), ("phi3", 4)]
 
 
