@@ -205,6 +205,12 @@ SHAPES = {
         tie_word_embeddings=False, max_position_embeddings=4096, bos_token_id=100257,
         eos_token_id=100257)),
     "starcoder2-cfg": ("Starcoder2Config()", lambda: tf.Starcoder2Config(sliding_window=4096)),
+    # pythia-1b (GPT-NeoX: parallel blocks, 16 layers of 8 heads of 256, a quarter rotated, an
+    # MLP of 8192 without a gate, the erf GELU, biases everywhere, untied), as its config.json
+    "pythia-1b": ("Pythia-1B", lambda: tf.GPTNeoXConfig(
+        hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=8,
+        vocab_size=50304, rotary_pct=0.25, max_position_embeddings=2048,
+        tie_word_embeddings=False, bos_token_id=0, eos_token_id=0)),
     # phi-2 (parallel blocks on one LayerNorm: 32 layers of 32 heads of 80, 40% of each rotated,
     # an MLP of 10240 without a gate, biases everywhere, untied), as its config.json reads
     "phi-2": ("Phi-2", lambda: tf.PhiConfig(

@@ -97,6 +97,8 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
         get = renamed_getter(get, fam.checkpoint_names)
     if fam.fused:
         get = fused_getter(get, spec)
+    if fam.qkv_per_head:
+        get = per_head_qkv_getter(get, spec)
     if spec.text_of:
         get = text_model_getter(get)
     if fam.gemma_norms:
@@ -372,6 +374,26 @@ def fused_getter(get, spec: ModelSpec):
                 return get(name, index) if t is None else t
         return get(name, index)
     return fget
+
+
+def per_head_qkv_getter(get, spec: ModelSpec):
+    """get(name, index) over a checkpoint that fuses q|k|v per head as self_attn.qkv_proj rows
+    [H, 3, head_dim] (GPT-NeoX's query_key_value, multi-head: one KV head per q head;
+    Family.qkv_per_head): a part's name reads its rows of every head. The whole fused tensor is
+    read (its parts interleave), then index applied."""
+    parts = {"self_attn.q_proj.": 0, "self_attn.k_proj.": 1, "self_attn.v_proj.": 2}
+    hd = spec.head_dim
+
+    def pget(name, index=None):
+        for part, j in parts.items():
+            if f".{part}" in name:
+                t = get(name.replace(part, "self_attn.qkv_proj."))
+                if t is None:
+                    break
+                t = t.reshape(-1, 3, hd, *t.shape[1:])[:, j].reshape(-1, *t.shape[1:])
+                return t if index is None else t[index]
+        return get(name, index)
+    return pget
 
 
 def _permute_rope_dims(pw: PackedWeights):

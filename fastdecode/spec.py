@@ -116,8 +116,12 @@ class Family:
     # (config field, what it switches on): configs that set one are refused
     refuse: tuple = ()
     # the attention and the MLP both read the layer's input, x + attn(n(x)) + mlp(n'(x)) (Phi,
-    # Cohere: ModelSpec.parallel)
-    parallel: bool = False
+    # Cohere: ModelSpec.parallel); a str: the config field that switches it (GPT-NeoX's
+    # use_parallel_residual, on when absent, as HF's default)
+    parallel: bool | str = False
+    # the checkpoint fuses q|k|v per head, [H, 3, head_dim] rows (GPT-NeoX's query_key_value:
+    # packing.per_head_qkv_getter)
+    qkv_per_head: bool = False
     # the config field that multiplies the logits (Cohere's logit_scale; ModelSpec.logits_scale)
     logit_scale_field: str | None = None
 
@@ -227,6 +231,23 @@ FAMILIES: dict[str, Family] = {
                   logit_scale_field="logit_scale", full_layers_nope=mt == "cohere2",
                   refuse=(("use_qk_norm", "per-head q / k LayerNorms"),))
        for mt in ("cohere", "cohere2")},
+    # GPT-NeoX (Pythia, GPT-NeoX-20B): LayerNorms with biases, parallel blocks by
+    # use_parallel_residual (each branch its own norm), q|k|v fused per head, part of each head
+    # rotated, an MLP without a gate (the erf GELU) with biases
+    "gpt_neox": Family(qkv_bias=False, qk_norm=False, window_field=None, gated=False,
+                       partial_rotary=True, layer_norm=True, norm_bias=True,
+                       eps_field="layer_norm_eps", parallel="use_parallel_residual",
+                       qkv_per_head=True, bias_fields=("attention_bias", "attention_bias", True),
+                       checkpoint_names=(
+                           ("model.embed_tokens.", "gpt_neox.embed_in."),
+                           ("model.layers.", "gpt_neox.layers."),
+                           ("model.norm.", "gpt_neox.final_layer_norm."),
+                           (".self_attn.o_proj.", ".attention.dense."),
+                           (".self_attn.qkv_proj.", ".attention.query_key_value."),
+                           (".self_attn.", ".attention."),
+                           (".mlp.up_proj.", ".mlp.dense_h_to_4h."),
+                           (".mlp.down_proj.", ".mlp.dense_4h_to_h."),
+                           ("lm_head.", "embed_out."))),
     # Jais 2: LayerNorms with biases, an MLP without a gate (relu^2), biases by attention_bias /
     # mlp_bias
     "jais2": Family(qkv_bias=False, qk_norm=False, window_field=None, gated=False,
@@ -300,12 +321,13 @@ UNSUPPORTED = {
     **{mt: "short convolution layers" for mt in ("lfm2",)},
     **{mt: "LayerNorm1P, not RMSNorm" for mt in ("nemotron",)},
     **{mt: "parallel attention and MLP blocks with a q|k|v layout of their own" for mt in (
-        "gpt_neox", "gptj", "falcon")},
+        "gptj", "falcon")},
     **{mt: "learned absolute positions, no RoPE" for mt in ("gpt2", "gpt_bigcode", "opt")},
 }
 # HF's hidden_act names -> ModelSpec.act (the MLP's activation: triton_kernels.gemv.ACT_CODES)
+# (gelu_fast is gelu_new's formula, written differently: the tanh GELU)
 ACTS = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh",
-        "relu2": "relu2"}
+        "gelu_fast": "gelu_tanh", "relu2": "relu2", "gelu": "gelu"}
 # freq_factors: llama.cpp's per-frequency divisors (a GGUF's rope_freqs tensor, which Llama-3.x
 # files carry in place of their llama3 rope_scaling; loading.gguf_config), rope["factors"]
 # longrope: Phi-3's long-context checkpoints (short / long per-frequency factors; "su" in older
@@ -681,7 +703,8 @@ class ModelSpec:
             rope_theta=float(rope.get("rope_theta", getattr(cfg, "rope_theta", 10000.0) or 10000.0)),
             rope=rope, attn_bias=qkv_b or fam.qkv_bias or fam.norm_bias, o_bias=o_b,
             mlp_bias=mlp_b or fam.norm_bias, layer_norm=fam.layer_norm, head_bias=fam.norm_bias,
-            parallel=fam.parallel,
+            parallel=fam.parallel if isinstance(fam.parallel, bool) else
+            bool(getattr(cfg, fam.parallel, True)),
             qk_norm=fam.qk_norm, qk_norm_after=fam.qk_norm_after_rope,
             tied=bool(getattr(cfg, "tie_word_embeddings", False)),
             layer_windows=windows,

@@ -198,6 +198,12 @@ FAMILIES = {
         hidden_size=48, intermediate_size=56, num_attention_heads=6, num_key_value_heads=2,
         logit_scale=0.5, sliding_window=5, layer_types=["sliding_attention", "full_attention"],
         tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    # gpt_neox (Pythia): parallel blocks, each branch its own LayerNorm with a bias, q|k|v fused
+    # per head, a quarter of each head rotated (head_dim 16), an MLP without a gate (the erf
+    # GELU), biases everywhere, MHA, untied
+    "gpt_neox": (_tf("GPTNeoXConfig"), _tf("GPTNeoXForCausalLM"), dict(
+        hidden_size=64, intermediate_size=70, num_attention_heads=4, pad_token_id=0,
+        bos_token_id=1, eos_token_id=2)),
     # iquestcoder: HF's Llama under its own model_type; GQA 4:1, head_dim 6, tied
     "iquestcoder": (_tf("IQuestCoderConfig"), _tf("LlamaForCausalLM"), dict(
         hidden_size=48, intermediate_size=62, num_attention_heads=8, num_key_value_heads=2,
@@ -247,14 +253,18 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
                intermediate_size=draw(st.integers(3, 97)), tie_word_embeddings=draw(st.booleans()))
     if family in ("mistral", "phi3"):
         cfg["sliding_window"] = draw(st.integers(2, 12))
-    if family in ("helium", "stablelm", "phi"):  # [hidden, hidden] o_proj (Helium), head_dim
-        # always hidden / heads in the attention (StableLM, Phi): HF's needs H * hd == d
+    if family == "gpt_neox":  # multi-head only (its q|k|v fused per head)
+        cfg["num_key_value_heads"] = heads
+    if family in ("helium", "stablelm", "phi", "gpt_neox"):  # [hidden, hidden] o_proj (Helium),
+        # head_dim always hidden / heads in the attention (StableLM, Phi, GPT-NeoX): HF's needs
+        # H * hd == d
         cfg["hidden_size"] = heads * cfg["head_dim"]
     if family == "hunyuan_v1_dense":  # its NTK-alpha base divides by head_dim - 2 (HF and ours:
         cfg["head_dim"] = max(4, cfg["head_dim"])  # head_dim 2 raises UnsupportedModelError)
-    if family in ("stablelm", "phi"):  # HF's StableLM / Phi fail on an odd rotated part
-        cfg["partial_rotary_factor"] = 2 * draw(st.integers(1, cfg["head_dim"] // 2)) / \
-            cfg["head_dim"]
+    if family in ("stablelm", "phi", "gpt_neox"):  # HF's fail on an odd rotated part: an even
+        # one (GPT-NeoX's config takes it as rotary_pct)
+        cfg["rotary_pct" if family == "gpt_neox" else "partial_rotary_factor"] = \
+            2 * draw(st.integers(1, cfg["head_dim"] // 2)) / cfg["head_dim"]
     if family in ("phi3", "glm", "glm4"):  # rotate any count of the head's dims, odd ones too
         # (HF then rotates one more; the + 0.5: int() of the product cannot round below rot)
         rot = draw(st.integers(1, cfg["head_dim"]))

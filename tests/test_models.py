@@ -42,6 +42,18 @@ def test_packing_leaves_the_hf_model_alone():
 
 
 @pytest.mark.parametrize("mode", ["torch", "mega"])
+def test_gpt_neox_sequential_blocks_match_hf(mode):
+    """GPT-NeoX with use_parallel_residual off: the MLP after the attention's residual add, as
+    Llama's (the family test runs it on: parallel blocks), at the family test's 1e-5."""
+    model = tiny_model("gpt_neox", use_parallel_residual=False).to(DEVICE)
+    ids = torch.randint(0, 101, (1, PROMPT + STEPS), generator=torch.Generator().manual_seed(4))
+    ids = ids.to(DEVICE)
+    fm = fastdecode.from_hf(model, max_seq_len=64, mode=mode)
+    assert not fm.weights.spec.parallel
+    assert rel_err(teacher_forced(fm, ids, PROMPT), hf_logits(model, ids)) < 1e-5
+
+
+@pytest.mark.parametrize("mode", ["torch", "mega"])
 def test_hyperclovax_without_post_norms_matches_hf(mode):
     """HyperCLOVAX with use_post_norm off: Granite's layout, the residual multiplier back on
     o_proj / down (the family test runs it on: on its norms' weights), at the family test's
@@ -170,7 +182,7 @@ def test_longrope_prefix_cache_matches_fresh_calls():
                                          (torch.float16, "mega")])
 @pytest.mark.parametrize("family", ["llama", "qwen3", "gemma", "gemma2", "gemma3_text", "glm4",
                                     "exaone4", "olmo2", "arcee", "hyperclovax", "nanochat",
-                                    "stablelm", "starcoder2", "phi", "cohere"])
+                                    "stablelm", "starcoder2", "phi", "cohere", "gpt_neox"])
 def test_half_close_to_fp32_hf(family, dtype, mode):
     """bf16 / fp16 weights and activations vs the fp32 HF model holding the same rounded weights
     (fp16: a model loaded with dtype=torch.float16, which the kernels take as they take bf16).

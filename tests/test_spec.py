@@ -18,11 +18,13 @@ def test_spec_fields_and_rope_match_hf(family):
     cfg = model.config
     assert (s.n_layers, s.d_model, s.n_heads, s.vocab_size) == (
         cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads, cfg.vocab_size)
-    attn = model.model.layers[0].self_attn
+    inner = model.gpt_neox if family == "gpt_neox" else model.model
+    attn = inner.layers[0].attention if family == "gpt_neox" else inner.layers[0].self_attn
     assert s.qkv_dim == (attn.qkv_proj.out_features if family == "phi3" else
+                         attn.query_key_value.out_features if family == "gpt_neox" else
                          attn.q_proj.out_features + 2 * attn.k_proj.out_features)
     assert s.tied == bool(cfg.tie_word_embeddings)
-    rot = model.model.rotary_emb
+    rot = inner.rotary_emb
     # Gemma 3: a rotary embedding per layer type, HF's attributes prefixed by it
     kinds = [("full_attention_", s), ("sliding_attention_", s.sliding_rope())] \
         if s.local_rope else [("", s)]
@@ -133,6 +135,9 @@ def test_layer_norm_specs():
     assert co.parallel and co.rope_interleaved and co.logits_scale == 0.5 and not co.head_bias
     assert co.tied and not co.shares_head and not spec_of("llama").parallel
     assert c2.parallel and c2.layer_windows == (5, 0) and c2.nope_layers == (1,)
+    nx = spec_of("gpt_neox")
+    assert nx.parallel and nx.act == "gelu" and nx.rot == 4 and nx.mlp_bias and nx.o_bias
+    assert not spec_of("gpt_neox", use_parallel_residual=False).parallel
 
 
 def test_peri_ln_and_vaultgemma_specs():
@@ -167,7 +172,7 @@ def _raw(**kw):  # a config HF itself would refuse to build (odd head_dim)
     (lambda: tf.OlmoConfig(clip_qkv=8.0), "clip_qkv=8.0"),
     (lambda: tf.PhiConfig(qk_layernorm=True), "qk_layernorm=True"),
     (lambda: tf.CohereConfig(use_qk_norm=True), "use_qk_norm=True"),
-    (lambda: tf.GPTNeoXConfig(), "'gpt_neox' is not supported \\(parallel attention"),
+    (lambda: tf.GPTJConfig(), "'gptj' is not supported \\(parallel attention"),
     (lambda: tf.MixtralConfig(), "mixture of experts"),
     (lambda: tf.Gemma3TextConfig(use_bidirectional_attention=True), "bidirectional"),
     (lambda: _raw(attn_logit_softcapping=-1.0), "negative soft-capping"),
@@ -180,7 +185,7 @@ def _raw(**kw):  # a config HF itself would refuse to build (odd head_dim)
         sliding_window=4, hidden_activation="gelu_pytorch_tanh"), "longrope on the sliding"),
     (lambda: tf.Mistral3Config(text_config=dict(model_type="nemotron")),
      "mistral3's language model: model_type 'nemotron' is not supported \\(LayerNorm1P"),
-    (lambda: tf.LlamaConfig(hidden_act="gelu"), "hidden_act"),
+    (lambda: tf.LlamaConfig(hidden_act="quick_gelu"), "hidden_act"),
     (lambda: _raw(model_type="qwen3_next"), "linear-attention"),
     (lambda: _raw(model_type="gemma4_text"), "per-layer head sizes"),
     (lambda: tf.LlamaConfig(max_position_embeddings=4096, rope_scaling={
