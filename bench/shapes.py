@@ -205,6 +205,11 @@ SHAPES = {
         tie_word_embeddings=False, max_position_embeddings=4096, bos_token_id=100257,
         eos_token_id=100257)),
     "starcoder2-cfg": ("Starcoder2Config()", lambda: tf.Starcoder2Config(sliding_window=4096)),
+    # gpt2 (124M: learned positions over 1024, 12 layers of 12 heads of 64, MLP 3072 without a
+    # gate, biases everywhere, tied, a 50257 vocabulary) and gpt2-xl (1.5B: 48 layers of 25
+    # heads of 64 on 1600), GPT2Config's fields as their config.json files read
+    "gpt2": ("GPT-2", lambda: tf.GPT2Config()),
+    "gpt2-xl": ("GPT-2 XL", lambda: tf.GPT2Config(n_embd=1600, n_layer=48, n_head=25)),
     # pythia-1b (GPT-NeoX: parallel blocks, 16 layers of 8 heads of 256, a quarter rotated, an
     # MLP of 8192 without a gate, the erf GELU, biases everywhere, untied), as its config.json
     "pythia-1b": ("Pythia-1B", lambda: tf.GPTNeoXConfig(

@@ -73,7 +73,8 @@ class VirtualTP:
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """ids [T] -> fp32 logits [T, V] (the vocab shards gathered in rank order)."""
         T = ids.shape[0]
-        h = self.embed(ids.long()).clone()
+        pos = torch.arange(self.pos, self.pos + T, device=ids.device)
+        h = self.embed(ids.long(), pos).clone()
         pw, eps = self.ranks[0].pw, self.spec.rms_eps  # the post norms: replicated
         for l in range(self.spec.n_layers):
             o = all_reduce_fp32([r.attn_partial(l, h, self.pos) for r in self.ranks])

@@ -42,8 +42,9 @@ def _json_config_suffices(d: dict) -> bool:
         "mistral", "cwm", "gemma2", "vaultgemma", "gemma3_text"))
     # a vision-language config (TEXT_OF) through AutoConfig: a flat transformers-4 one (Qwen2-VL's
     # text fields at its top level) then gets its text_config
+    # (a config of names of its own, GPT-2's n_embd / n_head ...: the config class maps them)
     return "rms_norm_eps" in d and not (windowed and "layer_types" not in d) and \
-        d["model_type"] not in TEXT_OF
+        d["model_type"] not in TEXT_OF and "hidden_size" in d and "num_attention_heads" in d
 
 
 def load_config(path: str, gguf_file: str | None = None):

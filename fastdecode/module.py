@@ -71,6 +71,9 @@ class FastModel(nn.Module):
             raise ValueError(f"mode={self.mode!r}: expected one of {MODES}")
         if max_seq_len < 1:
             raise ValueError(f"max_seq_len must be >= 1, got {max_seq_len}")
+        # learned absolute positions (GPT-2): no position past the table's rows
+        if weights.spec.learned_positions:
+            max_seq_len = min(int(max_seq_len), weights.spec.max_position)
         self.max_seq_len = int(max_seq_len)
         self._mode_arg, self._cuda_graph, self._collectives = mode, cuda_graph, collectives
         _env.triton_key_ready()

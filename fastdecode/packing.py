@@ -46,6 +46,9 @@ class PackedWeights:
     post_attn_norm: torch.Tensor | None = None  # [L, d] (ModelSpec.post_norms)
     post_mlp_norm: torch.Tensor | None = None
     b_head: torch.Tensor | None = None  # [V] added to the logits (ModelSpec.head_bias)
+    # [max_position, d] learned absolute positions, added to each embedded row (GPT-2's wpe:
+    # ModelSpec.learned_positions)
+    pos_embed: torch.Tensor | None = None
 
     def pre_norm(self, which: int, l: int) -> torch.Tensor | None:
         """Layer l's norm before its attention (which 0) or MLP (1); None: none."""
@@ -77,10 +80,13 @@ class PackedWeights:
             s = float(torch.tensor(s).to(self.dtype))
         return s
 
-    def embed_rows(self, ids) -> torch.Tensor:
+    def embed_rows(self, ids, positions=None) -> torch.Tensor:
         """The embedding rows of ids times embed_scale, in the weights' dtype (one rounding of
-        the fp32 product, as the kernels and HF's bf16 / fp16 multiply)."""
+        the fp32 product, as the kernels and HF's bf16 / fp16 multiply); plus the learned rows of
+        positions (pos_embed; the same shape as ids), the fp32 sum rounded once."""
         rows, s = self.embed[ids], self.embed_scale
+        if self.pos_embed is not None:
+            return (rows.float() * s + self.pos_embed[positions].float()).to(rows.dtype)
         return rows if s == 1.0 else (rows.float() * s).to(rows.dtype)
 
     def tensors(self):
@@ -94,7 +100,9 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
     sp = spec.shard(rank, world)
     fam = FAMILIES[spec.family]
     if fam.checkpoint_names:
-        get = renamed_getter(get, fam.checkpoint_names)
+        get = renamed_getter(get, fam.checkpoint_names, fam.checkpoint_prefix)
+    if fam.conv1d:
+        get = conv1d_getter(get)
     if fam.fused:
         get = fused_getter(get, spec)
     if fam.qkv_per_head:
@@ -205,6 +213,10 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
         .view(spec.n_layers, sp.n_heads + sp.n_kv_heads if spec.qk_norm_full else 2,
               spec.head_dim) if spec.qk_norm else None,
     )
+    if spec.learned_positions:  # replicated on every rank; centered as the embedding rows
+        pw.pos_embed = rows_through(fetch("model.embed_positions.weight"), (
+            lambda x: x - x.mean(-1, keepdim=True)) if spec.layer_norm else (lambda x: x),
+            device, dtype)
     if spec.head_bias:  # the final LayerNorm's bias through the head, W_head @ b per row, plus
         # the head's own bias where it has one (Phi)
         b = fetch("model.norm.bias").to(device).double()[:, None]
@@ -293,12 +305,12 @@ def centered_getter(get, spec: ModelSpec, norms: tuple):
     on their output rows: the weights' columns and the biases minus their means) keeps it at
     mean 0, where LayerNorm(x) = x * rsqrt(mean(x^2) + eps) * w + b: the kernels' RMSNorm, then
     the bias. A norm's bias b before a projection W (q / k / v, gate / up) becomes that
-    projection's bias: W (n w + b) + c = W (n w) + (W b + c) (norms: the names of the norms before
-    the attention and the MLP, Family.norms) -- a missing c read as zeros, as is
-    a down bias the model lacks (ModelSpec.mlp_bias is on: gate|up's bias needs it). The
-    embedding rows (pack: rows_through) and the final norm's bias (PackedWeights.b_head) are
-    pack's. In fp64, rounded once where pack converts: the same bits whatever the source's
-    layout or a shard's slice (an fp32 sum's order follows them)."""
+    projection's bias: W (n w + b) + c = W (n w) + (W b + c) (norms: the names of the norms
+    before the attention and the MLP, Family.norms) -- a missing c read as zeros, as is a down
+    bias the model lacks (ModelSpec.mlp_bias is on: gate|up's bias needs it). The embedding rows
+    (pack: rows_through) and the final norm's bias (PackedWeights.b_head) are pack's. In fp64,
+    rounded once where pack converts: the same bits whatever the source's layout or a shard's
+    slice (an fp32 sum's order follows them)."""
     feeds = {f"{p}.bias": (f"{p}.weight", norms[i]) for p, i in (
         ("self_attn.q_proj", 0), ("self_attn.k_proj", 0), ("self_attn.v_proj", 0),
         ("mlp.gate_proj", 1), ("mlp.up_proj", 1))}
@@ -337,10 +349,11 @@ def offset_norm_getter(get):
     return nget
 
 
-def renamed_getter(get, names: tuple):
+def renamed_getter(get, names: tuple, prefix: str = ""):
     """get(name, index) over a checkpoint that keeps its own tensor names
     (Family.checkpoint_names: (HF part, checkpoint part) pairs, replaced in order): the HF name
-    first, then the checkpoint's."""
+    first, then the checkpoint's -- and, where it starts with prefix (Family.checkpoint_prefix),
+    the checkpoint's without it (GPT-2's files name transformer.h.0 ... h.0 ...)."""
 
     def rget(name, index=None):
         t = get(name, index)
@@ -348,6 +361,8 @@ def renamed_getter(get, names: tuple):
             for hf, own in names:
                 name = name.replace(hf, own)
             t = get(name, index)
+        if t is None and prefix and name.startswith(prefix):
+            t = get(name[len(prefix):], index)
         return t
     return rget
 
@@ -374,6 +389,21 @@ def fused_getter(get, spec: ModelSpec):
                 return get(name, index) if t is None else t
         return get(name, index)
     return fget
+
+
+def conv1d_getter(get):
+    """get(name, index) over a checkpoint that stores its layer projections as [in, out]
+    (GPT-2's Conv1D: c_attn, c_proj, c_fc): a 2-D projection weight read whole, transposed to
+    the packing's [out, in], then index applied."""
+
+    def cget(name, index=None):
+        if name.startswith("model.layers.") and name.endswith("proj.weight"):
+            t = get(name)
+            if t is not None and t.dim() == 2:
+                t = t.t()
+                return t if index is None else t[index]
+        return get(name, index)
+    return cget
 
 
 def per_head_qkv_getter(get, spec: ModelSpec):

@@ -341,7 +341,8 @@ class Runtime:
         Returns the fp32 logits [T, V] of every token if all_logits."""
         st, pw, s = self.state, self.pw, self.spec
         T = ids.shape[0]
-        h = pw.embed_rows(ids.to(pw.device).long())
+        h = pw.embed_rows(ids.to(pw.device).long(),
+                          torch.arange(st.n_pos, st.n_pos + T, device=pw.device))
         block_s, block_tok, warps = prefill_attention_config(s.head_dim, s.group)
 
         def attend(q, k_cache, v_cache, pos, window, softcap, qscale):  # pos: st.pos, device
@@ -459,7 +460,8 @@ class Runtime:
     def _step_ops(self, T, all_logits, sampling, head=True, choose=True):
         st, pw, s = self.state, self.pw, self.spec
         h = st.h[:T]
-        ops.embedding(st.ids[:T], pw.embed, out=h, scale=pw.embed_scale)
+        ops.embedding(st.ids[:T], pw.embed, out=h, scale=pw.embed_scale, pos_emb=pw.pos_embed,
+                      pos=st.pos)
         for l in range(s.n_layers):
             b_qkv, qk_norm, b_o, b_gu, b_down = self._layer_args(l)
             ops.qkv_rope(h, pw.w_qkv[l], pw.pre_norm(0, l), *st.rope.layer(l), st.pos,
@@ -527,7 +529,7 @@ class Runtime:
         st, pw, s, tp = self.state, self.pw, self.spec, self.collectives
         p = st.n_pos
         h = st.h[:T]
-        h.copy_(pw.embed_rows(st.ids[:T].long()))
+        h.copy_(pw.embed_rows(st.ids[:T].long(), torch.arange(p, p + T, device=h.device)))
         for l in range(s.n_layers):
             a = R.attention_block(pw, l, h, p, st.k_cache[l], st.v_cache[l], *st.rope.layer(l))
             m = R.mlp_block(pw, l, h) if s.parallel else None  # the layer's input
@@ -669,7 +671,7 @@ class Runtime:
             pw.embed, pw.lm_head, pw.final_norm, opt(pw.attn_norm), opt(pw.mlp_norm),
             opt(pw.post_attn_norm), opt(pw.post_mlp_norm), pw.w_qkv,
             opt(pw.b_qkv), opt(pw.qk_norm), pw.w_o, opt(pw.b_o), pw.w_gu, opt(pw.b_gu),
-            pw.w_down, opt(pw.b_down), opt(pw.b_head),
+            pw.w_down, opt(pw.b_down), opt(pw.b_head), opt(pw.pos_embed),
             tg.T, st.h.shape[0], s.n_kv_heads, s.vocab_size, self.max_seq_len, s.rms_eps,
             s.head_dim ** -0.5, tg.n_splits, n_vparts, pw.embed_scale, s.attn_softcap,
             s.logit_softcap, *(s.q_pos_scale or (0.0, 1)),
@@ -705,7 +707,7 @@ class Runtime:
             ATTN_OUTLINE=tg.attn_outline, ROPE_TABLES=len(st.rope.cos) > st.rope.rows,
             POST_NORM=s.post_norms, PRE_NORM=s.pre_norms, SOFTCAP=s.attn_softcap > 0,
             LOGIT_CAP=s.logit_softcap > 0, QSCALE=bool(s.q_pos_scale),
-            BIAS_LM=pw.b_head is not None,
+            BIAS_LM=pw.b_head is not None, POS_EMB=pw.pos_embed is not None,
             num_warps=tg.num_warps)
         grid = (sched.n_programs,)
         variant = (key, sampling.do_sample, trace is not None)

@@ -3,10 +3,11 @@
 One family table says how Llama, Mistral (Ministral), Qwen2, Qwen3, Phi-3, Granite, SmolLM3, Gemma,
 OLMo ... differ (qkv bias, q/k norm, sliding window, fused or renamed checkpoint tensors, partial
 rotary, scalar multipliers, layers without RoPE, which rope scalings, norms before / after the
-blocks, soft-capping, a RoPE per layer type, LayerNorms on a centered residual stream). Anything the kernels do not
-implement raises :class:`UnsupportedModelError` naming the model_type or the field (and, for
-model types a user may try, why: UNSUPPORTED), before any weight is touched. A vision-language
-model whose language model is a supported family (TEXT_OF) is read from its text_config.
+blocks, soft-capping, a RoPE per layer type, LayerNorms on a centered residual stream). Anything the
+kernels do not implement raises :class:`UnsupportedModelError` naming the model_type or the field
+(and, for model types a user may try, why: UNSUPPORTED), before any weight is touched. A
+vision-language model whose language model is a supported family (TEXT_OF) is read from its
+text_config.
 """
 from __future__ import annotations
 
@@ -105,11 +106,13 @@ class Family:
     # rotate_half with its signs flipped, cat(x2, -x1) (NanoChat): a rotation by -theta, the
     # tables' sin negated (ModelSpec.rope_flipped)
     rope_flipped: bool = False
-    # LayerNorms, not RMSNorms (OLMo 1, StableLM, StarCoder2), run as RMSNorms over a residual
-    # stream kept centered: packing centers everything written into it (ModelSpec.layer_norm)
+    # LayerNorms, not RMSNorms (OLMo 1, StableLM, StarCoder2, Jais 2, Phi, Cohere, GPT-NeoX), run
+    # as RMSNorms over a residual stream kept centered: packing centers everything written into
+    # it (ModelSpec.layer_norm)
     layer_norm: bool = False
-    # the LayerNorms carry a bias (StableLM, StarCoder2): folded into the biases of the
-    # projections they feed, the final one into a bias on the logits (ModelSpec.head_bias)
+    # the LayerNorms carry a bias (StableLM, StarCoder2, Jais 2, Phi, GPT-NeoX): folded into the
+    # biases of the projections they feed, the final one into a bias on the logits
+    # (ModelSpec.head_bias)
     norm_bias: bool = False
     # the norms' epsilon: the config field that holds it, or a constant (OLMo 1: 1e-5)
     eps_field: str | float = "rms_norm_eps"
@@ -124,6 +127,21 @@ class Family:
     qkv_per_head: bool = False
     # the config field that multiplies the logits (Cohere's logit_scale; ModelSpec.logits_scale)
     logit_scale_field: str | None = None
+    # learned absolute positions, added to the embedded row, and no RoPE (GPT-2: wpe;
+    # ModelSpec.learned_positions)
+    learned_positions: bool = False
+    # the config fields of the MLP's width and activation (GPT-2: n_inner, None meaning 4 x
+    # hidden_size -- ffn_default; activation_function)
+    ffn_field: str = "intermediate_size"
+    ffn_default: int = 0
+    act_field: str = "hidden_act"
+    # the checkpoint stores its projections as [in, out] (GPT-2's Conv1D: packing.conv1d_getter)
+    conv1d: bool = False
+    # (config field, what it switches off): configs that set one false are refused
+    require: tuple = ()
+    # a prefix of the checkpoint's names (checkpoint_names) its files may omit (GPT-2's
+    # "transformer.": packing.renamed_getter)
+    checkpoint_prefix: str = ""
 
 
 _GEMMA_POST = ("input_layernorm", "pre_feedforward_layernorm", "post_attention_layernorm",
@@ -248,6 +266,25 @@ FAMILIES: dict[str, Family] = {
                            (".mlp.up_proj.", ".mlp.dense_h_to_4h."),
                            (".mlp.down_proj.", ".mlp.dense_4h_to_h."),
                            ("lm_head.", "embed_out."))),
+    # GPT-2: learned absolute positions (no RoPE), LayerNorms with biases, q|k|v fused (c_attn),
+    # [in, out] projections (Conv1D), biases everywhere, an MLP of n_inner without a gate, tied
+    "gpt2": Family(qkv_bias=True, qk_norm=False, window_field=None, gated=False, fused=True,
+                   layer_norm=True, norm_bias=True, eps_field="layer_norm_epsilon",
+                   bias_fields=(True, True, True), learned_positions=True, ffn_field="n_inner",
+                   ffn_default=4, act_field="activation_function", conv1d=True,
+                   refuse=(("scale_attn_by_inverse_layer_idx", "attention scaled by 1 / layer"),
+                           ("add_cross_attention", "cross-attention")),
+                   require=(("scale_attn_weights", "unscaled attention scores"),),
+                   checkpoint_prefix="transformer.",
+                   checkpoint_names=(
+                       ("model.embed_tokens.", "transformer.wte."),
+                       ("model.embed_positions.", "transformer.wpe."),
+                       ("model.layers.", "transformer.h."),
+                       ("model.norm.", "transformer.ln_f."),
+                       (".input_layernorm.", ".ln_1."), (".post_attention_layernorm.", ".ln_2."),
+                       (".self_attn.qkv_proj.", ".attn.c_attn."),
+                       (".self_attn.o_proj.", ".attn.c_proj."),
+                       (".mlp.up_proj.", ".mlp.c_fc."), (".mlp.down_proj.", ".mlp.c_proj."))),
     # Jais 2: LayerNorms with biases, an MLP without a gate (relu^2), biases by attention_bias /
     # mlp_bias
     "jais2": Family(qkv_bias=False, qk_norm=False, window_field=None, gated=False,
@@ -322,7 +359,8 @@ UNSUPPORTED = {
     **{mt: "LayerNorm1P, not RMSNorm" for mt in ("nemotron",)},
     **{mt: "parallel attention and MLP blocks with a q|k|v layout of their own" for mt in (
         "gptj", "falcon")},
-    **{mt: "learned absolute positions, no RoPE" for mt in ("gpt2", "gpt_bigcode", "opt")},
+    **{mt: "learned absolute positions with a layout of its own" for mt in ("gpt_bigcode",
+                                                                            "opt")},
 }
 # HF's hidden_act names -> ModelSpec.act (the MLP's activation: triton_kernels.gemv.ACT_CODES)
 # (gelu_fast is gelu_new's formula, written differently: the tanh GELU)
@@ -383,6 +421,9 @@ class ModelSpec:
     # and RoPE rotating by -theta (rope_table's sin negated)
     embed_norm: bool = False
     rope_flipped: bool = False
+    # learned absolute positions (Family.learned_positions): a table of max_position rows added
+    # to each embedded row (PackedWeights.pos_embed), every layer without RoPE (nope_layers)
+    learned_positions: bool = False
     # the attention and the MLP both read the layer's input (Family.parallel): the gate|up
     # tasks run before o_proj's (graph.build_step), reading the residual stream before o_proj
     # adds to it; down adds after
@@ -628,7 +669,7 @@ class ModelSpec:
             raise UnsupportedModelError(f"model_type {mt!r} is not supported{why}; fastdecode "
                                         f"supports {sorted(FAMILIES)}")
         fam = FAMILIES[mt]
-        act = getattr(cfg, "hidden_act", None) or "silu"
+        act = getattr(cfg, fam.act_field, None) or "silu"
         if fam.gemma_norms:  # the released config.json files say "gelu" and mean the tanh GELU
             # (HF's GemmaConfig rewrites it; transformers 4.x read hidden_activation first)
             act = getattr(cfg, "hidden_activation", None) or \
@@ -650,6 +691,10 @@ class ModelSpec:
             raise UnsupportedModelError(f"{mt}: a negative soft-capping {caps}")
         for flag, what in fam.refuse:
             if getattr(cfg, flag, None):
+                raise UnsupportedModelError(f"{mt}: {flag}={getattr(cfg, flag)!r} ({what}) is "
+                                            "not supported")
+        for flag, what in fam.require:
+            if not getattr(cfg, flag, True):
                 raise UnsupportedModelError(f"{mt}: {flag}={getattr(cfg, flag)!r} ({what}) is "
                                             "not supported")
         if getattr(cfg, "use_bidirectional_attention", False):
@@ -689,6 +734,8 @@ class ModelSpec:
         nope = _nope_layers(mt, fam, cfg, n_layers)
         if fam.full_layers_nope and getattr(cfg, "sliding_window", None) is not None:
             nope = tuple(l for l, t in enumerate(types[:n_layers]) if t != "sliding_attention")
+        if fam.learned_positions:  # positions come with the embedding: no RoPE anywhere
+            nope = tuple(range(n_layers))
         scales = _multipliers(cfg, hd, fam.logits_multiplied) if fam.multipliers else {}
         if fam.gemma_norms:
             scales = dict(embed_scale=math.sqrt(d))
@@ -698,13 +745,13 @@ class ModelSpec:
             scales["attn_scale"] = float(getattr(cfg, "query_pre_attn_scalar", None) or hd) ** -0.5
         return cls(**scales,
             family=mt, n_layers=n_layers, d_model=d, n_heads=n_heads,
-            n_kv_heads=n_kv, head_dim=hd, ffn_dim=int(cfg.intermediate_size),
+            n_kv_heads=n_kv, head_dim=hd, ffn_dim=_ffn_dim(fam, cfg, d),
             vocab_size=int(cfg.vocab_size), rms_eps=_norm_eps(mt, fam, cfg),
             rope_theta=float(rope.get("rope_theta", getattr(cfg, "rope_theta", 10000.0) or 10000.0)),
             rope=rope, attn_bias=qkv_b or fam.qkv_bias or fam.norm_bias, o_bias=o_b,
             mlp_bias=mlp_b or fam.norm_bias, layer_norm=fam.layer_norm, head_bias=fam.norm_bias,
             parallel=fam.parallel if isinstance(fam.parallel, bool) else
-            bool(getattr(cfg, fam.parallel, True)),
+            bool(getattr(cfg, fam.parallel, True)), learned_positions=fam.learned_positions,
             qk_norm=fam.qk_norm, qk_norm_after=fam.qk_norm_after_rope,
             tied=bool(getattr(cfg, "tie_word_embeddings", False)),
             layer_windows=windows,
@@ -717,6 +764,15 @@ class ModelSpec:
             local_rope=local if any(windows) else {}, attn_softcap=caps[0],
             logit_softcap=caps[1], q_pos_scale=_q_pos_scale(mt, rope),
             embed_norm=fam.embed_norm, rope_flipped=fam.rope_flipped)
+
+
+def _ffn_dim(fam: Family, cfg, d: int) -> int:
+    """The MLP's width: Family.ffn_field's config value (None: ffn_default x hidden_size, where
+    the family has one)."""
+    ffn = getattr(cfg, fam.ffn_field, None)
+    if ffn is None and fam.ffn_default:
+        return fam.ffn_default * d
+    return int(ffn if ffn is not None else cfg.intermediate_size)
 
 
 def _norm_eps(mt: str, fam: Family, cfg) -> float:

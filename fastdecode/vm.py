@@ -53,7 +53,7 @@ class VM:
         pick = lambda t: None if t is None else t[l]  # noqa: E731
         if task.op == Op.EMBED:
             for t in range(a0, a1):
-                st.h[t] = pw.embed_rows(int(st.ids[t]))
+                st.h[t] = pw.embed_rows(int(st.ids[t]), self.pos + t)
         elif task.op in (Op.QKV, Op.QKV_ATTN):
             HD, half = s.head_dim, s.head_dim // 2
             for u in range(a1, a2):

@@ -204,6 +204,11 @@ FAMILIES = {
     "gpt_neox": (_tf("GPTNeoXConfig"), _tf("GPTNeoXForCausalLM"), dict(
         hidden_size=64, intermediate_size=70, num_attention_heads=4, pad_token_id=0,
         bos_token_id=1, eos_token_id=2)),
+    # gpt2: learned absolute positions (no RoPE), LayerNorms with biases, q|k|v fused and every
+    # projection [in, out] (Conv1D), an MLP of n_inner without a gate (tanh GELU), MHA, tied
+    "gpt2": (_tf("GPT2Config"), _tf("GPT2LMHeadModel"), dict(
+        hidden_size=48, n_inner=70, num_attention_heads=6, tie_word_embeddings=True,
+        pad_token_id=0, bos_token_id=1, eos_token_id=2)),
     # iquestcoder: HF's Llama under its own model_type; GQA 4:1, head_dim 6, tied
     "iquestcoder": (_tf("IQuestCoderConfig"), _tf("LlamaForCausalLM"), dict(
         hidden_size=48, intermediate_size=62, num_attention_heads=8, num_key_value_heads=2,
@@ -253,11 +258,11 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
                intermediate_size=draw(st.integers(3, 97)), tie_word_embeddings=draw(st.booleans()))
     if family in ("mistral", "phi3"):
         cfg["sliding_window"] = draw(st.integers(2, 12))
-    if family == "gpt_neox":  # multi-head only (its q|k|v fused per head)
+    if family in ("gpt_neox", "gpt2"):  # multi-head only (q|k|v fused per head; GPT-2's)
         cfg["num_key_value_heads"] = heads
-    if family in ("helium", "stablelm", "phi", "gpt_neox"):  # [hidden, hidden] o_proj (Helium),
-        # head_dim always hidden / heads in the attention (StableLM, Phi, GPT-NeoX): HF's needs
-        # H * hd == d
+    if family in ("helium", "stablelm", "phi", "gpt_neox", "gpt2"):  # [hidden, hidden] o_proj
+        # (Helium), head_dim always hidden / heads in the attention (StableLM, Phi, GPT-NeoX,
+        # GPT-2): HF's needs H * hd == d
         cfg["hidden_size"] = heads * cfg["head_dim"]
     if family == "hunyuan_v1_dense":  # its NTK-alpha base divides by head_dim - 2 (HF and ours:
         cfg["head_dim"] = max(4, cfg["head_dim"])  # head_dim 2 raises UnsupportedModelError)

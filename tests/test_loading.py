@@ -17,7 +17,7 @@ from models import tiny_model
                                     "glm", "gemma", "gemma2", "gemma3_text", "glm4", "exaone4",
                                     "olmo2", "olmo3", "hyperclovax", "vaultgemma", "arcee",
                                     "nanochat", "olmo", "stablelm", "starcoder2", "jais2",
-                                    "phi", "cohere", "cohere2", "gpt_neox"])
+                                    "phi", "cohere", "cohere2", "gpt_neox", "gpt2"])
 def test_safetensors_folder_matches_from_hf(tmp_path, family, shard):
     """exaone: save_pretrained writes EXAONE's own tensor names (transformer.h.0.attn.attention.
     q_proj ...), which packing.renamed_getter reads."""
@@ -26,6 +26,20 @@ def test_safetensors_folder_matches_from_hf(tmp_path, family, shard):
     model.save_pretrained(tmp_path, **kw)
     if shard:
         assert (tmp_path / "model.safetensors.index.json").exists()
+    _folder_packs_as_from_hf(tmp_path, model)
+
+
+def test_gpt2_files_without_the_transformer_prefix(tmp_path):
+    """GPT-2's released files name their tensors h.0.attn.c_attn.weight, wte.weight ... (no
+    "transformer." and no lm_head: tied), which HF maps on loading: read the same."""
+    from safetensors.torch import load_file, save_file
+    model = tiny_model("gpt2")
+    model.save_pretrained(tmp_path)
+    f = tmp_path / "model.safetensors"
+    sd = {k.removeprefix("transformer."): v for k, v in load_file(f).items()
+          if k != "lm_head.weight"}
+    assert "h.0.attn.c_attn.weight" in sd and "wpe.weight" in sd
+    save_file(sd, f)
     _folder_packs_as_from_hf(tmp_path, model)
 
 
@@ -213,7 +227,7 @@ PHI3_LONGROPE = dict(rope_scaling={"rope_type": "longrope", "short_factor": [1.0
                                                "olmo2", "olmo3", "ministral3", "hyperclovax",
                                                "vaultgemma", "arcee", "nanochat", "olmo",
                                                "stablelm", "starcoder2", "jais2", "phi",
-                                               "cohere", "cohere2", "gpt_neox"]] +
+                                               "cohere", "cohere2", "gpt_neox", "gpt2"]] +
                          [("qwen2", QWEN2_WINDOWED), ("phi3", PHI3_LONGROPE)])
 def test_json_config_gives_the_autoconfig_spec(tmp_path, family, overrides):
     """from_pretrained reads config.json without transformers (JsonConfig): every ModelSpec field

@@ -18,12 +18,16 @@ def test_spec_fields_and_rope_match_hf(family):
     cfg = model.config
     assert (s.n_layers, s.d_model, s.n_heads, s.vocab_size) == (
         cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads, cfg.vocab_size)
+    assert s.tied == bool(cfg.tie_word_embeddings)
+    if family == "gpt2":  # no rotary embedding: learned positions
+        assert s.learned_positions and s.nope_layers == tuple(range(s.n_layers))
+        assert s.qkv_dim == model.transformer.h[0].attn.c_attn.nf
+        return
     inner = model.gpt_neox if family == "gpt_neox" else model.model
     attn = inner.layers[0].attention if family == "gpt_neox" else inner.layers[0].self_attn
     assert s.qkv_dim == (attn.qkv_proj.out_features if family == "phi3" else
                          attn.query_key_value.out_features if family == "gpt_neox" else
                          attn.q_proj.out_features + 2 * attn.k_proj.out_features)
-    assert s.tied == bool(cfg.tie_word_embeddings)
     rot = inner.rotary_emb
     # Gemma 3: a rotary embedding per layer type, HF's attributes prefixed by it
     kinds = [("full_attention_", s), ("sliding_attention_", s.sliding_rope())] \
@@ -135,6 +139,9 @@ def test_layer_norm_specs():
     assert co.parallel and co.rope_interleaved and co.logits_scale == 0.5 and not co.head_bias
     assert co.tied and not co.shares_head and not spec_of("llama").parallel
     assert c2.parallel and c2.layer_windows == (5, 0) and c2.nope_layers == (1,)
+    g2 = ModelSpec.from_hf_config(tf.GPT2Config(n_embd=64, n_head=4, layer_norm_epsilon=3e-6))
+    assert (g2.ffn_dim, g2.act, g2.rms_eps, g2.max_position) == (256, "gelu_tanh", 3e-6, 1024)
+    assert g2.learned_positions and g2.tied and not g2.shares_head and g2.attn_bias
     nx = spec_of("gpt_neox")
     assert nx.parallel and nx.act == "gelu" and nx.rot == 4 and nx.mlp_bias and nx.o_bias
     assert not spec_of("gpt_neox", use_parallel_residual=False).parallel
@@ -166,13 +173,14 @@ def _raw(**kw):  # a config HF itself would refuse to build (odd head_dim)
 
 
 @pytest.mark.parametrize("make,match", [
-    (lambda: tf.GPT2Config(), "'gpt2' is not supported \\(learned absolute positions"),
     (lambda: tf.StableLmConfig(use_parallel_residual=True), "use_parallel_residual=True"),
     (lambda: tf.StableLmConfig(qk_layernorm=True), "per-head q / k LayerNorms"),
     (lambda: tf.OlmoConfig(clip_qkv=8.0), "clip_qkv=8.0"),
     (lambda: tf.PhiConfig(qk_layernorm=True), "qk_layernorm=True"),
     (lambda: tf.CohereConfig(use_qk_norm=True), "use_qk_norm=True"),
     (lambda: tf.GPTJConfig(), "'gptj' is not supported \\(parallel attention"),
+    (lambda: tf.GPT2Config(scale_attn_by_inverse_layer_idx=True), "1 / layer"),
+    (lambda: tf.GPT2Config(scale_attn_weights=False), "unscaled attention"),
     (lambda: tf.MixtralConfig(), "mixture of experts"),
     (lambda: tf.Gemma3TextConfig(use_bidirectional_attention=True), "bidirectional"),
     (lambda: _raw(attn_logit_softcapping=-1.0), "negative soft-capping"),

@@ -323,7 +323,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                kc_ptr, vc_ptr, cos_ptr, sin_ptr, win_ptr, rope_ptr,
                emb_ptr, lm_ptr, fnorm_ptr, anorm_ptr, mnorm_ptr, apost_ptr, mpost_ptr,
                wqkv_ptr, bqkv_ptr, qkn_ptr,
-               wo_ptr, bo_ptr, wgu_ptr, bgu_ptr, wd_ptr, bd_ptr, blm_ptr,
+               wo_ptr, bo_ptr, wgu_ptr, bgu_ptr, wd_ptr, bd_ptr, blm_ptr, wpe_ptr,
                T, TM, KVH, V, S, eps, scale, n_splits, n_vparts, emb_scale, attn_cap, logit_cap,
                qs_beta, qs_orig,
                xtab_ptr, rank, x_ctr, x_spin, x_red, x_lmv, x_lmi, v0, VFULL, tkt_base, qtkt_base,
@@ -348,7 +348,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                QKN_ORDER: tl.constexpr = 1, ACT: tl.constexpr = 1,
                POST_NORM: tl.constexpr = False, SOFTCAP: tl.constexpr = False,
                LOGIT_CAP: tl.constexpr = False, PRE_NORM: tl.constexpr = True,
-               QSCALE: tl.constexpr = False, BIAS_LM: tl.constexpr = False):
+               QSCALE: tl.constexpr = False, BIAS_LM: tl.constexpr = False,
+               POS_EMB: tl.constexpr = False):
     """Model sizes D, FFN, H, HD are constexpr (one compile per model): a decode tile over whole
     rows then folds its chunk loop away and keeps the activation row in registers, which spares
     registers (bench/compile_check.py: 1B shape 255 registers with 48 B of spills when they were
@@ -577,7 +578,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                         for t in range(a0, a1):
                             for c in range(0, tl.cdiv(D, EMB_BLOCK)):
                                 embedding_body(ids_ptr, emb_ptr, h_ptr, D, D, t, c, emb_scale,
-                                               EMB_BLOCK)
+                                               EMB_BLOCK, wpe_ptr, pos, POS_EMB)
                     elif op == OP_ATTN:
                         attend(q_ptr, kc_ptr + layer * KVH * S * HD,
                                vc_ptr + layer * KVH * S * HD, opart_ptr, lse_ptr, pos,
