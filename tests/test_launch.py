@@ -41,7 +41,7 @@ def test_key_tells_apart_what_triton_specializes_on():
 
 @pytest.mark.parametrize("family,T", [("qwen3", 1), ("llama", 3)])
 def test_megakernel_values_are_triton_binders_order(family, T):
-    """values() lists the megakernel's 141 parameters as Triton 3.6's generated binder does for
+    """values() lists the megakernel's 143 parameters as Triton 3.6's generated binder does for
     the runtime's real call (built here for an sm_90 target: the binder needs no GPU)."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler.compiler import make_backend

@@ -2,7 +2,7 @@
 
 `kernel[grid](*args, **kw)` binds and specializes every argument in Python on each call
 (JITFunction.run: the generated binder, the cache key, the launch metadata). For the megakernel
--- 141 parameters, 49 of them tensors -- the binder alone takes 178 us per launch on a 2-core
+-- 143 parameters, 50 of them tensors -- the binder alone takes 178 us per launch on a 2-core
 CPU here (Triton 3.6); on the H200 machine's host Triton's launch took 157 us and the runtime's
 whole launch call 192 us, serial with the GPU wherever the caller waits for the step: prompt
 lookup's check of its candidates, each prefill chunk (bench/RESULTS.md session 36: a one-row
