@@ -210,6 +210,9 @@ SHAPES = {
     # heads of 64 on 1600), GPT2Config's fields as their config.json files read
     "gpt2": ("GPT-2", lambda: tf.GPT2Config()),
     "gpt2-xl": ("GPT-2 XL", lambda: tf.GPT2Config(n_embd=1600, n_layer=48, n_head=25)),
+    # GPT-J-6B (GPTJConfig's defaults: 28 layers of 16 heads of 256, 64 dims of each rotated,
+    # an MLP of 16384, a 50400 vocabulary, untied)
+    "gptj-6b": ("GPT-J-6B", lambda: tf.GPTJConfig()),
     # pythia-1b (GPT-NeoX: parallel blocks, 16 layers of 8 heads of 256, a quarter rotated, an
     # MLP of 8192 without a gate, the erf GELU, biases everywhere, untied), as its config.json
     "pythia-1b": ("Pythia-1B", lambda: tf.GPTNeoXConfig(

@@ -139,6 +139,8 @@ class Family:
     conv1d: bool = False
     # (config field, what it switches off): configs that set one false are refused
     require: tuple = ()
+    # the config field of the rotated dims' count (GPT-J's rotary_dim), not a factor of the head
+    rotary_dim_field: str | None = None
     # a prefix of the checkpoint's names (checkpoint_names) its files may omit (GPT-2's
     # "transformer.": packing.renamed_getter)
     checkpoint_prefix: str = ""
@@ -285,6 +287,22 @@ FAMILIES: dict[str, Family] = {
                        (".self_attn.qkv_proj.", ".attn.c_attn."),
                        (".self_attn.o_proj.", ".attn.c_proj."),
                        (".mlp.up_proj.", ".mlp.c_fc."), (".mlp.down_proj.", ".mlp.c_proj."))),
+    # GPT-J: parallel blocks on one LayerNorm with a bias, rotary_dim of each head rotated on
+    # interleaved pairs, no q / k / v / o biases, an MLP of n_inner without a gate (fc_in /
+    # fc_out) with biases, an lm_head with a bias
+    "gptj": Family(qkv_bias=False, qk_norm=False, window_field=None, gated=False,
+                   partial_rotary=True, interleaved_rope=True, rotary_dim_field="rotary_dim",
+                   layer_norm=True, norm_bias=True, eps_field="layer_norm_epsilon",
+                   parallel=True, bias_fields=(None, None, True), ffn_field="n_inner",
+                   ffn_default=4, act_field="activation_function",
+                   norms=("input_layernorm", "input_layernorm", None, None),
+                   checkpoint_prefix="transformer.", checkpoint_names=(
+                       ("model.embed_tokens.", "transformer.wte."),
+                       ("model.layers.", "transformer.h."),
+                       ("model.norm.", "transformer.ln_f."),
+                       (".input_layernorm.", ".ln_1."),
+                       (".self_attn.o_proj.", ".attn.out_proj."), (".self_attn.", ".attn."),
+                       (".mlp.up_proj.", ".mlp.fc_in."), (".mlp.down_proj.", ".mlp.fc_out."))),
     # Jais 2: LayerNorms with biases, an MLP without a gate (relu^2), biases by attention_bias /
     # mlp_bias
     "jais2": Family(qkv_bias=False, qk_norm=False, window_field=None, gated=False,
@@ -358,7 +376,7 @@ UNSUPPORTED = {
     **{mt: "short convolution layers" for mt in ("lfm2",)},
     **{mt: "LayerNorm1P, not RMSNorm" for mt in ("nemotron",)},
     **{mt: "parallel attention and MLP blocks with a q|k|v layout of their own" for mt in (
-        "gptj", "falcon")},
+        "falcon",)},
     **{mt: "learned absolute positions with a layout of its own" for mt in ("gpt_bigcode",
                                                                             "opt")},
 }
@@ -856,7 +874,14 @@ def _rotary_dim(mt: str, fam: Family, cfg, rope: dict, hd: int) -> int:
     """The rotated dims of a head: int(head_dim * partial_rotary_factor), as HF computes them,
     where the family's rotary embedding applies the factor (Phi-3). Llama / Mistral / Qwen's
     default rope ignores it, as here; their scaled ropes would rotate fewer dims than their
-    attention applies (HF fails on such a config): raised."""
+    attention applies (HF fails on such a config): raised. Family.rotary_dim_field: the count
+    itself (GPT-J's rotary_dim; None: the whole head)."""
+    if fam.rotary_dim_field:
+        rot = getattr(cfg, fam.rotary_dim_field, None) or hd
+        if not 0 < rot <= hd or rot % 2:
+            raise UnsupportedModelError(f"{mt}: {fam.rotary_dim_field}={rot} for head_dim {hd} "
+                                        "(an even count of its dims, at least 2)")
+        return int(rot)
     f = rope.get("partial_rotary_factor", getattr(cfg, "partial_rotary_factor", None))
     f = 1.0 if f is None else float(f)
     if f == 1.0 or (not fam.partial_rotary and rope["rope_type"] == "default"):

@@ -209,6 +209,11 @@ FAMILIES = {
     "gpt2": (_tf("GPT2Config"), _tf("GPT2LMHeadModel"), dict(
         hidden_size=48, n_inner=70, num_attention_heads=6, tie_word_embeddings=True,
         pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    # gptj: parallel blocks on one LayerNorm with a bias, 6 of each head's 12 dims rotated on
+    # interleaved pairs, an MLP of n_inner without a gate, the lm_head's bias, MHA, untied
+    "gptj": (_tf("GPTJConfig"), _tf("GPTJForCausalLM"), dict(
+        hidden_size=48, n_inner=70, num_attention_heads=4, rotary_dim=6, pad_token_id=0,
+        bos_token_id=1, eos_token_id=2)),
     # iquestcoder: HF's Llama under its own model_type; GQA 4:1, head_dim 6, tied
     "iquestcoder": (_tf("IQuestCoderConfig"), _tf("LlamaForCausalLM"), dict(
         hidden_size=48, intermediate_size=62, num_attention_heads=8, num_key_value_heads=2,
@@ -258,11 +263,11 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
                intermediate_size=draw(st.integers(3, 97)), tie_word_embeddings=draw(st.booleans()))
     if family in ("mistral", "phi3"):
         cfg["sliding_window"] = draw(st.integers(2, 12))
-    if family in ("gpt_neox", "gpt2"):  # multi-head only (q|k|v fused per head; GPT-2's)
+    if family in ("gpt_neox", "gpt2", "gptj"):  # multi-head only
         cfg["num_key_value_heads"] = heads
-    if family in ("helium", "stablelm", "phi", "gpt_neox", "gpt2"):  # [hidden, hidden] o_proj
-        # (Helium), head_dim always hidden / heads in the attention (StableLM, Phi, GPT-NeoX,
-        # GPT-2): HF's needs H * hd == d
+    if family in ("helium", "stablelm", "phi", "gpt_neox", "gpt2", "gptj"):  # [hidden, hidden]
+        # o_proj (Helium), head_dim always hidden / heads in the attention (StableLM, Phi,
+        # GPT-NeoX, GPT-2, GPT-J): HF's needs H * hd == d
         cfg["hidden_size"] = heads * cfg["head_dim"]
     if family == "hunyuan_v1_dense":  # its NTK-alpha base divides by head_dim - 2 (HF and ours:
         cfg["head_dim"] = max(4, cfg["head_dim"])  # head_dim 2 raises UnsupportedModelError)
@@ -270,6 +275,8 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
         # one (GPT-NeoX's config takes it as rotary_pct)
         cfg["rotary_pct" if family == "gpt_neox" else "partial_rotary_factor"] = \
             2 * draw(st.integers(1, cfg["head_dim"] // 2)) / cfg["head_dim"]
+    if family == "gptj":  # a count of dims, even
+        cfg["rotary_dim"] = 2 * draw(st.integers(1, cfg["head_dim"] // 2))
     if family in ("phi3", "glm", "glm4"):  # rotate any count of the head's dims, odd ones too
         # (HF then rotates one more; the + 0.5: int() of the product cannot round below rot)
         rot = draw(st.integers(1, cfg["head_dim"]))

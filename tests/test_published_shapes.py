@@ -59,7 +59,7 @@ SHAPES = [("3b", {}), ("qwen2.5-0.5b", {}), ("qwen2.5-7b", {}), ("qwen2.5-14b", 
           ("olmo2-1b", {}), ("arcee-cfg", {}), ("nanochat-d32", {}),
           # LayerNorm families: random norm biases, folded into the projections and the logits
           ("olmo-1b", {}), ("stablelm2-1.6b", {}), ("starcoder2-cfg", {"sliding_window": 24}),
-          ("phi-2", {}), ("pythia-1b", {}), ("gpt2-xl", {})]
+          ("phi-2", {}), ("pythia-1b", {}), ("gpt2-xl", {}), ("gptj-6b", {})]
 
 
 def _model(key, overrides):

@@ -23,6 +23,16 @@ def test_spec_fields_and_rope_match_hf(family):
         assert s.learned_positions and s.nope_layers == tuple(range(s.n_layers))
         assert s.qkv_dim == model.transformer.h[0].attn.c_attn.nf
         return
+    if family == "gptj":  # a sin / cos table of its own (rotary_dim columns), no inv_freq
+        assert s.rot == cfg.rotary_dim and s.rope_interleaved and s.parallel
+        pos = torch.arange(7).float()
+        sin, cos = model.transformer.h[0].attn.rotary_emb(torch.zeros(1), pos[None].long()) \
+            if hasattr(model.transformer.h[0].attn, "rotary_emb") else \
+            model.transformer.rotary_emb(torch.zeros(1), pos[None].long())
+        c, sn = s.rope_table(7)
+        assert torch.allclose(cos[0].float(), c[:, :s.rot // 2], atol=1e-6)
+        assert torch.allclose(sin[0].float(), sn[:, :s.rot // 2], atol=1e-6)
+        return
     inner = model.gpt_neox if family == "gpt_neox" else model.model
     attn = inner.layers[0].attention if family == "gpt_neox" else inner.layers[0].self_attn
     assert s.qkv_dim == (attn.qkv_proj.out_features if family == "phi3" else
@@ -178,7 +188,8 @@ def _raw(**kw):  # a config HF itself would refuse to build (odd head_dim)
     (lambda: tf.OlmoConfig(clip_qkv=8.0), "clip_qkv=8.0"),
     (lambda: tf.PhiConfig(qk_layernorm=True), "qk_layernorm=True"),
     (lambda: tf.CohereConfig(use_qk_norm=True), "use_qk_norm=True"),
-    (lambda: tf.GPTJConfig(), "'gptj' is not supported \\(parallel attention"),
+    (lambda: tf.FalconConfig(), "'falcon' is not supported \\(parallel attention"),
+    (lambda: tf.GPTJConfig(rotary_dim=5), "rotary_dim=5"),
     (lambda: tf.GPT2Config(scale_attn_by_inverse_layer_idx=True), "1 / layer"),
     (lambda: tf.GPT2Config(scale_attn_weights=False), "unscaled attention"),
     (lambda: tf.MixtralConfig(), "mixture of experts"),
