@@ -241,7 +241,7 @@ def test_random_shapes_match_hf(shape, seed):
         ref = copy.deepcopy(model).double()(ids).logits[0]
         moved = copy.deepcopy(model).double()
         for p in moved.parameters():
-            p.mul_(1 + 2.0 ** -24 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+            p.mul_(1 + 2.0 ** -24 * torch.randn(p.shape, generator=g, dtype=p.dtype).to(p.device))
         ref_moved = moved(ids).logits[0]
     got = teacher_forced(fastdecode.from_hf(model, max_seq_len=32, mode="torch"), ids, PROMPT)
     bound = max(1e-5, 4 * rel_err(ref32, ref), 4 * rel_err(ref_moved, ref))
