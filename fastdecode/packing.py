@@ -182,8 +182,7 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
         embed = rows_through(table, lambda x: x * torch.rsqrt(
             x.pow(2).mean(-1, keepdim=True) + spec.rms_eps), device, dtype)
     elif spec.layer_norm:  # centered rows: the residual stream starts at mean 0
-        embed = rows_through(fetch("model.embed_tokens.weight"),
-                             lambda x: x - x.mean(-1, keepdim=True), device, dtype)
+        embed = rows_through(fetch("model.embed_tokens.weight"), centered, device, dtype)
     else:
         embed = need("model.embed_tokens.weight").contiguous()
     v0, v1 = spec.vocab_range(rank, world)
@@ -214,9 +213,8 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
               spec.head_dim) if spec.qk_norm else None,
     )
     if spec.learned_positions:  # replicated on every rank; centered as the embedding rows
-        pw.pos_embed = rows_through(fetch("model.embed_positions.weight"), (
-            lambda x: x - x.mean(-1, keepdim=True)) if spec.layer_norm else (lambda x: x),
-            device, dtype)
+        pw.pos_embed = rows_through(fetch("model.embed_positions.weight"),
+                                    centered if spec.layer_norm else (lambda x: x), device, dtype)
     if spec.head_bias:  # the final LayerNorm's bias through the head, W_head @ b per row, plus
         # the head's own bias where it has one (Phi)
         b = fetch("model.norm.bias").to(device).double()[:, None]
@@ -297,6 +295,11 @@ def rows_through(table: torch.Tensor, fn, device, dtype, chunk: int = 8192) -> t
             out = torch.empty((table.shape[0], y.shape[1]), device=device, dtype=dtype)
         out[r:r + chunk] = y
     return out
+
+
+def centered(rows: torch.Tensor) -> torch.Tensor:
+    """Each row minus its mean (a LayerNorm family's embedding and position rows)."""
+    return rows - rows.mean(-1, keepdim=True)
 
 
 def centered_getter(get, spec: ModelSpec, norms: tuple):

@@ -352,12 +352,7 @@ class Runtime:
 
         num = R.Numerics(mm=R.mm_native, norm=ops.rmsnorm, swiglu=ops.swiglu, attend=attend)
         for l in range(s.n_layers):
-            a = R.attention_block(pw, l, h, st.n_pos, st.k_cache[l], st.v_cache[l],
-                                  *st.rope.layer(l), num=num)
-            m = R.mlp_block(pw, l, h, num=num) if s.parallel else None  # the layer's input
-            self._add_reduced(h, a, pw.post_norm(0, l), num.norm)
-            self._add_reduced(h, R.mlp_block(pw, l, h, num=num) if m is None else m,
-                              pw.post_norm(1, l), num.norm)
+            self._layer_reference(l, h, st.n_pos, num)
         logits = None
         if all_logits:
             logits = self.collectives.gather_vocab(R.head_logits(pw, h, num=num))
@@ -435,6 +430,18 @@ class Runtime:
         pw = self.pw
         pick = lambda t: None if t is None else t[l]  # noqa: E731
         return pick(pw.b_qkv), pick(pw.qk_norm), pick(pw.b_o), pick(pw.b_gu), pick(pw.b_down)
+
+    def _layer_reference(self, l, h, pos, num=R.FP32):
+        """Layer l on the rows h [T, d] in place by the reference blocks under num (torch mode;
+        the long prompts' pass), the first at position pos; parallel blocks
+        (ModelSpec.parallel): the MLP reads the layer's input, before the attention's add."""
+        pw, st = self.pw, self.state
+        a = R.attention_block(pw, l, h, pos, st.k_cache[l], st.v_cache[l], *st.rope.layer(l),
+                              num=num)
+        m = R.mlp_block(pw, l, h, num=num) if self.spec.parallel else None
+        self._add_reduced(h, a, pw.post_norm(0, l), num.norm)
+        self._add_reduced(h, R.mlp_block(pw, l, h, num=num) if m is None else m,
+                          pw.post_norm(1, l), num.norm)
 
     def _add_reduced(self, h, part, norm_w=None, norm=R.rmsnorm):
         """h += the all-reduced partial sums (fp32, rank order; one rank: part itself) -- or
@@ -531,10 +538,7 @@ class Runtime:
         h = st.h[:T]
         h.copy_(pw.embed_rows(st.ids[:T].long(), torch.arange(p, p + T, device=h.device)))
         for l in range(s.n_layers):
-            a = R.attention_block(pw, l, h, p, st.k_cache[l], st.v_cache[l], *st.rope.layer(l))
-            m = R.mlp_block(pw, l, h) if s.parallel else None  # the layer's input
-            self._add_reduced(h, a, pw.post_norm(0, l))
-            self._add_reduced(h, R.mlp_block(pw, l, h) if m is None else m, pw.post_norm(1, l))
+            self._layer_reference(l, h, p)
         if not head:
             return
         x = h if all_logits else h[T - 1:]
