@@ -226,6 +226,18 @@ SHAPES = {
         num_key_value_heads=32, vocab_size=51200, partial_rotary_factor=0.4,
         tie_word_embeddings=False, max_position_embeddings=2048, bos_token_id=50256,
         eos_token_id=50256)),
+    # opt-1.3b (learned positions at row p + 2, 24 layers of 32 heads of 64, an MLP of 8192
+    # without a gate, ReLU, biases everywhere, tied), as its config.json reads
+    "opt-1.3b": ("OPT-1.3B", lambda: tf.OPTConfig(
+        hidden_size=2048, ffn_dim=8192, num_hidden_layers=24, num_attention_heads=32,
+        word_embed_proj_dim=2048, vocab_size=50272, max_position_embeddings=2048,
+        pad_token_id=1, bos_token_id=2, eos_token_id=2)),
+    # starcoderbase-1b (GPT-BigCode: multi-query, 24 layers of 16 heads of 128, an MLP of 8192
+    # without a gate, the tanh GELU, learned positions over 8192, biases everywhere, tied)
+    "starcoderbase-1b": ("StarCoderBase-1B", lambda: tf.GPTBigCodeConfig(
+        n_embd=2048, n_head=16, n_layer=24, n_inner=8192, n_positions=8192, vocab_size=49152,
+        multi_query=True, activation_function="gelu_pytorch_tanh", bos_token_id=0,
+        eos_token_id=0)),
     # GLM-4-9B-0414: GLM-4-9B's layout with norms after the attention and the MLP
     "glm4-9b-0414": ("GLM-4-9B-0414", lambda: tf.Glm4Config(
         hidden_size=4096, intermediate_size=13696, num_hidden_layers=40, num_attention_heads=32,

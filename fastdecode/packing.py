@@ -105,7 +105,7 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
         get = conv1d_getter(get)
     if fam.fused:
         get = fused_getter(get, spec)
-    if fam.qkv_per_head:
+    if fam.qkv_per_head and spec.n_kv_heads == spec.n_heads:  # (multi-query: concatenated)
         get = per_head_qkv_getter(get, spec)
     if spec.text_of:
         get = text_model_getter(get)
@@ -213,7 +213,8 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
               spec.head_dim) if spec.qk_norm else None,
     )
     if spec.learned_positions:  # replicated on every rank; centered as the embedding rows
-        pw.pos_embed = rows_through(fetch("model.embed_positions.weight"),
+        pw.pos_embed = rows_through(fetch("model.embed_positions.weight",
+                                          (slice(fam.position_offset, None),)),
                                     centered if spec.layer_norm else (lambda x: x), device, dtype)
     if spec.head_bias:  # the final LayerNorm's bias through the head, W_head @ b per row, plus
         # the head's own bias where it has one (Phi)

@@ -50,9 +50,11 @@ def activation(g, act="silu"):
     """act(g): ModelSpec.act -- silu, gelu_tanh (torch's tanh-approximated GELU, HF's
     gelu_pytorch_tanh; in fp64, then rounded: its 0.5 g (1 + tanh(u)) cancels in fp32 where u
     << 0, 2e-5 relative at g = -4, which the kernels' g sigmoid(2u) form does not), relu2
-    (relu(g)^2) or gelu (the erf GELU, in fp64 too)."""
+    (relu(g)^2), relu or gelu (the erf GELU, in fp64 too)."""
     if act == "relu2":
         return torch.square(F.relu(g))
+    if act == "relu":
+        return F.relu(g)
     if act == "silu":
         return F.silu(g)
     if act == "gelu":

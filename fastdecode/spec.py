@@ -122,9 +122,18 @@ class Family:
     # Cohere: ModelSpec.parallel); a str: the config field that switches it (GPT-NeoX's
     # use_parallel_residual, on when absent, as HF's default)
     parallel: bool | str = False
-    # the checkpoint fuses q|k|v per head, [H, 3, head_dim] rows (GPT-NeoX's query_key_value:
-    # packing.per_head_qkv_getter)
+    # the checkpoint fuses q|k|v per head, [H, 3, head_dim] rows, where every q head has its own
+    # KV head (GPT-NeoX's query_key_value, GPT-BigCode's c_attn without multi_query:
+    # packing.per_head_qkv_getter; a multi-query c_attn is q|k|v concatenated: fused)
     qkv_per_head: bool = False
+    # the config flag that makes the attention multi-query, one KV head, else multi-head
+    # (GPT-BigCode's multi_query; num_key_value_heads not read)
+    multi_query_field: str | None = None
+    # the learned position table's row of position p is p + position_offset (OPT's 2)
+    position_offset: int = 0
+    # (config field, what its value must equal -- another field's name or a constant): configs
+    # whose value differs are refused (OPT-350m's word_embed_proj_dim, its projections in / out)
+    require_equal: tuple = ()
     # the config field that multiplies the logits (Cohere's logit_scale; ModelSpec.logits_scale)
     logit_scale_field: str | None = None
     # learned absolute positions, added to the embedded row, and no RoPE (GPT-2: wpe;
@@ -146,6 +155,13 @@ class Family:
     checkpoint_prefix: str = ""
 
 
+# GPT-2's tensor names (GPT-BigCode's too), HF's Llama-style names first
+_GPT2_NAMES = (("model.embed_tokens.", "transformer.wte."),
+               ("model.embed_positions.", "transformer.wpe."),
+               ("model.layers.", "transformer.h."), ("model.norm.", "transformer.ln_f."),
+               (".input_layernorm.", ".ln_1."), (".post_attention_layernorm.", ".ln_2."),
+               (".self_attn.qkv_proj.", ".attn.c_attn."), (".self_attn.o_proj.", ".attn.c_proj."),
+               (".mlp.up_proj.", ".mlp.c_fc."), (".mlp.down_proj.", ".mlp.c_proj."))
 _GEMMA_POST = ("input_layernorm", "pre_feedforward_layernorm", "post_attention_layernorm",
                "post_feedforward_layernorm")
 _POST_ONLY = (None, None, "post_attention_layernorm", "post_feedforward_layernorm")
@@ -277,16 +293,39 @@ FAMILIES: dict[str, Family] = {
                    refuse=(("scale_attn_by_inverse_layer_idx", "attention scaled by 1 / layer"),
                            ("add_cross_attention", "cross-attention")),
                    require=(("scale_attn_weights", "unscaled attention scores"),),
-                   checkpoint_prefix="transformer.",
-                   checkpoint_names=(
-                       ("model.embed_tokens.", "transformer.wte."),
-                       ("model.embed_positions.", "transformer.wpe."),
-                       ("model.layers.", "transformer.h."),
-                       ("model.norm.", "transformer.ln_f."),
-                       (".input_layernorm.", ".ln_1."), (".post_attention_layernorm.", ".ln_2."),
-                       (".self_attn.qkv_proj.", ".attn.c_attn."),
-                       (".self_attn.o_proj.", ".attn.c_proj."),
-                       (".mlp.up_proj.", ".mlp.c_fc."), (".mlp.down_proj.", ".mlp.c_proj."))),
+                   checkpoint_prefix="transformer.", checkpoint_names=_GPT2_NAMES),
+    # GPT-BigCode (SantaCoder, StarCoder(Base), tiny_starcoder): GPT-2's blocks and names with
+    # [out, in] projections, multi-query attention by multi_query (c_attn q|k|v concatenated; per
+    # head without it)
+    "gpt_bigcode": Family(qkv_bias=True, qk_norm=False, window_field=None, gated=False,
+                          fused=True, qkv_per_head=True, multi_query_field="multi_query",
+                          layer_norm=True, norm_bias=True, eps_field="layer_norm_epsilon",
+                          bias_fields=(True, True, True), learned_positions=True,
+                          ffn_field="n_inner", ffn_default=4, act_field="activation_function",
+                          refuse=(("add_cross_attention", "cross-attention"),),
+                          require=(("scale_attn_weights", "unscaled attention scores"),),
+                          checkpoint_prefix="transformer.", checkpoint_names=_GPT2_NAMES),
+    # OPT (opt-125m ... opt-66b): learned positions at row p + 2, LayerNorms (eps 1e-5) with
+    # biases before the blocks, biases by enable_bias, an MLP of ffn_dim without a gate (fc1 /
+    # fc2, ReLU), tied. OPT-350m's norms after the blocks and 512-wide embeddings are refused
+    "opt": Family(qkv_bias=False, qk_norm=False, window_field=None, gated=False,
+                  layer_norm=True, norm_bias=True, eps_field=1e-5,
+                  bias_fields=("enable_bias",) * 3, learned_positions=True, position_offset=2,
+                  ffn_field="ffn_dim", act_field="activation_function",
+                  refuse=(("_remove_final_layer_norm", "no final LayerNorm"),),
+                  require=(("do_layer_norm_before", "LayerNorms after the blocks"),
+                           ("layer_norm_elementwise_affine", "LayerNorms without weights")),
+                  require_equal=(("word_embed_proj_dim", "hidden_size",
+                                  "embeddings of another width, projected in and out"),),
+                  checkpoint_prefix="model.", checkpoint_names=(
+                      ("model.embed_tokens.", "model.decoder.embed_tokens."),
+                      ("model.embed_positions.", "model.decoder.embed_positions."),
+                      ("model.layers.", "model.decoder.layers."),
+                      ("model.norm.", "model.decoder.final_layer_norm."),
+                      (".input_layernorm.", ".self_attn_layer_norm."),
+                      (".post_attention_layernorm.", ".final_layer_norm."),
+                      (".self_attn.o_proj.", ".self_attn.out_proj."),
+                      (".mlp.up_proj.", ".fc1."), (".mlp.down_proj.", ".fc2."))),
     # GPT-J: parallel blocks on one LayerNorm with a bias, rotary_dim of each head rotated on
     # interleaved pairs, no q / k / v / o biases, an MLP of n_inner without a gate (fc_in /
     # fc_out) with biases, an lm_head with a bias
@@ -377,13 +416,11 @@ UNSUPPORTED = {
     **{mt: "LayerNorm1P, not RMSNorm" for mt in ("nemotron",)},
     **{mt: "parallel attention and MLP blocks with a q|k|v layout of their own" for mt in (
         "falcon",)},
-    **{mt: "learned absolute positions with a layout of its own" for mt in ("gpt_bigcode",
-                                                                            "opt")},
 }
 # HF's hidden_act names -> ModelSpec.act (the MLP's activation: triton_kernels.gemv.ACT_CODES)
 # (gelu_fast is gelu_new's formula, written differently: the tanh GELU)
 ACTS = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh",
-        "gelu_fast": "gelu_tanh", "relu2": "relu2", "gelu": "gelu"}
+        "gelu_fast": "gelu_tanh", "relu2": "relu2", "gelu": "gelu", "relu": "relu"}
 # freq_factors: llama.cpp's per-frequency divisors (a GGUF's rope_freqs tensor, which Llama-3.x
 # files carry in place of their llama3 rope_scaling; loading.gguf_config), rope["factors"]
 # longrope: Phi-3's long-context checkpoints (short / long per-frequency factors; "su" in older
@@ -418,7 +455,7 @@ class ModelSpec:
     rope_interleaved: bool = False  # HF's RoPE pairs are (2i, 2i + 1) (Family.interleaved_rope)
     nope_layers: tuple = ()  # the layers without RoPE (Family.nope_field; state.RopeTables)
     qk_norm_after: bool = False  # the q / k norm after RoPE (Family.qk_norm_after_rope)
-    act: str = "silu"  # the MLP's activation: silu (SwiGLU), gelu_tanh (GeGLU), relu2 (relu^2)
+    act: str = "silu"  # the MLP's activation (ACTS' values: triton_kernels.gemv.ACT_CODES)
     gated: bool = True  # the MLP is down(act(gate) * up); False: down(act(up)) (Family.gated)
     text_of: str = ""  # the vision-language model_type (TEXT_OF) whose language model this is
     # RMSNorms after the attention and the MLP, before the residual add (Family.norms): each
@@ -715,11 +752,19 @@ class ModelSpec:
             if not getattr(cfg, flag, True):
                 raise UnsupportedModelError(f"{mt}: {flag}={getattr(cfg, flag)!r} ({what}) is "
                                             "not supported")
+        for flag, other, what in fam.require_equal:
+            want = getattr(cfg, other) if isinstance(other, str) else other
+            if getattr(cfg, flag, None) not in (None, want):
+                raise UnsupportedModelError(f"{mt}: {flag}={getattr(cfg, flag)!r} != {want!r} "
+                                            f"({what}) is not supported")
         if getattr(cfg, "use_bidirectional_attention", False):
             raise UnsupportedModelError(f"{mt}: use_bidirectional_attention (an encoder's "
                                         "attention) is not supported")
         n_heads = int(cfg.num_attention_heads)
         n_kv = int(getattr(cfg, "num_key_value_heads", None) or n_heads)
+        if fam.multi_query_field:  # (its config's num_key_value_heads, which the model does
+            # not read, can hold the default head count's: GPTBigCodeConfig(n_head=4) says 12)
+            n_kv = 1 if getattr(cfg, fam.multi_query_field, False) else n_heads
         d = int(cfg.hidden_size)
         hd = int(getattr(cfg, "head_dim", None) or d // n_heads)
         if n_heads % n_kv:

@@ -209,6 +209,20 @@ FAMILIES = {
     "gpt2": (_tf("GPT2Config"), _tf("GPT2LMHeadModel"), dict(
         hidden_size=48, n_inner=70, num_attention_heads=6, tie_word_embeddings=True,
         pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    # gpt_bigcode (SantaCoder / StarCoder): GPT-2's blocks with [out, in] projections,
+    # multi-query (c_attn q|k|v concatenated, one KV head of 8 dims), the tanh GELU, tied
+    "gpt_bigcode": (_tf("GPTBigCodeConfig"), _tf("GPTBigCodeForCausalLM"), dict(
+        hidden_size=48, n_inner=70, num_attention_heads=6, tie_word_embeddings=True,
+        pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    # gpt_bigcode_mha: multi_query off -- c_attn fused per head, as GPT-NeoX's
+    "gpt_bigcode_mha": (_tf("GPTBigCodeConfig"), _tf("GPTBigCodeForCausalLM"), dict(
+        hidden_size=40, n_inner=52, num_attention_heads=4, multi_query=False,
+        activation_function="gelu", pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    # opt: learned positions at row p + 2, LayerNorms with biases, an MLP of ffn_dim without a
+    # gate (ReLU), biases everywhere, MHA, untied
+    "opt": (_tf("OPTConfig"), _tf("OPTForCausalLM"), dict(
+        hidden_size=48, ffn_dim=70, num_attention_heads=4, word_embed_proj_dim=48,
+        pad_token_id=0, bos_token_id=1, eos_token_id=2)),
     # gptj: parallel blocks on one LayerNorm with a bias, 6 of each head's 12 dims rotated on
     # interleaved pairs, an MLP of n_inner without a gate, the lm_head's bias, MHA, untied
     "gptj": (_tf("GPTJConfig"), _tf("GPTJForCausalLM"), dict(
@@ -263,12 +277,19 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
                intermediate_size=draw(st.integers(3, 97)), tie_word_embeddings=draw(st.booleans()))
     if family in ("mistral", "phi3"):
         cfg["sliding_window"] = draw(st.integers(2, 12))
-    if family in ("gpt_neox", "gpt2", "gptj"):  # multi-head only
+    if family in ("gpt_neox", "gpt2", "gptj", "opt", "gpt_bigcode_mha"):  # multi-head only
         cfg["num_key_value_heads"] = heads
-    if family in ("helium", "stablelm", "phi", "gpt_neox", "gpt2", "gptj"):  # [hidden, hidden]
-        # o_proj (Helium), head_dim always hidden / heads in the attention (StableLM, Phi,
-        # GPT-NeoX, GPT-2, GPT-J): HF's needs H * hd == d
+    if family == "gpt_bigcode":  # multi-query, one KV head
+        cfg["num_key_value_heads"] = 1
+    if family in ("helium", "stablelm", "phi", "gpt_neox", "gpt2", "gptj", "opt", "gpt_bigcode",
+                  "gpt_bigcode_mha"):  # [hidden, hidden] o_proj (Helium), head_dim always
+        # hidden / heads in the attention (StableLM, Phi, GPT-NeoX, GPT-2, GPT-J, OPT,
+        # GPT-BigCode): HF's needs H * hd == d
         cfg["hidden_size"] = heads * cfg["head_dim"]
+    if family == "opt":  # its MLP's width field; embeddings as wide as the blocks
+        cfg.update(ffn_dim=cfg["intermediate_size"], word_embed_proj_dim=cfg["hidden_size"])
+    if family in ("gpt_bigcode", "gpt_bigcode_mha"):
+        cfg["n_inner"] = cfg["intermediate_size"]
     if family == "hunyuan_v1_dense":  # its NTK-alpha base divides by head_dim - 2 (HF and ours:
         cfg["head_dim"] = max(4, cfg["head_dim"])  # head_dim 2 raises UnsupportedModelError)
     if family in ("stablelm", "phi", "gpt_neox"):  # HF's fail on an odd rotated part: an even

@@ -19,9 +19,13 @@ def test_spec_fields_and_rope_match_hf(family):
     assert (s.n_layers, s.d_model, s.n_heads, s.vocab_size) == (
         cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads, cfg.vocab_size)
     assert s.tied == bool(cfg.tie_word_embeddings)
-    if family == "gpt2":  # no rotary embedding: learned positions
+    if family in ("gpt2", "gpt_bigcode", "gpt_bigcode_mha", "opt"):  # no rotary embedding:
+        # learned positions
         assert s.learned_positions and s.nope_layers == tuple(range(s.n_layers))
-        assert s.qkv_dim == model.transformer.h[0].attn.c_attn.nf
+        attn = model.model.decoder.layers[0].self_attn if family == "opt" else \
+            model.transformer.h[0].attn
+        assert s.qkv_dim == (attn.c_attn.nf if family == "gpt2" else attn.c_attn.out_features
+                             if family != "opt" else 3 * attn.q_proj.out_features)
         return
     if family == "gptj":  # a sin / cos table of its own (rotary_dim columns), no inv_freq
         assert s.rot == cfg.rotary_dim and s.rope_interleaved and s.parallel
@@ -155,6 +159,17 @@ def test_layer_norm_specs():
     nx = spec_of("gpt_neox")
     assert nx.parallel and nx.act == "gelu" and nx.rot == 4 and nx.mlp_bias and nx.o_bias
     assert not spec_of("gpt_neox", use_parallel_residual=False).parallel
+    # GPT-BigCode: the KV heads from multi_query (its config's num_key_value_heads can hold the
+    # class default's 12, which the model never reads); OPT: LayerNorm eps 1e-5, ReLU, ffn_dim,
+    # the biases by enable_bias (the norms' biases keep q / k / v and gate / up biased)
+    bc, mha = spec_of("gpt_bigcode"), spec_of("gpt_bigcode_mha")
+    assert (bc.n_heads, bc.n_kv_heads, mha.n_heads, mha.n_kv_heads) == (6, 1, 4, 4)
+    assert bc.learned_positions and bc.tied and bc.act == "gelu_tanh" and mha.act == "gelu"
+    op = spec_of("opt")
+    assert (op.rms_eps, op.act, op.ffn_dim, op.gated) == (1e-5, "relu", 70, False)
+    assert op.learned_positions and op.o_bias and op.head_bias and not op.tied
+    nob = spec_of("opt", enable_bias=False)
+    assert not nob.o_bias and nob.attn_bias and nob.mlp_bias
 
 
 def test_peri_ln_and_vaultgemma_specs():
@@ -192,6 +207,11 @@ def _raw(**kw):  # a config HF itself would refuse to build (odd head_dim)
     (lambda: tf.GPTJConfig(rotary_dim=5), "rotary_dim=5"),
     (lambda: tf.GPT2Config(scale_attn_by_inverse_layer_idx=True), "1 / layer"),
     (lambda: tf.GPT2Config(scale_attn_weights=False), "unscaled attention"),
+    (lambda: tf.GPTBigCodeConfig(scale_attn_weights=False), "unscaled attention"),
+    (lambda: tf.OPTConfig(hidden_size=1024, num_attention_heads=16, word_embed_proj_dim=512),
+     "word_embed_proj_dim=512 != 1024"),  # OPT-350m's projections in / out
+    (lambda: tf.OPTConfig(do_layer_norm_before=False), "do_layer_norm_before=False"),
+    (lambda: tf.OPTConfig(_remove_final_layer_norm=True), "no final LayerNorm"),
     (lambda: tf.MixtralConfig(), "mixture of experts"),
     (lambda: tf.Gemma3TextConfig(use_bidirectional_attention=True), "bidirectional"),
     (lambda: _raw(attn_logit_softcapping=-1.0), "negative soft-capping"),

@@ -4,8 +4,8 @@
     prologue: RMSNorm of the input row (NORM):  x * rsqrt(mean(x^2) + eps) * norm_w
     epilogue: + bias[n] (BIAS);  act(y_gate) * y_up with W = [gate; up] stacked [2N, K] (SWIGLU:
               ACT_CODES' code of act -- 1 silu (SwiGLU), 2 the tanh GELU (GeGLU: Gemma), 3
-              relu^2, 4 the erf GELU); or, SWIGLU negative (an MLP without a gate: Arcee,
-              StarCoder2, GPT-NeoX), act(y) of W [N, K];
+              relu^2, 4 the erf GELU, 5 relu); or, SWIGLU negative (an MLP without a gate:
+              Arcee, StarCoder2, GPT-NeoX, OPT), act(y) of W [N, K];
               + residual[t, n] (RESIDUAL, may alias the output: the residual stream updated in place)
 
 Shapes: x [T, K] (bf16/fp16/fp32), W [N or 2N, K] row-major, y [T, N]. fp32 accumulation.
@@ -22,7 +22,7 @@ from ._common import (INTERPRET, gemv_acc, next_x_chunk, pdl_ready, pdl_start, p
 from .config import StreamConfig, gemv_config, gemv_stream, stream_ptx, use_pdl
 
 # the MLP epilogue's activations, by ModelSpec.act: the SWIGLU constexpr's magnitude (glu_code)
-ACT_CODES = {"silu": 1, "gelu_tanh": 2, "relu2": 3, "gelu": 4}
+ACT_CODES = {"silu": 1, "gelu_tanh": 2, "relu2": 3, "gelu": 4, "relu": 5}
 
 
 def glu_code(act: str, gated: bool = True) -> int:
@@ -61,7 +61,7 @@ def gemv_epilogue(acc, acc2, b, b2, r, SWIGLU: tl.constexpr):
     (g + 0.044715 g^3), is g sigmoid(2u) (1 + tanh(u) = 2 sigmoid(2u)): one exp, no tanh (which
     Triton's interpreter lacks), an fp32 ulp or two from torch's tanh form where it does not
     cancel; relu2 max(g, 0)^2; the erf GELU 0.5 g (1 + erf(g / sqrt(2))) (torch's exact GELU,
-    HF's "gelu"). (Written inline: the same math through a helper function cost
+    HF's "gelu"); relu max(g, 0) (OPT). (Written inline: the same math through a helper function cost
     the Llama-3.1-8B megakernel 4 B more spills, compile_check sm_90a.)"""
     acc += b
     if SWIGLU != 0:
@@ -72,6 +72,8 @@ def gemv_epilogue(acc, acc2, b, b2, r, SWIGLU: tl.constexpr):
             acc = g * g * up
         elif CODE == 4:
             acc = 0.5 * acc * (1.0 + tl.math.erf(acc * SQRT1_2)) * up
+        elif CODE == 5:
+            acc = tl.maximum(acc, 0.0) * up
         else:
             z = acc
             if CODE == 2:
