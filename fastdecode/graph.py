@@ -137,14 +137,29 @@ class Tiling:
         return triton.cdiv(N, self.gemv_rows(op))
 
 
+def few_tiles_rows(rows: int, N: int, n_programs: int) -> int:
+    """A decode op's rows per tile, halved while its N output rows would make fewer tiles than
+    half the programs -- a phase that leaves most programs idle streams at their few programs'
+    rate. Gemma-3-1B's o_proj and down_proj (1152 rows; K 1024 / 6912 stream in 1024-chunks, so
+    16 rows a piece: 72 tiles for 264 programs) on an H100, sweep_mega 256 tokens, one run
+    (bench/RESULTS.md session 54): 16 rows 722.8 / 720.7 tok/s, 8 rows (144 tiles) 774.0, 4 rows
+    (288 tiles of 8 KB pieces) 729.4 -- more programs, but not pieces so small that each holds
+    little in flight. Shapes whose ops all have >= n_programs / 2 tiles (the 1B, the 8B, every
+    tile_table.json entry) keep their tiles."""
+    while rows > 1 and triton.cdiv(N, rows) * 2 < n_programs:
+        rows //= 2
+    return rows
+
+
 def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
                 stream: StreamConfig | None = None, dtype=None,
-                attn_in_qkv: bool = False) -> Tiling:
+                attn_in_qkv: bool = False, n_programs: int | None = None) -> Tiling:
     """stream: the decode tile (default config.stream_config; bench/sweep_mega.py varies it);
     dtype: the weights' (the PTX weight pieces need bf16 rows of K % 8 == 0; a step of several
     rows tiles K by their element size, config.rows_tile); attn_in_qkv (T=1):
     the short-context decode step (Tiling.attn_in_qkv). Every other field, the split plan
-    included, is the same as without it, so both decode schedules run one compiled kernel."""
+    included, is the same as without it, so both decode schedules run one compiled kernel.
+    n_programs (decode): the schedule's programs, for few_tiles_rows (None: the stream's rows)."""
     if attn_in_qkv and T != 1:
         raise ValueError("attn_in_qkv is a decode (T=1) schedule")
     bt = block_t(T)
@@ -159,6 +174,11 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
                  st.tile(spec.ffn_dim, elems=st.elems(3)),
                  st.tile(spec.d_model, 1 + spec.gated, st.elems(2))]
         rows, bks, warps = [t.block_n for t in tiles], [t.block_k for t in tiles], st.num_warps
+        if n_programs:  # o_proj, down, gate|up by their output rows (the lm_head's vocabulary
+            # keeps its rows: a vocab-parallel shard's can differ among ranks, whose lm_head tasks
+            # must match)
+            for i, n in ((0, spec.d_model), (2, spec.d_model), (3, spec.ffn_dim)):
+                rows[i] = few_tiles_rows(rows[i], n, n_programs)
     else:
         cfg = gemv_config(spec.d_model * 4, spec.d_model, T, device, elem_bytes=elem_bytes)
         rows, bks, warps, st = [cfg.block_n] * 4, [cfg.block_k] * 4, cfg.num_warps, None

@@ -574,7 +574,7 @@ class Runtime:
             from .graph import build_step, make_tiling
             from .schedule import build_schedule
             tiling = make_tiling(self.spec, T, self.max_seq_len, self.pw.device, self.stream,
-                                 self.pw.dtype, attn_in_qkv=short)
+                                 self.pw.dtype, attn_in_qkv=short, n_programs=self.programs(T))
             world = self.collectives.world
             # every rank tiles the largest shard's rows (rank 0's): the same lm_head tasks
             lm_vocab = vocab_range(self.state.logits.shape[1], 0, world)[1] if world > 1 \

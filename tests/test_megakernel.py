@@ -52,7 +52,7 @@ def test_schedule_properties(spec, T, P, max_seq, seed, fused, short, parts):
     was, config.ROWS_KSPLIT = config.ROWS_KSPLIT, parts
     try:
         graph = build_step(spec, make_tiling(spec, T, max_seq, DEVICE, StreamConfig(
-            merge_in_attn=fused, norm_in_qkv=fused), attn_in_qkv=short), P)
+            merge_in_attn=fused, norm_in_qkv=fused), attn_in_qkv=short, n_programs=P), P)
     finally:
         config.ROWS_KSPLIT = was
     ops = {t.op.name for t in graph.tasks}
@@ -174,6 +174,28 @@ def test_op_elems_set_each_ops_tile():
     assert base.elems(2) == 16384 and per_op.elems(2) == 32768
     with pytest.raises(ValueError, match="op_elems"):
         StreamConfig(op_elems=(8192, 8192))
+
+
+def test_few_tiles_rows_rule():
+    """graph.few_tiles_rows: a decode op whose output rows would make fewer tiles than half the
+    programs gets fewer rows per tile -- Gemma-3-1B's o_proj / down_proj (1152 rows, 16 a tile:
+    72 tiles) at 264 programs take 8 (144 tiles); the Llama-3.2-1B shape (256 / 512 / 1024
+    tiles) and an unknown program count keep the stream's rows; the lm_head never changes."""
+    from fastdecode.graph import few_tiles_rows
+    assert [few_tiles_rows(16, 1152, P) for P in (1, 144, 145, 264, 10 ** 6)] == [16, 16, 8, 8, 1]
+    gemma = ModelSpec(family="gemma3_text", n_layers=1, d_model=1152, n_heads=4, n_kv_heads=1,
+                      head_dim=256, ffn_dim=6912, vocab_size=262144, rms_eps=1e-6,
+                      rope_theta=1e4, qk_norm=True, layer_windows=(0,))
+    llama = ModelSpec(family="llama", n_layers=1, d_model=2048, n_heads=32, n_kv_heads=8,
+                      head_dim=64, ffn_dim=8192, vocab_size=128256, rms_eps=1e-5,
+                      rope_theta=1e4, qk_norm=False, layer_windows=(0,))
+    rows = lambda t: (t.rows_q, t.rows_f, t.rows_g, t.rows_d)  # noqa: E731
+    for spec, before, after in ((gemma, (16, 16, 4, 8), (8, 8, 4, 8)),
+                                (llama, (8, 4, 4, 8), (8, 4, 4, 8))):
+        assert rows(make_tiling(spec, 1, 256, DEVICE, StreamConfig())) == before
+        assert rows(make_tiling(spec, 1, 256, DEVICE, StreamConfig(), n_programs=264)) == after
+    rows4 = make_tiling(gemma, 4, 256, DEVICE, StreamConfig(), n_programs=264)  # T > 1: its own
+    assert rows4 == make_tiling(gemma, 4, 256, DEVICE, StreamConfig())
 
 
 def test_validator_rejects_missing_producer():
