@@ -226,6 +226,10 @@ SHAPES = {
         num_key_value_heads=32, vocab_size=51200, partial_rotary_factor=0.4,
         tie_word_embeddings=False, max_position_embeddings=2048, bos_token_id=50256,
         eos_token_id=50256)),
+    # falcon-7b (71 heads of 64 on 4544, multi-query, parallel blocks on one LayerNorm, an MLP of
+    # 18176 without a gate, the erf GELU, no biases, tied, a 65024 vocabulary): FalconConfig's
+    # defaults, as its config.json
+    "falcon-7b": ("Falcon-7B", lambda: tf.FalconConfig()),
     # opt-1.3b (learned positions at row p + 2, 24 layers of 32 heads of 64, an MLP of 8192
     # without a gate, ReLU, biases everywhere, tied), as its config.json reads
     "opt-1.3b": ("OPT-1.3B", lambda: tf.OPTConfig(

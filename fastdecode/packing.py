@@ -105,8 +105,8 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
         get = conv1d_getter(get)
     if fam.fused:
         get = fused_getter(get, spec)
-    if fam.qkv_per_head and spec.n_kv_heads == spec.n_heads:  # (multi-query: concatenated)
-        get = per_head_qkv_getter(get, spec)
+    if fam.qkv_grouped:
+        get = grouped_qkv_getter(get, spec)
     if spec.text_of:
         get = text_model_getter(get)
     if fam.gemma_norms:
@@ -356,15 +356,19 @@ def offset_norm_getter(get):
 def renamed_getter(get, names: tuple, prefix: str = ""):
     """get(name, index) over a checkpoint that keeps its own tensor names
     (Family.checkpoint_names: (HF part, checkpoint part) pairs, replaced in order): the HF name
-    first, then the checkpoint's -- and, where it starts with prefix (Family.checkpoint_prefix),
-    the checkpoint's without it (GPT-2's files name transformer.h.0 ... h.0 ...)."""
+    first, then the name as each pair that changes it leaves it, the first one the checkpoint
+    has (Falcon's norm before the MLP: ln_mlp, else post_attention_layernorm, else the shared
+    input_layernorm) -- and, where the last starts with prefix (Family.checkpoint_prefix), it
+    without the prefix (GPT-2's files name transformer.h.0 ... h.0 ...)."""
 
     def rget(name, index=None):
         t = get(name, index)
-        if t is None:
-            for hf, own in names:
+        for hf, own in names:
+            if t is not None:
+                break
+            if hf in name:
                 name = name.replace(hf, own)
-            t = get(name, index)
+                t = get(name, index)
         if t is None and prefix and name.startswith(prefix):
             t = get(name[len(prefix):], index)
         return t
@@ -410,24 +414,26 @@ def conv1d_getter(get):
     return cget
 
 
-def per_head_qkv_getter(get, spec: ModelSpec):
-    """get(name, index) over a checkpoint that fuses q|k|v per head as self_attn.qkv_proj rows
-    [H, 3, head_dim] (GPT-NeoX's query_key_value, multi-head: one KV head per q head;
-    Family.qkv_per_head): a part's name reads its rows of every head. The whole fused tensor is
-    read (its parts interleave), then index applied."""
-    parts = {"self_attn.q_proj.": 0, "self_attn.k_proj.": 1, "self_attn.v_proj.": 2}
-    hd = spec.head_dim
+def grouped_qkv_getter(get, spec: ModelSpec):
+    """get(name, index) over a checkpoint that fuses q|k|v per KV group as self_attn.qkv_proj
+    rows [KVH, group + 2, head_dim] -- the group's q heads, then its k and v (Family.qkv_grouped:
+    GPT-NeoX's [H, 3, head_dim] per head, a multi-query q|k|v concatenated, Falcon's groups): a
+    part's name reads its rows of every group. The whole fused tensor is read (its parts
+    interleave), then index applied."""
+    G, hd = spec.group, spec.head_dim
+    parts = {"self_attn.q_proj.": slice(0, G), "self_attn.k_proj.": slice(G, G + 1),
+             "self_attn.v_proj.": slice(G + 1, G + 2)}
 
-    def pget(name, index=None):
-        for part, j in parts.items():
+    def gget(name, index=None):
+        for part, rows in parts.items():
             if f".{part}" in name:
                 t = get(name.replace(part, "self_attn.qkv_proj."))
                 if t is None:
                     break
-                t = t.reshape(-1, 3, hd, *t.shape[1:])[:, j].reshape(-1, *t.shape[1:])
+                t = t.reshape(-1, G + 2, hd, *t.shape[1:])[:, rows].reshape(-1, *t.shape[1:])
                 return t if index is None else t[index]
         return get(name, index)
-    return pget
+    return gget
 
 
 def _permute_rope_dims(pw: PackedWeights):

@@ -120,12 +120,15 @@ class Family:
     refuse: tuple = ()
     # the attention and the MLP both read the layer's input, x + attn(n(x)) + mlp(n'(x)) (Phi,
     # Cohere: ModelSpec.parallel); a str: the config field that switches it (GPT-NeoX's
-    # use_parallel_residual, on when absent, as HF's default)
-    parallel: bool | str = False
-    # the checkpoint fuses q|k|v per head, [H, 3, head_dim] rows, where every q head has its own
-    # KV head (GPT-NeoX's query_key_value, GPT-BigCode's c_attn without multi_query:
-    # packing.per_head_qkv_getter; a multi-query c_attn is q|k|v concatenated: fused)
-    qkv_per_head: bool = False
+    # use_parallel_residual, on when absent, as HF's default); a tuple: fields any of which
+    # switches it on (Falcon's parallel_attn and new_decoder_architecture)
+    parallel: bool | str | tuple = False
+    # the checkpoint fuses q|k|v per KV group, [KVH, group + 2, head_dim] rows: each group's q
+    # heads, then its k and v (packing.grouped_qkv_getter) -- per head where every q head has its
+    # own KV head (GPT-NeoX's query_key_value, GPT-BigCode's c_attn without multi_query, Falcon's
+    # without it), q|k|v concatenated where one KV head serves all (multi-query GPT-BigCode and
+    # Falcon), Falcon's new decoder architecture's groups between
+    qkv_grouped: bool = False
     # the config flag that makes the attention multi-query, one KV head, else multi-head
     # (GPT-BigCode's multi_query; num_key_value_heads not read)
     multi_query_field: str | None = None
@@ -273,7 +276,7 @@ FAMILIES: dict[str, Family] = {
     "gpt_neox": Family(qkv_bias=False, qk_norm=False, window_field=None, gated=False,
                        partial_rotary=True, layer_norm=True, norm_bias=True,
                        eps_field="layer_norm_eps", parallel="use_parallel_residual",
-                       qkv_per_head=True, bias_fields=("attention_bias", "attention_bias", True),
+                       qkv_grouped=True, bias_fields=("attention_bias", "attention_bias", True),
                        checkpoint_names=(
                            ("model.embed_tokens.", "gpt_neox.embed_in."),
                            ("model.layers.", "gpt_neox.layers."),
@@ -298,13 +301,33 @@ FAMILIES: dict[str, Family] = {
     # [out, in] projections, multi-query attention by multi_query (c_attn q|k|v concatenated; per
     # head without it)
     "gpt_bigcode": Family(qkv_bias=True, qk_norm=False, window_field=None, gated=False,
-                          fused=True, qkv_per_head=True, multi_query_field="multi_query",
+                          qkv_grouped=True, multi_query_field="multi_query",
                           layer_norm=True, norm_bias=True, eps_field="layer_norm_epsilon",
                           bias_fields=(True, True, True), learned_positions=True,
                           ffn_field="n_inner", ffn_default=4, act_field="activation_function",
                           refuse=(("add_cross_attention", "cross-attention"),),
                           require=(("scale_attn_weights", "unscaled attention scores"),),
                           checkpoint_prefix="transformer.", checkpoint_names=_GPT2_NAMES),
+    # Falcon (falcon-7b / 40b / 180b, Falcon2-11B): one LayerNorm shared by parallel blocks
+    # (parallel_attn), or one each (the new decoder architecture's ln_attn / ln_mlp), or a
+    # sequential block; q|k|v fused per KV group (multi-query: concatenated), an MLP of
+    # ffn_hidden_size without a gate (the erf GELU), biases by `bias`, tied. ALiBi refused
+    "falcon": Family(qkv_bias=False, qk_norm=False, window_field=None, gated=False,
+                     layer_norm=True, norm_bias=True, eps_field="layer_norm_epsilon",
+                     parallel=("parallel_attn", "new_decoder_architecture"), qkv_grouped=True,
+                     bias_fields=("bias",) * 3, ffn_field="ffn_hidden_size", act_field="activation",
+                     norms=("ln_attn", "ln_mlp", None, None),
+                     refuse=(("alibi", "ALiBi position biases"),),
+                     checkpoint_prefix="transformer.", checkpoint_names=(
+                         ("model.embed_tokens.", "transformer.word_embeddings."),
+                         ("model.layers.", "transformer.h."), ("model.norm.", "transformer.ln_f."),
+                         (".self_attn.qkv_proj.", ".self_attention.query_key_value."),
+                         (".self_attn.o_proj.", ".self_attention.dense."),
+                         (".mlp.up_proj.", ".mlp.dense_h_to_4h."),
+                         (".mlp.down_proj.", ".mlp.dense_4h_to_h."),
+                         (".ln_attn.", ".input_layernorm."),
+                         (".ln_mlp.", ".post_attention_layernorm."),
+                         (".post_attention_layernorm.", ".input_layernorm."))),
     # OPT (opt-125m ... opt-66b): learned positions at row p + 2, LayerNorms (eps 1e-5) with
     # biases before the blocks, biases by enable_bias, an MLP of ffn_dim without a gate (fc1 /
     # fc2, ReLU), tied. OPT-350m's norms after the blocks and 512-wide embeddings are refused
@@ -414,8 +437,6 @@ UNSUPPORTED = {
     **{mt: "attention sinks" for mt in ("granite_swa",)},
     **{mt: "short convolution layers" for mt in ("lfm2",)},
     **{mt: "LayerNorm1P, not RMSNorm" for mt in ("nemotron",)},
-    **{mt: "parallel attention and MLP blocks with a q|k|v layout of their own" for mt in (
-        "falcon",)},
 }
 # HF's hidden_act names -> ModelSpec.act (the MLP's activation: triton_kernels.gemv.ACT_CODES)
 # (gelu_fast is gelu_new's formula, written differently: the tanh GELU)
@@ -813,8 +834,7 @@ class ModelSpec:
             rope_theta=float(rope.get("rope_theta", getattr(cfg, "rope_theta", 10000.0) or 10000.0)),
             rope=rope, attn_bias=qkv_b or fam.qkv_bias or fam.norm_bias, o_bias=o_b,
             mlp_bias=mlp_b or fam.norm_bias, layer_norm=fam.layer_norm, head_bias=fam.norm_bias,
-            parallel=fam.parallel if isinstance(fam.parallel, bool) else
-            bool(getattr(cfg, fam.parallel, True)), learned_positions=fam.learned_positions,
+            parallel=_parallel(fam, cfg), learned_positions=fam.learned_positions,
             qk_norm=fam.qk_norm, qk_norm_after=fam.qk_norm_after_rope,
             tied=bool(getattr(cfg, "tie_word_embeddings", False)),
             layer_windows=windows,
@@ -827,6 +847,15 @@ class ModelSpec:
             local_rope=local if any(windows) else {}, attn_softcap=caps[0],
             logit_softcap=caps[1], q_pos_scale=_q_pos_scale(mt, rope),
             embed_norm=fam.embed_norm, rope_flipped=fam.rope_flipped)
+
+
+def _parallel(fam: Family, cfg) -> bool:
+    """Family.parallel for this config."""
+    if isinstance(fam.parallel, bool):
+        return fam.parallel
+    if isinstance(fam.parallel, str):
+        return bool(getattr(cfg, fam.parallel, True))
+    return any(getattr(cfg, f, False) for f in fam.parallel)
 
 
 def _ffn_dim(fam: Family, cfg, d: int) -> int:

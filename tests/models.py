@@ -218,6 +218,22 @@ FAMILIES = {
     "gpt_bigcode_mha": (_tf("GPTBigCodeConfig"), _tf("GPTBigCodeForCausalLM"), dict(
         hidden_size=40, n_inner=52, num_attention_heads=4, multi_query=False,
         activation_function="gelu", pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    # falcon (Falcon-7B's layout): multi-query (q|k|v concatenated), parallel blocks on one
+    # LayerNorm, an MLP of ffn_hidden_size without a gate (erf GELU), no biases, tied
+    "falcon": (_tf("FalconConfig"), _tf("FalconForCausalLM"), dict(
+        hidden_size=48, ffn_hidden_size=70, num_attention_heads=6, tie_word_embeddings=True,
+        pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    # falcon_new (Falcon-40B / 180B's new decoder architecture): q|k|v per KV group (GQA 2:1),
+    # parallel blocks with a LayerNorm each (ln_attn, ln_mlp), biases, untied
+    "falcon_new": (_tf("FalconConfig"), _tf("FalconForCausalLM"), dict(
+        hidden_size=48, ffn_hidden_size=52, num_attention_heads=4, num_kv_heads=2,
+        new_decoder_architecture=True, bias=True, pad_token_id=0, bos_token_id=1,
+        eos_token_id=2)),
+    # falcon_seq: multi-head (q|k|v per head), a sequential block (parallel_attn off: two
+    # LayerNorms), biases
+    "falcon_seq": (_tf("FalconConfig"), _tf("FalconForCausalLM"), dict(
+        hidden_size=40, ffn_hidden_size=66, num_attention_heads=4, multi_query=False,
+        parallel_attn=False, bias=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
     # opt: learned positions at row p + 2, LayerNorms with biases, an MLP of ffn_dim without a
     # gate (ReLU), biases everywhere, MHA, untied
     "opt": (_tf("OPTConfig"), _tf("OPTForCausalLM"), dict(
@@ -277,19 +293,24 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
                intermediate_size=draw(st.integers(3, 97)), tie_word_embeddings=draw(st.booleans()))
     if family in ("mistral", "phi3"):
         cfg["sliding_window"] = draw(st.integers(2, 12))
-    if family in ("gpt_neox", "gpt2", "gptj", "opt", "gpt_bigcode_mha"):  # multi-head only
-        cfg["num_key_value_heads"] = heads
-    if family == "gpt_bigcode":  # multi-query, one KV head
+    if family in ("gpt_neox", "gpt2", "gptj", "opt", "gpt_bigcode_mha", "falcon_seq"):
+        cfg["num_key_value_heads"] = heads  # multi-head only
+    if family in ("gpt_bigcode", "falcon"):  # multi-query, one KV head
         cfg["num_key_value_heads"] = 1
+    if family == "falcon_new":  # its KV heads' field
+        cfg["num_kv_heads"] = kv
     if family in ("helium", "stablelm", "phi", "gpt_neox", "gpt2", "gptj", "opt", "gpt_bigcode",
-                  "gpt_bigcode_mha"):  # [hidden, hidden] o_proj (Helium), head_dim always
-        # hidden / heads in the attention (StableLM, Phi, GPT-NeoX, GPT-2, GPT-J, OPT,
-        # GPT-BigCode): HF's needs H * hd == d
+                  "gpt_bigcode_mha", "falcon", "falcon_new", "falcon_seq"):  # [hidden, hidden]
+        # o_proj (Helium), head_dim always hidden / heads in the attention (StableLM, Phi,
+        # GPT-NeoX, GPT-2, GPT-J, OPT, GPT-BigCode, Falcon): HF's needs H * hd == d
         cfg["hidden_size"] = heads * cfg["head_dim"]
     if family == "opt":  # its MLP's width field; embeddings as wide as the blocks
         cfg.update(ffn_dim=cfg["intermediate_size"], word_embed_proj_dim=cfg["hidden_size"])
     if family in ("gpt_bigcode", "gpt_bigcode_mha"):
         cfg["n_inner"] = cfg["intermediate_size"]
+    if family.startswith("falcon"):  # its own fields: head_dim and the KV heads are derived
+        cfg["ffn_hidden_size"] = cfg["intermediate_size"]
+        del cfg["head_dim"], cfg["num_key_value_heads"]
     if family == "hunyuan_v1_dense":  # its NTK-alpha base divides by head_dim - 2 (HF and ours:
         cfg["head_dim"] = max(4, cfg["head_dim"])  # head_dim 2 raises UnsupportedModelError)
     if family in ("stablelm", "phi", "gpt_neox"):  # HF's fail on an odd rotated part: an even

@@ -13,8 +13,8 @@ rotary), Gemma-2B / 7B (GeGLU, head_dim 256), Gemma-2-2B (norms after the blocks
 attention and logits), Gemma-3-1B / 4B (norms after the blocks, q / k norms, a RoPE per layer
 type), OLMo-2-1B (q / k norms over all heads, no norms before the blocks), GLM-4-9B-0414 (norms
 after the blocks), the LayerNorm families (OLMo-1B, StableLM-2-1.6B, StarCoder2, Phi-2,
-Pythia-1B, GPT-2 XL, GPT-J-6B, OPT-1.3B, StarCoderBase-1B: learned positions, parallel blocks,
-multi-query) -- at their real matrix sizes (random bf16 weights, biases and norm
+Pythia-1B, GPT-2 XL, GPT-J-6B, OPT-1.3B, StarCoderBase-1B, Falcon-7B: learned positions,
+parallel blocks, multi-query, 71 heads) -- at their real matrix sizes (random bf16 weights, biases and norm
 weights perturbed so those paths carry signal), two layers each, against the Hugging Face model.
 
 The reference is the HF model itself in fp32 on the same (bf16-valued) weights. fastdecode keeps
@@ -62,7 +62,7 @@ SHAPES = [("3b", {}), ("qwen2.5-0.5b", {}), ("qwen2.5-7b", {}), ("qwen2.5-14b", 
           # LayerNorm families: random norm biases, folded into the projections and the logits
           ("olmo-1b", {}), ("stablelm2-1.6b", {}), ("starcoder2-cfg", {"sliding_window": 24}),
           ("phi-2", {}), ("pythia-1b", {}), ("gpt2-xl", {}), ("gptj-6b", {}), ("opt-1.3b", {}),
-          ("starcoderbase-1b", {})]
+          ("starcoderbase-1b", {}), ("falcon-7b", {})]
 
 
 def _model(key, overrides):

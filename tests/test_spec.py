@@ -37,11 +37,14 @@ def test_spec_fields_and_rope_match_hf(family):
         assert torch.allclose(cos[0].float(), c[:, :s.rot // 2], atol=1e-6)
         assert torch.allclose(sin[0].float(), sn[:, :s.rot // 2], atol=1e-6)
         return
-    inner = model.gpt_neox if family == "gpt_neox" else model.model
-    attn = inner.layers[0].attention if family == "gpt_neox" else inner.layers[0].self_attn
+    falcon = family.startswith("falcon")
+    inner = model.gpt_neox if family == "gpt_neox" else model.transformer if falcon else \
+        model.model
+    attn = inner.layers[0].attention if family == "gpt_neox" else \
+        inner.h[0].self_attention if falcon else inner.layers[0].self_attn
     assert s.qkv_dim == (attn.qkv_proj.out_features if family == "phi3" else
-                         attn.query_key_value.out_features if family == "gpt_neox" else
-                         attn.q_proj.out_features + 2 * attn.k_proj.out_features)
+                         attn.query_key_value.out_features if family == "gpt_neox" or falcon
+                         else attn.q_proj.out_features + 2 * attn.k_proj.out_features)
     rot = inner.rotary_emb
     # Gemma 3: a rotary embedding per layer type, HF's attributes prefixed by it
     kinds = [("full_attention_", s), ("sliding_attention_", s.sliding_rope())] \
@@ -170,6 +173,13 @@ def test_layer_norm_specs():
     assert op.learned_positions and op.o_bias and op.head_bias and not op.tied
     nob = spec_of("opt", enable_bias=False)
     assert not nob.o_bias and nob.attn_bias and nob.mlp_bias
+    # Falcon: parallel by parallel_attn or the new decoder architecture (which ignores it), the
+    # KV heads by multi_query or num_kv_heads, the erf GELU, biases by `bias`
+    f7, f40, fseq = spec_of("falcon"), spec_of("falcon_new"), spec_of("falcon_seq")
+    assert (f7.parallel, f40.parallel, fseq.parallel) == (True, True, False)
+    assert (f7.n_kv_heads, f40.n_kv_heads, fseq.n_kv_heads) == (1, 2, 4)
+    assert spec_of("falcon_new", parallel_attn=False).parallel
+    assert f7.act == "gelu" and not f7.o_bias and f40.o_bias and f40.mlp_bias and f7.tied
 
 
 def test_peri_ln_and_vaultgemma_specs():
@@ -203,7 +213,7 @@ def _raw(**kw):  # a config HF itself would refuse to build (odd head_dim)
     (lambda: tf.OlmoConfig(clip_qkv=8.0), "clip_qkv=8.0"),
     (lambda: tf.PhiConfig(qk_layernorm=True), "qk_layernorm=True"),
     (lambda: tf.CohereConfig(use_qk_norm=True), "use_qk_norm=True"),
-    (lambda: tf.FalconConfig(), "'falcon' is not supported \\(parallel attention"),
+    (lambda: tf.FalconConfig(alibi=True), "alibi=True \\(ALiBi"),
     (lambda: tf.GPTJConfig(rotary_dim=5), "rotary_dim=5"),
     (lambda: tf.GPT2Config(scale_attn_by_inverse_layer_idx=True), "1 / layer"),
     (lambda: tf.GPT2Config(scale_attn_weights=False), "unscaled attention"),
