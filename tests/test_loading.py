@@ -31,16 +31,20 @@ def test_safetensors_folder_matches_from_hf(tmp_path, family, shard):
     _folder_packs_as_from_hf(tmp_path, model)
 
 
-def test_gpt2_files_without_the_transformer_prefix(tmp_path):
-    """GPT-2's released files name their tensors h.0.attn.c_attn.weight, wte.weight ... (no
-    "transformer." and no lm_head: tied), which HF maps on loading: read the same."""
+@pytest.mark.parametrize("family,prefix,name", [
+    ("gpt2", "transformer.", "h.0.attn.c_attn.weight"),
+    ("opt", "model.", "decoder.embed_positions.weight"),
+    ("gpt_bigcode", "transformer.", "h.0.attn.c_attn.weight")])
+def test_files_without_the_base_model_prefix(tmp_path, family, prefix, name):
+    """Released files saved from the base model name their tensors without its prefix (GPT-2:
+    h.0.attn.c_attn.weight, wte.weight ...; OPT: decoder.layers.0 ...) and without a tied
+    lm_head, which HF maps on loading (Family.checkpoint_prefix): read the same."""
     from safetensors.torch import load_file, save_file
-    model = tiny_model("gpt2")
+    model = tiny_model(family, tie_word_embeddings=True)
     model.save_pretrained(tmp_path)
     f = tmp_path / "model.safetensors"
-    sd = {k.removeprefix("transformer."): v for k, v in load_file(f).items()
-          if k != "lm_head.weight"}
-    assert "h.0.attn.c_attn.weight" in sd and "wpe.weight" in sd
+    sd = {k.removeprefix(prefix): v for k, v in load_file(f).items() if k != "lm_head.weight"}
+    assert name in sd
     save_file(sd, f)
     _folder_packs_as_from_hf(tmp_path, model)
 
