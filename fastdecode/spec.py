@@ -63,7 +63,8 @@ class Family:
     nope_field: str | None = None
     # (HF name part, the checkpoint's) pairs, in order: a checkpoint that keeps its own tensor
     # names, which HF renames on loading (EXAONE 3.x: Llama's modules under GPT-2-style names;
-    # packing.renamed_getter). HF's state_dict and a checkpoint with HF's names read as they are
+    # packing.renamed_getter). HF's state_dict and a checkpoint with HF's names read as they are;
+    # the name each replacement leaves is tried in turn (Falcon's norms: alternatives in order)
     checkpoint_names: tuple = ()
     # the q / k RMSNorm after RoPE, not before (HunYuan; qkv_rope.qk_norm_mode)
     qk_norm_after_rope: bool = False
