@@ -148,7 +148,7 @@ def main():
     p.add_argument("--elems", type=int, default=None)
     p.add_argument("--warps", type=int, default=None)
     p.add_argument("--max-k", type=int, default=None)
-    p.add_argument("--programs", type=int, default=132)
+    p.add_argument("--programs", type=int, default=132, help="SMs (an H100 / H200: 132)")
     p.add_argument("--ptx", action="store_true", help="the PTX wrappers' test kernels instead")
     p.add_argument("--tp", type=int, default=1, help="rank 0 of a tensor-parallel megakernel")
     p.add_argument("--stages", default="0",
@@ -199,7 +199,7 @@ def main():
         for v, stream in zip(args.stages.split(","), streams):
             COMPILED.clear()
             fm = fastdecode.from_hf(model, max_seq_len=seq, mode="mega")
-            fm.runtime.n_programs = args.programs
+            fm.runtime.n_programs = args.programs * stream.per_sm  # the GPU's schedule
             fm.runtime.mega_stream = stream
             fm.runtime.forward(ids[:1].clone())
             print(f"  stages {v:6s} {kernel_report(*COMPILED['megakernel'])}")
@@ -222,7 +222,8 @@ def main():
             name += f", rank 0 of tp={args.tp}"
         else:
             fm = fastdecode.from_hf(model, max_seq_len=seq, mode=mode)
-        fm.runtime.n_programs = args.programs  # one per SM, as on the GPU (built lazily)
+        # SMs x programs per SM, as the GPU's schedule (graph.few_tiles_rows reads it)
+        fm.runtime.n_programs = args.programs * stream.per_sm
         fm.runtime.mega_stream = stream
         fm.runtime.forward(ids[:1].clone())  # T=1: the decode megakernel / ops decode tiles
         if args.family:
