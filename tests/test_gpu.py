@@ -184,8 +184,10 @@ def _stream_variants(model, seed, name, values=(False, True), **fixed):
         elif name == "carveout":  # a launch attribute: the tiling is the default's
             assert fm.runtime.stream.carveout == on
         elif name == "op_elems":  # o_proj's rows per tile follow its piece elements
-            st, q_dim = fm.runtime.mega_stream, fm.runtime._last_sched.graph.spec.q_dim
-            assert tiling.rows_q == st.tile(q_dim, elems=st.elems(1)).block_n
+            from fastdecode.graph import few_tiles_rows
+            st, spec = fm.runtime.mega_stream, fm.runtime._last_sched.graph.spec
+            assert tiling.rows_q == few_tiles_rows(st.tile(spec.q_dim, elems=st.elems(1)).block_n,
+                                                   spec.d_model, fm.runtime.n_programs)
         else:
             assert getattr(tiling, name) == on
         del fm
