@@ -14,12 +14,13 @@ from fastdecode import reference as R
 from fastdecode.triton_kernels._common import INTERPRET
 from fastdecode.triton_kernels.attention import split_range, split_range_host
 from fastdecode.triton_kernels.config import StreamConfig, merge_splits
+from fastdecode.triton_kernels.gemv import ACT_CODES
 from fastdecode.triton_kernels.qkv_rope import defer_qk_norm
 from helpers import ACT_GAIN, assert_close, close
 from conftest import DEVICE
 
 DTYPES = st.sampled_from([torch.float32, torch.bfloat16, torch.float16])
-ACTS = st.sampled_from(["silu", "gelu_tanh", "relu2", "gelu", "relu"])  # the MLP epilogue's (ACT_CODES)
+ACTS = st.sampled_from(sorted(ACT_CODES))  # every activation of the MLP epilogue
 TOKENS = st.sampled_from([1, 1, 2, 5, 17])  # decode (register GEMV) and tl.dot (M padded) paths
 # the megakernel's decode stream (T=1): 1 to 128 rows per tile, whole rows or K chunks of 16-64
 # (odd K ends mid-chunk), one or several tiles per program; the register stream and (stages 3)

@@ -6,16 +6,16 @@ past the stream's 4096-element rows, GQA 5:1), Qwen3-4B and Qwen3-0.6B (q/k norm
 to 24 keys so a short prompt crosses it), SmolLM2-135M (9 heads, 3 KV heads), Mistral-Nemo-12B (32
 heads of an explicit 128 on a d_model of 5120, 131K vocabulary), Qwen3-32B (64 heads of 128 on 5120,
 GQA 8:1), Phi-3-mini (MHA, head_dim 96, fused checkpoint tensors), Phi-4-mini (partial rotary,
-longrope, 200K tied vocabulary), Granite-3.1-8B (multipliers folded into the weights, a scaled
-copy of the tied head), Seed-OSS-36B (GQA 10:1, q_dim 10240 on a d_model of 5120), SmolLM3-3B
-(layers without RoPE, GQA 4:1, tied 128K vocabulary), GLM-4-9B (GQA 16:1, interleaved partial
-rotary), Gemma-2B / 7B (GeGLU, head_dim 256), Gemma-2-2B (norms after the blocks, soft-capped
-attention and logits), Gemma-3-1B / 4B (norms after the blocks, q / k norms, a RoPE per layer
-type), OLMo-2-1B (q / k norms over all heads, no norms before the blocks), GLM-4-9B-0414 (norms
-after the blocks), the LayerNorm families (OLMo-1B, StableLM-2-1.6B, StarCoder2, Phi-2,
-Pythia-1B, GPT-2 XL, GPT-J-6B, OPT-1.3B, StarCoderBase-1B, Falcon-7B: learned positions,
-parallel blocks, multi-query, 71 heads) -- at their real matrix sizes (random bf16 weights, biases and norm
-weights perturbed so those paths carry signal), two layers each, against the Hugging Face model.
+longrope, 200K tied vocabulary), Granite-3.1-8B (multipliers folded into the weights, a scaled copy
+of the tied head), Seed-OSS-36B (GQA 10:1, q_dim 10240 on a d_model of 5120), SmolLM3-3B (layers
+without RoPE, GQA 4:1, tied 128K vocabulary), GLM-4-9B (GQA 16:1, interleaved partial rotary),
+Gemma-2B / 7B (GeGLU, head_dim 256), Gemma-2-2B (norms after the blocks, soft-capped attention and
+logits), Gemma-3-1B / 4B (norms after the blocks, q / k norms, a RoPE per layer type), OLMo-2-1B (q
+/ k norms over all heads, no norms before the blocks), GLM-4-9B-0414 (norms after the blocks), the
+LayerNorm families (OLMo-1B, StableLM-2-1.6B, StarCoder2, Phi-2, Pythia-1B, GPT-2 XL, GPT-J-6B,
+OPT-1.3B, StarCoderBase-1B, Falcon-7B: learned positions, parallel blocks, multi-query, 71 heads) --
+at their real matrix sizes (random bf16 weights, biases and norm weights perturbed so those paths
+carry signal), two layers each, against the Hugging Face model.
 
 The reference is the HF model itself in fp32 on the same (bf16-valued) weights. fastdecode keeps
 fp32 accumulators and rounds activations to bf16 at about six points a layer (the normed input

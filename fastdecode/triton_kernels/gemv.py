@@ -61,8 +61,8 @@ def gemv_epilogue(acc, acc2, b, b2, r, SWIGLU: tl.constexpr):
     (g + 0.044715 g^3), is g sigmoid(2u) (1 + tanh(u) = 2 sigmoid(2u)): one exp, no tanh (which
     Triton's interpreter lacks), an fp32 ulp or two from torch's tanh form where it does not
     cancel; relu2 max(g, 0)^2; the erf GELU 0.5 g (1 + erf(g / sqrt(2))) (torch's exact GELU,
-    HF's "gelu"); relu max(g, 0) (OPT). (Written inline: the same math through a helper function cost
-    the Llama-3.1-8B megakernel 4 B more spills, compile_check sm_90a.)"""
+    HF's "gelu"); relu max(g, 0) (OPT). (Written inline: the same math through a helper
+    function cost the Llama-3.1-8B megakernel 4 B more spills, compile_check sm_90a.)"""
     acc += b
     if SWIGLU != 0:
         CODE: tl.constexpr = SWIGLU if SWIGLU > 0 else -SWIGLU

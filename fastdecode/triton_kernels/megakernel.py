@@ -404,7 +404,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     (kpart_ptr), with tensor parallelism the ranks' partials; REDUCE adds norm(sum) to h
     (all_reduce.residual_sum_body NORM). PRE_NORM False (ModelSpec.pre_norms: EXAONE 4): no
     norm before the blocks -- the QKV and gate|up tasks read the residual as it is.
-    ACT: the gate|up tasks' activation (gemv.glu_code: 1 silu, 2 the tanh GELU, 3 relu^2; negative
+    ACT: the gate|up tasks' activation (gemv.glu_code: its gemv.ACT_CODES code; negative
     for an MLP without a gate, ModelSpec.gated: wgu_ptr [L, FFN, D] up rows alone); emb_scale: what
     an EMBED task multiplies a row by (PackedWeights.embed_scale).
     SOFTCAP / LOGIT_CAP (Gemma 2): the attention scores soft-capped at attn_cap, the logits at
