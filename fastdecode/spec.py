@@ -133,6 +133,11 @@ class Family:
     # the config flag that makes the attention multi-query, one KV head, else multi-head
     # (GPT-BigCode's multi_query; num_key_value_heads not read)
     multi_query_field: str | None = None
+    # (flag, field): where the flag is set, multi_query_field is ignored and the KV heads are the
+    # field's (Falcon's new_decoder_architecture, num_kv_heads) -- the model's own rule: the
+    # config's num_key_value_heads says it in some transformers versions only (5.17's
+    # FalconConfig maps it to num_kv_heads, 71 on falcon-7b, whose attention is multi-query)
+    grouped_field: tuple | None = None
     # the learned position table's row of position p is p + position_offset (OPT's 2)
     position_offset: int = 0
     # (config field, what its value must equal -- another field's name or a constant): configs
@@ -316,6 +321,8 @@ FAMILIES: dict[str, Family] = {
     "falcon": Family(qkv_bias=False, qk_norm=False, window_field=None, gated=False,
                      layer_norm=True, norm_bias=True, eps_field="layer_norm_epsilon",
                      parallel=("parallel_attn", "new_decoder_architecture"), qkv_grouped=True,
+                     multi_query_field="multi_query",
+                     grouped_field=("new_decoder_architecture", "num_kv_heads"),
                      bias_fields=("bias",) * 3, ffn_field="ffn_hidden_size", act_field="activation",
                      norms=("ln_attn", "ln_mlp", None, None),
                      refuse=(("alibi", "ALiBi position biases"),),
@@ -787,6 +794,8 @@ class ModelSpec:
         if fam.multi_query_field:  # (its config's num_key_value_heads, which the model does
             # not read, can hold the default head count's: GPTBigCodeConfig(n_head=4) says 12)
             n_kv = 1 if getattr(cfg, fam.multi_query_field, False) else n_heads
+            if fam.grouped_field and getattr(cfg, fam.grouped_field[0], False):
+                n_kv = int(getattr(cfg, fam.grouped_field[1], None) or n_heads)
         d = int(cfg.hidden_size)
         hd = int(getattr(cfg, "head_dim", None) or d // n_heads)
         if n_heads % n_kv:

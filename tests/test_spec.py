@@ -179,6 +179,13 @@ def test_layer_norm_specs():
     assert (f7.parallel, f40.parallel, fseq.parallel) == (True, True, False)
     assert (f7.n_kv_heads, f40.n_kv_heads, fseq.n_kv_heads) == (1, 2, 4)
     assert spec_of("falcon_new", parallel_attn=False).parallel
+    # the KV heads as the model reads them, whatever the config reports: transformers 5.17's
+    # FalconConfig maps num_key_value_heads to num_kv_heads (= the q heads by default)
+    for key, want in (("falcon", 1), ("falcon_new", 2), ("falcon_seq", 4)):
+        d = dict(tiny_model(key).config.to_dict(), num_key_value_heads=99)
+        assert ModelSpec.from_hf_config(JsonConfig(d)).n_kv_heads == want, key
+        d["num_key_value_heads"] = d["num_attention_heads"]
+        assert ModelSpec.from_hf_config(JsonConfig(d)).n_kv_heads == want, key
     assert f7.act == "gelu" and not f7.o_bias and f40.o_bias and f40.mlp_bias and f7.tied
 
 
