@@ -30,9 +30,12 @@ def test_spec_fields_and_rope_match_hf(family):
     if family == "gptj":  # a sin / cos table of its own (rotary_dim columns), no inv_freq
         assert s.rot == cfg.rotary_dim and s.rope_interleaved and s.parallel
         pos = torch.arange(7).float()
-        sin, cos = model.transformer.h[0].attn.rotary_emb(torch.zeros(1), pos[None].long()) \
-            if hasattr(model.transformer.h[0].attn, "rotary_emb") else \
-            model.transformer.rotary_emb(torch.zeros(1), pos[None].long())
+        attn = model.transformer.h[0].attn
+        if hasattr(attn, "embed_positions"):  # transformers <= 5.17: a [max_pos, rot] buffer,
+            sin, cos = attn.embed_positions[None, :7].float().chunk(2, dim=-1)  # sin | cos
+        else:  # later: a rotary module, in the attention or the model
+            rot = getattr(attn, "rotary_emb", None) or model.transformer.rotary_emb
+            sin, cos = rot(torch.zeros(1), pos[None].long())
         c, sn = s.rope_table(7)
         assert torch.allclose(cos[0].float(), c[:, :s.rot // 2], atol=1e-6)
         assert torch.allclose(sin[0].float(), sn[:, :s.rot // 2], atol=1e-6)
