@@ -421,6 +421,14 @@ FAMILIES: dict[str, Family] = {
                          partial_rotary=True, interleaved_rope=True, mrope=True,
                          bias_fields=(None, None, None), norms=_GLM4_NORMS),
 }
+
+# the families whose config classes tie the embeddings by default (tie_word_embeddings True):
+# a config.json without the key means it (transformers 4 writes only the keys that differ from
+# the base class's default, True; a test reads each class's default)
+TIED_BY_DEFAULT = frozenset({"ernie4_5", "smollm3", "starcoder2", "cohere", "cohere2", "gpt2",
+                             "gpt_bigcode", "falcon", "opt", "gemma", "gemma2", "vaultgemma",
+                             "gemma3_text"})
+
 # vision-language models whose language model (text_config) is a supported family: it decodes
 # alone (no image is read; Mistral Small 3.x, LLaVA and LLaVA-NeXT / OneVision, Gemma 3 4B and
 # up, Qwen2-VL / Qwen2.5-VL / Qwen3-VL, GLM-4.1V, InternVL 3 in HF's format), packing.
@@ -846,7 +854,7 @@ class ModelSpec:
             mlp_bias=mlp_b or fam.norm_bias, layer_norm=fam.layer_norm, head_bias=fam.norm_bias,
             parallel=_parallel(fam, cfg), learned_positions=fam.learned_positions,
             qk_norm=fam.qk_norm, qk_norm_after=fam.qk_norm_after_rope,
-            tied=bool(getattr(cfg, "tie_word_embeddings", False)),
+            tied=bool(getattr(cfg, "tie_word_embeddings", mt in TIED_BY_DEFAULT)),
             layer_windows=windows,
             max_position=int(getattr(cfg, "max_position_embeddings", 1 << 30) or (1 << 30)),
             rotary_dim=0 if rot == hd else rot, rope_interleaved=fam.interleaved_rope,

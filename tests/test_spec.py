@@ -7,7 +7,7 @@ import transformers as tf
 
 from fastdecode import UnsupportedModelError
 from fastdecode.loading import JsonConfig
-from fastdecode.spec import ModelSpec
+from fastdecode.spec import FAMILIES as SPEC_FAMILIES, TIED_BY_DEFAULT, ModelSpec
 from models import FAMILIES, tiny_model
 
 
@@ -190,6 +190,21 @@ def test_layer_norm_specs():
         d["num_key_value_heads"] = d["num_attention_heads"]
         assert ModelSpec.from_hf_config(JsonConfig(d)).n_kv_heads == want, key
     assert f7.act == "gelu" and not f7.o_bias and f40.o_bias and f40.mlp_bias and f7.tied
+
+
+def test_tied_by_default_is_the_config_classes_default():
+    """A config.json without tie_word_embeddings (transformers 4 writes only the values that
+    differ from its base class's default, True: Gemma's files lack it) ties where the family's
+    config class does."""
+    classes = tf.models.auto.configuration_auto.CONFIG_MAPPING
+    for mt in SPEC_FAMILIES:
+        if mt in classes:
+            want = bool(getattr(classes[mt](), "tie_word_embeddings", False))
+            assert (mt in TIED_BY_DEFAULT) == want, mt
+    for family, tied in (("gemma", True), ("llama", False)):
+        d = tiny_model(family).config.to_dict()
+        del d["tie_word_embeddings"]
+        assert ModelSpec.from_hf_config(JsonConfig(d)).tied == tied, family
 
 
 def test_peri_ln_and_vaultgemma_specs():
