@@ -230,6 +230,21 @@ SHAPES = {
     # 18176 without a gate, the erf GELU, no biases, tied, a 65024 vocabulary): FalconConfig's
     # defaults, as its config.json
     "falcon-7b": ("Falcon-7B", lambda: tf.FalconConfig()),
+    # falcon-rw-1b (ALiBi, 24 sequential layers of 32 heads of 64 on 2048, multi-head, biases,
+    # tied, a 50304 vocabulary), as its config.json reads
+    "falcon-rw-1b": ("Falcon-RW-1B", lambda: tf.FalconConfig(
+        hidden_size=2048, num_attention_heads=32, num_hidden_layers=24, vocab_size=50304,
+        alibi=True, multi_query=False, parallel_attn=False, bias=True, bos_token_id=1,
+        eos_token_id=2)),
+    # bloom-560m / bloom-7b1 (ALiBi, the embedding LayerNorm, q|k|v per head, an MLP of 4 x
+    # hidden without a gate, the tanh GELU, biases everywhere, tied, a 250880 vocabulary), as
+    # their config.json files read
+    "bloom-560m": ("BLOOM-560M", lambda: tf.BloomConfig(
+        hidden_size=1024, n_head=16, n_layer=24, vocab_size=250880, pad_token_id=3,
+        bos_token_id=1, eos_token_id=2)),
+    "bloom-7b1": ("BLOOM-7B1", lambda: tf.BloomConfig(
+        hidden_size=4096, n_head=32, n_layer=30, vocab_size=250880, pad_token_id=3,
+        bos_token_id=1, eos_token_id=2)),
     # opt-1.3b (learned positions at row p + 2, 24 layers of 32 heads of 64, an MLP of 8192
     # without a gate, ReLU, biases everywhere, tied), as its config.json reads
     "opt-1.3b": ("OPT-1.3B", lambda: tf.OPTConfig(

@@ -117,6 +117,8 @@ class FastModel(nn.Module):
         for name, t in old.items():
             if t is not None:
                 new[name] = done.setdefault(id(t), fn(t))
+        if old["alibi"] is not None:  # ALiBi's slopes stay fp32
+            new["alibi"] = old["alibi"].to(next(iter(new.values())).device)
         moved = next(iter(new.values()))
         if all(new[n] is t for n, t in old.items() if t is not None):
             return self

@@ -49,6 +49,9 @@ class PackedWeights:
     # [max_position, d] learned absolute positions, added to each embedded row (GPT-2's wpe:
     # ModelSpec.learned_positions)
     pos_embed: torch.Tensor | None = None
+    # [this rank's q heads] fp32: ALiBi's slopes (ModelSpec.alibi_slopes), kept in fp32 when the
+    # weights change dtype (FastDecodeModel.to)
+    alibi: torch.Tensor | None = None
 
     def pre_norm(self, which: int, l: int) -> torch.Tensor | None:
         """Layer l's norm before its attention (which 0) or MLP (1); None: none."""
@@ -176,7 +179,12 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
     q, f = rows(sp.q_dim), rows(sp.ffn_dim)
     k0, k1 = spec.kv_heads_of(rank, world)  # replicated when world > KV heads
     kv = (slice(k0 * spec.head_dim, k1 * spec.head_dim),)
-    if spec.embed_norm:  # the embedding norm, row-wise: applied to the table once, into a new
+    if spec.embed_norm and spec.layer_norm:  # BLOOM's LayerNorm of the embedded rows, with its
+        # weight and bias: row-wise, so applied to the table once (a new tensor), then centered
+        w, b = (need(f"model.embed_norm.{n}").to(device).float() for n in ("weight", "bias"))
+        embed = rows_through(fetch("model.embed_tokens.weight"), lambda x: centered(
+            torch.nn.functional.layer_norm(x, (x.shape[1],), w, b, spec.rms_eps)), device, dtype)
+    elif spec.embed_norm:  # the embedding norm, row-wise: applied to the table once, into a new
         # tensor (never the caller's own: from_hf's model's parameter)
         table = fetch("model.embed_tokens.weight")
         embed = rows_through(table, lambda x: x * torch.rsqrt(
@@ -216,6 +224,8 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
         pw.pos_embed = rows_through(fetch("model.embed_positions.weight",
                                           (slice(fam.position_offset, None),)),
                                     centered if spec.layer_norm else (lambda x: x), device, dtype)
+    if spec.alibi:  # this rank's q heads' slopes
+        pw.alibi = spec.alibi_slopes()[rank * sp.n_heads:(rank + 1) * sp.n_heads].to(device)
     if spec.head_bias:  # the final LayerNorm's bias through the head, W_head @ b per row, plus
         # the head's own bias where it has one (Phi)
         b = fetch("model.norm.bias").to(device).double()[:, None]

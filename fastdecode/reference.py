@@ -11,6 +11,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from .spec import ALIBI_BLOOM, ALIBI_FALCON
+
 
 def rmsnorm(x, w, eps, residual=None):
     """Returns fp32 rmsnorm(x (+ residual)); residual (if given) is updated in place to x+residual,
@@ -140,10 +142,18 @@ def position_scale(qpos, qscale):
     return 1.0 + beta * torch.log1p(torch.div(qpos, orig, rounding_mode="floor").float())
 
 
-def attention(q, k_cache, v_cache, pos, *, window=0, scale=None, softcap=0.0, qscale=()):
+def alibi_bias(slopes, kp, kind, scale):
+    """ALiBi's bias [heads, keys] of the heads' slopes at key positions kp, of ModelSpec.alibi's
+    kind: slope j (ALIBI_BLOOM), or Falcon's bf16(slope j) times the attention scale."""
+    b = slopes.float()[:, None] * kp.float()[None, :]
+    return b.bfloat16().float() * scale if kind == ALIBI_FALCON else b
+
+
+def attention(q, k_cache, v_cache, pos, *, window=0, scale=None, softcap=0.0, qscale=(),
+              alibi=None, alibi_kind=ALIBI_BLOOM):
     """q [T, H, hd] (queries at positions pos..pos+T-1) -> fp32 [T, H*hd]; causal, optional
-    window; each query's scores times position_scale (qscale), then soft-capped at softcap (0:
-    not)."""
+    window; alibi [H] (ALiBi's slopes): each head's scores plus alibi_bias; each query's scores
+    times position_scale (qscale), then soft-capped at softcap (0: not)."""
     T, H, HD = q.shape
     KVH = k_cache.shape[0]
     p = int(pos)
@@ -152,9 +162,11 @@ def attention(q, k_cache, v_cache, pos, *, window=0, scale=None, softcap=0.0, qs
     k = k_cache[:, :L].float().repeat_interleave(H // KVH, dim=0)   # [H, L, hd]
     v = v_cache[:, :L].float().repeat_interleave(H // KVH, dim=0)
     qp = torch.arange(p, L, device=q.device)[:, None]
-    s = torch.einsum("thd,hld->htl", q.float(), k) * scale * position_scale(qp, qscale)[None]
-    s = soft_cap(s, softcap)
     kp = torch.arange(L, device=q.device)[None, :]
+    s = torch.einsum("thd,hld->htl", q.float(), k) * scale
+    if alibi is not None:
+        s = s + alibi_bias(alibi, kp[0], alibi_kind, scale)[:, None, :]
+    s = soft_cap(s * position_scale(qp, qscale)[None], softcap)
     ok = kp <= qp
     if window:
         ok = ok & (kp > qp - window)
@@ -200,14 +212,17 @@ def choose(logits, *, temperature=1.0, sample=False, generator=None):
     return int(torch.argmax(logits.float() / temperature - torch.log(-torch.log(u))).reshape(-1)[0])
 
 
-def attention_partial(q, k, v, qpos, key0, key1, window=0, scale=None, softcap=0.0, qscale=()):
+def attention_partial(q, k, v, qpos, key0, key1, window=0, scale=None, softcap=0.0, qscale=(),
+                      alibi=None, alibi_kind=ALIBI_BLOOM):
     """Partial attention of queries q [n, G, hd] at positions qpos [n] over keys [key0, key1) of
-    one KV head (k, v [S, hd]), causal (+ window). Returns (o normalised [n, G, hd], lse [n, G]);
+    one KV head (k, v [S, hd]), causal (+ window; alibi [G]: the group's ALiBi slopes). Returns (o normalised [n, G, hd], lse [n, G]);
     rows with no visible key get o = 0, lse = -inf (as the kernel's split phase)."""
     n, G, HD = q.shape
     scale = HD ** -0.5 if scale is None else scale
     kp = torch.arange(key0, max(key0, key1), device=q.device)
     s = torch.einsum("ngd,ld->ngl", q.float(), k[kp].float()) * scale
+    if alibi is not None:
+        s = s + alibi_bias(alibi, kp, alibi_kind, scale)[None]
     s = soft_cap(s * position_scale(qpos, qscale)[:, None, None], softcap)
     ok = kp[None, :] <= qpos[:, None]
     if window:
@@ -231,7 +246,7 @@ def merge_partials(o, lse):
 class Numerics:
     """How the layer blocks compute. mm(x, w): x @ w.T; norm(x, w, eps): the d_model-wide
     RMSNorms; swiglu(y [T, 2N], act, gated) -> [T, N] (glu's contract); attend(q, k_cache,
-    v_cache, pos, window=, softcap=, qscale=): the attention (this module's, or a kernel's with
+    v_cache, pos, window=, softcap=, qscale=, alibi=, alibi_kind=): the attention (this module's, or a kernel's with
     the same contract)."""
     mm: Callable = mm_fp32
     norm: Callable = rmsnorm
@@ -252,7 +267,8 @@ def attention_block(pw, l, h, pos, k_cache, v_cache, cos, sin, num=FP32):
                  n_heads=s.n_heads, eps=s.rms_eps, bias=pick(pw.b_qkv), qk_norm=pick(pw.qk_norm),
                  num=num, qk_norm_after=s.qk_norm_after, qk_norm_full=s.qk_norm_full)
     o = num.attend(q.to(pw.dtype), k_cache, v_cache, pos, window=s.layer_windows[l],
-                   softcap=s.attn_softcap, qscale=s.q_pos_scale)
+                   softcap=s.attn_softcap, qscale=s.q_pos_scale, alibi=pw.alibi,
+                   alibi_kind=s.alibi)
     return gemv(o.to(pw.dtype), pw.w_o[l], bias=pick(pw.b_o), num=num)
 
 

@@ -345,9 +345,9 @@ class Runtime:
                           torch.arange(st.n_pos, st.n_pos + T, device=pw.device))
         block_s, block_tok, warps = prefill_attention_config(s.head_dim, s.group)
 
-        def attend(q, k_cache, v_cache, pos, window, softcap, qscale):  # pos: st.pos, device
+        def attend(q, k_cache, v_cache, pos, window, softcap, qscale, alibi, alibi_kind):
             return ops.attention(q, k_cache, v_cache, st.pos, window=window, softcap=softcap,
-                                 qscale=qscale, n_splits=1, block_s=block_s, block_tok=block_tok,
+                                 qscale=qscale, alibi=alibi, alibi_kind=alibi_kind, n_splits=1, block_s=block_s, block_tok=block_tok,
                                  num_warps=warps)
 
         num = R.Numerics(mm=R.mm_native, norm=ops.rmsnorm, swiglu=ops.swiglu, attend=attend)
@@ -477,7 +477,7 @@ class Runtime:
                          qk_norm_after=s.qk_norm_after, qk_norm_full=s.qk_norm_full)
             ops.attention(st.q[:T], st.k_cache[l], st.v_cache[l], st.pos,
                           window=s.layer_windows[l], softcap=s.attn_softcap,
-                          qscale=s.q_pos_scale,
+                          qscale=s.q_pos_scale, alibi=pw.alibi, alibi_kind=s.alibi,
                           n_splits=st.o_part.shape[0],
                           scratch=(st.o_part, st.lse),
                           out=st.attn[:T])
@@ -678,7 +678,7 @@ class Runtime:
             pw.w_down, opt(pw.b_down), opt(pw.b_head), opt(pw.pos_embed),
             tg.T, st.h.shape[0], s.n_kv_heads, s.vocab_size, self.max_seq_len, s.rms_eps,
             s.head_dim ** -0.5, tg.n_splits, n_vparts, pw.embed_scale, s.attn_softcap,
-            s.logit_softcap, *(s.q_pos_scale or (0.0, 1)),
+            s.logit_softcap, *(s.q_pos_scale or (0.0, 1)), opt(pw.alibi),
             x.table if x else st.status, self.collectives.rank, x_ctr, self.max_spin_remote,
             x.red if x else 0, x.lmv if x else 0, x.lmi if x else 0, self.vocab[0],
             st.logits.shape[1], sched.graph.counters.get(("ticket", 0, 0), 0),
@@ -712,7 +712,7 @@ class Runtime:
             POST_NORM=s.post_norms, PRE_NORM=s.pre_norms, SOFTCAP=s.attn_softcap > 0,
             LOGIT_CAP=s.logit_softcap > 0, QSCALE=bool(s.q_pos_scale),
             BIAS_LM=pw.b_head is not None, POS_EMB=pw.pos_embed is not None,
-            num_warps=tg.num_warps)
+            ALIBI=s.alibi, num_warps=tg.num_warps)
         grid = (sched.n_programs,)
         variant = (key, sampling.do_sample, trace is not None)
         # this launch's compiled kernel, compiled and loaded (not launched) on first use

@@ -153,6 +153,12 @@ class Family:
     ffn_field: str = "intermediate_size"
     ffn_default: int = 0
     act_field: str = "hidden_act"
+    act_default: str = "silu"  # where the config has no act_field (BLOOM: the tanh GELU)
+    # ALiBi position biases and no RoPE (BLOOM: ModelSpec.alibi); a str: the config field that
+    # switches them on (Falcon-RW's alibi)
+    alibi: bool | str = False
+    # the ALiBi biases as HF's Falcon computes them (ModelSpec.alibi ALIBI_FALCON)
+    alibi_falcon: bool = False
     # the checkpoint stores its projections as [in, out] (GPT-2's Conv1D: packing.conv1d_getter)
     conv1d: bool = False
     # (config field, what it switches off): configs that set one false are refused
@@ -314,6 +320,23 @@ FAMILIES: dict[str, Family] = {
                           refuse=(("add_cross_attention", "cross-attention"),),
                           require=(("scale_attn_weights", "unscaled attention scores"),),
                           checkpoint_prefix="transformer.", checkpoint_names=_GPT2_NAMES),
+    # BLOOM (bloom-560m ... bloom, BLOOMZ): ALiBi instead of RoPE, a LayerNorm with a bias on the
+    # embedded rows (folded into the table: Family.embed_norm) and before each block, q|k|v fused
+    # per head, biases everywhere, an MLP of 4 x hidden_size without a gate (the tanh GELU), tied
+    "bloom": Family(qkv_bias=True, qk_norm=False, window_field=None, gated=False, alibi=True,
+                    layer_norm=True, norm_bias=True, eps_field="layer_norm_epsilon",
+                    embed_norm=True, qkv_grouped=True, bias_fields=(True, True, True),
+                    ffn_field="", ffn_default=4, act_field="", act_default="gelu_pytorch_tanh",
+                    refuse=(("apply_residual_connection_post_layernorm",
+                             "the residual taken after the norm"),),
+                    checkpoint_prefix="transformer.", checkpoint_names=(
+                        ("model.embed_tokens.", "transformer.word_embeddings."),
+                        ("model.embed_norm.", "transformer.word_embeddings_layernorm."),
+                        ("model.layers.", "transformer.h."), ("model.norm.", "transformer.ln_f."),
+                        (".self_attn.qkv_proj.", ".self_attention.query_key_value."),
+                        (".self_attn.o_proj.", ".self_attention.dense."),
+                        (".mlp.up_proj.", ".mlp.dense_h_to_4h."),
+                        (".mlp.down_proj.", ".mlp.dense_4h_to_h."))),
     # Falcon (falcon-7b / 40b / 180b, Falcon2-11B): one LayerNorm shared by parallel blocks
     # (parallel_attn), or one each (the new decoder architecture's ln_attn / ln_mlp), or a
     # sequential block; q|k|v fused per KV group (multi-query: concatenated), an MLP of
@@ -323,9 +346,9 @@ FAMILIES: dict[str, Family] = {
                      parallel=("parallel_attn", "new_decoder_architecture"), qkv_grouped=True,
                      multi_query_field="multi_query",
                      grouped_field=("new_decoder_architecture", "num_kv_heads"),
+                     alibi="alibi", alibi_falcon=True,
                      bias_fields=("bias",) * 3, ffn_field="ffn_hidden_size", act_field="activation",
                      norms=("ln_attn", "ln_mlp", None, None),
-                     refuse=(("alibi", "ALiBi position biases"),),
                      checkpoint_prefix="transformer.", checkpoint_names=(
                          ("model.embed_tokens.", "transformer.word_embeddings."),
                          ("model.layers.", "transformer.h."), ("model.norm.", "transformer.ln_f."),
@@ -425,9 +448,12 @@ FAMILIES: dict[str, Family] = {
 # the families whose config classes tie the embeddings by default (tie_word_embeddings True):
 # a config.json without the key means it (transformers 4 writes only the keys that differ from
 # the base class's default, True; a test reads each class's default)
+# ModelSpec.alibi's kinds (the attention body's ALIBI constexpr)
+ALIBI_BLOOM, ALIBI_FALCON = 1, 2
+
 TIED_BY_DEFAULT = frozenset({"ernie4_5", "smollm3", "starcoder2", "cohere", "cohere2", "gpt2",
                              "gpt_bigcode", "falcon", "opt", "gemma", "gemma2", "vaultgemma",
-                             "gemma3_text"})
+                             "gemma3_text", "bloom"})
 
 # vision-language models whose language model (text_config) is a supported family: it decodes
 # alone (no image is read; Mistral Small 3.x, LLaVA and LLaVA-NeXT / OneVision, Gemma 3 4B and
@@ -516,6 +542,11 @@ class ModelSpec:
     # learned absolute positions (Family.learned_positions): a table of max_position rows added
     # to each embedded row (PackedWeights.pos_embed), every layer without RoPE (nope_layers)
     learned_positions: bool = False
+    # ALiBi (Family.alibi), every layer without RoPE (nope_layers): 0 none; ALIBI_BLOOM head h's
+    # scores plus alibi_slopes()[h] times the key's position j; ALIBI_FALCON (q . k + bf16(
+    # slope j)) / sqrt(head_dim), slopes rounded to bf16 -- HF's Falcon rounds its bias so
+    # (build_alibi_tensor: slopes.bfloat16() * positions), whatever the model's dtype
+    alibi: int = 0
     # the attention and the MLP both read the layer's input (Family.parallel): the gate|up
     # tasks run before o_proj's (graph.build_step), reading the residual stream before o_proj
     # adds to it; down adds after
@@ -644,6 +675,22 @@ class ModelSpec:
             return None
         return int(self.rope["original_max_position_embeddings"])
 
+    def alibi_slopes(self) -> torch.Tensor:
+        """ALiBi's slope of each q head, fp32 [n_heads] (this spec's: a shard's are the first
+        ones; packing slices the whole model's): with p the largest power of two <= n_heads, head
+        i < p has 2^(-8 (i + 1) / p), the rest every second power of 2^(-4 / p) -- BLOOM's
+        (transformers' _get_alibi_slopes, op for op in fp32); rounded to bf16 for
+        ALIBI_FALCON."""
+        n = self.n_heads
+        p = 2 ** math.floor(math.log2(n))
+        base = torch.tensor(2 ** (-(2 ** -(math.log2(p) - 3))), dtype=torch.float32)
+        slopes = torch.pow(base, torch.arange(1, 1 + p, dtype=torch.int32))
+        if p != n:
+            extra = torch.tensor(2 ** (-(2 ** -(math.log2(2 * p) - 3))), dtype=torch.float32)
+            odd = torch.arange(1, 1 + 2 * min(p, n - p), 2, dtype=torch.int32)
+            slopes = torch.cat([slopes, torch.pow(extra, odd)])
+        return slopes.bfloat16().float() if self.alibi == ALIBI_FALCON else slopes
+
     def rope_inv_freq(self, long: bool = False) -> torch.Tensor:
         """Inverse frequencies [head_dim/2] fp32, with the config's scaling; over the rotated
         dims (rot) only, as HF's -- the rest 0 (rope_permutation). long: a longrope's long
@@ -761,7 +808,7 @@ class ModelSpec:
             raise UnsupportedModelError(f"model_type {mt!r} is not supported{why}; fastdecode "
                                         f"supports {sorted(FAMILIES)}")
         fam = FAMILIES[mt]
-        act = getattr(cfg, fam.act_field, None) or "silu"
+        act = getattr(cfg, fam.act_field, None) or fam.act_default
         if fam.gemma_norms:  # the released config.json files say "gelu" and mean the tanh GELU
             # (HF's GemmaConfig rewrites it; transformers 4.x read hidden_activation first)
             act = getattr(cfg, "hidden_activation", None) or \
@@ -836,7 +883,10 @@ class ModelSpec:
         nope = _nope_layers(mt, fam, cfg, n_layers)
         if fam.full_layers_nope and getattr(cfg, "sliding_window", None) is not None:
             nope = tuple(l for l, t in enumerate(types[:n_layers]) if t != "sliding_attention")
-        if fam.learned_positions:  # positions come with the embedding: no RoPE anywhere
+        alibi = _config_flag(cfg, fam.alibi) * (ALIBI_FALCON if fam.alibi_falcon else
+                                                ALIBI_BLOOM)
+        if fam.learned_positions or alibi:  # positions come with the embedding or as ALiBi's
+            # biases: no RoPE anywhere
             nope = tuple(range(n_layers))
         scales = _multipliers(cfg, hd, fam.logits_multiplied) if fam.multipliers else {}
         if fam.gemma_norms:
@@ -864,7 +914,7 @@ class ModelSpec:
             pre_norms=fam.norms[0] is not None, qk_norm_full=fam.qk_norm_full,
             local_rope=local if any(windows) else {}, attn_softcap=caps[0],
             logit_softcap=caps[1], q_pos_scale=_q_pos_scale(mt, rope),
-            embed_norm=fam.embed_norm, rope_flipped=fam.rope_flipped)
+            embed_norm=fam.embed_norm, rope_flipped=fam.rope_flipped, alibi=alibi)
 
 
 def _parallel(fam: Family, cfg) -> bool:

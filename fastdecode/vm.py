@@ -105,7 +105,8 @@ class VM:
                 o, lse = R.attention_partial(st.q[toks, heads], st.k_cache[l, kv],
                                              st.v_cache[l, kv], self.pos + toks, k0, k1,
                                              s.layer_windows[l], softcap=s.attn_softcap,
-                                             qscale=s.q_pos_scale)
+                                             qscale=s.q_pos_scale,
+                                             alibi=self._slopes(heads), alibi_kind=s.alibi)
                 st.o_part[split, toks, heads] = o
                 st.lse[split, toks, heads] = lse
             if tg.merge_in_attn:  # the group's last ATTN task merges it
@@ -170,8 +171,13 @@ class VM:
         toks = self._tokens(0, T)
         o, _ = R.attention_partial(st.q[toks, heads], st.k_cache[l, kv], st.v_cache[l, kv],
                                    self.pos + toks, 0, self.pos + T, s.layer_windows[l],
-                                   softcap=s.attn_softcap, qscale=s.q_pos_scale)
+                                   softcap=s.attn_softcap, qscale=s.q_pos_scale,
+                                   alibi=self._slopes(heads), alibi_kind=s.alibi)
         st.attn[:T].view(T, s.n_heads, s.head_dim)[:, heads] = o.to(self.pw.dtype)
+
+    def _slopes(self, heads):
+        """The ALiBi slopes of this rank's q heads `heads` (None: no ALiBi)."""
+        return None if self.pw.alibi is None else self.pw.alibi[heads]
 
     def _merge(self, l, kv, g0=0, g1=None):
         """The LSE merge of layer l's KV group kv's splits, for its q heads [g0, g1) (all by

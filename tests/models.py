@@ -234,6 +234,18 @@ FAMILIES = {
     "falcon_seq": (_tf("FalconConfig"), _tf("FalconForCausalLM"), dict(
         hidden_size=40, ffn_hidden_size=66, num_attention_heads=4, multi_query=False,
         parallel_attn=False, bias=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    # falcon_rw (Falcon-RW-1B / 7B's layout): ALiBi (its bias rounded to bf16, then scaled; 9
+    # heads: a slope past the power of two 8 that bf16 rounds), multi-head, a sequential block,
+    # biases, tied
+    "falcon_rw": (_tf("FalconConfig"), _tf("FalconForCausalLM"), dict(
+        hidden_size=54, ffn_hidden_size=72, num_attention_heads=9, alibi=True, multi_query=False,
+        parallel_attn=False, bias=True, tie_word_embeddings=True, pad_token_id=0,
+        bos_token_id=1, eos_token_id=2)),
+    # bloom: ALiBi (6 heads: the slopes' odd-power tail past the power of two 4), the embedding
+    # LayerNorm, LayerNorms with biases, q|k|v per head, biases everywhere, tied
+    "bloom": (_tf("BloomConfig"), _tf("BloomForCausalLM"), dict(
+        hidden_size=48, n_head=6, tie_word_embeddings=True, pad_token_id=0, bos_token_id=1,
+        eos_token_id=2)),
     # opt: learned positions at row p + 2, LayerNorms with biases, an MLP of ffn_dim without a
     # gate (ReLU), biases everywhere, MHA, untied
     "opt": (_tf("OPTConfig"), _tf("OPTForCausalLM"), dict(
@@ -293,14 +305,16 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
                intermediate_size=draw(st.integers(3, 97)), tie_word_embeddings=draw(st.booleans()))
     if family in ("mistral", "phi3"):
         cfg["sliding_window"] = draw(st.integers(2, 12))
-    if family in ("gpt_neox", "gpt2", "gptj", "opt", "gpt_bigcode_mha", "falcon_seq"):
+    if family in ("gpt_neox", "gpt2", "gptj", "opt", "gpt_bigcode_mha", "falcon_seq", "bloom",
+                  "falcon_rw"):
         cfg["num_key_value_heads"] = heads  # multi-head only
     if family in ("gpt_bigcode", "falcon"):  # multi-query, one KV head
         cfg["num_key_value_heads"] = 1
     if family == "falcon_new":  # its KV heads' field
         cfg["num_kv_heads"] = kv
     if family in ("helium", "stablelm", "phi", "gpt_neox", "gpt2", "gptj", "opt", "gpt_bigcode",
-                  "gpt_bigcode_mha", "falcon", "falcon_new", "falcon_seq"):  # [hidden, hidden]
+                  "gpt_bigcode_mha", "falcon", "falcon_new", "falcon_seq", "falcon_rw",
+                  "bloom"):  # [hidden, hidden]
         # o_proj (Helium), head_dim always hidden / heads in the attention (StableLM, Phi,
         # GPT-NeoX, GPT-2, GPT-J, OPT, GPT-BigCode, Falcon): HF's needs H * hd == d
         cfg["hidden_size"] = heads * cfg["head_dim"]
@@ -308,6 +322,8 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
         cfg.update(ffn_dim=cfg["intermediate_size"], word_embed_proj_dim=cfg["hidden_size"])
     if family in ("gpt_bigcode", "gpt_bigcode_mha"):
         cfg["n_inner"] = cfg["intermediate_size"]
+    if family == "bloom":  # head_dim, the KV heads and the MLP's width (4 x) are derived
+        del cfg["head_dim"], cfg["num_key_value_heads"], cfg["intermediate_size"]
     if family.startswith("falcon"):  # its own fields: head_dim and the KV heads are derived
         cfg["ffn_hidden_size"] = cfg["intermediate_size"]
         del cfg["head_dim"], cfg["num_key_value_heads"]

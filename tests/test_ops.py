@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from fastdecode import ops
 from fastdecode import reference as R
-from fastdecode.triton_kernels._common import INTERPRET
+from fastdecode.spec import ALIBI_BLOOM, ALIBI_FALCON, ModelSpec
+from fastdecode.triton_kernels._common import INTERPRET, round_bf16
 from fastdecode.triton_kernels.attention import split_range, split_range_host
 from fastdecode.triton_kernels.config import StreamConfig, merge_splits
 from fastdecode.triton_kernels.gemv import ACT_CODES
@@ -226,6 +227,53 @@ def test_attention_softcap(T, group, KVH, HD, pos, window, seed, dtype, n_splits
     if qs and cap == 50.0 and pos >= 16 and window == 0:
         assert not close(ops.attention(q, kc, vc, p, n_splits=n_splits, softcap=cap), ref, dtype,
                          pos + T)
+
+
+@given(T=TOKENS, group=st.sampled_from([1, 3]), KVH=st.integers(1, 3),
+       HD=st.sampled_from([10, 16]), pos=st.integers(0, 300), window=st.sampled_from([0, 5]),
+       seed=st.integers(0, 2**31 - 1), dtype=DTYPES, n_splits=st.sampled_from([None, 1, 3]),
+       kind=st.sampled_from([ALIBI_BLOOM, ALIBI_FALCON]))
+def test_attention_alibi(T, group, KVH, HD, pos, window, seed, dtype, n_splits, kind):
+    """ALiBi (BLOOM's slope j; Falcon's bf16(slope j) times the scale, the slopes rounded to
+    bf16) against the reference's, the slopes of the head count drawn (its tail past a power of
+    two among them: 3, 6, 9 heads); without them the tolerance rejects the output once a query
+    sees a few keys."""
+    g = torch.Generator().manual_seed(seed)
+    H, S = group * KVH, pos + T + 5
+    q = rnd(T, H, HD, dtype=dtype, seed_gen=g)
+    kc, vc = rnd(KVH, S, HD, dtype=dtype, seed_gen=g), rnd(KVH, S, HD, dtype=dtype, seed_gen=g)
+    p = torch.tensor([pos], dtype=torch.int32, device=DEVICE)
+    spec = ModelSpec(family="bloom", n_layers=1, d_model=H * HD, n_heads=H, n_kv_heads=KVH,
+                     head_dim=HD, ffn_dim=1, vocab_size=1, rms_eps=1e-5, rope_theta=1.0,
+                     alibi=kind)
+    slopes = spec.alibi_slopes().to(DEVICE)
+    ref = R.attention(q, kc, vc, pos, window=window, alibi=slopes, alibi_kind=kind)
+    out = ops.attention(q, kc, vc, p, window=window, n_splits=n_splits, alibi=slopes,
+                        alibi_kind=kind)
+    assert_close(out, ref, dtype, pos + T, "attention alibi")
+    if pos >= 8 and window == 0:
+        assert not close(ops.attention(q, kc, vc, p, n_splits=n_splits), ref, dtype, pos + T)
+
+
+@triton.jit
+def _round_bf16_kernel(x_ptr, y_ptr, N: tl.constexpr):
+    o = tl.arange(0, N)
+    tl.store(y_ptr + o, round_bf16(tl.load(x_ptr + o)))
+
+
+def test_round_bf16_is_torchs():
+    """_common.round_bf16 (by the bits: the interpreter's cast truncates) gives torch's
+    .bfloat16(): random values, ties (to even) both ways, values that carry into the exponent,
+    zeros, subnormals and the largest finite ones."""
+    x = torch.randn(4096, generator=torch.Generator().manual_seed(0)) * 1e3
+    bits = torch.tensor([0x3F808000, 0x3F818000, 0x3F80FFFF, 0x3FFFFFFF, 0x7F7FFFFF, 0xFF7F0000,
+                         0x00000001, 0x80008000, 0x0, 0x80000000, 0x407FFFFF, 0x3F7F8000],
+                        dtype=torch.int64).to(torch.int32)
+    x = torch.cat([x[:4096 - len(bits)], bits.view(torch.float32)]).to(DEVICE)
+    y = torch.empty_like(x)
+    _round_bf16_kernel[(1,)](x, y, N=x.numel())
+    want = x.bfloat16().float()
+    assert torch.equal(y.view(torch.int32), want.view(torch.int32))
 
 
 @given(pos=st.integers(0, 5000), T=st.sampled_from([1, 1, 3, 17]),

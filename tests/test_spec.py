@@ -1,4 +1,5 @@
 """ModelSpec from HF configs: every size from the config, family differences, clear errors."""
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
@@ -26,6 +27,15 @@ def test_spec_fields_and_rope_match_hf(family):
             model.transformer.h[0].attn
         assert s.qkv_dim == (attn.c_attn.nf if family == "gpt2" else attn.c_attn.out_features
                              if family != "opt" else 3 * attn.q_proj.out_features)
+        return
+    if family == "bloom":  # ALiBi, no rotary embedding: HF's slopes, bit for bit
+        from transformers.models.bloom.modeling_bloom import _get_alibi_slopes
+        assert s.alibi and s.nope_layers == tuple(range(s.n_layers)) and s.embed_norm
+        assert torch.equal(s.alibi_slopes(), _get_alibi_slopes(s.n_heads, "cpu"))
+        for n in (1, 2, 3, 5, 8, 12, 16, 71, 112):  # powers of two and the tails past them
+            sn = dataclasses.replace(s, n_heads=n, n_kv_heads=n)
+            assert torch.equal(sn.alibi_slopes(), _get_alibi_slopes(n, "cpu")), n
+        assert s.qkv_dim == model.transformer.h[0].self_attention.query_key_value.out_features
         return
     if family == "gptj":  # a sin / cos table of its own (rotary_dim columns), no inv_freq
         assert s.rot == cfg.rotary_dim and s.rope_interleaved and s.parallel
@@ -184,7 +194,7 @@ def test_layer_norm_specs():
     assert spec_of("falcon_new", parallel_attn=False).parallel
     # the KV heads as the model reads them, whatever the config reports: transformers 5.17's
     # FalconConfig maps num_key_value_heads to num_kv_heads (= the q heads by default)
-    for key, want in (("falcon", 1), ("falcon_new", 2), ("falcon_seq", 4)):
+    for key, want in (("falcon", 1), ("falcon_new", 2), ("falcon_seq", 4), ("falcon_rw", 9)):
         d = dict(tiny_model(key).config.to_dict(), num_key_value_heads=99)
         assert ModelSpec.from_hf_config(JsonConfig(d)).n_kv_heads == want, key
         d["num_key_value_heads"] = d["num_attention_heads"]
@@ -238,7 +248,7 @@ def _raw(**kw):  # a config HF itself would refuse to build (odd head_dim)
     (lambda: tf.OlmoConfig(clip_qkv=8.0), "clip_qkv=8.0"),
     (lambda: tf.PhiConfig(qk_layernorm=True), "qk_layernorm=True"),
     (lambda: tf.CohereConfig(use_qk_norm=True), "use_qk_norm=True"),
-    (lambda: tf.FalconConfig(alibi=True), "alibi=True \\(ALiBi"),
+    (lambda: tf.BloomConfig(apply_residual_connection_post_layernorm=True), "after the norm"),
     (lambda: tf.GPTJConfig(rotary_dim=5), "rotary_dim=5"),
     (lambda: tf.GPT2Config(scale_attn_by_inverse_layer_idx=True), "1 / layer"),
     (lambda: tf.GPT2Config(scale_attn_weights=False), "unscaled attention"),

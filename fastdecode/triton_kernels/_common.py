@@ -257,6 +257,15 @@ def soft_cap(x, cap):
 
 
 @triton.jit
+def round_bf16(x):
+    """fp32 x rounded to the nearest bf16 (ties to even), as fp32 -- torch's .bfloat16() of a
+    finite value. By its bits: Triton's interpreter casts to bf16 by truncation."""
+    b = x.to(tl.uint32, bitcast=True)
+    b = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000
+    return b.to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def mm_tile(a, b, F32: tl.constexpr):
     """a [M, K] @ b [K, N] with fp32 accumulation; bf16/fp16 operands on the GPU, IEEE fp32 under
     the interpreter (F32)."""

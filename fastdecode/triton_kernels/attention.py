@@ -5,7 +5,11 @@ For query token t (position qp = pos + t) and query head h (KV head h // G):
               and j > qp - window when the layer has a sliding window;
     (SOFTCAP: the scores cap tanh(q . k * scale / cap) first -- Gemma 2's attn_logit_softcapping;
      QSCALE: q . k * scale times 1 + beta ln(1 + floor(qp / orig)) -- Ministral 3's
-     llama_4_scaling_beta, a query scale growing with the position past the original context)
+     llama_4_scaling_beta, a query scale growing with the position past the original context;
+     ALIBI 1: head h's scores plus slope[h] times the key's position j -- BLOOM's ALiBi, whose
+     -slope[h] (qp - j) it equals under the softmax: a query's own position cancels; ALIBI 2:
+     (q . k + bf16(slope[h] j)) * scale, the bias rounded as HF's Falcon rounds it:
+     spec.ALIBI_BLOOM / ALIBI_FALCON)
 Phase 1 (attention_body), one program per (KV head, split, block of tokens): every key and value
 row of the split is read ONCE for all G query heads of its group (rows of the score tile are
 (token, group member) pairs, M padded to >= 16 for tl.dot), online softmax in fp32, writes a
@@ -26,7 +30,7 @@ import triton
 import triton.language as tl
 
 from ..ptx_inline.memory import prefetch_l2_bulk
-from ._common import INTERPRET, mm_tile, pdl_start, pdl_wait, soft_cap
+from ._common import INTERPRET, mm_tile, pdl_start, pdl_wait, round_bf16, soft_cap
 from .config import (GPU_SMS, attention_blocks, attention_config, merge_heads, merge_splits,
                      use_pdl)
 
@@ -74,11 +78,13 @@ def attention_body(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos, T, TM, S, H, HD, wi
                    BLOCK_M: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
                    F32: tl.constexpr, DIRECT: tl.constexpr, softcap=0.0,
                    SOFTCAP: tl.constexpr = False, qs_beta=0.0, qs_orig=1,
-                   QSCALE: tl.constexpr = False):
+                   QSCALE: tl.constexpr = False, alibi_ptr=None, ALIBI: tl.constexpr = 0):
     """One (KV head, split, token block) program of phase 1 (module docstring): split `split` of
     n_splits (split_range). DIRECT (n_splits 1): o_ptr is the attention output [T, H * HD] in
     its dtype, written final -- no lse, no merge. SOFTCAP: the scores soft-capped at softcap.
-    QSCALE: each query's scores times 1 + qs_beta ln(1 + qp // qs_orig) (module docstring)."""
+    QSCALE: each query's scores times 1 + qs_beta ln(1 + qp // qs_orig) (module docstring).
+    ALIBI (1, 2): alibi_ptr [H] the slopes of the heads (this rank's), each added times the key's
+    position (module docstring)."""
     offs_m = tl.arange(0, BLOCK_M)
     tloc = offs_m // BLOCK_G
     g = offs_m % BLOCK_G
@@ -91,6 +97,9 @@ def attention_body(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos, T, TM, S, H, HD, wi
     qs = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
     if QSCALE:  # the query's position scale: exactly 1 below qs_orig
         qs = 1.0 + qs_beta * tl.log(1.0 + (qp // qs_orig).to(tl.float32))
+    slope = tl.zeros([BLOCK_M], dtype=tl.float32)
+    if ALIBI:
+        slope = tl.load(alibi_ptr + h, mask=valid, other=0.0)
     q = tl.load(q_ptr + (t[:, None] * H + h[:, None]) * HD + offs_d[None, :],
                 mask=valid[:, None] & mask_d[None, :], other=0.0)
     # keys this program may need: [first, last] over its tokens, clipped to its split
@@ -112,6 +121,10 @@ def attention_body(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos, T, TM, S, H, HD, wi
         k = tl.load(k_ptr + kv_off, mask=kvm, other=0.0)
         v = tl.load(v_ptr + kv_off, mask=kvm, other=0.0)
         sc = mm_tile(q, tl.trans(k), F32) * scale
+        if ALIBI == 1:
+            sc = sc + slope[:, None] * offs_s[None, :].to(tl.float32)
+        elif ALIBI == 2:  # the product exact in fp32 (an 8-bit slope, j < 2^16), rounded once
+            sc = sc + round_bf16(slope[:, None] * offs_s[None, :].to(tl.float32)) * scale
         if QSCALE:
             sc = sc * qs[:, None]
         if SOFTCAP:
@@ -145,7 +158,8 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos_ptr, T, TM, S, H, 
                      n_splits, GROUP: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_TOK: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
                      F32: tl.constexpr, DIRECT: tl.constexpr, PDL: tl.constexpr, softcap,
-                     SOFTCAP: tl.constexpr, qs_beta, qs_orig, QSCALE: tl.constexpr):
+                     SOFTCAP: tl.constexpr, qs_beta, qs_orig, QSCALE: tl.constexpr, alibi_ptr,
+                     ALIBI: tl.constexpr):
     pdl_start(PDL)
     pdl_wait(PDL)
     # token blocks last-first: under the causal mask the last tokens' blocks read the most keys,
@@ -154,7 +168,7 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos_ptr, T, TM, S, H, 
                    scale, n_splits, tl.program_id(0), tl.program_id(1),
                    tl.num_programs(2) - 1 - tl.program_id(2),
                    GROUP, BLOCK_G, BLOCK_TOK, BLOCK_M, BLOCK_S, BLOCK_D, F32, DIRECT, softcap,
-                   SOFTCAP, qs_beta, qs_orig, QSCALE)
+                   SOFTCAP, qs_beta, qs_orig, QSCALE, alibi_ptr, ALIBI)
 
 
 @triton.jit
@@ -221,14 +235,16 @@ def split_plan(max_seq_len: int, n_kv_heads: int, block_s: int = 64, sms: int = 
 
 def attention(q, k_cache, v_cache, pos, *, window: int = 0, scale=None, out=None,
               n_splits=None, block_s=None, block_tok=None, num_warps=4, num_stages=3,
-              scratch=None, heads_per_merge=1, softcap: float = 0.0, qscale: tuple = ()):
+              scratch=None, heads_per_merge=1, softcap: float = 0.0, qscale: tuple = (),
+              alibi=None, alibi_kind: int = 1):
     """q [T, H, hd]; k_cache/v_cache [KVH, S, hd] (one layer, positions < pos+T filled); pos int32
     [1] device tensor. Returns out [T, H*hd] in q's dtype. n_splits: programs per KV head
     (split_plan's for S by default), each taking an even share of the keys; block_s: keys per
     iteration, block_tok: query tokens per program (attention_config's by default; a long
     prompt's pass takes prefill_attention_config's larger tiles); heads_per_merge: q heads per
     merge program (config.merge_heads); softcap > 0: the scores soft-capped (SOFTCAP); qscale
-    (beta, orig): the position-dependent query scale (QSCALE; () none)."""
+    (beta, orig): the position-dependent query scale (QSCALE; () none); alibi [H] fp32: the
+    heads' ALiBi slopes, of alibi_kind (ALIBI: spec.ALIBI_BLOOM / ALIBI_FALCON; None none)."""
     T, H, HD = q.shape
     KVH, S, _ = k_cache.shape
     G = H // KVH
@@ -258,6 +274,7 @@ def attention(q, k_cache, v_cache, pos, *, window: int = 0, scale=None, out=None
                            softcap=float(softcap), SOFTCAP=softcap > 0,
                            qs_beta=float(qscale[0]) if qscale else 0.0,
                            qs_orig=int(qscale[1]) if qscale else 1, QSCALE=bool(qscale),
+                           alibi_ptr=alibi, ALIBI=alibi_kind if alibi is not None else 0,
                            num_warps=num_warps, num_stages=num_stages, launch_pdl=pdl)
     if direct:
         return out

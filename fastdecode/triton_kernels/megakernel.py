@@ -138,16 +138,18 @@ def attend(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos, T, TM, S, H, HD, window, sc
            BLOCK_TOK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_S: tl.constexpr,
            BLOCK_D: tl.constexpr, F32: tl.constexpr, DIRECT: tl.constexpr,
            OUTLINE: tl.constexpr, softcap, SOFTCAP: tl.constexpr, qs_beta, qs_orig,
-           QSCALE: tl.constexpr):
+           QSCALE: tl.constexpr, alibi_ptr, ALIBI: tl.constexpr):
     """attention_body, inlined or (OUTLINE) called out of line."""
     if OUTLINE:
         attention_call(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos, T, TM, S, H, HD, window, scale,
                        n_splits, kvh, split, pid_t, GROUP, BLOCK_G, BLOCK_TOK, BLOCK_M, BLOCK_S,
-                       BLOCK_D, F32, DIRECT, softcap, SOFTCAP, qs_beta, qs_orig, QSCALE)
+                       BLOCK_D, F32, DIRECT, softcap, SOFTCAP, qs_beta, qs_orig, QSCALE,
+                       alibi_ptr, ALIBI)
     else:
         attention_body(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos, T, TM, S, H, HD, window, scale,
                        n_splits, kvh, split, pid_t, GROUP, BLOCK_G, BLOCK_TOK, BLOCK_M, BLOCK_S,
-                       BLOCK_D, F32, DIRECT, softcap, SOFTCAP, qs_beta, qs_orig, QSCALE)
+                       BLOCK_D, F32, DIRECT, softcap, SOFTCAP, qs_beta, qs_orig, QSCALE,
+                       alibi_ptr, ALIBI)
 
 
 @triton.jit
@@ -325,7 +327,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                wqkv_ptr, bqkv_ptr, qkn_ptr,
                wo_ptr, bo_ptr, wgu_ptr, bgu_ptr, wd_ptr, bd_ptr, blm_ptr, wpe_ptr,
                T, TM, KVH, V, S, eps, scale, n_splits, n_vparts, emb_scale, attn_cap, logit_cap,
-               qs_beta, qs_orig,
+               qs_beta, qs_orig, alibi_ptr,
                xtab_ptr, rank, x_ctr, x_spin, x_red, x_lmv, x_lmi, v0, VFULL, tkt_base, qtkt_base,
                D: tl.constexpr, FFN: tl.constexpr, H: tl.constexpr, HD: tl.constexpr,
                BIAS_QKV: tl.constexpr, QK_NORM: tl.constexpr, QK_DEFER: tl.constexpr,
@@ -349,7 +351,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                POST_NORM: tl.constexpr = False, SOFTCAP: tl.constexpr = False,
                LOGIT_CAP: tl.constexpr = False, PRE_NORM: tl.constexpr = True,
                QSCALE: tl.constexpr = False, BIAS_LM: tl.constexpr = False,
-               POS_EMB: tl.constexpr = False):
+               POS_EMB: tl.constexpr = False, ALIBI: tl.constexpr = 0):
     """Model sizes D, FFN, H, HD are constexpr (one compile per model): a decode tile over whole
     rows then folds its chunk loop away and keeps the activation row in registers, which spares
     registers (bench/compile_check.py: 1B shape 255 registers with 48 B of spills when they were
@@ -410,7 +412,9 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     SOFTCAP / LOGIT_CAP (Gemma 2): the attention scores soft-capped at attn_cap, the logits at
     logit_cap (cap tanh(x / cap), _common.soft_cap; ModelSpec.attn_softcap / logit_softcap).
     QSCALE (Ministral 3): each query's scores times 1 + qs_beta ln(1 + pos // qs_orig)
-    (ModelSpec.q_pos_scale; attention.py)."""
+    (ModelSpec.q_pos_scale; attention.py). ALIBI (BLOOM 1, Falcon-RW 2: ModelSpec.alibi): head
+    h's scores plus alibi_ptr[h] (this rank's heads' slopes, PackedWeights.alibi) times the key's
+    position (attention.py)."""
     pid = tl.program_id(0)
     qlen = tl.load(qlen_ptr + pid)
     QKVN = (H + 2 * KVH) * HD
@@ -504,7 +508,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                            pos, T, TM, S, H, HD, win, scale, 1, a0, 0, tb,
                                            GROUP, BLOCK_G, BLOCK_TOK, BLOCK_M, BLOCK_S,
                                            BLOCK_D, F32, True, ATTN_OUTLINE, attn_cap,
-                                           SOFTCAP, qs_beta, qs_orig, QSCALE)
+                                           SOFTCAP, qs_beta, qs_orig, QSCALE, alibi_ptr,
+                                           ALIBI)
                                 if TRACE:
                                     tl.store(tr + 7, globaltimer_ns(op, clock_ptr, USE_ASM))
             elif op == OP_O:
@@ -585,7 +590,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                T, TM, S, H, HD, win, scale, n_splits,
                                a0, a1, a2, GROUP, BLOCK_G, BLOCK_TOK, BLOCK_M, BLOCK_S,
                                BLOCK_D, F32, False, ATTN_OUTLINE, attn_cap, SOFTCAP,
-                               qs_beta, qs_orig, QSCALE)
+                               qs_beta, qs_orig, QSCALE, alibi_ptr, ALIBI)
                         if MERGE_IN_ATTN:  # the group's last split to finish merges it
                             tl.debug_barrier()  # this split's partials stored before its ticket
                             tkt = tl.atomic_add(ctr_ptr + tkt_base + layer * KVH + a0, 1,
