@@ -215,8 +215,9 @@ def choose(logits, *, temperature=1.0, sample=False, generator=None):
 def attention_partial(q, k, v, qpos, key0, key1, window=0, scale=None, softcap=0.0, qscale=(),
                       alibi=None, alibi_kind=ALIBI_BLOOM):
     """Partial attention of queries q [n, G, hd] at positions qpos [n] over keys [key0, key1) of
-    one KV head (k, v [S, hd]), causal (+ window; alibi [G]: the group's ALiBi slopes). Returns (o normalised [n, G, hd], lse [n, G]);
-    rows with no visible key get o = 0, lse = -inf (as the kernel's split phase)."""
+    one KV head (k, v [S, hd]), causal (+ window; alibi [G]: the group's ALiBi slopes). Returns
+    (o normalised [n, G, hd], lse [n, G]); rows with no visible key get o = 0, lse = -inf (as the
+    kernel's split phase)."""
     n, G, HD = q.shape
     scale = HD ** -0.5 if scale is None else scale
     kp = torch.arange(key0, max(key0, key1), device=q.device)
@@ -246,8 +247,8 @@ def merge_partials(o, lse):
 class Numerics:
     """How the layer blocks compute. mm(x, w): x @ w.T; norm(x, w, eps): the d_model-wide
     RMSNorms; swiglu(y [T, 2N], act, gated) -> [T, N] (glu's contract); attend(q, k_cache,
-    v_cache, pos, window=, softcap=, qscale=, alibi=, alibi_kind=): the attention (this module's, or a kernel's with
-    the same contract)."""
+    v_cache, pos, window=, softcap=, qscale=, alibi=, alibi_kind=): the attention (this module's,
+    or a kernel's with the same contract)."""
     mm: Callable = mm_fp32
     norm: Callable = rmsnorm
     swiglu: Callable = glu

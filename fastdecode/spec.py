@@ -445,12 +445,12 @@ FAMILIES: dict[str, Family] = {
                          bias_fields=(None, None, None), norms=_GLM4_NORMS),
 }
 
-# the families whose config classes tie the embeddings by default (tie_word_embeddings True):
-# a config.json without the key means it (transformers 4 writes only the keys that differ from
-# the base class's default, True; a test reads each class's default)
 # ModelSpec.alibi's kinds (the attention body's ALIBI constexpr)
 ALIBI_BLOOM, ALIBI_FALCON = 1, 2
 
+# the families whose config classes tie the embeddings by default (tie_word_embeddings True):
+# a config.json without the key means it (transformers 4 writes only the keys that differ from
+# the base class's default, True; a test reads each class's default)
 TIED_BY_DEFAULT = frozenset({"ernie4_5", "smollm3", "starcoder2", "cohere", "cohere2", "gpt2",
                              "gpt_bigcode", "falcon", "opt", "gemma", "gemma2", "vaultgemma",
                              "gemma3_text", "bloom"})
