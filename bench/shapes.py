@@ -245,6 +245,11 @@ SHAPES = {
     "bloom-7b1": ("BLOOM-7B1", lambda: tf.BloomConfig(
         hidden_size=4096, n_head=32, n_layer=30, vocab_size=250880, pad_token_id=3,
         bos_token_id=1, eos_token_id=2)),
+    # mpt-7b (ALiBi with MPT's slopes, 32 layers of 32 heads of 128, LayerNorms without biases,
+    # q|k|v concatenated, an MLP of 16384 without a gate, the erf GELU, no biases, tied, a 50432
+    # vocabulary), as its config.json reads
+    "mpt-7b": ("MPT-7B", lambda: tf.MptConfig(
+        d_model=4096, n_heads=32, n_layers=32, vocab_size=50432, max_seq_len=2048)),
     # opt-1.3b (learned positions at row p + 2, 24 layers of 32 heads of 64, an MLP of 8192
     # without a gate, ReLU, biases everywhere, tied), as its config.json reads
     "opt-1.3b": ("OPT-1.3B", lambda: tf.OPTConfig(

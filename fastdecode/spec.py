@@ -159,6 +159,16 @@ class Family:
     alibi: bool | str = False
     # the ALiBi biases as HF's Falcon computes them (ModelSpec.alibi ALIBI_FALCON)
     alibi_falcon: bool = False
+    # MPT's ALiBi slopes (ModelSpec.alibi_mpt), not BLOOM's
+    alibi_mpt: bool = False
+    # a sub-config whose fields read as the config's own where it lacks them (MPT's attn_config:
+    # clip_qkv, qk_ln, softmax_scale ...), a dict or a config object
+    nested: str | None = None
+    # the config field of the attention scores' scale itself, where set (MPT's softmax_scale:
+    # ModelSpec.attn_scale)
+    softmax_scale_field: str | None = None
+    # the config field of the longest sequence (MPT's max_seq_len: ModelSpec.max_position)
+    max_position_field: str = "max_position_embeddings"
     # the checkpoint stores its projections as [in, out] (GPT-2's Conv1D: packing.conv1d_getter)
     conv1d: bool = False
     # (config field, what it switches off): configs that set one false are refused
@@ -337,6 +347,26 @@ FAMILIES: dict[str, Family] = {
                         (".self_attn.o_proj.", ".self_attention.dense."),
                         (".mlp.up_proj.", ".mlp.dense_h_to_4h."),
                         (".mlp.down_proj.", ".mlp.dense_4h_to_h."))),
+    # MPT (mpt-7b / 30b and their -instruct / -chat / -storywriter): ALiBi with MPT's slopes,
+    # LayerNorms without biases, q|k|v concatenated (Wqkv), an MLP of 4 x d_model without a gate
+    # (the erf GELU), no biases, tied; its attention's options in attn_config
+    "mpt": Family(qkv_bias=False, qk_norm=False, window_field=None, gated=False, alibi=True,
+                  alibi_mpt=True, layer_norm=True, eps_field="layer_norm_epsilon", fused=True,
+                  ffn_field="", ffn_default=4, act_field="", act_default="gelu",
+                  nested="attn_config", softmax_scale_field="softmax_scale",
+                  max_position_field="max_seq_len",
+                  refuse=(("clip_qkv", "clipped q / k / v"), ("qk_ln", "q / k LayerNorms"),
+                          ("prefix_lm", "a prefix LM's bidirectional prefix"),
+                          ("attn_uses_sequence_id", "attention within sequence ids")),
+                  require=(("alibi", "no ALiBi (learned positions)"),),
+                  checkpoint_prefix="transformer.", checkpoint_names=(
+                      ("model.embed_tokens.", "transformer.wte."),
+                      ("model.layers.", "transformer.blocks."),
+                      ("model.norm.", "transformer.norm_f."),
+                      (".input_layernorm.", ".norm_1."), (".post_attention_layernorm.", ".norm_2."),
+                      (".self_attn.qkv_proj.", ".attn.Wqkv."),
+                      (".self_attn.o_proj.", ".attn.out_proj."),
+                      (".mlp.up_proj.", ".ffn.up_proj."), (".mlp.down_proj.", ".ffn.down_proj."))),
     # Falcon (falcon-7b / 40b / 180b, Falcon2-11B): one LayerNorm shared by parallel blocks
     # (parallel_attn), or one each (the new decoder architecture's ln_attn / ln_mlp), or a
     # sequential block; q|k|v fused per KV group (multi-query: concatenated), an MLP of
@@ -453,7 +483,7 @@ ALIBI_BLOOM, ALIBI_FALCON = 1, 2
 # the base class's default, True; a test reads each class's default)
 TIED_BY_DEFAULT = frozenset({"ernie4_5", "smollm3", "starcoder2", "cohere", "cohere2", "gpt2",
                              "gpt_bigcode", "falcon", "opt", "gemma", "gemma2", "vaultgemma",
-                             "gemma3_text", "bloom"})
+                             "gemma3_text", "bloom", "mpt"})
 
 # vision-language models whose language model (text_config) is a supported family: it decodes
 # alone (no image is read; Mistral Small 3.x, LLaVA and LLaVA-NeXT / OneVision, Gemma 3 4B and
@@ -547,6 +577,7 @@ class ModelSpec:
     # slope j)) / sqrt(head_dim), slopes rounded to bf16 -- HF's Falcon rounds its bias so
     # (build_alibi_tensor: slopes.bfloat16() * positions), whatever the model's dtype
     alibi: int = 0
+    alibi_mpt: bool = False  # MPT's slopes (Family.alibi_mpt: alibi_slopes)
     # the attention and the MLP both read the layer's input (Family.parallel): the gate|up
     # tasks run before o_proj's (graph.build_step), reading the residual stream before o_proj
     # adds to it; down adds after
@@ -680,8 +711,14 @@ class ModelSpec:
         ones; packing slices the whole model's): with p the largest power of two <= n_heads, head
         i < p has 2^(-8 (i + 1) / p), the rest every second power of 2^(-4 / p) -- BLOOM's
         (transformers' _get_alibi_slopes, op for op in fp32); rounded to bf16 for
-        ALIBI_FALCON."""
+        ALIBI_FALCON. alibi_mpt: MPT's, 2^(-8 i / P) for i = 1..P (P the power of two >= n_heads;
+        its alibi_bias_max 8, which transformers' MPT always takes), the odd i then the even
+        ones, the first n_heads (build_mpt_alibi_tensor)."""
         n = self.n_heads
+        if self.alibi_mpt:
+            P = 2 ** math.ceil(math.log2(n))
+            slopes = 1.0 / torch.pow(2, torch.arange(1, P + 1, dtype=torch.int64).float() * (8 / P))
+            return torch.cat([slopes[1::2], slopes[::2]])[:n] if P != n else slopes
         p = 2 ** math.floor(math.log2(n))
         base = torch.tensor(2 ** (-(2 ** -(math.log2(p) - 3))), dtype=torch.float32)
         slopes = torch.pow(base, torch.arange(1, 1 + p, dtype=torch.int32))
@@ -808,6 +845,8 @@ class ModelSpec:
             raise UnsupportedModelError(f"model_type {mt!r} is not supported{why}; fastdecode "
                                         f"supports {sorted(FAMILIES)}")
         fam = FAMILIES[mt]
+        if fam.nested:
+            cfg = _Nested(cfg, fam.nested)
         act = getattr(cfg, fam.act_field, None) or fam.act_default
         if fam.gemma_norms:  # the released config.json files say "gelu" and mean the tanh GELU
             # (HF's GemmaConfig rewrites it; transformers 4.x read hidden_activation first)
@@ -895,6 +934,8 @@ class ModelSpec:
             scales["logits_scale"] = float(getattr(cfg, fam.logit_scale_field, None) or 1.0)
         if fam.query_scalar:
             scales["attn_scale"] = float(getattr(cfg, "query_pre_attn_scalar", None) or hd) ** -0.5
+        if fam.softmax_scale_field and getattr(cfg, fam.softmax_scale_field, None):
+            scales["attn_scale"] = float(getattr(cfg, fam.softmax_scale_field))
         return cls(**scales,
             family=mt, n_layers=n_layers, d_model=d, n_heads=n_heads,
             n_kv_heads=n_kv, head_dim=hd, ffn_dim=_ffn_dim(fam, cfg, d),
@@ -906,7 +947,7 @@ class ModelSpec:
             qk_norm=fam.qk_norm, qk_norm_after=fam.qk_norm_after_rope,
             tied=bool(getattr(cfg, "tie_word_embeddings", mt in TIED_BY_DEFAULT)),
             layer_windows=windows,
-            max_position=int(getattr(cfg, "max_position_embeddings", 1 << 30) or (1 << 30)),
+            max_position=int(getattr(cfg, fam.max_position_field, 1 << 30) or (1 << 30)),
             rotary_dim=0 if rot == hd else rot, rope_interleaved=fam.interleaved_rope,
             nope_layers=nope, act=ACTS[act], gated=fam.gated,
             post_norms=fam.norms[2] is not None and (
@@ -914,7 +955,25 @@ class ModelSpec:
             pre_norms=fam.norms[0] is not None, qk_norm_full=fam.qk_norm_full,
             local_rope=local if any(windows) else {}, attn_softcap=caps[0],
             logit_softcap=caps[1], q_pos_scale=_q_pos_scale(mt, rope),
-            embed_norm=fam.embed_norm, rope_flipped=fam.rope_flipped, alibi=alibi)
+            embed_norm=fam.embed_norm, rope_flipped=fam.rope_flipped, alibi=alibi,
+            alibi_mpt=fam.alibi_mpt)
+
+
+class _Nested:
+    """A config whose missing attributes read from its sub-config `name` (a dict or a config
+    object; Family.nested)."""
+
+    def __init__(self, cfg, name: str):
+        self._cfg, self._sub = cfg, getattr(cfg, name, None) or {}
+
+    def __getattr__(self, key):
+        if hasattr(self._cfg, key):
+            return getattr(self._cfg, key)
+        if isinstance(self._sub, dict):
+            if key in self._sub:
+                return self._sub[key]
+            raise AttributeError(key)
+        return getattr(self._sub, key)
 
 
 def _parallel(fam: Family, cfg) -> bool:

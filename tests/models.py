@@ -241,6 +241,11 @@ FAMILIES = {
         hidden_size=54, ffn_hidden_size=72, num_attention_heads=9, alibi=True, multi_query=False,
         parallel_attn=False, bias=True, tie_word_embeddings=True, pad_token_id=0,
         bos_token_id=1, eos_token_id=2)),
+    # mpt: ALiBi with MPT's slopes (6 heads: P = 8, its odd-then-even order), LayerNorms without
+    # biases, q|k|v concatenated, no biases, tied
+    "mpt": (_tf("MptConfig"), _tf("MptForCausalLM"), dict(
+        hidden_size=48, num_attention_heads=6, max_seq_len=512, tie_word_embeddings=True,
+        pad_token_id=0, bos_token_id=1, eos_token_id=2)),
     # bloom: ALiBi (6 heads: the slopes' odd-power tail past the power of two 4), the embedding
     # LayerNorm, LayerNorms with biases, q|k|v per head, biases everywhere, tied
     "bloom": (_tf("BloomConfig"), _tf("BloomForCausalLM"), dict(
@@ -306,7 +311,7 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
     if family in ("mistral", "phi3"):
         cfg["sliding_window"] = draw(st.integers(2, 12))
     if family in ("gpt_neox", "gpt2", "gptj", "opt", "gpt_bigcode_mha", "falcon_seq", "bloom",
-                  "falcon_rw"):
+                  "falcon_rw", "mpt"):
         cfg["num_key_value_heads"] = heads  # multi-head only
     if family in ("gpt_bigcode", "falcon"):  # multi-query, one KV head
         cfg["num_key_value_heads"] = 1
@@ -314,7 +319,7 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
         cfg["num_kv_heads"] = kv
     if family in ("helium", "stablelm", "phi", "gpt_neox", "gpt2", "gptj", "opt", "gpt_bigcode",
                   "gpt_bigcode_mha", "falcon", "falcon_new", "falcon_seq", "falcon_rw",
-                  "bloom"):  # [hidden, hidden]
+                  "bloom", "mpt"):  # [hidden, hidden]
         # o_proj (Helium), head_dim always hidden / heads in the attention (StableLM, Phi,
         # GPT-NeoX, GPT-2, GPT-J, OPT, GPT-BigCode, Falcon): HF's needs H * hd == d
         cfg["hidden_size"] = heads * cfg["head_dim"]
@@ -322,7 +327,7 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
         cfg.update(ffn_dim=cfg["intermediate_size"], word_embed_proj_dim=cfg["hidden_size"])
     if family in ("gpt_bigcode", "gpt_bigcode_mha"):
         cfg["n_inner"] = cfg["intermediate_size"]
-    if family == "bloom":  # head_dim, the KV heads and the MLP's width (4 x) are derived
+    if family in ("bloom", "mpt"):  # head_dim, the KV heads and the MLP's width (4 x) derived
         del cfg["head_dim"], cfg["num_key_value_heads"], cfg["intermediate_size"]
     if family.startswith("falcon"):  # its own fields: head_dim and the KV heads are derived
         cfg["ffn_hidden_size"] = cfg["intermediate_size"]

@@ -257,9 +257,10 @@ def test_model_level_errors(model):
     with pytest.raises(ValueError, match="mode"):
         fastdecode.from_hf(model, mode="warp")
     import transformers as tf
-    mpt = tf.MptForCausalLM(tf.MptConfig(n_layers=1, d_model=16, n_heads=2, vocab_size=50))
-    with pytest.raises(fastdecode.UnsupportedModelError, match="model_type 'mpt' is not"):
-        fastdecode.from_hf(mpt)
+    mamba = tf.MambaForCausalLM(tf.MambaConfig(num_hidden_layers=1, hidden_size=16,
+                                               vocab_size=50))
+    with pytest.raises(fastdecode.UnsupportedModelError, match="'mamba' is not supported"):
+        fastdecode.from_hf(mamba)
     q = tiny_model("qwen2")
     q.model.layers[0].mlp.up_proj.weight = torch.nn.Parameter(
         q.model.layers[0].mlp.up_proj.weight.data.to(torch.int8), requires_grad=False)

@@ -55,6 +55,21 @@ def test_gpt_neox_sequential_blocks_match_hf(mode):
 
 
 @pytest.mark.parametrize("mode", ["torch", "mega"])
+def test_mpt_softmax_scale_matches_hf(mode):
+    """MPT's attn_config.softmax_scale, the scores' scale itself (ModelSpec.attn_scale, folded
+    into the q rows), at the family test's 1e-5; the default scale is off by far more."""
+    model = tiny_model("mpt", attn_config={"softmax_scale": 0.6}).to(DEVICE)
+    ids = torch.randint(0, 101, (1, PROMPT + STEPS), generator=torch.Generator().manual_seed(4))
+    ids = ids.to(DEVICE)
+    fm = fastdecode.from_hf(model, max_seq_len=64, mode=mode)
+    assert fm.weights.spec.attn_scale == 0.6
+    ref = hf_logits(model, ids)
+    assert rel_err(teacher_forced(fm, ids, PROMPT), ref) < 1e-5
+    plain = fastdecode.from_hf(tiny_model("mpt").to(DEVICE), max_seq_len=64, mode="torch")
+    assert rel_err(teacher_forced(plain, ids, PROMPT), ref) > 1e-3
+
+
+@pytest.mark.parametrize("mode", ["torch", "mega"])
 def test_hyperclovax_without_post_norms_matches_hf(mode):
     """HyperCLOVAX with use_post_norm off: Granite's layout, the residual multiplier back on
     o_proj / down (the family test runs it on: on its norms' weights), at the family test's
@@ -187,7 +202,8 @@ def test_longrope_prefix_cache_matches_fresh_calls():
                                          (torch.float16, "mega")])
 @pytest.mark.parametrize("family", ["llama", "qwen3", "gemma", "gemma2", "gemma3_text", "glm4",
                                     "exaone4", "olmo2", "arcee", "hyperclovax", "nanochat",
-                                    "stablelm", "phi", "opt", "falcon_new", "bloom"])
+                                    "stablelm", "phi", "opt", "falcon_new", "bloom",
+                                    "mpt"])
 def test_half_close_to_fp32_hf(family, dtype, mode):
     """bf16 / fp16 weights and activations vs the fp32 HF model holding the same rounded weights
     (fp16: a model loaded with dtype=torch.float16, which the kernels take as they take bf16).

@@ -63,7 +63,7 @@ SHAPES = [("3b", {}), ("qwen2.5-0.5b", {}), ("qwen2.5-7b", {}), ("qwen2.5-14b", 
           ("olmo-1b", {}), ("stablelm2-1.6b", {}), ("starcoder2-cfg", {"sliding_window": 24}),
           ("phi-2", {}), ("pythia-1b", {}), ("gpt2-xl", {}), ("gptj-6b", {}), ("opt-1.3b", {}),
           ("starcoderbase-1b", {}), ("falcon-7b", {}), ("bloom-560m", {}),
-          ("falcon-rw-1b", {})]
+          ("falcon-rw-1b", {}), ("mpt-7b", {})]
 
 
 def _model(key, overrides):

@@ -37,6 +37,15 @@ def test_spec_fields_and_rope_match_hf(family):
             assert torch.equal(sn.alibi_slopes(), _get_alibi_slopes(n, "cpu")), n
         assert s.qkv_dim == model.transformer.h[0].self_attention.query_key_value.out_features
         return
+    if family == "mpt":  # ALiBi with MPT's slopes: build_mpt_alibi_tensor's, bit for bit
+        from transformers.models.mpt.modeling_mpt import build_mpt_alibi_tensor
+        assert s.alibi and s.alibi_mpt and s.nope_layers == tuple(range(s.n_layers))
+        assert s.max_position == cfg.max_seq_len and s.act == "gelu" and not s.attn_bias
+        for n in (1, 2, 3, 5, 6, 8, 12, 16, 71):
+            sn = dataclasses.replace(s, n_heads=n, n_kv_heads=n)
+            want = build_mpt_alibi_tensor(n, 2)[:, 0, 0] * -1  # the slopes times position -1
+            assert torch.equal(sn.alibi_slopes(), want), n
+        return
     if family == "gptj":  # a sin / cos table of its own (rotary_dim columns), no inv_freq
         assert s.rot == cfg.rotary_dim and s.rope_interleaved and s.parallel
         pos = torch.arange(7).float()
@@ -249,6 +258,9 @@ def _raw(**kw):  # a config HF itself would refuse to build (odd head_dim)
     (lambda: tf.PhiConfig(qk_layernorm=True), "qk_layernorm=True"),
     (lambda: tf.CohereConfig(use_qk_norm=True), "use_qk_norm=True"),
     (lambda: tf.BloomConfig(apply_residual_connection_post_layernorm=True), "after the norm"),
+    (lambda: tf.MptConfig(attn_config={"clip_qkv": 6.0}), "clip_qkv=6.0"),
+    (lambda: tf.MptConfig(attn_config={"qk_ln": True}), "q / k LayerNorms"),
+    (lambda: tf.MptConfig(attn_config={"alibi": False}), "no ALiBi"),
     (lambda: tf.GPTJConfig(rotary_dim=5), "rotary_dim=5"),
     (lambda: tf.GPT2Config(scale_attn_by_inverse_layer_idx=True), "1 / layer"),
     (lambda: tf.GPT2Config(scale_attn_weights=False), "unscaled attention"),
