@@ -115,11 +115,11 @@ class FastModel(nn.Module):
         old = self.weights.tensors()
         new, done = {}, {}
         for name, t in old.items():
-            if t is not None:
+            if t is not None and name != "alibi":
                 new[name] = done.setdefault(id(t), fn(t))
-        if old["alibi"] is not None:  # ALiBi's slopes stay fp32
-            new["alibi"] = old["alibi"].to(next(iter(new.values())).device)
         moved = next(iter(new.values()))
+        if old["alibi"] is not None:  # ALiBi's slopes stay fp32: moved, never cast
+            new["alibi"] = old["alibi"].to(moved.device)
         if all(new[n] is t for n, t in old.items() if t is not None):
             return self
         if moved.dtype not in FLOAT_DTYPES:

@@ -13,9 +13,10 @@ Gemma-2B / 7B (GeGLU, head_dim 256), Gemma-2-2B (norms after the blocks, soft-ca
 logits), Gemma-3-1B / 4B (norms after the blocks, q / k norms, a RoPE per layer type), OLMo-2-1B (q
 / k norms over all heads, no norms before the blocks), GLM-4-9B-0414 (norms after the blocks), the
 LayerNorm families (OLMo-1B, StableLM-2-1.6B, StarCoder2, Phi-2, Pythia-1B, GPT-2 XL, GPT-J-6B,
-OPT-1.3B, StarCoderBase-1B, Falcon-7B: learned positions, parallel blocks, multi-query, 71 heads) --
-at their real matrix sizes (random bf16 weights, biases and norm weights perturbed so those paths
-carry signal), two layers each, against the Hugging Face model.
+OPT-1.3B, StarCoderBase-1B, Falcon-7B: learned positions, parallel blocks, multi-query, 71 heads;
+BLOOM-560M, Falcon-RW-1B, MPT-7B: ALiBi) -- at their real matrix sizes (random bf16 weights, biases
+and norm weights perturbed so those paths carry signal), two layers each, against the Hugging Face
+model.
 
 The reference is the HF model itself in fp32 on the same (bf16-valued) weights. fastdecode keeps
 fp32 accumulators and rounds activations to bf16 at about six points a layer (the normed input

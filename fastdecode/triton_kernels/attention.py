@@ -30,9 +30,14 @@ import triton
 import triton.language as tl
 
 from ..ptx_inline.memory import prefetch_l2_bulk
+from ..spec import ALIBI_BLOOM, ALIBI_FALCON
 from ._common import INTERPRET, mm_tile, pdl_start, pdl_wait, round_bf16, soft_cap
 from .config import (GPU_SMS, attention_blocks, attention_config, merge_heads, merge_splits,
                      use_pdl)
+
+# ModelSpec.alibi's kinds, as the body's ALIBI constexpr compares them
+AL_BLOOM: tl.constexpr = tl.constexpr(ALIBI_BLOOM)
+AL_FALCON: tl.constexpr = tl.constexpr(ALIBI_FALCON)
 
 
 def split_range_host(pos: int, T: int, window: int, n_splits: int, align: int) -> tuple:
@@ -83,8 +88,8 @@ def attention_body(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos, T, TM, S, H, HD, wi
     n_splits (split_range). DIRECT (n_splits 1): o_ptr is the attention output [T, H * HD] in
     its dtype, written final -- no lse, no merge. SOFTCAP: the scores soft-capped at softcap.
     QSCALE: each query's scores times 1 + qs_beta ln(1 + qp // qs_orig) (module docstring).
-    ALIBI (1, 2): alibi_ptr [H] the slopes of the heads (this rank's), each added times the key's
-    position (module docstring)."""
+    ALIBI (spec.ALIBI_BLOOM / ALIBI_FALCON; 0 none): alibi_ptr [H] the slopes of the heads (this
+    rank's), each added times the key's position (module docstring)."""
     offs_m = tl.arange(0, BLOCK_M)
     tloc = offs_m // BLOCK_G
     g = offs_m % BLOCK_G
@@ -121,9 +126,9 @@ def attention_body(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos, T, TM, S, H, HD, wi
         k = tl.load(k_ptr + kv_off, mask=kvm, other=0.0)
         v = tl.load(v_ptr + kv_off, mask=kvm, other=0.0)
         sc = mm_tile(q, tl.trans(k), F32) * scale
-        if ALIBI == 1:
+        if ALIBI == AL_BLOOM:
             sc = sc + slope[:, None] * offs_s[None, :].to(tl.float32)
-        elif ALIBI == 2:  # the product exact in fp32 (an 8-bit slope, j < 2^16), rounded once
+        elif ALIBI == AL_FALCON:  # the product exact in fp32 (8-bit slope, j < 2^16), one rounding
             sc = sc + round_bf16(slope[:, None] * offs_s[None, :].to(tl.float32)) * scale
         if QSCALE:
             sc = sc * qs[:, None]
@@ -236,7 +241,7 @@ def split_plan(max_seq_len: int, n_kv_heads: int, block_s: int = 64, sms: int = 
 def attention(q, k_cache, v_cache, pos, *, window: int = 0, scale=None, out=None,
               n_splits=None, block_s=None, block_tok=None, num_warps=4, num_stages=3,
               scratch=None, heads_per_merge=1, softcap: float = 0.0, qscale: tuple = (),
-              alibi=None, alibi_kind: int = 1):
+              alibi=None, alibi_kind: int = ALIBI_BLOOM):
     """q [T, H, hd]; k_cache/v_cache [KVH, S, hd] (one layer, positions < pos+T filled); pos int32
     [1] device tensor. Returns out [T, H*hd] in q's dtype. n_splits: programs per KV head
     (split_plan's for S by default), each taking an even share of the keys; block_s: keys per
