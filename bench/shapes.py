@@ -205,6 +205,21 @@ SHAPES = {
         tie_word_embeddings=False, max_position_embeddings=4096, bos_token_id=100257,
         eos_token_id=100257)),
     "starcoder2-cfg": ("Starcoder2Config()", lambda: tf.Starcoder2Config(sliding_window=4096)),
+    # per-head q / k LayerNorms (ModelSpec.qk_layer_norm), as the config.json files read:
+    # stablelm-2-12b (40 layers of 32 heads of 160, GQA 4:1, a quarter of each head rotated,
+    # parallel blocks, MLP 13824, untied) and c4ai-command-r-plus (Cohere: 64 layers of 96 heads
+    # of 128 on 12288, GQA 12:1, MLP 33792, a tied 256K vocabulary, logits times 0.833)
+    "stablelm2-12b": ("StableLM-2-12B", lambda: tf.StableLmConfig(
+        hidden_size=5120, intermediate_size=13824, num_hidden_layers=40, num_attention_heads=32,
+        num_key_value_heads=8, vocab_size=100352, partial_rotary_factor=0.25, qk_layernorm=True,
+        use_parallel_residual=True, use_qkv_bias=False, tie_word_embeddings=False,
+        max_position_embeddings=4096, bos_token_id=100257, eos_token_id=100257)),
+    "command-r-plus": ("Command R+", lambda: tf.CohereConfig(
+        hidden_size=12288, intermediate_size=33792, num_hidden_layers=64, num_attention_heads=96,
+        num_key_value_heads=8, vocab_size=256000, logit_scale=0.8333333333333334,
+        use_qk_norm=True, rope_theta=75000000.0, layer_norm_eps=1e-5,
+        max_position_embeddings=131072, tie_word_embeddings=True, pad_token_id=0,
+        bos_token_id=5, eos_token_id=255001)),
     # gpt2 (124M: learned positions over 1024, 12 layers of 12 heads of 64, MLP 3072 without a
     # gate, biases everywhere, tied, a 50257 vocabulary) and gpt2-xl (1.5B: 48 layers of 25
     # heads of 64 on 1600), GPT2Config's fields as their config.json files read

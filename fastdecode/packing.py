@@ -8,8 +8,8 @@ GEMV tiles (row-major [N, K], K contiguous, so a tile streams whole 16-byte-alig
                                       (ModelSpec.gated False): [L, ffn, d], up rows alone
     w_down [L, d, ffn]
     norms  [L, d] (before attention / the MLP; after them too where the family has them:
-           ModelSpec.post_norms); qk_norm [L, 2, hd] (Qwen3; OLMo 2's over all heads: [L, H + KVH,
-           hd]); biases where the family has them
+           ModelSpec.post_norms); qk_norm [L, H + KVH, hd], a row per head slot (Qwen3's one
+           row repeated: qk_norm_getter); biases where the family has them
     embed  [V, d]; lm_head [V, d] (the same tensor when the embeddings are tied); b_head [V]
            (a LayerNorm family's final norm bias through the head: ModelSpec.head_bias)
 Stacking over layers gives every op one base pointer plus a layer stride (what the megakernel needs).
@@ -116,6 +116,10 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
         get = offset_norm_getter(get)
     if fam.weightless_norms:
         get = ones_norm_getter(get, spec)
+    if spec.qk_norm:
+        get = qk_norm_getter(get, spec, fam.qk_norm_heads)
+    if spec.qk_layer_norm:
+        get = head_centered_getter(get, spec)
     # the query scale on the q rows -- or, where q is RMS-normalized, on its norm's weight; the
     # residual scale on o_proj / down -- or, where a norm follows them, on that norm's weight
     # (which the scale follows: HyperCLOVAX; a norm of scaled rows would cancel it)
@@ -215,10 +219,10 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
         b_gu=stack(*gated("mlp.gate_proj.bias", f), ("mlp.up_proj.bias", f))
         if spec.mlp_bias else None,
         b_down=on_first_rank(stack(("mlp.down_proj.bias", None)) if spec.mlp_bias else None),
-        # [L, 2, hd] (q's, k's), or by head slot [L, H + KVH, hd] for norms over all heads
-        qk_norm=stack(("self_attn.q_norm.weight", None), ("self_attn.k_norm.weight", None))
-        .view(spec.n_layers, sp.n_heads + sp.n_kv_heads if spec.qk_norm_full else 2,
-              spec.head_dim) if spec.qk_norm else None,
+        # [L, H + KVH, hd]: the rank's q heads' rows, then its k heads'
+        qk_norm=stack(("self_attn.q_norm.weight", q), ("self_attn.k_norm.weight", kv))
+        .view(spec.n_layers, sp.n_heads + sp.n_kv_heads, spec.head_dim)
+        if spec.qk_norm else None,
     )
     if spec.learned_positions:  # replicated on every rank; centered as the embedding rows
         pw.pos_embed = rows_through(fetch("model.embed_positions.weight",
@@ -311,6 +315,52 @@ def rows_through(table: torch.Tensor, fn, device, dtype, chunk: int = 8192) -> t
 def centered(rows: torch.Tensor) -> torch.Tensor:
     """Each row minus its mean (a LayerNorm family's embedding and position rows)."""
     return rows - rows.mean(-1, keepdim=True)
+
+
+def qk_norm_getter(get, spec: ModelSpec, per_head: str | None = None):
+    """get(name, index) where a layer's self_attn.q_norm.weight / k_norm.weight read as a row
+    per head, [H * hd] / [KVH * hd] (index: a rank's heads), whatever the checkpoint keeps: one
+    row every head shares (Qwen3: repeated), a row per head (Cohere's [H, hd]; per_head, the
+    name of one head's own tensor, {part} q or k and {h} the head: StableLM's
+    self_attn.{part}_layernorm.norms.{h}.weight, Family.qk_norm_heads), or one norm's weights
+    over all heads (OLMo 2's [H * hd]). PackedWeights.qk_norm stacks them."""
+
+    def qget(name, index=None):
+        part = next((p for p in "qk" if name.endswith(f"self_attn.{p}_norm.weight")), None)
+        if part is None or not name.startswith("model.layers."):
+            return get(name, index)
+        n = spec.n_heads if part == "q" else spec.n_kv_heads
+        t = get(name)
+        if t is None and per_head:
+            layer = name[:-len(f"self_attn.{part}_norm.weight")]
+            heads = [get(layer + per_head.format(part=part, h=h)) for h in range(n)]
+            t = None if any(w is None for w in heads) else torch.stack(heads)
+        if t is None:
+            return None
+        t = t.reshape(-1)
+        if t.numel() == spec.head_dim:
+            t = t.repeat(n)
+        if t.numel() != n * spec.head_dim:
+            raise ValueError(f"{name}: {t.numel()} weights for {n} heads of {spec.head_dim}")
+        return t if index is None else t[index]
+    return qget
+
+
+def head_centered_getter(get, spec: ModelSpec):
+    """get(name, index) for q / k LayerNorms without a bias (ModelSpec.qk_layer_norm): each q /
+    k head's rows of the projection, weights and bias, minus their mean over the head -- C W x
+    + C b = y - mean(y) per head (C = I - 11^T / hd), so the kernels' per-head RMSNorm of the
+    GEMV's output is the LayerNorm. A row permutation within a head (rope_permutation) keeps it
+    centered; index: whole heads. In fp64, rounded once where pack converts."""
+    parts = tuple(f"self_attn.{p}_proj.{w}" for p in "qk" for w in ("weight", "bias"))
+
+    def hget(name, index=None):
+        t = get(name, index)
+        if t is None or not name.startswith("model.layers.") or not name.endswith(parts):
+            return t
+        h = t.double().reshape(-1, spec.head_dim, *t.shape[1:])
+        return (h - h.mean(1, keepdim=True)).reshape(t.shape)
+    return hget
 
 
 def centered_getter(get, spec: ModelSpec, norms: tuple):

@@ -98,7 +98,7 @@ def rope(y, cos, sin):
 
 
 def norm_rope(y, norm_w, cos, sin, eps, after=False):
-    """q or k heads y [T, n, hd]: their RMSNorm (norm_w [hd]; None: none), then RoPE (cos / sin
+    """q or k heads y [T, n, hd]: their RMSNorm (norm_w [n, hd]; None: none), then RoPE (cos / sin
     [T, hd/2]) -- or RoPE first if after (HunYuan)."""
     if after:
         y = rope(y, cos, sin)
@@ -115,8 +115,9 @@ def heads_norm(y, w, eps):
 def qkv_rope(x, w_qkv, norm_w, cos, sin, pos, k_cache, v_cache, *, n_heads, eps, bias=None,
              qk_norm=None, num=None, qk_norm_after=False, qk_norm_full=False):
     """Writes k/v of the T tokens at positions pos..pos+T-1 into the layer's cache; returns q fp32
-    [T, H, hd]. The q / k norms (qk_norm; after RoPE if qk_norm_after; over all heads at once,
-    qk_norm [H + KVH, hd], if qk_norm_full) are this module's rmsnorm whatever num's."""
+    [T, H, hd]. The q / k norms (qk_norm [H + KVH, hd], a row per head slot; after RoPE if
+    qk_norm_after; over all heads at once if qk_norm_full) are this module's rmsnorm whatever
+    num's."""
     T = x.shape[0]
     KVH, S, HD = k_cache.shape
     p = int(pos)
@@ -126,8 +127,8 @@ def qkv_rope(x, w_qkv, norm_w, cos, sin, pos, k_cache, v_cache, *, n_heads, eps,
     if qk_norm_full:
         q, k = heads_norm(q, qk_norm[:n_heads], eps), heads_norm(k, qk_norm[n_heads:], eps)
         qk_norm = None
-    q, k = (norm_rope(y, None if qk_norm is None else qk_norm[i], c, s, eps, qk_norm_after)
-            for i, y in enumerate((q, k)))
+    wq, wk = (None, None) if qk_norm is None else (qk_norm[:n_heads], qk_norm[n_heads:])
+    q, k = norm_rope(q, wq, c, s, eps, qk_norm_after), norm_rope(k, wk, c, s, eps, qk_norm_after)
     k_cache[:, p:p + T] = k.transpose(0, 1).to(k_cache.dtype)
     v_cache[:, p:p + T] = v.transpose(0, 1).to(v_cache.dtype)
     return q

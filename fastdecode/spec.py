@@ -37,7 +37,10 @@ def vocab_range(vocab_size: int, rank: int, world: int) -> tuple[int, int]:
 @dataclass(frozen=True)
 class Family:
     qkv_bias: bool          # q/k/v projections carry a bias regardless of `attention_bias`
-    qk_norm: bool           # RMSNorm over head_dim on q and k before RoPE (Qwen3)
+    # a norm over head_dim on each q and k head before RoPE (Qwen3's RMSNorm; a LayerNorm in a
+    # layer_norm family: ModelSpec.qk_layer_norm); a str: the config field that switches it on
+    # (StableLM's qk_layernorm, Cohere's use_qk_norm)
+    qk_norm: bool | str
     window_field: str | None  # config field that switches the sliding window on, None: always on if set
     # the checkpoint stores q|k|v as self_attn.qkv_proj and gate|up as mlp.gate_up_proj (Phi-3;
     # packing.fused_getter reads the parts out of them)
@@ -99,6 +102,9 @@ class Family:
     qk_norm_full: bool = False
     # the MLP is down(act(gate) * up); False: down(act(up)), no gate (Arcee: relu2)
     gated: bool = True
+    # the checkpoint's q / k norm weights as a tensor per head, this name in the layer ({part} q
+    # or k, {h} the head: StableLM's q_layernorm.norms.{h}); packing.qk_norm_getter
+    qk_norm_heads: str | None = None
     # RMSNorms without weights (NanoChat: the checkpoint has none; packing reads ones)
     weightless_norms: bool = False
     # a weightless RMSNorm on each embedded row before the first layer (NanoChat): ModelSpec.
@@ -257,13 +263,16 @@ FAMILIES: dict[str, Family] = {
     "olmo": Family(qkv_bias=False, qk_norm=False, window_field=None, layer_norm=True,
                    weightless_norms=True, eps_field=1e-5,
                    refuse=(("clip_qkv", "q / k / v clipped at clip_qkv"),)),
-    # StableLM (stablelm-2-1_6b, stablelm-3b-4e1t, stablelm-zephyr): LayerNorms with biases, a
-    # quarter of each head rotated, q / k / v biases by use_qkv_bias
-    "stablelm": Family(qkv_bias=False, qk_norm=False, window_field=None, partial_rotary=True,
-                       layer_norm=True, norm_bias=True, eps_field="layer_norm_eps",
-                       bias_fields=("use_qkv_bias", None, None),
-                       refuse=(("use_parallel_residual", "parallel attention and MLP blocks"),
-                               ("qk_layernorm", "per-head q / k LayerNorms"))),
+    # StableLM (stablelm-2-1_6b, stablelm-3b-4e1t, stablelm-zephyr, stablelm-2-12b): LayerNorms
+    # with biases, a quarter of each head rotated, q / k / v biases by use_qkv_bias; parallel
+    # blocks on the one input_layernorm by use_parallel_residual, per-head q / k LayerNorms
+    # without biases by qk_layernorm (stablelm-2-12b both)
+    "stablelm": Family(qkv_bias=False, qk_norm="qk_layernorm", window_field=None,
+                       partial_rotary=True, layer_norm=True, norm_bias=True,
+                       eps_field="layer_norm_eps", bias_fields=("use_qkv_bias", None, None),
+                       parallel="use_parallel_residual",
+                       qk_norm_heads="self_attn.{part}_layernorm.norms.{h}.weight",
+                       checkpoint_names=((".post_attention_layernorm.", ".input_layernorm."),)),
     # StarCoder2: LayerNorms with biases, biases on every projection (use_bias), an MLP without a
     # gate (the tanh GELU; c_fc / c_proj), a sliding window where the config sets one
     "starcoder2": Family(qkv_bias=False, qk_norm=False, window_field=None, gated=False,
@@ -283,14 +292,14 @@ FAMILIES: dict[str, Family] = {
                                     (".mlp.up_proj.", ".mlp.fc1."),
                                     (".mlp.down_proj.", ".mlp.fc2."))),
     # Cohere (Command-R, Aya 23): parallel blocks on one LayerNorm without a bias, RoPE on
-    # interleaved pairs, the logits times logit_scale, tied; Cohere 2 (Command R7B): sliding-window
-    # layers, the full ones without RoPE
-    **{mt: Family(qkv_bias=False, qk_norm=False, window_field=None, layer_norm=True,
+    # interleaved pairs, the logits times logit_scale, tied, per-head q / k LayerNorms without
+    # biases by use_qk_norm (Command R+: weights [heads, head_dim]); Cohere 2 (Command R7B):
+    # sliding-window layers, the full ones without RoPE
+    **{mt: Family(qkv_bias=False, qk_norm="use_qk_norm", window_field=None, layer_norm=True,
                   eps_field="layer_norm_eps", parallel=True, interleaved_rope=True,
                   bias_fields=("attention_bias", "attention_bias", None),
                   norms=("input_layernorm", "input_layernorm", None, None),
-                  logit_scale_field="logit_scale", full_layers_nope=mt == "cohere2",
-                  refuse=(("use_qk_norm", "per-head q / k LayerNorms"),))
+                  logit_scale_field="logit_scale", full_layers_nope=mt == "cohere2")
        for mt in ("cohere", "cohere2")},
     # GPT-NeoX (Pythia, GPT-NeoX-20B): LayerNorms with biases, parallel blocks by
     # use_parallel_residual (each branch its own norm), q|k|v fused per head, part of each head
@@ -556,6 +565,10 @@ class ModelSpec:
     post_norms: bool = False
     pre_norms: bool = True  # RMSNorms before the attention and the MLP (EXAONE 4: none)
     qk_norm_full: bool = False  # the q / k norms over all heads at once (Family.qk_norm_full)
+    # the q / k norms are LayerNorms without a bias (StableLM's qk_layernorm, Cohere's
+    # use_qk_norm: a layer_norm family's): packing centers each q / k head's rows of the
+    # projection (packing.head_centered_getter), so the kernels' per-head RMSNorm is the LayerNorm
+    qk_layer_norm: bool = False
     # the sliding-window layers' rope dict ({}: they rotate as the others; Family.local_rope)
     local_rope: dict = field(default_factory=dict)
     # soft-capping, cap tanh(x / cap) (0: none): of the attention scores (after the scale) and
@@ -919,6 +932,7 @@ class ModelSpec:
         # a longer list (a config whose num_hidden_layers was cut): its first n_layers, as HF
         windows = tuple(window if t == "sliding_attention" else 0 for t in types[:n_layers])
         qkv_b, o_b, mlp_b = (_config_flag(cfg, f) for f in fam.bias_fields)
+        qk_norm = _config_flag(cfg, fam.qk_norm)
         nope = _nope_layers(mt, fam, cfg, n_layers)
         if fam.full_layers_nope and getattr(cfg, "sliding_window", None) is not None:
             nope = tuple(l for l, t in enumerate(types[:n_layers]) if t != "sliding_attention")
@@ -944,7 +958,8 @@ class ModelSpec:
             rope=rope, attn_bias=qkv_b or fam.qkv_bias or fam.norm_bias, o_bias=o_b,
             mlp_bias=mlp_b or fam.norm_bias, layer_norm=fam.layer_norm, head_bias=fam.norm_bias,
             parallel=_parallel(fam, cfg), learned_positions=fam.learned_positions,
-            qk_norm=fam.qk_norm, qk_norm_after=fam.qk_norm_after_rope,
+            qk_norm=qk_norm, qk_norm_after=fam.qk_norm_after_rope,
+            qk_layer_norm=qk_norm and fam.layer_norm,
             tied=bool(getattr(cfg, "tie_word_embeddings", mt in TIED_BY_DEFAULT)),
             layer_windows=windows,
             max_position=int(getattr(cfg, fam.max_position_field, 1 << 30) or (1 << 30)),

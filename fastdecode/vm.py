@@ -73,7 +73,7 @@ class VM:
                 if is_q or is_k:
                     p = self.pos + toks
                     cos, sin = st.rope.layer(l)
-                    w = None if pw.qk_norm is None else pw.qk_norm[l, 0 if is_q else 1]
+                    w = None if pw.qk_norm is None else pw.qk_norm[l, j:j + 1]
                     y = R.norm_rope(y, w, cos[p], sin[p], s.rms_eps, s.qk_norm_after)
                 y = y[:, 0]
                 if is_q:
@@ -156,7 +156,7 @@ class VM:
                              R.heads_norm(raw[:, H:], pw.qk_norm[l, H:], s.rms_eps)], 1)
         for j in [kv * s.group + i for i in range(s.group)] + [s.n_heads + kv]:
             is_q = j < s.n_heads
-            w = None if s.qk_norm_full else pw.qk_norm[l, 0 if is_q else 1]
+            w = None if s.qk_norm_full else pw.qk_norm[l, j:j + 1]
             y = R.norm_rope(raw[:, j][:, None], w, cos[p], sin[p], s.rms_eps,
                             s.qk_norm_after)[:, 0].to(pw.dtype)
             if is_q:

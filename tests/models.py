@@ -170,6 +170,12 @@ FAMILIES = {
     "stablelm": (_tf("StableLmConfig"), _tf("StableLmForCausalLM"), dict(
         hidden_size=64, intermediate_size=54, num_attention_heads=4, num_key_value_heads=2,
         use_qkv_bias=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    # stablelm_qk: StableLM-2-12B's blocks -- parallel on the one input_layernorm, per-head q / k
+    # LayerNorms without biases (each head its own weights), no q / k / v biases, GQA 3:1
+    "stablelm_qk": (_tf("StableLmConfig"), _tf("StableLmForCausalLM"), dict(
+        hidden_size=48, intermediate_size=54, num_attention_heads=6, num_key_value_heads=2,
+        qk_layernorm=True, use_parallel_residual=True, pad_token_id=0, bos_token_id=1,
+        eos_token_id=2)),
     # starcoder2: LayerNorms with biases, biases everywhere, an MLP without a gate (tanh GELU), a
     # window of 5 keys, GQA 3:1, tied
     "starcoder2": (_tf("Starcoder2Config"), _tf("Starcoder2ForCausalLM"), dict(
@@ -193,6 +199,12 @@ FAMILIES = {
         hidden_size=48, intermediate_size=56, num_attention_heads=6, num_key_value_heads=2,
         attention_bias=True, logit_scale=0.5, tie_word_embeddings=True, pad_token_id=0,
         bos_token_id=1, eos_token_id=2)),
+    # cohere_qk: Command R+'s q / k LayerNorms without biases, weights [heads, head_dim], on
+    # Cohere's blocks (q / k / v / o biases: each head's bias centered with its rows)
+    "cohere_qk": (_tf("CohereConfig"), _tf("CohereForCausalLM"), dict(
+        hidden_size=48, intermediate_size=56, num_attention_heads=6, num_key_value_heads=2,
+        attention_bias=True, use_qk_norm=True, logit_scale=0.5, tie_word_embeddings=True,
+        pad_token_id=0, bos_token_id=1, eos_token_id=2)),
     # cohere2: Cohere's blocks, a window of 5 keys on layer 0, no RoPE on the full layer 1
     "cohere2": (_tf("Cohere2Config"), _tf("Cohere2ForCausalLM"), dict(
         hidden_size=48, intermediate_size=56, num_attention_heads=6, num_key_value_heads=2,
@@ -317,9 +329,9 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
         cfg["num_key_value_heads"] = 1
     if family == "falcon_new":  # its KV heads' field
         cfg["num_kv_heads"] = kv
-    if family in ("helium", "stablelm", "phi", "gpt_neox", "gpt2", "gptj", "opt", "gpt_bigcode",
-                  "gpt_bigcode_mha", "falcon", "falcon_new", "falcon_seq", "falcon_rw",
-                  "bloom", "mpt"):  # [hidden, hidden]
+    if family in ("helium", "stablelm", "stablelm_qk", "phi", "gpt_neox", "gpt2", "gptj", "opt",
+                  "gpt_bigcode", "gpt_bigcode_mha", "falcon", "falcon_new", "falcon_seq",
+                  "falcon_rw", "bloom", "mpt"):  # [hidden, hidden]
         # o_proj (Helium), head_dim always hidden / heads in the attention (StableLM, Phi,
         # GPT-NeoX, GPT-2, GPT-J, OPT, GPT-BigCode, Falcon): HF's needs H * hd == d
         cfg["hidden_size"] = heads * cfg["head_dim"]
@@ -334,8 +346,8 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
         del cfg["head_dim"], cfg["num_key_value_heads"]
     if family == "hunyuan_v1_dense":  # its NTK-alpha base divides by head_dim - 2 (HF and ours:
         cfg["head_dim"] = max(4, cfg["head_dim"])  # head_dim 2 raises UnsupportedModelError)
-    if family in ("stablelm", "phi", "gpt_neox"):  # HF's fail on an odd rotated part: an even
-        # one (GPT-NeoX's config takes it as rotary_pct)
+    if family in ("stablelm", "stablelm_qk", "phi", "gpt_neox"):  # HF's fail on an odd rotated
+        # part: an even one (GPT-NeoX's config takes it as rotary_pct)
         cfg["rotary_pct" if family == "gpt_neox" else "partial_rotary_factor"] = \
             2 * draw(st.integers(1, cfg["head_dim"] // 2)) / cfg["head_dim"]
     if family == "gptj":  # a count of dims, even

@@ -89,7 +89,9 @@ def _qkv_case(T, H, KVH, HD, K, pos, S, dtype, g, bias, qk):
     f = torch.outer(torch.arange(S).double(), inv)
     cos, sin = f.cos().float().to(DEVICE), f.sin().float().to(DEVICE)
     b = rnd((H + 2 * KVH) * HD, dtype=dtype, seed_gen=g) if bias else None
-    qkn = rnd(2, HD, dtype=dtype, seed_gen=g, shift=1) if qk else None
+    # q / k norm weights by head slot, each head its own (Cohere's, StableLM's; Qwen3's one row
+    # is packed repeated)
+    qkn = rnd(H + KVH, HD, dtype=dtype, seed_gen=g, shift=1) if qk else None
     kc = rnd(KVH, S, HD, dtype=dtype, seed_gen=g)
     return x, w, nw, cos, sin, b, qkn, kc, rnd(KVH, S, HD, dtype=dtype, seed_gen=g)
 
@@ -138,7 +140,7 @@ def test_qkv_rope_norm_over_all_heads(T, group, KVH, HD, K, pos, seed, dtype, st
     assert_close(kc, kc2, dtype, K, "k cache")
     if H > 1:
         y = R.gemv(x, w, norm_w=nw, eps=1e-5).view(T, -1, HD)[:, :H]
-        per_head = torch.cat([R.norm_rope(y[:, i:i + 1], qkn[i], cos[pos:pos + T].float(),
+        per_head = torch.cat([R.norm_rope(y[:, i:i + 1], qkn[i:i + 1], cos[pos:pos + T].float(),
                                           sin[pos:pos + T].float(), 1e-5) for i in range(H)], 1)
         assert not close(q, per_head, dtype, K)
 

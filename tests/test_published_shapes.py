@@ -64,7 +64,9 @@ SHAPES = [("3b", {}), ("qwen2.5-0.5b", {}), ("qwen2.5-7b", {}), ("qwen2.5-14b", 
           ("olmo-1b", {}), ("stablelm2-1.6b", {}), ("starcoder2-cfg", {"sliding_window": 24}),
           ("phi-2", {}), ("pythia-1b", {}), ("gpt2-xl", {}), ("gptj-6b", {}), ("opt-1.3b", {}),
           ("starcoderbase-1b", {}), ("falcon-7b", {}), ("bloom-560m", {}),
-          ("falcon-rw-1b", {}), ("mpt-7b", {})]
+          ("falcon-rw-1b", {}), ("mpt-7b", {}),
+          # per-head q / k LayerNorms (Command R+: two of its layers, 6.3B parameters)
+          ("stablelm2-12b", {}), ("command-r-plus", {})]
 
 
 def _model(key, overrides):
@@ -81,7 +83,7 @@ def _model(key, overrides):
         for n, p in model.named_parameters():
             if n.endswith("bias"):
                 p.copy_(0.3 * torch.randn(p.shape, device=p.device, generator=gen))
-            elif p.dim() == 1:
+            elif p.dim() == 1 or "norm" in n:  # (Cohere's q / k norms: [heads, head_dim])
                 p.copy_(1 + 0.2 * torch.randn(p.shape, device=p.device, generator=gen))
     return name, model
 

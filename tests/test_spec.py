@@ -178,6 +178,12 @@ def test_layer_norm_specs():
     assert co.parallel and co.rope_interleaved and co.logits_scale == 0.5 and not co.head_bias
     assert co.tied and not co.shares_head and not spec_of("llama").parallel
     assert c2.parallel and c2.layer_windows == (5, 0) and c2.nope_layers == (1,)
+    # per-head q / k LayerNorms by a config flag (StableLM-2-12B, Command R+): RMSNorms of heads
+    # whose rows packing centers; StableLM's parallel blocks by use_parallel_residual
+    sq, cq, st_ = spec_of("stablelm_qk"), spec_of("cohere_qk"), spec_of("stablelm")
+    assert sq.qk_norm and sq.qk_layer_norm and sq.parallel and not sq.qk_norm_full
+    assert cq.qk_norm and cq.qk_layer_norm and not co.qk_norm and not co.qk_layer_norm
+    assert not (st_.qk_norm or st_.parallel) and not spec_of("qwen3").qk_layer_norm
     g2 = ModelSpec.from_hf_config(tf.GPT2Config(n_embd=64, n_head=4, layer_norm_epsilon=3e-6))
     assert (g2.ffn_dim, g2.act, g2.rms_eps, g2.max_position) == (256, "gelu_tanh", 3e-6, 1024)
     assert g2.learned_positions and g2.tied and not g2.shares_head and g2.attn_bias
@@ -252,11 +258,8 @@ def _raw(**kw):  # a config HF itself would refuse to build (odd head_dim)
 
 
 @pytest.mark.parametrize("make,match", [
-    (lambda: tf.StableLmConfig(use_parallel_residual=True), "use_parallel_residual=True"),
-    (lambda: tf.StableLmConfig(qk_layernorm=True), "per-head q / k LayerNorms"),
     (lambda: tf.OlmoConfig(clip_qkv=8.0), "clip_qkv=8.0"),
     (lambda: tf.PhiConfig(qk_layernorm=True), "qk_layernorm=True"),
-    (lambda: tf.CohereConfig(use_qk_norm=True), "use_qk_norm=True"),
     (lambda: tf.BloomConfig(apply_residual_connection_post_layernorm=True), "after the norm"),
     (lambda: tf.MptConfig(attn_config={"clip_qkv": 6.0}), "clip_qkv=6.0"),
     (lambda: tf.MptConfig(attn_config={"qk_ln": True}), "q / k LayerNorms"),

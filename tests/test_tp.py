@@ -19,8 +19,9 @@ from helpers import needs_gpus, rel_err, run_ranks, skip_unless_hf_reencodes
 from models import LONGROPE, tiny_model
 
 # (family, world) pairs the tiny models allow (tp must divide heads and ffn, and divide the KV
-# heads or be a multiple of them); the last five replicate KV heads (MQA over 2 and 4 ranks, GQA
-# 3:1 over 6 ranks -- one q head each -- Qwen3's q/k norm over 4, Phi-3's partial rotary over 4)
+# heads or be a multiple of them); the last six replicate KV heads (MQA over 2 and 4 ranks, GQA
+# 3:1 over 6 ranks -- one q head each -- Qwen3's q/k norm over 4, Phi-3's partial rotary over 4,
+# StableLM-2-12B's per-head q / k norms over 6)
 CASES = [("llama", 2), ("llama_bias_tied", 2), ("llama_bias_tied", 4), ("qwen2", 3),
          ("qwen3", 2), ("mistral_gqa", 2), ("phi3", 2), ("granite", 3), ("helium", 2),
          ("ernie4_5", 2), ("smollm3", 2), ("exaone", 2), ("glm", 2),
@@ -30,8 +31,9 @@ CASES = [("llama", 2), ("llama_bias_tied", 2), ("llama_bias_tied", 4), ("qwen2",
          ("cohere2", 2), ("gpt_neox", 2), ("gpt2", 2), ("gptj", 2), ("gpt_bigcode", 2),
          ("gpt_bigcode_mha", 2), ("opt", 2), ("falcon", 2), ("falcon_new", 2),
          ("falcon_seq", 2), ("falcon_rw", 3), ("bloom", 2), ("bloom", 3),
-         ("mpt", 2),
-         ("mistral", 2), ("mistral", 4), ("llama", 6), ("qwen3", 4), ("phi3", 4)]
+         ("mpt", 2), ("stablelm_qk", 2), ("cohere_qk", 2),
+         ("mistral", 2), ("mistral", 4), ("llama", 6), ("qwen3", 4), ("phi3", 4),
+         ("stablelm_qk", 6)]
 
 
 def model_for(family):
@@ -85,6 +87,9 @@ def test_shards_concatenate_back(family, world):
         rows = torch.cat([torch.arange(k * hd, (k + 1) * hd) for k in kv_heads])
         kv = sh.w_qkv[:, sh.spec.q_dim:]
         assert torch.equal(kv, torch.cat([k_full[:, rows], v_full[:, rows]], 1))
+        if s.qk_norm:  # a row per head slot: the rank's q heads', then its KV heads'
+            assert torch.equal(sh.qk_norm, pw.qk_norm[:, list(q_heads) +
+                                                      [s.n_heads + k for k in kv_heads]])
     assert sum(sh.spec.n_kv_heads for sh in shards) == s.n_kv_heads * reps
     assert torch.equal(torch.cat([sh.w_o for sh in shards], 2), pw.w_o)
     assert torch.equal(torch.cat([sh.w_down for sh in shards], 2), pw.w_down)

@@ -45,7 +45,7 @@ from .attention import attention_body, attn_merge_body, kv_prefetch
 from .embedding import embedding_body
 from .gemv import gemv_body, stream_start
 from .lm_head import choose_merge_body, lm_head_body
-from .qkv_rope import QK_NORM_FULL, qk_norm_rope_body, qkv_rope_body, qkv_start
+from .qkv_rope import qk_norm_rope_body, qkv_rope_body, qkv_start
 
 TW: tl.constexpr = tl.constexpr(TRACE_WORDS)
 OP_EMBED: tl.constexpr = tl.constexpr(int(Op.EMBED))
@@ -181,12 +181,9 @@ def qk_norm_group(layer, g, qkraw_ptr, qkn_ptr, cos_ptr, sin_ptr, pos, q_ptr, kc
                   eps, H, KVH, HD, GROUP, BLOCK_SLOT: tl.constexpr, BLOCK_HALF: tl.constexpr,
                   QKN_ORDER: tl.constexpr):
     """Layer `layer`'s KV group g q/k-normalized and rotated (a QKNORM task, or the QKV task that
-    completes the group's tiles: NORM_IN_QKV). The layer's norm weights: [2, HD] (q's, k's), or
-    [H + KVH, HD] for norms over all heads (QK_NORM_FULL, packing.PackedWeights.qk_norm)."""
-    rows = 2
-    if QKN_ORDER == QK_NORM_FULL:
-        rows = H + KVH
-    qk_norm_rope_body(qkraw_ptr, qkn_ptr + layer * rows * HD, cos_ptr, sin_ptr, pos, q_ptr,
+    completes the group's tiles: NORM_IN_QKV). The layer's norm weights: [H + KVH, HD], a row
+    per head slot (packing.PackedWeights.qk_norm)."""
+    qk_norm_rope_body(qkraw_ptr, qkn_ptr + layer * (H + KVH) * HD, cos_ptr, sin_ptr, pos, q_ptr,
                       kc_ptr + layer * KVH * S * HD, T, S, eps, H, KVH, HD, g, GROUP, BLOCK_SLOT,
                       BLOCK_HALF, QKN_ORDER)
 
@@ -457,7 +454,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                 w_qkv = wqkv_ptr + layer * QKVN * D
                 cos_l, sin_l = layer_rope(cos_ptr, sin_ptr, rope_ptr, layer, HD, ROPE_TABLES)
                 qargs = (h_ptr, w_qkv, anorm_ptr + layer * D, bqkv_ptr + layer * QKVN,
-                         qkn_ptr + layer * 2 * HD, cos_l, sin_l, pos, q_ptr,
+                         qkn_ptr + layer * (H + KVH) * HD, cos_l, sin_l, pos, q_ptr,
                          kc_ptr + layer * KVH * S * HD, vc_ptr + layer * KVH * S * HD,
                          T, D, D, S, eps, H, KVH, HD, a0, a1, a2)
                 # KV_PF: the group's K / V asked into L2 (its window read for the keys' range)

@@ -4,12 +4,13 @@ For each head slot j of the fused weight Wqkv [(H + 2*KVH) * hd, d] (q heads, th
 each new token t at position p = pos + t:
     xn      = rmsnorm(x[t]) * attn_norm                       (prologue, fp32)
     y       = Wqkv[j*hd:(j+1)*hd] @ xn (+ bias)               (fp32 accumulation)
-    y       = rmsnorm_hd(y) * {q,k}_norm      (Qwen3, q and k heads only)
+    y       = rmsnorm_hd(y) * qk_norm[j]      (Qwen3, q and k heads only; weights by head slot)
     y       = y*cos(p) + rotate_half(y)*sin(p)                (q and k heads; rotate_half pairs
                                                                element i with i + hd/2, as HF)
     (HunYuan: the two lines the other way round -- QK_NORM, qk_norm_mode; OLMo 2: one RMSNorm
-     over all q heads' rows at once and one over all k heads', weights [(H + KVH) * hd] --
-     QK_NORM_FULL, always deferred)
+     over all q heads' rows at once and one over all k heads' -- QK_NORM_FULL, always
+     deferred; a LayerNorm's centering (StableLM, Cohere) is folded into the q / k rows:
+     ModelSpec.qk_layer_norm)
     q[t, j] = y | k_cache[j-H, p] = y | v_cache[j-H-KVH, p] = y
 A tile is BLOCK_H rotation pairs (row i of the lo half [0, hd/2) with row i of the hi half
 [hd/2, hd)) of one head, so the rotation needs no cross-thread shuffle: with 4 pairs per tile
@@ -260,7 +261,7 @@ def qkv_operands(j, offs_t, mask_t, offs_h, mask_h, pos, bias_ptr, qk_norm_ptr, 
         blo = tl.load(bias_ptr + rows, mask=mask_h, other=0.0).to(tl.float32)[None, :]
         bhi = tl.load(bias_ptr + rows + half, mask=mask_h, other=0.0).to(tl.float32)[None, :]
     if QK_NORM:
-        nrm = qk_norm_ptr + (j >= H).to(tl.int32) * HD
+        nrm = qk_norm_ptr + j * HD
         nlo = tl.load(nrm + offs_h, mask=mask_h, other=0.0).to(tl.float32)[None, :]
         nhi = tl.load(nrm + half + offs_h, mask=mask_h, other=0.0).to(tl.float32)[None, :]
     p = pos + offs_t
@@ -352,18 +353,15 @@ def qk_norm_rope_body(raw_ptr, qk_norm_ptr, cos_ptr, sin_ptr, pos, q_ptr, k_ptr,
     dependent L2 round trip each (Qwen3-8B, 2026-12-01 trace: ~7 us from a group's last QKV
     tile to its attention's end, ~3.7 us without q/k norm).
     QK_NORM_FULL (OLMo 2): the q rows normalized over all H heads at once, the k rows over all
-    KVH (heads_rstd: every group's raw rows, which the caller has waited for), weights
-    qk_norm_ptr [(H + KVH), HD] by head slot; then RoPE."""
+    KVH (heads_rstd: every group's raw rows, which the caller has waited for). Weights
+    qk_norm_ptr [(H + KVH), HD], a row per head slot (packing.PackedWeights.qk_norm); then
+    RoPE."""
     half = HD // 2
     offs_h = tl.arange(0, BLOCK_HALF)
     slot = tl.arange(0, BLOCK_SLOT)
     m = (slot < GROUP + 1)[:, None] & (offs_h < half)[None, :]
     j = tl.where(slot < GROUP, g * GROUP + slot, H + g)  # the group's q heads, then its k head
-    # q / k norm weights: row 0 for q heads, row 1 for the k head (QK_NORM_FULL: row j)
-    row = (j >= H).to(tl.int32)
-    if QK_NORM == QK_NORM_FULL:
-        row = j
-    nrm = qk_norm_ptr + row[:, None] * HD + offs_h[None, :]
+    nrm = qk_norm_ptr + j[:, None] * HD + offs_h[None, :]
     nlo = tl.load(nrm, mask=m, other=0.0).to(tl.float32)
     nhi = tl.load(nrm + half, mask=m, other=0.0).to(tl.float32)
     for t in range(0, T):
@@ -454,9 +452,9 @@ def qkv_rope(x, w_qkv, norm_w, cos, sin, pos, k_cache, v_cache, *, n_heads, eps,
              qk_norm_after: bool = False, qk_norm_full: bool = False):
     """x [T, d]; w_qkv [(H+2KVH)*hd, d]; norm_w [d] (None: x not normalized, a model without
     norms before its blocks); cos/sin [S, hd/2] fp32; pos int32 [1] on device;
-    k_cache/v_cache [KVH, S, hd] of one layer (written at rows pos..pos+T-1); qk_norm [2, hd] or
-    None (qk_norm_after: applied after RoPE; qk_norm_full: [H + KVH, hd], one norm over all q
-    heads and one over all k heads, QK_NORM_FULL); pairs: rotation pairs per program (default:
+    k_cache/v_cache [KVH, S, hd] of one layer (written at rows pos..pos+T-1); qk_norm [H + KVH,
+    hd], a row per head slot, or None (qk_norm_after: applied after RoPE; qk_norm_full: one norm
+    over all q heads and one over all k heads, QK_NORM_FULL); pairs: rotation pairs per program (default:
     config.py's tile); stream: the megakernel's decode tile (qkv_tile); raw: fp32 scratch of
     >= T * (H + KVH) * hd for the deferred q/k norm (defer_qk_norm; allocated if None). Returns q
     [T, H, hd]."""
