@@ -209,6 +209,11 @@ SHAPES = {
     # stablelm-2-12b (40 layers of 32 heads of 160, GQA 4:1, a quarter of each head rotated,
     # parallel blocks, MLP 13824, untied) and c4ai-command-r-plus (Cohere: 64 layers of 96 heads
     # of 128 on 12288, GQA 12:1, MLP 33792, a tied 256K vocabulary, logits times 0.833)
+    # Apertus-8B (32 layers of 32 heads of 128 on 4096, GQA 4:1, an MLP of 21504 without a gate,
+    # xIELU; ApertusConfig's llama3 RoPE, theta 12M, and 131072-token vocabulary, untied)
+    "apertus-8b": ("Apertus-8B", lambda: tf.ApertusConfig(
+        hidden_size=4096, intermediate_size=21504, num_hidden_layers=32, num_attention_heads=32,
+        num_key_value_heads=8, max_position_embeddings=65536)),
     "stablelm2-12b": ("StableLM-2-12B", lambda: tf.StableLmConfig(
         hidden_size=5120, intermediate_size=13824, num_hidden_layers=40, num_attention_heads=32,
         num_key_value_heads=8, vocab_size=100352, partial_rotary_factor=0.25, qk_layernorm=True,

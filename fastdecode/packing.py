@@ -228,6 +228,10 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
         pw.pos_embed = rows_through(fetch("model.embed_positions.weight",
                                           (slice(fam.position_offset, None),)),
                                     centered if spec.layer_norm else (lambda x: x), device, dtype)
+    if spec.act == "xielu":  # its parameters as the MLP's bias operand; down's bias zeros (the
+        # kernels' one MLP-bias switch turns both on)
+        pw.b_gu = xielu_params(get, spec.n_layers, sp.ffn_dim, device, dtype)
+        pw.b_down = torch.zeros(spec.n_layers, spec.d_model, device=device, dtype=dtype)
     if spec.alibi:  # this rank's q heads' slopes
         pw.alibi = spec.alibi_slopes()[rank * sp.n_heads:(rank + 1) * sp.n_heads].to(device)
     if spec.head_bias:  # the final LayerNorm's bias through the head, W_head @ b per row, plus
@@ -241,6 +245,30 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
     _check_shapes(pw, spec.vocab_size)
     _permute_rope_dims(pw)
     return pw
+
+
+def xielu_params(get, n_layers: int, n: int, device, dtype) -> torch.Tensor:
+    """[L, 2n]: each layer's xIELU alpha_p = softplus(a_p) and alpha_n = beta + softplus(a_n)
+    (HF's XIELUActivation: mlp.act_fn.alpha_p / alpha_n, computed in their own dtype as HF does),
+    each repeated over the layer's n MLP rows -- the bias operand the kernels' xIELU epilogue
+    reads (gemv.XIELU). Its beta and eps buffers, where the checkpoint has them, must be HF's
+    0.5 and -1e-6 (the kernels' constants)."""
+    import torch.nn.functional as F
+    out = torch.empty(n_layers, 2, n, device=device, dtype=dtype)
+    for i in range(n_layers):
+        p = f"model.layers.{i}.mlp.act_fn."
+        ap, an = get(p + "alpha_p"), get(p + "alpha_n")
+        if ap is None or an is None:
+            raise KeyError(f"checkpoint has no xIELU parameters {p}alpha_p / alpha_n")
+        beta, eps = get(p + "beta"), get(p + "eps")
+        for name, t, want in (("beta", beta, 0.5), ("eps", eps, -1e-6)):
+            if t is not None and abs(float(t) - want) > 1e-2 * abs(want):
+                raise ValueError(f"{p}{name} = {float(t)}: fastdecode's xIELU takes HF's "
+                                 f"{name} {want}")
+        beta = torch.tensor(0.5, dtype=an.dtype) if beta is None else beta.to(an.dtype)
+        out[i, 0] = F.softplus(ap.reshape(()).cpu()).to(dtype)
+        out[i, 1] = (beta.reshape(()).cpu() + F.softplus(an.reshape(()).cpu())).to(dtype)
+    return out.view(n_layers, 2 * n)
 
 
 def scaled(t: torch.Tensor, s: float) -> torch.Tensor:

@@ -48,11 +48,17 @@ def mm_native(x, w):
     return x.to(w.dtype) @ w.t()
 
 
-def activation(g, act="silu"):
+def activation(g, act="silu", params=None):
     """act(g): ModelSpec.act -- silu, gelu_tanh (torch's tanh-approximated GELU, HF's
     gelu_pytorch_tanh; in fp64, then rounded: its 0.5 g (1 + tanh(u)) cancels in fp32 where u
     << 0, 2e-5 relative at g = -4, which the kernels' g sigmoid(2u) form does not), relu2
-    (relu(g)^2), relu or gelu (the erf GELU, in fp64 too)."""
+    (relu(g)^2), relu, gelu (the erf GELU, in fp64 too) or xielu (params [2N]: alpha_p's and
+    alpha_n's rows, gemv.XIELU; HF's XIELUActivation with beta 0.5, eps -1e-6, in fp64)."""
+    if act == "xielu":
+        x = g.double()
+        ap, an = params.double().view(2, -1)
+        y = torch.where(x > 0, ap * x * x, an * (torch.expm1(torch.clamp(x, max=-1e-6)) - x))
+        return (y + 0.5 * x).to(g.dtype)
     if act == "relu2":
         return torch.square(F.relu(g))
     if act == "relu":
@@ -64,11 +70,11 @@ def activation(g, act="silu"):
     return F.gelu(g.double(), approximate="tanh").to(g.dtype)
 
 
-def glu(y, act="silu", gated=True):
+def glu(y, act="silu", gated=True, params=None):
     """y [T, 2N] = [gate | up] -> act(gate) * up [T, N] in y's dtype; not gated (an MLP without
-    a gate, ModelSpec.gated): y [T, N] = up -> act(up)."""
+    a gate, ModelSpec.gated): y [T, N] = up -> act(up) (params: xIELU's, activation)."""
     if not gated:
-        return activation(y, act)
+        return activation(y, act, params)
     g, u = y.chunk(2, dim=-1)
     return activation(g, act) * u
 
@@ -78,13 +84,17 @@ def gemv(x, w, *, norm_w=None, eps=1e-6, bias=None, residual=None, swiglu=False,
     """[T, N]: epilogue(prologue(x) @ w.T) in the matmul's output dtype; swiglu: the MLP's
     activation epilogue (glu: act(gate) * up of w = [gate; up], or act(up) if not gated); num: the
     Numerics (FP32: fp32 throughout; the long prompts': the epilogue in the weights' dtype, each
-    op computed in fp32 and rounded, as torch does for bf16 / fp16)."""
+    op computed in fp32 and rounded, as torch does for bf16 / fp16). An xIELU MLP's bias is its
+    activation's parameters (gemv.XIELU), not added."""
     num = num or FP32
     y = num.mm(num.norm(x, norm_w, eps) if norm_w is not None else x, w)
+    params = None
+    if swiglu and act == "xielu":
+        params, bias = bias, None
     if bias is not None:
         y = y + bias.to(y.dtype)
     if swiglu:
-        y = num.swiglu(y, act, gated)
+        y = num.swiglu(y, act, gated, params=params)
     if residual is not None:
         y = y + residual.to(y.dtype)
     return y
@@ -247,7 +257,7 @@ def merge_partials(o, lse):
 @dataclass(frozen=True)
 class Numerics:
     """How the layer blocks compute. mm(x, w): x @ w.T; norm(x, w, eps): the d_model-wide
-    RMSNorms; swiglu(y [T, 2N], act, gated) -> [T, N] (glu's contract); attend(q, k_cache,
+    RMSNorms; swiglu(y [T, 2N], act, gated, params=) -> [T, N] (glu's contract); attend(q, k_cache,
     v_cache, pos, window=, softcap=, qscale=, alibi=, alibi_kind=): the attention (this module's,
     or a kernel's with the same contract)."""
     mm: Callable = mm_fp32

@@ -250,6 +250,11 @@ FAMILIES: dict[str, Family] = {
     "iquestcoder": Family(qkv_bias=False, qk_norm=False, window_field=None),
     # Arcee (AFM-4.5B): Llama with an MLP without a gate, down(relu(up)^2)
     "arcee": Family(qkv_bias=False, qk_norm=False, window_field=None, gated=False),
+    # Apertus (Apertus-8B / 70B): Llama 3's RoPE with Qwen3's q / k norms, an MLP without a gate
+    # whose xIELU activation has two learned scalars a layer (gemv.XIELU), its own norm names
+    "apertus": Family(qkv_bias=False, qk_norm=True, window_field=None, gated=False,
+                      bias_fields=("attention_bias", "attention_bias", None),
+                      norms=("attention_layernorm", "feedforward_layernorm", None, None)),
     # NanoChat (nanochat-d32 ...): weightless RMSNorms, one more on the embeddings, RoPE by -theta
     # then q / k norms, an MLP without a gate (relu^2, fc1 / fc2), soft-capped logits, untied
     "nanochat": Family(qkv_bias=False, qk_norm=True, window_field=None, gated=False,
@@ -522,7 +527,8 @@ UNSUPPORTED = {
 # HF's hidden_act names -> ModelSpec.act (the MLP's activation: triton_kernels.gemv.ACT_CODES)
 # (gelu_fast is gelu_new's formula, written differently: the tanh GELU)
 ACTS = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh",
-        "gelu_fast": "gelu_tanh", "relu2": "relu2", "gelu": "gelu", "relu": "relu"}
+        "gelu_fast": "gelu_tanh", "relu2": "relu2", "gelu": "gelu", "relu": "relu",
+        "xielu": "xielu"}
 # freq_factors: llama.cpp's per-frequency divisors (a GGUF's rope_freqs tensor, which Llama-3.x
 # files carry in place of their llama3 rope_scaling; loading.gguf_config), rope["factors"]
 # longrope: Phi-3's long-context checkpoints (short / long per-frequency factors; "su" in older
@@ -868,6 +874,10 @@ class ModelSpec:
         if act not in ACTS:
             raise UnsupportedModelError(f"{mt}: hidden_act={act!r} is not supported "
                                         f"({sorted(ACTS)})")
+        if ACTS[act] == "xielu" and (fam.gated or fam.norm_bias or
+                                     _config_flag(cfg, fam.bias_fields[2])):
+            raise UnsupportedModelError(f"{mt}: xIELU in an MLP with a gate or biases is not "
+                                        "supported (its parameters take the bias operand)")
         rope, local = _rope_params(cfg, fam)
         rope = _rope_kind(mt, fam, rope)
         kind = rope["rope_type"]

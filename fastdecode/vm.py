@@ -13,6 +13,7 @@ from . import reference as R
 from .opcodes import COST, Op
 from .schedule import Schedule, interleave
 from .triton_kernels.attention import split_range_host
+from .triton_kernels.gemv import act_operand_rows
 
 
 def qkv_slot(spec, tiling, g, u):
@@ -220,10 +221,12 @@ class VM:
             st.h[ix] = R.gemv(st.attn[toks], pw.w_o[l, rows], bias=None if b is None else b[rows],
                               residual=st.h[ix]).to(dt)
         elif op == Op.GATE_UP:
-            both = torch.cat([rows, rows + s.ffn_dim]) if s.gated else rows
-            b = pick(pw.b_gu)
-            st.act[ix] = R.gemv(st.h[toks], pw.w_gu[l, both], norm_w=pw.pre_norm(1, l),
-                                eps=s.rms_eps, bias=None if b is None else b[both],
+            both = torch.cat([rows, rows + s.ffn_dim])
+            b = pick(pw.b_gu)  # (gate's and up's rows, or xIELU's parameters': two of them)
+            b_rows = both if act_operand_rows(s.act, s.gated) == 2 else rows
+            st.act[ix] = R.gemv(st.h[toks], pw.w_gu[l, both if s.gated else rows],
+                                norm_w=pw.pre_norm(1, l), eps=s.rms_eps,
+                                bias=None if b is None else b[b_rows],
                                 swiglu=True, act=s.act, gated=s.gated).to(dt)
         elif op == Op.DOWN:
             b = pick(pw.b_down)

@@ -154,6 +154,12 @@ FAMILIES = {
     "arcee": (_tf("ArceeConfig"), _tf("ArceeForCausalLM"), dict(
         hidden_size=40, intermediate_size=74, num_attention_heads=4, num_key_value_heads=2,
         head_dim=10, mlp_bias=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    # apertus: Llama 3's RoPE scaling (ApertusConfig's default), q / k norms, an MLP without a
+    # gate with xIELU (each layer's alpha_p / alpha_n drawn: N(0, 1) before their softplus), q /
+    # k / v / o biases, GQA 3:1
+    "apertus": (_tf("ApertusConfig"), _tf("ApertusForCausalLM"), dict(
+        hidden_size=48, intermediate_size=70, num_attention_heads=6, num_key_value_heads=2,
+        attention_bias=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
     # nanochat: weightless norms (one more on the embeddings), RoPE by -theta then q / k norms, an
     # MLP without a gate (relu^2), logits soft-capped at 2 (the tiny model's reach it), MHA,
     # head_dim 8

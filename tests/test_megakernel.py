@@ -177,12 +177,16 @@ def test_op_elems_set_each_ops_tile():
 
 
 def test_few_tiles_rows_rule():
-    """graph.few_tiles_rows: a decode op whose output rows would make fewer tiles than half the
-    programs gets fewer rows per tile -- Gemma-3-1B's o_proj / down_proj (1152 rows, 16 a tile:
-    72 tiles) at 264 programs take 8 (144 tiles); the Llama-3.2-1B shape (256 / 512 / 1024
-    tiles) and an unknown program count keep the stream's rows; the lm_head never changes."""
+    """graph.few_tiles_rows: a decode op whose output rows make fewer tiles than a third of the
+    programs gets fewer rows per tile, until they make half -- Gemma-3-1B's o_proj / down_proj
+    (1152 rows, 16 a tile: 72 tiles) at 264 programs take 8 (144 tiles), StableLM-2-1.6B's down
+    (2048 rows, 32 a tile) 8 (256 tiles); Qwen3-0.6B's o_proj (1024 rows, 8 a tile: 128 tiles,
+    about half of 264), the Llama-3.2-1B shape (256 / 512 / 1024 tiles) and an unknown program
+    count keep the stream's rows; the lm_head never changes."""
     from fastdecode.graph import few_tiles_rows
-    assert [few_tiles_rows(16, 1152, P) for P in (1, 144, 145, 264, 10 ** 6)] == [16, 16, 8, 8, 1]
+    assert [few_tiles_rows(16, 1152, P) for P in (1, 144, 216, 217, 264, 10 ** 6)] == \
+        [16, 16, 16, 8, 8, 1]
+    assert (few_tiles_rows(32, 2048, 264), few_tiles_rows(8, 1024, 264)) == (8, 8)
     gemma = ModelSpec(family="gemma3_text", n_layers=1, d_model=1152, n_heads=4, n_kv_heads=1,
                       head_dim=256, ffn_dim=6912, vocab_size=262144, rms_eps=1e-6,
                       rope_theta=1e4, qk_norm=True, layer_windows=(0,))

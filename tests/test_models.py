@@ -54,6 +54,16 @@ def test_gpt_neox_sequential_blocks_match_hf(mode):
     assert rel_err(teacher_forced(fm, ids, PROMPT), hf_logits(model, ids)) < 1e-5
 
 
+def test_xielu_constants_checked():
+    """Apertus's xIELU: its alpha_p / alpha_n per layer are packed (the family test holds them
+    to HF), its beta and eps are the kernels' constants -- a checkpoint with others raises."""
+    for buf, value in (("beta", 0.7), ("eps", -1e-3)):
+        model = tiny_model("apertus")
+        getattr(model.model.layers[1].mlp.act_fn, buf).fill_(value)
+        with pytest.raises(ValueError, match=f"layers.1.mlp.act_fn.{buf}"):
+            fastdecode.from_hf(model, max_seq_len=32, mode="torch")
+
+
 @pytest.mark.parametrize("mode", ["torch", "mega"])
 def test_mpt_softmax_scale_matches_hf(mode):
     """MPT's attn_config.softmax_scale, the scores' scale itself (ModelSpec.attn_scale, folded

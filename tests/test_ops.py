@@ -55,11 +55,21 @@ def test_rmsnorm(T, K, seed, dtype, has_res):
 def test_swiglu(T, N, seed, dtype, act, gated):
     """The long prompts' MLP activation on a [gate | up] matmul output against the fp32
     reference's act(gate) * up (torch's silu / tanh GELU, relu^2) -- or act(up) of an up output
-    alone (an MLP without a gate): elementwise, one rounding to dtype (K=1); N past the
-    2048-lane block."""
+    alone (an MLP without a gate; xIELU always, with its parameter rows): elementwise, one
+    rounding to dtype (K=1); N past the 2048-lane block."""
     g = torch.Generator().manual_seed(seed)
+    gated = gated and act != "xielu"
+    p = xielu_params(N, dtype, g) if act == "xielu" else None
     y = rnd(T, (1 + gated) * N, dtype=dtype, seed_gen=g, scale=3.0)
-    assert_close(ops.swiglu(y, act, gated), R.glu(y.float(), act, gated), dtype, 1, "swiglu")
+    assert_close(ops.swiglu(y, act, gated, params=p), R.glu(y.float(), act, gated, params=p),
+                 dtype, 1, "swiglu")
+
+
+def xielu_params(N, dtype, g):
+    """xIELU's operand rows [alpha_p x N | alpha_n x N] (packing.xielu_params), a value per row:
+    softplus(N(0, 1)) and 0.5 + softplus(N(0, 1)), as HF's parameters give."""
+    a = torch.nn.functional.softplus(torch.randn(2, N, generator=g)) + torch.tensor([[0.0], [0.5]])
+    return a.view(-1).to(DEVICE, dtype)
 
 
 @given(T=TOKENS, K=st.integers(1, 300), N=st.integers(1, 150), seed=st.integers(0, 2**31 - 1),
@@ -68,12 +78,15 @@ def test_swiglu(T, N, seed, dtype, act, gated):
 def test_gemv(T, K, N, seed, dtype, norm, bias, swiglu, residual, stream, act, gated):
     """swiglu: the MLP epilogue, act(gate) * up over [gate; up] rows, or (not gated) act(up)."""
     g = torch.Generator().manual_seed(seed)
+    xielu = swiglu and act == "xielu"  # no gate; its parameters as the bias operand, always
+    gated = gated and not xielu
     rows = 2 * N if swiglu and gated else N
     x = rnd(T, K, dtype=dtype, seed_gen=g)
     w = rnd(rows, K, dtype=dtype, seed_gen=g, scale=K ** -0.5)
+    b = xielu_params(N, dtype, g) if xielu else rnd(rows, dtype=dtype, seed_gen=g) if bias \
+        else None
     kw = dict(norm_w=rnd(K, dtype=dtype, seed_gen=g, shift=1) if norm else None, eps=1e-5,
-              bias=rnd(rows, dtype=dtype, seed_gen=g) if bias else None, swiglu=swiglu, act=act,
-              gated=gated)
+              bias=b, swiglu=swiglu, act=act, gated=gated)
     res = rnd(T, N, dtype=dtype, seed_gen=g) if residual else None
     ref = R.gemv(x, w, residual=res, **kw)
     # residual updated in place when given

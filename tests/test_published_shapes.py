@@ -66,7 +66,9 @@ SHAPES = [("3b", {}), ("qwen2.5-0.5b", {}), ("qwen2.5-7b", {}), ("qwen2.5-14b", 
           ("starcoderbase-1b", {}), ("falcon-7b", {}), ("bloom-560m", {}),
           ("falcon-rw-1b", {}), ("mpt-7b", {}),
           # per-head q / k LayerNorms (Command R+: two of its layers, 6.3B parameters)
-          ("stablelm2-12b", {}), ("command-r-plus", {})]
+          ("stablelm2-12b", {}), ("command-r-plus", {}),
+          # xIELU (its alpha_p / alpha_n drawn as the norm weights: 1 + 0.2 N(0, 1))
+          ("apertus-8b", {})]
 
 
 def _model(key, overrides):

@@ -184,6 +184,9 @@ def test_layer_norm_specs():
     assert sq.qk_norm and sq.qk_layer_norm and sq.parallel and not sq.qk_norm_full
     assert cq.qk_norm and cq.qk_layer_norm and not co.qk_norm and not co.qk_layer_norm
     assert not (st_.qk_norm or st_.parallel) and not spec_of("qwen3").qk_layer_norm
+    ap = spec_of("apertus")  # xIELU without a gate, q / k norms, q / k / v / o biases
+    assert (ap.act, ap.gated, ap.qk_norm, ap.attn_bias, ap.o_bias, ap.mlp_bias) == \
+        ("xielu", False, True, True, True, False)
     g2 = ModelSpec.from_hf_config(tf.GPT2Config(n_embd=64, n_head=4, layer_norm_epsilon=3e-6))
     assert (g2.ffn_dim, g2.act, g2.rms_eps, g2.max_position) == (256, "gelu_tanh", 3e-6, 1024)
     assert g2.learned_positions and g2.tied and not g2.shares_head and g2.attn_bias
@@ -260,6 +263,7 @@ def _raw(**kw):  # a config HF itself would refuse to build (odd head_dim)
 @pytest.mark.parametrize("make,match", [
     (lambda: tf.OlmoConfig(clip_qkv=8.0), "clip_qkv=8.0"),
     (lambda: tf.PhiConfig(qk_layernorm=True), "qk_layernorm=True"),
+    (lambda: tf.LlamaConfig(hidden_act="xielu"), "xIELU in an MLP with a gate"),
     (lambda: tf.BloomConfig(apply_residual_connection_post_layernorm=True), "after the norm"),
     (lambda: tf.MptConfig(attn_config={"clip_qkv": 6.0}), "clip_qkv=6.0"),
     (lambda: tf.MptConfig(attn_config={"qk_ln": True}), "q / k LayerNorms"),

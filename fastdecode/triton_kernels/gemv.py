@@ -4,8 +4,8 @@
     prologue: RMSNorm of the input row (NORM):  x * rsqrt(mean(x^2) + eps) * norm_w
     epilogue: + bias[n] (BIAS);  act(y_gate) * y_up with W = [gate; up] stacked [2N, K] (SWIGLU:
               ACT_CODES' code of act -- 1 silu (SwiGLU), 2 the tanh GELU (GeGLU: Gemma), 3
-              relu^2, 4 the erf GELU, 5 relu); or, SWIGLU negative (an MLP without a gate:
-              Arcee, StarCoder2, GPT-NeoX, OPT), act(y) of W [N, K];
+              relu^2, 4 the erf GELU, 5 relu, 6 xIELU); or, SWIGLU negative (an MLP without a
+              gate: Arcee, StarCoder2, GPT-NeoX, OPT, Apertus), act(y) of W [N, K];
               + residual[t, n] (RESIDUAL, may alias the output: the residual stream updated in place)
 
 Shapes: x [T, K] (bf16/fp16/fp32), W [N or 2N, K] row-major, y [T, N]. fp32 accumulation.
@@ -22,7 +22,20 @@ from ._common import (INTERPRET, gemv_acc, next_x_chunk, pdl_ready, pdl_start, p
 from .config import StreamConfig, gemv_config, gemv_stream, stream_ptx, use_pdl
 
 # the MLP epilogue's activations, by ModelSpec.act: the SWIGLU constexpr's magnitude (glu_code)
-ACT_CODES = {"silu": 1, "gelu_tanh": 2, "relu2": 3, "gelu": 4, "relu": 5}
+ACT_CODES = {"silu": 1, "gelu_tanh": 2, "relu2": 3, "gelu": 4, "relu": 5, "xielu": 6}
+# xIELU (Apertus: arXiv 2411.13010, HF's XIELUActivation) has two learned scalars a layer, alpha_p
+# and alpha_n (after their softplus), which ride in the MLP's bias operands: the "bias" rows of
+# an xIELU MLP are [alpha_p x N | alpha_n x N] (PackedWeights.b_gu), no bias is added, and its
+# beta and eps are HF's fixed buffers (packing checks a checkpoint's)
+XIELU = tl.constexpr(6)
+XIELU_BETA = tl.constexpr(0.5)
+XIELU_EPS = tl.constexpr(-1e-6)
+
+
+def act_operand_rows(act: str, gated: bool) -> int:
+    """N-long rows of an MLP's bias operand a layer (PackedWeights.b_gu): gate's and up's with a
+    gate, up's alone without, xIELU's alpha_p and alpha_n."""
+    return 2 if gated or act == "xielu" else 1
 
 
 def glu_code(act: str, gated: bool = True) -> int:
@@ -45,7 +58,7 @@ def epilogue_operands(bias_ptr, res_ptr, offs_t, mask_t, offs_n, mask_n, N, stri
     r = tl.zeros([offs_t.shape[0], offs_n.shape[0]], dtype=tl.float32)
     if BIAS:
         b = tl.load(bias_ptr + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
-        if SWIGLU > 0:
+        if SWIGLU > 0 or SWIGLU == -XIELU:  # the up rows' bias; xIELU's alpha_n
             b2 = tl.load(bias_ptr + N + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
     if RESIDUAL:
         r = tl.load(res_ptr + offs_t[:, None] * stride_res + offs_n[None, :],
@@ -61,9 +74,13 @@ def gemv_epilogue(acc, acc2, b, b2, r, SWIGLU: tl.constexpr):
     (g + 0.044715 g^3), is g sigmoid(2u) (1 + tanh(u) = 2 sigmoid(2u)): one exp, no tanh (which
     Triton's interpreter lacks), an fp32 ulp or two from torch's tanh form where it does not
     cancel; relu2 max(g, 0)^2; the erf GELU 0.5 g (1 + erf(g / sqrt(2))) (torch's exact GELU,
-    HF's "gelu"); relu max(g, 0) (OPT). (Written inline: the same math through a helper
-    function cost the Llama-3.1-8B megakernel 4 B more spills, compile_check sm_90a.)"""
-    acc += b
+    HF's "gelu"); relu max(g, 0) (OPT); xIELU (b, b2: alpha_p, alpha_n, not a bias) alpha_p g^2
+    + beta g where g > 0, else alpha_n (expm1(min(g, eps)) - g) + beta g -- expm1 by Kahan's
+    (u - 1) m / log(u), u = e^m, to an ulp or two (u - 1 where m < -1, past its cancellation).
+    (Written inline: the same math through a helper function cost the Llama-3.1-8B megakernel
+    4 B more spills, compile_check sm_90a.)"""
+    if SWIGLU != -XIELU:
+        acc += b
     if SWIGLU != 0:
         CODE: tl.constexpr = SWIGLU if SWIGLU > 0 else -SWIGLU
         up = acc2 + b2 if SWIGLU > 0 else 1.0
@@ -74,6 +91,11 @@ def gemv_epilogue(acc, acc2, b, b2, r, SWIGLU: tl.constexpr):
             acc = 0.5 * acc * (1.0 + tl.math.erf(acc * SQRT1_2)) * up
         elif CODE == 5:
             acc = tl.maximum(acc, 0.0) * up
+        elif CODE == XIELU:
+            m = tl.minimum(acc, XIELU_EPS)
+            u = tl.exp(m)
+            em1 = tl.where(m < -1.0, u - 1.0, (u - 1.0) * m / tl.log(u))
+            acc = tl.where(acc > 0.0, b * acc * acc, b2 * (em1 - acc)) + XIELU_BETA * acc
         else:
             z = acc
             if CODE == 2:
@@ -413,10 +435,11 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
 
 
 @triton.jit
-def swiglu_kernel(y_ptr, out_ptr, N, stride_y, stride_out, BLOCK_N: tl.constexpr,
+def swiglu_kernel(y_ptr, p_ptr, out_ptr, N, stride_y, stride_out, BLOCK_N: tl.constexpr,
                   ACT: tl.constexpr):
     """Grid (T, N blocks): the GEMV's MLP epilogue (gemv_epilogue, ACT: glu_code) on a row of
-    a matmul's [gate | up] output (ACT < 0: its up output alone)."""
+    a matmul's [gate | up] output (ACT < 0: its up output alone; xIELU: its parameter rows
+    p_ptr [2N])."""
     t = tl.program_id(0)
     offs = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     m = offs < N
@@ -425,13 +448,20 @@ def swiglu_kernel(y_ptr, out_ptr, N, stride_y, stride_out, BLOCK_N: tl.constexpr
     u = g
     if ACT > 0:
         u = tl.load(row + N, mask=m, other=0.0).to(tl.float32)
-    y = gemv_epilogue(g, u, 0.0, 0.0, 0.0, ACT)
+    b = tl.zeros([BLOCK_N], dtype=tl.float32)
+    b2 = b
+    if ACT == -XIELU:
+        b = tl.load(p_ptr + offs, mask=m, other=0.0).to(tl.float32)
+        b2 = tl.load(p_ptr + N + offs, mask=m, other=0.0).to(tl.float32)
+    y = gemv_epilogue(g, u, b, b2, 0.0, ACT)
     tl.store(out_ptr + t.to(tl.int64) * stride_out + offs, y.to(out_ptr.dtype.element_ty), mask=m)
 
 
-def swiglu(y: torch.Tensor, act: str = "silu", gated: bool = True, out=None) -> torch.Tensor:
+def swiglu(y: torch.Tensor, act: str = "silu", gated: bool = True, out=None,
+           params=None) -> torch.Tensor:
     """y [T, 2N] = [gate | up] (a long prompt's cuBLAS gate|up output) -> act(gate) * up [T, N]
-    in y's dtype, fp32 math, rounded once (not gated: y [T, N] = up -> act(up)). Bytes: 3 x T x
+    in y's dtype, fp32 math, rounded once (not gated: y [T, N] = up -> act(up); params: xIELU's
+    [alpha_p x N | alpha_n x N], the layer's PackedWeights.b_gu). Bytes: 3 x T x
     N elements (bf16 at 4.4 TB/s: 2048 tokens of Llama-3.1-8B's 14336 in ~40 us; torch's silu
     then mul on the strided halves, 5 x, took 166 us -- H200 profile of bench_prefill,
     2026-12-02)."""
@@ -441,7 +471,10 @@ def swiglu(y: torch.Tensor, act: str = "silu", gated: bool = True, out=None) -> 
     if out is None:
         out = torch.empty(T, N, device=y.device, dtype=y.dtype)
     BLOCK_N = min(2048, triton.next_power_of_2(N))
-    swiglu_kernel[(T, triton.cdiv(N, BLOCK_N))](y, out, N, y.stride(0), out.stride(0),
+    if act == "xielu" and (params is None or params.numel() != 2 * N):
+        raise ValueError(f"xIELU needs its parameter rows [2 x {N}] (params)")
+    swiglu_kernel[(T, triton.cdiv(N, BLOCK_N))](y, params if act == "xielu" else y, out, N,
+                                                y.stride(0), out.stride(0),
                                                 BLOCK_N=BLOCK_N, ACT=glu_code(act, gated),
                                                 num_warps=4)
     return out

@@ -43,7 +43,7 @@ from ..ptx_inline.timers import globaltimer_ns, sm_id
 from .all_reduce import peer, push_rows, residual_sum_body
 from .attention import attention_body, attn_merge_body, kv_prefetch
 from .embedding import embedding_body
-from .gemv import gemv_body, stream_start
+from .gemv import XIELU, gemv_body, stream_start
 from .lm_head import choose_merge_body, lm_head_body
 from .qkv_rope import qk_norm_rope_body, qkv_rope_body, qkv_start
 
@@ -417,6 +417,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     QKVN = (H + 2 * KVH) * HD
     QD = H * HD
     GU: tl.constexpr = 2 if ACT > 0 else 1  # w_gu's matrices: gate and up, or up alone
+    # b_gu's rows (gemv.act_operand_rows): gate's and up's biases, up's alone, xIELU's parameters
+    GUB: tl.constexpr = 2 if ACT > 0 or ACT == -XIELU else 1
     e0 = tl.load(ctr_ptr + tok_ctr)  # steps completed before this launch (previous launch done)
     run = 1
     s = 0
@@ -520,7 +522,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
             elif op == OP_GU:
                 w_gu = wgu_ptr + layer * GU * FFN * D
                 if SG > 1:
-                    run = gemv_body(h_ptr, w_gu, mnorm_ptr + layer * D, bgu_ptr + layer * GU * FFN,
+                    run = gemv_body(h_ptr, w_gu, mnorm_ptr + layer * D, bgu_ptr + layer * GUB * FFN,
                                     h_ptr, act_ptr, T, FFN, D, D, D, FFN, eps, a1, a2, a0, 0, 0,
                                     PRE_NORM, BIAS_MLP, ACT, False, BLOCK_T, RG, KG, STREAM, F32,
                                     PTX, SG, ready, wargs, D)
@@ -533,7 +535,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                     w0, w20 = stream_start(w_gu, FFN, D, a1, a2, RG, KG, ACT > 0, STREAM, PTX)
                     run = ready(*wargs)
                     if run == 1:
-                        gemv_body(h_ptr, w_gu, mnorm_ptr + layer * D, bgu_ptr + layer * GU * FFN,
+                        gemv_body(h_ptr, w_gu, mnorm_ptr + layer * D, bgu_ptr + layer * GUB * FFN,
                                   h_ptr, act_ptr, T, FFN, D, D, D, FFN, eps, a1, a2, a0, w0, w20,
                                   PRE_NORM, BIAS_MLP, ACT, False, BLOCK_T, RG, KG, STREAM, F32,
                                   PTX)
