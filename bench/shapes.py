@@ -233,6 +233,11 @@ SHAPES = {
     # GPT-J-6B (GPTJConfig's defaults: 28 layers of 16 heads of 256, 64 dims of each rotated,
     # an MLP of 16384, a 50400 vocabulary, untied)
     "gptj-6b": ("GPT-J-6B", lambda: tf.GPTJConfig()),
+    # codegen-350M-mono (20 layers of 16 heads of 64, 32 dims of each rotated, q|v|k in 4 blocks,
+    # an MLP of 4096, a 51200 vocabulary, untied), its config.json's fields
+    "codegen-350m": ("CodeGen-350M", lambda: tf.CodeGenConfig(
+        n_embd=1024, n_layer=20, n_head=16, rotary_dim=32, n_positions=2048, n_ctx=2048,
+        vocab_size=51200, tie_word_embeddings=False, bos_token_id=1, eos_token_id=50256)),
     # pythia-1b (GPT-NeoX: parallel blocks, 16 layers of 8 heads of 256, a quarter rotated, an
     # MLP of 8192 without a gate, the erf GELU, biases everywhere, untied), as its config.json
     "pythia-1b": ("Pythia-1B", lambda: tf.GPTNeoXConfig(

@@ -109,7 +109,7 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
     if fam.fused:
         get = fused_getter(get, spec)
     if fam.qkv_grouped:
-        get = grouped_qkv_getter(get, spec)
+        get = grouped_qkv_getter(get, spec, fam.qkv_grouped)
     if spec.text_of:
         get = text_model_getter(get)
     if fam.gemma_norms:
@@ -502,15 +502,22 @@ def conv1d_getter(get):
     return cget
 
 
-def grouped_qkv_getter(get, spec: ModelSpec):
-    """get(name, index) over a checkpoint that fuses q|k|v per KV group as self_attn.qkv_proj
-    rows [KVH, group + 2, head_dim] -- the group's q heads, then its k and v (Family.qkv_grouped:
-    GPT-NeoX's [H, 3, head_dim] per head, a multi-query q|k|v concatenated, Falcon's groups): a
-    part's name reads its rows of every group. The whole fused tensor is read (its parts
-    interleave), then index applied."""
-    G, hd = spec.group, spec.head_dim
-    parts = {"self_attn.q_proj.": slice(0, G), "self_attn.k_proj.": slice(G, G + 1),
-             "self_attn.v_proj.": slice(G + 1, G + 2)}
+def grouped_qkv_getter(get, spec: ModelSpec, layout: bool | tuple = True):
+    """get(name, index) over a checkpoint that fuses q|k|v in blocks as self_attn.qkv_proj rows
+    (Family.qkv_grouped): per KV group (layout True), [KVH, group + 2, head_dim] -- the group's q
+    heads, then its k and v (GPT-NeoX's [H, 3, head_dim] per head, a multi-query q|k|v
+    concatenated, Falcon's groups); or layout (blocks, order), [blocks, 3, H / blocks, head_dim]
+    with the parts in that order (CodeGen's (4, "qvk")). A part's name reads its rows of every
+    block. The whole fused tensor is read (its parts interleave), then index applied."""
+    hd = spec.head_dim
+    if layout is True:
+        order, heads = "qkv", {"q": spec.group, "k": 1, "v": 1}
+    else:
+        order, heads = layout[1], dict.fromkeys("qkv", spec.n_heads // layout[0])
+    per_block, parts = sum(heads.values()), {}
+    for p in order:
+        at = sum(heads[o] for o in order[:order.index(p)])
+        parts[f"self_attn.{p}_proj."] = slice(at, at + heads[p])
 
     def gget(name, index=None):
         for part, rows in parts.items():
@@ -518,7 +525,7 @@ def grouped_qkv_getter(get, spec: ModelSpec):
                 t = get(name.replace(part, "self_attn.qkv_proj."))
                 if t is None:
                     break
-                t = t.reshape(-1, G + 2, hd, *t.shape[1:])[:, rows].reshape(-1, *t.shape[1:])
+                t = t.reshape(-1, per_block, hd, *t.shape[1:])[:, rows].reshape(-1, *t.shape[1:])
                 return t if index is None else t[index]
         return get(name, index)
     return gget

@@ -134,8 +134,10 @@ class Family:
     # heads, then its k and v (packing.grouped_qkv_getter) -- per head where every q head has its
     # own KV head (GPT-NeoX's query_key_value, GPT-BigCode's c_attn without multi_query, Falcon's
     # without it), q|k|v concatenated where one KV head serves all (multi-query GPT-BigCode and
-    # Falcon), Falcon's new decoder architecture's groups between
-    qkv_grouped: bool = False
+    # Falcon), Falcon's new decoder architecture's groups between; a tuple (blocks, order): a
+    # multi-head attention's rows in that many blocks, each H / blocks heads of every part in
+    # that order (CodeGen's 4 model-parallel shards of q, v, k: (4, "qvk"))
+    qkv_grouped: bool | tuple = False
     # the config flag that makes the attention multi-query, one KV head, else multi-head
     # (GPT-BigCode's multi_query; num_key_value_heads not read)
     multi_query_field: str | None = None
@@ -440,6 +442,21 @@ FAMILIES: dict[str, Family] = {
                        (".input_layernorm.", ".ln_1."),
                        (".self_attn.o_proj.", ".attn.out_proj."), (".self_attn.", ".attn."),
                        (".mlp.up_proj.", ".mlp.fc_in."), (".mlp.down_proj.", ".mlp.fc_out."))),
+    # CodeGen (codegen-350M / 2B / 6B / 16B, mono / multi / nl): GPT-J's blocks, q|v|k fused in
+    # the 4 blocks of its model-parallel training (qkv_proj), no q / k / v / o biases
+    "codegen": Family(qkv_bias=False, qk_norm=False, window_field=None, gated=False,
+                      partial_rotary=True, interleaved_rope=True, rotary_dim_field="rotary_dim",
+                      layer_norm=True, norm_bias=True, eps_field="layer_norm_epsilon",
+                      parallel=True, bias_fields=(None, None, True), ffn_field="n_inner",
+                      ffn_default=4, act_field="activation_function", qkv_grouped=(4, "qvk"),
+                      norms=("input_layernorm", "input_layernorm", None, None),
+                      checkpoint_prefix="transformer.", checkpoint_names=(
+                          ("model.embed_tokens.", "transformer.wte."),
+                          ("model.layers.", "transformer.h."),
+                          ("model.norm.", "transformer.ln_f."),
+                          (".input_layernorm.", ".ln_1."),
+                          (".self_attn.o_proj.", ".attn.out_proj."), (".self_attn.", ".attn."),
+                          (".mlp.up_proj.", ".mlp.fc_in."), (".mlp.down_proj.", ".mlp.fc_out."))),
     # Jais 2: LayerNorms with biases, an MLP without a gate (relu^2), biases by attention_bias /
     # mlp_bias
     "jais2": Family(qkv_bias=False, qk_norm=False, window_field=None, gated=False,
@@ -918,6 +935,11 @@ class ModelSpec:
         if n_heads % n_kv:
             raise UnsupportedModelError(f"{mt}: num_attention_heads={n_heads} is not a multiple of "
                                         f"num_key_value_heads={n_kv}")
+        blocks = fam.qkv_grouped[0] if isinstance(fam.qkv_grouped, tuple) else 1
+        if n_heads % blocks or n_kv != n_heads and blocks > 1:
+            raise UnsupportedModelError(f"{mt}: its q|k|v rows come in {blocks} blocks of "
+                                        f"multi-head attention; {n_heads} heads ({n_kv} KV) do "
+                                        "not divide into them")
         if hd % 2:
             raise UnsupportedModelError(f"{mt}: head_dim={hd} is odd; RoPE needs an even head_dim")
         rot = _rotary_dim(mt, fam, cfg, rope, hd)

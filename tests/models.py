@@ -279,6 +279,11 @@ FAMILIES = {
     "gptj": (_tf("GPTJConfig"), _tf("GPTJForCausalLM"), dict(
         hidden_size=48, n_inner=70, num_attention_heads=4, rotary_dim=6, pad_token_id=0,
         bos_token_id=1, eos_token_id=2)),
+    # codegen: GPT-J's blocks with q|v|k fused in 4 blocks of 2 heads (head_dim 6, 4 dims
+    # rotated on interleaved pairs), the lm_head's bias
+    "codegen": (_tf("CodeGenConfig"), _tf("CodeGenForCausalLM"), dict(
+        hidden_size=48, n_inner=70, num_attention_heads=8, rotary_dim=4, pad_token_id=0,
+        bos_token_id=1, eos_token_id=2)),
     # iquestcoder: HF's Llama under its own model_type; GQA 4:1, head_dim 6, tied
     "iquestcoder": (_tf("IQuestCoderConfig"), _tf("LlamaForCausalLM"), dict(
         hidden_size=48, intermediate_size=62, num_attention_heads=8, num_key_value_heads=2,
@@ -328,15 +333,17 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
                intermediate_size=draw(st.integers(3, 97)), tie_word_embeddings=draw(st.booleans()))
     if family in ("mistral", "phi3"):
         cfg["sliding_window"] = draw(st.integers(2, 12))
-    if family in ("gpt_neox", "gpt2", "gptj", "opt", "gpt_bigcode_mha", "falcon_seq", "bloom",
-                  "falcon_rw", "mpt"):
+    if family == "codegen":  # its q|k|v rows in 4 blocks: a multiple of 4 heads
+        cfg["num_attention_heads"] = heads = 4 * draw(st.integers(1, 3))
+    if family in ("gpt_neox", "gpt2", "gptj", "codegen", "opt", "gpt_bigcode_mha", "falcon_seq",
+                  "bloom", "falcon_rw", "mpt"):
         cfg["num_key_value_heads"] = heads  # multi-head only
     if family in ("gpt_bigcode", "falcon"):  # multi-query, one KV head
         cfg["num_key_value_heads"] = 1
     if family == "falcon_new":  # its KV heads' field
         cfg["num_kv_heads"] = kv
-    if family in ("helium", "stablelm", "stablelm_qk", "phi", "gpt_neox", "gpt2", "gptj", "opt",
-                  "gpt_bigcode", "gpt_bigcode_mha", "falcon", "falcon_new", "falcon_seq",
+    if family in ("helium", "stablelm", "stablelm_qk", "phi", "gpt_neox", "gpt2", "gptj",
+                  "codegen", "opt", "gpt_bigcode", "gpt_bigcode_mha", "falcon", "falcon_new", "falcon_seq",
                   "falcon_rw", "bloom", "mpt"):  # [hidden, hidden]
         # o_proj (Helium), head_dim always hidden / heads in the attention (StableLM, Phi,
         # GPT-NeoX, GPT-2, GPT-J, OPT, GPT-BigCode, Falcon): HF's needs H * hd == d
@@ -356,7 +363,7 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
         # part: an even one (GPT-NeoX's config takes it as rotary_pct)
         cfg["rotary_pct" if family == "gpt_neox" else "partial_rotary_factor"] = \
             2 * draw(st.integers(1, cfg["head_dim"] // 2)) / cfg["head_dim"]
-    if family == "gptj":  # a count of dims, even
+    if family in ("gptj", "codegen"):  # a count of dims, even
         cfg["rotary_dim"] = 2 * draw(st.integers(1, cfg["head_dim"] // 2))
     if family in ("phi3", "glm", "glm4"):  # rotate any count of the head's dims, odd ones too
         # (HF then rotates one more; the + 0.5: int() of the product cannot round below rot)

@@ -46,7 +46,7 @@ def test_spec_fields_and_rope_match_hf(family):
             want = build_mpt_alibi_tensor(n, 2)[:, 0, 0] * -1  # the slopes times position -1
             assert torch.equal(sn.alibi_slopes(), want), n
         return
-    if family == "gptj":  # a sin / cos table of its own (rotary_dim columns), no inv_freq
+    if family in ("gptj", "codegen"):  # a sin / cos table of its own (rotary_dim columns)
         assert s.rot == cfg.rotary_dim and s.rope_interleaved and s.parallel
         pos = torch.arange(7).float()
         attn = model.transformer.h[0].attn
@@ -184,6 +184,9 @@ def test_layer_norm_specs():
     assert sq.qk_norm and sq.qk_layer_norm and sq.parallel and not sq.qk_norm_full
     assert cq.qk_norm and cq.qk_layer_norm and not co.qk_norm and not co.qk_layer_norm
     assert not (st_.qk_norm or st_.parallel) and not spec_of("qwen3").qk_layer_norm
+    cg = spec_of("codegen")  # GPT-J's blocks (rotary_dim on interleaved pairs, the head's bias)
+    assert cg.parallel and cg.rope_interleaved and cg.rot == 4 and cg.head_bias and cg.mlp_bias
+    assert (cg.n_heads, cg.n_kv_heads, cg.head_dim, cg.act) == (8, 8, 6, "gelu_tanh")
     ap = spec_of("apertus")  # xIELU without a gate, q / k norms, q / k / v / o biases
     assert (ap.act, ap.gated, ap.qk_norm, ap.attn_bias, ap.o_bias, ap.mlp_bias) == \
         ("xielu", False, True, True, True, False)
@@ -264,6 +267,7 @@ def _raw(**kw):  # a config HF itself would refuse to build (odd head_dim)
     (lambda: tf.OlmoConfig(clip_qkv=8.0), "clip_qkv=8.0"),
     (lambda: tf.PhiConfig(qk_layernorm=True), "qk_layernorm=True"),
     (lambda: tf.LlamaConfig(hidden_act="xielu"), "xIELU in an MLP with a gate"),
+    (lambda: tf.CodeGenConfig(n_embd=48, n_head=6), "4 blocks"),  # q|k|v in 4 blocks of heads
     (lambda: tf.BloomConfig(apply_residual_connection_post_layernorm=True), "after the norm"),
     (lambda: tf.MptConfig(attn_config={"clip_qkv": 6.0}), "clip_qkv=6.0"),
     (lambda: tf.MptConfig(attn_config={"qk_ln": True}), "q / k LayerNorms"),
