@@ -293,9 +293,9 @@ def scaled_getter(get, scales: dict):
 def text_model_getter(get):
     """get(name, index) of a vision-language model's language model (ModelSpec.text_of): HF's
     names read under model.language_model. (the model's state dict) or language_model.model.
-    (its checkpoint files), the head under language_model.lm_head. there; the vision tower's
-    tensors are never read."""
-    alts = (("model.", ("model.language_model.", "language_model.model.")),
+    (its checkpoint files), the head under language_model.lm_head. there -- or, Idefics3 /
+    SmolVLM, under model.text_model.; the vision tower's tensors are never read."""
+    alts = (("model.", ("model.language_model.", "language_model.model.", "model.text_model.")),
             ("lm_head.", ("language_model.lm_head.",)))
 
     def tget(name, index=None):

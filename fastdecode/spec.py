@@ -521,7 +521,7 @@ TIED_BY_DEFAULT = frozenset({"ernie4_5", "smollm3", "starcoder2", "cohere", "coh
 # up, Qwen2-VL / Qwen2.5-VL / Qwen3-VL, GLM-4.1V, InternVL 3 in HF's format), packing.
 # text_model_getter finding its tensors. (PaliGemma's prompt attends both ways: not among them.)
 TEXT_OF = ("mistral3", "llava", "llava_next", "llava_onevision", "gemma3", "qwen2_vl",
-           "qwen2_5_vl", "qwen3_vl", "glm4v", "internvl")
+           "qwen2_5_vl", "qwen3_vl", "glm4v", "internvl", "idefics3", "smolvlm")
 # why some model types a user may try are not supported (UnsupportedModelError says it)
 UNSUPPORTED = {
     **{mt: "a mixture of experts" for mt in ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3",
@@ -529,7 +529,6 @@ UNSUPPORTED = {
                                              "qwen3_vl_moe", "glm4v_moe")},
     **{mt: "a vision-language model (its text model alone is not read)" for mt in (
         "llama4",)},
-    **{mt: "its MLP's activation, xIELU, has learned parameters" for mt in ("apertus",)},
     **{mt: "linear-attention (Gated DeltaNet) layers" for mt in ("qwen3_next", "qwen3_5",
                                                                 "qwen3_5_text")},
     **{mt: "state-space (Mamba) layers" for mt in ("jamba", "bamba", "zamba", "zamba2",

@@ -399,6 +399,12 @@ VLMS = {
         dict(video_token_id=99, vision_start_token_id=98, text=dict(
             model_type="qwen2_5_vl_text", rope_parameters={
                 "rope_type": "default", "rope_theta": 10000.0, "mrope_section": [1, 2, 2]}))),
+    # Idefics3 / SmolVLM: Llama inside, under model.text_model
+    **{kind: (cfg, model, "llama", dict(hidden_size=32, intermediate_size=40, num_hidden_layers=1,
+                                        num_attention_heads=2, image_size=32, patch_size=16))
+       for kind, cfg, model in (
+           ("idefics3", "Idefics3Config", "Idefics3ForConditionalGeneration"),
+           ("smolvlm", "SmolVLMConfig", "SmolVLMForConditionalGeneration"))},
     # InternVL (HF's format, InternVL3-*-hf): Qwen2 inside
     "internvl": ("InternVLConfig", "InternVLForConditionalGeneration", "qwen2", dict(
         hidden_size=32, intermediate_size=40, num_hidden_layers=1, num_attention_heads=2,
@@ -440,7 +446,7 @@ def tiny_vlm(kind: str, seed: int = 0, **top):
     if hasattr(cfg, "image_token_id"):  # the name Qwen2-VL reads
         cfg.image_token_id = text.config.vocab_size - 1
     model = _tf(model_name)(cfg).eval()
-    lm = model.model.language_model
+    lm = getattr(model.model, "language_model", None) or model.model.text_model
     with torch.no_grad():
         for name, p in text.model.named_parameters():
             lm.get_parameter(name).copy_(p)

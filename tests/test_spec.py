@@ -316,6 +316,13 @@ def test_unsupported_configs_raise(make, match):
         ModelSpec.from_hf_config(make())
 
 
+def test_unsupported_reasons_name_no_supported_type():
+    """spec.UNSUPPORTED's reasons are for model types fastdecode does not run: none a family of
+    its own or a vision-language wrapper it reads the language model of."""
+    from fastdecode.spec import TEXT_OF, UNSUPPORTED
+    assert not set(UNSUPPORTED) & (set(SPEC_FAMILIES) | set(TEXT_OF))
+
+
 @pytest.mark.parametrize("family", ["phi3", "glm"])
 @pytest.mark.parametrize("factor", [0.5, 0.75, 1 / 3, 1.0, 5.5 / 24])
 def test_partial_rotary_matches_hf(family, factor):
