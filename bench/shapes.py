@@ -233,6 +233,9 @@ SHAPES = {
     # GPT-J-6B (GPTJConfig's defaults: 28 layers of 16 heads of 256, 64 dims of each rotated,
     # an MLP of 16384, a 50400 vocabulary, untied)
     "gptj-6b": ("GPT-J-6B", lambda: tf.GPTJConfig()),
+    # microsoft/biogpt (BioGptConfig's defaults: 24 layers of 16 heads of 64, MLP 4096, the erf
+    # GELU, a tied 42384 vocabulary, learned positions over 1024, scaled embeddings)
+    "biogpt": ("BioGPT", lambda: tf.BioGptConfig()),
     # codegen-350M-mono (20 layers of 16 heads of 64, 32 dims of each rotated, q|v|k in 4 blocks,
     # an MLP of 4096, a 51200 vocabulary, untied), its config.json's fields
     "codegen-350m": ("CodeGen-350M", lambda: tf.CodeGenConfig(

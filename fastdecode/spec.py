@@ -151,6 +151,9 @@ class Family:
     # (config field, what its value must equal -- another field's name or a constant): configs
     # whose value differs are refused (OPT-350m's word_embed_proj_dim, its projections in / out)
     require_equal: tuple = ()
+    # the config flag that multiplies the embedded rows by sqrt(hidden_size) (BioGPT's
+    # scale_embedding: ModelSpec.embed_scale, not rounded to the weights' dtype as Gemma's)
+    embed_scale_field: str | None = None
     # the config field that multiplies the logits (Cohere's logit_scale; ModelSpec.logits_scale)
     logit_scale_field: str | None = None
     # learned absolute positions, added to the embedded row, and no RoPE (GPT-2: wpe;
@@ -426,6 +429,22 @@ FAMILIES: dict[str, Family] = {
                       (".post_attention_layernorm.", ".final_layer_norm."),
                       (".self_attn.o_proj.", ".self_attn.out_proj."),
                       (".mlp.up_proj.", ".fc1."), (".mlp.down_proj.", ".fc2."))),
+    # BioGPT (biogpt, BioGPT-Large): OPT's blocks -- learned positions at row p + 2, LayerNorms
+    # with biases before the blocks, biases everywhere -- with the erf GELU, the embedded rows
+    # times sqrt(hidden_size) (scale_embedding), tied (output_projection)
+    "biogpt": Family(qkv_bias=True, qk_norm=False, window_field=None, gated=False,
+                     layer_norm=True, norm_bias=True, eps_field="layer_norm_eps",
+                     bias_fields=(True, True, True), learned_positions=True, position_offset=2,
+                     embed_scale_field="scale_embedding", checkpoint_names=(
+                         ("model.embed_tokens.", "biogpt.embed_tokens."),
+                         ("model.embed_positions.", "biogpt.embed_positions."),
+                         ("model.layers.", "biogpt.layers."),
+                         ("model.norm.", "biogpt.layer_norm."),
+                         ("lm_head.", "output_projection."),
+                         (".input_layernorm.", ".self_attn_layer_norm."),
+                         (".post_attention_layernorm.", ".final_layer_norm."),
+                         (".self_attn.o_proj.", ".self_attn.out_proj."),
+                         (".mlp.up_proj.", ".fc1."), (".mlp.down_proj.", ".fc2."))),
     # GPT-J: parallel blocks on one LayerNorm with a bias, rotary_dim of each head rotated on
     # interleaved pairs, no q / k / v / o biases, an MLP of n_inner without a gate (fc_in /
     # fc_out) with biases, an lm_head with a bias
@@ -514,7 +533,7 @@ ALIBI_BLOOM, ALIBI_FALCON = 1, 2
 # the base class's default, True; a test reads each class's default)
 TIED_BY_DEFAULT = frozenset({"ernie4_5", "smollm3", "starcoder2", "cohere", "cohere2", "gpt2",
                              "gpt_bigcode", "falcon", "opt", "gemma", "gemma2", "vaultgemma",
-                             "gemma3_text", "bloom", "mpt"})
+                             "gemma3_text", "bloom", "mpt", "biogpt"})
 
 # vision-language models whose language model (text_config) is a supported family: it decodes
 # alone (no image is read; Mistral Small 3.x, LLaVA and LLaVA-NeXT / OneVision, Gemma 3 4B and
@@ -973,7 +992,8 @@ class ModelSpec:
             # biases: no RoPE anywhere
             nope = tuple(range(n_layers))
         scales = _multipliers(cfg, hd, fam.logits_multiplied) if fam.multipliers else {}
-        if fam.gemma_norms:
+        if fam.gemma_norms or fam.embed_scale_field and getattr(cfg, fam.embed_scale_field,
+                                                                    False):
             scales = dict(embed_scale=math.sqrt(d))
         if fam.logit_scale_field:
             scales["logits_scale"] = float(getattr(cfg, fam.logit_scale_field, None) or 1.0)

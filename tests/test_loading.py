@@ -69,12 +69,13 @@ def _folder_packs_as_from_hf(path, model):
 
 @pytest.mark.parametrize("kind,tied", [("mistral3", False), ("mistral3", True), ("llava", False),
                                        ("gemma3", True), ("qwen2_5_vl", True), ("qwen3_vl", False),
-                                       ("glm4v", False), ("internvl", True)])
+                                       ("glm4v", False), ("internvl", True),
+                                       ("idefics3", False)])
 def test_vision_language_folder_reads_its_text_model(tmp_path, kind, tied):
     """A vision-language checkpoint's files keep the language model under language_model.model.
     / language_model.lm_head. (the vision tower beside it, never read): from_pretrained packs the
     same tensors as from_hf of the loaded model, whose state dict names them model.language_model.
-    / lm_head."""
+    / lm_head (Idefics3: model.text_model. in both)."""
     from models import tiny_vlm
     model = tiny_vlm(kind, tie_word_embeddings=tied)
     model.save_pretrained(tmp_path)

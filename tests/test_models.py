@@ -96,12 +96,11 @@ def test_hyperclovax_without_post_norms_matches_hf(mode):
 @pytest.mark.parametrize("kind,tied", [("mistral3", False), ("mistral3", True), ("llava", False),
                                        ("llava_onevision", True), ("gemma3", True),
                                        ("qwen2_5_vl", True), ("qwen3_vl", False),
-                                       ("glm4v", False), ("internvl", True),
-                                       ("idefics3", True), ("smolvlm", False)])
+                                       ("glm4v", False), ("internvl", True), ("smolvlm", True)])
 def test_vision_language_text_model_matches_hf(kind, tied, mode):
     """A vision-language model (Mistral Small 3.x, LLaVA, LLaVA-OneVision: Qwen2 inside, Gemma 3,
     Qwen2.5-VL / Qwen3-VL / GLM-4.1V: their multimodal RoPE one position on every axis for text,
-    Idefics3 / SmolVLM: Llama under model.text_model)
+    SmolVLM: Llama under model.text_model, as Idefics3's, whose subclass it is)
     decodes with its language model alone: the HF model's logits on text-only input, at the
     family test's 1e-5; tied as the wrapper's config says (HF ties by it, not by the text
     config's)."""

@@ -64,6 +64,7 @@ SHAPES = [("3b", {}), ("qwen2.5-0.5b", {}), ("qwen2.5-7b", {}), ("qwen2.5-14b", 
           ("olmo-1b", {}), ("stablelm2-1.6b", {}), ("starcoder2-cfg", {"sliding_window": 24}),
           ("phi-2", {}), ("pythia-1b", {}), ("gpt2-xl", {}), ("gptj-6b", {}), ("opt-1.3b", {}),
           ("starcoderbase-1b", {}), ("falcon-7b", {}), ("bloom-560m", {}), ("codegen-350m", {}),
+          ("biogpt", {}),
           ("falcon-rw-1b", {}), ("mpt-7b", {}),
           # per-head q / k LayerNorms (Command R+: two of its layers, 6.3B parameters)
           ("stablelm2-12b", {}), ("command-r-plus", {}),
