@@ -347,8 +347,8 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
     if family == "falcon_new":  # its KV heads' field
         cfg["num_kv_heads"] = kv
     if family in ("helium", "stablelm", "stablelm_qk", "phi", "gpt_neox", "gpt2", "gptj",
-                  "codegen", "opt", "biogpt", "gpt_bigcode", "gpt_bigcode_mha", "falcon", "falcon_new", "falcon_seq",
-                  "falcon_rw", "bloom", "mpt"):  # [hidden, hidden]
+                  "codegen", "opt", "biogpt", "gpt_bigcode", "gpt_bigcode_mha", "falcon",
+                  "falcon_new", "falcon_seq", "falcon_rw", "bloom", "mpt"):  # [hidden, hidden]
         # o_proj (Helium), head_dim always hidden / heads in the attention (StableLM, Phi,
         # GPT-NeoX, GPT-2, GPT-J, OPT, GPT-BigCode, Falcon): HF's needs H * hd == d
         cfg["hidden_size"] = heads * cfg["head_dim"]

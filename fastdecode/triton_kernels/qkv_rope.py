@@ -454,10 +454,10 @@ def qkv_rope(x, w_qkv, norm_w, cos, sin, pos, k_cache, v_cache, *, n_heads, eps,
     norms before its blocks); cos/sin [S, hd/2] fp32; pos int32 [1] on device;
     k_cache/v_cache [KVH, S, hd] of one layer (written at rows pos..pos+T-1); qk_norm [H + KVH,
     hd], a row per head slot, or None (qk_norm_after: applied after RoPE; qk_norm_full: one norm
-    over all q heads and one over all k heads, QK_NORM_FULL); pairs: rotation pairs per program (default:
-    config.py's tile); stream: the megakernel's decode tile (qkv_tile); raw: fp32 scratch of
-    >= T * (H + KVH) * hd for the deferred q/k norm (defer_qk_norm; allocated if None). Returns q
-    [T, H, hd]."""
+    over all q heads and one over all k heads, QK_NORM_FULL); pairs: rotation pairs per program
+    (default: config.py's tile); stream: the megakernel's decode tile (qkv_tile); raw: fp32
+    scratch of >= T * (H + KVH) * hd for the deferred q/k norm (defer_qk_norm; allocated if
+    None). Returns q [T, H, hd]."""
     T, K = x.shape
     KVH, S, HD = k_cache.shape
     if q_out is None:
