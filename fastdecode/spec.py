@@ -203,6 +203,20 @@ _GEMMA_POST = ("input_layernorm", "pre_feedforward_layernorm", "post_attention_l
 _POST_ONLY = (None, None, "post_attention_layernorm", "post_feedforward_layernorm")
 _GLM4_NORMS = ("input_layernorm", "post_attention_layernorm", "post_self_attn_layernorm",
                "post_mlp_layernorm")
+# GPT-J: parallel blocks on one LayerNorm with a bias, rotary_dim of each head rotated on
+# interleaved pairs, no q / k / v / o biases, an MLP of n_inner without a gate (fc_in / fc_out)
+# with biases, an lm_head with a bias (FAMILIES' gptj; CodeGen's but for its fused q|v|k)
+_GPTJ = Family(qkv_bias=False, qk_norm=False, window_field=None, gated=False,
+               partial_rotary=True, interleaved_rope=True, rotary_dim_field="rotary_dim",
+               layer_norm=True, norm_bias=True, eps_field="layer_norm_epsilon", parallel=True,
+               bias_fields=(None, None, True), ffn_field="n_inner", ffn_default=4,
+               act_field="activation_function",
+               norms=("input_layernorm", "input_layernorm", None, None),
+               checkpoint_prefix="transformer.", checkpoint_names=(
+                   ("model.embed_tokens.", "transformer.wte."), ("model.layers.", "transformer.h."),
+                   ("model.norm.", "transformer.ln_f."), (".input_layernorm.", ".ln_1."),
+                   (".self_attn.o_proj.", ".attn.out_proj."), (".self_attn.", ".attn."),
+                   (".mlp.up_proj.", ".mlp.fc_in."), (".mlp.down_proj.", ".mlp.fc_out.")))
 FAMILIES: dict[str, Family] = {
     "llama": Family(qkv_bias=False, qk_norm=False, window_field=None),
     "mistral": Family(qkv_bias=False, qk_norm=False, window_field=None),
@@ -445,37 +459,11 @@ FAMILIES: dict[str, Family] = {
                          (".post_attention_layernorm.", ".final_layer_norm."),
                          (".self_attn.o_proj.", ".self_attn.out_proj."),
                          (".mlp.up_proj.", ".fc1."), (".mlp.down_proj.", ".fc2."))),
-    # GPT-J: parallel blocks on one LayerNorm with a bias, rotary_dim of each head rotated on
-    # interleaved pairs, no q / k / v / o biases, an MLP of n_inner without a gate (fc_in /
-    # fc_out) with biases, an lm_head with a bias
-    "gptj": Family(qkv_bias=False, qk_norm=False, window_field=None, gated=False,
-                   partial_rotary=True, interleaved_rope=True, rotary_dim_field="rotary_dim",
-                   layer_norm=True, norm_bias=True, eps_field="layer_norm_epsilon",
-                   parallel=True, bias_fields=(None, None, True), ffn_field="n_inner",
-                   ffn_default=4, act_field="activation_function",
-                   norms=("input_layernorm", "input_layernorm", None, None),
-                   checkpoint_prefix="transformer.", checkpoint_names=(
-                       ("model.embed_tokens.", "transformer.wte."),
-                       ("model.layers.", "transformer.h."),
-                       ("model.norm.", "transformer.ln_f."),
-                       (".input_layernorm.", ".ln_1."),
-                       (".self_attn.o_proj.", ".attn.out_proj."), (".self_attn.", ".attn."),
-                       (".mlp.up_proj.", ".mlp.fc_in."), (".mlp.down_proj.", ".mlp.fc_out."))),
-    # CodeGen (codegen-350M / 2B / 6B / 16B, mono / multi / nl): GPT-J's blocks, q|v|k fused in
-    # the 4 blocks of its model-parallel training (qkv_proj), no q / k / v / o biases
-    "codegen": Family(qkv_bias=False, qk_norm=False, window_field=None, gated=False,
-                      partial_rotary=True, interleaved_rope=True, rotary_dim_field="rotary_dim",
-                      layer_norm=True, norm_bias=True, eps_field="layer_norm_epsilon",
-                      parallel=True, bias_fields=(None, None, True), ffn_field="n_inner",
-                      ffn_default=4, act_field="activation_function", qkv_grouped=(4, "qvk"),
-                      norms=("input_layernorm", "input_layernorm", None, None),
-                      checkpoint_prefix="transformer.", checkpoint_names=(
-                          ("model.embed_tokens.", "transformer.wte."),
-                          ("model.layers.", "transformer.h."),
-                          ("model.norm.", "transformer.ln_f."),
-                          (".input_layernorm.", ".ln_1."),
-                          (".self_attn.o_proj.", ".attn.out_proj."), (".self_attn.", ".attn."),
-                          (".mlp.up_proj.", ".mlp.fc_in."), (".mlp.down_proj.", ".mlp.fc_out."))),
+    # GPT-J (gpt-j-6b): _GPTJ above
+    "gptj": _GPTJ,
+    # CodeGen (codegen-350M / 2B / 6B / 16B, mono / multi / nl): GPT-J's blocks and tensor names,
+    # q|v|k fused in the 4 blocks of its model-parallel training (qkv_proj)
+    "codegen": dataclasses.replace(_GPTJ, qkv_grouped=(4, "qvk")),
     # Jais 2: LayerNorms with biases, an MLP without a gate (relu^2), biases by attention_bias /
     # mlp_bias
     "jais2": Family(qkv_bias=False, qk_norm=False, window_field=None, gated=False,
@@ -607,10 +595,6 @@ class ModelSpec:
     post_norms: bool = False
     pre_norms: bool = True  # RMSNorms before the attention and the MLP (EXAONE 4: none)
     qk_norm_full: bool = False  # the q / k norms over all heads at once (Family.qk_norm_full)
-    # the q / k norms are LayerNorms without a bias (StableLM's qk_layernorm, Cohere's
-    # use_qk_norm: a layer_norm family's): packing centers each q / k head's rows of the
-    # projection (packing.head_centered_getter), so the kernels' per-head RMSNorm is the LayerNorm
-    qk_layer_norm: bool = False
     # the sliding-window layers' rope dict ({}: they rotate as the others; Family.local_rope)
     local_rope: dict = field(default_factory=dict)
     # soft-capping, cap tanh(x / cap) (0: none): of the attention scores (after the scale) and
@@ -652,6 +636,14 @@ class ModelSpec:
     residual_scale: float = 1.0
     attn_scale: float = 0.0
     logits_scale: float = 1.0
+
+    @property
+    def qk_layer_norm(self) -> bool:
+        """The q / k norms are LayerNorms without a bias -- a layer_norm family's (StableLM's
+        qk_layernorm, Cohere's use_qk_norm): packing centers each q / k head's rows of the
+        projection (packing.head_centered_getter), so the kernels' per-head RMSNorm is the
+        LayerNorm."""
+        return self.qk_norm and self.layer_norm
 
     @property
     def q_scale(self) -> float:
@@ -1011,7 +1003,6 @@ class ModelSpec:
             mlp_bias=mlp_b or fam.norm_bias, layer_norm=fam.layer_norm, head_bias=fam.norm_bias,
             parallel=_parallel(fam, cfg), learned_positions=fam.learned_positions,
             qk_norm=qk_norm, qk_norm_after=fam.qk_norm_after_rope,
-            qk_layer_norm=qk_norm and fam.layer_norm,
             tied=bool(getattr(cfg, "tie_word_embeddings", mt in TIED_BY_DEFAULT)),
             layer_windows=windows,
             max_position=int(getattr(cfg, fam.max_position_field, 1 << 30) or (1 << 30)),
