@@ -205,7 +205,7 @@ def main():
             print(f"  stages {v:6s} {kernel_report(*COMPILED['megakernel'])}")
         return
     if args.rows_tile:
-        return compile_rows(model, name, args.rows_tile, args.programs * 2)
+        return compile_rows(model, name, args.rows_tile, args.programs * 2, args.dump)
     gpu_rows_tiles()
     stream = streams[0]
     for mode in ("mega",) + (("ops",) if args.family else ()):
@@ -242,13 +242,18 @@ def main():
     print(f"{name}, sm_90a:")
     for kname, (k, secs) in COMPILED.items():
         print(f"  {kname:24s} {kernel_report(k, secs)}")
-        if args.dump:
-            os.makedirs(args.dump, exist_ok=True)
-            for ext in ("ttgir", "ptx"):
-                with open(os.path.join(args.dump, f"{kname}.{ext}"), "w") as f:
-                    f.write(k.asm[ext])
-            with open(os.path.join(args.dump, f"{kname}.cubin"), "wb") as f:
-                f.write(k.asm["cubin"])  # SASS: triton/backends/nvidia/bin/nvdisasm -c
+        dump(k, kname, args.dump)
+
+
+def dump(k, kname, folder):
+    """Kernel k's TTGIR, PTX and cubin into folder (None: nothing)."""
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+        for ext in ("ttgir", "ptx"):
+            with open(os.path.join(folder, f"{kname}.{ext}"), "w") as f:
+                f.write(k.asm[ext])
+        with open(os.path.join(folder, f"{kname}.cubin"), "wb") as f:
+            f.write(k.asm["cubin"])  # SASS: triton/backends/nvidia/bin/nvdisasm -c
 
 
 def gpu_rows_tiles(tile=None):
@@ -264,7 +269,7 @@ def gpu_rows_tiles(tile=None):
     graph.gemv_config = gemv.gemv_config = qkv_rope.gemv_config = lm_head.gemv_config = gpu_config
 
 
-def compile_rows(model, name, tiles, programs):
+def compile_rows(model, name, tiles, programs, folder=None):
     """The megakernel of a step of 4 rows per multi-row tile (comma-separated NxKxW): the
     tile the GPU's config.gemv_config gives every T > 1 GEMV (here the CPU's would be taken)."""
     import fastdecode
@@ -277,6 +282,7 @@ def compile_rows(model, name, tiles, programs):
         fm.runtime.n_programs = programs
         fm.runtime.forward(torch.randint(0, 100, (4,)))
         print(f"  {spec:12s} {kernel_report(*COMPILED['megakernel'])}")
+        dump(COMPILED["megakernel"][0], f"megakernel (4 rows, {spec})", folder)
 
 
 def code_bytes(cubin: bytes) -> int:

@@ -61,7 +61,7 @@ from .opcodes import COST, Op
 from .spec import ModelSpec
 from .triton_kernels.attention import split_plan
 from .triton_kernels.config import (StreamConfig, attention_config, gemv_config, merge_heads,
-                                     ptx_stream_ok, rows_ksplit, stream_config)
+                                     ptx_stream_ok, rows_ksplit, stream_config, wide_head_keys)
 from .triton_kernels.gemv import block_t
 from .triton_kernels.qkv_rope import defer_qk_norm, qkv_tile
 
@@ -202,8 +202,10 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
     block_s, block_tok = attention_config(spec.head_dim, spec.group, T)
     # the split plan of the runtime's partials buffer (runtime.py), whatever the decode loop's block
     chunk, n_splits = split_plan(max_seq_len, spec.n_kv_heads, block_s)
-    if T == 1:
-        block_s = st.attention_block(spec.head_dim)
+    # a megakernel's key blocks: decode's rule (StreamConfig.attention_block), else at most 64 x
+    # 128 elements (the split plan's multiples of 64 keys are multiples of those too)
+    block_s = st.attention_block(spec.head_dim) if T == 1 else wide_head_keys(spec.head_dim,
+                                                                              block_s)
     return Tiling(T=T, block_t=bt, stream=T == 1, rows_q=rows[0], rows_d=rows[1],
                   rows_f=rows[2], rows_g=rows[3], bk_q=bks[0], bk_d=bks[1], bk_f=bks[2],
                   bk_g=bks[3], num_warps=warps,

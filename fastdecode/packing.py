@@ -228,10 +228,8 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
         pw.pos_embed = rows_through(fetch("model.embed_positions.weight",
                                           (slice(fam.position_offset, None),)),
                                     centered if spec.layer_norm else (lambda x: x), device, dtype)
-    if spec.act == "xielu":  # its parameters as the MLP's bias operand; down's bias zeros (the
-        # kernels' one MLP-bias switch turns both on)
+    if spec.act == "xielu":  # its parameters as the MLP's bias operand (down has no bias)
         pw.b_gu = xielu_params(get, spec.n_layers, sp.ffn_dim, device, dtype)
-        pw.b_down = torch.zeros(spec.n_layers, spec.d_model, device=device, dtype=dtype)
     if spec.alibi:  # this rank's q heads' slopes
         pw.alibi = spec.alibi_slopes()[rank * sp.n_heads:(rank + 1) * sp.n_heads].to(device)
     if spec.head_bias:  # the final LayerNorm's bias through the head, W_head @ b per row, plus

@@ -32,7 +32,7 @@ from .triton_kernels.config import (attention_blocks, merge_block, merge_splits,
                                     prefill_attention_config, sm_count, stream_config)
 from .triton_kernels.qkv_rope import qk_norm_mode, qk_norm_slots
 from .triton_kernels._common import INTERPRET
-from .triton_kernels.gemv import glu_code
+from .triton_kernels.gemv import act_operand_rows, glu_code
 from .triton_kernels.launch import CachedLauncher
 from .triton_kernels.megakernel import megakernel
 
@@ -690,7 +690,9 @@ class Runtime:
             QK_DEFER=tg.qk_defer, QKN_SLOTS=qk_norm_slots(G),
             QKN_ORDER=qk_norm_mode(True, s.qk_norm_after, s.qk_norm_full),
             BLOCK_HALF=triton.next_power_of_2(s.head_dim // 2),
-            BIAS_O=pw.b_o is not None, BIAS_MLP=pw.b_gu is not None, ACT=glu_code(s.act, s.gated),
+            BIAS_O=pw.b_o is not None, BIAS_GU=pw.b_gu is not None,
+            GUB=act_operand_rows(s.act, s.gated), BIAS_DOWN=pw.b_down is not None,
+            ACT=glu_code(s.act, s.gated),
             SAMPLE=sampling.do_sample, BLOCK_T=tg.block_t, STREAM=tg.stream, RQ=tg.rows_q,
             RD=tg.rows_d, RF=tg.rows_f, RG=tg.rows_g, KQ=tg.bk_q, KD=tg.bk_d, KF=tg.bk_f,
             KG=tg.bk_g,

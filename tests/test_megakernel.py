@@ -97,20 +97,22 @@ def test_short_context_reach():
 def test_decode_attention_block():
     """The decode megakernel's attention loop block (StreamConfig.attention_block): 32 keys at
     head_dim <= 64, 64 up to 128, past it at most 64 x 128 elements (Gemma's 256: 32 keys), or as
-    asked; the split plan (chunk, splits: the runtime's partials buffer) stays
-    attention_config's whatever the loop block."""
+    asked; a step of several rows' 64 keys, past head_dim 128 at most 64 x 128 elements too
+    (wide_head_keys: StableLM-2-12B's 160 -> 32); the split plan (chunk, splits: the runtime's
+    partials buffer) stays attention_config's whatever the loop block."""
     assert StreamConfig().attention_block(64) == 32 and StreamConfig().attention_block(32) == 32
     assert StreamConfig().attention_block(128) == 64
     assert [StreamConfig().attention_block(hd) for hd in (160, 256, 512)] == [32, 32, 16]
     assert StreamConfig(attn_block_s=16).attention_block(128) == 16
-    for hd, stream in ((64, None), (128, None), (256, None), (64, StreamConfig(attn_block_s=16))):
+    for hd, stream in ((64, None), (128, None), (160, None), (256, None),
+                       (64, StreamConfig(attn_block_s=16))):
         spec = ModelSpec(family="llama", n_layers=1, d_model=256, n_heads=4, n_kv_heads=2,
                          head_dim=hd, ffn_dim=512, vocab_size=100, rms_eps=1e-5, rope_theta=1e4,
                          qk_norm=False, layer_windows=(0,))
         decode = make_tiling(spec, 1, 4096, DEVICE, stream)
         prefill = make_tiling(spec, 8, 4096, DEVICE, stream)
         assert decode.attn_block_s == (stream or StreamConfig()).attention_block(hd)
-        assert prefill.attn_block_s == 64
+        assert prefill.attn_block_s == (64 if hd <= 128 else 32)
         assert (decode.attn_chunk, decode.n_splits) == (prefill.attn_chunk, prefill.n_splits) \
             == split_plan(4096, 2, 64)
 
@@ -744,3 +746,24 @@ def test_next_gate_up_prefetch_range(op, has_next, lo, hi, kb):
         assert (base, row0, n) == (layer * 2 * FFN * D, lo * RG, want)
     else:
         assert n == 0
+
+
+def test_wide_heads_match_torch():
+    """head_dim 160 (StableLM-2-12B's; padded to 256 in the kernels): the key blocks of a step of
+    several rows and of decode are 32 keys (wide_head_keys, attention_block), so a 50-token
+    prompt (steps of 16 rows: Runtime.max_chunk) and decode run two blocks, the last partial,
+    against torch mode (fp32 weights: 1e-5 as test_models explains)."""
+    model = tiny_model("llama", hidden_size=64, num_attention_heads=2, num_key_value_heads=1,
+                       head_dim=160, intermediate_size=96).to(DEVICE)
+    ids = torch.randint(0, 101, (1, 53), generator=torch.Generator().manual_seed(0)).to(DEVICE)
+    outs = []
+    for mode in ("torch", "mega"):
+        fm = fastdecode.from_hf(model, max_seq_len=64, mode=mode)
+        if mode == "mega":
+            assert fm.runtime.max_chunk == 16 and fm.runtime.prefill_min > 50
+            assert [make_tiling(fm.runtime.spec, T, 64, DEVICE).attn_block_s
+                    for T in (1, 16)] == [32, 32]
+        outs.append(torch.cat([fm(ids[:, :50])[0]] +
+                              [fm(ids[:, t:t + 1])[0] for t in range(50, 53)]))
+    want, got = outs
+    assert float((got - want).norm() / want.norm()) < 1e-5

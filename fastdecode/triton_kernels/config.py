@@ -487,18 +487,13 @@ class StreamConfig:
     # 84/96 B, 8B 3333 56/72 -> 172/200 B.
 
     def attention_block(self, head_dim: int) -> int:
-        """Keys per iteration of the decode megakernel's attention loop (attn_block_s's rule).
-        Past head_dim 128 a block keeps the head_dim-128 shapes' 64 x 128 elements: 32 keys at
-        head_dim 256 (Gemma), by shared memory, not timed -- compile_check gemma-2b (sm_90a):
-        75 KB a program instead of 141 KB at 64 keys, so two programs an SM stay resident (at
-        64 the cooperative launch is refused and the runtime falls back to one an SM)."""
+        """Keys per iteration of the decode megakernel's attention loop (attn_block_s's rule):
+        32 at head_dim <= 64, wide_head_keys' past 128."""
         if self.attn_block_s:
             return self.attn_block_s
         if head_dim <= 64:
             return 32
-        if head_dim > 128:  # the largest power of two <= 64 * 128 / head_dim (tl.dot: >= 16)
-            return max(16, 1 << ((64 * 128 // head_dim).bit_length() - 1))
-        return attention_config(head_dim, 1, 1)[0]
+        return wide_head_keys(head_dim, attention_config(head_dim, 1, 1)[0])
 
     def op_stages(self, d_model: int | None = None) -> tuple:
         """(QKV, o_proj, gate|up, down) stream stages: stages as given, else 3 for models of
@@ -820,6 +815,21 @@ def attention_config(head_dim: int, group: int, T: int):
     padded to >= 16 for tl.dot; BLOCK_S=64 keys x head_dim<=256 bf16 stays in registers."""
     block_tok = 1 if T == 1 else max(1, 16 // triton.next_power_of_2(group))
     return 64, block_tok
+
+
+def wide_head_keys(head_dim: int, keys: int) -> int:
+    """Keys per attention block of a megakernel (decode, or a step of several rows) whose
+    blocks are `keys` keys at head_dim <= 128: past 128 the largest power of two <= keys * 128 /
+    head_dim (tl.dot: >= 16), so a block holds no more elements than at head_dim 128 -- chosen
+    by shared memory, not timed. compile_check (sm_90a): gemma-2b's decode kernel (head_dim
+    256) 75 KB a program at 32 keys instead of 141 KB at 64; StableLM-2-12B's 4-row kernel
+    (head_dim 160, padded to 256) 141 KB at 64 keys (its K / V blocks' two pipeline stages: 4
+    x 64 KB live) -- past the ~113 KB two programs an SM can have, so CUDA refused the
+    cooperative launch and the runtime fell back to one program an SM (bench/RESULTS.md
+    session 57)."""
+    if head_dim <= 128:
+        return keys
+    return max(16, 1 << ((keys * 128 // head_dim).bit_length() - 1))
 
 
 def prefill_attention_config(head_dim: int, group: int):

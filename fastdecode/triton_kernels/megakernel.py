@@ -43,7 +43,7 @@ from ..ptx_inline.timers import globaltimer_ns, sm_id
 from .all_reduce import peer, push_rows, residual_sum_body
 from .attention import attention_body, attn_merge_body, kv_prefetch
 from .embedding import embedding_body
-from .gemv import XIELU, gemv_body, stream_start
+from .gemv import gemv_body, stream_start
 from .lm_head import choose_merge_body, lm_head_body
 from .qkv_rope import qk_norm_rope_body, qkv_rope_body, qkv_start
 
@@ -329,7 +329,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                D: tl.constexpr, FFN: tl.constexpr, H: tl.constexpr, HD: tl.constexpr,
                BIAS_QKV: tl.constexpr, QK_NORM: tl.constexpr, QK_DEFER: tl.constexpr,
                QKN_SLOTS: tl.constexpr, BLOCK_HALF: tl.constexpr, BIAS_O: tl.constexpr,
-               BIAS_MLP: tl.constexpr, SAMPLE: tl.constexpr, BLOCK_T: tl.constexpr,
+               BIAS_GU: tl.constexpr, GUB: tl.constexpr,
+               BIAS_DOWN: tl.constexpr, SAMPLE: tl.constexpr, BLOCK_T: tl.constexpr,
                STREAM: tl.constexpr, RQ: tl.constexpr, RD: tl.constexpr, RF: tl.constexpr,
                RG: tl.constexpr, KQ: tl.constexpr, KD: tl.constexpr, KF: tl.constexpr,
                KG: tl.constexpr,
@@ -356,6 +357,9 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     STREAM: decode tiles (each task one stream of weight pieces: gemv_body); RQ/RD/RF rows
     and KQ/KD/KF block K of the GEMV tiles whose rows have q_dim / d_model / ffn_dim elements,
     RG/KG those of gate and up (half a tile each: config.StreamConfig.tile).
+    BIAS_QKV / BIAS_O / BIAS_GU / BIAS_DOWN: the projections' biases (PackedWeights.b_qkv ...);
+    GUB: b_gu's FFN-long rows a layer (gemv.act_operand_rows: gate's and up's, up's alone, or
+    xIELU's two parameters, which ride in that operand with BIAS_GU on and BIAS_DOWN off).
     QK_DEFER (q/k norm, decode): QKV tiles store raw q / k rows to qkraw_ptr and QKNORM tasks
     normalize and rotate them (qkv_rope.qk_norm_rope_body; QK_NORM is then 0). QKN_ORDER: the
     q / k norm before RoPE or after it (qkv_rope.qk_norm_mode; QK_NORM, when not 0, equals it).
@@ -417,8 +421,6 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     QKVN = (H + 2 * KVH) * HD
     QD = H * HD
     GU: tl.constexpr = 2 if ACT > 0 else 1  # w_gu's matrices: gate and up, or up alone
-    # b_gu's rows (gemv.act_operand_rows): gate's and up's biases, up's alone, xIELU's parameters
-    GUB: tl.constexpr = 2 if ACT > 0 or ACT == -XIELU else 1
     e0 = tl.load(ctr_ptr + tok_ctr)  # steps completed before this launch (previous launch done)
     run = 1
     s = 0
@@ -524,7 +526,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                 if SG > 1:
                     run = gemv_body(h_ptr, w_gu, mnorm_ptr + layer * D, bgu_ptr + layer * GUB * FFN,
                                     h_ptr, act_ptr, T, FFN, D, D, D, FFN, eps, a1, a2, a0, 0, 0,
-                                    PRE_NORM, BIAS_MLP, ACT, False, BLOCK_T, RG, KG, STREAM, F32,
+                                    PRE_NORM, BIAS_GU, ACT, False, BLOCK_T, RG, KG, STREAM, F32,
                                     PTX, SG, ready, wargs, D)
                 else:
                     # register stream (the 1B class): the first piece before the wait, as the
@@ -537,14 +539,14 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                     if run == 1:
                         gemv_body(h_ptr, w_gu, mnorm_ptr + layer * D, bgu_ptr + layer * GUB * FFN,
                                   h_ptr, act_ptr, T, FFN, D, D, D, FFN, eps, a1, a2, a0, w0, w20,
-                                  PRE_NORM, BIAS_MLP, ACT, False, BLOCK_T, RG, KG, STREAM, F32,
+                                  PRE_NORM, BIAS_GU, ACT, False, BLOCK_T, RG, KG, STREAM, F32,
                                   PTX)
             elif op == OP_DOWN:
                 run = residual_task(act_ptr, wd_ptr + layer * D * FFN, bd_ptr + layer * D, h_ptr,
                                     T, D, FFN, eps, a1, a2, a0, ctr_ptr, target, status_ptr,
                                     max_spin, pid, i, wc, s, tr, clock_ptr, op, xtab_ptr, rank,
                                     x_ctr, x_spin, x_red + (WORLD + rank) * TM * D, w, False,
-                                    wgu_ptr, FFN, BIAS_MLP, BLOCK_T, RF, KF, STREAM, F32, WORLD,
+                                    wgu_ptr, FFN, BIAS_DOWN, BLOCK_T, RF, KF, STREAM, F32, WORLD,
                                     RED_BLOCK, USE_ASM, TRACE, PTX, SF, RG, 0, POLL1,
                                     kpart_ptr + KSPLIT * TM * D, TM * D, KSPLIT, POST_NORM)
             elif op == OP_LM:
@@ -633,7 +635,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                               apost_ptr + layer * D, eps, POST_NORM)
                         else:
                             residual_sum_body(h_ptr, parts, TM * D, T, D, a1, a2, KSPLIT,
-                                              RED_BLOCK, bd_ptr + layer * D, BIAS_MLP, RED_ROWS,
+                                              RED_BLOCK, bd_ptr + layer * D, BIAS_DOWN, RED_ROWS,
                                               mpost_ptr + layer * D, eps, POST_NORM)
                     elif WORLD > 1:  # OP_REDUCE
                         post = apost_ptr + layer * D
