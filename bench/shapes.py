@@ -211,6 +211,15 @@ SHAPES = {
     # of 128 on 12288, GQA 12:1, MLP 33792, a tied 256K vocabulary, logits times 0.833)
     # Apertus-8B (32 layers of 32 heads of 128 on 4096, GQA 4:1, an MLP of 21504 without a gate,
     # xIELU; ApertusConfig's llama3 RoPE, theta 12M, and 131072-token vocabulary, untied)
+    # Nemotron-Mini-4B-Instruct / Minitron-4B (its config.json): LayerNorms with biases whose
+    # weights scale by (1 + w), half of each head rotated, an MLP of 9216 without a gate (relu^2),
+    # 32 layers of 24 heads of 128, GQA 3:1, an untied 256K vocabulary
+    "nemotron-mini-4b": ("Nemotron-Mini-4B", lambda: tf.NemotronConfig(
+        hidden_size=3072, intermediate_size=9216, num_hidden_layers=32, num_attention_heads=24,
+        num_key_value_heads=8, head_dim=128, vocab_size=256000, norm_eps=1e-5,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                         "partial_rotary_factor": 0.5},
+        max_position_embeddings=4096, bos_token_id=2, eos_token_id=3)),
     "apertus-8b": ("Apertus-8B", lambda: tf.ApertusConfig(
         hidden_size=4096, intermediate_size=21504, num_hidden_layers=32, num_attention_heads=32,
         num_key_value_heads=8, max_position_embeddings=65536)),

@@ -112,7 +112,7 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
         get = grouped_qkv_getter(get, spec, fam.qkv_grouped)
     if spec.text_of:
         get = text_model_getter(get)
-    if fam.gemma_norms:
+    if fam.gemma_norms or fam.norms_plus_one:
         get = offset_norm_getter(get)
     if fam.weightless_norms:
         get = ones_norm_getter(get, spec)
@@ -429,9 +429,9 @@ def centered_getter(get, spec: ModelSpec, norms: tuple):
 
 
 def offset_norm_getter(get):
-    """get(name, index) with every RMSNorm weight (a name ending in "norm.weight") plus 1, in
-    fp32 (one rounding when the packing converts it): Gemma's norms scale by (1 + w)
-    (Family.gemma_norms), the kernels' by w."""
+    """get(name, index) with every norm weight (a name ending in "norm.weight") plus 1, in fp32
+    (one rounding when the packing converts it): Gemma's RMSNorms and Nemotron's LayerNorms
+    scale by (1 + w) (Family.gemma_norms, norms_plus_one), the kernels' by w."""
 
     def nget(name, index=None):
         t = get(name, index)

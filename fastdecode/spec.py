@@ -78,6 +78,9 @@ class Family:
     # multiplied by sqrt(hidden_size) rounded to the weights' dtype (HF's normalizer; at lookup:
     # ModelSpec.embed_scale, PackedWeights.embed_scale)
     gemma_norms: bool = False
+    # the norms scale by (1 + weight) without Gemma's embedding scale (Nemotron's LayerNorm1P;
+    # packing.offset_norm_getter)
+    norms_plus_one: bool = False
     # the RMSNorms of a layer by name: (before attention, before the MLP, after attention, after
     # the MLP; None: none). A norm after a block normalizes the block's output before the
     # residual add (Gemma 2 / 3, GLM-4-0414, EXAONE 4, OLMo 2 / 3: ModelSpec.post_norms)
@@ -325,6 +328,12 @@ FAMILIES: dict[str, Family] = {
                   norms=("input_layernorm", "input_layernorm", None, None),
                   logit_scale_field="logit_scale", full_layers_nope=mt == "cohere2")
        for mt in ("cohere", "cohere2")},
+    # Nemotron (Minitron-4B / 8B, Nemotron-Mini-4B-Instruct, Nemotron-4): LayerNorms with biases
+    # whose weights scale by (1 + w) (LayerNorm1P), part of each head rotated, an MLP without a
+    # gate (relu^2), untied
+    "nemotron": Family(qkv_bias=False, qk_norm=False, window_field=None, gated=False,
+                       partial_rotary=True, layer_norm=True, norm_bias=True,
+                       norms_plus_one=True, eps_field="norm_eps"),
     # GPT-NeoX (Pythia, GPT-NeoX-20B): LayerNorms with biases, parallel blocks by
     # use_parallel_residual (each branch its own norm), q|k|v fused per head, part of each head
     # rotated, an MLP without a gate (the erf GELU) with biases
@@ -546,7 +555,6 @@ UNSUPPORTED = {
        for mt in ("gemma4", "gemma4_text", "gemma3n", "gemma3n_text")},
     **{mt: "attention sinks" for mt in ("granite_swa",)},
     **{mt: "short convolution layers" for mt in ("lfm2",)},
-    **{mt: "LayerNorm1P, not RMSNorm" for mt in ("nemotron",)},
 }
 # HF's hidden_act names -> ModelSpec.act (the MLP's activation: triton_kernels.gemv.ACT_CODES)
 # (gelu_fast is gelu_new's formula, written differently: the tanh GELU)

@@ -193,6 +193,13 @@ FAMILIES = {
     "jais2": (_tf("Jais2Config"), _tf("Jais2ForCausalLM"), dict(
         hidden_size=40, intermediate_size=66, num_attention_heads=4, num_key_value_heads=2,
         attention_bias=True, mlp_bias=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    # nemotron: LayerNorms with biases whose weights scale by (1 + w) (LayerNorm1P), half of each
+    # head rotated (head_dim 12: 6 dims), an MLP without a gate (relu^2) with biases, q / k / v /
+    # o biases, GQA 2:1
+    "nemotron": (_tf("NemotronConfig"), _tf("NemotronForCausalLM"), dict(
+        hidden_size=40, intermediate_size=66, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=12, attention_bias=True, mlp_bias=True, pad_token_id=0, bos_token_id=1,
+        eos_token_id=2)),
     # phi (Phi-1 / 1.5 / 2): parallel blocks on one LayerNorm with a bias, biases everywhere
     # (the lm_head's too), half of each head rotated (head_dim 12), an MLP without a gate (tanh
     # GELU), GQA 2:1
@@ -369,8 +376,8 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
         cfg["layer_norm_eps"] = 1e-5
     if family == "hunyuan_v1_dense":  # its NTK-alpha base divides by head_dim - 2 (HF and ours:
         cfg["head_dim"] = max(4, cfg["head_dim"])  # head_dim 2 raises UnsupportedModelError)
-    if family in ("stablelm", "stablelm_qk", "phi", "gpt_neox"):  # HF's fail on an odd rotated
-        # part: an even one (GPT-NeoX's config takes it as rotary_pct)
+    if family in ("stablelm", "stablelm_qk", "phi", "gpt_neox", "nemotron"):  # HF's fail on an
+        # odd rotated part: an even one (GPT-NeoX's config takes it as rotary_pct)
         cfg["rotary_pct" if family == "gpt_neox" else "partial_rotary_factor"] = \
             2 * draw(st.integers(1, cfg["head_dim"] // 2)) / cfg["head_dim"]
     if family in ("gptj", "codegen"):  # a count of dims, even

@@ -214,7 +214,7 @@ def test_longrope_prefix_cache_matches_fresh_calls():
 @pytest.mark.parametrize("family", ["llama", "qwen3", "gemma", "gemma2", "gemma3_text", "glm4",
                                     "exaone4", "olmo2", "arcee", "hyperclovax", "nanochat",
                                     "stablelm", "phi", "opt", "falcon_new", "bloom",
-                                    "mpt"])
+                                    "mpt", "nemotron"])
 def test_half_close_to_fp32_hf(family, dtype, mode):
     """bf16 / fp16 weights and activations vs the fp32 HF model holding the same rounded weights
     (fp16: a model loaded with dtype=torch.float16, which the kernels take as they take bf16).

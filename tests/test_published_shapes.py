@@ -69,7 +69,9 @@ SHAPES = [("3b", {}), ("qwen2.5-0.5b", {}), ("qwen2.5-7b", {}), ("qwen2.5-14b", 
           # per-head q / k LayerNorms (Command R+: two of its layers, 6.3B parameters)
           ("stablelm2-12b", {}), ("command-r-plus", {}),
           # xIELU (its alpha_p / alpha_n drawn as the norm weights: 1 + 0.2 N(0, 1))
-          ("apertus-8b", {})]
+          ("apertus-8b", {}),
+          # (1 + w) LayerNorms with biases (LayerNorm1P)
+          ("nemotron-mini-4b", {})]
 
 
 def _model(key, overrides):

@@ -292,8 +292,8 @@ def _raw(**kw):  # a config HF itself would refuse to build (odd head_dim)
         "full_attention": {"rope_type": "default", "rope_theta": 1e6}, "sliding_attention": {
             "rope_type": "longrope", "short_factor": [1.0] * 4, "long_factor": [1.0] * 4}},
         sliding_window=4, hidden_activation="gelu_pytorch_tanh"), "longrope on the sliding"),
-    (lambda: tf.Mistral3Config(text_config=dict(model_type="nemotron")),
-     "mistral3's language model: model_type 'nemotron' is not supported \\(LayerNorm1P"),
+    (lambda: tf.Mistral3Config(text_config=dict(model_type="lfm2")),
+     "mistral3's language model: model_type 'lfm2' is not supported \\(short convolution"),
     (lambda: tf.LlamaConfig(hidden_act="quick_gelu"), "hidden_act"),
     (lambda: _raw(model_type="qwen3_next"), "linear-attention"),
     (lambda: _raw(model_type="gemma4_text"), "per-layer head sizes"),
