@@ -239,6 +239,12 @@ SHAPES = {
     # heads of 64 on 1600), GPT2Config's fields as their config.json files read
     "gpt2": ("GPT-2", lambda: tf.GPT2Config()),
     "gpt2-xl": ("GPT-2 XL", lambda: tf.GPT2Config(n_embd=1600, n_layer=48, n_head=25)),
+    # GPT-Neo 1.3B (its config.json: 24 layers of 16 heads of 128 on 2048, global and local layers
+    # in turn, the local ones' window 256 keys, an MLP of 8192, the tanh GELU, a tied 50257
+    # vocabulary, unscaled attention)
+    "gpt-neo-1.3b": ("GPT-Neo-1.3B", lambda: tf.GPTNeoConfig(
+        hidden_size=2048, num_layers=24, num_heads=16, attention_types=[[["global", "local"], 12]],
+        window_size=256, vocab_size=50257, max_position_embeddings=2048)),
     # GPT-J-6B (GPTJConfig's defaults: 28 layers of 16 heads of 256, 64 dims of each rotated,
     # an MLP of 16384, a 50400 vocabulary, untied)
     "gptj-6b": ("GPT-J-6B", lambda: tf.GPTJConfig()),

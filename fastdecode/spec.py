@@ -181,6 +181,11 @@ class Family:
     # the config field of the attention scores' scale itself, where set (MPT's softmax_scale:
     # ModelSpec.attn_scale)
     softmax_scale_field: str | None = None
+    # the attention scores are not divided by sqrt(head_dim) (GPT-Neo: ModelSpec.attn_scale 1)
+    unscaled_attention: bool = False
+    # the config's attention_layers name each layer "global" or "local", a local one attending to
+    # its last window_size keys (GPT-Neo): ModelSpec.layer_windows
+    local_layers: bool = False
     # the config field of the longest sequence (MPT's max_seq_len: ModelSpec.max_position)
     max_position_field: str = "max_position_embeddings"
     # the checkpoint stores its projections as [in, out] (GPT-2's Conv1D: packing.conv1d_getter)
@@ -452,6 +457,22 @@ FAMILIES: dict[str, Family] = {
                       (".post_attention_layernorm.", ".final_layer_norm."),
                       (".self_attn.o_proj.", ".self_attn.out_proj."),
                       (".mlp.up_proj.", ".fc1."), (".mlp.down_proj.", ".fc2."))),
+    # GPT-Neo (gpt-neo-125m / 1.3B / 2.7B): learned positions, LayerNorms with biases, no q / k / v
+    # biases, unscaled attention scores, "local" layers of window_size keys beside "global" ones
+    # (attention_layers), an MLP of 4 x hidden_size without a gate (c_fc / c_proj, the tanh
+    # GELU), tied
+    "gpt_neo": Family(qkv_bias=False, qk_norm=False, window_field=None, gated=False,
+                      layer_norm=True, norm_bias=True, eps_field="layer_norm_epsilon",
+                      bias_fields=(None, True, True), learned_positions=True, ffn_default=4,
+                      act_field="activation_function", unscaled_attention=True,
+                      local_layers=True, checkpoint_prefix="transformer.", checkpoint_names=(
+                          ("model.embed_tokens.", "transformer.wte."),
+                          ("model.embed_positions.", "transformer.wpe."),
+                          ("model.layers.", "transformer.h."), ("model.norm.", "transformer.ln_f."),
+                          (".input_layernorm.", ".ln_1."), (".post_attention_layernorm.", ".ln_2."),
+                          (".self_attn.o_proj.", ".attn.attention.out_proj."),
+                          (".self_attn.", ".attn.attention."),
+                          (".mlp.up_proj.", ".mlp.c_fc."), (".mlp.down_proj.", ".mlp.c_proj."))),
     # BioGPT (biogpt, BioGPT-Large): OPT's blocks -- learned positions at row p + 2, LayerNorms
     # with biases before the blocks, biases everywhere -- with the erf GELU, the embedded rows
     # times sqrt(hidden_size) (scale_embedding), tied (output_projection)
@@ -530,7 +551,7 @@ ALIBI_BLOOM, ALIBI_FALCON = 1, 2
 # the base class's default, True; a test reads each class's default)
 TIED_BY_DEFAULT = frozenset({"ernie4_5", "smollm3", "starcoder2", "cohere", "cohere2", "gpt2",
                              "gpt_bigcode", "falcon", "opt", "gemma", "gemma2", "vaultgemma",
-                             "gemma3_text", "bloom", "mpt", "biogpt"})
+                             "gemma3_text", "bloom", "mpt", "biogpt", "gpt_neo"})
 
 # vision-language models whose language model (text_config) is a supported family: it decodes
 # alone (no image is read; Mistral Small 3.x, LLaVA and LLaVA-NeXT / OneVision, Gemma 3 4B and
@@ -975,6 +996,10 @@ class ModelSpec:
             window = 0
         types = getattr(cfg, "layer_types", None) or ["sliding_attention" if window else
                                                       "full_attention"] * n_layers
+        if fam.local_layers:
+            window = int(cfg.window_size)
+            types = [{"local": "sliding_attention", "global": "full_attention"}.get(t, t)
+                     for t in cfg.attention_layers]
         for t in set(types) - {"full_attention", "sliding_attention"}:
             raise UnsupportedModelError(f"{mt}: layer type {t!r} is not supported")
         if len(types) < n_layers:
@@ -1002,6 +1027,8 @@ class ModelSpec:
             scales["attn_scale"] = float(getattr(cfg, "query_pre_attn_scalar", None) or hd) ** -0.5
         if fam.softmax_scale_field and getattr(cfg, fam.softmax_scale_field, None):
             scales["attn_scale"] = float(getattr(cfg, fam.softmax_scale_field))
+        if fam.unscaled_attention:
+            scales["attn_scale"] = 1.0
         return cls(**scales,
             family=mt, n_layers=n_layers, d_model=d, n_heads=n_heads,
             n_kv_heads=n_kv, head_dim=hd, ffn_dim=_ffn_dim(fam, cfg, d),

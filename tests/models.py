@@ -234,6 +234,13 @@ FAMILIES = {
     "gpt2": (_tf("GPT2Config"), _tf("GPT2LMHeadModel"), dict(
         hidden_size=48, n_inner=70, num_attention_heads=6, tie_word_embeddings=True,
         pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    # gpt_neo: learned positions, LayerNorms with biases, no q / k / v biases, unscaled attention
+    # scores, a global layer then a local one of 5 keys, an MLP of 70 without a gate (the tanh
+    # GELU), MHA, tied
+    "gpt_neo": (_tf("GPTNeoConfig"), _tf("GPTNeoForCausalLM"), dict(
+        hidden_size=48, intermediate_size=70, num_attention_heads=6,
+        attention_types=[[["global", "local"], 1]], window_size=5, tie_word_embeddings=True,
+        pad_token_id=0, bos_token_id=1, eos_token_id=2)),
     # gpt_bigcode (SantaCoder / StarCoder): GPT-2's blocks with [out, in] projections,
     # multi-query (c_attn q|k|v concatenated, one KV head of 8 dims), the tanh GELU, tied
     "gpt_bigcode": (_tf("GPTBigCodeConfig"), _tf("GPTBigCodeForCausalLM"), dict(
@@ -347,7 +354,7 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
     if family == "codegen":  # its q|k|v rows in 4 blocks: a multiple of 4 heads
         cfg["num_attention_heads"] = heads = 4 * draw(st.integers(1, 3))
     if family in ("gpt_neox", "gpt2", "gptj", "codegen", "opt", "biogpt", "gpt_bigcode_mha",
-                  "falcon_seq", "bloom", "falcon_rw", "mpt"):
+                  "falcon_seq", "bloom", "falcon_rw", "mpt", "gpt_neo"):
         cfg["num_key_value_heads"] = heads  # multi-head only
     if family in ("gpt_bigcode", "falcon"):  # multi-query, one KV head
         cfg["num_key_value_heads"] = 1
@@ -355,7 +362,8 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
         cfg["num_kv_heads"] = kv
     if family in ("helium", "stablelm", "stablelm_qk", "phi", "gpt_neox", "gpt2", "gptj",
                   "codegen", "opt", "biogpt", "gpt_bigcode", "gpt_bigcode_mha", "falcon",
-                  "falcon_new", "falcon_seq", "falcon_rw", "bloom", "mpt"):  # [hidden, hidden]
+                  "falcon_new", "falcon_seq", "falcon_rw", "bloom", "mpt",
+                  "gpt_neo"):  # [hidden, hidden]
         # o_proj (Helium), head_dim always hidden / heads in the attention (StableLM, Phi,
         # GPT-NeoX, GPT-2, GPT-J, OPT, GPT-BigCode, Falcon): HF's needs H * hd == d
         cfg["hidden_size"] = heads * cfg["head_dim"]
@@ -365,6 +373,10 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
         cfg["n_inner"] = cfg["intermediate_size"]
     if family in ("bloom", "mpt"):  # head_dim, the KV heads and the MLP's width (4 x) derived
         del cfg["head_dim"], cfg["num_key_value_heads"], cfg["intermediate_size"]
+    if family == "gpt_neo":  # head_dim and the KV heads derived (the config would keep them as
+        # fields nothing reads); a window of any size on the local layer
+        del cfg["head_dim"], cfg["num_key_value_heads"]
+        cfg["window_size"] = draw(st.integers(1, 12))
     if family.startswith("falcon"):  # its own fields: head_dim and the KV heads are derived
         cfg["ffn_hidden_size"] = cfg["intermediate_size"]
         del cfg["head_dim"], cfg["num_key_value_heads"]

@@ -71,7 +71,9 @@ SHAPES = [("3b", {}), ("qwen2.5-0.5b", {}), ("qwen2.5-7b", {}), ("qwen2.5-14b", 
           # xIELU (its alpha_p / alpha_n drawn as the norm weights: 1 + 0.2 N(0, 1))
           ("apertus-8b", {}),
           # (1 + w) LayerNorms with biases (LayerNorm1P)
-          ("nemotron-mini-4b", {})]
+          ("nemotron-mini-4b", {}),
+          # unscaled attention scores; a global layer, then a local one (window cut to 24)
+          ("gpt-neo-1.3b", {"window_size": 24})]
 
 
 def _model(key, overrides):

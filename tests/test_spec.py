@@ -1,5 +1,6 @@
 """ModelSpec from HF configs: every size from the config, family differences, clear errors."""
 import dataclasses
+import math
 from types import SimpleNamespace
 
 import pytest
@@ -20,13 +21,19 @@ def test_spec_fields_and_rope_match_hf(family):
     assert (s.n_layers, s.d_model, s.n_heads, s.vocab_size) == (
         cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads, cfg.vocab_size)
     assert s.tied == bool(cfg.tie_word_embeddings)
-    if family in ("gpt2", "gpt_bigcode", "gpt_bigcode_mha", "opt", "biogpt"):  # no rotary
-        # embedding: learned positions (BioGPT's embedded rows scaled as HF's embed_scale)
+    if family in ("gpt2", "gpt_bigcode", "gpt_bigcode_mha", "opt", "biogpt", "gpt_neo"):  # no
+        # rotary embedding: learned positions (BioGPT's embedded rows scaled as HF's embed_scale)
         assert s.learned_positions and s.nope_layers == tuple(range(s.n_layers))
         attn = model.model.decoder.layers[0].self_attn if family == "opt" else \
             model.biogpt.layers[0].self_attn if family == "biogpt" else model.transformer.h[0].attn
+        if family == "gpt_neo":  # unscaled scores (HF's attention has no scale); local layers
+            attn = attn.attention
+            assert s.attn_scale == 1.0 and s.q_scale == math.sqrt(s.head_dim)
+            assert s.layer_windows == tuple(cfg.window_size if t == "local" else 0
+                                            for t in cfg.attention_layers) == (0, 5)
         assert s.qkv_dim == (attn.c_attn.nf if family == "gpt2" else 3 * attn.q_proj.out_features
-                             if family in ("opt", "biogpt") else attn.c_attn.out_features)
+                             if family in ("opt", "biogpt", "gpt_neo") else
+                             attn.c_attn.out_features)
         want = model.biogpt.embed_tokens.embed_scale if family == "biogpt" else 1.0
         assert s.embed_scale == want
         return
