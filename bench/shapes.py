@@ -245,6 +245,9 @@ SHAPES = {
     "gpt-neo-1.3b": ("GPT-Neo-1.3B", lambda: tf.GPTNeoConfig(
         hidden_size=2048, num_layers=24, num_heads=16, attention_types=[[["global", "local"], 12]],
         window_size=256, vocab_size=50257, max_position_embeddings=2048)),
+    # facebook/xglm-564M (XGLMConfig's defaults: 24 layers of 16 heads of 64, MLP 4096, the erf
+    # GELU, sinusoidal positions, scaled embeddings, a tied 256008 vocabulary)
+    "xglm-564m": ("XGLM-564M", lambda: tf.XGLMConfig()),
     # GPT-J-6B (GPTJConfig's defaults: 28 layers of 16 heads of 256, 64 dims of each rotated,
     # an MLP of 16384, a 50400 vocabulary, untied)
     "gptj-6b": ("GPT-J-6B", lambda: tf.GPTJConfig()),

@@ -17,6 +17,7 @@ Stacking over layers gives every op one base pointer plus a layer stride (what t
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, fields
 
 import torch
@@ -116,6 +117,8 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
         get = offset_norm_getter(get)
     if fam.weightless_norms:
         get = ones_norm_getter(get, spec)
+    if fam.sinusoidal_positions:
+        get = sinusoidal_getter(get, spec, fam.position_offset)
     if spec.qk_norm:
         get = qk_norm_getter(get, spec, fam.qk_norm_heads)
     if spec.qk_layer_norm:
@@ -306,6 +309,30 @@ def text_model_getter(get):
                         break
         return t
     return tget
+
+
+def sinusoidal_table(rows: int, dim: int) -> torch.Tensor:
+    """[rows, dim] fp32 sinusoidal positions as XGLM's (tensor2tensor's): row p is sin(p f) |
+    cos(p f) over dim // 2 frequencies f_i = 10000^(-i / (dim // 2 - 1)), a zero column when dim is
+    odd -- computed in fp32 as HF's is, so the rounded table matches its buffer bit for bit."""
+    half = dim // 2
+    f = torch.exp(torch.arange(half, dtype=torch.int64).float() * -(math.log(10000) / (half - 1)))
+    ang = torch.arange(rows, dtype=torch.int64).float()[:, None] * f[None, :]
+    t = torch.cat([torch.sin(ang), torch.cos(ang)], dim=1)
+    return torch.cat([t, torch.zeros(rows, dim - 2 * half)], dim=1)
+
+
+def sinusoidal_getter(get, spec: ModelSpec, offset: int):
+    """get(name, index) with the position table a checkpoint does not store (Family.
+    sinusoidal_positions): sinusoidal_table's rows, offset of them before position 0 (XGLM's
+    2), through max_position."""
+
+    def sget(name, index=None):
+        if name != "model.embed_positions.weight":
+            return get(name, index)
+        t = sinusoidal_table(spec.max_position + offset, spec.d_model)
+        return t if index is None else t[index]
+    return sget
 
 
 def ones_norm_getter(get, spec: ModelSpec):

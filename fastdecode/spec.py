@@ -181,6 +181,10 @@ class Family:
     # the config field of the attention scores' scale itself, where set (MPT's softmax_scale:
     # ModelSpec.attn_scale)
     softmax_scale_field: str | None = None
+    # fixed sinusoidal positions in place of learned ones (XGLM: each row sin | cos of the position
+    # times tensor2tensor's frequencies, from row 2 -- position_offset), computed at packing
+    # (packing.sinusoidal_getter) and added as learned rows are (ModelSpec.learned_positions)
+    sinusoidal_positions: bool = False
     # the attention scores are not divided by sqrt(head_dim) (GPT-Neo: ModelSpec.attn_scale 1)
     unscaled_attention: bool = False
     # the config's attention_layers name each layer "global" or "local", a local one attending to
@@ -473,6 +477,21 @@ FAMILIES: dict[str, Family] = {
                           (".self_attn.o_proj.", ".attn.attention.out_proj."),
                           (".self_attn.", ".attn.attention."),
                           (".mlp.up_proj.", ".mlp.c_fc."), (".mlp.down_proj.", ".mlp.c_proj."))),
+    # XGLM (xglm-564M ... 7.5B): OPT's blocks -- LayerNorms (eps 1e-5) with biases before the
+    # blocks, biases everywhere, an MLP of ffn_dim without a gate (fc1 / fc2, the erf GELU) --
+    # with fixed sinusoidal positions from row 2, the embedded rows times sqrt(d_model)
+    # (scale_embedding), tied
+    "xglm": Family(qkv_bias=True, qk_norm=False, window_field=None, gated=False,
+                   layer_norm=True, norm_bias=True, eps_field=1e-5, bias_fields=(True, True, True),
+                   learned_positions=True, sinusoidal_positions=True, position_offset=2,
+                   ffn_field="ffn_dim", act_field="activation_function",
+                   embed_scale_field="scale_embedding",
+                   refuse=(("add_cross_attention", "cross-attention"),),
+                   checkpoint_names=((".input_layernorm.", ".self_attn_layer_norm."),
+                                     (".post_attention_layernorm.", ".final_layer_norm."),
+                                     ("model.norm.", "model.layer_norm."),
+                                     (".self_attn.o_proj.", ".self_attn.out_proj."),
+                                     (".mlp.up_proj.", ".fc1."), (".mlp.down_proj.", ".fc2."))),
     # BioGPT (biogpt, BioGPT-Large): OPT's blocks -- learned positions at row p + 2, LayerNorms
     # with biases before the blocks, biases everywhere -- with the erf GELU, the embedded rows
     # times sqrt(hidden_size) (scale_embedding), tied (output_projection)
@@ -551,7 +570,7 @@ ALIBI_BLOOM, ALIBI_FALCON = 1, 2
 # the base class's default, True; a test reads each class's default)
 TIED_BY_DEFAULT = frozenset({"ernie4_5", "smollm3", "starcoder2", "cohere", "cohere2", "gpt2",
                              "gpt_bigcode", "falcon", "opt", "gemma", "gemma2", "vaultgemma",
-                             "gemma3_text", "bloom", "mpt", "biogpt", "gpt_neo"})
+                             "gemma3_text", "bloom", "mpt", "biogpt", "gpt_neo", "xglm"})
 
 # vision-language models whose language model (text_config) is a supported family: it decodes
 # alone (no image is read; Mistral Small 3.x, LLaVA and LLaVA-NeXT / OneVision, Gemma 3 4B and
@@ -955,6 +974,11 @@ class ModelSpec:
             if not getattr(cfg, flag, True):
                 raise UnsupportedModelError(f"{mt}: {flag}={getattr(cfg, flag)!r} ({what}) is "
                                             "not supported")
+        pad = getattr(cfg, "pad_token_id", None)
+        if fam.sinusoidal_positions and isinstance(pad, int) and pad >= fam.position_offset:
+            raise UnsupportedModelError(f"{mt}: pad_token_id={pad} zeroes position "
+                                        f"{pad - fam.position_offset}'s sinusoidal row (HF's "
+                                        "padding_idx) -- not supported")
         for flag, other, what in fam.require_equal:
             want = getattr(cfg, other) if isinstance(other, str) else other
             if getattr(cfg, flag, None) not in (None, want):

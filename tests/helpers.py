@@ -1,8 +1,20 @@
 """Shared test helpers: tolerances derived from dtype and reduction length, tiny HF models."""
+import contextlib
 import math
 
 import pytest
 import torch
+
+@contextlib.contextmanager
+def default_dtype(dtype):
+    """torch's default dtype set to dtype inside the block, restored after it."""
+    was = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(was)
+
 
 # Unit roundoff u = 2^-(mantissa bits + 1) of each dtype.
 U = {torch.float32: 2.0 ** -24, torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}

@@ -297,6 +297,11 @@ FAMILIES = {
     "biogpt": (_tf("BioGptConfig"), _tf("BioGptForCausalLM"), dict(
         hidden_size=48, intermediate_size=70, num_attention_heads=4, pad_token_id=0,
         bos_token_id=1, eos_token_id=2, tie_word_embeddings=True)),
+    # xglm: OPT's blocks with sinusoidal positions from row 2 (computed: the checkpoint has
+    # none), the erf GELU, the embedded rows times sqrt(48), tied, MHA
+    "xglm": (_tf("XGLMConfig"), _tf("XGLMForCausalLM"), dict(
+        hidden_size=48, ffn_dim=70, num_attention_heads=4, pad_token_id=1, bos_token_id=0,
+        eos_token_id=2, tie_word_embeddings=True)),
     # codegen: GPT-J's blocks with q|v|k fused in 4 blocks of 2 heads (head_dim 6, 4 dims
     # rotated on interleaved pairs), the lm_head's bias
     "codegen": (_tf("CodeGenConfig"), _tf("CodeGenForCausalLM"), dict(
@@ -354,7 +359,7 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
     if family == "codegen":  # its q|k|v rows in 4 blocks: a multiple of 4 heads
         cfg["num_attention_heads"] = heads = 4 * draw(st.integers(1, 3))
     if family in ("gpt_neox", "gpt2", "gptj", "codegen", "opt", "biogpt", "gpt_bigcode_mha",
-                  "falcon_seq", "bloom", "falcon_rw", "mpt", "gpt_neo"):
+                  "falcon_seq", "bloom", "falcon_rw", "mpt", "gpt_neo", "xglm"):
         cfg["num_key_value_heads"] = heads  # multi-head only
     if family in ("gpt_bigcode", "falcon"):  # multi-query, one KV head
         cfg["num_key_value_heads"] = 1
@@ -363,12 +368,18 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
     if family in ("helium", "stablelm", "stablelm_qk", "phi", "gpt_neox", "gpt2", "gptj",
                   "codegen", "opt", "biogpt", "gpt_bigcode", "gpt_bigcode_mha", "falcon",
                   "falcon_new", "falcon_seq", "falcon_rw", "bloom", "mpt",
-                  "gpt_neo"):  # [hidden, hidden]
+                  "gpt_neo", "xglm"):  # [hidden, hidden]
         # o_proj (Helium), head_dim always hidden / heads in the attention (StableLM, Phi,
         # GPT-NeoX, GPT-2, GPT-J, OPT, GPT-BigCode, Falcon): HF's needs H * hd == d
         cfg["hidden_size"] = heads * cfg["head_dim"]
     if family == "opt":  # its MLP's width field; embeddings as wide as the blocks
         cfg.update(ffn_dim=cfg["intermediate_size"], word_embed_proj_dim=cfg["hidden_size"])
+    if family == "xglm":  # its MLP's width field; its sinusoids need 4 dims (HF divides by
+        # d // 2 - 1)
+        cfg["ffn_dim"] = cfg["intermediate_size"]
+        if cfg["hidden_size"] < 4:
+            cfg["head_dim"] *= 2
+            cfg["hidden_size"] *= 2
     if family in ("gpt_bigcode", "gpt_bigcode_mha"):
         cfg["n_inner"] = cfg["intermediate_size"]
     if family in ("bloom", "mpt"):  # head_dim, the KV heads and the MLP's width (4 x) derived

@@ -20,7 +20,7 @@ from models import tiny_model
                                     "phi", "cohere", "cohere2", "gpt_neox", "gpt2", "gptj",
                                     "gpt_bigcode", "gpt_bigcode_mha", "opt", "falcon",
                                     "falcon_new", "falcon_seq", "falcon_rw", "bloom",
-                                    "mpt", "nemotron", "gpt_neo"])
+                                    "mpt", "nemotron", "gpt_neo", "xglm"])
 def test_safetensors_folder_matches_from_hf(tmp_path, family, shard):
     """exaone: save_pretrained writes EXAONE's own tensor names (transformer.h.0.attn.attention.
     q_proj ...), which packing.renamed_getter reads."""
@@ -239,7 +239,7 @@ PHI3_LONGROPE = dict(rope_scaling={"rope_type": "longrope", "short_factor": [1.0
                                                "gptj", "gpt_bigcode", "gpt_bigcode_mha",
                                                "opt", "falcon", "falcon_new",
                                                "falcon_seq", "falcon_rw", "bloom",
-                                               "mpt", "nemotron", "gpt_neo"]] +
+                                               "mpt", "nemotron", "gpt_neo", "xglm"]] +
                          [("qwen2", QWEN2_WINDOWED), ("phi3", PHI3_LONGROPE)])
 def test_json_config_gives_the_autoconfig_spec(tmp_path, family, overrides):
     """from_pretrained reads config.json without transformers (JsonConfig): every ModelSpec field

@@ -73,7 +73,9 @@ SHAPES = [("3b", {}), ("qwen2.5-0.5b", {}), ("qwen2.5-7b", {}), ("qwen2.5-14b", 
           # (1 + w) LayerNorms with biases (LayerNorm1P)
           ("nemotron-mini-4b", {}),
           # unscaled attention scores; a global layer, then a local one (window cut to 24)
-          ("gpt-neo-1.3b", {"window_size": 24})]
+          ("gpt-neo-1.3b", {"window_size": 24}),
+          # sinusoidal positions computed at packing
+          ("xglm-564m", {})]
 
 
 def _model(key, overrides):

@@ -21,20 +21,23 @@ def test_spec_fields_and_rope_match_hf(family):
     assert (s.n_layers, s.d_model, s.n_heads, s.vocab_size) == (
         cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads, cfg.vocab_size)
     assert s.tied == bool(cfg.tie_word_embeddings)
-    if family in ("gpt2", "gpt_bigcode", "gpt_bigcode_mha", "opt", "biogpt", "gpt_neo"):  # no
-        # rotary embedding: learned positions (BioGPT's embedded rows scaled as HF's embed_scale)
+    if family in ("gpt2", "gpt_bigcode", "gpt_bigcode_mha", "opt", "biogpt", "gpt_neo", "xglm"):
+        # no rotary embedding: learned positions (XGLM's sinusoidal; BioGPT's and XGLM's embedded
+        # rows scaled as HF's embed_scale)
         assert s.learned_positions and s.nope_layers == tuple(range(s.n_layers))
         attn = model.model.decoder.layers[0].self_attn if family == "opt" else \
-            model.biogpt.layers[0].self_attn if family == "biogpt" else model.transformer.h[0].attn
+            model.biogpt.layers[0].self_attn if family == "biogpt" else \
+            model.model.layers[0].self_attn if family == "xglm" else model.transformer.h[0].attn
         if family == "gpt_neo":  # unscaled scores (HF's attention has no scale); local layers
             attn = attn.attention
             assert s.attn_scale == 1.0 and s.q_scale == math.sqrt(s.head_dim)
             assert s.layer_windows == tuple(cfg.window_size if t == "local" else 0
                                             for t in cfg.attention_layers) == (0, 5)
         assert s.qkv_dim == (attn.c_attn.nf if family == "gpt2" else 3 * attn.q_proj.out_features
-                             if family in ("opt", "biogpt", "gpt_neo") else
+                             if family in ("opt", "biogpt", "gpt_neo", "xglm") else
                              attn.c_attn.out_features)
-        want = model.biogpt.embed_tokens.embed_scale if family == "biogpt" else 1.0
+        want = model.biogpt.embed_tokens.embed_scale if family == "biogpt" else \
+            model.model.embed_tokens.embed_scale if family == "xglm" else 1.0
         assert s.embed_scale == want
         return
     if family == "bloom":  # ALiBi, no rotary embedding: HF's slopes, bit for bit
@@ -289,6 +292,7 @@ def _raw(**kw):  # a config HF itself would refuse to build (odd head_dim)
      "word_embed_proj_dim=512 != 1024"),  # OPT-350m's projections in / out
     (lambda: tf.OPTConfig(do_layer_norm_before=False), "do_layer_norm_before=False"),
     (lambda: tf.OPTConfig(_remove_final_layer_norm=True), "no final LayerNorm"),
+    (lambda: tf.XGLMConfig(pad_token_id=5), "pad_token_id=5 zeroes position 3's sinusoidal row"),
     (lambda: tf.MixtralConfig(), "mixture of experts"),
     (lambda: tf.Gemma3TextConfig(use_bidirectional_attention=True), "bidirectional"),
     (lambda: _raw(attn_logit_softcapping=-1.0), "negative soft-capping"),

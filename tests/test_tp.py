@@ -32,7 +32,7 @@ CASES = [("llama", 2), ("llama_bias_tied", 2), ("llama_bias_tied", 4), ("qwen2",
          ("gpt_bigcode_mha", 2), ("opt", 2), ("falcon", 2), ("falcon_new", 2),
          ("falcon_seq", 2), ("falcon_rw", 3), ("bloom", 2), ("bloom", 3),
          ("mpt", 2), ("stablelm_qk", 2), ("cohere_qk", 2), ("apertus", 2), ("codegen", 2),
-         ("biogpt", 2), ("nemotron", 2), ("gpt_neo", 2),
+         ("biogpt", 2), ("nemotron", 2), ("gpt_neo", 2), ("xglm", 2),
          ("mistral", 2), ("mistral", 4), ("llama", 6), ("qwen3", 4), ("phi3", 4),
          ("stablelm_qk", 6)]
 
