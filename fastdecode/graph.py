@@ -144,16 +144,18 @@ class Tiling:
 def few_tiles_rows(rows: int, N: int, n_programs: int) -> int:
     """A decode op's rows per tile where its N output rows make fewer tiles than a third of the
     programs: halved while they make fewer than half -- a phase that leaves most programs idle
-    streams at their few programs' rate. Gemma-3-1B's o_proj and down_proj (1152 rows; K 1024 /
-    6912 stream in 1024-chunks, so 16 rows a piece: 72 tiles for 264 programs) on an H100,
-    sweep_mega 256 tokens, one run (bench/RESULTS.md session 54): 16 rows 722.8 / 720.7 tok/s,
-    8 rows (144 tiles) 774.0, 4 rows (288 tiles of 8 KB pieces) 729.4 -- more programs, but not
-    pieces so small that each holds little in flight; StableLM-2-1.6B's down (64 -> 256 tiles)
-    +7.4%, Qwen2.5-0.5B's o_proj / down (56 -> 224) +3.4%. An op already on about half the
-    programs loses: Qwen3-0.6B's o_proj, 128 -> 256 tiles, -3.5% / -2.4% / -2.7% (bench_decode,
-    interleaved with the tree before the rule, H100, sessions 55 / 56), so the third: between
-    the 27% (72 / 264) that gained and the 48% that lost. Shapes whose ops all have >=
-    n_programs / 3 tiles (the 1B, the 8B, every tile_table.json entry) keep their tiles."""
+    streams at their few programs' rate. Gemma-3-1B's o_proj and down_proj (1152 rows; K 1024 / 6912
+    stream in 1024-chunks, so 16 rows a piece: 72 tiles for 264 programs) on an H100, sweep_mega 256
+    tokens, one run (bench/RESULTS.md session 54): 16 rows 722.8 / 720.7 tok/s, 8 rows (144 tiles)
+    774.0, 4 rows (288 tiles of 8 KB pieces) 729.4 -- more programs, but not pieces so small that
+    each holds little in flight; StableLM-2-1.6B's down (64 -> 256 tiles) +7.4%, Qwen2.5-0.5B's
+    o_proj / down (56 -> 224) +3.4%; repeated against the tree before the rule (bench_decode,
+    interleaved, H100, session 57): Qwen2.5-0.5B +3.9%, SmolLM2-135M +4.0%, GPT-2 XL (its down_proj
+    50 -> 200 tiles) +22%. An op already on about half the programs loses: Qwen3-0.6B's o_proj, 128
+    -> 256 tiles, -3.5% / -2.4% / -2.7% (bench_decode, interleaved with the tree before the rule,
+    H100, sessions 55 / 56), so the third: between the 27% (72 / 264) that gained and the 48% that
+    lost. Shapes whose ops all have >= n_programs / 3 tiles (the 1B, the 8B, every tile_table.json
+    entry) keep their tiles."""
     if triton.cdiv(N, rows) * 3 >= n_programs:
         return rows
     while rows > 1 and triton.cdiv(N, rows) * 2 < n_programs:
