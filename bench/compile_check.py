@@ -5,8 +5,9 @@ before device time is spent. Kernels are compiled, never launched (outputs are g
 --family compiles the tiny test models instead (tests/models.py; tests/test_compile.py runs it in
 CI, where the interpreter would not notice code that only the compiler rejects): the megakernel
 for a decode step (T=1) and a prefill chunk (T=3, the GPU's tiles of several rows:
-config.rows_tile), and the ops-mode kernels of both; --dtype float32 / float16 their weights
-(bfloat16 by default). --ptx compiles the inline-PTX wrappers' test kernels (tests/test_ptx.py)
+config.rows_tile), and the ops-mode kernels of both; --dtype float32 / float16 the weights of
+either kind of model (bfloat16 by default: fp32 decode kernels outgrow two programs an SM -- the
+8B's 197 KB, Gemma-2B's 150 KB -- where the runtime falls back to one). --ptx compiles the inline-PTX wrappers' test kernels (tests/test_ptx.py)
 and the all-reduce with their asm paths on, so ptxas checks every wrapper's PTX.
 
     python bench/compile_check.py --model 8b [--elems 8192 --warps 4 --max-k 4096] [--tp 2]
@@ -144,7 +145,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="1b")
     p.add_argument("--family", default=None, help="a tiny test model family instead")
-    p.add_argument("--dtype", default="bfloat16", help="--family: the tiny model's weights")
+    p.add_argument("--dtype", default="bfloat16", help="the model's weights")
     p.add_argument("--elems", type=int, default=None)
     p.add_argument("--warps", type=int, default=None)
     p.add_argument("--max-k", type=int, default=None)
@@ -183,7 +184,8 @@ def main():
         name += f" ({args.dtype})"
     else:
         name, model = random_model(args.model, device="cpu", n_layers=2)
-        name += " (2 layers; sizes as the real model)"
+        model = model.to(getattr(torch, args.dtype))
+        name += f" (2 layers; sizes as the real model; {args.dtype})"
     d = StreamConfig()
     streams = [StreamConfig(args.elems or d.tile_elems, args.warps or d.num_warps,
                             max_k=args.max_k or d.max_k, stages=_stages(int(v)),
