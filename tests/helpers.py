@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+
 @contextlib.contextmanager
 def default_dtype(dtype):
     """torch's default dtype set to dtype inside the block, restored after it."""
