@@ -583,7 +583,7 @@ TEXT_OF = ("mistral3", "llava", "llava_next", "llava_onevision", "gemma3", "qwen
 UNSUPPORTED = {
     **{mt: "a mixture of experts" for mt in ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3",
                                              "gpt_oss", "llama4_text", "olmoe", "granitemoe",
-                                             "qwen3_vl_moe", "glm4v_moe")},
+                                             "qwen3_vl_moe", "glm4v_moe", "dbrx")},
     **{mt: "a vision-language model (its text model alone is not read)" for mt in (
         "llama4",)},
     **{mt: "linear-attention (Gated DeltaNet) layers" for mt in ("qwen3_next", "qwen3_5",
@@ -595,7 +595,12 @@ UNSUPPORTED = {
        for mt in ("gemma4", "gemma4_text", "gemma3n", "gemma3n_text")},
     **{mt: "attention sinks" for mt in ("granite_swa",)},
     **{mt: "short convolution layers" for mt in ("lfm2",)},
+    **{mt: "q / k LayerNorms with biases" for mt in ("persimmon", "fuyu")},
+    **{mt: "LayerNorms after the residual add" for mt in ("openai-gpt",)},
 }
+# config fields that only a mixture of experts sets: a model type of neither table with one of
+# them is named one in the error
+MOE_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_intermediate_size")
 # HF's hidden_act names -> ModelSpec.act (the MLP's activation: triton_kernels.gemv.ACT_CODES)
 # (gelu_fast is gelu_new's formula, written differently: the tanh GELU)
 ACTS = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh",
@@ -936,7 +941,8 @@ class ModelSpec:
             return dataclasses.replace(spec, text_of=mt,
                                        tied=spec.tied if tied is None else bool(tied))
         if mt not in FAMILIES:
-            why = f" ({UNSUPPORTED[mt]})" if mt in UNSUPPORTED else ""
+            why = f" ({UNSUPPORTED[mt]})" if mt in UNSUPPORTED else \
+                " (a mixture of experts)" if any(getattr(cfg, f, None) for f in MOE_FIELDS) else ""
             raise UnsupportedModelError(f"model_type {mt!r} is not supported{why}; fastdecode "
                                         f"supports {sorted(FAMILIES)}")
         fam = FAMILIES[mt]

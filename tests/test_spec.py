@@ -294,6 +294,11 @@ def _raw(**kw):  # a config HF itself would refuse to build (odd head_dim)
     (lambda: tf.OPTConfig(_remove_final_layer_norm=True), "no final LayerNorm"),
     (lambda: tf.XGLMConfig(pad_token_id=5), "pad_token_id=5 zeroes position 3's sinusoidal row"),
     (lambda: tf.MixtralConfig(), "mixture of experts"),
+    # a mixture of experts no table names, known by its config's fields
+    (lambda: _raw(model_type="new_moe", num_local_experts=8),
+     "'new_moe' is not supported \\(a mixture of experts\\)"),
+    (lambda: _raw(model_type="new_dense"), "'new_dense' is not supported; fastdecode supports"),
+    (lambda: tf.PersimmonConfig(), "q / k LayerNorms with biases"),
     (lambda: tf.Gemma3TextConfig(use_bidirectional_attention=True), "bidirectional"),
     (lambda: _raw(attn_logit_softcapping=-1.0), "negative soft-capping"),
     (lambda: _raw(rope_parameters={"full_attention": {"rope_type": "default"},
