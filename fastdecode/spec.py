@@ -203,13 +203,21 @@ class Family:
     checkpoint_prefix: str = ""
 
 
-# GPT-2's tensor names (GPT-BigCode's too), HF's Llama-style names first
-_GPT2_NAMES = (("model.embed_tokens.", "transformer.wte."),
+# GPT-2's tensor names (GPT-BigCode's too), HF's Llama-style names first: the embeddings, layers
+# and norms GPT-Neo shares, the attention's own, the MLP GPT-Neo shares
+_GPT2_OUTER = (("model.embed_tokens.", "transformer.wte."),
                ("model.embed_positions.", "transformer.wpe."),
                ("model.layers.", "transformer.h."), ("model.norm.", "transformer.ln_f."),
-               (".input_layernorm.", ".ln_1."), (".post_attention_layernorm.", ".ln_2."),
-               (".self_attn.qkv_proj.", ".attn.c_attn."), (".self_attn.o_proj.", ".attn.c_proj."),
-               (".mlp.up_proj.", ".mlp.c_fc."), (".mlp.down_proj.", ".mlp.c_proj."))
+               (".input_layernorm.", ".ln_1."), (".post_attention_layernorm.", ".ln_2."))
+_GPT2_MLP = ((".mlp.up_proj.", ".mlp.c_fc."), (".mlp.down_proj.", ".mlp.c_proj."))
+_GPT2_NAMES = _GPT2_OUTER + ((".self_attn.qkv_proj.", ".attn.c_attn."),
+                             (".self_attn.o_proj.", ".attn.c_proj.")) + _GPT2_MLP
+# a fairseq-style block's names (OPT, BioGPT, XGLM): norms before the attention and the MLP,
+# out_proj, fc1 / fc2
+_FAIRSEQ_BLOCK = ((".input_layernorm.", ".self_attn_layer_norm."),
+                  (".post_attention_layernorm.", ".final_layer_norm."),
+                  (".self_attn.o_proj.", ".self_attn.out_proj."),
+                  (".mlp.up_proj.", ".fc1."), (".mlp.down_proj.", ".fc2."))
 _GEMMA_POST = ("input_layernorm", "pre_feedforward_layernorm", "post_attention_layernorm",
                "post_feedforward_layernorm")
 _POST_ONLY = (None, None, "post_attention_layernorm", "post_feedforward_layernorm")
@@ -456,11 +464,7 @@ FAMILIES: dict[str, Family] = {
                       ("model.embed_tokens.", "model.decoder.embed_tokens."),
                       ("model.embed_positions.", "model.decoder.embed_positions."),
                       ("model.layers.", "model.decoder.layers."),
-                      ("model.norm.", "model.decoder.final_layer_norm."),
-                      (".input_layernorm.", ".self_attn_layer_norm."),
-                      (".post_attention_layernorm.", ".final_layer_norm."),
-                      (".self_attn.o_proj.", ".self_attn.out_proj."),
-                      (".mlp.up_proj.", ".fc1."), (".mlp.down_proj.", ".fc2."))),
+                      ("model.norm.", "model.decoder.final_layer_norm.")) + _FAIRSEQ_BLOCK),
     # GPT-Neo (gpt-neo-125m / 1.3B / 2.7B): learned positions, LayerNorms with biases, no q / k / v
     # biases, unscaled attention scores, "local" layers of window_size keys beside "global" ones
     # (attention_layers), an MLP of 4 x hidden_size without a gate (c_fc / c_proj, the tanh
@@ -469,14 +473,10 @@ FAMILIES: dict[str, Family] = {
                       layer_norm=True, norm_bias=True, eps_field="layer_norm_epsilon",
                       bias_fields=(None, True, True), learned_positions=True, ffn_default=4,
                       act_field="activation_function", unscaled_attention=True,
-                      local_layers=True, checkpoint_prefix="transformer.", checkpoint_names=(
-                          ("model.embed_tokens.", "transformer.wte."),
-                          ("model.embed_positions.", "transformer.wpe."),
-                          ("model.layers.", "transformer.h."), ("model.norm.", "transformer.ln_f."),
-                          (".input_layernorm.", ".ln_1."), (".post_attention_layernorm.", ".ln_2."),
+                      local_layers=True, checkpoint_prefix="transformer.",
+                      checkpoint_names=_GPT2_OUTER + (
                           (".self_attn.o_proj.", ".attn.attention.out_proj."),
-                          (".self_attn.", ".attn.attention."),
-                          (".mlp.up_proj.", ".mlp.c_fc."), (".mlp.down_proj.", ".mlp.c_proj."))),
+                          (".self_attn.", ".attn.attention.")) + _GPT2_MLP),
     # XGLM (xglm-564M ... 7.5B): OPT's blocks -- LayerNorms (eps 1e-5) with biases before the
     # blocks, biases everywhere, an MLP of ffn_dim without a gate (fc1 / fc2, the erf GELU) --
     # with fixed sinusoidal positions from row 2, the embedded rows times sqrt(d_model)
@@ -487,11 +487,7 @@ FAMILIES: dict[str, Family] = {
                    ffn_field="ffn_dim", act_field="activation_function",
                    embed_scale_field="scale_embedding",
                    refuse=(("add_cross_attention", "cross-attention"),),
-                   checkpoint_names=((".input_layernorm.", ".self_attn_layer_norm."),
-                                     (".post_attention_layernorm.", ".final_layer_norm."),
-                                     ("model.norm.", "model.layer_norm."),
-                                     (".self_attn.o_proj.", ".self_attn.out_proj."),
-                                     (".mlp.up_proj.", ".fc1."), (".mlp.down_proj.", ".fc2."))),
+                   checkpoint_names=(("model.norm.", "model.layer_norm."),) + _FAIRSEQ_BLOCK),
     # BioGPT (biogpt, BioGPT-Large): OPT's blocks -- learned positions at row p + 2, LayerNorms
     # with biases before the blocks, biases everywhere -- with the erf GELU, the embedded rows
     # times sqrt(hidden_size) (scale_embedding), tied (output_projection)
@@ -503,11 +499,7 @@ FAMILIES: dict[str, Family] = {
                          ("model.embed_positions.", "biogpt.embed_positions."),
                          ("model.layers.", "biogpt.layers."),
                          ("model.norm.", "biogpt.layer_norm."),
-                         ("lm_head.", "output_projection."),
-                         (".input_layernorm.", ".self_attn_layer_norm."),
-                         (".post_attention_layernorm.", ".final_layer_norm."),
-                         (".self_attn.o_proj.", ".self_attn.out_proj."),
-                         (".mlp.up_proj.", ".fc1."), (".mlp.down_proj.", ".fc2."))),
+                         ("lm_head.", "output_projection.")) + _FAIRSEQ_BLOCK),
     # GPT-J (gpt-j-6b): _GPTJ above
     "gptj": _GPTJ,
     # CodeGen (codegen-350M / 2B / 6B / 16B, mono / multi / nl): GPT-J's blocks and tensor names,
