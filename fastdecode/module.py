@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from . import _env
-from . import hf_processing
+from . import hf_processing, quant
 from .generate import (_eos_set, check_hf_kwargs, new_token_count, run_generate, stack_sequences,
                        validate_ids)
 from .loading import generation_defaults, open_checkpoint, resolve_model_path
@@ -302,11 +302,20 @@ class FastModel(nn.Module):
             logits=tuple(rec[1]) if record["output_logits"] else None)
 
 
-def _check_float_params(model):
+def _check_float_params(model, fp8: bool = False):
+    """fp8: float8 weights pass (an FP8 checkpoint's, dequantized by quant as they pack)."""
     for name, p in model.named_parameters():
+        if fp8 and p.dtype in quant.FP8_DTYPES:
+            continue
         if not p.is_floating_point() or p.dtype not in FLOAT_DTYPES:
             raise TypeError(f"parameter {name} has dtype {p.dtype}; fastdecode needs float32, "
                             "float16 or bfloat16 weights (quantized models are not supported)")
+
+
+def _float_dtype(params):
+    """The dtype a model's weights pack in by default: its first float weight's (an FP8
+    model's first weight, the embedding, is one)."""
+    return next((p.dtype for p in params if p.dtype in FLOAT_DTYPES), torch.float32)
 
 
 def _dtype_arg(dtype):
@@ -336,13 +345,14 @@ def from_hf(model, max_seq_len: int = 4096, mode: str | None = None, device=None
     if config is None:
         raise TypeError(f"expected a Hugging Face PreTrainedModel, got {type(model).__name__}")
     spec = ModelSpec.from_hf_config(config)
-    _check_float_params(model)
+    fp8 = quant.check(config) == "fp8"
+    _check_float_params(model, fp8)
     dtype = _dtype_arg(dtype)
     _env.start_triton_key()  # beside the packing (see _env)
     params = list(model.parameters())
     device = _device_arg(device, params[0].device)
-    pw = pack(spec, dict_getter(dict(model.state_dict())), device=device,
-              dtype=dtype or params[0].dtype)
+    get = quant.dequantizing_getter(config, dict_getter(dict(model.state_dict())))
+    pw = pack(spec, get, device=device, dtype=dtype or _float_dtype(params))
     return FastModel(pw, config, max_seq_len=max_seq_len, mode=mode, cuda_graph=cuda_graph,
                      generation_config=getattr(model, "generation_config", None),
                      prefix_cache=prefix_cache)
@@ -371,6 +381,7 @@ def from_pretrained(path_or_gguf: str, max_seq_len: int = 4096, device=None,
     device = _device_arg(device, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
     config, get, ckpt_dtype = open_checkpoint(path, device)
     spec = ModelSpec.from_hf_config(config)
+    get = quant.dequantizing_getter(config, get, device)
     _env.start_triton_key()  # beside the checkpoint read (see _env)
     if dtype is None:
         if isinstance(ckpt_dtype, str):

@@ -148,7 +148,7 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
         t = get(name, index)
         if t is None:
             raise KeyError(f"checkpoint has no tensor {name!r}")
-        if not t.is_floating_point():
+        if not t.is_floating_point() or t.element_size() < 2:  # float8: quant's scales lost
             raise TypeError(f"{name} has dtype {t.dtype}; fastdecode needs float weights "
                             "(dequantize first)")
         return t

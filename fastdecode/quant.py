@@ -1,0 +1,102 @@
+"""Quantized checkpoints: which ones load, and their weights dequantized as they are read.
+
+A checkpoint says how it is quantized in its config's `quantization_config` (transformers'
+`quant_method`). fastdecode streams float weights (bf16 / fp16 / fp32), so a quantized
+checkpoint loads only where its weights can be turned back into floats exactly as transformers
+turns them when it dequantizes:
+
+- "fp8" (transformers' FineGrainedFP8Config: Qwen3-*-FP8, ...): a linear layer's weight W [N, K]
+  is stored as float8 codes q (e4m3) with fp32 scales `weight_scale_inv` [ceil(N / bn),
+  ceil(K / bk)], one per block of `weight_block_size` [bn, bk] (the last blocks partial; one
+  scale: per tensor), and W[n, k] = q[n, k] * s[n // bn, k // bk] -- computed in fp32 (exact:
+  a 4-bit significand times an fp32 scale) and rounded to the packed dtype once, as
+  transformers' Fp8Dequantize rounds it. The embeddings, norms and (mostly) the lm_head stay
+  unquantized in such checkpoints and load as they are. The dequantized weights stream as bf16:
+  an FP8 checkpoint decodes at the bf16 model's speed, in its memory.
+
+Every other method (GPTQ, AWQ, bitsandbytes, compressed-tensors, ...) raises
+UnsupportedModelError before any tensor is read; so does a float8 tensor without its scales.
+"""
+from __future__ import annotations
+
+import torch
+
+from .spec import UnsupportedModelError
+
+FP8_DTYPES = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2")
+                   if hasattr(torch, n))
+SUPPORTED = ("fp8",)
+
+
+def quantization(config) -> dict | None:
+    """The config's quantization_config as a dict (None: not quantized). transformers keeps it
+    a dict on configs it built from a file, an object with to_dict() on a loaded model's."""
+    q = getattr(config, "quantization_config", None)
+    if q is None or isinstance(q, dict):
+        return q or None
+    return q.to_dict()
+
+
+def check(config) -> str | None:
+    """-> the quant method (None: none); raises UnsupportedModelError for one fastdecode cannot
+    dequantize."""
+    q = quantization(config)
+    if q is None:
+        return None
+    method = q.get("quant_method")
+    if method not in SUPPORTED:
+        raise UnsupportedModelError(
+            f"{method!r}-quantized checkpoints are not supported (fastdecode streams float "
+            f"weights; it dequantizes {', '.join(SUPPORTED)} checkpoints as they load): load an "
+            "unquantized checkpoint")
+    return method
+
+
+def dequantize_fp8(q: torch.Tensor, scale: torch.Tensor, block=None) -> torch.Tensor:
+    """q [N, K] float8 codes, scale [ceil(N / bn), ceil(K / bk)] (or one element: per tensor)
+    -> fp32 q * s per block (module docstring). block [bn, bk]: the config's weight_block_size;
+    without it, the block the scale grid divides the weight into (transformers' rule)."""
+    if scale.dtype == torch.uint8:  # E8M0 exponents stored as bytes: 2 ** (byte - 127)
+        s = (scale.to(torch.float32) - 127.0).exp2()
+    else:
+        s = scale.to(torch.float32)
+    w = q.to(torch.float32)
+    if s.numel() == 1:
+        return w * s.reshape(())
+    N, K = w.shape
+    gn, gk = s.shape
+    if block is None:
+        if N % gn or K % gk:
+            raise ValueError(f"a weight [{N}, {K}] whose scale grid [{gn}, {gk}] does not divide "
+                             "it needs the config's weight_block_size")
+        block = (N // gn, K // gk)
+    bn, bk = block
+    if (gn, gk) != (-(-N // bn), -(-K // bk)):
+        raise ValueError(f"a weight [{N}, {K}] in blocks of {bn} x {bk} has "
+                         f"{-(-N // bn)} x {-(-K // bk)} scales, the checkpoint {gn} x {gk}")
+    s = s.repeat_interleave(bn, dim=0)[:N].repeat_interleave(bk, dim=1)[:, :K]
+    return w * s
+
+
+def dequantizing_getter(config, get, device=None):
+    """get(name, index=None) of a checkpoint -> the same, its fp8 weights dequantized (fp32, on
+    `device`, else where get put them; sliced by index after: a block straddles a rank's
+    rows). Not quantized: get itself."""
+    method = check(config)
+    if method is None:
+        return get
+    block = quantization(config).get("weight_block_size")
+
+    def read(name, index=None):
+        t = get(name, index)
+        if t is None or t.dtype not in FP8_DTYPES:
+            return t
+        scale = get(name + "_scale_inv")
+        if scale is None:
+            raise TypeError(f"{name} is float8 without its {name}_scale_inv")
+        q = t if index is None else get(name)
+        if device is not None:
+            q, scale = q.to(device), scale.to(device)
+        w = dequantize_fp8(q, scale, block)
+        return w if index is None else w[index]
+    return read

@@ -1,0 +1,223 @@
+"""Quantized checkpoints (fastdecode.quant): FP8 block-scaled ones load with transformers' own
+dequantized weights, bit for bit; every other method, and a float8 tensor without its scales,
+raise before any weights are packed."""
+import json
+
+import pytest
+import torch
+
+import fastdecode
+from fastdecode.quant import dequantize_fp8
+from models import tiny_model
+
+FP8_MAX = 448.0  # float8_e4m3fn's largest finite value
+
+
+def quantize_fp8(w: torch.Tensor, bn: int, bk: int):
+    """w [N, K] -> (float8_e4m3fn codes, fp32 scales [ceil(N / bn), ceil(K / bk)]): each block's
+    absolute max maps to FP8_MAX, as the FP8 checkpoints' quantizers write them (partial last
+    blocks included)."""
+    N, K = w.shape
+    gn, gk = -(-N // bn), -(-K // bk)
+    pad = torch.zeros(gn * bn, gk * bk)
+    pad[:N, :K] = w.float()
+    blocks = pad.reshape(gn, bn, gk, bk)
+    s = blocks.abs().amax(dim=(1, 3)).clamp(min=1e-12) / FP8_MAX
+    q = (blocks / s[:, None, :, None]).to(torch.float8_e4m3fn).reshape(gn * bn, gk * bk)
+    return q[:N, :K].contiguous(), s
+
+
+def blockwise(q: torch.Tensor, s: torch.Tensor, bn: int, bk: int) -> torch.Tensor:
+    """The weight FP8 codes stand for, each element times its block's scale looked up by
+    index: the tests' own formula, apart from dequantize_fp8's block expansion."""
+    n, k = torch.meshgrid(torch.arange(q.shape[0]), torch.arange(q.shape[1]), indexing="ij")
+    return q.float() * s[n // bn, k // bk]
+
+
+def write_fp8_checkpoint(model, path, block, skip=("lm_head",)):
+    """model saved as an FP8 checkpoint: every 2-D linear weight but the embeddings and `skip`
+    as float8 codes + weight_scale_inv, the config's quantization_config as Qwen3-*-FP8's.
+    -> {name: the weight the codes and scales stand for}."""
+    from safetensors.torch import load_file, save_file
+    model.save_pretrained(path)
+    f = path / "model.safetensors"
+    sd, want = load_file(f), {}
+    for name in list(sd):
+        w = sd[name]
+        if w.dim() == 2 and name.endswith("proj.weight") and not any(s in name for s in skip):
+            q, s = quantize_fp8(w, *block)
+            sd[name], sd[name[:-len("weight")] + "weight_scale_inv"] = q, s
+            want[name] = blockwise(q, s, *block)
+    save_file(sd, f, metadata={"format": "pt"})
+    cfg = json.loads((path / "config.json").read_text())
+    cfg["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "dynamic",
+                                  "fmt": "e4m3", "weight_block_size": list(block)}
+    (path / "config.json").write_text(json.dumps(cfg))
+    return want
+
+
+@pytest.mark.parametrize("family", ["qwen3", "llama"])
+def test_fp8_checkpoint_packs_transformers_dequantized_weights(tmp_path, family):
+    """transformers dequantizes an FP8 checkpoint on a machine without a GPU (its Fp8Dequantize,
+    fp32 here): fastdecode packs the same bits and gives the same logits as that HF model. The
+    tiny models' odd sizes (56, 28, 40, 68 ...) take 4 x 4 blocks, which transformers' grid rule
+    needs to divide them; partial blocks below."""
+    from transformers import AutoModelForCausalLM
+    want = write_fp8_checkpoint(tiny_model(family), tmp_path, (4, 4))
+    hf = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
+    sd = hf.state_dict()
+    for name, w in want.items():  # the oracle itself: HF's weights are the blocks' q * s
+        assert torch.equal(sd[name], w), name
+    fm = fastdecode.from_pretrained(str(tmp_path), max_seq_len=32, device="cpu",
+                                    dtype=torch.float32, mode="torch")
+    ref = fastdecode.from_hf(hf, max_seq_len=32, mode="torch")
+    for name, t in ref.weights.tensors().items():
+        got = fm.weights.tensors()[name]
+        assert (t is None) == (got is None), name
+        if t is not None:
+            assert torch.equal(got, t), name
+    ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
+    with torch.no_grad():
+        hf_logits = hf(ids).logits.float()
+    out = fm(ids)
+    # fp32 both ways on the same weights: only the summation order differs (K <= 68 terms)
+    torch.testing.assert_close(out, hf_logits, rtol=1e-4, atol=1e-4)
+
+
+def test_fp8_partial_blocks(tmp_path):
+    """128 x 128 blocks over weights of 28-68 rows and columns: one partial block each, its
+    scale the block's (DeepSeek's and transformers 5.17's convention: scale grid ceil(N / bn) x
+    ceil(K / bk)); the packed q|k|v rows are the codes times their blocks' scales."""
+    model = tiny_model("qwen3")
+    want = write_fp8_checkpoint(model, tmp_path, (128, 128))
+    fm = fastdecode.from_pretrained(str(tmp_path), max_seq_len=32, device="cpu",
+                                    dtype=torch.float32, mode="torch")
+    w_qkv = fm.weights.w_qkv[0]
+    parts = [want[f"model.layers.0.self_attn.{p}_proj.weight"] for p in "qkv"]
+    assert torch.equal(w_qkv, torch.cat(parts))
+    # a 128 x 128 block over the whole weight: one scale, so each code times that scale
+    q, s = quantize_fp8(model.model.layers[0].self_attn.q_proj.weight.detach(), 128, 128)
+    assert s.shape == (1, 1)
+    assert torch.equal(dequantize_fp8(q, s, (128, 128)), q.float() * s[0, 0])
+    # the partial blocks' scales, not one per tensor: 16 x 16 blocks over 56 x 40, 4 x 3 scales
+    q, s = quantize_fp8(model.model.layers[0].self_attn.q_proj.weight.detach(), 16, 16)
+    assert s.shape == (4, 3)
+    assert torch.equal(dequantize_fp8(q, s, (16, 16)), blockwise(q, s, 16, 16))
+
+
+def test_fp8_blocks_against_per_element_scales():
+    """dequantize_fp8's block expansion against each element's scale looked up by index."""
+    torch.manual_seed(0)
+    w = torch.randn(37, 53)
+    q, s = quantize_fp8(w, 8, 16)
+    assert torch.equal(dequantize_fp8(q, s, (8, 16)), blockwise(q, s, 8, 16))
+    # without the config's block: the one the grid divides the weight into (transformers' rule)
+    q2, s2 = quantize_fp8(w[:32, :48], 8, 16)
+    assert torch.equal(dequantize_fp8(q2, s2), blockwise(q2, s2, 8, 16))
+    with pytest.raises(ValueError, match="weight_block_size"):
+        dequantize_fp8(q, s)
+    with pytest.raises(ValueError, match="scales"):
+        dequantize_fp8(q, s, (16, 16))
+    # the quantization itself round-trips within e4m3's 3-bit significand (2^-4 relative)
+    assert ((dequantize_fp8(q, s, (8, 16)) - w).abs() <= w.abs() / 16 + s.max() / 512).all()
+
+
+def test_fp8_sharded_rows_match_the_whole(tmp_path):
+    """A rank's rows (get(name, index)) are the whole weight's dequantized rows, though a block
+    straddles the ranks' boundary."""
+    from fastdecode.loading import open_checkpoint
+    from fastdecode.quant import dequantizing_getter
+    write_fp8_checkpoint(tiny_model("qwen3"), tmp_path, (8, 8))
+    config, get, _ = open_checkpoint(str(tmp_path))
+    get = dequantizing_getter(config, get)
+    name = "model.layers.0.mlp.gate_proj.weight"  # 68 rows: 34 a rank, block rows 32-39 split
+    whole = get(name)
+    assert torch.equal(get(name, (slice(34, 68),)), whole[34:])
+    assert torch.equal(get(name, (slice(None), slice(20, 40))), whole[:, 20:40])
+
+
+def test_fp8_tensor_without_scales_raises(tmp_path):
+    from safetensors.torch import load_file, save_file
+    write_fp8_checkpoint(tiny_model("llama"), tmp_path, (4, 4))
+    f = tmp_path / "model.safetensors"
+    sd = load_file(f)
+    del sd["model.layers.1.mlp.down_proj.weight_scale_inv"]
+    save_file(sd, f, metadata={"format": "pt"})
+    with pytest.raises(TypeError, match="down_proj.weight_scale_inv"):
+        fastdecode.from_pretrained(str(tmp_path), max_seq_len=32, device="cpu", mode="torch")
+    # without a quantization_config, a float8 tensor is not read as its codes' values either
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    del cfg["quantization_config"]
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(TypeError, match="float8"):
+        fastdecode.from_pretrained(str(tmp_path), max_seq_len=32, device="cpu", mode="torch")
+
+
+@pytest.mark.parametrize("method", ["gptq", "awq", "bitsandbytes", "compressed-tensors",
+                                    "fbgemm_fp8"])
+def test_other_quantizations_raise_before_reading_weights(tmp_path, method, monkeypatch):
+    """The method named, from the config alone: no tensor read, nothing packed."""
+    import fastdecode.module as module
+    model = tiny_model("llama")
+    model.save_pretrained(tmp_path)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    cfg["quantization_config"] = {"quant_method": method, "bits": 4}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    monkeypatch.setattr(module, "pack", lambda *a, **k: pytest.fail("packed"))
+    with pytest.raises(fastdecode.UnsupportedModelError, match=method):
+        fastdecode.from_pretrained(str(tmp_path), max_seq_len=32, device="cpu", mode="torch")
+    model.config.quantization_config = {"quant_method": method}
+    with pytest.raises(fastdecode.UnsupportedModelError, match=method):
+        fastdecode.from_hf(model, max_seq_len=32, mode="torch")
+
+
+def test_from_hf_of_a_float8_model():
+    """An HF model holding float8 weights and their scales (transformers' FP8Linear on a GPU
+    keeps them so) packs them dequantized: the same bits as the model with those weights
+    dequantized."""
+    import copy
+    model = tiny_model("qwen3")
+    model.config.quantization_config = {"quant_method": "fp8", "weight_block_size": [4, 4]}
+    dequantized = copy.deepcopy(model)
+    layers = zip(model.model.layers.modules(), dequantized.model.layers.modules())
+    for mod, twin in layers:
+        if isinstance(mod, torch.nn.Linear):
+            q, s = quantize_fp8(mod.weight.detach(), 4, 4)
+            mod.weight = torch.nn.Parameter(q, requires_grad=False)
+            mod.register_buffer("weight_scale_inv", s)
+            twin.weight = torch.nn.Parameter(blockwise(q, s, 4, 4), requires_grad=False)
+    fm = fastdecode.from_hf(model, max_seq_len=32, mode="torch")
+    ref = fastdecode.from_hf(dequantized, max_seq_len=32, mode="torch")
+    assert fm.weights.w_qkv.dtype == torch.float32  # the embedding's dtype, not float8
+    for name, t in ref.weights.tensors().items():
+        got = fm.weights.tensors()[name]
+        assert (t is None) == (got is None), name
+        if t is not None:
+            assert torch.equal(got, t), name
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("block", [(4, 4), (128, 128)])
+def test_fp8_checkpoint_on_the_gpu(tmp_path, block):
+    """On the GPU: from_pretrained dequantizes there (fp32, exact) and packs the CPU's bits in
+    bf16; transformers' own FP8 model (FP8Linear: float8 weights and scales kept) packs the same
+    through from_hf; the megakernel runs both alike (the same bits in, the same deterministic
+    kernel)."""
+    from transformers import AutoModelForCausalLM
+    write_fp8_checkpoint(tiny_model("qwen3"), tmp_path, block)
+    cpu = fastdecode.from_pretrained(str(tmp_path), max_seq_len=32, device="cpu",
+                                     dtype=torch.bfloat16, mode="torch")
+    gpu = fastdecode.from_pretrained(str(tmp_path), max_seq_len=32, device="cuda",
+                                     dtype=torch.bfloat16, mode="mega")
+    for name, t in cpu.weights.tensors().items():
+        if t is not None:
+            assert torch.equal(gpu.weights.tensors()[name].cpu(), t), name
+    hf = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.bfloat16, device_map="cuda")
+    assert any(p.dtype == torch.float8_e4m3fn for p in hf.parameters())  # kept quantized
+    fm = fastdecode.from_hf(hf, max_seq_len=32, mode="mega")
+    for name, t in cpu.weights.tensors().items():
+        if t is not None:
+            assert torch.equal(fm.weights.tensors()[name].cpu(), t), name
+    ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]], device="cuda")
+    assert torch.equal(fm(ids), gpu(ids))  # the same packed bits, the deterministic megakernel
+    assert torch.equal(fm.generate(ids, max_new_tokens=8), gpu.generate(ids, max_new_tokens=8))
