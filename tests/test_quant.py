@@ -19,7 +19,7 @@ def quantize_fp8(w: torch.Tensor, bn: int, bk: int):
     blocks included)."""
     N, K = w.shape
     gn, gk = -(-N // bn), -(-K // bk)
-    pad = torch.zeros(gn * bn, gk * bk)
+    pad = torch.zeros(gn * bn, gk * bk, device=w.device)
     pad[:N, :K] = w.float()
     blocks = pad.reshape(gn, bn, gk, bk)
     s = blocks.abs().amax(dim=(1, 3)).clamp(min=1e-12) / FP8_MAX
