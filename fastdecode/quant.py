@@ -13,9 +13,16 @@ turns them when it dequantizes:
   transformers' Fp8Dequantize rounds it. The embeddings, norms and (mostly) the lm_head stay
   unquantized in such checkpoints and load as they are. The dequantized weights stream as bf16:
   an FP8 checkpoint decodes at the bf16 model's speed, in its memory.
+- "compressed-tensors" whose weights are 8-bit floats (format "float-quantized" or
+  "naive-quantized": llm-compressor's FP8 / FP8-dynamic checkpoints, RedHatAI/*-FP8 and the
+  like): the same codes with scales `weight_scale` per tensor ([1]), per output channel ([N, 1]),
+  per group of K columns ([N, K / g]) or per block ([ceil(N / bn), ceil(K / bk)], the config
+  group's block_structure), symmetric (no zero point): W = q * s by compressed_tensors'
+  dequantize ((q - 0) * s, in the scale's dtype: one rounding of an exact product, as here).
 
-Every other method (GPTQ, AWQ, bitsandbytes, compressed-tensors, ...) raises
-UnsupportedModelError before any tensor is read; so does a float8 tensor without its scales.
+Every other method or scheme (GPTQ, AWQ, bitsandbytes, integer or 4-bit compressed-tensors,
+sparse ones ...) raises UnsupportedModelError before any tensor is read; so does a float8 tensor
+without its scales.
 """
 from __future__ import annotations
 
@@ -25,7 +32,10 @@ from .spec import UnsupportedModelError
 
 FP8_DTYPES = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2")
                    if hasattr(torch, n))
-SUPPORTED = ("fp8",)
+# quant method -> the suffix of a weight's scales beside its name ("...q_proj.weight" + suffix)
+SCALE_SUFFIX = {"fp8": "_scale_inv", "compressed-tensors": "_scale"}
+SUPPORTED = tuple(SCALE_SUFFIX)
+FLOAT8_FORMATS = ("float-quantized", "naive-quantized")  # compressed-tensors' dense fp8 formats
 
 
 def quantization(config) -> dict | None:
@@ -47,9 +57,32 @@ def check(config) -> str | None:
     if method not in SUPPORTED:
         raise UnsupportedModelError(
             f"{method!r}-quantized checkpoints are not supported (fastdecode streams float "
-            f"weights; it dequantizes {', '.join(SUPPORTED)} checkpoints as they load): load an "
-            "unquantized checkpoint")
+            f"weights; it dequantizes {', '.join(SUPPORTED)} FP8 checkpoints as they load): "
+            "load an unquantized checkpoint")
+    if method == "compressed-tensors":
+        groups = list((q.get("config_groups") or {}).values())
+        fmt = q.get("format")  # "mixed-precision" (or none): each group names its own
+        fmts = {g.get("format") for g in groups} if fmt in (None, "mixed-precision") else {fmt}
+        schemes = [g.get("weights") or {} for g in groups]
+        fp8 = all(w.get("type") == "float" and w.get("num_bits") == 8
+                  and w.get("symmetric", True) for w in schemes)
+        sparse = (q.get("sparsity_config") or {}).get("format", "dense") != "dense"
+        if not fmts <= set(FLOAT8_FORMATS) or not schemes or not fp8 or sparse:
+            raise UnsupportedModelError(
+                f"compressed-tensors checkpoints in format {fmt!r} with weights "
+                f"{[(w.get('type'), w.get('num_bits')) for w in schemes]}"
+                f"{' and sparsity' if sparse else ''} are not supported: fastdecode dequantizes "
+                "their symmetric 8-bit float weights (formats " + ", ".join(FLOAT8_FORMATS) + ")")
     return method
+
+
+def _block(q: dict, method: str):
+    """The block [bn, bk] the config gives a weight's scales (None: derived from the grid)."""
+    if method == "fp8":
+        return q.get("weight_block_size")
+    blocks = {tuple(g["weights"]["block_structure"]) for g in q["config_groups"].values()
+              if g["weights"].get("block_structure")}
+    return blocks.pop() if len(blocks) == 1 else None
 
 
 def dequantize_fp8(q: torch.Tensor, scale: torch.Tensor, block=None) -> torch.Tensor:
@@ -85,15 +118,19 @@ def dequantizing_getter(config, get, device=None):
     method = check(config)
     if method is None:
         return get
-    block = quantization(config).get("weight_block_size")
+    block = _block(quantization(config), method)
+    suffix = SCALE_SUFFIX[method]
 
     def read(name, index=None):
         t = get(name, index)
         if t is None or t.dtype not in FP8_DTYPES:
             return t
-        scale = get(name + "_scale_inv")
+        scale = get(name + suffix)
         if scale is None:
-            raise TypeError(f"{name} is float8 without its {name}_scale_inv")
+            raise TypeError(f"{name} is float8 without its {name}{suffix}")
+        zp = get(name.removesuffix("weight") + "weight_zero_point")
+        if zp is not None and zp.any():
+            raise UnsupportedModelError(f"{name}: an asymmetric fp8 weight (a zero point)")
         q = t if index is None else get(name)
         if device is not None:
             q, scale = q.to(device), scale.to(device)

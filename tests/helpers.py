@@ -5,6 +5,8 @@ import math
 import pytest
 import torch
 
+import fastdecode
+
 
 @contextlib.contextmanager
 def default_dtype(dtype):
@@ -150,3 +152,20 @@ def skip_unless_hf_reencodes(model, out, n):
     full = hf_logits(model, out.sequences[:, :-1])[n - 1 + first:]
     if rel_err(torch.cat(out.logits)[first:].float(), full) > 1e-5:
         pytest.skip("this transformers version's generate does not re-encode the longrope cache")
+
+
+def folder_packs_as_from_hf(path, model):
+    """from_pretrained(path) packs the tensors from_hf(model) packs, bit for bit, and gives its
+    logits; -> its spec."""
+    fm = fastdecode.from_pretrained(str(path), max_seq_len=32, device="cpu",
+                                    dtype=torch.float32, mode="torch")
+    ref = fastdecode.from_hf(model, max_seq_len=32, mode="torch")
+    for name, t in ref.weights.tensors().items():
+        got = fm.weights.tensors()[name]
+        assert (t is None) == (got is None), name
+        if t is not None:
+            assert torch.equal(got, t), name
+    ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
+    assert torch.equal(fm(ids), ref(ids))
+    assert fm.weights.spec == ref.weights.spec
+    return fm.weights.spec

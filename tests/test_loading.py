@@ -9,6 +9,7 @@ import torch
 import fastdecode
 from fastdecode.packing import dict_getter, pack
 from fastdecode.spec import ModelSpec
+from helpers import folder_packs_as_from_hf
 from models import tiny_model
 
 
@@ -29,7 +30,7 @@ def test_safetensors_folder_matches_from_hf(tmp_path, family, shard):
     model.save_pretrained(tmp_path, **kw)
     if shard:
         assert (tmp_path / "model.safetensors.index.json").exists()
-    _folder_packs_as_from_hf(tmp_path, model)
+    folder_packs_as_from_hf(tmp_path, model)
 
 
 @pytest.mark.parametrize("family,prefix,name", [
@@ -47,24 +48,7 @@ def test_files_without_the_base_model_prefix(tmp_path, family, prefix, name):
     sd = {k.removeprefix(prefix): v for k, v in load_file(f).items() if k != "lm_head.weight"}
     assert name in sd
     save_file(sd, f)
-    _folder_packs_as_from_hf(tmp_path, model)
-
-
-def _folder_packs_as_from_hf(path, model):
-    """from_pretrained(path) packs the tensors from_hf(model) packs, bit for bit, and gives its
-    logits; -> its spec."""
-    fm = fastdecode.from_pretrained(str(path), max_seq_len=32, device="cpu",
-                                    dtype=torch.float32, mode="torch")
-    ref = fastdecode.from_hf(model, max_seq_len=32, mode="torch")
-    for name, t in ref.weights.tensors().items():
-        got = fm.weights.tensors()[name]
-        assert (t is None) == (got is None), name
-        if t is not None:
-            assert torch.equal(got, t), name
-    ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
-    assert torch.equal(fm(ids), ref(ids))
-    assert fm.weights.spec == ref.weights.spec
-    return fm.weights.spec
+    folder_packs_as_from_hf(tmp_path, model)
 
 
 @pytest.mark.parametrize("kind,tied", [("mistral3", False), ("mistral3", True), ("llava", False),
@@ -79,7 +63,7 @@ def test_vision_language_folder_reads_its_text_model(tmp_path, kind, tied):
     from models import tiny_vlm
     model = tiny_vlm(kind, tie_word_embeddings=tied)
     model.save_pretrained(tmp_path)
-    assert _folder_packs_as_from_hf(tmp_path, model).text_of == kind
+    assert folder_packs_as_from_hf(tmp_path, model).text_of == kind
 
 
 def test_qwen2_vl_transformers4_flat_config(tmp_path):

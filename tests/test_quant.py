@@ -8,6 +8,7 @@ import torch
 
 import fastdecode
 from fastdecode.quant import dequantize_fp8
+from helpers import folder_packs_as_from_hf
 from models import tiny_model
 
 FP8_MAX = 448.0  # float8_e4m3fn's largest finite value
@@ -38,6 +39,41 @@ def write_fp8_checkpoint(model, path, block, skip=("lm_head",)):
     """model saved as an FP8 checkpoint: every 2-D linear weight but the embeddings and `skip`
     as float8 codes + weight_scale_inv, the config's quantization_config as Qwen3-*-FP8's.
     -> {name: the weight the codes and scales stand for}."""
+    def fp8(name, w):
+        q, s = quantize_fp8(w, *block)
+        return {name: q, name + "_scale_inv": s}, blockwise(q, s, *block)
+    return _write_quantized(model, path, skip, fp8, {
+        "quant_method": "fp8", "activation_scheme": "dynamic", "fmt": "e4m3",
+        "weight_block_size": list(block)})
+
+
+def write_compressed_fp8_checkpoint(model, path, strategy, size=None):
+    """model saved as llm-compressor writes an FP8 checkpoint (compressed-tensors,
+    float-quantized): weight_scale per tensor ([1]), channel ([N, 1]), group of `size` columns
+    ([N, K / size]) or block (`size`, [ceil(N / bn), ceil(K / bk)]), static input scales and
+    zero points (zeros) beside them, the lm_head left out by the config's ignore list."""
+    def fp8(name, w):
+        N, K = w.shape
+        bn, bk = {"tensor": (N, K), "channel": (1, K), "group": (1, size)}.get(strategy, size)
+        q, s = quantize_fp8(w, bn, bk)
+        want = blockwise(q, s, bn, bk)
+        if strategy == "tensor":
+            s = s.reshape(1)
+        return {name: q, name + "_scale": s, name + "_zero_point": torch.zeros_like(s),
+                name.removesuffix("weight") + "input_scale": torch.ones(1)}, want
+    weights = {"num_bits": 8, "type": "float", "symmetric": True, "dynamic": False,
+               "strategy": strategy, "group_size": size if strategy == "group" else None,
+               "block_structure": list(size) if strategy == "block" else None}
+    return _write_quantized(model, path, ("lm_head",), fp8, {
+        "quant_method": "compressed-tensors", "format": "float-quantized",
+        "quantization_status": "compressed", "ignore": ["lm_head"],
+        "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights,
+                                      "input_activations": dict(weights, strategy="tensor")}}})
+
+
+def _write_quantized(model, path, skip, quantize, qconfig):
+    """model saved, each 2-D linear weight but `skip` replaced by quantize(name, w)'s tensors,
+    qconfig as its config's quantization_config. -> {name: the weight they stand for}."""
     from safetensors.torch import load_file, save_file
     model.save_pretrained(path)
     f = path / "model.safetensors"
@@ -45,13 +81,11 @@ def write_fp8_checkpoint(model, path, block, skip=("lm_head",)):
     for name in list(sd):
         w = sd[name]
         if w.dim() == 2 and name.endswith("proj.weight") and not any(s in name for s in skip):
-            q, s = quantize_fp8(w, *block)
-            sd[name], sd[name[:-len("weight")] + "weight_scale_inv"] = q, s
-            want[name] = blockwise(q, s, *block)
+            tensors, want[name] = quantize(name, w)
+            sd.update(tensors)
     save_file(sd, f, metadata={"format": "pt"})
     cfg = json.loads((path / "config.json").read_text())
-    cfg["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "dynamic",
-                                  "fmt": "e4m3", "weight_block_size": list(block)}
+    cfg["quantization_config"] = qconfig
     (path / "config.json").write_text(json.dumps(cfg))
     return want
 
@@ -153,8 +187,54 @@ def test_fp8_tensor_without_scales_raises(tmp_path):
         fastdecode.from_pretrained(str(tmp_path), max_seq_len=32, device="cpu", mode="torch")
 
 
-@pytest.mark.parametrize("method", ["gptq", "awq", "bitsandbytes", "compressed-tensors",
-                                    "fbgemm_fp8"])
+@pytest.mark.parametrize("strategy,size", [("tensor", None), ("channel", None), ("group", 4),
+                                           ("block", (16, 16))])
+def test_compressed_tensors_fp8_checkpoint(tmp_path, strategy, size):
+    """compressed-tensors' FP8 weights, each strategy's scale layout (block: 16 x 16 over the
+    tiny model's 28-68 rows / columns, partial blocks): the packed weights are the codes times
+    their scales (compressed_tensors' dequantize, (q - 0) * s), bit for bit -- the same model
+    as from_hf of the HF model holding those dequantized weights; the lm_head, ignored, read as
+    it is."""
+    model = tiny_model("qwen3")
+    want = write_compressed_fp8_checkpoint(model, tmp_path, strategy, size)
+    with torch.no_grad():
+        for name, w in want.items():
+            model.get_parameter(name).copy_(w)
+    folder_packs_as_from_hf(tmp_path, model)
+
+
+def test_compressed_tensors_other_schemes_raise(tmp_path):
+    """Integer or 4-bit compressed-tensors weights, sparse ones and an asymmetric fp8 weight
+    (a nonzero zero point) raise UnsupportedModelError, naming what."""
+    from safetensors.torch import load_file, save_file
+    write_compressed_fp8_checkpoint(tiny_model("llama"), tmp_path, "channel")
+    path = tmp_path / "config.json"
+    good = json.loads(path.read_text())
+
+    def load_with(**changes):
+        cfg = json.loads(json.dumps(good))
+        cfg["quantization_config"].update(changes)
+        path.write_text(json.dumps(cfg))
+        return fastdecode.from_pretrained(str(tmp_path), max_seq_len=32, device="cpu",
+                                          mode="torch")
+    groups = good["quantization_config"]["config_groups"]
+    int4 = {"group_0": dict(groups["group_0"], weights=dict(groups["group_0"]["weights"],
+                                                             type="int", num_bits=4))}
+    for changes, what in [({"format": "pack-quantized", "config_groups": int4}, "pack-quantized"),
+                          ({"format": "int-quantized"}, "int-quantized"),
+                          ({"sparsity_config": {"format": "sparse-24-bitmask"}}, "sparsity")]:
+        with pytest.raises(fastdecode.UnsupportedModelError, match=what):
+            load_with(**changes)
+    load_with()  # the checkpoint itself loads
+    f = tmp_path / "model.safetensors"
+    sd = load_file(f)
+    sd["model.layers.0.mlp.up_proj.weight_zero_point"] += 1
+    save_file(sd, f, metadata={"format": "pt"})
+    with pytest.raises(fastdecode.UnsupportedModelError, match="up_proj.weight: an asymmetric"):
+        load_with()
+
+
+@pytest.mark.parametrize("method", ["gptq", "awq", "bitsandbytes", "fbgemm_fp8"])
 def test_other_quantizations_raise_before_reading_weights(tmp_path, method, monkeypatch):
     """The method named, from the config alone: no tensor read, nothing packed."""
     import fastdecode.module as module
