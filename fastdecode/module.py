@@ -368,13 +368,18 @@ def from_hf(model, max_seq_len: int = 4096, mode: str | None = None, device=None
     if config is None:
         raise TypeError(f"expected a Hugging Face PreTrainedModel, got {type(model).__name__}")
     spec = ModelSpec.from_hf_config(config)
-    fp8 = quant.check(config) == "fp8"
+    # a model whose weights transformers already dequantized (loaded from a GGUF, an FP8
+    # checkpoint on a CPU) keeps its quantization_config: only quantized weights are checked
+    quantized = any(p.dtype not in FLOAT_DTYPES for p in model.parameters())
+    fp8 = quantized and quant.check(config) == "fp8"
     _check_float_params(model, fp8)
     dtype = _dtype_arg(dtype)
     _env.start_triton_key()  # beside the packing (see _env)
     params = list(model.parameters())
     device = _device_arg(device, params[0].device)
-    get = quant.dequantizing_getter(config, dict_getter(dict(model.state_dict())))
+    get = dict_getter(dict(model.state_dict()))
+    if quantized:
+        get = quant.dequantizing_getter(config, get)
     pw = pack(spec, get, device=device, dtype=dtype or _float_dtype(params))
     return FastModel(pw, config, max_seq_len=max_seq_len, mode=mode, cuda_graph=cuda_graph,
                      generation_config=getattr(model, "generation_config", None),

@@ -236,7 +236,10 @@ def test_compressed_tensors_other_schemes_raise(tmp_path):
 
 @pytest.mark.parametrize("method", ["gptq", "awq", "bitsandbytes", "fbgemm_fp8"])
 def test_other_quantizations_raise_before_reading_weights(tmp_path, method, monkeypatch):
-    """The method named, from the config alone: no tensor read, nothing packed."""
+    """The method named, from the config alone: no tensor read, nothing packed; from_hf of a
+    model holding such weights (a bitsandbytes Linear4bit's uint8 bytes) too. A model whose
+    weights transformers dequantized as it loaded (a GGUF's: float weights, its
+    quantization_config kept) packs as the unquantized model."""
     import fastdecode.module as module
     model = tiny_model("llama")
     model.save_pretrained(tmp_path)
@@ -246,7 +249,16 @@ def test_other_quantizations_raise_before_reading_weights(tmp_path, method, monk
     monkeypatch.setattr(module, "pack", lambda *a, **k: pytest.fail("packed"))
     with pytest.raises(fastdecode.UnsupportedModelError, match=method):
         fastdecode.from_pretrained(str(tmp_path), max_seq_len=32, device="cpu", mode="torch")
+    monkeypatch.undo()
+    ref = fastdecode.from_hf(model, max_seq_len=32, mode="torch")
+    model.config.quantization_config = {"quant_method": "gguf"}
+    fm = fastdecode.from_hf(model, max_seq_len=32, mode="torch")
+    ids = torch.tensor([[3, 1, 4, 1, 5]])
+    assert torch.equal(fm(ids), ref(ids))
     model.config.quantization_config = {"quant_method": method}
+    proj = model.model.layers[0].mlp.up_proj
+    proj.weight = torch.nn.Parameter(torch.zeros(proj.weight.numel() // 2, 1, dtype=torch.uint8),
+                                     requires_grad=False)
     with pytest.raises(fastdecode.UnsupportedModelError, match=method):
         fastdecode.from_hf(model, max_seq_len=32, mode="torch")
 
