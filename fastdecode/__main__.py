@@ -20,7 +20,7 @@ def _generate(args):
     t0 = time.perf_counter()
     path = resolve_model_path(args.model)
     fm = fastdecode.from_pretrained(path, max_seq_len=args.max_seq_len, device=args.device,
-                                    mode=args.mode, tp=args.tp)
+                                    mode=args.mode, tp=args.tp, dtype=args.dtype)
     lead = fm.rank == 0  # with --tp, every rank decodes; rank 0 streams
     tok = load_tokenizer(path)
     if tok.chat_template and not args.no_chat_template:
@@ -45,7 +45,8 @@ def _generate(args):
     if not lead:
         return
     print(f"\n[{n} tokens in {dt:.2f} s: {n / dt:.1f} tokens/s | prompt {ids.shape[1]} tokens | "
-          f"load {load_s:.1f} s | mode {fm.mode} on {fm.device}]", file=sys.stderr)
+          f"load {load_s:.1f} s | mode {fm.mode} on {fm.device}, "
+          f"{str(fm.weights.w_qkv.dtype).removeprefix('torch.')}]", file=sys.stderr)
 
 
 def _chat(args):
@@ -61,7 +62,7 @@ def _chat(args):
 
     path = resolve_model_path(args.model)
     fm = fastdecode.from_pretrained(path, max_seq_len=args.max_seq_len, device=args.device,
-                                    mode=args.mode, prefix_cache=True)
+                                    mode=args.mode, prefix_cache=True, dtype=args.dtype)
     tok = load_tokenizer(path)
     if not tok.chat_template:
         raise SystemExit(f"{args.model}: the tokenizer has no chat template")
@@ -98,7 +99,7 @@ def _trace(args):
     from fastdecode import trace as tr
 
     fm = fastdecode.from_pretrained(args.model, max_seq_len=args.prompt_len + args.steps + 8,
-                                    device=args.device, mode="mega")
+                                    device=args.device, mode="mega", dtype=args.dtype)
     ids = torch.randint(0, fm.spec.vocab_size, (1, args.prompt_len),
                         generator=torch.Generator().manual_seed(0)).to(fm.device)
     fm(ids)
@@ -163,6 +164,10 @@ def main(argv=None):
     t.add_argument("--prompt-len", type=int, default=16)
     t.add_argument("--device", default=None)
     t.add_argument("--out", default="trace")
+    for s in (g, c, t):
+        s.add_argument("--dtype", default=None, choices=["auto", "bfloat16", "float16", "float32"],
+                       help="the weights' dtype (default: the checkpoint's on a GPU, float32 on "
+                            "the CPU)")
     args = p.parse_args(argv)
     if args.cmd == "generate":
         _generate(args)

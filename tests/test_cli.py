@@ -14,11 +14,12 @@ def test_cli_generate_smollm2():
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=ROOT)
     out = subprocess.run([sys.executable, "-m", "fastdecode", "generate", "--model", "smollm2",
                           "--prompt", "What is the capital of France?", "--max-new-tokens", "8",
-                          "--device", "cpu"], capture_output=True, text=True, env=env,
-                         timeout=300, cwd=ROOT)
+                          "--device", "cpu", "--dtype", "bfloat16"], capture_output=True,
+                         text=True, env=env, timeout=300, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "Paris" in out.stdout          # greedy SmolLM2-135M-Instruct answers this one
     assert "tokens/s" in out.stderr
+    assert "on cpu, bfloat16]" in out.stderr  # --dtype's weights (the CPU's default: float32)
 
 
 def test_cli_chat_keeps_the_conversation():
