@@ -1,5 +1,6 @@
 """Checkpoint readers that need no HF model object: a safetensors folder (config.json + one file or
-an index of many) or a GGUF file. Each returns the HF config and a `get(name)` function that reads
+an index of many; a folder of PyTorch pickles, pytorch_model*.bin, where it has no safetensors) or
+a GGUF file. Each returns the HF config and a `get(name)` function that reads
 one tensor by its Hugging Face state-dict name, lazily, so packing touches each tensor once."""
 from __future__ import annotations
 
@@ -135,20 +136,21 @@ def _gguf_bos(tok, reader) -> None:
         special_tokens=b)
 
 
-def safetensors_getter(folder: str) -> Getter:
-    from safetensors import safe_open
-    index = os.path.join(folder, "model.safetensors.index.json")
+def _weight_files(folder: str, index: str, pick, keys) -> dict | None:
+    """{tensor name: file} of a folder's weights: its index file's map, else every file whose
+    name pick(fn) takes, opened (keys(fn) -> its names); None where it has none."""
+    index = os.path.join(folder, index)
     if os.path.exists(index):
         with open(index) as f:
-            weight_map = json.load(f)["weight_map"]
-    else:
-        files = sorted(f for f in os.listdir(folder) if f.endswith(".safetensors"))
-        if not files:
-            raise FileNotFoundError(f"{folder}: no .safetensors files")
-        weight_map = {}
-        for fn in files:
-            with safe_open(os.path.join(folder, fn), framework="pt") as f:
-                weight_map.update({k: fn for k in f.keys()})
+            return json.load(f)["weight_map"]
+    files = sorted(f for f in os.listdir(folder) if pick(f))
+    return {k: fn for fn in files for k in keys(fn)} or None
+
+
+def _file_getter(weight_map: dict, open_file, read) -> Getter:
+    """get(name, index=None) over {name: file}: each file opened once (open_file(fn)), a tensor
+    read by read(handle, key, index); a name found as given, without its "model." prefix or
+    with one (the files of a base model name their tensors without it)."""
     handles = {}
 
     def get(name, index=None):
@@ -156,12 +158,59 @@ def safetensors_getter(folder: str) -> Getter:
             fn = weight_map.get(key)
             if fn is not None:
                 if fn not in handles:
-                    handles[fn] = safe_open(os.path.join(folder, fn), framework="pt")
-                if index is None:
-                    return handles[fn].get_tensor(key)
-                return handles[fn].get_slice(key)[index]  # reads only the slice
+                    handles[fn] = open_file(fn)
+                return read(handles[fn], key, index)
         return None
     return get
+
+
+def safetensors_getter(folder: str) -> Getter:
+    from safetensors import safe_open
+
+    def keys(fn):
+        with safe_open(os.path.join(folder, fn), framework="pt") as f:
+            return list(f.keys())
+
+    def read(h, key, index):  # a slice reads only its bytes
+        return h.get_tensor(key) if index is None else h.get_slice(key)[index]
+    weight_map = _weight_files(folder, "model.safetensors.index.json",
+                               lambda fn: fn.endswith(".safetensors"), keys)
+    if weight_map is None:
+        raise FileNotFoundError(f"{folder}: no .safetensors files")
+    return _file_getter(weight_map, lambda fn: safe_open(os.path.join(folder, fn), framework="pt"),
+                        read)
+
+
+def torch_bin_getter(folder: str) -> Getter:
+    """A folder of PyTorch pickles (pytorch_model.bin, or shards with their
+    pytorch_model.bin.index.json), as older checkpoints hold their weights: each file loaded
+    with weights_only=True (tensors only: no code of the file runs), memory-mapped where its
+    format allows."""
+    loaded = {}
+
+    def load(fn):
+        if fn not in loaded:
+            path = os.path.join(folder, fn)
+            try:
+                loaded[fn] = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            except RuntimeError:  # a pre-zip pickle (torch < 1.6) cannot be mapped
+                loaded[fn] = torch.load(path, map_location="cpu", weights_only=True)
+        return loaded[fn]
+    weight_map = _weight_files(  # pytorch_model*.bin: not training_args.bin and the like
+        folder, "pytorch_model.bin.index.json",
+        lambda fn: fn.startswith("pytorch_model") and fn.endswith(".bin"),
+        lambda fn: load(fn).keys())
+    if weight_map is None:
+        raise FileNotFoundError(f"{folder}: no .safetensors or pytorch_model*.bin files")
+    return _file_getter(weight_map, load, lambda h, key, index: h[key] if index is None
+                        else h[key][index])
+
+
+def checkpoint_getter(folder: str) -> Getter:
+    """The folder's safetensors, else its PyTorch pickles (torch_bin_getter)."""
+    if any(f.endswith(".safetensors") for f in os.listdir(folder)):
+        return safetensors_getter(folder)
+    return torch_bin_getter(folder)
 
 
 _GGUF_NAMES = {
@@ -312,7 +361,7 @@ def open_checkpoint(path: str, device="cpu"):
         config = gguf_config(reader) or load_config(folder, gguf_file)
         return config, gguf_getter(reader, config, device), None
     config = load_config(folder, gguf_file)
-    return config, safetensors_getter(folder), getattr(config, "torch_dtype", None) \
+    return config, checkpoint_getter(folder), getattr(config, "torch_dtype", None) \
         or getattr(config, "dtype", None)
 
 
@@ -343,7 +392,8 @@ def resolve_model_path(name: str, **hub) -> str:
     if os.path.isdir(name) and not os.path.isfile(os.path.join(name, "config.json")) and \
             not any(f.endswith(".gguf") for f in os.listdir(name)):
         raise FileNotFoundError(f"{name}: no config.json there (a checkpoint folder holds "
-                                f"config.json and its *.safetensors; a GGUF checkpoint is a file)")
+                                f"config.json and its *.safetensors or pytorch_model*.bin; a GGUF "
+                                f"checkpoint is a file)")
     return name
 
 
@@ -369,10 +419,14 @@ def hub_file(repo_id: str, filename: str, **hub) -> str:
 def hub_snapshot(repo_id: str, **hub) -> str:
     """A Hugging Face Hub model id -> the folder of its snapshot in the local HF cache (download
     what is missing, as transformers' from_pretrained does; offline, HF_HUB_OFFLINE=1 or no
-    network: the cached snapshot)."""
+    network: the cached snapshot). A repository without safetensors: its PyTorch pickles
+    (pytorch_model*.bin), as transformers falls back to them."""
     from huggingface_hub import snapshot_download
     try:
-        return snapshot_download(repo_id, allow_patterns=HUB_FILES, **hub)
+        folder = snapshot_download(repo_id, allow_patterns=HUB_FILES, **hub)
+        if not any(f.endswith(".safetensors") for f in os.listdir(folder)):
+            folder = snapshot_download(repo_id, allow_patterns=["pytorch_model*.bin"], **hub)
+        return folder
     except Exception as e:  # not cached and unreachable, gated, no such repo
         raise FileNotFoundError(f"{repo_id}: not a local checkpoint, and no snapshot of it could "
                                 f"be had from the Hugging Face Hub or its cache "

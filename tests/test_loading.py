@@ -792,3 +792,37 @@ def test_transformers_arguments(tmp_path, monkeypatch):
             (dict(device="cpu", device_map="cuda:1"), ValueError, "disagree")]:
         with pytest.raises(err, match=what):
             fastdecode.from_pretrained(str(tmp_path), max_seq_len=32, mode="torch", **kw)
+
+
+@pytest.mark.parametrize("sharded", [False, True])
+def test_pytorch_pickle_folder(tmp_path, sharded, monkeypatch):
+    """A checkpoint of PyTorch pickles (pytorch_model.bin, or shards with their index, as older
+    checkpoints hold their weights; a training_args.bin beside them is no weight file): the same
+    model as its safetensors copy. Written here with torch.save -- transformers 5 saves only
+    safetensors. A Hub snapshot without safetensors fetches the pickles next."""
+    model = tiny_model("llama_bias_tied")
+    model.save_pretrained(tmp_path)
+    from safetensors.torch import load_file
+    sd = load_file(tmp_path / "model.safetensors")
+    (tmp_path / "model.safetensors").unlink()
+    if sharded:
+        names = sorted(sd)
+        parts = [names[:len(names) // 2], names[len(names) // 2:]]
+        weight_map = {}
+        for i, part in enumerate(parts):
+            fn = f"pytorch_model-0000{i + 1}-of-00002.bin"
+            torch.save({k: sd[k] for k in part}, tmp_path / fn)
+            weight_map.update({k: fn for k in part})
+        (tmp_path / "pytorch_model.bin.index.json").write_text(
+            json.dumps({"metadata": {}, "weight_map": weight_map}))
+    else:
+        torch.save(sd, tmp_path / "pytorch_model.bin")
+    torch.save({"lr": 1e-4, "note": object.__name__}, tmp_path / "training_args.bin")
+    folder_packs_as_from_hf(tmp_path, model)
+    import huggingface_hub
+    asked = []
+    monkeypatch.setattr(huggingface_hub, "snapshot_download",
+                        lambda repo_id, allow_patterns, **kw: asked.append(allow_patterns)
+                        or str(tmp_path))
+    assert fastdecode.loading.hub_snapshot("org/old-model") == str(tmp_path)
+    assert asked == [fastdecode.loading.HUB_FILES, ["pytorch_model*.bin"]]
