@@ -92,13 +92,18 @@ def _write_quantized(model, path, skip, quantize, qconfig):
 
 @pytest.mark.parametrize("family", ["qwen3", "llama"])
 def test_fp8_checkpoint_packs_transformers_dequantized_weights(tmp_path, family):
-    """transformers dequantizes an FP8 checkpoint on a machine without a GPU (its Fp8Dequantize,
-    fp32 here): fastdecode packs the same bits and gives the same logits as that HF model. The
-    tiny models' odd sizes (56, 28, 40, 68 ...) take 4 x 4 blocks, which transformers' grid rule
-    needs to divide them; partial blocks below."""
-    from transformers import AutoModelForCausalLM
+    """transformers dequantizes an FP8 checkpoint (its Fp8Dequantize, asked for: without a GPU
+    it does so by itself; fp32 here): fastdecode packs the same bits and gives the same logits
+    as that HF model. The tiny models' odd sizes (56, 28, 40, 68 ...) take 4 x 4 blocks, which
+    transformers' grid rule needs to divide them; partial blocks below."""
+    from transformers import AutoModelForCausalLM, FineGrainedFP8Config
     want = write_fp8_checkpoint(tiny_model(family), tmp_path, (4, 4))
-    hf = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
+    # dequantize=True: what transformers does by itself where no GPU is (with one, it would
+    # keep FP8Linear modules on the CPU)
+    hf = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32, quantization_config=
+                                              FineGrainedFP8Config(dequantize=True,
+                                                                   weight_block_size=(4, 4)))
+    hf.eval()
     sd = hf.state_dict()
     for name, w in want.items():  # the oracle itself: HF's weights are the blocks' q * s
         assert torch.equal(sd[name], w), name
