@@ -12,6 +12,9 @@ from fastdecode.spec import ModelSpec
 from helpers import folder_packs_as_from_hf
 from models import tiny_model
 
+# the GGUF tests' package: the demo extra, which CI installs; a GPU image may lack it
+GGUF_MISSING = "needs the gguf package (pip install -e '.[demo]')"
+
 
 @pytest.mark.parametrize("shard", [None, "30KB"])
 @pytest.mark.parametrize("family", ["llama_bias_tied", "qwen3", "phi3", "granite", "exaone",
@@ -336,7 +339,7 @@ def test_checkpoint_config_keys(tmp_path, family, own_names, changed):
 def _write_gguf(path, arch, name, tied, head_dim=None, rope_dims=None, stops=None, split=None):
     """A GGUF as llama.cpp lays one out (metadata, a 50-token vocabulary, the embedding and,
     untied, the output rows) -- the metadata the config comes from, no layers."""
-    import gguf
+    gguf = pytest.importorskip("gguf", reason=GGUF_MISSING)
     import numpy as np
     w = gguf.GGUFWriter(str(path), arch)
     _model_metadata(w, name, head_dim, rope_dims)
@@ -438,7 +441,7 @@ def test_gguf_file_reads_what_gguf_reader_reads(tmp_path):
     GGUFReader on a file with every metadata value type, arrays of numbers, strings and arrays,
     a non-default alignment, and float and quantized tensors: the same scalars, array lengths,
     tensor names, types, shapes and bytes -- and the weights dequantize alike."""
-    import gguf
+    gguf = pytest.importorskip("gguf", reason=GGUF_MISSING)
     import numpy as np
     from fastdecode.gguf_file import GGUFArray, GGUFFile, GGUFFormatError
     path = tmp_path / "all.gguf"
@@ -503,7 +506,7 @@ def test_gguf_dequantize_matches_the_gguf_package(qtype, device, monkeypatch):
     gguf package's numpy reference on random blocks of every byte pattern -- their fp16 scales
     drawn finite -- bit for bit: both compute the same fp32 products and sums in the same order,
     one elementwise op at a time (Q2_K: no torch unpacking, the reference itself)."""
-    import gguf
+    gguf = pytest.importorskip("gguf", reason=GGUF_MISSING)
     import numpy as np
     from fastdecode.gguf_file import GGUFTensor, dequantize
     qt = gguf.GGMLQuantizationType[qtype]
@@ -536,7 +539,7 @@ def test_gguf_dequantize_matches_the_gguf_package(qtype, device, monkeypatch):
 
 def _spm_gguf(path, add_bos=None):
     """A llama-type (sentencepiece: scores, byte tokens) GGUF vocabulary of 284 tokens."""
-    import gguf
+    gguf = pytest.importorskip("gguf", reason=GGUF_MISSING)
     import numpy as np
     w = gguf.GGUFWriter(str(path), "llama")
     words = ["▁", "▁the", "▁cat", "▁sat", "▁on", "▁mat", "t", "h", "e", "c", "a", "s", "o", "n",
@@ -613,7 +616,7 @@ def _export_gguf(model, path, arch):
     per-frequency divisors, matrices in fp16 and norms / biases in fp32."""
     import math
 
-    import gguf
+    gguf = pytest.importorskip("gguf", reason=GGUF_MISSING)
     import numpy as np
     c = model.config
     w = gguf.GGUFWriter(str(path), arch)
