@@ -154,18 +154,23 @@ def skip_unless_hf_reencodes(model, out, n):
         pytest.skip("this transformers version's generate does not re-encode the longrope cache")
 
 
-def folder_packs_as_from_hf(path, model):
-    """from_pretrained(path) packs the tensors from_hf(model) packs, bit for bit, and gives its
-    logits; -> its spec."""
-    fm = fastdecode.from_pretrained(str(path), max_seq_len=32, device="cpu",
-                                    dtype=torch.float32, mode="torch")
-    ref = fastdecode.from_hf(model, max_seq_len=32, mode="torch")
+def assert_same_weights(fm, ref):
+    """fm's packed tensors are ref's, bit for bit (the same ones present; compared on the CPU)."""
     for name, t in ref.weights.tensors().items():
         got = fm.weights.tensors()[name]
         assert (t is None) == (got is None), name
         if t is not None:
-            assert torch.equal(got, t), name
+            assert torch.equal(got.cpu(), t.cpu()), name
+
+
+def folder_packs_as_from_hf(path, model):
+    """from_pretrained(path) packs the tensors from_hf(model) packs, bit for bit, and gives its
+    logits; -> the FastModel read from path."""
+    fm = fastdecode.from_pretrained(str(path), max_seq_len=32, device="cpu",
+                                    dtype=torch.float32, mode="torch")
+    ref = fastdecode.from_hf(model, max_seq_len=32, mode="torch")
+    assert_same_weights(fm, ref)
     ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
     assert torch.equal(fm(ids), ref(ids))
     assert fm.weights.spec == ref.weights.spec
-    return fm.weights.spec
+    return fm

@@ -9,7 +9,7 @@ import torch
 import fastdecode
 from fastdecode.packing import dict_getter, pack
 from fastdecode.spec import ModelSpec
-from helpers import folder_packs_as_from_hf
+from helpers import assert_same_weights, folder_packs_as_from_hf
 from models import tiny_model
 
 # the GGUF tests' package: the demo extra, which CI installs; a GPU image may lack it
@@ -66,7 +66,7 @@ def test_vision_language_folder_reads_its_text_model(tmp_path, kind, tied):
     from models import tiny_vlm
     model = tiny_vlm(kind, tie_word_embeddings=tied)
     model.save_pretrained(tmp_path)
-    assert folder_packs_as_from_hf(tmp_path, model).text_of == kind
+    assert folder_packs_as_from_hf(tmp_path, model).spec.text_of == kind
 
 
 def test_qwen2_vl_transformers4_flat_config(tmp_path):
@@ -714,10 +714,7 @@ def test_gguf_checkpoint_loads_as_transformers_loads_it(tmp_path, family, arch, 
     hf = AutoModelForCausalLM.from_pretrained(str(tmp_path), gguf_file="m.gguf",
                                               dtype=torch.float32).eval()
     theirs = fastdecode.from_hf(hf, **kw)
-    for name, t in theirs.weights.tensors().items():
-        got = ours.weights.tensors()[name]
-        assert (t is None) == (got is None), name
-        assert t is None or torch.equal(got, t), name
+    assert_same_weights(ours, theirs)
     with torch.no_grad():
         if not llama3:
             assert torch.equal(ours(ids), theirs(ids))

@@ -8,7 +8,7 @@ import torch
 
 import fastdecode
 from fastdecode.quant import dequantize_fp8
-from helpers import folder_packs_as_from_hf
+from helpers import assert_same_weights, folder_packs_as_from_hf
 from models import tiny_model
 
 FP8_MAX = 448.0  # float8_e4m3fn's largest finite value
@@ -107,17 +107,11 @@ def test_fp8_checkpoint_packs_transformers_dequantized_weights(tmp_path, family)
     sd = hf.state_dict()
     for name, w in want.items():  # the oracle itself: HF's weights are the blocks' q * s
         assert torch.equal(sd[name], w), name
-    fm = fastdecode.from_pretrained(str(tmp_path), max_seq_len=32, device="cpu",
-                                    dtype=torch.float32, mode="torch")
-    ref = fastdecode.from_hf(hf, max_seq_len=32, mode="torch")
-    for name, t in ref.weights.tensors().items():
-        got = fm.weights.tensors()[name]
-        assert (t is None) == (got is None), name
-        if t is not None:
-            assert torch.equal(got, t), name
+    fm = folder_packs_as_from_hf(tmp_path, hf)  # the packed bits and logits of from_hf(hf)
     ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
     with torch.no_grad():
         hf_logits = hf(ids).logits.float()
+    fm.reset()  # folder_packs_as_from_hf ran these ids through its cache
     out = fm(ids)
     # fp32 both ways on the same weights: only the summation order differs (K <= 68 terms)
     torch.testing.assert_close(out, hf_logits, rtol=1e-4, atol=1e-4)
@@ -286,11 +280,7 @@ def test_from_hf_of_a_float8_model():
     fm = fastdecode.from_hf(model, max_seq_len=32, mode="torch")
     ref = fastdecode.from_hf(dequantized, max_seq_len=32, mode="torch")
     assert fm.weights.w_qkv.dtype == torch.float32  # the embedding's dtype, not float8
-    for name, t in ref.weights.tensors().items():
-        got = fm.weights.tensors()[name]
-        assert (t is None) == (got is None), name
-        if t is not None:
-            assert torch.equal(got, t), name
+    assert_same_weights(fm, ref)
 
 
 @pytest.mark.gpu
@@ -306,15 +296,11 @@ def test_fp8_checkpoint_on_the_gpu(tmp_path, block):
                                      dtype=torch.bfloat16, mode="torch")
     gpu = fastdecode.from_pretrained(str(tmp_path), max_seq_len=32, device="cuda",
                                      dtype=torch.bfloat16, mode="mega")
-    for name, t in cpu.weights.tensors().items():
-        if t is not None:
-            assert torch.equal(gpu.weights.tensors()[name].cpu(), t), name
+    assert_same_weights(gpu, cpu)
     hf = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.bfloat16, device_map="cuda")
     assert any(p.dtype == torch.float8_e4m3fn for p in hf.parameters())  # kept quantized
     fm = fastdecode.from_hf(hf, max_seq_len=32, mode="mega")
-    for name, t in cpu.weights.tensors().items():
-        if t is not None:
-            assert torch.equal(fm.weights.tensors()[name].cpu(), t), name
+    assert_same_weights(fm, cpu)
     ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]], device="cuda")
     assert torch.equal(fm(ids), gpu(ids))  # the same packed bits, the deterministic megakernel
     assert torch.equal(fm.generate(ids, max_new_tokens=8), gpu.generate(ids, max_new_tokens=8))

@@ -7,7 +7,7 @@ import torch
 
 import fastdecode
 from fastdecode.loading import resolve_model_path, split_gguf_path
-from helpers import record_calls
+from helpers import assert_same_weights, record_calls
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 PROMPTS = ["What is the capital of France?", "Write a haiku about the sea.",
@@ -58,10 +58,7 @@ def test_gguf_weights_equal_hf_gguf_loading(smol):
     path, _, hf = smol
     ours = fastdecode.from_pretrained(path, device="cpu", dtype=torch.float32, max_seq_len=64)
     theirs = fastdecode.from_hf(hf, max_seq_len=64)
-    for name, t in theirs.weights.tensors().items():
-        got = ours.weights.tensors()[name]
-        if t is not None:
-            assert torch.equal(got, t), name
+    assert_same_weights(ours, theirs)
 
 
 def test_gguf_tokenizer_matches_autotokenizer(smol):
