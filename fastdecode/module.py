@@ -370,12 +370,12 @@ def from_hf(model, max_seq_len: int = 4096, mode: str | None = None, device=None
     spec = ModelSpec.from_hf_config(config)
     # a model whose weights transformers already dequantized (loaded from a GGUF, an FP8
     # checkpoint on a CPU) keeps its quantization_config: only quantized weights are checked
-    quantized = any(p.dtype not in FLOAT_DTYPES for p in model.parameters())
+    params = list(model.parameters())
+    quantized = any(p.dtype not in FLOAT_DTYPES for p in params)
     fp8 = quantized and quant.check(config) == "fp8"
     _check_float_params(model, fp8)
     dtype = _dtype_arg(dtype)
     _env.start_triton_key()  # beside the packing (see _env)
-    params = list(model.parameters())
     device = _device_arg(device, params[0].device)
     get = dict_getter(dict(model.state_dict()))
     if quantized:

@@ -128,7 +128,7 @@ def dequantizing_getter(config, get, device=None):
         scale = get(name + suffix)
         if scale is None:
             raise TypeError(f"{name} is float8 without its {name}{suffix}")
-        zp = get(name.removesuffix("weight") + "weight_zero_point")
+        zp = get(name + "_zero_point")
         if zp is not None and zp.any():
             raise UnsupportedModelError(f"{name}: an asymmetric fp8 weight (a zero point)")
         q = t if index is None else get(name)
