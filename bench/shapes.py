@@ -314,6 +314,15 @@ SHAPES = {
         num_key_value_heads=2, head_dim=128, vocab_size=151552, tie_word_embeddings=False,
         attention_bias=True, rms_norm_eps=1e-5, max_position_embeddings=32768,
         pad_token_id=151329, eos_token_id=[151329, 151336, 151338])),
+    # mixtures of experts (ops mode): OLMoE-1B-7B-0924 (16 layers of 16 heads of 128, q / k
+    # norms over all heads, 64 experts of 1024 of which 8 a token, not renormalized, a 50304
+    # vocabulary, untied: 6.9B parameters, 1.3B read a token) and Qwen1.5-MoE-A2.7B
+    # (Qwen2MoeConfig's defaults: 24 layers of 16 heads of 128, q/k/v biases, 60 experts of 1408
+    # of which 4, a shared expert of 5632 under its sigmoid gate, a 151936 vocabulary: 14.3B,
+    # 2.7B a token), as their config.json files read
+    "olmoe-1b-7b": ("OLMoE-1B-7B", lambda: tf.OlmoeConfig(
+        intermediate_size=1024, pad_token_id=1, eos_token_id=50279)),
+    "qwen1.5-moe": ("Qwen1.5-MoE-A2.7B", lambda: tf.Qwen2MoeConfig()),
 }
 
 

@@ -23,13 +23,16 @@ from .triton_kernels._common import INTERPRET
 from .spec import ModelSpec
 
 
-def _default_mode(device: torch.device) -> str:
+def _default_mode(device: torch.device, spec: ModelSpec) -> str:
     # On CUDA: the persistent megakernel, faster than one launch per op replayed as a CUDA graph
     # (mode="ops") on both shapes measured (H200, bench/sweep_mega.py at 7f52662: Llama-3.2-1B
-    # 1129 vs 997 tok/s, Llama-3.1-8B 225 vs 214; bench/RESULTS.md). On CPU the Triton interpreter
-    # is exact but slow, so the default is the torch reference ops (mode="ops" / "mega" still run
-    # every kernel there, for tests).
-    return "mega" if device.type == "cuda" else "torch"
+    # 1129 vs 997 tok/s, Llama-3.1-8B 225 vs 214; bench/RESULTS.md) -- a mixture of experts runs
+    # ops (the megakernel has no expert tasks). On CPU the Triton interpreter is exact but slow,
+    # so the default is the torch reference ops (mode="ops" / "mega" still run every kernel
+    # there, for tests).
+    if device.type != "cuda":
+        return "torch"
+    return "ops" if spec.moe else "mega"
 
 
 def _device_guard(device: torch.device):
@@ -66,7 +69,7 @@ class FastModel(nn.Module):
         self.config = config
         self.spec: ModelSpec = ModelSpec.from_hf_config(config)  # the whole model's sizes
         self.weights = weights
-        self.mode = mode or _default_mode(weights.device)
+        self.mode = mode or _default_mode(weights.device, self.spec)
         if self.mode not in MODES:
             raise ValueError(f"mode={self.mode!r}: expected one of {MODES}")
         if max_seq_len < 1:
@@ -125,7 +128,7 @@ class FastModel(nn.Module):
         if moved.dtype not in FLOAT_DTYPES:
             raise TypeError(f"fastdecode runs {FLOAT_DTYPES} weights, not {moved.dtype}")
         pw = dataclasses.replace(self.weights, **new)
-        mode = self._mode_arg or _default_mode(pw.device)
+        mode = self._mode_arg or _default_mode(pw.device, pw.spec)
         if pw.device.type == "cpu" and mode != "torch" and not INTERPRET:
             mode = "torch"
         with _device_guard(pw.device):  # checks before anything is replaced

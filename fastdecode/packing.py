@@ -7,6 +7,10 @@ GEMV tiles (row-major [N, K], K contiguous, so a tile streams whole 16-byte-alig
                                       row ffn + n in the same tile); an MLP without a gate
                                       (ModelSpec.gated False): [L, ffn, d], up rows alone
     w_down [L, d, ffn]
+    a mixture of experts (ModelSpec.n_experts E, expert_ffn F): w_router [L, E (+ 1), d] (the
+           router's rows, then the shared expert's gate row where there is one), w_experts_gu
+           [L, E, 2F, d] and w_experts_down [L, E, d, F] (HF's stacked layout); w_gu / w_down
+           hold the shared expert (ffn_dim wide, 0: none)
     norms  [L, d] (before attention / the MLP; after them too where the family has them:
            ModelSpec.post_norms); qk_norm [L, H + KVH, hd], a row per head slot (Qwen3's one
            row repeated: qk_norm_getter); biases where the family has them
@@ -53,6 +57,10 @@ class PackedWeights:
     # [this rank's q heads] fp32: ALiBi's slopes (ModelSpec.alibi_slopes), kept in fp32 when the
     # weights change dtype (FastDecodeModel.to)
     alibi: torch.Tensor | None = None
+    # a mixture of experts (ModelSpec.n_experts; the layout in this module's docstring)
+    w_router: torch.Tensor | None = None
+    w_experts_gu: torch.Tensor | None = None
+    w_experts_down: torch.Tensor | None = None
 
     def pre_norm(self, which: int, l: int) -> torch.Tensor | None:
         """Layer l's norm before its attention (which 0) or MLP (1); None: none."""
@@ -132,9 +140,11 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
                               spec.q_scale, **dict.fromkeys(blocks, spec.residual_scale)})
     if spec.layer_norm:  # last: it reads the weights as packed to fold the norms' biases
         get = centered_getter(get, spec, fam.norms[:2])
+    if spec.moe:
+        get = expert_getter(get)
     if torch.device(device).type == "cuda":
         separate_head = not spec.shares_head or world > 1  # else the embedding's tensor
-        check_weights_fit(sp, spec.vocab_size, separate_head, dtype,
+        check_weights_fit(spec if world == 1 else sp, spec.vocab_size, separate_head, dtype,
                           torch.cuda.mem_get_info(torch.device(device))[0])
     every = slice(None)
 
@@ -175,6 +185,19 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
                 row += t.shape[0]
         return out
 
+    def stack_experts(name):
+        """[L, E, rows, cols] of layer i's model.layers.{i}.mlp.experts.{name}, an expert at
+        a time (expert_getter reads a checkpoint's per-expert tensors one by one)."""
+        out = None
+        for i in range(spec.n_layers):
+            for e in range(spec.n_experts):
+                t = fetch(f"model.layers.{i}.mlp.experts.{name}", (slice(e, e + 1),))
+                if out is None:
+                    out = torch.empty((spec.n_layers, spec.n_experts, *t.shape[1:]),
+                                      device=device, dtype=dtype)
+                out[i, e].copy_(t[0])
+        return out
+
     def on_first_rank(t):  # a bias added after a row-parallel sum is added once
         return t if rank == 0 or t is None else torch.zeros_like(t)
 
@@ -183,6 +206,7 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
     def gated(name, index):  # the gate's rows before the up rows, where the MLP has a gate
         return ((name, index),) if spec.gated else ()
     norms = [n and (f"{n}.weight", None) for n in fam.norms]
+    mlp = "mlp.shared_expert." if spec.moe else "mlp."  # a mixture's dense MLP: its shared expert
     q, f = rows(sp.q_dim), rows(sp.ffn_dim)
     k0, k1 = spec.kv_heads_of(rank, world)  # replicated when world > KV heads
     kv = (slice(k0 * spec.head_dim, k1 * spec.head_dim),)
@@ -214,8 +238,10 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
         w_qkv=stack((attn.format("q", "weight"), q), (attn.format("k", "weight"), kv),
                     (attn.format("v", "weight"), kv)),
         w_o=stack((attn.format("o", "weight"), cols(sp.q_dim))),
-        w_gu=stack(*gated("mlp.gate_proj.weight", f), ("mlp.up_proj.weight", f)),
-        w_down=stack(("mlp.down_proj.weight", cols(sp.ffn_dim))),
+        w_gu=stack(*gated(f"{mlp}gate_proj.weight", f), (f"{mlp}up_proj.weight", f))
+        if sp.ffn_dim else torch.zeros(spec.n_layers, 0, spec.d_model, device=device, dtype=dtype),
+        w_down=stack((f"{mlp}down_proj.weight", cols(sp.ffn_dim)))
+        if sp.ffn_dim else torch.zeros(spec.n_layers, spec.d_model, 0, device=device, dtype=dtype),
         b_qkv=stack((attn.format("q", "bias"), q), (attn.format("k", "bias"), kv),
                     (attn.format("v", "bias"), kv)) if spec.attn_bias else None,
         b_o=on_first_rank(stack((attn.format("o", "bias"), None)) if spec.o_bias else None),
@@ -227,6 +253,11 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
         .view(spec.n_layers, sp.n_heads + sp.n_kv_heads, spec.head_dim)
         if spec.qk_norm else None,
     )
+    if spec.moe:
+        pw.w_router = stack(("mlp.gate.weight", None),
+                            *((("mlp.shared_expert_gate.weight", None),) if spec.ffn_dim else ()))
+        pw.w_experts_gu = stack_experts("gate_up_proj")
+        pw.w_experts_down = stack_experts("down_proj")
     if spec.learned_positions:  # replicated on every rank; centered as the embedding rows
         pw.pos_embed = rows_through(fetch("model.embed_positions.weight",
                                           (slice(fam.position_offset, None),)),
@@ -589,6 +620,43 @@ def check_weights_fit(sp: ModelSpec, full_vocab: int, separate_head: bool, dtype
                          f"model on that GPU holds its own copy: fastdecode.from_pretrained(path) "
                          f"loads without one, and from_hf(model_on_cpu, device='cuda') packs "
                          f"straight onto the GPU)")
+
+
+# a checkpoint's per-expert tensors of layer L's mixture (HF's stacked names on the left: its
+# state dict's, [E, 2F, d] gate|up and [E, d, F] down): Qwen's / OLMoE's, then Mixtral's
+_EXPERT_PARTS = (("gate_up_proj", ("gate_proj", "up_proj"), ("w1", "w3")),
+                 ("down_proj", ("down_proj",), ("w2",)))
+
+
+def expert_getter(get):
+    """Serves model.layers.{i}.mlp.experts.gate_up_proj / down_proj and mlp.gate.weight (the
+    router) from HF's stacked tensors or a checkpoint's per expert -- mlp.experts.{e}.gate_proj
+    (Qwen2 / Qwen3-MoE, OLMoE) or Mixtral's block_sparse_moe.experts.{e}.w1 (gate), w3 (up),
+    w2 (down) and block_sparse_moe.gate; index: a slice of the experts."""
+    def eget(name, index=None):
+        t = get(name, index)
+        if t is not None or ".mlp." not in name:
+            return t
+        if name.endswith(".mlp.gate.weight"):
+            return get(name.replace(".mlp.", ".block_sparse_moe."), index)
+        head, _, part = name.rpartition(".experts.")
+        for stacked, qwen, mixtral in _EXPERT_PARTS:
+            if part != stacked:
+                continue
+            for prefix, names in ((head, qwen), (head.replace(".mlp", ".block_sparse_moe"),
+                                                 mixtral)):
+                e0, e1 = (0, None) if index is None else (index[0].start, index[0].stop)
+                ts, e = [], e0
+                while e1 is None or e < e1:
+                    rows = [get(f"{prefix}.experts.{e}.{n}.weight") for n in names]
+                    if any(r is None for r in rows):
+                        break
+                    ts.append(torch.cat(rows))
+                    e += 1
+                if ts:
+                    return torch.stack(ts)
+        return None
+    return eget
 
 
 def dict_getter(state: dict):

@@ -284,10 +284,44 @@ def attention_block(pw, l, h, pos, k_cache, v_cache, cos, sin, num=FP32):
     return gemv(o.to(pw.dtype), pw.w_o[l], bias=pick(pw.b_o), num=num)
 
 
+def route(logits, top_k: int, norm_topk: bool, shared: bool = False):
+    """A mixture's routing of rows logits [T, E (+ 1)] -- the router's E logits, then, shared,
+    the shared expert's gate logit -> (ids [T, top_k] int64, weights [T, top_k] fp32, the shared
+    expert's scale [T] fp32 or None): softmax over the E logits in fp32, its top_k by descending
+    probability, renormalized to sum 1 where norm_topk (HF's Mixtral, Qwen2 / Qwen3-MoE and
+    OLMoE routers); the shared scale sigmoid(logit E)."""
+    E = logits.shape[1] - shared
+    w, ids = torch.topk(torch.softmax(logits[:, :E].float(), -1), top_k, dim=-1)
+    if norm_topk:
+        w = w / w.sum(-1, keepdim=True)
+    return ids, w, torch.sigmoid(logits[:, E].float()) if shared else None
+
+
+def moe_block(pw, l, h, num=FP32):
+    """Layer l's mixture of experts [T, d] fp32, without the residual: x = rmsnorm(h), each row's
+    sum over its routed experts (route) of weight x down_e(act(gate_e x) * up_e x), plus the shared
+    expert's output times its sigmoid gate where there is one (ModelSpec.ffn_dim > 0). Experts
+    run on the rows that picked them (a host loop: torch mode and the long prompts' pass)."""
+    s = pw.spec
+    x = num.norm(h, pw.pre_norm(1, l), s.rms_eps)
+    ids, w, shared = route(num.mm(x, pw.w_router[l]), s.top_k, s.norm_topk, s.ffn_dim > 0)
+    out = torch.zeros(h.shape[0], s.d_model, device=h.device, dtype=torch.float32)
+    for e in ids.unique().tolist():
+        t, j = (ids == e).nonzero(as_tuple=True)
+        act = gemv(x[t], pw.w_experts_gu[l, e], swiglu=True, act=s.act, num=num).to(pw.dtype)
+        out.index_add_(0, t, w[t, j, None] * gemv(act, pw.w_experts_down[l, e], num=num).float())
+    if s.ffn_dim:
+        act = gemv(x, pw.w_gu[l], swiglu=True, act=s.act, num=num).to(pw.dtype)
+        out += shared[:, None] * gemv(act, pw.w_down[l], num=num).float()
+    return out
+
+
 def mlp_block(pw, l, h, num=FP32):
     """Layer l's MLP [T, d] (fp32 under FP32), without the residual: down(act(gate) * up)(
-    rmsnorm(h)) (down(act(up)) without a gate)."""
+    rmsnorm(h)) (down(act(up)) without a gate); a mixture of experts': moe_block."""
     s = pw.spec
+    if s.moe:
+        return moe_block(pw, l, h, num)
     pick = lambda t: None if t is None else t[l]  # noqa: E731
     act = gemv(h, pw.w_gu[l], norm_w=pw.pre_norm(1, l), eps=s.rms_eps, bias=pick(pw.b_gu),
                swiglu=True, act=s.act, gated=s.gated, num=num).to(pw.dtype)

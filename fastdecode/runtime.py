@@ -26,7 +26,7 @@ from . import reference as R
 from .errors import MegakernelTimeout
 from .opcodes import COST, TRACE_WORDS
 from .packing import PackedWeights
-from .spec import vocab_range
+from .spec import UnsupportedModelError, vocab_range
 from .state import MAX_EOS, DecodeState, Sampling, SymmetricLayout
 from .triton_kernels.config import (attention_blocks, merge_block, merge_splits,
                                     prefill_attention_config, sm_count, stream_config)
@@ -70,6 +70,10 @@ class Runtime:
         the full vocabulary when pw is a vocab shard."""
         if mode not in MODES:
             raise ValueError(f"mode={mode!r}: expected one of {MODES}")
+        if pw.spec.moe and mode in ("vm", "mega"):
+            raise UnsupportedModelError(
+                f"{pw.spec.family}: a mixture of experts runs in mode='ops' (one kernel per op, "
+                f"CUDA-graphed) or 'torch'; mode={mode!r} has no expert tasks yet")
         self.collectives = collectives or SingleRank()
         self.tp = self.collectives.world > 1
         if self.tp and mode == "vm":
@@ -481,6 +485,10 @@ class Runtime:
                           n_splits=st.o_part.shape[0],
                           scratch=(st.o_part, st.lse),
                           out=st.attn[:T])
+            if s.moe:
+                self._residual_gemv(st.attn[:T], pw.w_o[l], b_o, h, pw.post_norm(0, l))
+                self._moe_ops(l, h, T)
+                continue
             # parallel blocks (ModelSpec.parallel): the MLP reads the layer's input, before
             # o_proj adds to it
             for op in ("gu", "o") if s.parallel else ("o", "gu"):
@@ -492,6 +500,26 @@ class Runtime:
             self._residual_gemv(st.act[:T], pw.w_down[l], b_down, h, pw.post_norm(1, l))
         if head:
             self._head_ops(h, T, all_logits, sampling, choose)
+
+    def _moe_ops(self, l, h, T):
+        """Layer l's mixture of experts added into the rows h [T, d] by the ops bodies
+        (reference.moe_block's math, no host sync: CUDA-graph capturable): the router's GEMV
+        after the MLP's norm, the routing, the top_k experts' gate|up and down GEMVs by the
+        routed ids, the shared expert, their weighted sum added into h."""
+        st, pw, s = self.state, self.pw, self.spec
+        norm, P = pw.pre_norm(1, l), T * s.top_k
+        ops.gemv(h, pw.w_router[l], norm_w=norm, eps=s.rms_eps, out=st.router[:T])
+        ids, w, scale = ops.moe_route(st.router[:T], s.top_k, s.norm_topk, s.ffn_dim > 0,
+                                      out=(st.moe_ids[:P], st.moe_w[:P], st.moe_s[:T]))
+        ops.gemv(h, pw.w_experts_gu[l], norm_w=norm, eps=s.rms_eps, swiglu=True, act=s.act,
+                 experts=ids, out=st.moe_act[:P])
+        ops.gemv(st.moe_act[:P], pw.w_experts_down[l], experts=ids, out=st.moe_y[:P])
+        shared = None
+        if s.ffn_dim:
+            ops.gemv(h, pw.w_gu[l], norm_w=norm, eps=s.rms_eps, swiglu=True, act=s.act,
+                     out=st.act[:T])
+            shared = (ops.gemv(st.act[:T], pw.w_down[l], out=st.part[:T]), scale)
+        ops.moe_combine(h, st.moe_y[:P], w, shared)
 
     def _head_ops(self, h, T, all_logits, sampling, choose=True):
         """The lm_head and the token choice of a step's rows h [T, d] (the logits of all of them

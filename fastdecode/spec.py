@@ -35,6 +35,18 @@ def vocab_range(vocab_size: int, rank: int, world: int) -> tuple[int, int]:
 
 
 @dataclass(frozen=True)
+class Experts:
+    """Where a family's config keeps its mixture-of-experts MLP (Family.experts): each token's
+    MLP is sum_j w_j expert_{e_j}(x) over the top_k experts e_j of the router's softmax(x @ Wr^T)
+    (their weights w_j renormalized to sum 1 where `renorm` says), plus -- Qwen2-MoE -- a shared
+    expert scaled by sigmoid(x . w_sg)."""
+    count: str = "num_experts"            # experts a layer
+    ffn: str = "moe_intermediate_size"    # an expert's MLP width
+    renorm: bool | str = "norm_topk_prob"  # True: always; a str: the config flag that says it
+    shared: str | None = None             # the shared expert's width field (None: none)
+
+
+@dataclass(frozen=True)
 class Family:
     qkv_bias: bool          # q/k/v projections carry a bias regardless of `attention_bias`
     # a norm over head_dim on each q and k head before RoPE (Qwen3's RMSNorm; a LayerNorm in a
@@ -201,6 +213,9 @@ class Family:
     # a prefix of the checkpoint's names (checkpoint_names) its files may omit (GPT-2's
     # "transformer.": packing.renamed_getter)
     checkpoint_prefix: str = ""
+    # every layer's MLP a mixture of experts (Mixtral, Qwen2 / Qwen3-MoE, OLMoE): ModelSpec.
+    # n_experts; packing.expert_getter reads the checkpoint's per-expert or HF's stacked tensors
+    experts: Experts | None = None
 
 
 # GPT-2's tensor names (GPT-BigCode's too), HF's Llama-style names first: the embeddings, layers
@@ -246,6 +261,17 @@ FAMILIES: dict[str, Family] = {
     "ministral3": Family(qkv_bias=False, qk_norm=False, window_field=None),
     "qwen2": Family(qkv_bias=True, qk_norm=False, window_field="use_sliding_window"),
     "qwen3": Family(qkv_bias=False, qk_norm=True, window_field="use_sliding_window"),
+    # mixtures of experts (Family.experts): Mistral's, Qwen2's (with a shared expert) and
+    # Qwen3's attention; OLMoE's q / k norms over all heads at once
+    "mixtral": Family(qkv_bias=False, qk_norm=False, window_field=None, experts=Experts(
+        count="num_local_experts", ffn="intermediate_size", renorm=True)),
+    "qwen2_moe": Family(qkv_bias=True, qk_norm=False, window_field="use_sliding_window",
+                        experts=Experts(shared="shared_expert_intermediate_size")),
+    "qwen3_moe": Family(qkv_bias=False, qk_norm=True, window_field="use_sliding_window",
+                        experts=Experts()),
+    "olmoe": Family(qkv_bias=False, qk_norm=True, window_field=None, qk_norm_full=True,
+                    experts=Experts(ffn="intermediate_size"),
+                    refuse=(("clip_qkv", "q / k / v clipping"),)),
     "phi3": Family(qkv_bias=False, qk_norm=False, window_field=None, fused=True,
                    partial_rotary=True),
     "granite": Family(qkv_bias=False, qk_norm=False, window_field=None, multipliers=True),
@@ -573,9 +599,9 @@ TEXT_OF = ("mistral3", "llava", "llava_next", "llava_onevision", "gemma3", "qwen
            "qwen2_5_vl", "qwen3_vl", "glm4v", "internvl", "idefics3", "smolvlm")
 # why some model types a user may try are not supported (UnsupportedModelError says it)
 UNSUPPORTED = {
-    **{mt: "a mixture of experts" for mt in ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3",
-                                             "gpt_oss", "llama4_text", "olmoe", "granitemoe",
-                                             "qwen3_vl_moe", "glm4v_moe", "dbrx")},
+    **{mt: "a mixture of experts whose router or experts differ from Mixtral's and Qwen's"
+       for mt in ("deepseek_v3", "gpt_oss", "llama4_text", "granitemoe", "qwen3_vl_moe",
+                  "glm4v_moe", "dbrx")},
     **{mt: "a vision-language model (its text model alone is not read)" for mt in (
         "llama4",)},
     **{mt: "linear-attention (Gated DeltaNet) layers" for mt in ("qwen3_next", "qwen3_5",
@@ -681,6 +707,14 @@ class ModelSpec:
     residual_scale: float = 1.0
     attn_scale: float = 0.0
     logits_scale: float = 1.0
+    # a mixture of experts (Family.experts): each layer's MLP is the top_k of n_experts experts
+    # of expert_ffn width picked per token (their softmax weights renormalized where
+    # norm_topk), plus -- where ffn_dim > 0 -- a shared expert of ffn_dim width gated by
+    # sigmoid(x . w_sg) (Qwen2-MoE); 0: a dense MLP of ffn_dim
+    n_experts: int = 0
+    top_k: int = 0
+    expert_ffn: int = 0
+    norm_topk: bool = False
 
     @property
     def qk_layer_norm(self) -> bool:
@@ -740,11 +774,21 @@ class ModelSpec:
     def qkv_dim(self) -> int:
         return self.q_dim + 2 * self.kv_dim
 
-    def weight_bytes_per_token(self, elt: int = 2) -> int:
-        """Bytes a decode step must stream: every layer matrix, the lm_head, norms (embedding row ignored)."""
+    @property
+    def moe(self) -> bool:
+        return self.n_experts > 0
+
+    def weight_bytes_per_token(self, elt: int = 2, all_experts: bool = False) -> int:
+        """Bytes a decode step must stream: every layer matrix, the lm_head, norms (embedding row
+        ignored); of a mixture of experts, the router, the top_k experts and the shared one
+        (all_experts: every expert -- the packed weights' size)."""
         norms = 2 * self.post_norms + 2 * self.pre_norms
+        picked = self.n_experts if all_experts else self.top_k
+        experts = (self.n_experts + (self.ffn_dim > 0) + 3 * picked * self.expert_ffn) \
+            if self.moe else 0
         per_layer = (self.qkv_dim * self.d_model + self.d_model * self.q_dim
-                     + (2 + self.gated) * self.ffn_dim * self.d_model + norms * self.d_model)
+                     + (2 + self.gated) * self.ffn_dim * self.d_model + norms * self.d_model
+                     + experts * self.d_model)
         return elt * (self.n_layers * per_layer + self.vocab_size * self.d_model + self.d_model)
 
     def kv_bytes(self, seq_len: int, elt: int = 2) -> int:
@@ -761,6 +805,9 @@ class ModelSpec:
         for what, n in (("num_attention_heads", self.n_heads), ("intermediate_size", self.ffn_dim)):
             if n % world:
                 raise TensorParallelError(f"tp={world} does not divide {what}={n}")
+        if self.moe and world > 1:
+            raise TensorParallelError(f"{self.family}: tensor parallelism of a mixture of experts "
+                                      f"is not supported (tp={world})")
         if self.qk_norm_full and world > 1:
             raise TensorParallelError(f"{self.family}: its q / k norms span every head, which "
                                       f"tp={world} splits over ranks (tensor parallelism is not "
@@ -938,6 +985,12 @@ class ModelSpec:
             raise UnsupportedModelError(f"model_type {mt!r} is not supported{why}; fastdecode "
                                         f"supports {sorted(FAMILIES)}")
         fam = FAMILIES[mt]
+        moe = [f for f in MOE_FIELDS if getattr(cfg, f, None)]
+        if moe and not fam.experts:  # (a Mixtral GGUF file reads as a llama config with them)
+            raise UnsupportedModelError(f"{mt}: its config sets {moe[0]}={getattr(cfg, moe[0])!r}"
+                                        f" -- a mixture of experts, which fastdecode reads from "
+                                        f"{sorted(m for m, f in FAMILIES.items() if f.experts)} "
+                                        "configs only")
         if fam.nested:
             cfg = _Nested(cfg, fam.nested)
         act = getattr(cfg, fam.act_field, None) or fam.act_default
@@ -1040,6 +1093,8 @@ class ModelSpec:
             # biases: no RoPE anywhere
             nope = tuple(range(n_layers))
         scales = _multipliers(cfg, hd, fam.logits_multiplied) if fam.multipliers else {}
+        mlp = _experts(mt, fam.experts, cfg, n_layers) if fam.experts else \
+            dict(ffn_dim=_ffn_dim(fam, cfg, d))
         if fam.gemma_norms or fam.embed_scale_field and getattr(cfg, fam.embed_scale_field,
                                                                     False):
             scales = dict(embed_scale=math.sqrt(d))
@@ -1051,9 +1106,9 @@ class ModelSpec:
             scales["attn_scale"] = float(getattr(cfg, fam.softmax_scale_field))
         if fam.unscaled_attention:
             scales["attn_scale"] = 1.0
-        return cls(**scales,
+        return cls(**scales, **mlp,
             family=mt, n_layers=n_layers, d_model=d, n_heads=n_heads,
-            n_kv_heads=n_kv, head_dim=hd, ffn_dim=_ffn_dim(fam, cfg, d),
+            n_kv_heads=n_kv, head_dim=hd,
             vocab_size=int(cfg.vocab_size), rms_eps=_norm_eps(mt, fam, cfg),
             rope_theta=float(rope.get("rope_theta", getattr(cfg, "rope_theta", 10000.0) or 10000.0)),
             rope=rope, attn_bias=qkv_b or fam.qkv_bias or fam.norm_bias, o_bias=o_b,
@@ -1098,6 +1153,22 @@ def _parallel(fam: Family, cfg) -> bool:
     if isinstance(fam.parallel, str):
         return bool(getattr(cfg, fam.parallel, True))
     return any(getattr(cfg, f, False) for f in fam.parallel)
+
+
+def _experts(mt: str, ex: Experts, cfg, n_layers: int) -> dict:
+    """ModelSpec's mixture-of-experts fields, ffn_dim the shared expert's width (0: none)."""
+    n, k = int(getattr(cfg, ex.count, 0) or 0), int(getattr(cfg, "num_experts_per_tok", 0) or 0)
+    if not 1 <= k <= n:
+        raise UnsupportedModelError(f"{mt}: num_experts_per_tok={k} of {ex.count}={n} experts")
+    dense = list(getattr(cfg, "mlp_only_layers", None) or [])
+    step = int(getattr(cfg, "decoder_sparse_step", 1) or 1)
+    if step != 1 and n_layers > 1 or any(0 <= l < n_layers for l in dense):
+        raise UnsupportedModelError(f"{mt}: dense MLP layers among the expert layers "
+                                    f"(decoder_sparse_step={step}, mlp_only_layers={dense}) are "
+                                    "not supported")
+    renorm = ex.renorm if isinstance(ex.renorm, bool) else bool(getattr(cfg, ex.renorm, False))
+    return dict(n_experts=n, top_k=k, expert_ffn=int(getattr(cfg, ex.ffn)), norm_topk=renorm,
+                ffn_dim=int(getattr(cfg, ex.shared, 0) or 0) if ex.shared else 0)
 
 
 def _ffn_dim(fam: Family, cfg, d: int) -> int:

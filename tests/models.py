@@ -329,7 +329,31 @@ FAMILIES = {
     "phi3": (_tf("Phi3Config"), _tf("Phi3ForCausalLM"), dict(
         hidden_size=48, intermediate_size=60, num_attention_heads=4, num_key_value_heads=2,
         partial_rotary_factor=0.5, sliding_window=6, pad_token_id=0, eos_token_id=2)),
+    # mixtures of experts (MOE): Mixtral's top 2 of 5 experts 36 wide, renormalized, a window
+    # of 6 keys
+    "mixtral": (_tf("MixtralConfig"), _tf("MixtralForCausalLM"), dict(
+        hidden_size=48, intermediate_size=36, num_attention_heads=6, num_key_value_heads=2,
+        num_local_experts=5, num_experts_per_tok=2, sliding_window=6)),
+    # qwen2_moe: q/k/v biases, top 3 of 6 experts 22 wide (not renormalized), a shared expert 30
+    # wide under its sigmoid gate, tied
+    "qwen2_moe": (_tf("Qwen2MoeConfig"), _tf("Qwen2MoeForCausalLM"), dict(
+        hidden_size=40, intermediate_size=50, num_attention_heads=4, num_key_value_heads=2,
+        num_experts=6, num_experts_per_tok=3, moe_intermediate_size=22,
+        shared_expert_intermediate_size=30, norm_topk_prob=False, tie_word_embeddings=True)),
+    # qwen3_moe: q/k RMSNorm, head_dim 12 (H*hd != d), top 2 of 7 experts 26 wide, renormalized
+    "qwen3_moe": (_tf("Qwen3MoeConfig"), _tf("Qwen3MoeForCausalLM"), dict(
+        hidden_size=40, intermediate_size=50, num_attention_heads=6, num_key_value_heads=3,
+        head_dim=12, num_experts=7, num_experts_per_tok=2, moe_intermediate_size=26,
+        norm_topk_prob=True)),
+    # olmoe: q / k RMSNorms over all heads at once, top 3 of 6 experts 20 wide
+    "olmoe": (_tf("OlmoeConfig"), _tf("OlmoeForCausalLM"), dict(
+        hidden_size=48, intermediate_size=20, num_attention_heads=4, num_key_value_heads=2,
+        num_experts=6, num_experts_per_tok=3, pad_token_id=0, bos_token_id=1,
+        eos_token_id=2)),
 }
+# the mixtures of experts among them: mode="ops" and "torch" only (the megakernel and the VM
+# have no expert tasks)
+MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe")
 # a transformers without a family's classes (an older one, as on the GPU machine): its tests skip
 MISSING = {k for k, v in FAMILIES.items() if None in v[:2]}
 FAMILIES = {k: v for k, v in FAMILIES.items() if k not in MISSING}
@@ -354,8 +378,19 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
     cfg = dict(num_key_value_heads=kv, num_attention_heads=heads,
                head_dim=2 * draw(st.integers(1, 12)), hidden_size=heads * draw(st.integers(2, 9)),
                intermediate_size=draw(st.integers(3, 97)), tie_word_embeddings=draw(st.booleans()))
-    if family in ("mistral", "phi3"):
+    if family in ("mistral", "phi3", "mixtral"):
         cfg["sliding_window"] = draw(st.integers(2, 12))
+    if family in MOE:  # any count of experts and of routed ones, their own width
+        n = draw(st.integers(1, 9))
+        cfg.update({"num_local_experts" if family == "mixtral" else "num_experts": n,
+                    "num_experts_per_tok": draw(st.integers(1, n))})
+        if family in ("qwen2_moe", "qwen3_moe"):
+            cfg.update(moe_intermediate_size=draw(st.integers(3, 61)),
+                       norm_topk_prob=draw(st.booleans()))
+        if family == "qwen2_moe":
+            cfg["shared_expert_intermediate_size"] = draw(st.integers(3, 61))
+        if family == "olmoe":  # its q norm is hidden_size wide: H * hd == d
+            cfg["hidden_size"] = heads * cfg["head_dim"]
     if family == "codegen":  # its q|k|v rows in 4 blocks: a multiple of 4 heads
         cfg["num_attention_heads"] = heads = 4 * draw(st.integers(1, 3))
     if family in ("gpt_neox", "gpt2", "gptj", "codegen", "opt", "biogpt", "gpt_bigcode_mha",
@@ -501,6 +536,8 @@ def tiny_model(family: str, vocab: int = 101, layers: int = 2, seed: int = 0,
         pytest.skip(f"transformers {tf.__version__} has no {family} model")
     cfg_cls, model_cls, kw = FAMILIES[family]
     kw = dict(kw, **overrides)
+    if family in MOE:  # HF's loop over the experts (its grouped_mm wants 16-byte row strides)
+        kw.setdefault("experts_implementation", "eager")
     kw.setdefault("tie_word_embeddings", False)
     kw.setdefault("max_position_embeddings", 512)
     cfg = cfg_cls(vocab_size=vocab, num_hidden_layers=layers, rms_norm_eps=1e-5, **kw)

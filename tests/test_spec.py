@@ -293,7 +293,13 @@ def _raw(**kw):  # a config HF itself would refuse to build (odd head_dim)
     (lambda: tf.OPTConfig(do_layer_norm_before=False), "do_layer_norm_before=False"),
     (lambda: tf.OPTConfig(_remove_final_layer_norm=True), "no final LayerNorm"),
     (lambda: tf.XGLMConfig(pad_token_id=5), "pad_token_id=5 zeroes position 3's sinusoidal row"),
-    (lambda: tf.MixtralConfig(), "mixture of experts"),
+    (lambda: tf.DbrxConfig(), "mixture of experts whose router"),
+    # a dense family's config with experts (a Mixtral GGUF file reads as a llama config)
+    (lambda: _raw(num_local_experts=8, num_experts_per_tok=2), "llama: its config sets "
+     "num_local_experts=8 -- a mixture of experts"),
+    (lambda: tf.MixtralConfig(num_experts_per_tok=9), "num_experts_per_tok=9 of "
+     "num_local_experts=8"),
+    (lambda: tf.OlmoeConfig(clip_qkv=4.0), "clip_qkv=4.0"),
     # a mixture of experts no table names, known by its config's fields
     (lambda: _raw(model_type="new_moe", num_local_experts=8),
      "'new_moe' is not supported \\(a mixture of experts\\)"),

@@ -7,6 +7,9 @@
               relu^2, 4 the erf GELU, 5 relu, 6 xIELU); or, SWIGLU negative (an MLP without a
               gate: Arcee, StarCoder2, GPT-NeoX, OPT, Apertus), act(y) of W [N, K];
               + residual[t, n] (RESIDUAL, may alias the output: the residual stream updated in place)
+experts (a mixture's, EXPERTS): W [E, N or 2N, K] stacked, and each program pair p (grid axis 1)
+runs the GEMV of expert ids[p] on x row p // x_div (gate|up: a token's row for each of its top_k
+experts) into out row p; the router's ids are read after pdl_wait, the weights after them.
 
 Shapes: x [T, K] (bf16/fp16/fp32), W [N or 2N, K] row-major, y [T, N]. fp32 accumulation.
 Roofline (decode, T=1): bytes = N*K*2 (weights, bf16) + small; at the ~4.46 TB/s a read-only stream
@@ -363,26 +366,38 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
 
 @triton.jit
 def gemv_kernel(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, stride_x, stride_res,
-                stride_out, eps, tiles_per_program,
+                stride_out, eps, tiles_per_program, ids_ptr, stride_we, x_div,
                 NORM: tl.constexpr, BIAS: tl.constexpr, SWIGLU: tl.constexpr,
                 RESIDUAL: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr,
                 BLOCK_K: tl.constexpr, STREAM: tl.constexpr, F32: tl.constexpr,
-                PTX: tl.constexpr, PDL: tl.constexpr, STAGES: tl.constexpr):
+                PTX: tl.constexpr, PDL: tl.constexpr, STAGES: tl.constexpr,
+                EXPERTS: tl.constexpr = False):
     """PDL (config.use_pdl): the stream's first weight piece (STAGES > 1: its first STAGES - 1)
-    is requested before pdl_wait, so it loads while the kernel before this one finishes."""
+    is requested before pdl_wait, so it loads while the kernel before this one finishes.
+    EXPERTS: program pair p = program_id(1) is one row's GEMV by expert ids[p] (a [E, rows, K]
+    stack, stride_we elements an expert) of x row p // x_div into out row p -- its weights
+    are requested only after pdl_wait, as the router's kernel wrote ids."""
     pdl_start(PDL)
     lo = tl.program_id(0) * tiles_per_program
     hi = tl.minimum(lo + tiles_per_program, tl.cdiv(N, BLOCK_N))
+    pid_t = tl.program_id(1)
+    if EXPERTS:
+        pdl_wait(PDL)
+        w_ptr += tl.load(ids_ptr + pid_t).to(tl.int64) * stride_we
+        x_ptr += (pid_t // x_div).to(tl.int64) * stride_x
+        out_ptr += pid_t.to(tl.int64) * stride_out
+        pid_t = 0
+        T = 1
     if STREAM and STAGES > 1:
         gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, stride_x,
-                  stride_res, stride_out, eps, lo, hi, tl.program_id(1), 0, 0, NORM, BIAS,
+                  stride_res, stride_out, eps, lo, hi, pid_t, 0, 0, NORM, BIAS,
                   SWIGLU, RESIDUAL, BLOCK_T, BLOCK_N, BLOCK_K, STREAM, F32, PTX, STAGES,
                   pdl_ready, (PDL,))
     else:
         w0, w20 = stream_start(w_ptr, N, K, lo, hi, BLOCK_N, BLOCK_K, SWIGLU > 0, STREAM, PTX)
         pdl_wait(PDL)
         gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, stride_x,
-                  stride_res, stride_out, eps, lo, hi, tl.program_id(1), w0, w20, NORM, BIAS,
+                  stride_res, stride_out, eps, lo, hi, pid_t, w0, w20, NORM, BIAS,
                   SWIGLU, RESIDUAL, BLOCK_T, BLOCK_N, BLOCK_K, STREAM, F32, PTX)
 
 
@@ -393,23 +408,32 @@ def block_t(T: int) -> int:
 
 def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bias=None,
          residual=None, swiglu: bool = False, act: str = "silu", gated: bool = True, out=None,
-         config=None, stream: StreamConfig | None = None) -> torch.Tensor:
+         config=None, stream: StreamConfig | None = None,
+         experts: torch.Tensor | None = None) -> torch.Tensor:
     """Launcher: x [T, K], w [N, K] (or [2N, K] with swiglu: act(gate) * up, act an ACT_CODES
     name; swiglu without a gate, gated False: act(x @ w.T) of w [N, K]) -> out [T, N] in x's
     dtype.
     stream (T=1 only): the megakernel's decode stream, `stream.tiles` tiles per program, for
     testing and timing that path standalone. Neither config nor stream: decode takes
-    tile_table.json's choice for this GPU and shape (config.gemv_stream, else gemv_config)."""
+    tile_table.json's choice for this GPU and shape (config.gemv_stream, else gemv_config).
+    experts (int32 [P], a mixture's expert per output row; P a multiple of T): w [E, N or 2N, K]
+    and out row p = x row p // (P / T) through expert experts[p] -> out [P, N] (no bias or
+    residual; a decode row streams each expert as T=1 does)."""
     T, K = x.shape
     parts = 2 if swiglu and gated else 1  # matrices a tile: gate and up, or one
+    stack, ids, P = w, w, T
+    if experts is not None:
+        assert w.dim() == 3 and bias is None and residual is None and experts.numel() % T == 0
+        assert experts.dtype == torch.int32 and experts.is_contiguous()
+        stack, w, ids, P = w, w[0], experts, experts.numel()
     N = w.shape[0] // parts
-    assert w.shape[1] == K and x.stride(1) == 1 and w.is_contiguous()
+    assert w.shape[1] == K and x.stride(1) == 1 and stack.is_contiguous()
     if stream is None and config is None and T == 1:
         stream = gemv_stream(N, K, x.device, rows=w.shape[0], parts=parts)
     if out is None:
-        out = torch.empty(T, N, device=x.device, dtype=x.dtype)
+        out = torch.empty(P, N, device=x.device, dtype=x.dtype)
     res = residual if residual is not None else out
-    BT = block_t(T)
+    BT = block_t(T) if experts is None else 1
     ptx = stream_ptx(stream, w.dtype, K)
     pdl = use_pdl(x.device)
     if stream is not None:
@@ -420,9 +444,10 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
         cfg = config or gemv_config(N, K, T, x.device, rows=w.shape[0],
                                     elem_bytes=w.element_size())
         per = 1
-    grid = (triton.cdiv(triton.cdiv(N, cfg.block_n), per), triton.cdiv(T, BT))
-    gemv_kernel[grid](x, w, norm_w if norm_w is not None else w, bias if bias is not None else w,
-                      res, out, T, N, K, x.stride(0), res.stride(0), out.stride(0), eps, per,
+    grid = (triton.cdiv(triton.cdiv(N, cfg.block_n), per), triton.cdiv(P, BT))
+    gemv_kernel[grid](x, stack, norm_w if norm_w is not None else w,
+                      bias if bias is not None else w, res, out, T, N, K, x.stride(0),
+                      res.stride(0), out.stride(0), eps, per, ids, stack.stride(0), P // T,
                       NORM=norm_w is not None, BIAS=bias is not None,
                       SWIGLU=glu_code(act, gated) if swiglu else 0,
                       RESIDUAL=residual is not None, BLOCK_T=BT, BLOCK_N=cfg.block_n,
@@ -430,7 +455,7 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
                       F32=INTERPRET or w.dtype == torch.float32, PTX=ptx, PDL=pdl,
                       # the op's stages: gate|up's (with or without a gate), else down's
                       STAGES=stream.op_stages()[2 if swiglu else 3] if stream is not None else 1,
-                      num_warps=cfg.num_warps, launch_pdl=pdl)
+                      EXPERTS=experts is not None, num_warps=cfg.num_warps, launch_pdl=pdl)
     return out
 
 

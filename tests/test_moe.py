@@ -1,0 +1,135 @@
+"""Mixtures of experts (Mixtral, Qwen2-MoE with its shared expert, Qwen3-MoE, OLMoE): the routing,
+expert GEMV and combination kernels against reference.py, the checkpoints' per-expert tensors,
+the modes that refuse them, and bf16 against the fp32 HF model. (Every family's fp32 logits
+against HF's, torch and ops modes: test_models; random shapes: test_models' property test.)"""
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import fastdecode
+from fastdecode import ops
+from fastdecode import reference as R
+from fastdecode.module import _default_mode
+from fastdecode.spec import ModelSpec, TensorParallelError, UnsupportedModelError
+from conftest import DEVICE
+from helpers import ACT_GAIN, U, assert_close, folder_packs_as_from_hf, hf_logits, rel_err, \
+    teacher_forced
+from models import MOE, tiny_model
+
+DTYPES = st.sampled_from([torch.float32, torch.bfloat16, torch.float16])
+
+
+@given(T=st.sampled_from([1, 1, 3, 16]), E=st.integers(1, 70), data=st.data(),
+       renorm=st.booleans(), shared=st.booleans(), seed=st.integers(0, 2**31 - 1))
+def test_route_matches_reference(T, E, data, renorm, shared, seed):
+    """The routing kernel picks reference.route's experts in its order (fp32 softmax; top_k by
+    descending probability: distinct random logits, no ties) with its weights to fp32 rounding
+    (exp and the sums in another order: a few ulps, 1e-6 relative), and the shared expert's
+    sigmoid scale; E past one warp's 32 lanes, top_k up to all of them."""
+    k = data.draw(st.integers(1, E))
+    g = torch.Generator().manual_seed(seed)
+    z = (3 * torch.randn(T, E + shared, generator=g)).to(DEVICE)
+    ids, w, s = ops.moe_route(z, k, renorm, shared)
+    rids, rw, rs = R.route(z, k, renorm, shared)
+    assert torch.equal(ids.view(T, k).long().cpu(), rids.cpu())
+    assert torch.allclose(w.view(T, k), rw, rtol=1e-6, atol=1e-7)
+    if renorm:
+        assert torch.allclose(w.view(T, k).sum(-1), torch.ones(T, device=z.device), atol=1e-6)
+    if shared:
+        assert torch.allclose(s, rs, rtol=1e-6, atol=1e-7)
+
+
+@given(T=st.sampled_from([1, 1, 2, 5]), K=st.integers(1, 200), N=st.integers(1, 90),
+       E=st.integers(1, 6), data=st.data(), dtype=DTYPES, seed=st.integers(0, 2**31 - 1))
+def test_expert_gemv_matches_reference(T, K, N, E, data, dtype, seed):
+    """gemv's experts: a token's gate|up through each of its experts (RMSNorm prologue, SwiGLU
+    epilogue: an MLP's gain, ACT_GAIN) and the pairs' down rows through theirs, each output row
+    against the reference GEMV of its own expert -- rows routed to repeated, skipped and the
+    last experts (an off-by-one expert offset reads another expert's rows: O(1) errors)."""
+    k = data.draw(st.integers(1, E))
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(T, K, generator=g).to(DEVICE, dtype)
+    nw = (1 + 0.2 * torch.randn(K, generator=g)).to(DEVICE, dtype)
+    wgu = (torch.randn(E, 2 * N, K, generator=g) / K ** 0.5).to(DEVICE, dtype)
+    wd = (torch.randn(E, K, N, generator=g) / N ** 0.5).to(DEVICE, dtype)
+    ids = torch.stack([torch.randperm(E, generator=g)[:k] for _ in range(T)]).view(-1)
+    ids = ids.to(DEVICE, torch.int32)
+    act = ops.gemv(x, wgu, norm_w=nw, eps=1e-5, swiglu=True, experts=ids)
+    y = ops.gemv(act, wd, experts=ids, out=torch.empty(T * k, K, device=DEVICE))
+    for p, e in enumerate(ids.tolist()):
+        ref = R.gemv(x[p // k:p // k + 1], wgu[e], norm_w=nw, eps=1e-5, swiglu=True)
+        assert_close(act[p:p + 1], ref, dtype, K, f"gate|up pair {p}", gain=ACT_GAIN)
+        assert_close(y[p:p + 1], R.gemv(act[p:p + 1], wd[e]), torch.float32, N, f"down {p}")
+
+
+@given(T=st.sampled_from([1, 4]), D=st.integers(1, 1500), k=st.integers(1, 8),
+       shared=st.booleans(), dtype=DTYPES, seed=st.integers(0, 2**31 - 1))
+def test_combine_matches_reference(T, D, k, shared, dtype, seed):
+    """h += sum_j w_j y_j (+ s y_shared) in fp32, rounded once to h's dtype (D past the 1024-wide
+    block)."""
+    g = torch.Generator().manual_seed(seed)
+    h = torch.randn(T, D, generator=g).to(DEVICE, dtype)
+    y = torch.randn(T * k, D, generator=g).to(DEVICE)
+    w = torch.rand(T * k, generator=g).to(DEVICE)
+    ys, s = torch.randn(T, D, generator=g).to(DEVICE), torch.rand(T, generator=g).to(DEVICE)
+    want = h.float() + (w.view(T, k, 1) * y.view(T, k, D)).sum(1) + (s[:, None] * ys if shared
+                                                                     else 0)
+    ops.moe_combine(h, y, w, (ys, s) if shared else None)
+    assert_close(h, want, dtype, k + 2, "combine")
+
+
+@pytest.mark.parametrize("family", MOE)
+def test_mixture_modes_and_tp_refused(family):
+    """The megakernel and the VM have no expert tasks: they raise before any kernel runs, and a
+    GPU model defaults to ops mode; tensor parallelism of the experts is not built."""
+    model = tiny_model(family)
+    for mode in ("mega", "vm"):
+        with pytest.raises(UnsupportedModelError, match="mixture of experts"):
+            fastdecode.from_hf(model, max_seq_len=32, mode=mode)
+    spec = ModelSpec.from_hf_config(model.config)
+    assert spec.n_experts == model.config.num_local_experts if family == "mixtral" else \
+        spec.n_experts == model.config.num_experts
+    assert _default_mode(torch.device("cuda"), spec) == "ops"
+    with pytest.raises(TensorParallelError, match="mixture of experts"):
+        spec.shard(0, 2)
+
+
+def test_mixed_dense_and_expert_layers_refused():
+    """Qwen's dense MLP layers among the expert ones (mlp_only_layers, decoder_sparse_step) are
+    refused by name before any weight is read."""
+    for kw in (dict(mlp_only_layers=[1]), dict(decoder_sparse_step=2)):
+        cfg = tiny_model("qwen3_moe", **kw).config
+        with pytest.raises(UnsupportedModelError, match="dense MLP layers"):
+            ModelSpec.from_hf_config(cfg)
+
+
+@pytest.mark.parametrize("family", ["mixtral", "qwen2_moe"])
+def test_per_expert_checkpoint_folder(family, tmp_path):
+    """save_pretrained writes each expert's tensors (Mixtral's block_sparse_moe.experts.{e}.w1 /
+    w3 / w2, Qwen's mlp.experts.{e}.gate_proj / up_proj / down_proj, the shared expert and its
+    gate): from_pretrained packs them as from_hf packs HF's stacked [E, 2F, d] / [E, d, F]
+    parameters, bit for bit."""
+    model = tiny_model(family)
+    model.save_pretrained(tmp_path)
+    folder_packs_as_from_hf(tmp_path, model)
+
+
+@pytest.mark.parametrize("family", ["mixtral", "qwen2_moe"])
+def test_mixture_bf16_close_to_fp32_hf(family):
+    """bf16 ops mode vs the fp32 HF model holding the same rounded weights, at test_models'
+    half-precision bound (4u sqrt(13): ~6 roundings a layer, 2 layers and the head; the
+    experts' sum adds one rounding of h, as the dense MLP's residual add). Every expert routed
+    (top_k = all of them): a top-k choice is discrete -- bf16 activations move the router's
+    logits by ~u of their scale, and random logits of a few experts lie that close often
+    enough to swap the k-th and (k + 1)-th somewhere in a run, an O(1) change of that row --
+    while the softmax weights of all experts are continuous in the logits. The choice itself is
+    held exactly in fp32 (test_models, test_route_matches_reference)."""
+    dtype = torch.bfloat16
+    n = dict(mixtral="num_local_experts").get(family, "num_experts")
+    every = dict(num_experts_per_tok=tiny_model(family).config.to_dict()[n])
+    model = tiny_model(family, dtype=dtype, **every).to(DEVICE)
+    ids = torch.randint(0, 101, (1, 37), generator=torch.Generator().manual_seed(4)).to(DEVICE)
+    ref = hf_logits(tiny_model(family, dtype=dtype, **every).float().to(DEVICE), ids)
+    got = teacher_forced(fastdecode.from_hf(model, max_seq_len=64, mode="ops"), ids, 21)
+    assert rel_err(got, ref) < 4 * U[dtype] * 13 ** 0.5, rel_err(got, ref)
