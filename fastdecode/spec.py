@@ -40,7 +40,9 @@ class Experts:
     MLP is sum_j w_j expert_{e_j}(x) over the top_k experts e_j of the router's softmax(x @ Wr^T)
     (their weights w_j renormalized to sum 1 where `renorm` says), plus -- Qwen2-MoE -- a shared
     expert scaled by sigmoid(x . w_sg)."""
-    count: str = "num_experts"            # experts a layer
+    # experts a layer: the first of these fields the config has (transformers 5.x writes Qwen3-
+    # MoE's as num_local_experts, its released config.json files say num_experts)
+    count: tuple = ("num_experts", "num_local_experts")
     ffn: str = "moe_intermediate_size"    # an expert's MLP width
     renorm: bool | str = "norm_topk_prob"  # True: always; a str: the config flag that says it
     shared: str | None = None             # the shared expert's width field (None: none)
@@ -264,7 +266,7 @@ FAMILIES: dict[str, Family] = {
     # mixtures of experts (Family.experts): Mistral's, Qwen2's (with a shared expert) and
     # Qwen3's attention; OLMoE's q / k norms over all heads at once
     "mixtral": Family(qkv_bias=False, qk_norm=False, window_field=None, experts=Experts(
-        count="num_local_experts", ffn="intermediate_size", renorm=True)),
+        count=("num_local_experts",), ffn="intermediate_size", renorm=True)),
     "qwen2_moe": Family(qkv_bias=True, qk_norm=False, window_field="use_sliding_window",
                         experts=Experts(shared="shared_expert_intermediate_size")),
     "qwen3_moe": Family(qkv_bias=False, qk_norm=True, window_field="use_sliding_window",
@@ -1157,9 +1159,10 @@ def _parallel(fam: Family, cfg) -> bool:
 
 def _experts(mt: str, ex: Experts, cfg, n_layers: int) -> dict:
     """ModelSpec's mixture-of-experts fields, ffn_dim the shared expert's width (0: none)."""
-    n, k = int(getattr(cfg, ex.count, 0) or 0), int(getattr(cfg, "num_experts_per_tok", 0) or 0)
+    field = next((f for f in ex.count if getattr(cfg, f, None) is not None), ex.count[0])
+    n, k = int(getattr(cfg, field, 0) or 0), int(getattr(cfg, "num_experts_per_tok", 0) or 0)
     if not 1 <= k <= n:
-        raise UnsupportedModelError(f"{mt}: num_experts_per_tok={k} of {ex.count}={n} experts")
+        raise UnsupportedModelError(f"{mt}: num_experts_per_tok={k} of {field}={n} experts")
     dense = list(getattr(cfg, "mlp_only_layers", None) or [])
     step = int(getattr(cfg, "decoder_sparse_step", 1) or 1)
     if step != 1 and n_layers > 1 or any(0 <= l < n_layers for l in dense):

@@ -115,7 +115,7 @@ def test_per_expert_checkpoint_folder(family, tmp_path):
     folder_packs_as_from_hf(tmp_path, model)
 
 
-@pytest.mark.parametrize("family", ["mixtral", "qwen2_moe"])
+@pytest.mark.parametrize("family", MOE)
 def test_mixture_bf16_close_to_fp32_hf(family):
     """bf16 ops mode vs the fp32 HF model holding the same rounded weights, at test_models'
     half-precision bound (4u sqrt(13): ~6 roundings a layer, 2 layers and the head; the
@@ -127,7 +127,7 @@ def test_mixture_bf16_close_to_fp32_hf(family):
     held exactly in fp32 (test_models, test_route_matches_reference)."""
     dtype = torch.bfloat16
     n = dict(mixtral="num_local_experts").get(family, "num_experts")
-    every = dict(num_experts_per_tok=tiny_model(family).config.to_dict()[n])
+    every = dict(num_experts_per_tok=getattr(tiny_model(family).config, n))
     model = tiny_model(family, dtype=dtype, **every).to(DEVICE)
     ids = torch.randint(0, 101, (1, 37), generator=torch.Generator().manual_seed(4)).to(DEVICE)
     ref = hf_logits(tiny_model(family, dtype=dtype, **every).float().to(DEVICE), ids)

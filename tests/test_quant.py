@@ -2,6 +2,7 @@
 dequantized weights, bit for bit; every other method, and a float8 tensor without its scales,
 raise before any weights are packed."""
 import json
+import re
 
 import pytest
 import torch
@@ -90,14 +91,26 @@ def _write_quantized(model, path, skip, quantize, qconfig):
     return want
 
 
-@pytest.mark.parametrize("family", ["qwen3", "llama"])
+def hf_weight(sd: dict, name: str) -> torch.Tensor:
+    """HF's state-dict tensor of a checkpoint's tensor name: an expert's gate / up / down rows
+    as their part of HF's stacked experts ([E, 2F, d] gate|up, [E, d, F] down)."""
+    m = re.fullmatch(r"(.*\.experts)\.(\d+)\.(gate|up|down)_proj\.weight", name)
+    if m is None:
+        return sd[name]
+    if m[3] == "down":
+        return sd[f"{m[1]}.down_proj"][int(m[2])]
+    return sd[f"{m[1]}.gate_up_proj"][int(m[2])].chunk(2)[m[3] == "up"]
+
+
+@pytest.mark.parametrize("family", ["qwen3", "llama", "qwen3_moe"])
 def test_fp8_checkpoint_packs_transformers_dequantized_weights(tmp_path, family):
     """transformers dequantizes an FP8 checkpoint (its Fp8Dequantize, asked for: without a GPU
     it does so by itself; fp32 here): fastdecode packs the same bits and gives the same logits
     as that HF model. The tiny models' odd sizes (56, 28, 40, 68 ...) take 4 x 4 blocks, which
     transformers' grid rule needs to divide them; partial blocks below."""
     from transformers import AutoModelForCausalLM, FineGrainedFP8Config
-    want = write_fp8_checkpoint(tiny_model(family), tmp_path, (4, 4))
+    sizes = dict(moe_intermediate_size=28) if family == "qwen3_moe" else {}  # 4 x 4 blocks
+    want = write_fp8_checkpoint(tiny_model(family, **sizes), tmp_path, (4, 4))
     # dequantize=True: what transformers does by itself where no GPU is (with one, it would
     # keep FP8Linear modules on the CPU)
     hf = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32, quantization_config=
@@ -106,7 +119,7 @@ def test_fp8_checkpoint_packs_transformers_dequantized_weights(tmp_path, family)
     hf.eval()
     sd = hf.state_dict()
     for name, w in want.items():  # the oracle itself: HF's weights are the blocks' q * s
-        assert torch.equal(sd[name], w), name
+        assert torch.equal(hf_weight(sd, name), w), name
     fm = folder_packs_as_from_hf(tmp_path, hf)  # the packed bits and logits of from_hf(hf)
     ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
     with torch.no_grad():
