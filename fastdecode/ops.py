@@ -5,10 +5,10 @@ from .triton_kernels.attention import attention, split_plan
 from .triton_kernels.embedding import embedding
 from .triton_kernels.gemv import gemv, swiglu
 from .triton_kernels.lm_head import choose_merge, lm_head, sample_logits
-from .triton_kernels.moe import combine as moe_combine, route as moe_route
+from .triton_kernels.moe import experts_down as moe_down, route as moe_route
 from .triton_kernels.qkv_rope import qkv_rope
 from .triton_kernels.rmsnorm import rmsnorm
 
 __all__ = ["PeerBuffers", "all_reduce", "attention", "choose_merge", "embedding", "gemv",
-           "lm_head", "moe_combine", "moe_route", "qkv_rope", "residual_add", "rmsnorm",
+           "lm_head", "moe_down", "moe_route", "qkv_rope", "residual_add", "rmsnorm",
            "sample_logits", "split_plan", "swiglu"]

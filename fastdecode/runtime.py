@@ -504,8 +504,9 @@ class Runtime:
     def _moe_ops(self, l, h, T):
         """Layer l's mixture of experts added into the rows h [T, d] by the ops bodies
         (reference.moe_block's math, no host sync: CUDA-graph capturable): the router's GEMV
-        after the MLP's norm, the routing, the top_k experts' gate|up and down GEMVs by the
-        routed ids, the shared expert, their weighted sum added into h."""
+        after the MLP's norm, the routing, the top_k experts' gate|up GEMVs by the routed ids,
+        the shared expert's gate|up, then one kernel of the experts' (and the shared expert's)
+        down GEMVs adding their weighted sum into h."""
         st, pw, s = self.state, self.pw, self.spec
         norm, P = pw.pre_norm(1, l), T * s.top_k
         ops.gemv(h, pw.w_router[l], norm_w=norm, eps=s.rms_eps, out=st.router[:T])
@@ -513,13 +514,11 @@ class Runtime:
                                       out=(st.moe_ids[:P], st.moe_w[:P], st.moe_s[:T]))
         ops.gemv(h, pw.w_experts_gu[l], norm_w=norm, eps=s.rms_eps, swiglu=True, act=s.act,
                  experts=ids, out=st.moe_act[:P])
-        ops.gemv(st.moe_act[:P], pw.w_experts_down[l], experts=ids, out=st.moe_y[:P])
         shared = None
         if s.ffn_dim:
-            ops.gemv(h, pw.w_gu[l], norm_w=norm, eps=s.rms_eps, swiglu=True, act=s.act,
-                     out=st.act[:T])
-            shared = (ops.gemv(st.act[:T], pw.w_down[l], out=st.part[:T]), scale)
-        ops.moe_combine(h, st.moe_y[:P], w, shared)
+            shared = (ops.gemv(h, pw.w_gu[l], norm_w=norm, eps=s.rms_eps, swiglu=True, act=s.act,
+                               out=st.act[:T]), pw.w_down[l], scale)
+        ops.moe_down(h, st.moe_act[:P], pw.w_experts_down[l], ids, w, shared)
 
     def _head_ops(self, h, T, all_logits, sampling, choose=True):
         """The lm_head and the token choice of a step's rows h [T, d] (the logits of all of them

@@ -127,7 +127,7 @@ class DecodeState:
         self.act = torch.zeros(T, s.ffn_dim, device=dev, dtype=dt)
         if s.moe:  # a mixture of experts (ops mode): the router's logits (and the shared
             # expert's gate logit), each row's top_k experts and weights, the shared expert's
-            # scale, the experts' activations and fp32 outputs (triton_kernels/moe.py)
+            # scale, the experts' activations (triton_kernels/moe.py)
             P = T * s.top_k
             self.router = torch.zeros(T, s.n_experts + (s.ffn_dim > 0), device=dev,
                                       dtype=torch.float32)
@@ -135,7 +135,6 @@ class DecodeState:
             self.moe_w = torch.zeros(P, device=dev, dtype=torch.float32)
             self.moe_s = torch.zeros(T, device=dev, dtype=torch.float32)
             self.moe_act = torch.zeros(P, s.expert_ffn, device=dev, dtype=dt)
-            self.moe_y = torch.zeros(P, s.d_model, device=dev, dtype=torch.float32)
         block_s, _ = attention_config(s.head_dim, s.group, 1)
         _, n_splits = split_plan(max_seq_len, s.n_kv_heads, block_s)
         self.o_part = torch.zeros(n_splits, T, s.n_heads, s.head_dim, device=dev,

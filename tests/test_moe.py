@@ -63,20 +63,32 @@ def test_expert_gemv_matches_reference(T, K, N, E, data, dtype, seed):
         assert_close(y[p:p + 1], R.gemv(act[p:p + 1], wd[e]), torch.float32, N, f"down {p}")
 
 
-@given(T=st.sampled_from([1, 4]), D=st.integers(1, 1500), k=st.integers(1, 8),
-       shared=st.booleans(), dtype=DTYPES, seed=st.integers(0, 2**31 - 1))
-def test_combine_matches_reference(T, D, k, shared, dtype, seed):
-    """h += sum_j w_j y_j (+ s y_shared) in fp32, rounded once to h's dtype (D past the 1024-wide
-    block)."""
+@given(T=st.sampled_from([1, 1, 4]), D=st.integers(1, 1100), F=st.integers(1, 150),
+       FS=st.integers(1, 150), E=st.integers(1, 6), data=st.data(), shared=st.booleans(),
+       dtype=DTYPES, seed=st.integers(0, 2**31 - 1))
+def test_experts_down_matches_reference(T, D, F, FS, E, data, shared, dtype, seed):
+    """h += sum_j w_j (W_{e_j} act_j) (+ s W_shared act_shared): each token's experts' down
+    GEMVs against the reference's, weighted and summed in fp32 with the residual, rounded once
+    to h's dtype (D past the 1024-row block, F past the K chunk; the reduction: the longest
+    row, K = max(F, FS), over top_k + 1 terms)."""
+    k = data.draw(st.integers(1, E))
     g = torch.Generator().manual_seed(seed)
     h = torch.randn(T, D, generator=g).to(DEVICE, dtype)
-    y = torch.randn(T * k, D, generator=g).to(DEVICE)
-    w = torch.rand(T * k, generator=g).to(DEVICE)
-    ys, s = torch.randn(T, D, generator=g).to(DEVICE), torch.rand(T, generator=g).to(DEVICE)
-    want = h.float() + (w.view(T, k, 1) * y.view(T, k, D)).sum(1) + (s[:, None] * ys if shared
-                                                                     else 0)
-    ops.moe_combine(h, y, w, (ys, s) if shared else None)
-    assert_close(h, want, dtype, k + 2, "combine")
+    act = torch.randn(T * k, F, generator=g).to(DEVICE, dtype)
+    w = (torch.randn(E, D, F, generator=g) / F ** 0.5).to(DEVICE, dtype)
+    ids = torch.stack([torch.randperm(E, generator=g)[:k] for _ in range(T)]).view(-1)
+    ids = ids.to(DEVICE, torch.int32)
+    wt = torch.rand(T * k, generator=g).to(DEVICE)
+    acts = torch.randn(T, FS, generator=g).to(DEVICE, dtype)
+    ws = (torch.randn(D, FS, generator=g) / FS ** 0.5).to(DEVICE, dtype)
+    s = torch.rand(T, generator=g).to(DEVICE)
+    want = h.float().clone()  # (fp32: .float() is h itself, which the kernel updates)
+    for p, e in enumerate(ids.tolist()):
+        want[p // k] += wt[p] * R.gemv(act[p:p + 1], w[e]).float()[0]
+    if shared:
+        want = want + s[:, None] * R.gemv(acts, ws).float()
+    ops.moe_down(h, act, w, ids, wt, (acts, ws, s) if shared else None)
+    assert_close(h, want, dtype, max(F, FS) * (k + 1), "experts' down")
 
 
 @pytest.mark.parametrize("family", MOE)

@@ -3,18 +3,23 @@
     route:    p = softmax(z[:E]) (fp32) of a row's router logits z [E (+ 1)]; its top_k experts
               e_j by descending p (ties: the lower index), weights w_j = p[e_j] (renormalized
               to sum 1: RENORM); SHARED: the shared expert's scale sigmoid(z[E])
-    combine:  h[t] += sum_j w[t, j] y[t * top_k + j] (+ s[t] y_shared[t]), fp32 in choice order,
-              rounded once to h's dtype
-Shapes: z [T, E (+ 1)] fp32; ids [T * top_k] int32, w [T * top_k] fp32, s [T] fp32; y [T * top_k,
-d] fp32 (the experts' down outputs), y_shared [T, d] fp32; h [T, d]. Bytes (decode): route E x 4,
-combine (top_k + 2) x d x 4 -- noise beside the experts' 3 x top_k x F x d weight elements a
-layer (Qwen3-30B-A3B: 8 x 3 x 768 x 2048 x 2 B = 75 MB, ~17 us at 4.46 TB/s).
+    down:     h[t] += sum_j w[t, j] (W_{e_j} act[t * top_k + j]) (+ s[t] (W_shared act_shared[t])),
+              fp32 in choice order, rounded once to h's dtype: the experts' down GEMVs, their
+              weighted sum and the residual add in one kernel
+Shapes: z [T, E (+ 1)] fp32; ids [T * top_k] int32, w [T * top_k] fp32, s [T] fp32; act [T *
+top_k, F] (the experts' gate|up outputs, gemv's experts), W [E, d, F]; h [T, d]. Bytes (decode):
+route E x 4; down top_k x d x F weight elements (+ d x F_shared), its share of the experts' 3 x
+top_k x F x d a layer (Qwen3-30B-A3B: 8 x 3 x 768 x 2048 x 2 B = 75 MB, ~17 us at 4.46 TB/s).
 HF's routers compute z in the weights' dtype and Qwen's round the weights w_j to it; these keep
 z (the router GEMV's fp32 sums) and w in fp32.
 """
 import torch
 import triton
 import triton.language as tl
+
+from ._common import INTERPRET, pdl_start, pdl_wait
+from .config import gemv_config, use_pdl
+from .gemv import gemv_tile
 
 
 @triton.jit
@@ -69,33 +74,57 @@ def route(z: torch.Tensor, top_k: int, renorm: bool, shared: bool = False, out=N
 
 
 @triton.jit
-def combine_kernel(h_ptr, y_ptr, w_ptr, ys_ptr, s_ptr, D, stride_h, stride_y, stride_ys,
-                   TOP_K: tl.constexpr, SHARED: tl.constexpr, BLOCK_D: tl.constexpr):
-    """Grid (T, D blocks): h[t] += sum_j w[t, j] y[t * TOP_K + j] (+ s[t] ys[t]) (module
-    docstring), fp32, rounded once."""
-    t = tl.program_id(0).to(tl.int64)
-    offs = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
-    m = offs < D
-    acc = tl.zeros([BLOCK_D], dtype=tl.float32)
+def experts_down_kernel(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr, s_ptr, D, F, FS,
+                        stride_h, stride_a, stride_as, stride_we, TOP_K: tl.constexpr,
+                        SHARED: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                        F32: tl.constexpr, PDL: tl.constexpr):
+    """Grid (D tiles, T): token t's rows [pid * BLOCK_N, +BLOCK_N) of h += sum_j w[t, j]
+    (W_e[rows] . act[t * TOP_K + j]) over its experts e = ids[t * TOP_K + j] (+ s[t] (Ws[rows] .
+    acts[t]), the shared expert) -- each expert's rows by gemv_tile, fp32, in choice order, h
+    rounded once. The expert ids come from the kernels before it: read after pdl_wait."""
+    pdl_start(PDL)
+    pdl_wait(PDL)
+    t = tl.program_id(1).to(tl.int64)
+    zero = tl.zeros([1], dtype=tl.float32)
+    acc = tl.zeros([1, BLOCK_N], dtype=tl.float32)
     for j in tl.static_range(TOP_K):
-        wj = tl.load(w_ptr + t * TOP_K + j)
-        acc += wj * tl.load(y_ptr + (t * TOP_K + j) * stride_y + offs, mask=m, other=0.0)
+        p = t * TOP_K + j
+        e = tl.load(ids_ptr + p).to(tl.int64)
+        y, offs_t, mask_t, offs_n, mask_n = gemv_tile(
+            act_ptr + p * stride_a, w_ptr + e * stride_we, w_ptr, w_ptr, w_ptr, 1, D, F, 0, 0,
+            zero, tl.program_id(0), 0, False, False, 0, False, 1, BLOCK_N, BLOCK_K, F32)
+        acc += tl.load(wt_ptr + p) * y
     if SHARED:
-        acc += tl.load(s_ptr + t) * tl.load(ys_ptr + t * stride_ys + offs, mask=m, other=0.0)
+        y, offs_t, mask_t, offs_n, mask_n = gemv_tile(
+            acts_ptr + t * stride_as, ws_ptr, ws_ptr, ws_ptr, ws_ptr, 1, D, FS, 0, 0, zero,
+            tl.program_id(0), 0, False, False, 0, False, 1, BLOCK_N, BLOCK_K, F32)
+        acc += tl.load(s_ptr + t) * y
+    offs = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    m = offs < D
     h = tl.load(h_ptr + t * stride_h + offs, mask=m, other=0.0).to(tl.float32)
     tl.store(h_ptr + t * stride_h + offs, (h + acc).to(h_ptr.dtype.element_ty), mask=m)
 
 
-def combine(h: torch.Tensor, y: torch.Tensor, w: torch.Tensor, shared=None) -> torch.Tensor:
-    """h [T, d] += the experts' outputs y [T * top_k, d] fp32 weighted by w [T * top_k] (route's)
-    and, shared = (y_shared [T, d] fp32, s [T]), the shared expert's scaled; in place."""
+def experts_down(h: torch.Tensor, act: torch.Tensor, w: torch.Tensor, ids: torch.Tensor,
+                 weights: torch.Tensor, shared=None) -> torch.Tensor:
+    """h [T, d] += sum_j weights[t, j] act[t * top_k + j] @ w[ids[.]].T, the experts' down
+    projections (w [E, d, F]) weighted and summed in fp32 per token, plus -- shared = (acts [T,
+    FS], ws [d, FS], s [T]) -- the shared expert's down times its scale; in place, one kernel
+    (no fp32 outputs of the experts written and read back). Tiles: gemv_config's decode tile
+    for [d, F] (each program streams its rows of all top_k experts)."""
     T, D = h.shape
-    top_k = y.shape[0] // T
-    assert y.shape == (T * top_k, D) and y.dtype == torch.float32 and w.numel() == T * top_k
-    ys, s = shared if shared is not None else (y, w)
-    BLOCK_D = min(1024, triton.next_power_of_2(D))
-    combine_kernel[(T, triton.cdiv(D, BLOCK_D))](h, y, w, ys, s, D, h.stride(0), y.stride(0),
-                                                 ys.stride(0), TOP_K=top_k,
-                                                 SHARED=shared is not None, BLOCK_D=BLOCK_D,
-                                                 num_warps=4)
+    P, F = act.shape
+    top_k = P // T
+    assert P == T * top_k and w.shape[1:] == (D, F) and ids.numel() == P == weights.numel()
+    assert w.is_contiguous() and act.stride(1) == 1 and ids.dtype == torch.int32
+    acts, ws, s = shared if shared is not None else (act, w, weights)
+    assert shared is None or (ws.shape[0] == D and ws.is_contiguous() and acts.shape[0] == T)
+    cfg = gemv_config(D, F, 1, h.device)
+    pdl = use_pdl(h.device)
+    experts_down_kernel[(triton.cdiv(D, cfg.block_n), T)](
+        h, act, w, ids, weights, acts, ws, s, D, F, ws.shape[-1], h.stride(0), act.stride(0),
+        acts.stride(0), w.stride(0), TOP_K=top_k, SHARED=shared is not None,
+        BLOCK_N=cfg.block_n, BLOCK_K=min(cfg.block_k, triton.next_power_of_2(max(F, ws.shape[-1]))),
+        F32=INTERPRET or w.dtype == torch.float32, PDL=pdl, num_warps=cfg.num_warps,
+        launch_pdl=pdl)
     return h
