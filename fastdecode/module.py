@@ -17,7 +17,7 @@ from .generate import (_eos_set, check_hf_kwargs, new_token_count, run_generate,
                        validate_ids)
 from .loading import generation_defaults, open_checkpoint, resolve_model_path
 from .packing import FLOAT_DTYPES, dict_getter, pack
-from .runtime import MODES, Runtime
+from .runtime import MODES, Runtime, check_mode
 from .state import Sampling
 from .triton_kernels._common import INTERPRET
 from .spec import ModelSpec
@@ -371,6 +371,7 @@ def from_hf(model, max_seq_len: int = 4096, mode: str | None = None, device=None
     if config is None:
         raise TypeError(f"expected a Hugging Face PreTrainedModel, got {type(model).__name__}")
     spec = ModelSpec.from_hf_config(config)
+    check_mode(spec, mode)
     # a model whose weights transformers already dequantized (loaded from a GGUF, an FP8
     # checkpoint on a CPU) keeps its quantization_config: only quantized weights are checked
     params = list(model.parameters())
@@ -430,6 +431,7 @@ def from_pretrained(path_or_gguf: str, max_seq_len: int = 4096, device=None,
     device = _device_arg(device, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
     config, get, ckpt_dtype = open_checkpoint(path, device)
     spec = ModelSpec.from_hf_config(config)
+    check_mode(spec, mode)
     get = quant.dequantizing_getter(config, get, device)
     _env.start_triton_key()  # beside the checkpoint read (see _env)
     if dtype is None:

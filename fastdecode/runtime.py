@@ -62,18 +62,26 @@ class SingleRank:
         return x
 
 
+def check_mode(spec, mode: str | None):
+    """A mode the model can run (None: the default, which can): else ValueError -- before any
+    weight is packed (from_hf, from_pretrained) and again at the runtime."""
+    if mode is None:
+        return
+    if mode not in MODES:
+        raise ValueError(f"mode={mode!r}: expected one of {MODES}")
+    if spec.moe and mode in ("vm", "mega"):
+        raise UnsupportedModelError(
+            f"{spec.family}: a mixture of experts runs in mode='ops' (one kernel per op, "
+            f"CUDA-graphed) or 'torch'; mode={mode!r} has no expert tasks yet")
+
+
 class Runtime:
     def __init__(self, pw: PackedWeights, max_seq_len: int, mode: str, max_chunk: int | None = None,
                  cuda_graph: bool = True, n_programs: int | None = None, collectives=None,
                  vocab_size: int | None = None):
         """collectives: tensor-parallel all_reduce / gather_vocab (distributed.py); vocab_size:
         the full vocabulary when pw is a vocab shard."""
-        if mode not in MODES:
-            raise ValueError(f"mode={mode!r}: expected one of {MODES}")
-        if pw.spec.moe and mode in ("vm", "mega"):
-            raise UnsupportedModelError(
-                f"{pw.spec.family}: a mixture of experts runs in mode='ops' (one kernel per op, "
-                f"CUDA-graphed) or 'torch'; mode={mode!r} has no expert tasks yet")
+        check_mode(pw.spec, mode)
         self.collectives = collectives or SingleRank()
         self.tp = self.collectives.world > 1
         if self.tp and mode == "vm":

@@ -778,6 +778,7 @@ class ModelSpec:
 
     @property
     def moe(self) -> bool:
+        """Every layer's MLP is a mixture of experts (n_experts of them)."""
         return self.n_experts > 0
 
     def weight_bytes_per_token(self, elt: int = 2, all_experts: bool = False) -> int:
@@ -804,12 +805,12 @@ class ModelSpec:
         if isinstance(world, bool) or not isinstance(world, int) or world < 1:
             raise TensorParallelError(f"tensor-parallel size must be a positive integer, got "
                                       f"{world!r}")
-        for what, n in (("num_attention_heads", self.n_heads), ("intermediate_size", self.ffn_dim)):
-            if n % world:
-                raise TensorParallelError(f"tp={world} does not divide {what}={n}")
         if self.moe and world > 1:
             raise TensorParallelError(f"{self.family}: tensor parallelism of a mixture of experts "
                                       f"is not supported (tp={world})")
+        for what, n in (("num_attention_heads", self.n_heads), ("intermediate_size", self.ffn_dim)):
+            if n % world:
+                raise TensorParallelError(f"tp={world} does not divide {what}={n}")
         if self.qk_norm_full and world > 1:
             raise TensorParallelError(f"{self.family}: its q / k norms span every head, which "
                                       f"tp={world} splits over ranks (tensor parallelism is not "

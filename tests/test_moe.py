@@ -2,6 +2,8 @@
 expert GEMV and combination kernels against reference.py, the checkpoints' per-expert tensors,
 the modes that refuse them, and bf16 against the fp32 HF model. (Every family's fp32 logits
 against HF's, torch and ops modes: test_models; random shapes: test_models' property test.)"""
+from unittest import mock
+
 import pytest
 import torch
 from hypothesis import given
@@ -93,12 +95,16 @@ def test_experts_down_matches_reference(T, D, F, FS, E, data, shared, dtype, see
 
 @pytest.mark.parametrize("family", MOE)
 def test_mixture_modes_and_tp_refused(family):
-    """The megakernel and the VM have no expert tasks: they raise before any kernel runs, and a
-    GPU model defaults to ops mode; tensor parallelism of the experts is not built."""
+    """The megakernel and the VM have no expert tasks: they raise before any weight is packed
+    (from_hf, from_pretrained), and a GPU model defaults to ops mode; tensor parallelism of the
+    experts is not built."""
     model = tiny_model(family)
-    for mode in ("mega", "vm"):
-        with pytest.raises(UnsupportedModelError, match="mixture of experts"):
-            fastdecode.from_hf(model, max_seq_len=32, mode=mode)
+    packed = []
+    with mock.patch("fastdecode.module.pack", side_effect=lambda *a, **k: packed.append(1)):
+        for mode in ("mega", "vm"):
+            with pytest.raises(UnsupportedModelError, match="mixture of experts"):
+                fastdecode.from_hf(model, max_seq_len=32, mode=mode)
+    assert not packed
     spec = ModelSpec.from_hf_config(model.config)
     assert spec.n_experts == model.config.num_local_experts if family == "mixtral" else \
         spec.n_experts == model.config.num_experts
@@ -125,6 +131,8 @@ def test_per_expert_checkpoint_folder(family, tmp_path):
     model = tiny_model(family)
     model.save_pretrained(tmp_path)
     folder_packs_as_from_hf(tmp_path, model)
+    with pytest.raises(UnsupportedModelError, match="mixture of experts"):
+        fastdecode.from_pretrained(str(tmp_path), device="cpu", mode="mega")
 
 
 @pytest.mark.parametrize("family", MOE)

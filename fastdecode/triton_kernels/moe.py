@@ -106,12 +106,16 @@ def experts_down_kernel(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr
 
 
 def experts_down(h: torch.Tensor, act: torch.Tensor, w: torch.Tensor, ids: torch.Tensor,
-                 weights: torch.Tensor, shared=None) -> torch.Tensor:
+                 weights: torch.Tensor, shared=None, config=None) -> torch.Tensor:
     """h [T, d] += sum_j weights[t, j] act[t * top_k + j] @ w[ids[.]].T, the experts' down
     projections (w [E, d, F]) weighted and summed in fp32 per token, plus -- shared = (acts [T,
     FS], ws [d, FS], s [T]) -- the shared expert's down times its scale; in place, one kernel
-    (no fp32 outputs of the experts written and read back). Tiles: gemv_config's decode tile
-    for [d, F] (each program streams its rows of all top_k experts)."""
+    (no fp32 outputs of the experts written and read back). Tiles: config (a TileConfig), else
+    gemv_config's decode tile for [d, F] (each program streams its rows of all top_k experts):
+    on an H100 (devtmp sweep, 2026-12-06, bench/RESULTS.md session 59) 2270 / 1764 GB/s on
+    OLMoE-1B-7B's / Qwen1.5-MoE's experts (71% / 55% of the 3.19 TB/s read roofline), within
+    6% of the best of ten tiles (4-32 rows x 256-2048 K chunks, 4 / 8 warps); every expert's
+    id and weight loaded up front instead of in the loop: level."""
     T, D = h.shape
     P, F = act.shape
     top_k = P // T
@@ -119,7 +123,7 @@ def experts_down(h: torch.Tensor, act: torch.Tensor, w: torch.Tensor, ids: torch
     assert w.is_contiguous() and act.stride(1) == 1 and ids.dtype == torch.int32
     acts, ws, s = shared if shared is not None else (act, w, weights)
     assert shared is None or (ws.shape[0] == D and ws.is_contiguous() and acts.shape[0] == T)
-    cfg = gemv_config(D, F, 1, h.device)
+    cfg = config or gemv_config(D, F, 1, h.device)
     pdl = use_pdl(h.device)
     experts_down_kernel[(triton.cdiv(D, cfg.block_n), T)](
         h, act, w, ids, weights, acts, ws, s, D, F, ws.shape[-1], h.stride(0), act.stride(0),
