@@ -135,7 +135,8 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
     # residual scale on o_proj / down -- or, where a norm follows them, on that norm's weight
     # (which the scale follows: HyperCLOVAX; a norm of scaled rows would cancel it)
     blocks = [f".{n}." for n in fam.norms[2:]] if spec.post_norms else \
-        ["self_attn.o_proj.", "mlp.down_proj."]
+        ["self_attn.o_proj.", "mlp.down_proj.", "mlp.experts.down_proj",
+         "mlp.shared_expert.down_proj."]
     get = scaled_getter(get, {"self_attn.q_norm." if spec.qk_norm else "self_attn.q_proj.":
                               spec.q_scale, **dict.fromkeys(blocks, spec.residual_scale)})
     if spec.layer_norm:  # last: it reads the weights as packed to fold the norms' biases

@@ -274,6 +274,21 @@ FAMILIES: dict[str, Family] = {
     "olmoe": Family(qkv_bias=False, qk_norm=True, window_field=None, qk_norm_full=True,
                     experts=Experts(ffn="intermediate_size"),
                     refuse=(("clip_qkv", "q / k / v clipping"),)),
+    # Granite's multipliers over Mixtral's routing (softmax of the top-k logits: the top-k
+    # probabilities renormalized), the experts under block_sparse_moe -- HF 5's experts.* and
+    # router.weight, a checkpoint's stacked input_linear / output_linear and router.layer
+    "granitemoe": Family(qkv_bias=False, qk_norm=False, window_field=None, multipliers=True,
+                         experts=Experts(count=("num_local_experts",), ffn="intermediate_size",
+                                         renorm=True),
+                         checkpoint_names=(
+                             (".mlp.experts.", ".block_sparse_moe.experts."),
+                             (".block_sparse_moe.experts.gate_up_proj",
+                              ".block_sparse_moe.input_linear.weight"),
+                             (".block_sparse_moe.experts.down_proj",
+                              ".block_sparse_moe.output_linear.weight"),
+                             (".mlp.gate.weight", ".block_sparse_moe.router.weight"),
+                             (".block_sparse_moe.router.weight",
+                              ".block_sparse_moe.router.layer.weight"))),
     "phi3": Family(qkv_bias=False, qk_norm=False, window_field=None, fused=True,
                    partial_rotary=True),
     "granite": Family(qkv_bias=False, qk_norm=False, window_field=None, multipliers=True),
@@ -602,7 +617,7 @@ TEXT_OF = ("mistral3", "llava", "llava_next", "llava_onevision", "gemma3", "qwen
 # why some model types a user may try are not supported (UnsupportedModelError says it)
 UNSUPPORTED = {
     **{mt: "a mixture of experts whose router or experts differ from Mixtral's and Qwen's"
-       for mt in ("deepseek_v3", "gpt_oss", "llama4_text", "granitemoe", "qwen3_vl_moe",
+       for mt in ("deepseek_v3", "gpt_oss", "llama4_text", "granitemoeshared", "qwen3_vl_moe",
                   "glm4v_moe", "dbrx")},
     **{mt: "a vision-language model (its text model alone is not read)" for mt in (
         "llama4",)},

@@ -345,6 +345,12 @@ FAMILIES = {
         hidden_size=40, intermediate_size=50, num_attention_heads=6, num_key_value_heads=3,
         head_dim=12, num_experts=7, num_experts_per_tok=2, moe_intermediate_size=26,
         norm_topk_prob=True)),
+    # granitemoe: Granite's four multipliers, top 2 of 5 experts 26 wide, tied
+    "granitemoe": (_tf("GraniteMoeConfig"), _tf("GraniteMoeForCausalLM"), dict(
+        hidden_size=48, intermediate_size=26, num_attention_heads=6, num_key_value_heads=2,
+        num_local_experts=5, num_experts_per_tok=2, embedding_multiplier=3.0,
+        residual_multiplier=0.5, attention_multiplier=0.2, logits_scaling=2.5,
+        tie_word_embeddings=True)),
     # olmoe: q / k RMSNorms over all heads at once, top 3 of 6 experts 20 wide
     "olmoe": (_tf("OlmoeConfig"), _tf("OlmoeForCausalLM"), dict(
         hidden_size=48, intermediate_size=20, num_attention_heads=4, num_key_value_heads=2,
@@ -353,7 +359,7 @@ FAMILIES = {
 }
 # the mixtures of experts among them: mode="ops" and "torch" only (the megakernel and the VM
 # have no expert tasks)
-MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe")
+MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe")
 # a transformers without a family's classes (an older one, as on the GPU machine): its tests skip
 MISSING = {k for k, v in FAMILIES.items() if None in v[:2]}
 FAMILIES = {k: v for k, v in FAMILIES.items() if k not in MISSING}
@@ -382,7 +388,8 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
         cfg["sliding_window"] = draw(st.integers(2, 12))
     if family in MOE:  # any count of experts and of routed ones, their own width
         n = draw(st.integers(1, 9))
-        cfg.update({"num_local_experts" if family == "mixtral" else "num_experts": n,
+        cfg.update({"num_local_experts" if family in ("mixtral", "granitemoe") else
+                    "num_experts": n,
                     "num_experts_per_tok": draw(st.integers(1, n))})
         if family in ("qwen2_moe", "qwen3_moe"):
             cfg.update(moe_intermediate_size=draw(st.integers(3, 61)),

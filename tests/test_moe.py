@@ -22,6 +22,12 @@ from models import MOE, tiny_model
 DTYPES = st.sampled_from([torch.float32, torch.bfloat16, torch.float16])
 
 
+def n_experts(cfg) -> int:
+    """A config's expert count, by either of transformers' names for it."""
+    return next(getattr(cfg, f) for f in ("num_experts", "num_local_experts")
+                if getattr(cfg, f, None))
+
+
 @given(T=st.sampled_from([1, 1, 3, 16]), E=st.integers(1, 70), data=st.data(),
        renorm=st.booleans(), shared=st.booleans(), seed=st.integers(0, 2**31 - 1))
 def test_route_matches_reference(T, E, data, renorm, shared, seed):
@@ -106,8 +112,8 @@ def test_mixture_modes_and_tp_refused(family):
                 fastdecode.from_hf(model, max_seq_len=32, mode=mode)
     assert not packed
     spec = ModelSpec.from_hf_config(model.config)
-    assert spec.n_experts == model.config.num_local_experts if family == "mixtral" else \
-        spec.n_experts == model.config.num_experts
+    assert spec.n_experts == n_experts(model.config) and \
+        spec.top_k == model.config.num_experts_per_tok
     assert _default_mode(torch.device("cuda"), spec) == "ops"
     with pytest.raises(TensorParallelError, match="mixture of experts"):
         spec.shard(0, 2)
@@ -122,12 +128,13 @@ def test_mixed_dense_and_expert_layers_refused():
             ModelSpec.from_hf_config(cfg)
 
 
-@pytest.mark.parametrize("family", ["mixtral", "qwen2_moe"])
+@pytest.mark.parametrize("family", ["mixtral", "qwen2_moe", "granitemoe"])
 def test_per_expert_checkpoint_folder(family, tmp_path):
-    """save_pretrained writes each expert's tensors (Mixtral's block_sparse_moe.experts.{e}.w1 /
-    w3 / w2, Qwen's mlp.experts.{e}.gate_proj / up_proj / down_proj, the shared expert and its
-    gate): from_pretrained packs them as from_hf packs HF's stacked [E, 2F, d] / [E, d, F]
-    parameters, bit for bit."""
+    """save_pretrained writes the checkpoint's own layout -- each expert's tensors (Mixtral's
+    block_sparse_moe.experts.{e}.w1 / w3 / w2, Qwen's mlp.experts.{e}.gate_proj / up_proj /
+    down_proj, the shared expert and its gate), Granite's stacked input_linear / output_linear
+    and router.layer: from_pretrained packs them as from_hf packs HF's stacked [E, 2F, d] /
+    [E, d, F] parameters, bit for bit."""
     model = tiny_model(family)
     model.save_pretrained(tmp_path)
     folder_packs_as_from_hf(tmp_path, model)
@@ -146,8 +153,7 @@ def test_mixture_bf16_close_to_fp32_hf(family):
     while the softmax weights of all experts are continuous in the logits. The choice itself is
     held exactly in fp32 (test_models, test_route_matches_reference)."""
     dtype = torch.bfloat16
-    n = dict(mixtral="num_local_experts").get(family, "num_experts")
-    every = dict(num_experts_per_tok=getattr(tiny_model(family).config, n))
+    every = dict(num_experts_per_tok=n_experts(tiny_model(family).config))
     model = tiny_model(family, dtype=dtype, **every).to(DEVICE)
     ids = torch.randint(0, 101, (1, 37), generator=torch.Generator().manual_seed(4)).to(DEVICE)
     ref = hf_logits(tiny_model(family, dtype=dtype, **every).float().to(DEVICE), ids)
