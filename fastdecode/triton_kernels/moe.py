@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from ._common import INTERPRET, pdl_start, pdl_wait
-from .config import gemv_config, use_pdl
+from .config import TileConfig, use_pdl
 from .gemv import gemv_tile
 
 
@@ -77,32 +77,52 @@ def route(z: torch.Tensor, top_k: int, renorm: bool, shared: bool = False, out=N
 def experts_down_kernel(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr, s_ptr, D, F, FS,
                         stride_h, stride_a, stride_as, stride_we, TOP_K: tl.constexpr,
                         SHARED: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                        F32: tl.constexpr, PDL: tl.constexpr):
+                        BLOCK_KS: tl.constexpr, BLOCK_J: tl.constexpr, F32: tl.constexpr,
+                        PDL: tl.constexpr):
     """Grid (D tiles, T): token t's rows [pid * BLOCK_N, +BLOCK_N) of h += sum_j w[t, j]
     (W_e[rows] . act[t * TOP_K + j]) over its experts e = ids[t * TOP_K + j] (+ s[t] (Ws[rows] .
-    acts[t]), the shared expert) -- each expert's rows by gemv_tile, fp32, in choice order, h
-    rounded once. The expert ids come from the kernels before it: read after pdl_wait."""
+    acts[t]), the shared expert, by gemv_tile in BLOCK_KS chunks), fp32, h rounded once. Each
+    K chunk loads the rows of all TOP_K experts at once ([BLOCK_J, BLOCK_N, BLOCK_K]): one
+    round trip a chunk, not one an expert. The expert ids come from the kernels before it: read
+    after pdl_wait."""
     pdl_start(PDL)
     pdl_wait(PDL)
     t = tl.program_id(1).to(tl.int64)
-    zero = tl.zeros([1], dtype=tl.float32)
-    acc = tl.zeros([1, BLOCK_N], dtype=tl.float32)
-    for j in tl.static_range(TOP_K):
-        p = t * TOP_K + j
-        e = tl.load(ids_ptr + p).to(tl.int64)
-        y, offs_t, mask_t, offs_n, mask_n = gemv_tile(
-            act_ptr + p * stride_a, w_ptr + e * stride_we, w_ptr, w_ptr, w_ptr, 1, D, F, 0, 0,
-            zero, tl.program_id(0), 0, False, False, 0, False, 1, BLOCK_N, BLOCK_K, F32)
-        acc += tl.load(wt_ptr + p) * y
+    js = tl.arange(0, BLOCK_J)
+    mj = js < TOP_K
+    e = tl.load(ids_ptr + t * TOP_K + js, mask=mj, other=0).to(tl.int64)
+    wj = tl.load(wt_ptr + t * TOP_K + js, mask=mj, other=0.0)
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mr = rows < D
+    acc = tl.zeros([BLOCK_J, BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, F, BLOCK_K):
+        ks = k0 + tl.arange(0, BLOCK_K)
+        mk = ks < F
+        w = tl.load(w_ptr + e[:, None, None] * stride_we + rows[None, :, None].to(tl.int64) * F
+                    + ks[None, None, :], mask=mj[:, None, None] & mr[None, :, None]
+                    & mk[None, None, :], other=0.0, eviction_policy="evict_first")
+        a = tl.load(act_ptr + (t * TOP_K + js)[:, None] * stride_a + ks[None, :],
+                    mask=mj[:, None] & mk[None, :], other=0.0)
+        acc += tl.sum(w.to(tl.float32) * a.to(tl.float32)[:, None, :], axis=2)
+    y = tl.sum(acc * wj[:, None], axis=0)[None, :]
     if SHARED:
-        y, offs_t, mask_t, offs_n, mask_n = gemv_tile(
-            acts_ptr + t * stride_as, ws_ptr, ws_ptr, ws_ptr, ws_ptr, 1, D, FS, 0, 0, zero,
-            tl.program_id(0), 0, False, False, 0, False, 1, BLOCK_N, BLOCK_K, F32)
-        acc += tl.load(s_ptr + t) * y
-    offs = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-    m = offs < D
-    h = tl.load(h_ptr + t * stride_h + offs, mask=m, other=0.0).to(tl.float32)
-    tl.store(h_ptr + t * stride_h + offs, (h + acc).to(h_ptr.dtype.element_ty), mask=m)
+        ys, offs_t, mask_t, offs_n, mask_n = gemv_tile(
+            acts_ptr + t * stride_as, ws_ptr, ws_ptr, ws_ptr, ws_ptr, 1, D, FS, 0, 0,
+            tl.zeros([1], dtype=tl.float32), tl.program_id(0), 0, False, False, 0, False, 1,
+            BLOCK_N, BLOCK_KS, F32)
+        y += tl.load(s_ptr + t) * ys
+    m = mr[None, :]
+    h = tl.load(h_ptr + t * stride_h + rows[None, :], mask=m, other=0.0).to(tl.float32)
+    tl.store(h_ptr + t * stride_h + rows[None, :], (h + y).to(h_ptr.dtype.element_ty), mask=m)
+
+
+# the experts' down tile (rows a program, K chunk, warps): an H100 sweep of 2026-12-06 (bench/
+# RESULTS.md session 59; 16 launches a CUDA graph over disjoint experts, T = 1) -- of 10 tiles
+# (1-16 rows x 64-1024 K, 4 / 8 warps) 2 x 256 at 8 warps was within 3% / 6% of the best on
+# OLMoE-1B-7B's 8 experts of 1024 / Qwen1.5-MoE's 4 of 1408 (2399 / 2125 GB/s), where a loop of
+# one expert at a time (gemv_tile each, 4 x 1024) streamed 2260 / 1782: its id, then its rows,
+# one dependent round trip each
+DOWN_TILE = TileConfig(block_n=2, block_k=256, num_warps=8)
 
 
 def experts_down(h: torch.Tensor, act: torch.Tensor, w: torch.Tensor, ids: torch.Tensor,
@@ -110,12 +130,8 @@ def experts_down(h: torch.Tensor, act: torch.Tensor, w: torch.Tensor, ids: torch
     """h [T, d] += sum_j weights[t, j] act[t * top_k + j] @ w[ids[.]].T, the experts' down
     projections (w [E, d, F]) weighted and summed in fp32 per token, plus -- shared = (acts [T,
     FS], ws [d, FS], s [T]) -- the shared expert's down times its scale; in place, one kernel
-    (no fp32 outputs of the experts written and read back). Tiles: config (a TileConfig), else
-    gemv_config's decode tile for [d, F] (each program streams its rows of all top_k experts):
-    on an H100 (devtmp sweep, 2026-12-06, bench/RESULTS.md session 59) 2270 / 1764 GB/s on
-    OLMoE-1B-7B's / Qwen1.5-MoE's experts (71% / 55% of the 3.19 TB/s read roofline), within
-    6% of the best of ten tiles (4-32 rows x 256-2048 K chunks, 4 / 8 warps); every expert's
-    id and weight loaded up front instead of in the loop: level."""
+    (no fp32 outputs of the experts written and read back). Tiles: config (a TileConfig),
+    else DOWN_TILE; the shared expert's K in chunks of up to 1024."""
     T, D = h.shape
     P, F = act.shape
     top_k = P // T
@@ -123,12 +139,13 @@ def experts_down(h: torch.Tensor, act: torch.Tensor, w: torch.Tensor, ids: torch
     assert w.is_contiguous() and act.stride(1) == 1 and ids.dtype == torch.int32
     acts, ws, s = shared if shared is not None else (act, w, weights)
     assert shared is None or (ws.shape[0] == D and ws.is_contiguous() and acts.shape[0] == T)
-    cfg = config or gemv_config(D, F, 1, h.device)
+    cfg = config or DOWN_TILE
     pdl = use_pdl(h.device)
     experts_down_kernel[(triton.cdiv(D, cfg.block_n), T)](
         h, act, w, ids, weights, acts, ws, s, D, F, ws.shape[-1], h.stride(0), act.stride(0),
         acts.stride(0), w.stride(0), TOP_K=top_k, SHARED=shared is not None,
-        BLOCK_N=cfg.block_n, BLOCK_K=min(cfg.block_k, triton.next_power_of_2(max(F, ws.shape[-1]))),
-        F32=INTERPRET or w.dtype == torch.float32, PDL=pdl, num_warps=cfg.num_warps,
-        launch_pdl=pdl)
+        BLOCK_N=cfg.block_n, BLOCK_K=min(cfg.block_k, triton.next_power_of_2(F)),
+        BLOCK_KS=min(1024, triton.next_power_of_2(ws.shape[-1])),
+        BLOCK_J=triton.next_power_of_2(top_k), F32=INTERPRET or w.dtype == torch.float32,
+        PDL=pdl, num_warps=cfg.num_warps, launch_pdl=pdl)
     return h
