@@ -4,8 +4,9 @@
               e_j by descending p (ties: the lower index), weights w_j = p[e_j] (renormalized
               to sum 1: RENORM); SHARED: the shared expert's scale sigmoid(z[E])
     down:     h[t] += sum_j w[t, j] (W_{e_j} act[t * top_k + j]) (+ s[t] (W_shared act_shared[t])),
-              fp32 in choice order, rounded once to h's dtype: the experts' down GEMVs, their
-              weighted sum and the residual add in one kernel
+              in fp32 (a fixed order: each expert's dot products, then their weighted sum),
+              rounded once to h's dtype: the experts' down GEMVs, their weighted sum and the
+              residual add in one kernel
 Shapes: z [T, E (+ 1)] fp32; ids [T * top_k] int32, w [T * top_k] fp32, s [T] fp32; act [T *
 top_k, F] (the experts' gate|up outputs, gemv's experts), W [E, d, F]; h [T, d]. Bytes (decode):
 route E x 4; down top_k x d x F weight elements (+ d x F_shared), its share of the experts' 3 x
