@@ -36,7 +36,7 @@ FAMILIES = {
         head_dim=10, sliding_window=5, layer_types=["sliding_attention", "full_attention"])),
     # ministral3: Mistral with YaRN (x64) over an original context of 8 positions, the query scale
     # 1 + 0.5 ln(1 + floor(p / 8)) (llama_4_scaling_beta; raised from the released 0.1 so the
-    # tests' positions, up to 36, feel it), GQA 2:1, head_dim 10
+    # tests' positions, up to 28, feel it), GQA 2:1, head_dim 10
     "ministral3": (_tf("Ministral3Config"), _tf("Ministral3ForCausalLM"), dict(
         hidden_size=40, intermediate_size=56, num_attention_heads=4, num_key_value_heads=2,
         head_dim=10, rope_parameters={

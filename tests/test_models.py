@@ -1,5 +1,5 @@
 """Every family, every mode: teacher-forced logits against the Hugging Face model itself, over a
-prompt (several prefill chunks) and 16 more single-token steps."""
+prompt (several prefill chunks) and 8 more single-token steps."""
 import copy
 import inspect
 
@@ -14,7 +14,10 @@ from helpers import (U, default_dtype, hf_logits, rel_err, skip_unless_hf_reenco
                      teacher_forced)
 from models import FAMILIES, LONGROPE, MOE, hf_shapes, tiny_model, tiny_vlm
 
-PROMPT, STEPS = 21, 16   # 21 > the 16-token CPU prefill chunk: two chunks, then 16 decode steps
+# 21 > the 16-token CPU prefill chunk: two chunks, then 8 decode steps (16 until session 59:
+# the kernel modes' interpreter steps are most of CI's time, and 8 already run the decode path
+# past every tiny model's window and the prompt's second chunk)
+PROMPT, STEPS = 21, 8
 
 
 @pytest.mark.parametrize("family,mode", [
@@ -118,7 +121,7 @@ def test_vision_language_text_model_matches_hf(kind, tied, mode):
 
 @pytest.mark.parametrize("mode", ["torch", "mega"])
 def test_yarn_rope_fp32_matches_hf(mode):
-    """A YaRN-scaled RoPE (Qwen3's long-context recipe; original context 16 < the 37 positions
+    """A YaRN-scaled RoPE (Qwen3's long-context recipe; original context 16 < the 29 positions
     run) through the scaled cos / sin tables, q/k norm included: the same 1e-5 as above. (ops
     reads the same tables as mega; test_spec checks them against HF's rotary embedding.)"""
     model = tiny_model("qwen3", rope_scaling={"rope_type": "yarn", "factor": 4.0,

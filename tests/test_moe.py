@@ -72,14 +72,14 @@ def test_expert_gemv_matches_reference(T, K, N, E, data, dtype, seed):
         assert_close(y[p:p + 1], R.gemv(act[p:p + 1], wd[e]), torch.float32, N, f"down {p}")
 
 
-@given(T=st.sampled_from([1, 1, 4]), D=st.integers(1, 1100), F=st.integers(1, 150),
+@given(T=st.sampled_from([1, 1, 4]), D=st.integers(1, 200), F=st.integers(1, 600),
        FS=st.integers(1, 150), E=st.integers(1, 6), data=st.data(), shared=st.booleans(),
        dtype=DTYPES, seed=st.integers(0, 2**31 - 1))
 def test_experts_down_matches_reference(T, D, F, FS, E, data, shared, dtype, seed):
     """h += sum_j w_j (W_{e_j} act_j) (+ s W_shared act_shared): each token's experts' down
     GEMVs against the reference's, weighted and summed in fp32 with the residual, rounded once
-    to h's dtype (D past the 1024-row block, F past the K chunk; the reduction: the longest
-    row, K = max(F, FS), over top_k + 1 terms)."""
+    to h's dtype (odd row counts against the tile's rows, F past the experts' 256-wide K
+    chunks; the reduction: the longest row, K = max(F, FS), over top_k + 1 terms)."""
     k = data.draw(st.integers(1, E))
     g = torch.Generator().manual_seed(seed)
     h = torch.randn(T, D, generator=g).to(DEVICE, dtype)
@@ -143,7 +143,7 @@ def test_per_expert_checkpoint_folder(family, tmp_path):
         fastdecode.from_pretrained(str(tmp_path), device="cpu", mode="mega")
 
 
-@pytest.mark.parametrize("family", MOE)
+@pytest.mark.parametrize("family", ["qwen2_moe", "granitemoe"])
 def test_mixture_bf16_close_to_fp32_hf(family):
     """bf16 ops mode vs the fp32 HF model holding the same rounded weights, at test_models'
     half-precision bound (4u sqrt(13): ~6 roundings a layer, 2 layers and the head; the
@@ -152,7 +152,9 @@ def test_mixture_bf16_close_to_fp32_hf(family):
     logits by ~u of their scale, and random logits of a few experts lie that close often
     enough to swap the k-th and (k + 1)-th somewhere in a run, an O(1) change of that row --
     while the softmax weights of all experts are continuous in the logits. The choice itself is
-    held exactly in fp32 (test_models, test_route_matches_reference)."""
+    held exactly in fp32 (test_models, test_route_matches_reference). Two families: the shared
+    expert's path (Qwen2-MoE) and Granite's multipliers; the others' MoE is the same code, their
+    attention the dense families' (test_models' half-precision test)."""
     dtype = torch.bfloat16
     every = dict(num_experts_per_tok=n_experts(tiny_model(family).config))
     model = tiny_model(family, dtype=dtype, **every).to(DEVICE)
