@@ -441,8 +441,9 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
         cfg = stream.tile(K, parts)
         per = stream.tiles
     else:
-        cfg = config or gemv_config(N, K, T, x.device, rows=w.shape[0],
-                                    elem_bytes=w.element_size())
+        # (experts: each row pair is a T = 1 GEMV of its own expert: the decode tile)
+        cfg = config or gemv_config(N, K, T if experts is None else 1, x.device,
+                                    rows=w.shape[0], elem_bytes=w.element_size())
         per = 1
     grid = (triton.cdiv(triton.cdiv(N, cfg.block_n), per), triton.cdiv(P, BT))
     gemv_kernel[grid](x, stack, norm_w if norm_w is not None else w,
