@@ -145,7 +145,7 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
         get = expert_getter(get)
     if torch.device(device).type == "cuda":
         separate_head = not spec.shares_head or world > 1  # else the embedding's tensor
-        check_weights_fit(spec if world == 1 else sp, spec.vocab_size, separate_head, dtype,
+        check_weights_fit(sp, spec.vocab_size, separate_head, dtype,
                           torch.cuda.mem_get_info(torch.device(device))[0])
     every = slice(None)
 
@@ -613,7 +613,8 @@ def check_weights_fit(sp: ModelSpec, full_vocab: int, separate_head: bool, dtype
     embedding beside them unless it is the lm_head) must fit the device's free memory: else a
     ValueError before any copy, not an out-of-memory error halfway through the packing."""
     elt = torch.finfo(dtype).bits // 8
-    need = sp.weight_bytes_per_token(elt) + (full_vocab * sp.d_model * elt if separate_head else 0)
+    need = sp.weight_bytes_per_token(elt, all_experts=True) + \
+        (full_vocab * sp.d_model * elt if separate_head else 0)
     if need > free_bytes:
         gib = 1 << 30
         raise ValueError(f"the packed weights need {need / gib:.1f} GiB in {dtype} and "

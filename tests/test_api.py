@@ -329,12 +329,16 @@ def test_from_hf_packs_onto_a_device_and_dtype():
 def test_weights_too_large_raise():
     """Packing onto a GPU without room for the packed weights raises first. Their size is the
     published parameter count in bf16: Llama-3.1-8B's 8,030,261,248 (untied: the embedding and
-    the lm_head both), Llama-3.2-1B's 1,235,814,400 (tied: one tensor)."""
+    the lm_head both), Llama-3.2-1B's 1,235,814,400 (tied: one tensor), Mixtral-8x7B's
+    46,702,792,704 (every expert packed, not the 12.9B a token reads)."""
+    import transformers as tf
     from shapes import SHAPES
     from fastdecode.packing import check_weights_fit
     from fastdecode.spec import ModelSpec
-    for key, params, tied in (("8b", 8030261248, False), ("1b", 1235814400, True)):
-        spec = ModelSpec.from_hf_config(SHAPES[key][1]())
+    for cfg, params, tied in ((SHAPES["8b"][1](), 8030261248, False),
+                              (SHAPES["1b"][1](), 1235814400, True),
+                              (tf.MixtralConfig(), 46702792704, False)):
+        spec = ModelSpec.from_hf_config(cfg)
         check_weights_fit(spec, spec.vocab_size, not tied, torch.bfloat16, 2 * params)
         with pytest.raises(ValueError, match="packed weights need .*from_pretrained"):
             check_weights_fit(spec, spec.vocab_size, not tied, torch.bfloat16, 2 * params - 1)
