@@ -624,40 +624,30 @@ def check_weights_fit(sp: ModelSpec, full_vocab: int, separate_head: bool, dtype
                          f"straight onto the GPU)")
 
 
-# a checkpoint's per-expert tensors of layer L's mixture (HF's stacked names on the left: its
-# state dict's, [E, 2F, d] gate|up and [E, d, F] down): Qwen's / OLMoE's, then Mixtral's
-_EXPERT_PARTS = (("gate_up_proj", ("gate_proj", "up_proj"), ("w1", "w3")),
-                 ("down_proj", ("down_proj",), ("w2",)))
+# the per-expert tensors of HF's stacked ones (its state dict's [E, 2F, d] gate|up and [E, d, F]
+# down), in a checkpoint's mlp.experts.{e}.<name>.weight (a family's own names: its
+# checkpoint_names, Mixtral's w1 / w3 / w2)
+_EXPERT_PARTS = {"gate_up_proj": ("gate_proj", "up_proj"), "down_proj": ("down_proj",)}
 
 
 def expert_getter(get):
-    """Serves model.layers.{i}.mlp.experts.gate_up_proj / down_proj and mlp.gate.weight (the
-    router) from HF's stacked tensors or a checkpoint's per expert -- mlp.experts.{e}.gate_proj
-    (Qwen2 / Qwen3-MoE, OLMoE) or Mixtral's block_sparse_moe.experts.{e}.w1 (gate), w3 (up),
-    w2 (down) and block_sparse_moe.gate; index: a slice of the experts."""
+    """Serves model.layers.{i}.mlp.experts.gate_up_proj / down_proj from HF's stacked tensors
+    or a checkpoint's per-expert mlp.experts.{e}.gate_proj / up_proj / down_proj (Qwen2 /
+    Qwen3-MoE, OLMoE), read one expert at a time; index: a slice of the experts."""
     def eget(name, index=None):
         t = get(name, index)
-        if t is not None or ".mlp." not in name:
-            return t
-        if name.endswith(".mlp.gate.weight"):
-            return get(name.replace(".mlp.", ".block_sparse_moe."), index)
         head, _, part = name.rpartition(".experts.")
-        for stacked, qwen, mixtral in _EXPERT_PARTS:
-            if part != stacked:
-                continue
-            for prefix, names in ((head, qwen), (head.replace(".mlp", ".block_sparse_moe"),
-                                                 mixtral)):
-                e0, e1 = (0, None) if index is None else (index[0].start, index[0].stop)
-                ts, e = [], e0
-                while e1 is None or e < e1:
-                    rows = [get(f"{prefix}.experts.{e}.{n}.weight") for n in names]
-                    if any(r is None for r in rows):
-                        break
-                    ts.append(torch.cat(rows))
-                    e += 1
-                if ts:
-                    return torch.stack(ts)
-        return None
+        if t is not None or part not in _EXPERT_PARTS:
+            return t
+        e0, e1 = (0, None) if index is None else (index[0].start, index[0].stop)
+        ts, e = [], e0
+        while e1 is None or e < e1:
+            rows = [get(f"{head}.experts.{e}.{n}.weight") for n in _EXPERT_PARTS[part]]
+            if any(r is None for r in rows):
+                break
+            ts.append(torch.cat(rows))
+            e += 1
+        return torch.stack(ts) if ts else None
     return eget
 
 

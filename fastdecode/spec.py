@@ -264,9 +264,12 @@ FAMILIES: dict[str, Family] = {
     "qwen2": Family(qkv_bias=True, qk_norm=False, window_field="use_sliding_window"),
     "qwen3": Family(qkv_bias=False, qk_norm=True, window_field="use_sliding_window"),
     # mixtures of experts (Family.experts): Mistral's, Qwen2's (with a shared expert) and
-    # Qwen3's attention; OLMoE's q / k norms over all heads at once
+    # Qwen3's attention; OLMoE's q / k norms over all heads at once. Mixtral's checkpoints keep
+    # the experts under block_sparse_moe, each as w1 (gate), w3 (up) and w2 (down)
     "mixtral": Family(qkv_bias=False, qk_norm=False, window_field=None, experts=Experts(
-        count=("num_local_experts",), ffn="intermediate_size", renorm=True)),
+        count=("num_local_experts",), ffn="intermediate_size", renorm=True),
+        checkpoint_names=((".mlp.", ".block_sparse_moe."), (".gate_proj.", ".w1."),
+                          (".up_proj.", ".w3."), (".down_proj.", ".w2."))),
     "qwen2_moe": Family(qkv_bias=True, qk_norm=False, window_field="use_sliding_window",
                         experts=Experts(shared="shared_expert_intermediate_size")),
     "qwen3_moe": Family(qkv_bias=False, qk_norm=True, window_field="use_sliding_window",
