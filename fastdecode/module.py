@@ -17,7 +17,7 @@ from .generate import (_eos_set, check_hf_kwargs, new_token_count, run_generate,
                        validate_ids)
 from .loading import generation_defaults, open_checkpoint, resolve_model_path
 from .packing import FLOAT_DTYPES, dict_getter, pack
-from .runtime import MODES, Runtime, check_mode
+from .runtime import Runtime, check_mode
 from .state import Sampling
 from .triton_kernels._common import INTERPRET
 from .spec import ModelSpec
@@ -70,8 +70,7 @@ class FastModel(nn.Module):
         self.spec: ModelSpec = ModelSpec.from_hf_config(config)  # the whole model's sizes
         self.weights = weights
         self.mode = mode or _default_mode(weights.device, self.spec)
-        if self.mode not in MODES:
-            raise ValueError(f"mode={self.mode!r}: expected one of {MODES}")
+        check_mode(self.spec, self.mode)
         if max_seq_len < 1:
             raise ValueError(f"max_seq_len must be >= 1, got {max_seq_len}")
         # learned absolute positions (GPT-2): no position past the table's rows
