@@ -323,6 +323,17 @@ SHAPES = {
     "olmoe-1b-7b": ("OLMoE-1B-7B", lambda: tf.OlmoeConfig(
         intermediate_size=1024, pad_token_id=1, eos_token_id=50279)),
     "qwen1.5-moe": ("Qwen1.5-MoE-A2.7B", lambda: tf.Qwen2MoeConfig()),
+    # gpt-oss-20b (24 layers of 64 heads of 64 on a d_model of 2880, GQA 8:1, attention sinks,
+    # q / k / v / o biases, a 128-key window on every other layer, YaRN x32 over 4096; 32
+    # experts of 2880 of which 4, with biases, the clamped SwiGLU; a 201088 vocabulary, untied:
+    # 20.9B parameters, 3.6B read a token), as its config.json reads (the checkpoint's MXFP4
+    # experts dequantized: bf16 here)
+    "gpt-oss-20b": ("gpt-oss-20b", lambda: tf.GptOssConfig(
+        num_hidden_layers=24, num_local_experts=32, experts_per_token=4, num_experts_per_tok=4,
+        rope_parameters={"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                         "original_max_position_embeddings": 4096, "truncate": False,
+                         "rope_theta": 150000.0},
+        pad_token_id=199999, eos_token_id=200002)),
 }
 
 

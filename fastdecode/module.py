@@ -16,7 +16,7 @@ from . import hf_processing, quant
 from .generate import (_eos_set, check_hf_kwargs, new_token_count, run_generate, stack_sequences,
                        validate_ids)
 from .loading import generation_defaults, open_checkpoint, resolve_model_path
-from .packing import FLOAT_DTYPES, dict_getter, pack
+from .packing import FLOAT_DTYPES, FP32_KEPT, dict_getter, pack
 from .runtime import Runtime, check_mode
 from .state import Sampling
 from .triton_kernels._common import INTERPRET
@@ -26,13 +26,13 @@ from .spec import ModelSpec
 def _default_mode(device: torch.device, spec: ModelSpec) -> str:
     # On CUDA: the persistent megakernel, faster than one launch per op replayed as a CUDA graph
     # (mode="ops") on both shapes measured (H200, bench/sweep_mega.py at 7f52662: Llama-3.2-1B
-    # 1129 vs 997 tok/s, Llama-3.1-8B 225 vs 214; bench/RESULTS.md) -- a mixture of experts runs
-    # ops (the megakernel has no expert tasks). On CPU the Triton interpreter is exact but slow,
-    # so the default is the torch reference ops (mode="ops" / "mega" still run every kernel
-    # there, for tests).
+    # 1129 vs 997 tok/s, Llama-3.1-8B 225 vs 214; bench/RESULTS.md) -- a mixture of experts or
+    # attention sinks run ops (the megakernel has no tasks for them: runtime.check_mode). On CPU
+    # the Triton interpreter is exact but slow, so the default is the torch reference ops
+    # (mode="ops" / "mega" still run every kernel there, for tests).
     if device.type != "cuda":
         return "torch"
-    return "ops" if spec.moe else "mega"
+    return "ops" if spec.moe or spec.attn_sinks else "mega"
 
 
 def _device_guard(device: torch.device):
@@ -117,11 +117,12 @@ class FastModel(nn.Module):
         old = self.weights.tensors()
         new, done = {}, {}
         for name, t in old.items():
-            if t is not None and name != "alibi":
+            if t is not None and name not in FP32_KEPT:
                 new[name] = done.setdefault(id(t), fn(t))
         moved = next(iter(new.values()))
-        if old["alibi"] is not None:  # ALiBi's slopes stay fp32: moved, never cast
-            new["alibi"] = old["alibi"].to(moved.device)
+        for name in FP32_KEPT:  # ALiBi's slopes and the attention sinks stay fp32: moved, never
+            if old[name] is not None:  # cast
+                new[name] = old[name].to(moved.device)
         if all(new[n] is t for n, t in old.items() if t is not None):
             return self
         if moved.dtype not in FLOAT_DTYPES:
@@ -304,14 +305,18 @@ class FastModel(nn.Module):
             logits=tuple(rec[1]) if record["output_logits"] else None)
 
 
-def _check_float_params(model, fp8: bool = False):
-    """fp8: float8 weights pass (an FP8 checkpoint's, dequantized by quant as they pack)."""
+def _check_float_params(model, method: str | None = None):
+    """method: the config's quant method -- "fp8": float8 weights pass (an FP8 checkpoint's,
+    dequantized by quant as they pack); "mxfp4": the error says how to load it."""
+    how = " -- fastdecode.from_pretrained(path) reads the MXFP4 checkpoint itself, dequantizing " \
+        "its experts" if method == "mxfp4" else ""
     for name, p in model.named_parameters():
-        if fp8 and p.dtype in quant.FP8_DTYPES:
+        if method == "fp8" and p.dtype in quant.FP8_DTYPES:
             continue
         if not p.is_floating_point() or p.dtype not in FLOAT_DTYPES:
             raise TypeError(f"parameter {name} has dtype {p.dtype}; fastdecode needs float32, "
-                            "float16 or bfloat16 weights (quantized models are not supported)")
+                            f"float16 or bfloat16 weights (quantized models are not supported)"
+                            f"{how}")
 
 
 def _float_dtype(params):
@@ -375,8 +380,7 @@ def from_hf(model, max_seq_len: int = 4096, mode: str | None = None, device=None
     # checkpoint on a CPU) keeps its quantization_config: only quantized weights are checked
     params = list(model.parameters())
     quantized = any(p.dtype not in FLOAT_DTYPES for p in params)
-    fp8 = quantized and quant.check(config) == "fp8"
-    _check_float_params(model, fp8)
+    _check_float_params(model, quant.check(config) if quantized else None)
     dtype = _dtype_arg(dtype)
     _env.start_triton_key()  # beside the packing (see _env)
     device = _device_arg(device, params[0].device)

@@ -10,7 +10,9 @@ GEMV tiles (row-major [N, K], K contiguous, so a tile streams whole 16-byte-alig
     a mixture of experts (ModelSpec.n_experts E, expert_ffn F): w_router [L, E (+ 1), d] (the
            router's rows, then the shared expert's gate row where there is one), w_experts_gu
            [L, E, 2F, d] and w_experts_down [L, E, d, F] (HF's stacked layout); w_gu / w_down
-           hold the shared expert (ffn_dim wide, 0: none)
+           hold the shared expert (ffn_dim wide, 0: none); with biases (gpt-oss: ModelSpec.
+           expert_bias) b_router [L, E], b_experts_gu [L, E, 2F], b_experts_down [L, E, d]
+    sinks  [L, H] fp32: the attention sinks' logits (ModelSpec.attn_sinks)
     norms  [L, d] (before attention / the MLP; after them too where the family has them:
            ModelSpec.post_norms); qk_norm [L, H + KVH, hd], a row per head slot (Qwen3's one
            row repeated: qk_norm_getter); biases where the family has them
@@ -29,6 +31,8 @@ import torch
 from .spec import FAMILIES, ModelSpec
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+# PackedWeights fields that stay fp32 whatever the weights' dtype (FastModel.to moves them only)
+FP32_KEPT = ("alibi", "sinks")
 
 
 @dataclass
@@ -61,6 +65,12 @@ class PackedWeights:
     w_router: torch.Tensor | None = None
     w_experts_gu: torch.Tensor | None = None
     w_experts_down: torch.Tensor | None = None
+    b_router: torch.Tensor | None = None
+    b_experts_gu: torch.Tensor | None = None
+    b_experts_down: torch.Tensor | None = None
+    # [L, this rank's q heads] fp32: the attention sinks (ModelSpec.attn_sinks), kept in fp32
+    # as the ALiBi slopes are
+    sinks: torch.Tensor | None = None
 
     def pre_norm(self, which: int, l: int) -> torch.Tensor | None:
         """Layer l's norm before its attention (which 0) or MLP (1); None: none."""
@@ -142,7 +152,7 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
     if spec.layer_norm:  # last: it reads the weights as packed to fold the norms' biases
         get = centered_getter(get, spec, fam.norms[:2])
     if spec.moe:
-        get = expert_getter(get)
+        get = oai_expert_getter(get) if fam.experts.oai else expert_getter(get)
     if torch.device(device).type == "cuda":
         separate_head = not spec.shares_head or world > 1  # else the embedding's tensor
         check_weights_fit(sp, spec.vocab_size, separate_head, dtype,
@@ -259,6 +269,13 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
                             *((("mlp.shared_expert_gate.weight", None),) if spec.ffn_dim else ()))
         pw.w_experts_gu = stack_experts("gate_up_proj")
         pw.w_experts_down = stack_experts("down_proj")
+        if spec.expert_bias:
+            pw.b_router = stack(("mlp.gate.bias", None))
+            pw.b_experts_gu = stack_experts("gate_up_proj_bias")
+            pw.b_experts_down = stack_experts("down_proj_bias")
+    if spec.attn_sinks:  # this rank's q heads' logits, fp32 (the checkpoint's values exactly)
+        pw.sinks = torch.stack([fetch(f"model.layers.{i}.self_attn.sinks", q).float()
+                                for i in range(spec.n_layers)]).to(device)
     if spec.learned_positions:  # replicated on every rank; centered as the embedding rows
         pw.pos_embed = rows_through(fetch("model.embed_positions.weight",
                                           (slice(fam.position_offset, None),)),
@@ -651,6 +668,22 @@ def expert_getter(get):
     return eget
 
 
+def oai_expert_getter(get):
+    """Serves gpt-oss's experts (Experts.oai) in the packed layout: HF's gate_up_proj [E, d, 2F]
+    -- [in, out], the gate and up columns interleaved (2i, 2i + 1) -- as [E, 2F, d], the gate
+    rows then the up rows; down_proj [E, F, d] as [E, d, F]; gate_up_proj_bias [E, 2F] de-
+    interleaved the same way. index: a slice of the experts (read before the reordering)."""
+    def oget(name, index=None):
+        t = get(name, index)
+        part = name.rpartition(".mlp.experts.")[2]
+        if t is None or part not in ("gate_up_proj", "down_proj", "gate_up_proj_bias"):
+            return t
+        if part != "gate_up_proj_bias":
+            t = t.transpose(-1, -2)
+        return torch.cat([t[:, 0::2], t[:, 1::2]], 1) if part.startswith("gate_up") else t
+    return oget
+
+
 def dict_getter(state: dict):
     """get(name, index=None) over an in-memory state dict."""
     def get(name, index=None):
@@ -667,6 +700,10 @@ def _check_shapes(pw: PackedWeights, full_vocab: int):
         "w_gu": (s.n_layers, (1 + s.gated) * s.ffn_dim, s.d_model),
         "w_down": (s.n_layers, s.d_model, s.ffn_dim),
     }
+    if s.moe:
+        want.update(w_router=(s.n_layers, s.n_experts + (s.ffn_dim > 0), s.d_model),
+                    w_experts_gu=(s.n_layers, s.n_experts, 2 * s.expert_ffn, s.d_model),
+                    w_experts_down=(s.n_layers, s.n_experts, s.d_model, s.expert_ffn))
     for name, shape in want.items():
         got = tuple(getattr(pw, name).shape)
         if got != shape:

@@ -19,6 +19,12 @@ turns them when it dequantizes:
   per group of K columns ([N, K / g]) or per block ([ceil(N / bn), ceil(K / bk)], the config
   group's block_structure), symmetric (no zero point): W = q * s by compressed_tensors'
   dequantize ((q - 0) * s, in the scale's dtype: one rounding of an exact product, as here).
+- "mxfp4" (gpt-oss): each expert matrix W [E, N, K] (N the output rows: gate|up's 2F, down's d)
+  is stored as `<name>_blocks` [E, N, K / 32, 16] uint8 -- two FP4 (e2m1) codes a byte, the low
+  nibble first -- and `<name>_scales` [E, N, K / 32] uint8 E8M0 exponents, one per 32 elements:
+  W[e, n, k] = fp4(code) * 2^(scale - 127), exact in fp32 and bf16 (a 2-bit significand), as
+  transformers' convert_moe_packed_tensors computes it; served in HF's orientation, [E, K, N]
+  (its GptOssExperts parameters), the attention, router and embeddings unquantized.
 
 Every other method or scheme (GPTQ, AWQ, bitsandbytes, integer or 4-bit compressed-tensors,
 sparse ones ...) raises UnsupportedModelError before any tensor is read; so does a float8 tensor
@@ -34,7 +40,11 @@ FP8_DTYPES = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2")
                    if hasattr(torch, n))
 # quant method -> the suffix of a weight's scales beside its name ("...q_proj.weight" + suffix)
 SCALE_SUFFIX = {"fp8": "_scale_inv", "compressed-tensors": "_scale"}
-SUPPORTED = tuple(SCALE_SUFFIX)
+SUPPORTED = (*SCALE_SUFFIX, "mxfp4")
+# the e2m1 values of the 16 FP4 codes (sign bit 3; OCP Microscaling Formats spec, as
+# transformers' FP4_VALUES)
+FP4_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0,
+              -6.0)
 FLOAT8_FORMATS = ("float-quantized", "naive-quantized")  # compressed-tensors' dense fp8 formats
 
 
@@ -57,7 +67,7 @@ def check(config) -> str | None:
     if method not in SUPPORTED:
         raise UnsupportedModelError(
             f"{method!r}-quantized checkpoints are not supported (fastdecode streams float "
-            f"weights; it dequantizes {', '.join(SUPPORTED)} FP8 checkpoints as they load): "
+            f"weights; it dequantizes {', '.join(SUPPORTED)} checkpoints as they load): "
             "load an unquantized checkpoint")
     if method == "compressed-tensors":
         groups = list((q.get("config_groups") or {}).values())
@@ -111,13 +121,41 @@ def dequantize_fp8(q: torch.Tensor, scale: torch.Tensor, block=None) -> torch.Te
     return w * s
 
 
+def dequantize_mxfp4(blocks: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """blocks [..., N, G, 16] uint8, scales [..., N, G] uint8 -> fp32 [..., N, G * 32] (module
+    docstring: each byte's low nibble the even element, its high one the odd)."""
+    if blocks.shape[:-1] != scales.shape or blocks.shape[-1] != 16:
+        raise ValueError(f"MXFP4 blocks {tuple(blocks.shape)} do not match their scales "
+                         f"{tuple(scales.shape)} (expected [..., G, 16] and [..., G])")
+    lut = torch.tensor(FP4_VALUES, dtype=torch.float32, device=blocks.device)
+    b = blocks.to(torch.int64)
+    w = torch.stack([lut[b & 15], lut[b >> 4]], -1).flatten(-2)  # [..., N, G, 32]
+    w = torch.ldexp(w, scales.to(torch.int32)[..., None] - 127)
+    return w.flatten(-2)
+
+
 def dequantizing_getter(config, get, device=None):
     """get(name, index=None) of a checkpoint -> the same, its fp8 weights dequantized (fp32, on
     `device`, else where get put them; sliced by index after: a block straddles a rank's
-    rows). Not quantized: get itself."""
+    rows); an MXFP4 checkpoint's expert matrices from their blocks and scales (fp32, HF's
+    orientation; index: a slice of the experts, read as such). Not quantized: get itself."""
     method = check(config)
     if method is None:
         return get
+    if method == "mxfp4":
+        def read4(name, index=None):
+            t = get(name, index)
+            if t is not None:
+                return t
+            blocks, scales = get(name + "_blocks", index), get(name + "_scales", index)
+            if blocks is None:
+                return None
+            if scales is None:
+                raise TypeError(f"{name}_blocks is MXFP4 without its {name}_scales")
+            if device is not None:
+                blocks, scales = blocks.to(device), scales.to(device)
+            return dequantize_mxfp4(blocks, scales).transpose(-1, -2)
+        return read4
     block = _block(quantization(config), method)
     suffix = SCALE_SUFFIX[method]
 

@@ -11,7 +11,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from .spec import ALIBI_BLOOM, ALIBI_FALCON
+from .spec import ALIBI_BLOOM, ALIBI_FALCON, OAI_SWIGLU
 
 
 def rmsnorm(x, w, eps, residual=None):
@@ -72,10 +72,15 @@ def activation(g, act="silu", params=None):
 
 def glu(y, act="silu", gated=True, params=None):
     """y [T, 2N] = [gate | up] -> act(gate) * up [T, N] in y's dtype; not gated (an MLP without
-    a gate, ModelSpec.gated): y [T, N] = up -> act(up) (params: xIELU's, activation)."""
+    a gate, ModelSpec.gated): y [T, N] = up -> act(up) (params: xIELU's, activation); act
+    "swiglu_oai": gpt-oss's clamped SwiGLU (spec.OAI_SWIGLU, as HF's GptOssExperts)."""
     if not gated:
         return activation(y, act, params)
     g, u = y.chunk(2, dim=-1)
+    if act == "swiglu_oai":
+        alpha, limit = OAI_SWIGLU
+        c = g.clamp(max=limit)
+        return c * torch.sigmoid(alpha * c) * (u.clamp(-limit, limit) + 1)
     return activation(g, act) * u
 
 
@@ -161,10 +166,11 @@ def alibi_bias(slopes, kp, kind, scale):
 
 
 def attention(q, k_cache, v_cache, pos, *, window=0, scale=None, softcap=0.0, qscale=(),
-              alibi=None, alibi_kind=ALIBI_BLOOM):
+              alibi=None, alibi_kind=ALIBI_BLOOM, sinks=None):
     """q [T, H, hd] (queries at positions pos..pos+T-1) -> fp32 [T, H*hd]; causal, optional
     window; alibi [H] (ALiBi's slopes): each head's scores plus alibi_bias; each query's scores
-    times position_scale (qscale), then soft-capped at softcap (0: not)."""
+    times position_scale (qscale), then soft-capped at softcap (0: not); sinks [H] (attention
+    sinks, ModelSpec.attn_sinks): head h's logit joins each of its softmaxes, with no value."""
     T, H, HD = q.shape
     KVH = k_cache.shape[0]
     p = int(pos)
@@ -182,7 +188,11 @@ def attention(q, k_cache, v_cache, pos, *, window=0, scale=None, softcap=0.0, qs
     if window:
         ok = ok & (kp > qp - window)
     s = s.masked_fill(~ok[None], float("-inf"))
-    o = torch.einsum("htl,hld->thd", s.softmax(-1), v)
+    if sinks is None:
+        p = s.softmax(-1)
+    else:
+        p = torch.cat([s, sinks.float()[:, None, None].expand(H, T, 1)], -1).softmax(-1)[..., :-1]
+    o = torch.einsum("htl,hld->thd", p, v)
     return o.reshape(T, H * HD)
 
 
@@ -258,8 +268,8 @@ def merge_partials(o, lse):
 class Numerics:
     """How the layer blocks compute. mm(x, w): x @ w.T; norm(x, w, eps): the d_model-wide
     RMSNorms; swiglu(y [T, 2N], act, gated, params=) -> [T, N] (glu's contract); attend(q, k_cache,
-    v_cache, pos, window=, softcap=, qscale=, alibi=, alibi_kind=): the attention (this module's,
-    or a kernel's with the same contract)."""
+    v_cache, pos, window=, softcap=, qscale=, alibi=, alibi_kind=, sinks=): the attention (this
+    module's, or a kernel's with the same contract)."""
     mm: Callable = mm_fp32
     norm: Callable = rmsnorm
     swiglu: Callable = glu
@@ -280,7 +290,7 @@ def attention_block(pw, l, h, pos, k_cache, v_cache, cos, sin, num=FP32):
                  num=num, qk_norm_after=s.qk_norm_after, qk_norm_full=s.qk_norm_full)
     o = num.attend(q.to(pw.dtype), k_cache, v_cache, pos, window=s.layer_windows[l],
                    softcap=s.attn_softcap, qscale=s.q_pos_scale, alibi=pw.alibi,
-                   alibi_kind=s.alibi)
+                   alibi_kind=s.alibi, sinks=pick(pw.sinks))
     return gemv(o.to(pw.dtype), pw.w_o[l], bias=pick(pw.b_o), num=num)
 
 
@@ -299,17 +309,23 @@ def route(logits, top_k: int, norm_topk: bool, shared: bool = False):
 
 def moe_block(pw, l, h, num=FP32):
     """Layer l's mixture of experts [T, d] fp32, without the residual: x = rmsnorm(h), each row's
-    sum over its routed experts (route) of weight x down_e(act(gate_e x) * up_e x), plus the shared
+    sum over its routed experts (route of the router's logits, plus its bias where there is one:
+    ModelSpec.expert_bias) of weight x down_e(act(gate_e x) * up_e x) (each with its expert's
+    bias, there too), plus the shared
     expert's output times its sigmoid gate where there is one (ModelSpec.ffn_dim > 0). Experts
     run on the rows that picked them (a host loop: torch mode and the long prompts' pass)."""
     s = pw.spec
     x = num.norm(h, pw.pre_norm(1, l), s.rms_eps)
-    ids, w, shared = route(num.mm(x, pw.w_router[l]), s.top_k, s.norm_topk, s.ffn_dim > 0)
+    pick = lambda t, *i: None if t is None else t[(l, *i)]  # noqa: E731
+    ids, w, shared = route(gemv(x, pw.w_router[l], bias=pick(pw.b_router), num=num), s.top_k,
+                           s.norm_topk, s.ffn_dim > 0)
     out = torch.zeros(h.shape[0], s.d_model, device=h.device, dtype=torch.float32)
     for e in ids.unique().tolist():
         t, j = (ids == e).nonzero(as_tuple=True)
-        act = gemv(x[t], pw.w_experts_gu[l, e], swiglu=True, act=s.act, num=num).to(pw.dtype)
-        out.index_add_(0, t, w[t, j, None] * gemv(act, pw.w_experts_down[l, e], num=num).float())
+        act = gemv(x[t], pw.w_experts_gu[l, e], bias=pick(pw.b_experts_gu, e), swiglu=True,
+                   act=s.act, num=num).to(pw.dtype)
+        y = gemv(act, pw.w_experts_down[l, e], bias=pick(pw.b_experts_down, e), num=num)
+        out.index_add_(0, t, w[t, j, None] * y.float())
     if s.ffn_dim:
         act = gemv(x, pw.w_gu[l], swiglu=True, act=s.act, num=num).to(pw.dtype)
         out += shared[:, None] * gemv(act, pw.w_down[l], num=num).float()

@@ -69,10 +69,11 @@ def check_mode(spec, mode: str | None):
         return
     if mode not in MODES:
         raise ValueError(f"mode={mode!r}: expected one of {MODES}")
-    if spec.moe and mode in ("vm", "mega"):
+    lacks = "a mixture of experts" if spec.moe else "attention sinks" if spec.attn_sinks else ""
+    if lacks and mode in ("vm", "mega"):
         raise UnsupportedModelError(
-            f"{spec.family}: a mixture of experts runs in mode='ops' (one kernel per op, "
-            f"CUDA-graphed) or 'torch'; mode={mode!r} has no expert tasks yet")
+            f"{spec.family}: {lacks} runs in mode='ops' (one kernel per op, CUDA-graphed) or "
+            f"'torch'; mode={mode!r} has no tasks for it yet")
 
 
 class Runtime:
@@ -357,9 +358,10 @@ class Runtime:
                           torch.arange(st.n_pos, st.n_pos + T, device=pw.device))
         block_s, block_tok, warps = prefill_attention_config(s.head_dim, s.group)
 
-        def attend(q, k_cache, v_cache, pos, window, softcap, qscale, alibi, alibi_kind):
+        def attend(q, k_cache, v_cache, pos, window, softcap, qscale, alibi, alibi_kind, sinks):
             return ops.attention(q, k_cache, v_cache, st.pos, window=window, softcap=softcap,
-                                 qscale=qscale, alibi=alibi, alibi_kind=alibi_kind, n_splits=1,
+                                 qscale=qscale, alibi=alibi, alibi_kind=alibi_kind, sinks=sinks,
+                                 n_splits=1,
                                  block_s=block_s, block_tok=block_tok, num_warps=warps)
 
         num = R.Numerics(mm=R.mm_native, norm=ops.rmsnorm, swiglu=ops.swiglu, attend=attend)
@@ -490,6 +492,7 @@ class Runtime:
             ops.attention(st.q[:T], st.k_cache[l], st.v_cache[l], st.pos,
                           window=s.layer_windows[l], softcap=s.attn_softcap,
                           qscale=s.q_pos_scale, alibi=pw.alibi, alibi_kind=s.alibi,
+                          sinks=None if pw.sinks is None else pw.sinks[l],
                           n_splits=st.o_part.shape[0],
                           scratch=(st.o_part, st.lse),
                           out=st.attn[:T])
@@ -514,19 +517,23 @@ class Runtime:
         (reference.moe_block's math, no host sync: CUDA-graph capturable): the router's GEMV
         after the MLP's norm, the routing, the top_k experts' gate|up GEMVs by the routed ids,
         the shared expert's gate|up, then one kernel of the experts' (and the shared expert's)
-        down GEMVs adding their weighted sum into h."""
+        down GEMVs adding their weighted sum into h; the router's and the experts' biases where
+        the model has them (ModelSpec.expert_bias)."""
         st, pw, s = self.state, self.pw, self.spec
         norm, P = pw.pre_norm(1, l), T * s.top_k
-        ops.gemv(h, pw.w_router[l], norm_w=norm, eps=s.rms_eps, out=st.router[:T])
+        pick = lambda t: None if t is None else t[l]  # noqa: E731
+        ops.gemv(h, pw.w_router[l], norm_w=norm, eps=s.rms_eps, bias=pick(pw.b_router),
+                 out=st.router[:T])
         ids, w, scale = ops.moe_route(st.router[:T], s.top_k, s.norm_topk, s.ffn_dim > 0,
                                       out=(st.moe_ids[:P], st.moe_w[:P], st.moe_s[:T]))
-        ops.gemv(h, pw.w_experts_gu[l], norm_w=norm, eps=s.rms_eps, swiglu=True, act=s.act,
-                 experts=ids, out=st.moe_act[:P])
+        ops.gemv(h, pw.w_experts_gu[l], norm_w=norm, eps=s.rms_eps, bias=pick(pw.b_experts_gu),
+                 swiglu=True, act=s.act, experts=ids, out=st.moe_act[:P])
         shared = None
         if s.ffn_dim:
             shared = (ops.gemv(h, pw.w_gu[l], norm_w=norm, eps=s.rms_eps, swiglu=True, act=s.act,
                                out=st.act[:T]), pw.w_down[l], scale)
-        ops.moe_down(h, st.moe_act[:P], pw.w_experts_down[l], ids, w, shared)
+        ops.moe_down(h, st.moe_act[:P], pw.w_experts_down[l], ids, w, shared,
+                     bias=pick(pw.b_experts_down))
 
     def _head_ops(self, h, T, all_logits, sampling, choose=True):
         """The lm_head and the token choice of a step's rows h [T, d] (the logits of all of them

@@ -46,6 +46,17 @@ class Experts:
     ffn: str = "moe_intermediate_size"    # an expert's MLP width
     renorm: bool | str = "norm_topk_prob"  # True: always; a str: the config flag that says it
     shared: str | None = None             # the shared expert's width field (None: none)
+    # gpt-oss: the router and every expert's gate|up and down carry biases (ModelSpec.
+    # expert_bias); HF keeps gate_up_proj [E, d, 2F] as [in, out] with the gate and up columns
+    # interleaved (2i, 2i + 1) and down_proj [E, F, d] (packing.oai_expert_getter); the experts'
+    # activation is the clamped SwiGLU (ModelSpec.act "swiglu_oai": OAI_SWIGLU)
+    oai: bool = False
+
+
+# gpt-oss's clamped SwiGLU, (alpha, limit): (min(g, limit) sigmoid(alpha min(g, limit))) (clamp(u,
+# -limit, limit) + 1) of gate g and up u -- HF's GptOssExperts; the kernels' constants
+# (triton_kernels.gemv), so a config with other values is refused (Family.require_equal)
+OAI_SWIGLU = (1.702, 7.0)
 
 
 @dataclass(frozen=True)
@@ -218,6 +229,9 @@ class Family:
     # every layer's MLP a mixture of experts (Mixtral, Qwen2 / Qwen3-MoE, OLMoE): ModelSpec.
     # n_experts; packing.expert_getter reads the checkpoint's per-expert or HF's stacked tensors
     experts: Experts | None = None
+    # attention sinks (gpt-oss): a learned logit per q head a layer that joins each query's
+    # softmax as a key with no value (ModelSpec.attn_sinks; PackedWeights.sinks)
+    sinks: bool = False
 
 
 # GPT-2's tensor names (GPT-BigCode's too), HF's Llama-style names first: the embeddings, layers
@@ -292,6 +306,17 @@ FAMILIES: dict[str, Family] = {
                              (".mlp.gate.weight", ".block_sparse_moe.router.weight"),
                              (".block_sparse_moe.router.weight",
                               ".block_sparse_moe.router.layer.weight"))),
+    # gpt-oss: attention sinks, q / k / v / o biases, sliding windows on every other layer
+    # (layer_types), YaRN; a router with a bias (softmax of the top-k logits: the top-k
+    # probabilities renormalized) over experts with biases and the clamped SwiGLU (Experts.oai)
+    "gpt_oss": Family(qkv_bias=False, qk_norm=False, window_field=None, sinks=True,
+                      bias_fields=("attention_bias", "attention_bias", None),
+                      experts=Experts(count=("num_local_experts",), ffn="intermediate_size",
+                                      renorm=True, oai=True),
+                      checkpoint_names=((".mlp.gate.", ".mlp.router."),),
+                      require_equal=(("swiglu_alpha", OAI_SWIGLU[0], "the clamped SwiGLU's "
+                                      "alpha"),
+                                     ("swiglu_limit", OAI_SWIGLU[1], "its clamp"))),
     "phi3": Family(qkv_bias=False, qk_norm=False, window_field=None, fused=True,
                    partial_rotary=True),
     "granite": Family(qkv_bias=False, qk_norm=False, window_field=None, multipliers=True),
@@ -620,7 +645,7 @@ TEXT_OF = ("mistral3", "llava", "llava_next", "llava_onevision", "gemma3", "qwen
 # why some model types a user may try are not supported (UnsupportedModelError says it)
 UNSUPPORTED = {
     **{mt: "a mixture of experts whose router or experts differ from Mixtral's and Qwen's"
-       for mt in ("deepseek_v3", "gpt_oss", "llama4_text", "granitemoeshared", "qwen3_vl_moe",
+       for mt in ("deepseek_v3", "llama4_text", "granitemoeshared", "qwen3_vl_moe",
                   "glm4v_moe", "dbrx")},
     **{mt: "a vision-language model (its text model alone is not read)" for mt in (
         "llama4",)},
@@ -735,6 +760,10 @@ class ModelSpec:
     top_k: int = 0
     expert_ffn: int = 0
     norm_topk: bool = False
+    expert_bias: bool = False  # the router and the experts carry biases (Experts.oai)
+    # attention sinks (Family.sinks): each q head's learned logit s_h joins its softmax as a key
+    # without a value, o = sum_j e^(x_j) v_j / (e^(s_h) + sum_j e^(x_j))
+    attn_sinks: bool = False
 
     @property
     def qk_layer_norm(self) -> bool:
@@ -1116,6 +1145,7 @@ class ModelSpec:
         scales = _multipliers(cfg, hd, fam.logits_multiplied) if fam.multipliers else {}
         mlp = _experts(mt, fam.experts, cfg, n_layers) if fam.experts else \
             dict(ffn_dim=_ffn_dim(fam, cfg, d))
+        act = mlp.pop("act", ACTS[act])  # the experts' own (Experts.oai), else the config's
         if fam.gemma_norms or fam.embed_scale_field and getattr(cfg, fam.embed_scale_field,
                                                                     False):
             scales = dict(embed_scale=math.sqrt(d))
@@ -1140,14 +1170,14 @@ class ModelSpec:
             layer_windows=windows,
             max_position=int(getattr(cfg, fam.max_position_field, 1 << 30) or (1 << 30)),
             rotary_dim=0 if rot == hd else rot, rope_interleaved=fam.interleaved_rope,
-            nope_layers=nope, act=ACTS[act], gated=fam.gated,
+            nope_layers=nope, act=act, gated=fam.gated,
             post_norms=fam.norms[2] is not None and (
                 fam.post_norm_field is None or bool(getattr(cfg, fam.post_norm_field, True))),
             pre_norms=fam.norms[0] is not None, qk_norm_full=fam.qk_norm_full,
             local_rope=local if any(windows) else {}, attn_softcap=caps[0],
             logit_softcap=caps[1], q_pos_scale=_q_pos_scale(mt, rope),
             embed_norm=fam.embed_norm, rope_flipped=fam.rope_flipped, alibi=alibi,
-            alibi_mpt=fam.alibi_mpt)
+            alibi_mpt=fam.alibi_mpt, attn_sinks=fam.sinks)
 
 
 class _Nested:
@@ -1190,7 +1220,8 @@ def _experts(mt: str, ex: Experts, cfg, n_layers: int) -> dict:
                                     "not supported")
     renorm = ex.renorm if isinstance(ex.renorm, bool) else bool(getattr(cfg, ex.renorm, False))
     return dict(n_experts=n, top_k=k, expert_ffn=int(getattr(cfg, ex.ffn)), norm_topk=renorm,
-                ffn_dim=int(getattr(cfg, ex.shared, 0) or 0) if ex.shared else 0)
+                ffn_dim=int(getattr(cfg, ex.shared, 0) or 0) if ex.shared else 0,
+                expert_bias=ex.oai, **({"act": "swiglu_oai"} if ex.oai else {}))
 
 
 def _ffn_dim(fam: Family, cfg, d: int) -> int:

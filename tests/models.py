@@ -356,10 +356,16 @@ FAMILIES = {
         hidden_size=48, intermediate_size=20, num_attention_heads=4, num_key_value_heads=2,
         num_experts=6, num_experts_per_tok=3, pad_token_id=0, bos_token_id=1,
         eos_token_id=2)),
+    # gpt_oss: attention sinks, q / k / v / o biases, head_dim 12 (H*hd != d), a window of 6 keys
+    # on layer 0 (every other layer), YaRN; top 2 of 5 experts 26 wide with biases, the clamped
+    # SwiGLU, the router's bias
+    "gpt_oss": (_tf("GptOssConfig"), _tf("GptOssForCausalLM"), dict(
+        hidden_size=40, intermediate_size=26, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=12, num_local_experts=5, num_experts_per_tok=2, sliding_window=6)),
 }
 # the mixtures of experts among them: mode="ops" and "torch" only (the megakernel and the VM
 # have no expert tasks)
-MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe")
+MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe", "gpt_oss")
 # a transformers without a family's classes (an older one, as on the GPU machine): its tests skip
 MISSING = {k for k, v in FAMILIES.items() if None in v[:2]}
 FAMILIES = {k: v for k, v in FAMILIES.items() if k not in MISSING}
@@ -384,11 +390,11 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
     cfg = dict(num_key_value_heads=kv, num_attention_heads=heads,
                head_dim=2 * draw(st.integers(1, 12)), hidden_size=heads * draw(st.integers(2, 9)),
                intermediate_size=draw(st.integers(3, 97)), tie_word_embeddings=draw(st.booleans()))
-    if family in ("mistral", "phi3", "mixtral"):
+    if family in ("mistral", "phi3", "mixtral", "gpt_oss"):
         cfg["sliding_window"] = draw(st.integers(2, 12))
     if family in MOE:  # any count of experts and of routed ones, their own width
         n = draw(st.integers(1, 9))
-        cfg.update({"num_local_experts" if family in ("mixtral", "granitemoe") else
+        cfg.update({"num_local_experts" if family in ("mixtral", "granitemoe", "gpt_oss") else
                     "num_experts": n,
                     "num_experts_per_tok": draw(st.integers(1, n))})
         if family in ("qwen2_moe", "qwen3_moe"):

@@ -50,36 +50,46 @@ def test_route_matches_reference(T, E, data, renorm, shared, seed):
 
 
 @given(T=st.sampled_from([1, 1, 2, 5]), K=st.integers(1, 200), N=st.integers(1, 90),
-       E=st.integers(1, 6), data=st.data(), dtype=DTYPES, seed=st.integers(0, 2**31 - 1))
-def test_expert_gemv_matches_reference(T, K, N, E, data, dtype, seed):
+       E=st.integers(1, 6), data=st.data(), dtype=DTYPES, oai=st.booleans(),
+       seed=st.integers(0, 2**31 - 1))
+def test_expert_gemv_matches_reference(T, K, N, E, data, dtype, oai, seed):
     """gemv's experts: a token's gate|up through each of its experts (RMSNorm prologue, SwiGLU
     epilogue: an MLP's gain, ACT_GAIN) and the pairs' down rows through theirs, each output row
     against the reference GEMV of its own expert -- rows routed to repeated, skipped and the
-    last experts (an off-by-one expert offset reads another expert's rows: O(1) errors)."""
+    last experts (an off-by-one expert offset reads another expert's rows: O(1) errors). oai:
+    gpt-oss's experts -- each with its own bias rows, gate|up through the clamped SwiGLU (the
+    gate's and up's sums std ~3 with the biases: past the clamp at 7 now and then)."""
     k = data.draw(st.integers(1, E))
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(T, K, generator=g).to(DEVICE, dtype)
     nw = (1 + 0.2 * torch.randn(K, generator=g)).to(DEVICE, dtype)
-    wgu = (torch.randn(E, 2 * N, K, generator=g) / K ** 0.5).to(DEVICE, dtype)
+    wgu = (3 * torch.randn(E, 2 * N, K, generator=g) / K ** 0.5).to(DEVICE, dtype)
     wd = (torch.randn(E, K, N, generator=g) / N ** 0.5).to(DEVICE, dtype)
+    bgu = torch.randn(E, 2 * N, generator=g).to(DEVICE, dtype) if oai else None
+    bd = torch.randn(E, K, generator=g).to(DEVICE, dtype) if oai else None
+    act_name = "swiglu_oai" if oai else "silu"
     ids = torch.stack([torch.randperm(E, generator=g)[:k] for _ in range(T)]).view(-1)
     ids = ids.to(DEVICE, torch.int32)
-    act = ops.gemv(x, wgu, norm_w=nw, eps=1e-5, swiglu=True, experts=ids)
-    y = ops.gemv(act, wd, experts=ids, out=torch.empty(T * k, K, device=DEVICE))
+    act = ops.gemv(x, wgu, norm_w=nw, eps=1e-5, bias=bgu, swiglu=True, act=act_name,
+                   experts=ids)
+    y = ops.gemv(act, wd, bias=bd, experts=ids, out=torch.empty(T * k, K, device=DEVICE))
     for p, e in enumerate(ids.tolist()):
-        ref = R.gemv(x[p // k:p // k + 1], wgu[e], norm_w=nw, eps=1e-5, swiglu=True)
+        ref = R.gemv(x[p // k:p // k + 1], wgu[e], norm_w=nw, eps=1e-5, swiglu=True,
+                     act=act_name, bias=None if bgu is None else bgu[e])
         assert_close(act[p:p + 1], ref, dtype, K, f"gate|up pair {p}", gain=ACT_GAIN)
-        assert_close(y[p:p + 1], R.gemv(act[p:p + 1], wd[e]), torch.float32, N, f"down {p}")
+        assert_close(y[p:p + 1], R.gemv(act[p:p + 1], wd[e], bias=None if bd is None else bd[e]),
+                     torch.float32, N, f"down {p}")
 
 
 @given(T=st.sampled_from([1, 1, 4]), D=st.integers(1, 200), F=st.integers(1, 600),
        FS=st.integers(1, 150), E=st.integers(1, 6), data=st.data(), shared=st.booleans(),
-       dtype=DTYPES, seed=st.integers(0, 2**31 - 1))
-def test_experts_down_matches_reference(T, D, F, FS, E, data, shared, dtype, seed):
-    """h += sum_j w_j (W_{e_j} act_j) (+ s W_shared act_shared): each token's experts' down
-    GEMVs against the reference's, weighted and summed in fp32 with the residual, rounded once
-    to h's dtype (odd row counts against the tile's rows, F past the experts' 256-wide K
-    chunks; the reduction: the longest row, K = max(F, FS), over top_k + 1 terms)."""
+       bias=st.booleans(), dtype=DTYPES, seed=st.integers(0, 2**31 - 1))
+def test_experts_down_matches_reference(T, D, F, FS, E, data, shared, bias, dtype, seed):
+    """h += sum_j w_j (W_{e_j} act_j (+ b_{e_j}: gpt-oss's biases)) (+ s W_shared act_shared):
+    each token's experts' down GEMVs against the reference's, weighted and summed in fp32 with
+    the residual, rounded once to h's dtype (odd row counts against the tile's rows, F past the
+    experts' 256-wide K chunks; the reduction: the longest row, K = max(F, FS), over top_k + 1
+    terms)."""
     k = data.draw(st.integers(1, E))
     g = torch.Generator().manual_seed(seed)
     h = torch.randn(T, D, generator=g).to(DEVICE, dtype)
@@ -91,12 +101,14 @@ def test_experts_down_matches_reference(T, D, F, FS, E, data, shared, dtype, see
     acts = torch.randn(T, FS, generator=g).to(DEVICE, dtype)
     ws = (torch.randn(D, FS, generator=g) / FS ** 0.5).to(DEVICE, dtype)
     s = torch.rand(T, generator=g).to(DEVICE)
+    b = torch.randn(E, D, generator=g).to(DEVICE, dtype) if bias else None
     want = h.float().clone()  # (fp32: .float() is h itself, which the kernel updates)
     for p, e in enumerate(ids.tolist()):
-        want[p // k] += wt[p] * R.gemv(act[p:p + 1], w[e]).float()[0]
+        want[p // k] += wt[p] * R.gemv(act[p:p + 1], w[e], bias=b if b is None else b[e]) \
+            .float()[0]
     if shared:
         want = want + s[:, None] * R.gemv(acts, ws).float()
-    ops.moe_down(h, act, w, ids, wt, (acts, ws, s) if shared else None)
+    ops.moe_down(h, act, w, ids, wt, (acts, ws, s) if shared else None, bias=b)
     assert_close(h, want, dtype, max(F, FS) * (k + 1), "experts' down")
 
 

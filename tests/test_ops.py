@@ -532,3 +532,29 @@ def test_pdl_launches_compute_the_same(stream, monkeypatch):
     for a, c in zip(*outs):
         assert torch.equal(a, c)
 
+
+
+@given(T=TOKENS, group=st.sampled_from([1, 3]), KVH=st.integers(1, 3),
+       HD=st.sampled_from([10, 16]), pos=st.integers(0, 300), window=st.sampled_from([0, 5]),
+       seed=st.integers(0, 2**31 - 1), dtype=DTYPES, n_splits=st.sampled_from([None, 1, 3, 40]),
+       block_tok=st.sampled_from([None, 8]))
+def test_attention_sinks(T, group, KVH, HD, pos, window, seed, dtype, n_splits, block_tok):
+    """gpt-oss's attention sinks (a logit per head joining its softmax without a value, counted
+    once by split 0 whatever the splits: 40 of them leave most empty at these contexts; 8-token
+    blocks as a long prompt's pass, a window leaving split 0 no keys of a later token) against
+    the reference's. The sinks drawn around the scores' scale and above it (std 2, mean 1): at
+    few keys they take much of each softmax, so the tolerance rejects the attention without
+    them."""
+    g = torch.Generator().manual_seed(seed)
+    H, S = group * KVH, pos + T + 5
+    q = rnd(T, H, HD, dtype=dtype, seed_gen=g)
+    kc, vc = rnd(KVH, S, HD, dtype=dtype, seed_gen=g), rnd(KVH, S, HD, dtype=dtype, seed_gen=g)
+    p = torch.tensor([pos], dtype=torch.int32, device=DEVICE)
+    sinks = (1 + 2 * torch.randn(H, generator=g)).to(DEVICE)
+    ref = R.attention(q, kc, vc, pos, window=window, sinks=sinks)
+    out = ops.attention(q, kc, vc, p, window=window, n_splits=n_splits, block_tok=block_tok,
+                        sinks=sinks)
+    assert_close(out, ref, dtype, pos + T, "attention sinks")
+    if pos + T <= 8 or window:
+        assert not close(ops.attention(q, kc, vc, p, window=window, n_splits=n_splits), ref,
+                         dtype, pos + T)

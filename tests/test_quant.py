@@ -317,3 +317,41 @@ def test_fp8_checkpoint_on_the_gpu(tmp_path, block):
     ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]], device="cuda")
     assert torch.equal(fm(ids), gpu(ids))  # the same packed bits, the deterministic megakernel
     assert torch.equal(fm.generate(ids, max_new_tokens=8), gpu.generate(ids, max_new_tokens=8))
+
+
+def test_mxfp4_checkpoint_packs_transformers_dequantized_experts(tmp_path):
+    """A gpt-oss MXFP4 checkpoint (its experts' gate_up_proj / down_proj as _blocks and _scales,
+    the rest unquantized, quantization_config as openai/gpt-oss-20b's): from_pretrained packs
+    the experts transformers' own convert_moe_packed_tensors dequantizes the blocks to -- bit
+    for bit, gate|up's interleaved columns de-interleaved as from_hf packs HF's parameters --
+    and its logits are that model's. Random codes of all 16 values, exponents 2^-10..2^3 (the
+    nibble order or the exponent's bias off: other weights). from_hf of a model still holding
+    the packed bytes (transformers' Mxfp4GptOssExperts on a GPU) says to load the folder."""
+    from safetensors.torch import load_file, save_file
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+    model = tiny_model("gpt_oss", hidden_size=64, intermediate_size=32)  # K % 32 == 0
+    model.save_pretrained(tmp_path)
+    f = tmp_path / "model.safetensors"
+    sd = load_file(f)
+    g = torch.Generator().manual_seed(5)
+    for name in [n for n in sd if n.endswith(("gate_up_proj", "down_proj"))]:
+        E, K, N = sd.pop(name).shape  # HF's [E, in, out]
+        blocks = torch.randint(0, 256, (E, N, K // 32, 16), generator=g, dtype=torch.uint8)
+        scales = torch.randint(117, 131, (E, N, K // 32), generator=g, dtype=torch.uint8)
+        sd.update({name + "_blocks": blocks, name + "_scales": scales})
+        w = convert_moe_packed_tensors(blocks, scales, dtype=torch.float32)  # [E, K, N]
+        assert w.shape == (E, K, N)
+        model.get_parameter(name).data.copy_(w)
+    save_file(sd, f, metadata={"format": "pt"})
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    cfg["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": [
+        "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
+        "lm_head"]}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    folder_packs_as_from_hf(tmp_path, model)
+    model.config.quantization_config = cfg["quantization_config"]
+    experts = model.model.layers[0].mlp.experts
+    experts.down_proj = torch.nn.Parameter(sd["model.layers.0.mlp.experts.down_proj_blocks"]
+                                           .flatten(-2), requires_grad=False)
+    with pytest.raises(TypeError, match=r"from_pretrained\(path\) reads the MXFP4"):
+        fastdecode.from_hf(model, max_seq_len=32, mode="torch")

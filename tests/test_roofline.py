@@ -20,15 +20,18 @@ def test_step_bytes(key, gb):
     assert spec.kv_bytes(4096) == 2 * spec.n_layers * spec.kv_dim * 4096 * 2
 
 
-@pytest.mark.parametrize("key,active,total", [("olmoe-1b-7b", 1.3, 6.9),
-                                              ("qwen1.5-moe", 2.7, 14.3)])
-def test_mixture_params(key, active, total):
+@pytest.mark.parametrize("key,active,total,embed_active", [("olmoe-1b-7b", 1.3, 6.9, True),
+                                                           ("qwen1.5-moe", 2.7, 14.3, True),
+                                                           ("gpt-oss-20b", 3.6, 20.9, False)])
+def test_mixture_params(key, active, total, embed_active):
     """A mixture of experts' decode step reads the router, its top_k experts and the shared one,
     not every expert: with the embedding table (not streamed) the parameters a token uses and
     the packed total are the published counts -- OLMoE-1B-7B 1.3B active / 6.9B (its paper),
-    Qwen1.5-MoE-A2.7B 2.7B activated / 14.3B (its model card), to their rounding."""
+    Qwen1.5-MoE-A2.7B 2.7B activated / 14.3B (its model card), gpt-oss-20b 3.6B active / 20.9B
+    (OpenAI's model card, whose active count leaves the embedding table out), to their
+    rounding (gpt-oss's biases and sinks, 0.02B, not counted)."""
     from shapes import SHAPES
     spec = ModelSpec.from_hf_config(SHAPES[key][1]())
     embed = spec.vocab_size * spec.d_model
-    assert round((spec.weight_bytes_per_token() / 2 + embed) / 1e9, 1) == active
+    assert round((spec.weight_bytes_per_token() / 2 + embed * embed_active) / 1e9, 1) == active
     assert round((spec.weight_bytes_per_token(all_experts=True) / 2 + embed) / 1e9, 1) == total

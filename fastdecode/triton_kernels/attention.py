@@ -9,7 +9,10 @@ For query token t (position qp = pos + t) and query head h (KV head h // G):
      ALIBI 1: head h's scores plus slope[h] times the key's position j -- BLOOM's ALiBi, whose
      -slope[h] (qp - j) it equals under the softmax: a query's own position cancels; ALIBI 2:
      (q . k + bf16(slope[h] j)) * scale, the bias rounded as HF's Falcon rounds it:
-     spec.ALIBI_BLOOM / ALIBI_FALCON)
+     spec.ALIBI_BLOOM / ALIBI_FALCON;
+     SINKS: head h's sink logit s_h joins the softmax as a key without a value (gpt-oss), o =
+     sum_j e^(x_j) v_j / (e^(s_h) + sum_j e^(x_j)) -- split 0 starts its online softmax from it
+     (running max s_h, sum 1), so the merge counts it once)
 Phase 1 (attention_body), one program per (KV head, split, block of tokens): every key and value
 row of the split is read ONCE for all G query heads of its group (rows of the score tile are
 (token, group member) pairs, M padded to >= 16 for tl.dot), online softmax in fp32, writes a
@@ -83,13 +86,15 @@ def attention_body(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos, T, TM, S, H, HD, wi
                    BLOCK_M: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
                    F32: tl.constexpr, DIRECT: tl.constexpr, softcap=0.0,
                    SOFTCAP: tl.constexpr = False, qs_beta=0.0, qs_orig=1,
-                   QSCALE: tl.constexpr = False, alibi_ptr=None, ALIBI: tl.constexpr = 0):
+                   QSCALE: tl.constexpr = False, alibi_ptr=None, ALIBI: tl.constexpr = 0,
+                   sink_ptr=None, SINKS: tl.constexpr = False):
     """One (KV head, split, token block) program of phase 1 (module docstring): split `split` of
     n_splits (split_range). DIRECT (n_splits 1): o_ptr is the attention output [T, H * HD] in
     its dtype, written final -- no lse, no merge. SOFTCAP: the scores soft-capped at softcap.
     QSCALE: each query's scores times 1 + qs_beta ln(1 + qp // qs_orig) (module docstring).
     ALIBI (spec.ALIBI_BLOOM / ALIBI_FALCON; 0 none): alibi_ptr [H] the slopes of the heads (this
-    rank's), each added times the key's position (module docstring)."""
+    rank's), each added times the key's position (module docstring). SINKS: sink_ptr [H] fp32
+    the heads' sink logits, counted by split 0 (module docstring)."""
     offs_m = tl.arange(0, BLOCK_M)
     tloc = offs_m // BLOCK_G
     g = offs_m % BLOCK_G
@@ -116,6 +121,10 @@ def attention_body(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos, T, TM, S, H, HD, wi
         start = tl.maximum(start, pos + pid_t * BLOCK_TOK - window + 1)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    if SINKS:  # the sink as the softmax's first term: e^(s - m) = 1 at m = s
+        first = valid & (split == 0)
+        m_i = tl.load(sink_ptr + h, mask=first, other=float("-inf"))
+        l_i = tl.where(first, 1.0, 0.0)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     kv_base = kvh.to(tl.int64) * S * HD
     for s0 in range(start, end, BLOCK_S):
@@ -164,7 +173,7 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos_ptr, T, TM, S, H, 
                      BLOCK_M: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
                      F32: tl.constexpr, DIRECT: tl.constexpr, PDL: tl.constexpr, softcap,
                      SOFTCAP: tl.constexpr, qs_beta, qs_orig, QSCALE: tl.constexpr, alibi_ptr,
-                     ALIBI: tl.constexpr):
+                     ALIBI: tl.constexpr, sink_ptr, SINKS: tl.constexpr):
     pdl_start(PDL)
     pdl_wait(PDL)
     # token blocks last-first: under the causal mask the last tokens' blocks read the most keys,
@@ -173,7 +182,7 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, pos_ptr, T, TM, S, H, 
                    scale, n_splits, tl.program_id(0), tl.program_id(1),
                    tl.num_programs(2) - 1 - tl.program_id(2),
                    GROUP, BLOCK_G, BLOCK_TOK, BLOCK_M, BLOCK_S, BLOCK_D, F32, DIRECT, softcap,
-                   SOFTCAP, qs_beta, qs_orig, QSCALE, alibi_ptr, ALIBI)
+                   SOFTCAP, qs_beta, qs_orig, QSCALE, alibi_ptr, ALIBI, sink_ptr, SINKS)
 
 
 @triton.jit
@@ -241,7 +250,7 @@ def split_plan(max_seq_len: int, n_kv_heads: int, block_s: int = 64, sms: int = 
 def attention(q, k_cache, v_cache, pos, *, window: int = 0, scale=None, out=None,
               n_splits=None, block_s=None, block_tok=None, num_warps=4, num_stages=3,
               scratch=None, heads_per_merge=1, softcap: float = 0.0, qscale: tuple = (),
-              alibi=None, alibi_kind: int = ALIBI_BLOOM):
+              alibi=None, alibi_kind: int = ALIBI_BLOOM, sinks=None):
     """q [T, H, hd]; k_cache/v_cache [KVH, S, hd] (one layer, positions < pos+T filled); pos int32
     [1] device tensor. Returns out [T, H*hd] in q's dtype. n_splits: programs per KV head
     (split_plan's for S by default), each taking an even share of the keys; block_s: keys per
@@ -249,11 +258,14 @@ def attention(q, k_cache, v_cache, pos, *, window: int = 0, scale=None, out=None
     prompt's pass takes prefill_attention_config's larger tiles); heads_per_merge: q heads per
     merge program (config.merge_heads); softcap > 0: the scores soft-capped (SOFTCAP); qscale
     (beta, orig): the position-dependent query scale (QSCALE; () none); alibi [H] fp32: the
-    heads' ALiBi slopes, of alibi_kind (ALIBI: spec.ALIBI_BLOOM / ALIBI_FALCON; None none)."""
+    heads' ALiBi slopes, of alibi_kind (ALIBI: spec.ALIBI_BLOOM / ALIBI_FALCON; None none);
+    sinks [H] fp32: the heads' attention-sink logits (SINKS; None none)."""
     T, H, HD = q.shape
     KVH, S, _ = k_cache.shape
     G = H // KVH
     scale = HD ** -0.5 if scale is None else scale
+    assert sinks is None or (sinks.dtype == torch.float32 and sinks.shape == (H,)
+                             and sinks.is_contiguous())
     bs, bt = attention_config(HD, G, T)
     block_s, block_tok = block_s or bs, block_tok or bt
     if n_splits is None:
@@ -280,7 +292,8 @@ def attention(q, k_cache, v_cache, pos, *, window: int = 0, scale=None, out=None
                            qs_beta=float(qscale[0]) if qscale else 0.0,
                            qs_orig=int(qscale[1]) if qscale else 1, QSCALE=bool(qscale),
                            alibi_ptr=alibi, ALIBI=alibi_kind if alibi is not None else 0,
-                           num_warps=num_warps, num_stages=num_stages, launch_pdl=pdl)
+                           sink_ptr=sinks, SINKS=sinks is not None, num_warps=num_warps,
+                           num_stages=num_stages, launch_pdl=pdl)
     if direct:
         return out
     mh = merge_heads(G, heads_per_merge)

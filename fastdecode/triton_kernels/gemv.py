@@ -4,12 +4,14 @@
     prologue: RMSNorm of the input row (NORM):  x * rsqrt(mean(x^2) + eps) * norm_w
     epilogue: + bias[n] (BIAS);  act(y_gate) * y_up with W = [gate; up] stacked [2N, K] (SWIGLU:
               ACT_CODES' code of act -- 1 silu (SwiGLU), 2 the tanh GELU (GeGLU: Gemma), 3
-              relu^2, 4 the erf GELU, 5 relu, 6 xIELU); or, SWIGLU negative (an MLP without a
+              relu^2, 4 the erf GELU, 5 relu, 6 xIELU, 7 gpt-oss's clamped SwiGLU, its own up
+              term); or, SWIGLU negative (an MLP without a
               gate: Arcee, StarCoder2, GPT-NeoX, OPT, Apertus), act(y) of W [N, K];
               + residual[t, n] (RESIDUAL, may alias the output: the residual stream updated in place)
-experts (a mixture's, EXPERTS): W [E, N or 2N, K] stacked, and each program pair p (grid axis 1)
-runs the GEMV of expert ids[p] on x row p // x_div (gate|up: a token's row for each of its top_k
-experts) into out row p; the router's ids are read after pdl_wait, the weights after them.
+experts (a mixture's, EXPERTS): W [E, N or 2N, K] stacked (a bias [E, N or 2N] too), and each
+program pair p (grid axis 1) runs the GEMV of expert ids[p] on x row p // x_div (gate|up: a
+token's row for each of its top_k experts) into out row p; the router's ids are read after
+pdl_wait, the weights after them.
 
 Shapes: x [T, K] (bf16/fp16/fp32), W [N or 2N, K] row-major, y [T, N]. fp32 accumulation.
 Roofline (decode, T=1): bytes = N*K*2 (weights, bf16) + small; at the ~4.46 TB/s a read-only stream
@@ -22,10 +24,12 @@ import triton.language as tl
 from ._common import (INTERPRET, gemv_acc, next_x_chunk, pdl_ready, pdl_start, pdl_wait, row_dot,
                       row_partials, row_rstd, row_sum, stream_x0, weight_chunk, x_chunk,
                       x_chunk_apply, x_chunk_raw)
+from ..spec import OAI_SWIGLU
 from .config import StreamConfig, gemv_config, gemv_stream, stream_ptx, use_pdl
 
 # the MLP epilogue's activations, by ModelSpec.act: the SWIGLU constexpr's magnitude (glu_code)
-ACT_CODES = {"silu": 1, "gelu_tanh": 2, "relu2": 3, "gelu": 4, "relu": 5, "xielu": 6}
+ACT_CODES = {"silu": 1, "gelu_tanh": 2, "relu2": 3, "gelu": 4, "relu": 5, "xielu": 6,
+             "swiglu_oai": 7}
 # xIELU (Apertus: arXiv 2411.13010, HF's XIELUActivation) has two learned scalars a layer, alpha_p
 # and alpha_n (after their softplus), which ride in the MLP's bias operands: the "bias" rows of
 # an xIELU MLP are [alpha_p x N | alpha_n x N] (PackedWeights.b_gu), no bias is added, and its
@@ -33,6 +37,10 @@ ACT_CODES = {"silu": 1, "gelu_tanh": 2, "relu2": 3, "gelu": 4, "relu": 5, "xielu
 XIELU = tl.constexpr(6)
 XIELU_BETA = tl.constexpr(0.5)
 XIELU_EPS = tl.constexpr(-1e-6)
+# gpt-oss's clamped SwiGLU (spec.OAI_SWIGLU: configs with other values are refused)
+OAI = tl.constexpr(7)
+OAI_ALPHA = tl.constexpr(OAI_SWIGLU[0])
+OAI_LIMIT = tl.constexpr(OAI_SWIGLU[1])
 
 
 def act_operand_rows(act: str, gated: bool) -> int:
@@ -79,7 +87,8 @@ def gemv_epilogue(acc, acc2, b, b2, r, SWIGLU: tl.constexpr):
     cancel; relu2 max(g, 0)^2; the erf GELU 0.5 g (1 + erf(g / sqrt(2))) (torch's exact GELU,
     HF's "gelu"); relu max(g, 0) (OPT); xIELU (b, b2: alpha_p, alpha_n, not a bias) alpha_p g^2
     + beta g where g > 0, else alpha_n (expm1(min(g, eps)) - g) + beta g -- expm1 by Kahan's
-    (u - 1) m / log(u), u = e^m, to an ulp or two (u - 1 where m < -1, past its cancellation).
+    (u - 1) m / log(u), u = e^m, to an ulp or two (u - 1 where m < -1, past its cancellation);
+    gpt-oss's (OAI) c sigmoid(alpha c) (clamp(up, -limit, limit) + 1), c = min(g, limit).
     (Written inline: the same math through a helper function cost the Llama-3.1-8B megakernel
     4 B more spills, compile_check sm_90a.)"""
     if SWIGLU != -XIELU:
@@ -94,6 +103,10 @@ def gemv_epilogue(acc, acc2, b, b2, r, SWIGLU: tl.constexpr):
             acc = 0.5 * acc * (1.0 + tl.math.erf(acc * SQRT1_2)) * up
         elif CODE == 5:
             acc = tl.maximum(acc, 0.0) * up
+        elif CODE == OAI:
+            c = tl.minimum(acc, OAI_LIMIT)
+            acc = c / (1.0 + tl.exp(-OAI_ALPHA * c)) * \
+                (tl.minimum(tl.maximum(up, -OAI_LIMIT), OAI_LIMIT) + 1.0)
         elif CODE == XIELU:
             m = tl.minimum(acc, XIELU_EPS)
             u = tl.exp(m)
@@ -366,7 +379,7 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
 
 @triton.jit
 def gemv_kernel(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, stride_x, stride_res,
-                stride_out, eps, tiles_per_program, ids_ptr, stride_we, x_div,
+                stride_out, eps, tiles_per_program, ids_ptr, stride_we, stride_be, x_div,
                 NORM: tl.constexpr, BIAS: tl.constexpr, SWIGLU: tl.constexpr,
                 RESIDUAL: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr,
                 BLOCK_K: tl.constexpr, STREAM: tl.constexpr, F32: tl.constexpr,
@@ -375,15 +388,19 @@ def gemv_kernel(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, str
     """PDL (config.use_pdl): the stream's first weight piece (STAGES > 1: its first STAGES - 1)
     is requested before pdl_wait, so it loads while the kernel before this one finishes.
     EXPERTS: program pair p = program_id(1) is one row's GEMV by expert ids[p] (a [E, rows, K]
-    stack, stride_we elements an expert) of x row p // x_div into out row p -- its weights
-    are requested only after pdl_wait, as the router's kernel wrote ids."""
+    stack, stride_we elements an expert; its bias rows stride_be apart) of x row p // x_div
+    into out row p -- its weights are requested only after pdl_wait, as the router's kernel
+    wrote ids."""
     pdl_start(PDL)
     lo = tl.program_id(0) * tiles_per_program
     hi = tl.minimum(lo + tiles_per_program, tl.cdiv(N, BLOCK_N))
     pid_t = tl.program_id(1)
     if EXPERTS:
         pdl_wait(PDL)
-        w_ptr += tl.load(ids_ptr + pid_t).to(tl.int64) * stride_we
+        e = tl.load(ids_ptr + pid_t).to(tl.int64)
+        w_ptr += e * stride_we
+        if BIAS:
+            bias_ptr += e * stride_be
         x_ptr += (pid_t // x_div).to(tl.int64) * stride_x
         out_ptr += pid_t.to(tl.int64) * stride_out
         pid_t = 0
@@ -417,13 +434,15 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
     testing and timing that path standalone. Neither config nor stream: decode takes
     tile_table.json's choice for this GPU and shape (config.gemv_stream, else gemv_config).
     experts (int32 [P], a mixture's expert per output row; P a multiple of T): w [E, N or 2N, K]
-    and out row p = x row p // (P / T) through expert experts[p] -> out [P, N] (no bias or
-    residual; a decode row streams each expert as T=1 does)."""
+    (bias [E, N or 2N], each expert's) and out row p = x row p // (P / T) through expert
+    experts[p] -> out [P, N] (no residual; a decode row streams each expert as T=1 does)."""
     T, K = x.shape
     parts = 2 if swiglu and gated else 1  # matrices a tile: gate and up, or one
-    stack, ids, P = w, w, T
+    stack, ids, P, bstride = w, w, T, 0
     if experts is not None:
-        assert w.dim() == 3 and bias is None and residual is None and experts.numel() % T == 0
+        assert w.dim() == 3 and residual is None and experts.numel() % T == 0
+        assert bias is None or (bias.shape == w.shape[:2] and bias.is_contiguous())
+        bstride = 0 if bias is None else bias.stride(0)
         assert experts.dtype == torch.int32 and experts.is_contiguous()
         stack, w, ids, P = w, w[0], experts, experts.numel()
     N = w.shape[0] // parts
@@ -448,7 +467,8 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
     grid = (triton.cdiv(triton.cdiv(N, cfg.block_n), per), triton.cdiv(P, BT))
     gemv_kernel[grid](x, stack, norm_w if norm_w is not None else w,
                       bias if bias is not None else w, res, out, T, N, K, x.stride(0),
-                      res.stride(0), out.stride(0), eps, per, ids, stack.stride(0), P // T,
+                      res.stride(0), out.stride(0), eps, per, ids, stack.stride(0), bstride,
+                      P // T,
                       NORM=norm_w is not None, BIAS=bias is not None,
                       SWIGLU=glu_code(act, gated) if swiglu else 0,
                       RESIDUAL=residual is not None, BLOCK_T=BT, BLOCK_N=cfg.block_n,

@@ -3,7 +3,8 @@
     route:    p = softmax(z[:E]) (fp32) of a row's router logits z [E (+ 1)]; its top_k experts
               e_j by descending p (ties: the lower index), weights w_j = p[e_j] (renormalized
               to sum 1: RENORM); SHARED: the shared expert's scale sigmoid(z[E])
-    down:     h[t] += sum_j w[t, j] (W_{e_j} act[t * top_k + j]) (+ s[t] (W_shared act_shared[t])),
+    down:     h[t] += sum_j w[t, j] (W_{e_j} act[t * top_k + j] (+ b_{e_j}: gpt-oss's biases))
+              (+ s[t] (W_shared act_shared[t])),
               in fp32 (a fixed order: each expert's dot products, then their weighted sum),
               rounded once to h's dtype: the experts' down GEMVs, their weighted sum and the
               residual add in one kernel
@@ -75,13 +76,15 @@ def route(z: torch.Tensor, top_k: int, renorm: bool, shared: bool = False, out=N
 
 
 @triton.jit
-def experts_down_kernel(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr, s_ptr, D, F, FS,
-                        stride_h, stride_a, stride_as, stride_we, TOP_K: tl.constexpr,
-                        SHARED: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+def experts_down_kernel(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr, s_ptr, b_ptr, D,
+                        F, FS, stride_h, stride_a, stride_as, stride_we, stride_be,
+                        TOP_K: tl.constexpr, SHARED: tl.constexpr, BIAS: tl.constexpr,
+                        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                         BLOCK_KS: tl.constexpr, BLOCK_J: tl.constexpr, F32: tl.constexpr,
                         PDL: tl.constexpr):
     """Grid (D tiles, T): token t's rows [pid * BLOCK_N, +BLOCK_N) of h += sum_j w[t, j]
-    (W_e[rows] . act[t * TOP_K + j]) over its experts e = ids[t * TOP_K + j] (+ s[t] (Ws[rows] .
+    (W_e[rows] . act[t * TOP_K + j] (+ b_e[rows]: BIAS, b [E, D] stride_be apart)) over its
+    experts e = ids[t * TOP_K + j] (+ s[t] (Ws[rows] .
     acts[t]), the shared expert, by gemv_tile in BLOCK_KS chunks), fp32, h rounded once. Each
     K chunk loads the rows of all TOP_K experts at once ([BLOCK_J, BLOCK_N, BLOCK_K]): one
     round trip a chunk, not one an expert. The expert ids come from the kernels before it: read
@@ -105,6 +108,9 @@ def experts_down_kernel(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr
         a = tl.load(act_ptr + (t * TOP_K + js)[:, None] * stride_a + ks[None, :],
                     mask=mj[:, None] & mk[None, :], other=0.0)
         acc += tl.sum(w.to(tl.float32) * a.to(tl.float32)[:, None, :], axis=2)
+    if BIAS:
+        acc += tl.load(b_ptr + e[:, None] * stride_be + rows[None, :],
+                       mask=mj[:, None] & mr[None, :], other=0.0).to(tl.float32)
     y = tl.sum(acc * wj[:, None], axis=0)[None, :]
     if SHARED:
         ys, offs_t, mask_t, offs_n, mask_n = gemv_tile(
@@ -127,9 +133,10 @@ DOWN_TILE = TileConfig(block_n=2, block_k=256, num_warps=8)
 
 
 def experts_down(h: torch.Tensor, act: torch.Tensor, w: torch.Tensor, ids: torch.Tensor,
-                 weights: torch.Tensor, shared=None, config=None) -> torch.Tensor:
-    """h [T, d] += sum_j weights[t, j] act[t * top_k + j] @ w[ids[.]].T, the experts' down
-    projections (w [E, d, F]) weighted and summed in fp32 per token, plus -- shared = (acts [T,
+                 weights: torch.Tensor, shared=None, config=None, bias=None) -> torch.Tensor:
+    """h [T, d] += sum_j weights[t, j] (act[t * top_k + j] @ w[ids[.]].T + bias[ids[.]]), the
+    experts' down projections (w [E, d, F]; bias [E, d] or None) weighted and summed in fp32 per
+    token, plus -- shared = (acts [T,
     FS], ws [d, FS], s [T]) -- the shared expert's down times its scale; in place, one kernel
     (no fp32 outputs of the experts written and read back). Tiles: config (a TileConfig),
     else DOWN_TILE; the shared expert's K in chunks of up to 1024."""
@@ -140,11 +147,14 @@ def experts_down(h: torch.Tensor, act: torch.Tensor, w: torch.Tensor, ids: torch
     assert w.is_contiguous() and act.stride(1) == 1 and ids.dtype == torch.int32
     acts, ws, s = shared if shared is not None else (act, w, weights)
     assert shared is None or (ws.shape[0] == D and ws.is_contiguous() and acts.shape[0] == T)
+    assert bias is None or (bias.shape == w.shape[:2] and bias.is_contiguous())
     cfg = config or DOWN_TILE
     pdl = use_pdl(h.device)
     experts_down_kernel[(triton.cdiv(D, cfg.block_n), T)](
-        h, act, w, ids, weights, acts, ws, s, D, F, ws.shape[-1], h.stride(0), act.stride(0),
-        acts.stride(0), w.stride(0), TOP_K=top_k, SHARED=shared is not None,
+        h, act, w, ids, weights, acts, ws, s, w if bias is None else bias, D, F, ws.shape[-1],
+        h.stride(0), act.stride(0), acts.stride(0), w.stride(0),
+        0 if bias is None else bias.stride(0), TOP_K=top_k, SHARED=shared is not None,
+        BIAS=bias is not None,
         BLOCK_N=cfg.block_n, BLOCK_K=min(cfg.block_k, triton.next_power_of_2(F)),
         BLOCK_KS=min(1024, triton.next_power_of_2(ws.shape[-1])),
         BLOCK_J=triton.next_power_of_2(top_k), F32=INTERPRET or w.dtype == torch.float32,
