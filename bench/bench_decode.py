@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fastdecode  # noqa: E402
 from fastdecode.spec import ModelSpec  # noqa: E402
 from fastdecode.triton_kernels.config import use_pdl  # noqa: E402
-from shapes import random_model  # noqa: E402
+from shapes import random_model, stage_on_host  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -119,12 +119,7 @@ def max_seq_len(args) -> int:
 def bench_model(key, args, bw):
     name, model = random_model(key)
     spec = ModelSpec.from_hf_config(model.config)
-    # the packed copy beside HF's on the GPU (2 x 42 GB for gpt-oss-20b) would not fit: HF's model
-    # waits on the host while fastdecode packs straight onto the GPU, and comes back for its peers
-    packed = spec.weight_bytes_per_token(all_experts=True) + 2 * spec.vocab_size * spec.d_model
-    on_host = packed > 0.9 * torch.cuda.mem_get_info()[0]  # (HF's model already there)
-    if on_host:
-        model.cpu()
+    on_host = stage_on_host(model)  # back for HF's peers after fastdecode's
     ids = torch.randint(0, spec.vocab_size, (1, args.prompt_len), device="cuda",
                         generator=torch.Generator("cuda").manual_seed(0))
     n_lo, n_hi = 32, args.new_tokens

@@ -11,7 +11,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fastdecode  # noqa: E402
-from shapes import random_model  # noqa: E402
+from shapes import random_model, stage_on_host  # noqa: E402
 
 
 def main():
@@ -20,7 +20,9 @@ def main():
     p.add_argument("--steps", type=int, default=64)
     args = p.parse_args()
     name, model = random_model(args.model)
-    fm = fastdecode.from_hf(model, max_seq_len=512, mode="ops")
+    stage_on_host(model)
+    fm = fastdecode.from_hf(model, max_seq_len=512, mode="ops", device="cuda")
+    del model
     ids = torch.randint(0, 1000, (1, 32), device="cuda")
     fm.generate(ids, max_new_tokens=args.steps, eos_token_id=[])
     from torch.profiler import ProfilerActivity, profile

@@ -358,6 +358,20 @@ def random_model(key, device="cuda", n_layers=None, **overrides):
     return name, model
 
 
+def stage_on_host(model) -> bool:
+    """Moves HF's model to the host when fastdecode's packed copy would not fit beside it on
+    its GPU (gpt-oss-20b: 2 x 42 GB on an 80 GB card), so from_hf(model, device="cuda") packs
+    straight onto the GPU; -> whether it moved (model.cuda() brings it back for HF's peers)."""
+    import torch
+    from fastdecode import ModelSpec
+    spec = ModelSpec.from_hf_config(model.config)
+    packed = spec.weight_bytes_per_token(all_experts=True) + 2 * spec.vocab_size * spec.d_model
+    if packed <= 0.9 * torch.cuda.mem_get_info()[0]:  # (HF's model already there)
+        return False
+    model.cpu()
+    return True
+
+
 def _stages(v):
     """a config's stages field: 0 the default, a digit for QKV / o / gate|up / down alike, four
     digits one each (e.g. 1133: QKV 1, o_proj 1, gate|up 3, down 3)."""

@@ -128,8 +128,10 @@ def experts_down_kernel(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr
 # (1-16 rows x 64-1024 K, 4 / 8 warps) 2 x 256 at 8 warps was within 3% / 6% of the best on
 # OLMoE-1B-7B's 8 experts of 1024 / Qwen1.5-MoE's 4 of 1408 (2399 / 2125 GB/s), where a loop of
 # one expert at a time (gemv_tile each, 4 x 1024) streamed 2260 / 1782: its id, then its rows,
-# one dependent round trip each
-DOWN_TILE = TileConfig(block_n=2, block_k=256, num_warps=8)
+# one dependent round trip each. 4 x 256 since session 60 (bench/sweep_moe.py, H100, two runs,
+# us): gpt-oss-20b's 4 experts of 2880 24.8 vs 28.6-28.7 (2690 GB/s; 8 x 256 level, 16 x 256
+# 25.4), OLMoE 13.7 vs 13.7, Qwen1.5-MoE 10.3-10.4 vs 10.8
+DOWN_TILE = TileConfig(block_n=4, block_k=256, num_warps=8)
 
 
 def experts_down(h: torch.Tensor, act: torch.Tensor, w: torch.Tensor, ids: torch.Tensor,
