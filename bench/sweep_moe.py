@@ -1,6 +1,6 @@
 """The mixture-of-experts kernels' tiles at T = 1: the routed experts' gate|up (gemv's experts:
 the decode tile, TileConfig, or the persistent stream, StreamConfig) and the fused down
-(moe.experts_down: DOWN_TILE), GB/s of the weights they read. Each config: a CUDA graph of 16
+(moe.experts_down: down_tile), GB/s of the weights they read. Each config: a CUDA graph of 16
 launches over disjoint expert sets (cold: no launch reads rows the one before left in L2),
 replayed round-robin with the others (timing.replay_medians).
 

@@ -128,20 +128,29 @@ def experts_down_kernel(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr
 # (1-16 rows x 64-1024 K, 4 / 8 warps) 2 x 256 at 8 warps was within 3% / 6% of the best on
 # OLMoE-1B-7B's 8 experts of 1024 / Qwen1.5-MoE's 4 of 1408 (2399 / 2125 GB/s), where a loop of
 # one expert at a time (gemv_tile each, 4 x 1024) streamed 2260 / 1782: its id, then its rows,
-# one dependent round trip each. 4 x 256 since session 60 (bench/sweep_moe.py, H100, two runs,
-# us): gpt-oss-20b's 4 experts of 2880 24.8 vs 28.6-28.7 (2690 GB/s; 8 x 256 level, 16 x 256
-# 25.4), OLMoE 13.7 vs 13.7, Qwen1.5-MoE 10.3-10.4 vs 10.8
-DOWN_TILE = TileConfig(block_n=4, block_k=256, num_warps=8)
+# one dependent round trip each. Since session 60 the rows a program follow the routed count
+# (down_tile): a K chunk of all top_k experts' rows is ~4096 elements (16 B a thread at 8 warps)
+# -- bench/sweep_moe.py, H100, three runs on two machines, us, 2 / 4 / 8 rows x 256: gpt-oss-
+# 20b's top 4 of 2880 28.6-28.8 / 24.7-24.8 / 24.7-24.9 (2690 GB/s at 4), Qwen1.5-MoE's top 4 of
+# 1408 10.8-10.9 / 10.2-10.4 / 10.2-10.4, OLMoE's top 8 of 1024 13.7-13.9 / 13.7-14.9 /
+# 14.2-18.5 (session 59's sweep the same way: 2 x 256 2399, 4 x 256 2225 GB/s)
+DOWN_TILE = TileConfig(block_n=2, block_k=256, num_warps=8)
+
+
+def down_tile(top_k: int) -> TileConfig:
+    """experts_down's default tile for top_k routed experts: DOWN_TILE's K chunk and warps, 16 /
+    top_k rows (a power of two, 1 to 8; top_k 8 -> DOWN_TILE's 2, 4 -> 4, 2 -> 8)."""
+    rows = max(1, min(8, 16 // triton.next_power_of_2(top_k)))
+    return TileConfig(block_n=rows, block_k=DOWN_TILE.block_k, num_warps=DOWN_TILE.num_warps)
 
 
 def experts_down(h: torch.Tensor, act: torch.Tensor, w: torch.Tensor, ids: torch.Tensor,
                  weights: torch.Tensor, shared=None, config=None, bias=None) -> torch.Tensor:
     """h [T, d] += sum_j weights[t, j] (act[t * top_k + j] @ w[ids[.]].T + bias[ids[.]]), the
     experts' down projections (w [E, d, F]; bias [E, d] or None) weighted and summed in fp32 per
-    token, plus -- shared = (acts [T,
-    FS], ws [d, FS], s [T]) -- the shared expert's down times its scale; in place, one kernel
-    (no fp32 outputs of the experts written and read back). Tiles: config (a TileConfig),
-    else DOWN_TILE; the shared expert's K in chunks of up to 1024."""
+    token, plus -- shared = (acts [T, FS], ws [d, FS], s [T]) -- the shared expert's down times
+    its scale; in place, one kernel (no fp32 outputs of the experts written and read back). Tiles: config (a TileConfig),
+    else down_tile(top_k); the shared expert's K in chunks of up to 1024."""
     T, D = h.shape
     P, F = act.shape
     top_k = P // T
@@ -150,7 +159,7 @@ def experts_down(h: torch.Tensor, act: torch.Tensor, w: torch.Tensor, ids: torch
     acts, ws, s = shared if shared is not None else (act, w, weights)
     assert shared is None or (ws.shape[0] == D and ws.is_contiguous() and acts.shape[0] == T)
     assert bias is None or (bias.shape == w.shape[:2] and bias.is_contiguous())
-    cfg = config or DOWN_TILE
+    cfg = config or down_tile(top_k)
     pdl = use_pdl(h.device)
     experts_down_kernel[(triton.cdiv(D, cfg.block_n), T)](
         h, act, w, ids, weights, acts, ws, s, w if bias is None else bias, D, F, ws.shape[-1],
