@@ -117,12 +117,14 @@ class FastModel(nn.Module):
         old = self.weights.tensors()
         new, done = {}, {}
         for name, t in old.items():
-            if t is not None and name not in FP32_KEPT:
+            if t is not None and name != "alibi":
                 new[name] = done.setdefault(id(t), fn(t))
         moved = next(iter(new.values()))
-        for name in FP32_KEPT:  # ALiBi's slopes and the attention sinks stay fp32: moved, never
-            if old[name] is not None:  # cast
-                new[name] = old[name].to(moved.device)
+        if old["alibi"] is not None:  # ALiBi's slopes, computed fp32: moved, never cast
+            new["alibi"] = old["alibi"].to(moved.device)
+        for name in FP32_KEPT:  # parameters held in fp32 (the attention sinks): cast as the
+            if new.get(name) is not None:  # weights are -- a model built in that dtype has
+                new[name] = new[name].float()  # those values -- and held in fp32 again
         if all(new[n] is t for n, t in old.items() if t is not None):
             return self
         if moved.dtype not in FLOAT_DTYPES:

@@ -31,7 +31,8 @@ import torch
 from .spec import FAMILIES, ModelSpec
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-# PackedWeights fields that stay fp32 whatever the weights' dtype (FastModel.to moves them only)
+# PackedWeights fields held in fp32 whatever the weights' dtype (FastModel.to: the ALiBi slopes
+# moved, never cast; a parameter among them cast as the weights, then held in fp32 again)
 FP32_KEPT = ("alibi", "sinks")
 
 

@@ -290,6 +290,13 @@ def test_to_device_and_dtype():
         fm.reset()  # (the unchanged fp32 CPU model still holds the 5 tokens)
         assert torch.equal(fm(ids.to(DEVICE)), fresh(ids.to(DEVICE)))
     assert fm.half().dtype == torch.float16 and fm.float().dtype == torch.float32
+    sinks = fastdecode.from_hf(tiny_model("gpt_oss"), max_seq_len=16, mode="torch")
+    sinks.to(DEVICE, torch.bfloat16)  # gpt-oss's attention sinks: rounded as the weights, fp32
+    assert sinks.weights.sinks.dtype == torch.float32
+    fresh = fastdecode.from_hf(tiny_model("gpt_oss").to(DEVICE, torch.bfloat16), max_seq_len=16,
+                               mode="torch")
+    assert torch.equal(sinks.weights.sinks, fresh.weights.sinks)
+    assert torch.equal(sinks(ids.to(DEVICE)), fresh(ids.to(DEVICE)))
     before = fm.weights
     with pytest.raises(TypeError, match="float64"):
         fm.double()
