@@ -69,8 +69,7 @@ class PackedWeights:
     b_router: torch.Tensor | None = None
     b_experts_gu: torch.Tensor | None = None
     b_experts_down: torch.Tensor | None = None
-    # [L, this rank's q heads] fp32: the attention sinks (ModelSpec.attn_sinks), kept in fp32
-    # as the ALiBi slopes are
+    # [L, this rank's q heads] fp32: the attention sinks (ModelSpec.attn_sinks; FP32_KEPT)
     sinks: torch.Tensor | None = None
 
     def pre_norm(self, which: int, l: int) -> torch.Tensor | None:
@@ -275,7 +274,8 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
             pw.b_experts_gu = stack_experts("gate_up_proj_bias")
             pw.b_experts_down = stack_experts("down_proj_bias")
     if spec.attn_sinks:  # this rank's q heads' logits, fp32 (the checkpoint's values exactly)
-        pw.sinks = torch.stack([fetch(f"model.layers.{i}.self_attn.sinks", q).float()
+        pw.sinks = torch.stack([fetch(f"model.layers.{i}.self_attn.sinks",
+                                      rows(sp.n_heads)).float()
                                 for i in range(spec.n_layers)]).to(device)
     if spec.learned_positions:  # replicated on every rank; centered as the embedding rows
         pw.pos_embed = rows_through(fetch("model.embed_positions.weight",

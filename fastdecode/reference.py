@@ -311,9 +311,9 @@ def moe_block(pw, l, h, num=FP32):
     """Layer l's mixture of experts [T, d] fp32, without the residual: x = rmsnorm(h), each row's
     sum over its routed experts (route of the router's logits, plus its bias where there is one:
     ModelSpec.expert_bias) of weight x down_e(act(gate_e x) * up_e x) (each with its expert's
-    bias, there too), plus the shared
-    expert's output times its sigmoid gate where there is one (ModelSpec.ffn_dim > 0). Experts
-    run on the rows that picked them (a host loop: torch mode and the long prompts' pass)."""
+    biases, there too), plus the shared expert's output times its sigmoid gate where there is
+    one (ModelSpec.ffn_dim > 0). Experts run on the rows that picked them (a host loop: torch
+    mode and the long prompts' pass)."""
     s = pw.spec
     x = num.norm(h, pw.pre_norm(1, l), s.rms_eps)
     pick = lambda t, *i: None if t is None else t[(l, *i)]  # noqa: E731

@@ -361,8 +361,8 @@ class Runtime:
         def attend(q, k_cache, v_cache, pos, window, softcap, qscale, alibi, alibi_kind, sinks):
             return ops.attention(q, k_cache, v_cache, st.pos, window=window, softcap=softcap,
                                  qscale=qscale, alibi=alibi, alibi_kind=alibi_kind, sinks=sinks,
-                                 n_splits=1,
-                                 block_s=block_s, block_tok=block_tok, num_warps=warps)
+                                 n_splits=1, block_s=block_s, block_tok=block_tok,
+                                 num_warps=warps)
 
         num = R.Numerics(mm=R.mm_native, norm=ops.rmsnorm, swiglu=ops.swiglu, attend=attend)
         for l in range(s.n_layers):

@@ -5,8 +5,8 @@
     epilogue: + bias[n] (BIAS);  act(y_gate) * y_up with W = [gate; up] stacked [2N, K] (SWIGLU:
               ACT_CODES' code of act -- 1 silu (SwiGLU), 2 the tanh GELU (GeGLU: Gemma), 3
               relu^2, 4 the erf GELU, 5 relu, 6 xIELU, 7 gpt-oss's clamped SwiGLU, its own up
-              term); or, SWIGLU negative (an MLP without a
-              gate: Arcee, StarCoder2, GPT-NeoX, OPT, Apertus), act(y) of W [N, K];
+              term); or, SWIGLU negative (an MLP without a gate: Arcee, StarCoder2, GPT-NeoX,
+              OPT, Apertus), act(y) of W [N, K];
               + residual[t, n] (RESIDUAL, may alias the output: the residual stream updated in place)
 experts (a mixture's, EXPERTS): W [E, N or 2N, K] stacked (a bias [E, N or 2N] too), and each
 program pair p (grid axis 1) runs the GEMV of expert ids[p] on x row p // x_div (gate|up: a
