@@ -14,6 +14,10 @@ route E x 4; down top_k x d x F weight elements (+ d x F_shared), its share of t
 top_k x F x d a layer (Qwen3-30B-A3B: 8 x 3 x 768 x 2048 x 2 B = 75 MB, ~17 us at 4.46 TB/s).
 HF's routers compute z in the weights' dtype and Qwen's round the weights w_j to it; these keep
 z (the router GEMV's fp32 sums) and w in fp32.
+Measured and removed (H100, 2026-12-06, session 60): the routing run by the router GEMV's last
+program to finish a row (an acq_rel ticket, one launch fewer a layer; correct on the GPU) --
+OLMoE-1B-7B ops + graph 792.9 / 793.0 tok/s against 800.7 / 801.7 with this separate kernel,
+interleaved: the ticket and the last program's serial routing cost more than the launch.
 """
 import torch
 import triton
@@ -149,8 +153,9 @@ def experts_down(h: torch.Tensor, act: torch.Tensor, w: torch.Tensor, ids: torch
     """h [T, d] += sum_j weights[t, j] (act[t * top_k + j] @ w[ids[.]].T + bias[ids[.]]), the
     experts' down projections (w [E, d, F]; bias [E, d] or None) weighted and summed in fp32 per
     token, plus -- shared = (acts [T, FS], ws [d, FS], s [T]) -- the shared expert's down times
-    its scale; in place, one kernel (no fp32 outputs of the experts written and read back). Tiles: config (a TileConfig),
-    else down_tile(top_k); the shared expert's K in chunks of up to 1024."""
+    its scale; in place, one kernel (no fp32 outputs of the experts written and read back).
+    Tiles: config (a TileConfig), else down_tile(top_k); the shared expert's K in chunks of up
+    to 1024."""
     T, D = h.shape
     P, F = act.shape
     top_k = P // T
