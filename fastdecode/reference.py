@@ -67,7 +67,10 @@ def activation(g, act="silu", params=None):
         return F.silu(g)
     if act == "gelu":
         return F.gelu(g.double()).to(g.dtype)
-    return F.gelu(g.double(), approximate="tanh").to(g.dtype)
+    if act == "gelu_tanh":
+        return F.gelu(g.double(), approximate="tanh").to(g.dtype)
+    raise ValueError(f"activation {act!r} of one operand: expected one of silu, gelu_tanh, "
+                     "relu2, gelu, relu, xielu (swiglu_oai takes its gate and up: glu)")
 
 
 def glu(y, act="silu", gated=True, params=None):

@@ -55,10 +55,11 @@ def test_rmsnorm(T, K, seed, dtype, has_res):
 def test_swiglu(T, N, seed, dtype, act, gated):
     """The long prompts' MLP activation on a [gate | up] matmul output against the fp32
     reference's act(gate) * up (torch's silu / tanh GELU, relu^2) -- or act(up) of an up output
-    alone (an MLP without a gate; xIELU always, with its parameter rows): elementwise, one
+    alone (an MLP without a gate; xIELU always, with its parameter rows; gpt-oss's clamped
+    SwiGLU never, its pre-activations std 3 past its clamp at 7 now and then): elementwise, one
     rounding to dtype (K=1); N past the 2048-lane block."""
     g = torch.Generator().manual_seed(seed)
-    gated = gated and act != "xielu"
+    gated = gated and act != "xielu" or act == "swiglu_oai"
     p = xielu_params(N, dtype, g) if act == "xielu" else None
     y = rnd(T, (1 + gated) * N, dtype=dtype, seed_gen=g, scale=3.0)
     assert_close(ops.swiglu(y, act, gated, params=p), R.glu(y.float(), act, gated, params=p),
@@ -76,7 +77,8 @@ def xielu_params(N, dtype, g):
        dtype=DTYPES, norm=st.booleans(), bias=st.booleans(), swiglu=st.booleans(),
        residual=st.booleans(), stream=STREAMS, act=ACTS, gated=st.booleans())
 def test_gemv(T, K, N, seed, dtype, norm, bias, swiglu, residual, stream, act, gated):
-    """swiglu: the MLP epilogue, act(gate) * up over [gate; up] rows, or (not gated) act(up)."""
+    """swiglu: the MLP epilogue, act(gate) * up over [gate; up] rows, or (not gated) act(up) --
+    which gpt-oss's clamped SwiGLU (its own up term) refuses."""
     g = torch.Generator().manual_seed(seed)
     xielu = swiglu and act == "xielu"  # no gate; its parameters as the bias operand, always
     gated = gated and not xielu
@@ -88,6 +90,10 @@ def test_gemv(T, K, N, seed, dtype, norm, bias, swiglu, residual, stream, act, g
     kw = dict(norm_w=rnd(K, dtype=dtype, seed_gen=g, shift=1) if norm else None, eps=1e-5,
               bias=b, swiglu=swiglu, act=act, gated=gated)
     res = rnd(T, N, dtype=dtype, seed_gen=g) if residual else None
+    if swiglu and act == "swiglu_oai" and not gated:  # gpt-oss's needs its gate: refused
+        with pytest.raises(ValueError, match="swiglu_oai"):
+            ops.gemv(x, w, residual=res, out=res, stream=stream if T == 1 else None, **kw)
+        return
     ref = R.gemv(x, w, residual=res, **kw)
     # residual updated in place when given
     out = ops.gemv(x, w, residual=res, out=res, stream=stream if T == 1 else None, **kw)

@@ -51,7 +51,10 @@ def act_operand_rows(act: str, gated: bool) -> int:
 
 def glu_code(act: str, gated: bool = True) -> int:
     """The SWIGLU constexpr of the MLP's epilogue: act's code, positive with a gate (act(gate) *
-    up over W = [gate; up]: two matrices a tile), negative without (act(up) over W = up)."""
+    up over W = [gate; up]: two matrices a tile), negative without (act(up) over W = up); gpt-
+    oss's clamped SwiGLU needs its gate (its own up term)."""
+    if act == "swiglu_oai" and not gated:
+        raise ValueError("the clamped SwiGLU (swiglu_oai) acts on a gate and an up row: gated")
     return ACT_CODES[act] if gated else -ACT_CODES[act]
 
 
