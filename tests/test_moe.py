@@ -1,6 +1,7 @@
 """Mixtures of experts (Mixtral, Qwen2-MoE with its shared expert, Qwen3-MoE, OLMoE, Granite
-MoE): the routing, expert gate|up and fused down kernels against reference.py, the checkpoints'
-expert tensors, the modes that refuse them, and bf16 against the fp32 HF model. (Every family's
+MoE, gpt-oss with its biased experts and clamped SwiGLU): the routing, expert gate|up and fused
+down kernels against reference.py, the checkpoints' expert tensors, the modes that refuse them,
+and bf16 against the fp32 HF model. (Every family's
 fp32 logits against HF's in torch and ops modes: test_models; random shapes: its property
 test.)"""
 from unittest import mock
