@@ -323,6 +323,15 @@ SHAPES = {
     "olmoe-1b-7b": ("OLMoE-1B-7B", lambda: tf.OlmoeConfig(
         intermediate_size=1024, pad_token_id=1, eos_token_id=50279)),
     "qwen1.5-moe": ("Qwen1.5-MoE-A2.7B", lambda: tf.Qwen2MoeConfig()),
+    # Qwen3-30B-A3B (48 layers of 32 heads of 128 on a d_model of 2048, GQA 8:1, q / k norms;
+    # 128 experts of 768 of which 8, renormalized; a 151936 vocabulary, untied: 30.5B
+    # parameters, 3.35B a token with the embedding row), as its config.json reads
+    "qwen3-30b-a3b": ("Qwen3-30B-A3B", lambda: tf.Qwen3MoeConfig(
+        hidden_size=2048, intermediate_size=6144, num_hidden_layers=48, num_attention_heads=32,
+        num_key_value_heads=4, head_dim=128, num_experts=128, num_experts_per_tok=8,
+        moe_intermediate_size=768, vocab_size=151936, tie_word_embeddings=False,
+        norm_topk_prob=True, rope_theta=1e6, max_position_embeddings=40960,
+        bos_token_id=151643, eos_token_id=151645)),
     # gpt-oss-20b (24 layers of 64 heads of 64 on a d_model of 2880, GQA 8:1, attention sinks,
     # q / k / v / o biases, a 128-key window on every other layer, YaRN x32 over 4096; 32
     # experts of 2880 of which 4, with biases, the clamped SwiGLU; a 201088 vocabulary, untied:
