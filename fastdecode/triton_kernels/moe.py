@@ -138,14 +138,14 @@ def experts_down_kernel(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr
 # 20b's top 4 of 2880 28.6-28.8 / 24.7-24.8 / 24.7-24.9 (2690 GB/s at 4), Qwen1.5-MoE's top 4 of
 # 1408 10.8-10.9 / 10.2-10.4 / 10.2-10.4, OLMoE's top 8 of 1024 13.7-13.9 / 13.7-14.9 /
 # 14.2-18.5 (session 59's sweep the same way: 2 x 256 2399, 4 x 256 2225 GB/s)
-DOWN_TILE = TileConfig(block_n=2, block_k=256, num_warps=8)
+DOWN_BLOCK_K, DOWN_WARPS = 256, 8
 
 
 def down_tile(top_k: int) -> TileConfig:
-    """experts_down's default tile for top_k routed experts: DOWN_TILE's K chunk and warps, 16 /
-    top_k rows (a power of two, 1 to 8; top_k 8 -> DOWN_TILE's 2, 4 -> 4, 2 -> 8)."""
+    """experts_down's default tile for top_k routed experts: DOWN_BLOCK_K, DOWN_WARPS and 16 /
+    top_k rows (a power of two, 1 to 8; top_k 8 -> 2, 4 -> 4, 2 -> 8)."""
     rows = max(1, min(8, 16 // triton.next_power_of_2(top_k)))
-    return TileConfig(block_n=rows, block_k=DOWN_TILE.block_k, num_warps=DOWN_TILE.num_warps)
+    return TileConfig(block_n=rows, block_k=DOWN_BLOCK_K, num_warps=DOWN_WARPS)
 
 
 def experts_down(h: torch.Tensor, act: torch.Tensor, w: torch.Tensor, ids: torch.Tensor,
