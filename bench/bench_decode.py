@@ -28,7 +28,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fastdecode  # noqa: E402
 from fastdecode.spec import ModelSpec  # noqa: E402
 from fastdecode.triton_kernels.config import use_pdl  # noqa: E402
-from shapes import random_model, stage_on_host  # noqa: E402
+from fastdecode.quant import MXFP4_BYTES  # noqa: E402
+from shapes import random_model, random_mxfp4_experts, stage_on_host  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -101,11 +102,12 @@ def add_protocol_args(p):
     p.add_argument("--results-md", default=os.path.join(HERE, "RESULTS.md"))
 
 
-def step_bytes(spec, args, n_lo=32):
+def step_bytes(spec, args, n_lo=32, expert_elt=None):
     """Bytes one decode step reads: every weight once + the KV cache at the mean context of the
-    timed tokens (decode_rate's n_lo .. --new-tokens)."""
+    timed tokens (decode_rate's n_lo .. --new-tokens); expert_elt: a routed expert's bytes an
+    element (MXFP4's), where not bf16's."""
     mean_ctx = args.prompt_len + (n_lo + args.new_tokens) / 2
-    return spec.weight_bytes_per_token() + spec.kv_bytes(int(mean_ctx))
+    return spec.weight_bytes_per_token(expert_elt=expert_elt) + spec.kv_bytes(int(mean_ctx))
 
 
 def max_seq_len(args) -> int:
@@ -127,10 +129,11 @@ def bench_model(key, args, bw):
     roof = bw / nbytes
     rows = []
 
-    def add(peer, rate, first_call=None):
-        rows.append(dict(model=name, peer=peer, tok_s=rate, roofline_pct=100 * rate / roof,
-                         first_call_s=first_call))
-        print(f"  {name:14s} {peer:28s} {rate:8.1f} tok/s  {100 * rate / roof:5.1f}% of roofline",
+    def add(peer, rate, first_call=None, peer_roof=None):
+        r = peer_roof or roof
+        rows.append(dict(model=name, peer=peer, tok_s=rate, roofline_pct=100 * rate / r,
+                         first_call_s=first_call, step_gb=bw / r / 1e9, roofline_tok_s=r))
+        print(f"  {name:14s} {peer:28s} {rate:8.1f} tok/s  {100 * rate / r:5.1f}% of roofline",
               flush=True)
 
     gen = args.gen_kwargs  # the same generate() arguments for every peer
@@ -140,13 +143,17 @@ def bench_model(key, args, bw):
         with torch.no_grad():
             model.generate(ids, max_new_tokens=n, min_new_tokens=n, **{"do_sample": False, **gen})
 
-    for peer, mode in (("fastdecode", "ops"), ("mega", "mega")):
-        if peer not in args.peers:
+    # mxfp4 (a mixture): ops mode with the experts as random MXFP4 codes (an MXFP4 checkpoint's
+    # packing), its roofline over the bytes of those codes and scales
+    for peer, mode in (("fastdecode", "ops"), ("mega", "mega"), ("mxfp4", "ops")):
+        if peer not in args.peers or (peer == "mxfp4" and not spec.moe):
             continue
         try:
             t0 = time.perf_counter()
             fm = fastdecode.from_hf(model, max_seq_len=max_seq_len(args), mode=mode,
                                     device="cuda")
+            if peer == "mxfp4":
+                random_mxfp4_experts(fm)
             fm.runtime.decode_chunk = args.chunk
             fm.generate(ids, max_new_tokens=2, eos_token_id=[], **gen)
             torch.cuda.synchronize()
@@ -154,8 +161,9 @@ def bench_model(key, args, bw):
             rate = decode_rate(lambda n: fm.generate(ids, max_new_tokens=n, eos_token_id=[],
                                                      **gen), n_lo, n_hi, args.repeats)
             pdl = "+PDL" if use_pdl(torch.device("cuda")) else ""  # config.use_pdl, ops kernels
-            add((f"fastdecode ops+graph{pdl}" if mode == "ops" else "fastdecode mega") + tag,
-                rate, first)
+            label = f"fastdecode ops+graph{pdl}" if mode == "ops" else "fastdecode mega"
+            add((label + (" MXFP4 experts" if peer == "mxfp4" else "")) + tag, rate, first,
+                bw / step_bytes(spec, args, n_lo, MXFP4_BYTES) if peer == "mxfp4" else None)
             del fm
         except Exception as e:  # record the failure, keep the other numbers
             print(f"  fastdecode {mode} failed: {type(e).__name__}: {str(e)[:300]}")
@@ -183,7 +191,6 @@ def bench_model(key, args, bw):
     for r in rows:
         r["vs_compile"] = r["tok_s"] / base["HF static+torch.compile" + tag] \
             if "HF static+torch.compile" + tag in base else None
-        r.update(step_gb=nbytes / 1e9, roofline_tok_s=roof)
     return rows
 
 
@@ -215,7 +222,9 @@ def first_token_latency(ckpt, cache_dir, mode):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--models", default="1b,8b")
-    p.add_argument("--peers", default="fastdecode,mega,hf_eager,hf_compile")
+    p.add_argument("--peers", default="fastdecode,mega,hf_eager,hf_compile",
+                   help="of fastdecode (ops + CUDA graph), mega, mxfp4 (a mixture's experts as "
+                        "random MXFP4 codes, ops mode), hf_eager, hf_compile")
     p.add_argument("--first-call", action="store_true", help="also time process start -> token")
     p.add_argument("--gen", default="",
                    help="generate() arguments for every peer, k=v,... (repetition_penalty=1.1 or "

@@ -367,6 +367,28 @@ def random_model(key, device="cuda", n_layers=None, **overrides):
     return name, model
 
 
+def random_mxfp4_experts(fm, seed=0):
+    """fm (a mixture's FastModel) with its experts swapped for random MXFP4 codes of their shape,
+    as an MXFP4 checkpoint packs them (PackedWeights.s_experts_*; gpt-oss ships its experts so):
+    uniform codes under an E8M0 scale of 2^-7 (rms 2.9 x 2^-7 = 0.023, random_model's d^-0.5
+    0.019 at gpt-oss's 2880), the bf16 experts freed first, the runtime rebuilt on them."""
+    import torch
+    from fastdecode.runtime import Runtime
+    pw = fm.weights
+    shapes = [getattr(pw, f"w_experts_{n}").shape for n in ("gu", "down")]
+    fm.runtime = pw.w_experts_gu = pw.w_experts_down = None
+    torch.cuda.empty_cache()
+    gen = torch.Generator(pw.device).manual_seed(seed)
+    for n, (L, E, N, K) in zip(("gu", "down"), shapes):
+        setattr(pw, f"w_experts_{n}", torch.randint(0, 256, (L, E, N, K // 2), generator=gen,
+                                                    device=pw.device, dtype=torch.uint8))
+        setattr(pw, f"s_experts_{n}", torch.full((L, E, N, K // 32), 127 - 7, device=pw.device,
+                                                 dtype=torch.uint8))
+    fm.runtime = Runtime(pw, fm.max_seq_len, fm.mode, cuda_graph=fm._cuda_graph,
+                         vocab_size=fm.spec.vocab_size)
+    return fm
+
+
 def stage_on_host(model) -> bool:
     """Moves HF's model to the host when fastdecode's packed copy would not fit beside it on
     its GPU (gpt-oss-20b: 2 x 42 GB on an 80 GB card), so from_hf(model, device="cuda") packs

@@ -6,10 +6,13 @@ replayed round-robin with the others (timing.replay_medians).
 
     python bench/sweep_moe.py                      # the three published shapes below
     python bench/sweep_moe.py --models gpt-oss-20b --down 2x256x8,4x256x8 --gu none,s16384x4x2
+    python bench/sweep_moe.py --models gpt-oss-20b --mxfp4 --gu none,16x512x4 --down 4x256x8
 
 Tiles: RxKxW (rows a program, K chunk, warps), s<elements>x<warps>x<tiles> a stream, none the
 launcher's default. Shapes (d, expert width F, experts E, top_k) as bench/shapes.py has them;
-gpt-oss-20b's with its biases and clamped SwiGLU.
+gpt-oss-20b's with its biases and clamped SwiGLU. --mxfp4: the experts as random MXFP4 codes
+and E8M0 scales (an MXFP4 checkpoint's packing; 17 / 32 of a byte an element), tiles only (none:
+gemv.MXFP4_TILE).
 """
 import argparse
 import os
@@ -20,6 +23,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fastdecode import ops  # noqa: E402
+from fastdecode.quant import MXFP4_BYTES  # noqa: E402
 from fastdecode.triton_kernels.config import StreamConfig, TileConfig  # noqa: E402
 from timing import replay_medians  # noqa: E402
 
@@ -38,11 +42,18 @@ def parse(spec: str):
     return TileConfig(*(int(v) for v in spec.split("x")))
 
 
-def sweep(name, gu, down, launches=16):
+def sweep(name, gu, down, launches=16, mxfp4=False):
     d, F, E, k, oai = SHAPES[name]
     dev, bf = "cuda", torch.bfloat16
-    wgu = torch.randn(E, 2 * F, d, device=dev, dtype=bf) / d ** 0.5
-    wd = torch.randn(E, d, F, device=dev, dtype=bf) / F ** 0.5
+    sgu = sd = None
+    if mxfp4:
+        def codes(N, K):
+            return torch.randint(0, 256, (E, N, K // 2), device=dev, dtype=torch.uint8), \
+                torch.full((E, N, K // 32), 120, device=dev, dtype=torch.uint8)
+        (wgu, sgu), (wd, sd) = codes(2 * F, d), codes(d, F)
+    else:
+        wgu = torch.randn(E, 2 * F, d, device=dev, dtype=bf) / d ** 0.5
+        wd = torch.randn(E, d, F, device=dev, dtype=bf) / F ** 0.5
     bgu = torch.randn(E, 2 * F, device=dev, dtype=bf) if oai else None
     bd = torch.randn(E, d, device=dev, dtype=bf) if oai else None
     x = torch.randn(1, d, device=dev, dtype=bf)
@@ -52,7 +63,8 @@ def sweep(name, gu, down, launches=16):
     wt = torch.rand(k, device=dev)
     n = E // k  # launches cycle over disjoint expert sets
     ids = [torch.arange(i * k, (i + 1) * k, device=dev, dtype=torch.int32) for i in range(n)]
-    nbytes = {"gu": 2 * F * d * 2 * k, "down": d * F * 2 * k}
+    elt = MXFP4_BYTES if mxfp4 else 2
+    nbytes = {"gu": 2 * F * d * elt * k, "down": d * F * elt * k}
     graphs = {}
     for op, spec in [("gu", s) for s in gu] + [("down", s) for s in down]:
         cfg = parse(spec)
@@ -62,9 +74,9 @@ def sweep(name, gu, down, launches=16):
                 stream = cfg if isinstance(cfg, StreamConfig) else None
                 ops.gemv(x, wgu, norm_w=nw, swiglu=True, act="swiglu_oai" if oai else "silu",
                          bias=bgu, experts=ids[i % n], out=out, stream=stream,
-                         config=None if stream else cfg)
+                         config=None if stream else cfg, scales=sgu)
             else:
-                ops.moe_down(x, act, wd, ids[i % n], wt, config=cfg, bias=bd)
+                ops.moe_down(x, act, wd, ids[i % n], wt, config=cfg, bias=bd, scales=sd)
         f(0)
         torch.cuda.synchronize()
         g = torch.cuda.CUDAGraph()
@@ -74,7 +86,8 @@ def sweep(name, gu, down, launches=16):
         graphs[(op, spec)] = g
     for (op, spec), s in sorted(replay_medians(graphs, launches, rounds=9).items(),
                                 key=lambda kv: (kv[0][0], kv[1])):
-        print(f"{name:12s} {op:5s} {spec:14s} {s * 1e6:7.2f} us {nbytes[op] / s / 1e9:6.0f} GB/s")
+        print(f"{name:12s} {op:5s} {spec:14s} {s * 1e6:7.2f} us {nbytes[op] / s / 1e9:6.0f} GB/s"
+              + (" (MXFP4)" if mxfp4 else ""))
 
 
 def main():
@@ -82,10 +95,12 @@ def main():
     p.add_argument("--models", default=",".join(SHAPES))
     p.add_argument("--gu", default="none,2x1024x4,1x1024x4,s16384x4x2")
     p.add_argument("--down", default="2x256x8,4x256x8,8x256x8,16x256x8,4x512x8")
+    p.add_argument("--mxfp4", action="store_true", help="the experts as MXFP4 codes and scales")
     a = p.parse_args()
     print(torch.cuda.get_device_name())
     for name in a.models.split(","):
-        sweep(name, [s for s in a.gu.split(",") if s], [s for s in a.down.split(",") if s])
+        sweep(name, [s for s in a.gu.split(",") if s], [s for s in a.down.split(",") if s],
+              mxfp4=a.mxfp4)
         torch.cuda.empty_cache()
 
 

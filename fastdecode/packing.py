@@ -11,7 +11,12 @@ GEMV tiles (row-major [N, K], K contiguous, so a tile streams whole 16-byte-alig
            router's rows, then the shared expert's gate row where there is one), w_experts_gu
            [L, E, 2F, d] and w_experts_down [L, E, d, F] (HF's stacked layout); w_gu / w_down
            hold the shared expert (ffn_dim wide, 0: none); with biases (gpt-oss: ModelSpec.
-           expert_bias) b_router [L, E], b_experts_gu [L, E, 2F], b_experts_down [L, E, d]
+           expert_bias) b_router [L, E], b_experts_gu [L, E, 2F], b_experts_down [L, E, d];
+           an MXFP4 checkpoint's experts (quant's "mxfp4": gpt-oss) stay MXFP4, w_experts_gu
+           [L, E, 2F, d / 2] and w_experts_down [L, E, d, F / 2] uint8 codes (gate|up's rows in
+           the same order) with their E8M0 scales s_experts_gu [L, E, 2F, d / 32] and
+           s_experts_down [L, E, d, F / 32] -- a quarter of the bf16 bytes (and 1/32 for the
+           scales): the experts stream 4-bit, gpt-oss-120b's 117 B parameters fit one 80 GB GPU
     sinks  [L, H] fp32: the attention sinks' logits (ModelSpec.attn_sinks)
     norms  [L, d] (before attention / the MLP; after them too where the family has them:
            ModelSpec.post_norms); qk_norm [L, H + KVH, hd], a row per head slot (Qwen3's one
@@ -28,6 +33,7 @@ from dataclasses import dataclass, fields
 
 import torch
 
+from .quant import MXFP4_BYTES, dequantize_mxfp4
 from .spec import FAMILIES, ModelSpec
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -69,6 +75,9 @@ class PackedWeights:
     b_router: torch.Tensor | None = None
     b_experts_gu: torch.Tensor | None = None
     b_experts_down: torch.Tensor | None = None
+    # the experts' E8M0 scales where they stay MXFP4 (this module's docstring); None: float experts
+    s_experts_gu: torch.Tensor | None = None
+    s_experts_down: torch.Tensor | None = None
     # [L, this rank's q heads] fp32: the attention sinks (ModelSpec.attn_sinks; FP32_KEPT)
     sinks: torch.Tensor | None = None
 
@@ -81,6 +90,16 @@ class PackedWeights:
         """Layer l's norm after its attention (which 0) or MLP (1); None: none."""
         t = (self.post_attn_norm, self.post_mlp_norm)[which]
         return None if t is None else t[l]
+
+    def expert_matrix(self, which: int, l: int, e: int) -> torch.Tensor:
+        """Layer l's expert e's gate|up (which 0) or down (1) matrix in the weights' dtype: the
+        packed one, or its MXFP4 codes dequantized (exact: a 2-bit significand and a power-of-two
+        scale) for the reference paths (torch mode, a long prompt's pass)."""
+        w = (self.w_experts_gu, self.w_experts_down)[which][l, e]
+        s = (self.s_experts_gu, self.s_experts_down)[which]
+        if s is None:
+            return w
+        return dequantize_mxfp4(w.view(*w.shape[:-1], -1, 16), s[l, e]).to(self.dtype)
 
     @property
     def dtype(self):
@@ -153,10 +172,15 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
         get = centered_getter(get, spec, fam.norms[:2])
     if spec.moe:
         get = oai_expert_getter(get) if fam.experts.oai else expert_getter(get)
+    # an MXFP4 checkpoint's experts packed as they are (the module docstring) where no scale
+    # multiplies them; otherwise quant's getter dequantizes them
+    mxfp4 = spec.moe and spec.residual_scale == 1.0 and \
+        get("model.layers.0.mlp.experts.down_proj_blocks") is not None
     if torch.device(device).type == "cuda":
         separate_head = not spec.shares_head or world > 1  # else the embedding's tensor
         check_weights_fit(sp, spec.vocab_size, separate_head, dtype,
-                          torch.cuda.mem_get_info(torch.device(device))[0])
+                          torch.cuda.mem_get_info(torch.device(device))[0],
+                          MXFP4_BYTES if mxfp4 else None)
     every = slice(None)
 
     def rows(n):
@@ -207,6 +231,30 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
                     out = torch.empty((spec.n_layers, spec.n_experts, *t.shape[1:]),
                                       device=device, dtype=dtype)
                 out[i, e].copy_(t[0])
+        return out
+
+    def stack_mxfp4(name):
+        """(codes [L, E, rows, cols / 2], scales [L, E, rows, cols / 32]) of layer i's
+        mlp.experts.{name}_blocks / _scales, a layer at a time; gate|up's interleaved gate and
+        up rows (2i, 2i + 1) in oai_expert_getter's order, the gate rows then the up rows."""
+        out = None
+        for i in range(spec.n_layers):
+            ts = [get(f"model.layers.{i}.mlp.experts.{name}_{part}")
+                  for part in ("blocks", "scales")]
+            if any(t is None or t.dtype != torch.uint8 for t in ts):
+                raise TypeError(f"model.layers.{i}.mlp.experts.{name}: MXFP4 blocks and scales "
+                                "(uint8) expected")
+            ts[0] = ts[0].reshape(*ts[1].shape[:2], -1)
+            if name == "gate_up_proj":
+                ts = [torch.cat([t[:, 0::2], t[:, 1::2]], 1) for t in ts]
+            if out is None:
+                out = [torch.empty((spec.n_layers, *t.shape), device=device, dtype=torch.uint8)
+                       for t in ts]
+            for o, t in zip(out, ts):
+                if t.shape != o.shape[1:]:
+                    raise ValueError(f"model.layers.{i}.mlp.experts.{name}: MXFP4 shape "
+                                     f"{tuple(t.shape)} does not match layer 0's")
+                o[i].copy_(t)
         return out
 
     def on_first_rank(t):  # a bias added after a row-parallel sum is added once
@@ -267,8 +315,12 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
     if spec.moe:
         pw.w_router = stack(("mlp.gate.weight", None),
                             *((("mlp.shared_expert_gate.weight", None),) if spec.ffn_dim else ()))
-        pw.w_experts_gu = stack_experts("gate_up_proj")
-        pw.w_experts_down = stack_experts("down_proj")
+        if mxfp4:
+            pw.w_experts_gu, pw.s_experts_gu = stack_mxfp4("gate_up_proj")
+            pw.w_experts_down, pw.s_experts_down = stack_mxfp4("down_proj")
+        else:
+            pw.w_experts_gu = stack_experts("gate_up_proj")
+            pw.w_experts_down = stack_experts("down_proj")
         if spec.expert_bias:
             pw.b_router = stack(("mlp.gate.bias", None))
             pw.b_experts_gu = stack_experts("gate_up_proj_bias")
@@ -626,12 +678,13 @@ def _permute_rope_dims(pw: PackedWeights):
 
 
 def check_weights_fit(sp: ModelSpec, full_vocab: int, separate_head: bool, dtype,
-                      free_bytes: int):
+                      free_bytes: int, expert_elt: float | None = None):
     """The packed weights of shard sp (every layer matrix and norm, the lm_head rows, the whole
     embedding beside them unless it is the lm_head) must fit the device's free memory: else a
-    ValueError before any copy, not an out-of-memory error halfway through the packing."""
+    ValueError before any copy, not an out-of-memory error halfway through the packing.
+    expert_elt: bytes a routed expert's element takes (MXFP4's), where not dtype's."""
     elt = torch.finfo(dtype).bits // 8
-    need = sp.weight_bytes_per_token(elt, all_experts=True) + \
+    need = sp.weight_bytes_per_token(elt, all_experts=True, expert_elt=expert_elt) + \
         (full_vocab * sp.d_model * elt if separate_head else 0)
     if need > free_bytes:
         gib = 1 << 30
@@ -702,9 +755,15 @@ def _check_shapes(pw: PackedWeights, full_vocab: int):
         "w_down": (s.n_layers, s.d_model, s.ffn_dim),
     }
     if s.moe:
-        want.update(w_router=(s.n_layers, s.n_experts + (s.ffn_dim > 0), s.d_model),
-                    w_experts_gu=(s.n_layers, s.n_experts, 2 * s.expert_ffn, s.d_model),
-                    w_experts_down=(s.n_layers, s.n_experts, s.d_model, s.expert_ffn))
+        L, E, F, d = s.n_layers, s.n_experts, s.expert_ffn, s.d_model
+        want.update(w_router=(L, E + (s.ffn_dim > 0), d), w_experts_gu=(L, E, 2 * F, d),
+                    w_experts_down=(L, E, d, F))
+        if pw.s_experts_gu is not None:  # MXFP4: two codes a byte, a scale a 32 elements
+            if d % 32 or F % 32:
+                raise ValueError(f"MXFP4 experts need d_model {d} and expert_ffn {F} to be "
+                                 "multiples of 32")
+            want.update(w_experts_gu=(L, E, 2 * F, d // 2), w_experts_down=(L, E, d, F // 2),
+                        s_experts_gu=(L, E, 2 * F, d // 32), s_experts_down=(L, E, d, F // 32))
     for name, shape in want.items():
         got = tuple(getattr(pw, name).shape)
         if got != shape:

@@ -24,7 +24,10 @@ turns them when it dequantizes:
   nibble first -- and `<name>_scales` [E, N, K / 32] uint8 E8M0 exponents, one per 32 elements:
   W[e, n, k] = fp4(code) * 2^(scale - 127), exact in fp32 and bf16 (a 2-bit significand), as
   transformers' convert_moe_packed_tensors computes it; served in HF's orientation, [E, K, N]
-  (its GptOssExperts parameters), the attention, router and embeddings unquantized.
+  (its GptOssExperts parameters), the attention, router and embeddings unquantized. packing.pack
+  keeps such experts MXFP4 instead (their codes and scales as stored: PackedWeights.s_experts_*;
+  the expert GEMVs decode them in registers), so they stream a quarter of the bytes; this
+  dequantization serves the rest (a residual scale on the experts: none in gpt-oss).
 
 Every other method or scheme (GPTQ, AWQ, bitsandbytes, integer or 4-bit compressed-tensors,
 sparse ones ...) raises UnsupportedModelError before any tensor is read; so does a float8 tensor
@@ -45,6 +48,9 @@ SUPPORTED = (*SCALE_SUFFIX, "mxfp4")
 # transformers' FP4_VALUES)
 FP4_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0,
               -6.0)
+# bytes an MXFP4 element takes as packed (PackedWeights.s_experts_gu): a 4-bit code, and an 8-bit
+# scale a 32
+MXFP4_BYTES = 0.5 + 1 / 32
 FLOAT8_FORMATS = ("float-quantized", "naive-quantized")  # compressed-tensors' dense fp8 formats
 
 

@@ -325,9 +325,9 @@ def moe_block(pw, l, h, num=FP32):
     out = torch.zeros(h.shape[0], s.d_model, device=h.device, dtype=torch.float32)
     for e in ids.unique().tolist():
         t, j = (ids == e).nonzero(as_tuple=True)
-        act = gemv(x[t], pw.w_experts_gu[l, e], bias=pick(pw.b_experts_gu, e), swiglu=True,
+        act = gemv(x[t], pw.expert_matrix(0, l, e), bias=pick(pw.b_experts_gu, e), swiglu=True,
                    act=s.act, num=num).to(pw.dtype)
-        y = gemv(act, pw.w_experts_down[l, e], bias=pick(pw.b_experts_down, e), num=num)
+        y = gemv(act, pw.expert_matrix(1, l, e), bias=pick(pw.b_experts_down, e), num=num)
         out.index_add_(0, t, w[t, j, None] * y.float())
     if s.ffn_dim:
         act = gemv(x, pw.w_gu[l], swiglu=True, act=s.act, num=num).to(pw.dtype)

@@ -527,13 +527,14 @@ class Runtime:
         ids, w, scale = ops.moe_route(st.router[:T], s.top_k, s.norm_topk, s.ffn_dim > 0,
                                       out=(st.moe_ids[:P], st.moe_w[:P], st.moe_s[:T]))
         ops.gemv(h, pw.w_experts_gu[l], norm_w=norm, eps=s.rms_eps, bias=pick(pw.b_experts_gu),
-                 swiglu=True, act=s.act, experts=ids, out=st.moe_act[:P])
+                 swiglu=True, act=s.act, experts=ids, out=st.moe_act[:P],
+                 scales=pick(pw.s_experts_gu))
         shared = None
         if s.ffn_dim:
             shared = (ops.gemv(h, pw.w_gu[l], norm_w=norm, eps=s.rms_eps, swiglu=True, act=s.act,
                                out=st.act[:T]), pw.w_down[l], scale)
         ops.moe_down(h, st.moe_act[:P], pw.w_experts_down[l], ids, w, shared,
-                     bias=pick(pw.b_experts_down))
+                     bias=pick(pw.b_experts_down), scales=pick(pw.s_experts_down))
 
     def _head_ops(self, h, T, all_logits, sampling, choose=True):
         """The lm_head and the token choice of a step's rows h [T, d] (the logits of all of them

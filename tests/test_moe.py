@@ -15,6 +15,7 @@ import fastdecode
 from fastdecode import ops
 from fastdecode import reference as R
 from fastdecode.module import _default_mode
+from fastdecode.quant import dequantize_mxfp4
 from fastdecode.spec import ModelSpec, TensorParallelError, UnsupportedModelError
 from conftest import DEVICE
 from helpers import ACT_GAIN, U, assert_close, folder_packs_as_from_hf, hf_logits, rel_err, \
@@ -111,6 +112,70 @@ def test_experts_down_matches_reference(T, D, F, FS, E, data, shared, bias, dtyp
         want = want + s[:, None] * R.gemv(acts, ws).float()
     ops.moe_down(h, act, w, ids, wt, (acts, ws, s) if shared else None, bias=b)
     assert_close(h, want, dtype, max(F, FS) * (k + 1), "experts' down")
+
+
+def mxfp4(E, N, K, g, exp=(117, 131)):
+    """Random MXFP4 codes [E, N, K / 2] (all 16 e2m1 values) and E8M0 scales [E, N, K / 32]
+    (2^-10..2^3 by default), and the fp32 matrix they stand for (quant.dequantize_mxfp4)."""
+    blocks = torch.randint(0, 256, (E, N, K // 32, 16), generator=g, dtype=torch.uint8)
+    scales = torch.randint(*exp, (E, N, K // 32), generator=g, dtype=torch.uint8)
+    return (blocks.view(E, N, K // 2).to(DEVICE), scales.to(DEVICE),
+            dequantize_mxfp4(blocks, scales).to(DEVICE))
+
+
+def test_mxfp4_codes_decode_exactly():
+    """The MXFP4 GEMV's decode (_common.fp4_value, the E8M0 scale by its bits) gives every code
+    and exponent their value: one-hot activations pick W's columns one at a time, exactly (one
+    nonzero product a sum), against quant.dequantize_mxfp4 -- each of the 16 codes, in both
+    nibbles, over scales 2^-100..2^20."""
+    K, N, E = 64, 16, 2
+    g = torch.Generator().manual_seed(0)
+    codes, scales, w = mxfp4(E, N, K, g, exp=(27, 148))
+    x = torch.eye(K, device=DEVICE)
+    for e in range(E):
+        ids = torch.full((K,), e, device=DEVICE, dtype=torch.int32)
+        got = ops.gemv(x, codes, experts=ids, scales=scales)  # [K, N]: row k is W[:, k]
+        assert torch.equal(got.T, w[e])
+
+
+@given(T=st.sampled_from([1, 1, 3]), K32=st.integers(1, 12), N=st.integers(1, 40),
+       E=st.integers(1, 6), data=st.data(), dtype=DTYPES, oai=st.booleans(),
+       seed=st.integers(0, 2**31 - 1))
+def test_mxfp4_experts_match_reference(T, K32, N, E, data, dtype, oai, seed):
+    """gpt-oss's experts kept MXFP4 (PackedWeights.s_experts_*): gemv's experts gate|up with
+    scales (RMSNorm prologue, SwiGLU / clamped SwiGLU epilogue with the experts' biases) and
+    experts_down with scales, against the reference on the dequantized matrices; K and F = 32 to
+    384 (the gate|up tile's 512 columns and the down tile's 256-column chunks, whole and cut),
+    odd row counts. Tolerance: as the float experts' (each product is exact in fp32: a 2-bit
+    significand times a power of two times x; only the sums' order differs)."""
+    K = F = 32 * K32
+    k = data.draw(st.integers(1, E))
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(T, K, generator=g).to(DEVICE, dtype)
+    nw = (1 + 0.2 * torch.randn(K, generator=g)).to(DEVICE, dtype)
+    qgu, sgu, wgu = mxfp4(E, 2 * N, K, g, exp=(120, 124))  # |w| <= 6 / 8: sums std ~ 1-3
+    qd, sd, wd = mxfp4(E, K, F, g, exp=(120, 124))
+    bgu = torch.randn(E, 2 * N, generator=g).to(DEVICE, dtype) if oai else None
+    bd = torch.randn(E, K, generator=g).to(DEVICE, dtype) if oai else None
+    act_name = "swiglu_oai" if oai else "silu"
+    ids = torch.stack([torch.randperm(E, generator=g)[:k] for _ in range(T)]).view(-1)
+    ids = ids.to(DEVICE, torch.int32)
+    wgu_ref = wgu.to(dtype)  # exact: a code times a power of two
+    act = ops.gemv(x, qgu, norm_w=nw, eps=1e-5, bias=bgu, swiglu=True, act=act_name,
+                   experts=ids, scales=sgu)
+    for p, e in enumerate(ids.tolist()):
+        ref = R.gemv(x[p // k:p // k + 1], wgu_ref[e], norm_w=nw, eps=1e-5, swiglu=True,
+                     act=act_name, bias=None if bgu is None else bgu[e])
+        assert_close(act[p:p + 1], ref, dtype, K, f"gate|up pair {p}", gain=ACT_GAIN)
+    h = torch.randn(T, K, generator=g).to(DEVICE, dtype)
+    a = torch.randn(T * k, F, generator=g).to(DEVICE, dtype)
+    wt = torch.rand(T * k, generator=g).to(DEVICE)
+    want = h.float().clone()
+    for p, e in enumerate(ids.tolist()):
+        want[p // k] += wt[p] * R.gemv(a[p:p + 1], wd[e].to(dtype),
+                                       bias=None if bd is None else bd[e]).float()[0]
+    ops.moe_down(h, a, qd, ids, wt, bias=bd, scales=sd)
+    assert_close(h, want, dtype, F * k, "experts' down")
 
 
 @pytest.mark.parametrize("family", MOE)

@@ -1,6 +1,7 @@
 """Quantized checkpoints (fastdecode.quant): FP8 block-scaled ones load with transformers' own
 dequantized weights, bit for bit; every other method, and a float8 tensor without its scales,
 raise before any weights are packed."""
+import itertools
 import json
 import re
 
@@ -319,14 +320,19 @@ def test_fp8_checkpoint_on_the_gpu(tmp_path, block):
     assert torch.equal(fm.generate(ids, max_new_tokens=8), gpu.generate(ids, max_new_tokens=8))
 
 
-def test_mxfp4_checkpoint_packs_transformers_dequantized_experts(tmp_path):
+def test_mxfp4_checkpoint_keeps_transformers_experts_in_4_bits(tmp_path):
     """A gpt-oss MXFP4 checkpoint (its experts' gate_up_proj / down_proj as _blocks and _scales,
     the rest unquantized, quantization_config as openai/gpt-oss-20b's): from_pretrained packs
-    the experts transformers' own convert_moe_packed_tensors dequantizes the blocks to -- bit
-    for bit, gate|up's interleaved columns de-interleaved as from_hf packs HF's parameters --
-    and its logits are that model's. Random codes of all 16 values, exponents 2^-10..2^3 (the
-    nibble order or the exponent's bias off: other weights). from_hf of a model still holding
-    the packed bytes (transformers' Mxfp4GptOssExperts on a GPU) says to load the folder."""
+    the experts as MXFP4 codes and scales (PackedWeights.s_experts_*), which dequantize to the
+    matrices transformers' own convert_moe_packed_tensors gives -- bit for bit, gate|up's
+    interleaved rows de-interleaved as from_hf packs HF's parameters -- every other tensor is
+    from_hf's, and the logits are that model's: torch mode exactly (the reference dequantizes
+    the same values), ops mode (the MXFP4 GEMV tiles: _common.mxfp4_dot) within fp32 rounding of
+    the float experts' ops run (the same products, exact in fp32, summed in another order:
+    K <= 64 terms a group, ~1e-6 relative). Random codes of all 16 values, exponents
+    2^-10..2^3 (the nibble order or the exponent's bias off: other weights). from_hf of a model
+    still holding the packed bytes (transformers' Mxfp4GptOssExperts on a GPU) says to load the
+    folder."""
     from safetensors.torch import load_file, save_file
     from transformers.integrations.mxfp4 import convert_moe_packed_tensors
     model = tiny_model("gpt_oss", hidden_size=64, intermediate_size=32)  # K % 32 == 0
@@ -348,7 +354,26 @@ def test_mxfp4_checkpoint_packs_transformers_dequantized_experts(tmp_path):
         "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
         "lm_head"]}
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    folder_packs_as_from_hf(tmp_path, model)
+    ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
+    for mode in ("torch", "ops"):
+        fm = fastdecode.from_pretrained(str(tmp_path), max_seq_len=32, device="cpu",
+                                        dtype=torch.float32, mode=mode)
+        ref = fastdecode.from_hf(model, max_seq_len=32, mode=mode)
+        pw, rw = fm.weights, ref.weights
+        assert pw.w_experts_gu.dtype == pw.s_experts_down.dtype == torch.uint8  # 4-bit codes
+        assert rw.s_experts_gu is None and pw.spec == rw.spec
+        for name, t in rw.tensors().items():
+            if not name.startswith(("w_experts", "s_experts")):
+                assert (t is None) == (pw.tensors()[name] is None), name
+                assert t is None or torch.equal(pw.tensors()[name], t), name
+        for l, e, which in itertools.product(range(rw.spec.n_layers), range(rw.spec.n_experts),
+                                             (0, 1)):
+            want = (rw.w_experts_gu, rw.w_experts_down)[which][l, e]
+            assert torch.equal(pw.expert_matrix(which, l, e), want)
+        if mode == "torch":
+            assert torch.equal(fm(ids), ref(ids))
+        else:
+            torch.testing.assert_close(fm(ids), ref(ids), rtol=1e-5, atol=1e-5)
     model.config.quantization_config = cfg["quantization_config"]
     experts = model.model.layers[0].mlp.experts
     experts.down_proj = torch.nn.Parameter(sd["model.layers.0.mlp.experts.down_proj_blocks"]

@@ -35,3 +35,26 @@ def test_mixture_params(key, active, total, embed_active):
     embed = spec.vocab_size * spec.d_model
     assert round((spec.weight_bytes_per_token() / 2 + embed * embed_active) / 1e9, 1) == active
     assert round((spec.weight_bytes_per_token(all_experts=True) / 2 + embed) / 1e9, 1) == total
+
+
+@pytest.mark.parametrize("layers,experts,active,total,packed", [(24, 32, 3.6, 20.9, 13.7),
+                                                                 (36, 128, 5.1, 116.8, 65.2)])
+def test_gpt_oss_mxfp4_sizes(layers, experts, active, total, packed):
+    """gpt-oss-20b / -120b (OpenAI's model card: 3.6B / 5.1B active of 20.9B / 116.8B, the
+    embedding table out of the active count) with their experts kept MXFP4 (quant.MXFP4_BYTES:
+    17 / 32 of a byte an element): the 120b's packed weights, embedding and lm_head in bf16
+    included, take 65.2 GB -- one 80 GB GPU -- and a step of either reads its routed experts'
+    codes and scales: the 20b 3.71 GB a token instead of 7.21."""
+    from transformers import GptOssConfig
+    from fastdecode.quant import MXFP4_BYTES
+    spec = ModelSpec.from_hf_config(GptOssConfig(num_hidden_layers=layers,
+                                                 num_local_experts=experts, experts_per_token=4,
+                                                 num_experts_per_tok=4))
+    embed = spec.vocab_size * spec.d_model
+    assert round(spec.weight_bytes_per_token() / 2e9, 1) == active
+    assert round((spec.weight_bytes_per_token(all_experts=True) / 2 + embed) / 1e9, 1) == total
+    assert round((spec.weight_bytes_per_token(all_experts=True, expert_elt=MXFP4_BYTES)
+                  + 2 * embed) / 1e9, 1) == packed
+    step = spec.weight_bytes_per_token(expert_elt=MXFP4_BYTES)
+    routed = 3 * spec.top_k * spec.expert_ffn * spec.d_model * spec.n_layers
+    assert step == spec.weight_bytes_per_token() - 2 * routed + round(routed * 17 / 32)

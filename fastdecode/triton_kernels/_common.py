@@ -247,6 +247,32 @@ def piece_dot(w, x, F32: tl.constexpr):
 
 
 @triton.jit
+def fp4_value(c):
+    """int32 OCP e2m1 codes c (0-15: sign bit 3, exponent bits 2-1, mantissa bit 0) -> their fp32
+    values (quant.FP4_VALUES), by bits: a magnitude code m = c & 7 >= 2 is 2^(e - 1) (1 + m_0 /
+    2), fp32 exponent field e + 126 and top mantissa bit m_0, i.e. (m << 22) + (126 << 23); 1
+    is 0.5, 0 is 0; the sign to bit 31. Integer work and one select, no table."""
+    m = c & 7
+    bits = tl.where(m >= 2, (m << 22) + (126 << 23), tl.where(m == 1, 126 << 23, 0))
+    return (bits | ((c & 8) << 28)).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def mxfp4_dot(q, s, x):
+    """MXFP4 rows (quant's "mxfp4": two e2m1 codes a byte, the low nibble the even element, one
+    E8M0 exponent a 32 elements) against fp32 activations: q uint8 [R, BK / 2], s uint8 [R, BK /
+    32], x [R or 1, BK] -> [R] fp32 = sum_g 2^(s_g - 127) sum_(k in g) fp4(code_k) x_k. Each
+    code's value is exact in fp32, so is its product with a bf16 x; the scale, a power of two,
+    multiplies each group's sum (E8M0 0, 2^-127, counts as 0: its group's weights are below
+    2^-124). BK % 32 == 0."""
+    c = q.to(tl.int32)
+    xe, xo = tl.split(tl.reshape(x, [x.shape[0], x.shape[1] // 2, 2]))
+    p = fp4_value(c & 15) * xe + fp4_value(c >> 4) * xo
+    g = tl.sum(tl.reshape(p, [p.shape[0], p.shape[1] // 16, 16]), axis=2)
+    return tl.sum(g * (s.to(tl.int32) << 23).to(tl.float32, bitcast=True), axis=1)
+
+
+@triton.jit
 def soft_cap(x, cap):
     """cap tanh(x / cap) (Gemma 2's soft-capping of attention scores and logits), as sign(x)
     cap (1 - e) / (1 + e), e = exp(-2 |x| / cap): no overflow, and no tanh (which Triton's
@@ -276,9 +302,23 @@ def mm_tile(a, b, F32: tl.constexpr):
 
 
 @triton.jit
+def mxfp4_rows(q_ptr, s_ptr, rows, mask_r, k0, k_hi, K, x, BLOCK_K: tl.constexpr):
+    """MXFP4 rows `rows` of W [N, K] (codes q_ptr [N, K / 2], scales s_ptr [N, K / 32]) over
+    columns [k0, k0 + BLOCK_K) below k_hi, against x [1 or R, BLOCK_K] -> [R] fp32."""
+    b = k0 // 2 + tl.arange(0, BLOCK_K // 2)
+    g = k0 // 32 + tl.arange(0, BLOCK_K // 32)
+    r = rows[:, None].to(tl.int64)
+    q = tl.load(q_ptr + r * (K // 2) + b[None, :], mask=mask_r[:, None] & (b < k_hi // 2)[None, :],
+                other=0, eviction_policy="evict_first")
+    s = tl.load(s_ptr + r * (K // 32) + g[None, :],
+                mask=mask_r[:, None] & (g < k_hi // 32)[None, :], other=0)
+    return mxfp4_dot(q, s, x)
+
+
+@triton.jit
 def gemv_acc(x_ptr, stride_x, offs_t, mask_t, rstd, norm_ptr, w_ptr, rows, rows2, mask_r, K,
              k_lo, k_hi, NORM: tl.constexpr, TWO: tl.constexpr, BLOCK_K: tl.constexpr,
-             F32: tl.constexpr):
+             F32: tl.constexpr, s_ptr=None, W4: tl.constexpr = False):
     """Stream W[rows, k_lo:k_hi] (and W[rows2, k_lo:k_hi] if TWO) against the T activation
     rows; W's rows hold K elements (the whole row: k_lo 0, k_hi K; a K part of a split tile:
     gemv.gemv_tile's KSPLIT).
@@ -289,6 +329,8 @@ def gemv_acc(x_ptr, stride_x, offs_t, mask_t, rstd, norm_ptr, w_ptr, rows, rows2
     fp32 registers (decode: a pure weight stream); BLOCK_T >= 16 on tl.dot tiles with M padded
     to BLOCK_T (prefill / verify chunks).
     Weights are row-major [N, K]: each program reads BLOCK_R contiguous rows, BLOCK_K at a time.
+    W4 (BLOCK_T 1; K and BLOCK_K multiples of 32): W is MXFP4, w_ptr its codes [N, K / 2] uint8
+    and s_ptr its E8M0 scales [N, K / 32] (mxfp4_dot).
     """
     BLOCK_T: tl.constexpr = offs_t.shape[0]
     BLOCK_R: tl.constexpr = rows.shape[0]
@@ -297,15 +339,22 @@ def gemv_acc(x_ptr, stride_x, offs_t, mask_t, rstd, norm_ptr, w_ptr, rows, rows2
     for k0 in range(k_lo, k_hi, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         mask_k = offs_k < k_hi
-        wm = mask_r[:, None] & mask_k[None, :]
-        w = tl.load(w_ptr + rows[:, None].to(tl.int64) * K + offs_k[None, :], mask=wm, other=0.0,
-                    eviction_policy="evict_first")
-        if TWO:
-            w2 = tl.load(w_ptr + rows2[:, None].to(tl.int64) * K + offs_k[None, :], mask=wm,
-                         other=0.0, eviction_policy="evict_first")
-        x = x_chunk(x_ptr, norm_ptr, offs_t, mask_t, stride_x, k0, k_hi, rstd[:, None], NORM,
-                    BLOCK_K)
-        acc += piece_dot(w, x, F32)
-        if TWO:
-            acc2 += piece_dot(w2, x, F32)
+        if W4:
+            x = x_chunk(x_ptr, norm_ptr, offs_t, mask_t, stride_x, k0, k_hi, rstd[:, None], NORM,
+                        BLOCK_K)
+            acc += mxfp4_rows(w_ptr, s_ptr, rows, mask_r, k0, k_hi, K, x, BLOCK_K)[None, :]
+            if TWO:
+                acc2 += mxfp4_rows(w_ptr, s_ptr, rows2, mask_r, k0, k_hi, K, x, BLOCK_K)[None, :]
+        else:
+            wm = mask_r[:, None] & mask_k[None, :]
+            w = tl.load(w_ptr + rows[:, None].to(tl.int64) * K + offs_k[None, :], mask=wm,
+                        other=0.0, eviction_policy="evict_first")
+            if TWO:
+                w2 = tl.load(w_ptr + rows2[:, None].to(tl.int64) * K + offs_k[None, :], mask=wm,
+                             other=0.0, eviction_policy="evict_first")
+            x = x_chunk(x_ptr, norm_ptr, offs_t, mask_t, stride_x, k0, k_hi, rstd[:, None], NORM,
+                        BLOCK_K)
+            acc += piece_dot(w, x, F32)
+            if TWO:
+                acc2 += piece_dot(w2, x, F32)
     return acc, acc2

@@ -25,7 +25,7 @@ from ._common import (INTERPRET, gemv_acc, next_x_chunk, pdl_ready, pdl_start, p
                       row_partials, row_rstd, row_sum, stream_x0, weight_chunk, x_chunk,
                       x_chunk_apply, x_chunk_raw)
 from ..spec import OAI_SWIGLU
-from .config import StreamConfig, gemv_config, gemv_stream, stream_ptx, use_pdl
+from .config import StreamConfig, TileConfig, gemv_config, gemv_stream, stream_ptx, use_pdl
 
 # the MLP epilogue's activations, by ModelSpec.act: the SWIGLU constexpr's magnitude (glu_code)
 ACT_CODES = {"silu": 1, "gelu_tanh": 2, "relu2": 3, "gelu": 4, "relu": 5, "xielu": 6,
@@ -56,6 +56,12 @@ def glu_code(act: str, gated: bool = True) -> int:
     if act == "swiglu_oai" and not gated:
         raise ValueError("the clamped SwiGLU (swiglu_oai) acts on a gate and an up row: gated")
     return ACT_CODES[act] if gated else -ACT_CODES[act]
+
+
+# an MXFP4 expert GEMV's tile (gemv's scales): 8 rows (and their 8 up rows) of 256 bytes -- 512
+# elements, one 16-byte load a thread per row at 4 warps, a scale group of 32 elements in each
+# thread's bytes (mxfp4_dot sums it in registers). Chosen by that layout, not yet timed on a GPU.
+MXFP4_TILE = TileConfig(block_n=8, block_k=512, num_warps=4)
 
 
 GELU_C = tl.constexpr(0.7978845608028654)  # sqrt(2 / pi): gelu_tanh(x) = x sigmoid(2 GELU_C (x + 0.044715 x^3))
@@ -144,9 +150,11 @@ def gemv_tile(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, T, N, K, stride_x, stri
               pid_n, pid_t,
               NORM: tl.constexpr, BIAS: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
               BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-              F32: tl.constexpr, kpart=0, KSPLIT: tl.constexpr = 1):
+              F32: tl.constexpr, kpart=0, KSPLIT: tl.constexpr = 1, s_ptr=None,
+              W4: tl.constexpr = False):
     """One [BLOCK_T, BLOCK_N] output tile in fp32 registers, K streamed BLOCK_K at a time, epilogue
     applied; rstd: tile_rstd of token block pid_t. Returns (y, offs_t, mask_t, offs_n, mask_n).
+    W4: W is MXFP4 (codes w_ptr, scales s_ptr: _common.gemv_acc).
     KSPLIT > 1: only part kpart of the KSPLIT parts of whole BLOCK_K chunks K is cut into (the
     last ones may be short or empty: zeros) -- a partial sum, which the caller stores for a
     fixed-order reduction."""
@@ -161,7 +169,7 @@ def gemv_tile(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, T, N, K, stride_x, stri
         k_lo = kpart * per
         k_hi = tl.minimum(K, k_lo + per)
     acc, acc2 = gemv_acc(x_ptr, stride_x, offs_t, mask_t, rstd, norm_ptr, w_ptr, offs_n, offs_n + N,
-                         mask_n, K, k_lo, k_hi, NORM, SWIGLU > 0, BLOCK_K, F32)
+                         mask_n, K, k_lo, k_hi, NORM, SWIGLU > 0, BLOCK_K, F32, s_ptr, W4)
     b, b2, r = epilogue_operands(bias_ptr, res_ptr, offs_t, mask_t, offs_n, mask_n, N, stride_res,
                                  BIAS, SWIGLU, RESIDUAL)
     return gemv_epilogue(acc, acc2, b, b2, r, SWIGLU), offs_t, mask_t, offs_n, mask_n
@@ -246,7 +254,8 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
               BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
               STREAM: tl.constexpr, F32: tl.constexpr, PTX: tl.constexpr,
               STAGES: tl.constexpr = 1, WAIT: tl.constexpr = None, wargs=None,
-              K_CONST: tl.constexpr = 0, kpart=0, KSPLIT: tl.constexpr = 1):
+              K_CONST: tl.constexpr = 0, kpart=0, KSPLIT: tl.constexpr = 1, s_ptr=None,
+              W4: tl.constexpr = False):
     """Output tiles [tile_lo, tile_hi) of BLOCK_N rows for token block pid_t; (w0, w20): the
     first piece from stream_start (STREAM) or ignored. Returns 1, or WAIT's result.
 
@@ -291,8 +300,11 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
     chunk, not once per piece (+0.4-0.9% tok/s on 8B / Qwen3-8B / 1B, A/B in one run, session
     12).
     KSPLIT > 1 (not STREAM; a megakernel step of several rows, graph.Tiling.ksplit): each tile
-    sums only K part kpart (gemv_tile) and stores that fp32 partial sum (no epilogue) to out."""
+    sums only K part kpart (gemv_tile) and stores that fp32 partial sum (no epilogue) to out.
+    W4 (not STREAM, T = 1): W is MXFP4, its codes at w_ptr and E8M0 scales at s_ptr
+    (_common.gemv_acc)."""
     tl.static_assert((KSPLIT == 1) | (not STREAM), "K parts split the tiles' K loops")
+    tl.static_assert((not W4) | (not STREAM), "MXFP4 weights run the tile loop")
     run = 1
     PV: tl.constexpr = min(128 // w_ptr.dtype.element_ty.primitive_bitwidth, BLOCK_K)
     if STREAM and STAGES > 1:
@@ -374,7 +386,7 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
             y, offs_t, mask_t, offs_n, mask_n = gemv_tile(
                 x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, T, N, K, stride_x, stride_res, rstd,
                 tile, pid_t, NORM, BIAS, SWIGLU, RESIDUAL, BLOCK_T, BLOCK_N, BLOCK_K, F32, kpart,
-                KSPLIT)
+                KSPLIT, s_ptr, W4)
             tl.store(out_ptr + offs_t[:, None] * stride_out + offs_n[None, :],
                      y.to(out_ptr.dtype.element_ty), mask=mask_t[:, None] & mask_n[None, :])
     return run
@@ -382,18 +394,20 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
 
 @triton.jit
 def gemv_kernel(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, stride_x, stride_res,
-                stride_out, eps, tiles_per_program, ids_ptr, stride_we, stride_be, x_div,
+                stride_out, eps, tiles_per_program, ids_ptr, stride_we, stride_be, x_div, s_ptr,
+                stride_se,
                 NORM: tl.constexpr, BIAS: tl.constexpr, SWIGLU: tl.constexpr,
                 RESIDUAL: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr,
                 BLOCK_K: tl.constexpr, STREAM: tl.constexpr, F32: tl.constexpr,
                 PTX: tl.constexpr, PDL: tl.constexpr, STAGES: tl.constexpr,
-                EXPERTS: tl.constexpr = False):
+                EXPERTS: tl.constexpr = False, W4: tl.constexpr = False):
     """PDL (config.use_pdl): the stream's first weight piece (STAGES > 1: its first STAGES - 1)
     is requested before pdl_wait, so it loads while the kernel before this one finishes.
     EXPERTS: program pair p = program_id(1) is one row's GEMV by expert ids[p] (a [E, rows, K]
     stack, stride_we elements an expert; its bias rows stride_be apart) of x row p // x_div
     into out row p -- its weights are requested only after pdl_wait, as the router's kernel
-    wrote ids."""
+    wrote ids. W4: W is MXFP4 (codes [.., K / 2] uint8 at w_ptr, E8M0 scales [.., K / 32] at
+    s_ptr, stride_se an expert), through the tile loop."""
     pdl_start(PDL)
     lo = tl.program_id(0) * tiles_per_program
     hi = tl.minimum(lo + tiles_per_program, tl.cdiv(N, BLOCK_N))
@@ -402,6 +416,8 @@ def gemv_kernel(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, str
         pdl_wait(PDL)
         e = tl.load(ids_ptr + pid_t).to(tl.int64)
         w_ptr += e * stride_we
+        if W4:
+            s_ptr += e * stride_se
         if BIAS:
             bias_ptr += e * stride_be
         x_ptr += (pid_t // x_div).to(tl.int64) * stride_x
@@ -418,7 +434,8 @@ def gemv_kernel(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, str
         pdl_wait(PDL)
         gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, stride_x,
                   stride_res, stride_out, eps, lo, hi, pid_t, w0, w20, NORM, BIAS,
-                  SWIGLU, RESIDUAL, BLOCK_T, BLOCK_N, BLOCK_K, STREAM, F32, PTX)
+                  SWIGLU, RESIDUAL, BLOCK_T, BLOCK_N, BLOCK_K, STREAM, F32, PTX, s_ptr=s_ptr,
+                  W4=W4)
 
 
 def block_t(T: int) -> int:
@@ -429,7 +446,7 @@ def block_t(T: int) -> int:
 def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bias=None,
          residual=None, swiglu: bool = False, act: str = "silu", gated: bool = True, out=None,
          config=None, stream: StreamConfig | None = None,
-         experts: torch.Tensor | None = None) -> torch.Tensor:
+         experts: torch.Tensor | None = None, scales: torch.Tensor | None = None) -> torch.Tensor:
     """Launcher: x [T, K], w [N, K] (or [2N, K] with swiglu: act(gate) * up, act an ACT_CODES
     name; swiglu without a gate, gated False: act(x @ w.T) of w [N, K]) -> out [T, N] in x's
     dtype.
@@ -438,8 +455,16 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
     tile_table.json's choice for this GPU and shape (config.gemv_stream, else gemv_config).
     experts (int32 [P], a mixture's expert per output row; P a multiple of T): w [E, N or 2N, K]
     (bias [E, N or 2N], each expert's) and out row p = x row p // (P / T) through expert
-    experts[p] -> out [P, N] (no residual; a decode row streams each expert as T=1 does)."""
+    experts[p] -> out [P, N] (no residual; a decode row streams each expert as T=1 does).
+    scales (with experts; quant's "mxfp4"): w holds MXFP4 codes [E, N or 2N, K / 2] uint8 and
+    scales their E8M0 exponents [E, N or 2N, K / 32] uint8; each row pair runs mxfp4_tile's tile
+    loop (config, else MXFP4_TILE)."""
     T, K = x.shape
+    w4 = scales is not None
+    if w4:
+        assert experts is not None and w.dtype == torch.uint8 and scales.dtype == torch.uint8
+        assert K % 32 == 0 and w.shape[-1] * 2 == K and scales.shape == (*w.shape[:2], K // 32)
+        assert scales.is_contiguous()
     parts = 2 if swiglu and gated else 1  # matrices a tile: gate and up, or one
     stack, ids, P, bstride = w, w, T, 0
     if experts is not None:
@@ -449,14 +474,16 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
         assert experts.dtype == torch.int32 and experts.is_contiguous()
         stack, w, ids, P = w, w[0], experts, experts.numel()
     N = w.shape[0] // parts
-    assert w.shape[1] == K and x.stride(1) == 1 and stack.is_contiguous()
-    if stream is None and config is None and T == 1:
+    assert w.shape[1] * (2 if w4 else 1) == K and x.stride(1) == 1 and stack.is_contiguous()
+    if w4:
+        stream, config = None, config or MXFP4_TILE
+    elif stream is None and config is None and T == 1:
         stream = gemv_stream(N, K, x.device, rows=w.shape[0], parts=parts)
     if out is None:
         out = torch.empty(P, N, device=x.device, dtype=x.dtype)
     res = residual if residual is not None else out
     BT = block_t(T) if experts is None else 1
-    ptx = stream_ptx(stream, w.dtype, K)
+    ptx = 0 if w4 else stream_ptx(stream, w.dtype, K)
     pdl = use_pdl(x.device)
     if stream is not None:
         assert T == 1, "the stream is the decode (T=1) path"
@@ -471,7 +498,7 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
     gemv_kernel[grid](x, stack, norm_w if norm_w is not None else w,
                       bias if bias is not None else w, res, out, T, N, K, x.stride(0),
                       res.stride(0), out.stride(0), eps, per, ids, stack.stride(0), bstride,
-                      P // T,
+                      P // T, scales if w4 else w, scales.stride(0) if w4 else 0,
                       NORM=norm_w is not None, BIAS=bias is not None,
                       SWIGLU=glu_code(act, gated) if swiglu else 0,
                       RESIDUAL=residual is not None, BLOCK_T=BT, BLOCK_N=cfg.block_n,
@@ -479,7 +506,8 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
                       F32=INTERPRET or w.dtype == torch.float32, PTX=ptx, PDL=pdl,
                       # the op's stages: gate|up's (with or without a gate), else down's
                       STAGES=stream.op_stages()[2 if swiglu else 3] if stream is not None else 1,
-                      EXPERTS=experts is not None, num_warps=cfg.num_warps, launch_pdl=pdl)
+                      EXPERTS=experts is not None, W4=w4, num_warps=cfg.num_warps,
+                      launch_pdl=pdl)
     return out
 
 

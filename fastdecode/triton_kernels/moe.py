@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import INTERPRET, pdl_start, pdl_wait
+from ._common import INTERPRET, mxfp4_dot, pdl_start, pdl_wait
 from .config import TileConfig, use_pdl
 from .gemv import gemv_tile
 
@@ -85,14 +85,15 @@ def experts_down_kernel(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr
                         TOP_K: tl.constexpr, SHARED: tl.constexpr, BIAS: tl.constexpr,
                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                         BLOCK_KS: tl.constexpr, BLOCK_J: tl.constexpr, F32: tl.constexpr,
-                        PDL: tl.constexpr):
+                        PDL: tl.constexpr, ws4_ptr=None, stride_ws4=0, W4: tl.constexpr = False):
     """Grid (D tiles, T): token t's rows [pid * BLOCK_N, +BLOCK_N) of h += sum_j w[t, j]
     (W_e[rows] . act[t * TOP_K + j] (+ b_e[rows]: BIAS, b [E, D] stride_be apart)) over its
     experts e = ids[t * TOP_K + j] (+ s[t] (Ws[rows] .
     acts[t]), the shared expert, by gemv_tile in BLOCK_KS chunks), fp32, h rounded once. Each
     K chunk loads the rows of all TOP_K experts at once ([BLOCK_J, BLOCK_N, BLOCK_K]): one
     round trip a chunk, not one an expert. The expert ids come from the kernels before it: read
-    after pdl_wait."""
+    after pdl_wait. W4: W is MXFP4, its codes [E, D, F / 2] uint8 at w_ptr and E8M0 scales [E,
+    D, F / 32] at ws4_ptr (stride_ws4 an expert): _common.mxfp4_dot on the chunk's J x N rows."""
     pdl_start(PDL)
     pdl_wait(PDL)
     t = tl.program_id(1).to(tl.int64)
@@ -106,12 +107,28 @@ def experts_down_kernel(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr
     for k0 in range(0, F, BLOCK_K):
         ks = k0 + tl.arange(0, BLOCK_K)
         mk = ks < F
-        w = tl.load(w_ptr + e[:, None, None] * stride_we + rows[None, :, None].to(tl.int64) * F
-                    + ks[None, None, :], mask=mj[:, None, None] & mr[None, :, None]
-                    & mk[None, None, :], other=0.0, eviction_policy="evict_first")
         a = tl.load(act_ptr + (t * TOP_K + js)[:, None] * stride_a + ks[None, :],
                     mask=mj[:, None] & mk[None, :], other=0.0)
-        acc += tl.sum(w.to(tl.float32) * a.to(tl.float32)[:, None, :], axis=2)
+        if W4:
+            RN: tl.constexpr = BLOCK_J * BLOCK_N
+            b = k0 // 2 + tl.arange(0, BLOCK_K // 2)
+            g = k0 // 32 + tl.arange(0, BLOCK_K // 32)
+            row = rows[None, :, None].to(tl.int64)
+            mrow = mj[:, None, None] & mr[None, :, None]
+            q = tl.load(w_ptr + e[:, None, None] * stride_we + row * (F // 2) + b[None, None, :],
+                        mask=mrow & (b < F // 2)[None, None, :], other=0,
+                        eviction_policy="evict_first")
+            sc = tl.load(ws4_ptr + e[:, None, None] * stride_ws4 + row * (F // 32)
+                         + g[None, None, :], mask=mrow & (g < F // 32)[None, None, :], other=0)
+            x = tl.broadcast_to(a.to(tl.float32)[:, None, :], [BLOCK_J, BLOCK_N, BLOCK_K])
+            acc += tl.reshape(mxfp4_dot(tl.reshape(q, [RN, BLOCK_K // 2]),
+                                        tl.reshape(sc, [RN, BLOCK_K // 32]),
+                                        tl.reshape(x, [RN, BLOCK_K])), [BLOCK_J, BLOCK_N])
+        else:
+            w = tl.load(w_ptr + e[:, None, None] * stride_we + rows[None, :, None].to(tl.int64) * F
+                        + ks[None, None, :], mask=mj[:, None, None] & mr[None, :, None]
+                        & mk[None, None, :], other=0.0, eviction_policy="evict_first")
+            acc += tl.sum(w.to(tl.float32) * a.to(tl.float32)[:, None, :], axis=2)
     if BIAS:
         acc += tl.load(b_ptr + e[:, None] * stride_be + rows[None, :],
                        mask=mj[:, None] & mr[None, :], other=0.0).to(tl.float32)
@@ -149,17 +166,24 @@ def down_tile(top_k: int) -> TileConfig:
 
 
 def experts_down(h: torch.Tensor, act: torch.Tensor, w: torch.Tensor, ids: torch.Tensor,
-                 weights: torch.Tensor, shared=None, config=None, bias=None) -> torch.Tensor:
+                 weights: torch.Tensor, shared=None, config=None, bias=None,
+                 scales: torch.Tensor | None = None) -> torch.Tensor:
     """h [T, d] += sum_j weights[t, j] (act[t * top_k + j] @ w[ids[.]].T + bias[ids[.]]), the
     experts' down projections (w [E, d, F]; bias [E, d] or None) weighted and summed in fp32 per
     token, plus -- shared = (acts [T, FS], ws [d, FS], s [T]) -- the shared expert's down times
     its scale; in place, one kernel (no fp32 outputs of the experts written and read back).
     Tiles: config (a TileConfig), else down_tile(top_k); the shared expert's K in chunks of up
-    to 1024."""
+    to 1024. scales (quant's "mxfp4"): w holds MXFP4 codes [E, d, F / 2] uint8 and scales their
+    E8M0 exponents [E, d, F / 32] uint8 (F % 32 == 0)."""
     T, D = h.shape
     P, F = act.shape
     top_k = P // T
-    assert P == T * top_k and w.shape[1:] == (D, F) and ids.numel() == P == weights.numel()
+    w4 = scales is not None
+    if w4:
+        assert w.dtype == torch.uint8 and scales.dtype == torch.uint8 and F % 32 == 0
+        assert scales.shape == (*w.shape[:2], F // 32) and scales.is_contiguous()
+    assert P == T * top_k and w.shape[1:] == (D, F // 2 if w4 else F)
+    assert ids.numel() == P == weights.numel()
     assert w.is_contiguous() and act.stride(1) == 1 and ids.dtype == torch.int32
     acts, ws, s = shared if shared is not None else (act, w, weights)
     assert shared is None or (ws.shape[0] == D and ws.is_contiguous() and acts.shape[0] == T)
@@ -174,5 +198,6 @@ def experts_down(h: torch.Tensor, act: torch.Tensor, w: torch.Tensor, ids: torch
         BLOCK_N=cfg.block_n, BLOCK_K=min(cfg.block_k, triton.next_power_of_2(F)),
         BLOCK_KS=min(1024, triton.next_power_of_2(ws.shape[-1])),
         BLOCK_J=triton.next_power_of_2(top_k), F32=INTERPRET or w.dtype == torch.float32,
-        PDL=pdl, num_warps=cfg.num_warps, launch_pdl=pdl)
+        PDL=pdl, ws4_ptr=scales if w4 else w, stride_ws4=scales.stride(0) if w4 else 0, W4=w4,
+        num_warps=cfg.num_warps, launch_pdl=pdl)
     return h
