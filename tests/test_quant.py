@@ -10,6 +10,7 @@ import torch
 
 import fastdecode
 from fastdecode.quant import dequantize_fp8
+from conftest import DEVICE
 from helpers import assert_same_weights, folder_packs_as_from_hf
 from models import tiny_model
 
@@ -354,11 +355,11 @@ def test_mxfp4_checkpoint_keeps_transformers_experts_in_4_bits(tmp_path):
         "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
         "lm_head"]}
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
-    for mode in ("torch", "ops"):
-        fm = fastdecode.from_pretrained(str(tmp_path), max_seq_len=32, device="cpu",
+    for mode, dev in (("torch", "cpu"), ("ops", DEVICE)):
+        ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]], device=dev)
+        fm = fastdecode.from_pretrained(str(tmp_path), max_seq_len=32, device=dev,
                                         dtype=torch.float32, mode=mode)
-        ref = fastdecode.from_hf(model, max_seq_len=32, mode=mode)
+        ref = fastdecode.from_hf(model, max_seq_len=32, mode=mode, device=dev)
         pw, rw = fm.weights, ref.weights
         assert pw.w_experts_gu.dtype == pw.s_experts_down.dtype == torch.uint8  # 4-bit codes
         assert rw.s_experts_gu is None and pw.spec == rw.spec
@@ -370,6 +371,7 @@ def test_mxfp4_checkpoint_keeps_transformers_experts_in_4_bits(tmp_path):
                                              (0, 1)):
             want = (rw.w_experts_gu, rw.w_experts_down)[which][l, e]
             assert torch.equal(pw.expert_matrix(which, l, e), want)
+        assert pw.w_experts_gu.device.type == torch.device(dev).type
         if mode == "torch":
             assert torch.equal(fm(ids), ref(ids))
         else:
