@@ -127,10 +127,10 @@ def test_mxfp4_codes_decode_exactly():
     """The MXFP4 GEMV's decode (_common.fp4_value, the E8M0 scale by its bits) gives every code
     and exponent their value: one-hot activations pick W's columns one at a time, exactly (one
     nonzero product a sum), against quant.dequantize_mxfp4 -- each of the 16 codes, in both
-    nibbles, over scales 2^-100..2^20."""
+    nibbles, over E8M0 exponents 0..240 (2^-127..2^113: mxfp4_dot's range)."""
     K, N, E = 64, 16, 2
     g = torch.Generator().manual_seed(0)
-    codes, scales, w = mxfp4(E, N, K, g, exp=(27, 148))
+    codes, scales, w = mxfp4(E, N, K, g, exp=(0, 241))
     x = torch.eye(K, device=DEVICE)
     for e in range(E):
         ids = torch.full((K,), e, device=DEVICE, dtype=torch.int32)

@@ -248,13 +248,15 @@ def piece_dot(w, x, F32: tl.constexpr):
 
 @triton.jit
 def fp4_value(c):
-    """int32 OCP e2m1 codes c (0-15: sign bit 3, exponent bits 2-1, mantissa bit 0) -> their fp32
-    values (quant.FP4_VALUES), by bits: a magnitude code m = c & 7 >= 2 is 2^(e - 1) (1 + m_0 /
-    2), fp32 exponent field e + 126 and top mantissa bit m_0, i.e. (m << 22) + (126 << 23); 1
-    is 0.5, 0 is 0; the sign to bit 31. Integer work and one select, no table."""
-    m = c & 7
-    bits = tl.where(m >= 2, (m << 22) + (126 << 23), tl.where(m == 1, 126 << 23, 0))
-    return (bits | ((c & 8) << 28)).to(tl.float32, bitcast=True)
+    """int32 OCP e2m1 codes c (0-15: sign bit 3, exponent bits 2-1, mantissa bit 0) -> their
+    values (quant.FP4_VALUES) times 2^-14, fp32: the magnitude's 3 bits placed at fp16 bits 9-11
+    (its exponent's low two, its mantissa's top one) and the sign at 15 make the fp16 2^(e - 15)
+    (1 + m / 2), or for e = 0 the subnormal m 2^-15 -- both the value times 2^-14, exact -- and
+    fp16 -> fp32 is one conversion. (The same by fp32 bits, (m << 22) + (126 << 23) with a
+    select for m < 2, ran the experts 1.3-1.5x slower: H100, sweep_moe --mxfp4, gpt-oss-20b,
+    gate|up 49.0 vs 36.7 us, down 27.2-33.3 vs 19.1-26.2 -- the decode is the GEMVs' bound.)"""
+    h = ((c << 9) & 0x0E00) | ((c << 12) & 0x8000)
+    return h.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
 
 
 @triton.jit
@@ -263,13 +265,14 @@ def mxfp4_dot(q, s, x):
     E8M0 exponent a 32 elements) against fp32 activations: q uint8 [R, BK / 2], s uint8 [R, BK /
     32], x [R or 1, BK] -> [R] fp32 = sum_g 2^(s_g - 127) sum_(k in g) fp4(code_k) x_k. Each
     code's value is exact in fp32, so is its product with a bf16 x; the scale, a power of two,
-    multiplies each group's sum (E8M0 0, 2^-127, counts as 0: its group's weights are below
-    2^-124). BK % 32 == 0."""
+    multiplies each group's sum, times 2^14 for fp4_value's 2^-14: fp32 bits (s + 14) << 23
+    (E8M0 s > 240, 2^113 and up, would overflow them: no trained weight's scale). BK % 32 ==
+    0."""
     c = q.to(tl.int32)
     xe, xo = tl.split(tl.reshape(x, [x.shape[0], x.shape[1] // 2, 2]))
     p = fp4_value(c & 15) * xe + fp4_value(c >> 4) * xo
     g = tl.sum(tl.reshape(p, [p.shape[0], p.shape[1] // 16, 16]), axis=2)
-    return tl.sum(g * (s.to(tl.int32) << 23).to(tl.float32, bitcast=True), axis=1)
+    return tl.sum(g * ((s.to(tl.int32) + 14) << 23).to(tl.float32, bitcast=True), axis=1)
 
 
 @triton.jit

@@ -60,7 +60,9 @@ def glu_code(act: str, gated: bool = True) -> int:
 
 # an MXFP4 expert GEMV's tile (gemv's scales): 8 rows (and their 8 up rows) of 256 bytes -- 512
 # elements, one 16-byte load a thread per row at 4 warps, a scale group of 32 elements in each
-# thread's bytes (mxfp4_dot sums it in registers). Chosen by that layout, not yet timed on a GPU.
+# thread's bytes (mxfp4_dot sums it in registers). H100, sweep_moe --mxfp4 (bench/RESULTS.md
+# session 61), gpt-oss-20b's gate|up of 4 experts, us: 36.7 against 8 x 1024 36.8, 16 x 1024 at
+# 8 warps 41.6, 16 x 512 / 8 x 512 at 8 warps / 4 x 512 44.8, 8 x 256 48.9.
 MXFP4_TILE = TileConfig(block_n=8, block_k=512, num_warps=4)
 
 

@@ -155,14 +155,19 @@ def experts_down_kernel(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr
 # 20b's top 4 of 2880 28.6-28.8 / 24.7-24.8 / 24.7-24.9 (2690 GB/s at 4), Qwen1.5-MoE's top 4 of
 # 1408 10.8-10.9 / 10.2-10.4 / 10.2-10.4, OLMoE's top 8 of 1024 13.7-13.9 / 13.7-14.9 /
 # 14.2-18.5 (session 59's sweep the same way: 2 x 256 2399, 4 x 256 2225 GB/s)
-DOWN_BLOCK_K, DOWN_WARPS = 256, 8
+# MXFP4 experts (scales): a 512-element chunk, 256 bytes a row -- H100, sweep_moe --mxfp4 (bench/
+# RESULTS.md session 61), gpt-oss-20b's top 4 of 2880 (us): 4 / 8 rows x 512 19.1 / 20.1 against
+# 4 / 2 x 256 26.1 / 26.2, 4 / 8 x 128 at 4 warps 24.6 / 27.1
+DOWN_BLOCK_K, DOWN_WARPS, DOWN_BLOCK_K_MXFP4 = 256, 8, 512
 
 
-def down_tile(top_k: int) -> TileConfig:
-    """experts_down's default tile for top_k routed experts: DOWN_BLOCK_K, DOWN_WARPS and 16 /
-    top_k rows (a power of two, 1 to 8; top_k 8 -> 2, 4 -> 4, 2 -> 8)."""
+def down_tile(top_k: int, mxfp4: bool = False) -> TileConfig:
+    """experts_down's default tile for top_k routed experts: DOWN_BLOCK_K (MXFP4:
+    DOWN_BLOCK_K_MXFP4), DOWN_WARPS and 16 / top_k rows (a power of two, 1 to 8; top_k 8 -> 2,
+    4 -> 4, 2 -> 8)."""
     rows = max(1, min(8, 16 // triton.next_power_of_2(top_k)))
-    return TileConfig(block_n=rows, block_k=DOWN_BLOCK_K, num_warps=DOWN_WARPS)
+    return TileConfig(block_n=rows, block_k=DOWN_BLOCK_K_MXFP4 if mxfp4 else DOWN_BLOCK_K,
+                      num_warps=DOWN_WARPS)
 
 
 def experts_down(h: torch.Tensor, act: torch.Tensor, w: torch.Tensor, ids: torch.Tensor,
@@ -188,7 +193,7 @@ def experts_down(h: torch.Tensor, act: torch.Tensor, w: torch.Tensor, ids: torch
     acts, ws, s = shared if shared is not None else (act, w, weights)
     assert shared is None or (ws.shape[0] == D and ws.is_contiguous() and acts.shape[0] == T)
     assert bias is None or (bias.shape == w.shape[:2] and bias.is_contiguous())
-    cfg = config or down_tile(top_k)
+    cfg = config or down_tile(top_k, w4)
     pdl = use_pdl(h.device)
     experts_down_kernel[(triton.cdiv(D, cfg.block_n), T)](
         h, act, w, ids, weights, acts, ws, s, w if bias is None else bias, D, F, ws.shape[-1],
