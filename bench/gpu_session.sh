@@ -3,7 +3,11 @@
 # time-boxed so a failure or a slow stage cannot eat the call. Outputs land in $OUT (or /tmp/out).
 #   device run:  bash bench/gpu_session.sh  [stages...]
 #   stages: tests kernels mkernels models shapes sweep bench trace tp variants first pdl ab exp gemvcfg
-#           wsprobe prefill attn ncu lookup api rows launch
+#           wsprobe prefill attn ncu lookup api rows launch mxfp4
+#   (mxfp4: MXFP4 experts -- their GPU tests (exact decode, both kernels, the MXFP4 folder), the
+#    experts' kernels at their defaults with and without --mxfp4 (sweep_moe.py), then
+#    bench_decode on gpt-oss-20b: bf16 experts against random MXFP4 ones, MXFP4_PEERS (default
+#    fastdecode,mxfp4,hf_compile))
 #   (launch: the megakernel's direct launch (triton_kernels/launch.py) -- its GPU tests, then
 #    bench_lookup's steps with Triton's own launch (FASTDECODE_TRITON_LAUNCH=1) and the direct
 #    one, LAUNCH_MODELS (default 1b): the kernel and launch-call columns say what moved)
@@ -252,6 +256,14 @@ for s in $stages; do
             FASTDECODE_COMMIT=$COMMIT timeout ${LOOKUP_TIMEOUT:-300} python3 bench/bench_lookup.py \
               --models 8b --draft 1b --rows 3,5,9 2>&1 | grep -v -i warn | tail -8
             cp bench/RESULTS.md "$OUT/" ;;
+    mxfp4) timeout 150 python3 -m pytest -q tests/test_moe.py tests/test_quant.py -k mxfp4 \
+             -p no:cacheprovider 2>&1 | tail -3
+           for f in --mxfp4 ""; do timeout 100 python3 bench/sweep_moe.py --models gpt-oss-20b $f \
+             --gu none --down none 2>&1 | tail -2; done
+           FASTDECODE_COMMIT=$COMMIT timeout ${BENCH_TIMEOUT:-480} python3 bench/bench_decode.py \
+             --models gpt-oss-20b --peers ${MXFP4_PEERS:-fastdecode,mxfp4,hf_compile} 2>&1 \
+             | grep -v -i "warn\|cudagraph" | tail -8
+           cp bench/RESULTS.md "$OUT/" ;;
     tp) timeout ${TP_TEST_TIMEOUT:-240} python3 -m pytest -q tests/test_all_reduce.py tests/test_tp.py \
           -k "gpus or cuda or all_reduce or one_gpu" -p no:cacheprovider 2>&1 | tee "$OUT/pytest_tp.log" | tail -8
         timeout 120 python3 -m pytest -q tests/test_gpu.py -k second_gpu -p no:cacheprovider 2>&1 \
