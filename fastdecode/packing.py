@@ -16,7 +16,9 @@ GEMV tiles (row-major [N, K], K contiguous, so a tile streams whole 16-byte-alig
            [L, E, 2F, d / 2] and w_experts_down [L, E, d, F / 2] uint8 codes (gate|up's rows in
            the same order) with their E8M0 scales s_experts_gu [L, E, 2F, d / 32] and
            s_experts_down [L, E, d, F / 32] -- a quarter of the bf16 bytes (and 1/32 for the
-           scales): the experts stream 4-bit, gpt-oss-120b's 117 B parameters fit one 80 GB GPU
+           scales): the experts stream 4-bit, gpt-oss-120b's 117 B parameters fit one 80 GB GPU;
+           so do float experts that are exactly MXFP4 (a model transformers dequantized from
+           such a checkpoint: quant.encode_mxfp4), losslessly
     sinks  [L, H] fp32: the attention sinks' logits (ModelSpec.attn_sinks)
     norms  [L, d] (before attention / the MLP; after them too where the family has them:
            ModelSpec.post_norms); qk_norm [L, H + KVH, hd], a row per head slot (Qwen3's one
@@ -33,6 +35,7 @@ from dataclasses import dataclass, fields
 
 import torch
 
+from . import quant
 from .quant import MXFP4_BYTES, dequantize_mxfp4
 from .spec import FAMILIES, ModelSpec
 
@@ -257,6 +260,28 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
                 o[i].copy_(t)
         return out
 
+    def encoded_mxfp4():
+        """[codes, scales] of gate|up, then of down, for every layer and expert, where every
+        expert matrix is exactly MXFP4 (quant.encode_mxfp4: a model transformers dequantized
+        from an MXFP4 checkpoint) -- lossless, the same values in a quarter of the bytes; None
+        at the first one that is not (layer 0's first expert decides most models at once)."""
+        out = []
+        for name in ("gate_up_proj", "down_proj"):
+            codes = scales = None
+            for i in range(spec.n_layers):
+                for e in range(spec.n_experts):
+                    t = fetch(f"model.layers.{i}.mlp.experts.{name}", (slice(e, e + 1),))
+                    enc = quant.encode_mxfp4(t[0].to(device))
+                    if enc is None:
+                        return None
+                    if codes is None:
+                        codes, scales = (torch.empty((spec.n_layers, spec.n_experts, *x.shape),
+                                                     device=device, dtype=torch.uint8)
+                                         for x in enc)
+                    codes[i, e], scales[i, e] = enc
+            out += [codes, scales]
+        return out
+
     def on_first_rank(t):  # a bias added after a row-parallel sum is added once
         return t if rank == 0 or t is None else torch.zeros_like(t)
 
@@ -315,9 +340,13 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
     if spec.moe:
         pw.w_router = stack(("mlp.gate.weight", None),
                             *((("mlp.shared_expert_gate.weight", None),) if spec.ffn_dim else ()))
+        enc = None if mxfp4 or not (fam.experts.oai and spec.residual_scale == 1.0) else \
+            encoded_mxfp4()
         if mxfp4:
             pw.w_experts_gu, pw.s_experts_gu = stack_mxfp4("gate_up_proj")
             pw.w_experts_down, pw.s_experts_down = stack_mxfp4("down_proj")
+        elif enc is not None:
+            pw.w_experts_gu, pw.s_experts_gu, pw.w_experts_down, pw.s_experts_down = enc
         else:
             pw.w_experts_gu = stack_experts("gate_up_proj")
             pw.w_experts_down = stack_experts("down_proj")

@@ -140,6 +140,29 @@ def dequantize_mxfp4(blocks: torch.Tensor, scales: torch.Tensor) -> torch.Tensor
     return w.flatten(-2)
 
 
+def encode_mxfp4(w: torch.Tensor):
+    """w [..., K] whose every group of 32 along K is MXFP4's (e2m1 values times one power of two:
+    a model transformers dequantized from an MXFP4 checkpoint) -> (codes [..., K / 2] uint8,
+    scales [..., K / 32] uint8) that dequantize_mxfp4 turns back into w exactly; None where a
+    value is not so (K % 32 != 0 too). Each group's scale puts its largest magnitude in [4, 8):
+    the stored one where the group holds a 4 or a 6, else a smaller power of two that gives the
+    same values (codes doubled: every e2m1 value below 4 doubles into the set)."""
+    *lead, K = w.shape
+    if K % 32 or not w.is_floating_point():
+        return None
+    g = w.float().reshape(*lead, K // 32, 32)
+    _, e = torch.frexp(g.abs().amax(-1))  # amax = m 2^e, m in [0.5, 1): floor(log2) = e - 1
+    s = (e - 3 + 127).clamp(0, 254)
+    q = torch.ldexp(g, (127 - s)[..., None].to(g.dtype))  # exact: a power of two
+    lut = torch.tensor(FP4_VALUES[:8], device=w.device)
+    idx = torch.bucketize(q.abs(), lut).clamp(max=7)
+    if not torch.equal(lut[idx], q.abs()):
+        return None
+    code = (idx | (torch.signbit(q).to(idx.dtype) << 3)).to(torch.uint8)
+    codes = code[..., 0::2] | (code[..., 1::2] << 4)  # the low nibble the even element
+    return codes.reshape(*lead, K // 2), s.to(torch.uint8)
+
+
 def dequantizing_getter(config, get, device=None):
     """get(name, index=None) of a checkpoint -> the same, its fp8 weights dequantized (fp32, on
     `device`, else where get put them; sliced by index after: a block straddles a rank's

@@ -1,6 +1,7 @@
 """Quantized checkpoints (fastdecode.quant): FP8 block-scaled ones load with transformers' own
 dequantized weights, bit for bit; every other method, and a float8 tensor without its scales,
 raise before any weights are packed."""
+import copy
 import itertools
 import json
 import re
@@ -326,14 +327,18 @@ def test_mxfp4_checkpoint_keeps_transformers_experts_in_4_bits(tmp_path):
     the rest unquantized, quantization_config as openai/gpt-oss-20b's): from_pretrained packs
     the experts as MXFP4 codes and scales (PackedWeights.s_experts_*), which dequantize to the
     matrices transformers' own convert_moe_packed_tensors gives -- bit for bit, gate|up's
-    interleaved rows de-interleaved as from_hf packs HF's parameters -- every other tensor is
-    from_hf's, and the logits are that model's: torch mode exactly (the reference dequantizes
-    the same values), ops mode (the MXFP4 GEMV tiles: _common.mxfp4_dot) within fp32 rounding of
-    the float experts' ops run (the same products, exact in fp32, summed in another order:
-    K <= 64 terms a group, ~1e-6 relative). Random codes of all 16 values, exponents
-    2^-10..2^3 (the nibble order or the exponent's bias off: other weights). from_hf of a model
-    still holding the packed bytes (transformers' Mxfp4GptOssExperts on a GPU) says to load the
-    folder."""
+    interleaved rows de-interleaved as HF's parameters are packed. from_hf of the HF model
+    holding those dequantized matrices packs them as MXFP4 too (quant.encode_mxfp4: exact, so
+    lossless), the same values and every other tensor the same; with one expert value off the
+    MXFP4 grid it packs float experts. The logits: from_pretrained's and from_hf's the same
+    bits in torch and ops modes (the same values; a group whose codes from_hf doubled and scale
+    halved sums the same products), the ops mode's (the MXFP4 GEMV tiles: _common.mxfp4_dot)
+    within fp32 rounding of the float experts' ops run (the same products, exact in fp32,
+    summed in another order: ~1e-6 relative; the value off the grid set back in the packed
+    float experts). Random
+    codes of all 16 values, exponents 2^-10..2^3 (the nibble order or the exponent's bias off:
+    other weights). from_hf of a model still holding the packed bytes (transformers'
+    Mxfp4GptOssExperts on a GPU) says to load the folder."""
     from safetensors.torch import load_file, save_file
     from transformers.integrations.mxfp4 import convert_moe_packed_tensors
     model = tiny_model("gpt_oss", hidden_size=64, intermediate_size=32)  # K % 32 == 0
@@ -355,27 +360,39 @@ def test_mxfp4_checkpoint_keeps_transformers_experts_in_4_bits(tmp_path):
         "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
         "lm_head"]}
     (tmp_path / "config.json").write_text(json.dumps(cfg))
+    def hf_matrices(m):  # [E, 2F, d] gate rows then up rows; [E, d, F]
+        ex = m.model.layers
+        return [[torch.cat([x.gate_up_proj.mT[:, 0::2], x.gate_up_proj.mT[:, 1::2]], 1),
+                 x.down_proj.mT] for x in (layer.mlp.experts for layer in ex)]
+    off = copy.deepcopy(model)  # one expert value off the MXFP4 grid: float experts
+    with torch.no_grad():
+        off.model.layers[1].mlp.experts.down_proj[1, 2, 3] = 0.7  # not (1 or 1.5) x 2^k
     for mode, dev in (("torch", "cpu"), ("ops", DEVICE)):
         ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]], device=dev)
         fm = fastdecode.from_pretrained(str(tmp_path), max_seq_len=32, device=dev,
                                         dtype=torch.float32, mode=mode)
         ref = fastdecode.from_hf(model, max_seq_len=32, mode=mode, device=dev)
-        pw, rw = fm.weights, ref.weights
-        assert pw.w_experts_gu.dtype == pw.s_experts_down.dtype == torch.uint8  # 4-bit codes
-        assert rw.s_experts_gu is None and pw.spec == rw.spec
-        for name, t in rw.tensors().items():
+        flt = fastdecode.from_hf(off, max_seq_len=32, mode=mode, device=dev)
+        pw, rw, fw = fm.weights, ref.weights, flt.weights
+        for w in (pw, rw):
+            assert w.w_experts_gu.dtype == w.s_experts_down.dtype == torch.uint8  # 4-bit codes
+            assert w.w_experts_gu.device.type == torch.device(dev).type
+        assert fw.s_experts_gu is None and fw.w_experts_gu.dtype == torch.float32
+        fw.w_experts_down[1, 1].copy_(rw.expert_matrix(1, 1, 1))  # the grid's value back
+        assert pw.spec == rw.spec == fw.spec
+        for name, t in fw.tensors().items():
             if not name.startswith(("w_experts", "s_experts")):
-                assert (t is None) == (pw.tensors()[name] is None), name
-                assert t is None or torch.equal(pw.tensors()[name], t), name
-        for l, e, which in itertools.product(range(rw.spec.n_layers), range(rw.spec.n_experts),
-                                             (0, 1)):
-            want = (rw.w_experts_gu, rw.w_experts_down)[which][l, e]
-            assert torch.equal(pw.expert_matrix(which, l, e), want)
-        assert pw.w_experts_gu.device.type == torch.device(dev).type
-        if mode == "torch":
-            assert torch.equal(fm(ids), ref(ids))
-        else:
-            torch.testing.assert_close(fm(ids), ref(ids), rtol=1e-5, atol=1e-5)
+                for w in (pw, rw):
+                    assert (t is None) == (w.tensors()[name] is None), name
+                    assert t is None or torch.equal(w.tensors()[name], t), name
+        for l, (gu, down) in enumerate(hf_matrices(model)):
+            for e, which in itertools.product(range(rw.spec.n_experts), (0, 1)):
+                want = (gu, down)[which][e].to(dev)
+                assert torch.equal(pw.expert_matrix(which, l, e), want)
+                assert torch.equal(rw.expert_matrix(which, l, e), want)
+        got = fm(ids)  # (each call appends to the model's cache: one each)
+        assert torch.equal(got, ref(ids))
+        torch.testing.assert_close(got, flt(ids), rtol=1e-5, atol=1e-5)
     model.config.quantization_config = cfg["quantization_config"]
     experts = model.model.layers[0].mlp.experts
     experts.down_proj = torch.nn.Parameter(sd["model.layers.0.mlp.experts.down_proj_blocks"]
