@@ -35,8 +35,7 @@ from dataclasses import dataclass, fields
 
 import torch
 
-from . import quant
-from .quant import MXFP4_BYTES, dequantize_mxfp4
+from .quant import MXFP4_BYTES, dequantize_mxfp4, encode_mxfp4
 from .spec import FAMILIES, ModelSpec
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -249,7 +248,7 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
                                 "(uint8) expected")
             ts[0] = ts[0].reshape(*ts[1].shape[:2], -1)
             if name == "gate_up_proj":
-                ts = [torch.cat([t[:, 0::2], t[:, 1::2]], 1) for t in ts]
+                ts = [deinterleave_gate_up(t) for t in ts]
             if out is None:
                 out = [torch.empty((spec.n_layers, *t.shape), device=device, dtype=torch.uint8)
                        for t in ts]
@@ -271,7 +270,7 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
             for i in range(spec.n_layers):
                 for e in range(spec.n_experts):
                     t = fetch(f"model.layers.{i}.mlp.experts.{name}", (slice(e, e + 1),))
-                    enc = quant.encode_mxfp4(t[0].to(device))
+                    enc = encode_mxfp4(t[0].to(device))
                     if enc is None:
                         return None
                     if codes is None:
@@ -763,8 +762,14 @@ def oai_expert_getter(get):
             return t
         if part != "gate_up_proj_bias":
             t = t.transpose(-1, -2)
-        return torch.cat([t[:, 0::2], t[:, 1::2]], 1) if part.startswith("gate_up") else t
+        return deinterleave_gate_up(t) if part.startswith("gate_up") else t
     return oget
+
+
+def deinterleave_gate_up(t: torch.Tensor) -> torch.Tensor:
+    """gpt-oss's gate|up rows [E, 2F, ...], gate and up interleaved (2i, 2i + 1) -> the gate
+    rows, then the up rows (the packed layout)."""
+    return torch.cat([t[:, 0::2], t[:, 1::2]], 1)
 
 
 def dict_getter(state: dict):

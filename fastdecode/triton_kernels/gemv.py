@@ -459,8 +459,8 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
     (bias [E, N or 2N], each expert's) and out row p = x row p // (P / T) through expert
     experts[p] -> out [P, N] (no residual; a decode row streams each expert as T=1 does).
     scales (with experts; quant's "mxfp4"): w holds MXFP4 codes [E, N or 2N, K / 2] uint8 and
-    scales their E8M0 exponents [E, N or 2N, K / 32] uint8; each row pair runs mxfp4_tile's tile
-    loop (config, else MXFP4_TILE)."""
+    scales their E8M0 exponents [E, N or 2N, K / 32] uint8; each row pair runs the tile loop
+    (_common.gemv_acc's W4; config, else MXFP4_TILE)."""
     T, K = x.shape
     w4 = scales is not None
     if w4:

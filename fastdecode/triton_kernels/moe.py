@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import INTERPRET, mxfp4_dot, pdl_start, pdl_wait
+from ._common import INTERPRET, mxfp4_rows, pdl_start, pdl_wait
 from .config import TileConfig, use_pdl
 from .gemv import gemv_tile
 
@@ -85,7 +85,7 @@ def experts_down_kernel(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr
                         TOP_K: tl.constexpr, SHARED: tl.constexpr, BIAS: tl.constexpr,
                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                         BLOCK_KS: tl.constexpr, BLOCK_J: tl.constexpr, F32: tl.constexpr,
-                        PDL: tl.constexpr, ws4_ptr=None, stride_ws4=0, W4: tl.constexpr = False):
+                        PDL: tl.constexpr, ws4_ptr=None, W4: tl.constexpr = False):
     """Grid (D tiles, T): token t's rows [pid * BLOCK_N, +BLOCK_N) of h += sum_j w[t, j]
     (W_e[rows] . act[t * TOP_K + j] (+ b_e[rows]: BIAS, b [E, D] stride_be apart)) over its
     experts e = ids[t * TOP_K + j] (+ s[t] (Ws[rows] .
@@ -93,7 +93,7 @@ def experts_down_kernel(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr
     K chunk loads the rows of all TOP_K experts at once ([BLOCK_J, BLOCK_N, BLOCK_K]): one
     round trip a chunk, not one an expert. The expert ids come from the kernels before it: read
     after pdl_wait. W4: W is MXFP4, its codes [E, D, F / 2] uint8 at w_ptr and E8M0 scales [E,
-    D, F / 32] at ws4_ptr (stride_ws4 an expert): _common.mxfp4_dot on the chunk's J x N rows."""
+    D, F / 32] at ws4_ptr, both contiguous: _common.mxfp4_rows on the chunk's J x N rows."""
     pdl_start(PDL)
     pdl_wait(PDL)
     t = tl.program_id(1).to(tl.int64)
@@ -109,21 +109,14 @@ def experts_down_kernel(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr
         mk = ks < F
         a = tl.load(act_ptr + (t * TOP_K + js)[:, None] * stride_a + ks[None, :],
                     mask=mj[:, None] & mk[None, :], other=0.0)
-        if W4:
+        if W4:  # the J x N rows as rows e D + n of the contiguous [E * D, F] matrix
             RN: tl.constexpr = BLOCK_J * BLOCK_N
-            b = k0 // 2 + tl.arange(0, BLOCK_K // 2)
-            g = k0 // 32 + tl.arange(0, BLOCK_K // 32)
-            row = rows[None, :, None].to(tl.int64)
-            mrow = mj[:, None, None] & mr[None, :, None]
-            q = tl.load(w_ptr + e[:, None, None] * stride_we + row * (F // 2) + b[None, None, :],
-                        mask=mrow & (b < F // 2)[None, None, :], other=0,
-                        eviction_policy="evict_first")
-            sc = tl.load(ws4_ptr + e[:, None, None] * stride_ws4 + row * (F // 32)
-                         + g[None, None, :], mask=mrow & (g < F // 32)[None, None, :], other=0)
             x = tl.broadcast_to(a.to(tl.float32)[:, None, :], [BLOCK_J, BLOCK_N, BLOCK_K])
-            acc += tl.reshape(mxfp4_dot(tl.reshape(q, [RN, BLOCK_K // 2]),
-                                        tl.reshape(sc, [RN, BLOCK_K // 32]),
-                                        tl.reshape(x, [RN, BLOCK_K])), [BLOCK_J, BLOCK_N])
+            acc += tl.reshape(mxfp4_rows(w_ptr, ws4_ptr, tl.reshape(e[:, None] * D + rows[None, :],
+                                                                    [RN]),
+                                         tl.reshape(mj[:, None] & mr[None, :], [RN]), k0, F, F,
+                                         tl.reshape(x, [RN, BLOCK_K]), BLOCK_K),
+                              [BLOCK_J, BLOCK_N])
         else:
             w = tl.load(w_ptr + e[:, None, None] * stride_we + rows[None, :, None].to(tl.int64) * F
                         + ks[None, None, :], mask=mj[:, None, None] & mr[None, :, None]
@@ -203,6 +196,5 @@ def experts_down(h: torch.Tensor, act: torch.Tensor, w: torch.Tensor, ids: torch
         BLOCK_N=cfg.block_n, BLOCK_K=min(cfg.block_k, triton.next_power_of_2(F)),
         BLOCK_KS=min(1024, triton.next_power_of_2(ws.shape[-1])),
         BLOCK_J=triton.next_power_of_2(top_k), F32=INTERPRET or w.dtype == torch.float32,
-        PDL=pdl, ws4_ptr=scales if w4 else w, stride_ws4=scales.stride(0) if w4 else 0, W4=w4,
-        num_warps=cfg.num_warps, launch_pdl=pdl)
+        PDL=pdl, ws4_ptr=scales if w4 else w, W4=w4, num_warps=cfg.num_warps, launch_pdl=pdl)
     return h
