@@ -17,6 +17,7 @@ from fastdecode import reference as R
 from fastdecode.module import _default_mode
 from fastdecode.quant import dequantize_mxfp4
 from fastdecode.spec import ModelSpec, TensorParallelError, UnsupportedModelError
+from fastdecode.triton_kernels.config import TileConfig
 from conftest import DEVICE
 from helpers import ACT_GAIN, U, assert_close, folder_packs_as_from_hf, hf_logits, rel_err, \
     teacher_forced
@@ -124,7 +125,7 @@ def mxfp4(E, N, K, g, exp=(117, 131)):
 
 
 def test_mxfp4_codes_decode_exactly():
-    """The MXFP4 GEMV's decode (_common.fp4_value, the E8M0 scale by its bits) gives every code
+    """The MXFP4 GEMV's decode (_common.fp4_pairs, the E8M0 scale by its bits) gives every code
     and exponent their value: one-hot activations pick W's columns one at a time, exactly (one
     nonzero product a sum), against quant.dequantize_mxfp4 -- each of the 16 codes, in both
     nibbles, over E8M0 exponents 0..240 (2^-127..2^113: mxfp4_dot's range)."""
@@ -140,13 +141,14 @@ def test_mxfp4_codes_decode_exactly():
 
 @given(T=st.sampled_from([1, 1, 3]), K32=st.integers(1, 12), N=st.integers(1, 40),
        E=st.integers(1, 6), data=st.data(), dtype=DTYPES, oai=st.booleans(),
-       seed=st.integers(0, 2**31 - 1))
-def test_mxfp4_experts_match_reference(T, K32, N, E, data, dtype, oai, seed):
+       small=st.booleans(), seed=st.integers(0, 2**31 - 1))
+def test_mxfp4_experts_match_reference(T, K32, N, E, data, dtype, oai, small, seed):
     """gpt-oss's experts kept MXFP4 (PackedWeights.s_experts_*): gemv's experts gate|up with
     scales (RMSNorm prologue, SwiGLU / clamped SwiGLU epilogue with the experts' biases) and
     experts_down with scales, against the reference on the dequantized matrices; K and F = 32 to
-    384 (the gate|up tile's 512 columns and the down tile's 256-column chunks, whole and cut),
-    odd row counts. Tolerance: as the float experts' (each product is exact in fp32: a 2-bit
+    384, odd row counts; the default tiles (one K chunk: 1024 / 512 columns) or small ones of
+    64-column chunks (up to 6, the last cut: each chunk's codes requested while the one before
+    is decoded). Tolerance: as the float experts' (each product is exact in fp32: a 2-bit
     significand times a power of two times x; only the sums' order differs)."""
     K = F = 32 * K32
     k = data.draw(st.integers(1, E))
@@ -161,8 +163,9 @@ def test_mxfp4_experts_match_reference(T, K32, N, E, data, dtype, oai, seed):
     ids = torch.stack([torch.randperm(E, generator=g)[:k] for _ in range(T)]).view(-1)
     ids = ids.to(DEVICE, torch.int32)
     wgu_ref = wgu.to(dtype)  # exact: a code times a power of two
+    tile_gu, tile_down = (TileConfig(4, 64, 4), TileConfig(2, 64, 4)) if small else (None, None)
     act = ops.gemv(x, qgu, norm_w=nw, eps=1e-5, bias=bgu, swiglu=True, act=act_name,
-                   experts=ids, scales=sgu)
+                   experts=ids, scales=sgu, config=tile_gu)
     for p, e in enumerate(ids.tolist()):
         ref = R.gemv(x[p // k:p // k + 1], wgu_ref[e], norm_w=nw, eps=1e-5, swiglu=True,
                      act=act_name, bias=None if bgu is None else bgu[e])
@@ -174,7 +177,7 @@ def test_mxfp4_experts_match_reference(T, K32, N, E, data, dtype, oai, seed):
     for p, e in enumerate(ids.tolist()):
         want[p // k] += wt[p] * R.gemv(a[p:p + 1], wd[e].to(dtype),
                                        bias=None if bd is None else bd[e]).float()[0]
-    ops.moe_down(h, a, qd, ids, wt, bias=bd, scales=sd)
+    ops.moe_down(h, a, qd, ids, wt, bias=bd, scales=sd, config=tile_down)
     assert_close(h, want, dtype, F * k, "experts' down")
 
 

@@ -247,31 +247,48 @@ def piece_dot(w, x, F32: tl.constexpr):
 
 
 @triton.jit
-def fp4_value(c):
-    """int32 OCP e2m1 codes c (0-15: sign bit 3, exponent bits 2-1, mantissa bit 0) -> their
-    values (quant.FP4_VALUES) times 2^-14, fp32: the magnitude's 3 bits placed at fp16 bits 9-11
-    (its exponent's low two, its mantissa's top one) and the sign at 15 make the fp16 2^(e - 15)
-    (1 + m / 2), or for e = 0 the subnormal m 2^-15 -- both the value times 2^-14, exact -- and
-    fp16 -> fp32 is one conversion. (The same by fp32 bits, (m << 22) + (126 << 23) with a
-    select for m < 2, ran the experts 1.3-1.5x slower: H100, sweep_moe --mxfp4, gpt-oss-20b,
-    gate|up 49.0 vs 36.7 us, down 27.2-33.3 vs 19.1-26.2 -- the decode is the GEMVs' bound.)"""
-    h = ((c << 9) & 0x0E00) | ((c << 12) & 0x8000)
-    return h.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+def fp4_pairs(w, n: tl.constexpr):
+    """Nibble n (0-3) of each 16-bit half of the MXFP4 code words w (uint32: eight OCP e2m1
+    codes, nibble i the element 8 j + i; sign bit 3, exponent bits 2-1, mantissa bit 0) -> the
+    values of elements 8 j + n and 8 j + 4 + n times 2^-14, fp32: the word shifted so both
+    nibbles top their halves, its sign bits kept and its magnitudes' 3 bits moved to bits 9-11
+    (the exponent's low two, the mantissa's top one) make each half the fp16 2^(e - 15) (1 + m /
+    2), or for e = 0 the subnormal m 2^-15 -- the value times 2^-14, exact -- and fp16 -> fp32 is
+    one conversion a half. Two elements a shift and a LOP3, no byte extraction: sm_90a SASS of
+    gpt-oss's gate|up kernel, 385 instructions a K chunk's loop against 626 by bytes a nibble at
+    a time; H100, sweep_moe --mxfp4, gpt-oss-20b, us: gate|up 27.7 vs 36.7, down 16.0 vs 23.3
+    (bench/RESULTS.md session 62). (A decode by fp32 bits, (m << 22) + (126 << 23) with a
+    select for m < 2, was slower still: 49.0 us, session 61.)"""
+    t = w << (4 * (3 - n))
+    h = (t & 0x80008000) | ((t >> 3) & 0x0E000E00)
+    lo = h.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
+    hi = (h >> 16).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
+    return lo, hi
 
 
 @triton.jit
 def mxfp4_dot(q, s, x):
     """MXFP4 rows (quant's "mxfp4": two e2m1 codes a byte, the low nibble the even element, one
-    E8M0 exponent a 32 elements) against fp32 activations: q uint8 [R, BK / 2], s uint8 [R, BK /
-    32], x [R or 1, BK] -> [R] fp32 = sum_g 2^(s_g - 127) sum_(k in g) fp4(code_k) x_k. Each
-    code's value is exact in fp32, so is its product with a bf16 x; the scale, a power of two,
-    multiplies each group's sum, times 2^14 for fp4_value's 2^-14: fp32 bits (s + 14) << 23
-    (E8M0 s > 240, 2^113 and up, would overflow them: no trained weight's scale). BK % 32 ==
-    0."""
-    c = q.to(tl.int32)
-    xe, xo = tl.split(tl.reshape(x, [x.shape[0], x.shape[1] // 2, 2]))
-    p = fp4_value(c & 15) * xe + fp4_value(c >> 4) * xo
-    g = tl.sum(tl.reshape(p, [p.shape[0], p.shape[1] // 16, 16]), axis=2)
+    E8M0 exponent a 32 elements) against fp32 activations: q uint32 [R, BK / 8] code words
+    (fp4_pairs), s uint8 [R, BK / 32], x [R or 1, BK] -> [R] fp32 = sum_g 2^(s_g - 127) sum_(k
+    in g) fp4(code_k) x_k. Each code's value is exact in fp32, so is its product with a bf16 x;
+    the scale, a power of two, multiplies each group's sum, times 2^14 for fp4_pairs' 2^-14: fp32
+    bits (s + 14) << 23 (E8M0 s > 240, 2^113 and up, would overflow them: no trained weight's
+    scale). x is split as the words are: [R, BK / 8, 2 (i >> 2), 2 ((i >> 1) & 1), 2 (i & 1)],
+    split on its last axis three times (row_dot's renames). BK % 32 == 0."""
+    x_even, x_odd = tl.split(tl.reshape(x, [x.shape[0], x.shape[1] // 8, 2, 2, 2]))
+    x04, x26 = tl.split(x_even)
+    x15, x37 = tl.split(x_odd)
+    x0, x4 = tl.split(x04)
+    x2, x6 = tl.split(x26)
+    x1, x5 = tl.split(x15)
+    x3, x7 = tl.split(x37)
+    v0, v4 = fp4_pairs(q, 0)
+    v1, v5 = fp4_pairs(q, 1)
+    v2, v6 = fp4_pairs(q, 2)
+    v3, v7 = fp4_pairs(q, 3)
+    p = v0 * x0 + v4 * x4 + v1 * x1 + v5 * x5 + v2 * x2 + v6 * x6 + v3 * x3 + v7 * x7
+    g = tl.sum(tl.reshape(p, [p.shape[0], p.shape[1] // 4, 4]), axis=2)
     return tl.sum(g * ((s.to(tl.int32) + 14) << 23).to(tl.float32, bitcast=True), axis=1)
 
 
@@ -305,17 +322,20 @@ def mm_tile(a, b, F32: tl.constexpr):
 
 
 @triton.jit
-def mxfp4_rows(q_ptr, s_ptr, rows, mask_r, k0, k_hi, K, x, BLOCK_K: tl.constexpr):
+def mxfp4_load(q_ptr, s_ptr, rows, mask_r, k0, k_hi, K, BLOCK_K: tl.constexpr):
     """MXFP4 rows `rows` of W [N, K] (codes q_ptr [N, K / 2], scales s_ptr [N, K / 32]) over
-    columns [k0, k0 + BLOCK_K) below k_hi, against x [1 or R, BLOCK_K] -> [R] fp32."""
-    b = k0 // 2 + tl.arange(0, BLOCK_K // 2)
+    columns [k0, k0 + BLOCK_K) below k_hi -> (q uint32 [R, BLOCK_K / 8] code words, s uint8 [R,
+    BLOCK_K / 32]) for mxfp4_dot. The words' row offsets as (K / 32) 4: multiples of 4 words to
+    the compiler, so it issues 16-byte loads."""
+    b = k0 // 8 + tl.arange(0, BLOCK_K // 8)
     g = k0 // 32 + tl.arange(0, BLOCK_K // 32)
     r = rows[:, None].to(tl.int64)
-    q = tl.load(q_ptr + r * (K // 2) + b[None, :], mask=mask_r[:, None] & (b < k_hi // 2)[None, :],
-                other=0, eviction_policy="evict_first")
+    q = tl.load(q_ptr.to(tl.pointer_type(tl.uint32)) + r * (K // 32) * 4 + b[None, :],
+                mask=mask_r[:, None] & (b < k_hi // 8)[None, :], other=0,
+                eviction_policy="evict_first")
     s = tl.load(s_ptr + r * (K // 32) + g[None, :],
                 mask=mask_r[:, None] & (g < k_hi // 32)[None, :], other=0)
-    return mxfp4_dot(q, s, x)
+    return q, s
 
 
 @triton.jit
@@ -333,22 +353,35 @@ def gemv_acc(x_ptr, stride_x, offs_t, mask_t, rstd, norm_ptr, w_ptr, rows, rows2
     to BLOCK_T (prefill / verify chunks).
     Weights are row-major [N, K]: each program reads BLOCK_R contiguous rows, BLOCK_K at a time.
     W4 (BLOCK_T 1; K and BLOCK_K multiples of 32): W is MXFP4, w_ptr its codes [N, K / 2] uint8
-    and s_ptr its E8M0 scales [N, K / 32] (mxfp4_dot).
+    and s_ptr its E8M0 scales [N, K / 32] (mxfp4_load, mxfp4_dot), each chunk's codes requested
+    while the chunk before is decoded -- the decode, not HBM, is the bound (H100, sweep_moe
+    --mxfp4, gpt-oss-20b's gate|up: 25.7 us against 27.7 one chunk at a time; bench_decode
+    425.3 against 414.2 tok/s: bench/RESULTS.md session 62).
     """
     BLOCK_T: tl.constexpr = offs_t.shape[0]
     BLOCK_R: tl.constexpr = rows.shape[0]
     acc = tl.zeros([BLOCK_T, BLOCK_R], dtype=tl.float32)
     acc2 = tl.zeros([BLOCK_T, BLOCK_R], dtype=tl.float32)
-    for k0 in range(k_lo, k_hi, BLOCK_K):
-        offs_k = k0 + tl.arange(0, BLOCK_K)
-        mask_k = offs_k < k_hi
-        if W4:
+    if W4:
+        q, s = mxfp4_load(w_ptr, s_ptr, rows, mask_r, k_lo, k_hi, K, BLOCK_K)
+        q2, s2 = q, s
+        if TWO:
+            q2, s2 = mxfp4_load(w_ptr, s_ptr, rows2, mask_r, k_lo, k_hi, K, BLOCK_K)
+        for k0 in range(k_lo, k_hi, BLOCK_K):
+            qn, sn = mxfp4_load(w_ptr, s_ptr, rows, mask_r, k0 + BLOCK_K, k_hi, K, BLOCK_K)
+            q2n, s2n = qn, sn
+            if TWO:
+                q2n, s2n = mxfp4_load(w_ptr, s_ptr, rows2, mask_r, k0 + BLOCK_K, k_hi, K, BLOCK_K)
             x = x_chunk(x_ptr, norm_ptr, offs_t, mask_t, stride_x, k0, k_hi, rstd[:, None], NORM,
                         BLOCK_K)
-            acc += mxfp4_rows(w_ptr, s_ptr, rows, mask_r, k0, k_hi, K, x, BLOCK_K)[None, :]
+            acc += mxfp4_dot(q, s, x)[None, :]
             if TWO:
-                acc2 += mxfp4_rows(w_ptr, s_ptr, rows2, mask_r, k0, k_hi, K, x, BLOCK_K)[None, :]
-        else:
+                acc2 += mxfp4_dot(q2, s2, x)[None, :]
+            q, s, q2, s2 = qn, sn, q2n, s2n
+    else:
+        for k0 in range(k_lo, k_hi, BLOCK_K):
+            offs_k = k0 + tl.arange(0, BLOCK_K)
+            mask_k = offs_k < k_hi
             wm = mask_r[:, None] & mask_k[None, :]
             w = tl.load(w_ptr + rows[:, None].to(tl.int64) * K + offs_k[None, :], mask=wm,
                         other=0.0, eviction_policy="evict_first")

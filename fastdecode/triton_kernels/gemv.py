@@ -58,12 +58,12 @@ def glu_code(act: str, gated: bool = True) -> int:
     return ACT_CODES[act] if gated else -ACT_CODES[act]
 
 
-# an MXFP4 expert GEMV's tile (gemv's scales): 8 rows (and their 8 up rows) of 256 bytes -- 512
-# elements, one 16-byte load a thread per row at 4 warps, a scale group of 32 elements in each
-# thread's bytes (mxfp4_dot sums it in registers). H100, sweep_moe --mxfp4 (bench/RESULTS.md
-# session 61), gpt-oss-20b's gate|up of 4 experts, us: 36.7 against 8 x 1024 36.8, 16 x 1024 at
-# 8 warps 41.6, 16 x 512 / 8 x 512 at 8 warps / 4 x 512 44.8, 8 x 256 48.9.
-MXFP4_TILE = TileConfig(block_n=8, block_k=512, num_warps=4)
+# an MXFP4 expert GEMV's tile (gemv's scales): 8 rows (and their 8 up rows) of 512 bytes -- 1024
+# elements, 16 code words a thread a row at 4 warps (_common.mxfp4_dot). H100, sweep_moe --mxfp4
+# (bench/RESULTS.md session 62), gpt-oss-20b's gate|up of 4 experts, the word decode with the
+# next chunk requested ahead, us: 25.7 against 16 x 1024 28.6, 4 x 1024 28.7, 8 x 1024 at 8
+# warps 31.4, 4 / 8 x 2048 38.1 / 40.6; one chunk at a time 8 x 1024 27.5-27.7, 8 x 512 31.5.
+MXFP4_TILE = TileConfig(block_n=8, block_k=1024, num_warps=4)
 
 
 GELU_C = tl.constexpr(0.7978845608028654)  # sqrt(2 / pi): gelu_tanh(x) = x sigmoid(2 GELU_C (x + 0.044715 x^3))

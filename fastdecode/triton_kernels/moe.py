@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import INTERPRET, mxfp4_rows, pdl_start, pdl_wait
+from ._common import INTERPRET, mxfp4_dot, mxfp4_load, pdl_start, pdl_wait
 from .config import TileConfig, use_pdl
 from .gemv import gemv_tile
 
@@ -93,7 +93,9 @@ def experts_down_kernel(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr
     K chunk loads the rows of all TOP_K experts at once ([BLOCK_J, BLOCK_N, BLOCK_K]): one
     round trip a chunk, not one an expert. The expert ids come from the kernels before it: read
     after pdl_wait. W4: W is MXFP4, its codes [E, D, F / 2] uint8 at w_ptr and E8M0 scales [E,
-    D, F / 32] at ws4_ptr, both contiguous: _common.mxfp4_rows on the chunk's J x N rows."""
+    D, F / 32] at ws4_ptr, both contiguous: the chunk's J x N rows as rows e D + n of the [E D,
+    F / 2] stack (_common.mxfp4_load), each chunk's requested while the one before is decoded
+    (as gemv's)."""
     pdl_start(PDL)
     pdl_wait(PDL)
     t = tl.program_id(1).to(tl.int64)
@@ -104,19 +106,22 @@ def experts_down_kernel(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     mr = rows < D
     acc = tl.zeros([BLOCK_J, BLOCK_N], dtype=tl.float32)
+    RN: tl.constexpr = BLOCK_J * BLOCK_N
+    rn = tl.reshape(e[:, None] * D + rows[None, :], [RN])
+    mn = tl.reshape(mj[:, None] & mr[None, :], [RN])
+    q, s = rn, rn
+    if W4:
+        q, s = mxfp4_load(w_ptr, ws4_ptr, rn, mn, 0, F, F, BLOCK_K)
     for k0 in range(0, F, BLOCK_K):
         ks = k0 + tl.arange(0, BLOCK_K)
         mk = ks < F
         a = tl.load(act_ptr + (t * TOP_K + js)[:, None] * stride_a + ks[None, :],
                     mask=mj[:, None] & mk[None, :], other=0.0)
-        if W4:  # the J x N rows as rows e D + n of the contiguous [E * D, F] matrix
-            RN: tl.constexpr = BLOCK_J * BLOCK_N
+        if W4:
+            qn, sn = mxfp4_load(w_ptr, ws4_ptr, rn, mn, k0 + BLOCK_K, F, F, BLOCK_K)
             x = tl.broadcast_to(a.to(tl.float32)[:, None, :], [BLOCK_J, BLOCK_N, BLOCK_K])
-            acc += tl.reshape(mxfp4_rows(w_ptr, ws4_ptr, tl.reshape(e[:, None] * D + rows[None, :],
-                                                                    [RN]),
-                                         tl.reshape(mj[:, None] & mr[None, :], [RN]), k0, F, F,
-                                         tl.reshape(x, [RN, BLOCK_K]), BLOCK_K),
-                              [BLOCK_J, BLOCK_N])
+            acc += tl.reshape(mxfp4_dot(q, s, tl.reshape(x, [RN, BLOCK_K])), [BLOCK_J, BLOCK_N])
+            q, s = qn, sn
         else:
             w = tl.load(w_ptr + e[:, None, None] * stride_we + rows[None, :, None].to(tl.int64) * F
                         + ks[None, None, :], mask=mj[:, None, None] & mr[None, :, None]
@@ -148,17 +153,19 @@ def experts_down_kernel(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr
 # 20b's top 4 of 2880 28.6-28.8 / 24.7-24.8 / 24.7-24.9 (2690 GB/s at 4), Qwen1.5-MoE's top 4 of
 # 1408 10.8-10.9 / 10.2-10.4 / 10.2-10.4, OLMoE's top 8 of 1024 13.7-13.9 / 13.7-14.9 /
 # 14.2-18.5 (session 59's sweep the same way: 2 x 256 2399, 4 x 256 2225 GB/s)
-# MXFP4 experts (scales): a 512-element chunk, 256 bytes a row -- H100, sweep_moe --mxfp4 (bench/
-# RESULTS.md session 61), gpt-oss-20b's top 4 of 2880 (us): 4 / 8 rows x 512 19.1 / 20.1 against
-# 4 / 2 x 256 26.1 / 26.2, 4 / 8 x 128 at 4 warps 24.6 / 27.1
+# MXFP4 experts (scales): a 512-element chunk, 256 bytes a row, 32 / top_k rows -- H100,
+# sweep_moe --mxfp4 (bench/RESULTS.md session 62), gpt-oss-20b's top 4 of 2880, the word decode
+# with the next chunk requested ahead (us): 8 rows x 512 15.2-15.7 (at 4 / 8 warps), 8 x 256
+# 15.5, 8 x 1024 at 4 warps 16.9, 16 x 512 17.7-22.1, 4 x 1024 18.2; one chunk at a time 8 x
+# 1024 at 4 warps 14.5, 8 x 512 16.0-16.5
 DOWN_BLOCK_K, DOWN_WARPS, DOWN_BLOCK_K_MXFP4 = 256, 8, 512
 
 
 def down_tile(top_k: int, mxfp4: bool = False) -> TileConfig:
     """experts_down's default tile for top_k routed experts: DOWN_BLOCK_K (MXFP4:
-    DOWN_BLOCK_K_MXFP4), DOWN_WARPS and 16 / top_k rows (a power of two, 1 to 8; top_k 8 -> 2,
-    4 -> 4, 2 -> 8)."""
-    rows = max(1, min(8, 16 // triton.next_power_of_2(top_k)))
+    DOWN_BLOCK_K_MXFP4), DOWN_WARPS and 16 / top_k rows (MXFP4: 32 / top_k), a power of two, 1
+    to 8 (top_k 8 -> 2, 4 -> 4, 2 -> 8; MXFP4 4 -> 8)."""
+    rows = max(1, min(8, (32 if mxfp4 else 16) // triton.next_power_of_2(top_k)))
     return TileConfig(block_n=rows, block_k=DOWN_BLOCK_K_MXFP4 if mxfp4 else DOWN_BLOCK_K,
                       num_warps=DOWN_WARPS)
 
