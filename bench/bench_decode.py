@@ -250,6 +250,8 @@ def main():
     rows = []
     for key in args.models.split(","):
         rows += bench_model(key, args, roof_bw)
+    if not rows:
+        raise SystemExit("no peer ran (their failures above): nothing to record")
     # the decode rows are saved before the first-call runs, so a time-boxed run that is cut
     # during those keeps them
     stamp, commit = run_stamp()

@@ -400,6 +400,7 @@ def stage_on_host(model) -> bool:
     if packed <= 0.9 * torch.cuda.mem_get_info()[0]:  # (HF's model already there)
         return False
     model.cpu()
+    torch.cuda.empty_cache()  # its blocks back to the driver, for the peers after fastdecode's
     return True
 
 

@@ -32,13 +32,14 @@ from fastdecode.triton_kernels.config import (TILE_TABLE, StreamConfig, TileConf
 from shapes import stream_configs  # noqa: E402
 from tile_table import record  # noqa: E402
 
-# [K, N] of the decode GEMVs of Llama-3.2-1B, Llama-3.1-8B and Qwen3-8B (its o_proj is the 8B's
-# shape; gate|up counted as 2N rows)
+# [K, N] of the decode GEMVs of Llama-3.2-1B, Llama-3.1-8B, Qwen3-8B (its o_proj is the 8B's
+# shape; gate|up counted as 2N rows) and gpt-oss (20b and 120b alike: widths off the powers of two)
 SHAPES = {"1b o": (2048, 2048), "1b gate|up": (2048, 2 * 8192), "1b down": (8192, 2048),
           "1b lm_head": (2048, 128256), "8b o": (4096, 4096), "8b gate|up": (4096, 2 * 14336),
           "8b down": (14336, 4096), "8b lm_head": (4096, 128256),
           "qwen3-8b gate|up": (4096, 2 * 12288), "qwen3-8b down": (12288, 4096),
-          "qwen3-8b lm_head": (4096, 151936)}
+          "qwen3-8b lm_head": (4096, 151936), "gpt-oss o": (4096, 2880),
+          "gpt-oss lm_head": (2880, 201088)}
 GRID = list(itertools.product([4, 8, 16, 32], [256, 512, 1024], [4, 8]))
 # persistent streams: the megakernel's default (16384 elements / 4 warps / max K 4096 / 2 per
 # SM) and the best of bench_ops --configs on an H200 (2026-12-01, session 16, persist+PDL rows):

@@ -180,8 +180,7 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
         get("model.layers.0.mlp.experts.down_proj_blocks") is not None
     if torch.device(device).type == "cuda":
         separate_head = not spec.shares_head or world > 1  # else the embedding's tensor
-        check_weights_fit(sp, spec.vocab_size, separate_head, dtype,
-                          torch.cuda.mem_get_info(torch.device(device))[0],
+        check_weights_fit(sp, spec.vocab_size, separate_head, dtype, free_bytes(device),
                           MXFP4_BYTES if mxfp4 else None)
     every = slice(None)
 
@@ -703,6 +702,15 @@ def _permute_rope_dims(pw: PackedWeights):
             heads.copy_(heads[:, perm])
     if pw.qk_norm is not None:
         pw.qk_norm.copy_(pw.qk_norm[:, :, perm])
+
+
+def free_bytes(device) -> int:
+    """Memory on CUDA `device` that new tensors can take: the driver's free bytes plus the blocks
+    torch's caching allocator holds unused -- a model just moved off the GPU (from_hf(model.cpu(),
+    device="cuda")) leaves its memory in that cache, which the driver counts as used."""
+    dev = torch.device(device)
+    return torch.cuda.mem_get_info(dev)[0] + torch.cuda.memory_reserved(dev) \
+        - torch.cuda.memory_allocated(dev)
 
 
 def check_weights_fit(sp: ModelSpec, full_vocab: int, separate_head: bool, dtype,

@@ -351,6 +351,19 @@ def test_weights_too_large_raise():
             check_weights_fit(spec, spec.vocab_size, not tied, torch.bfloat16, 2 * params - 1)
 
 
+def test_free_bytes_count_torch_cache():
+    """The room checked before packing or a KV cache is the driver's free memory plus what torch's
+    caching allocator holds unused (a model moved to the CPU leaves its blocks there): 10 GiB
+    free, 50 reserved, 20 allocated -> 40 GiB."""
+    from unittest import mock
+    from fastdecode.packing import free_bytes
+    gib = 1 << 30
+    with mock.patch("torch.cuda.mem_get_info", return_value=(10 * gib, 80 * gib)), \
+            mock.patch("torch.cuda.memory_reserved", return_value=50 * gib), \
+            mock.patch("torch.cuda.memory_allocated", return_value=20 * gib):
+        assert free_bytes("cuda:0") == 40 * gib
+
+
 def test_kv_cache_too_large_raises():
     """A max_seq_len whose KV cache cannot fit the device raises before any allocation, naming
     the largest that fits: Llama-3.1-8B's 2 x 32 layers x 8 KV heads x 128 bf16 = 128 KiB a
