@@ -147,7 +147,7 @@ def test_mxfp4_experts_match_reference(T, K32, N, E, data, dtype, oai, small, se
     scales (RMSNorm prologue, SwiGLU / clamped SwiGLU epilogue with the experts' biases) and
     experts_down with scales, against the reference on the dequantized matrices; K and F = 32 to
     384, odd row counts; the default tiles (one K chunk: 1024 / 512 columns) or small ones of
-    64-column chunks (up to 6, the last cut: each chunk's codes requested while the one before
+    128-column chunks (up to 3, the last cut: each chunk's codes requested while the one before
     is decoded). Tolerance: as the float experts' (each product is exact in fp32: a 2-bit
     significand times a power of two times x; only the sums' order differs)."""
     K = F = 32 * K32
@@ -163,7 +163,7 @@ def test_mxfp4_experts_match_reference(T, K32, N, E, data, dtype, oai, small, se
     ids = torch.stack([torch.randperm(E, generator=g)[:k] for _ in range(T)]).view(-1)
     ids = ids.to(DEVICE, torch.int32)
     wgu_ref = wgu.to(dtype)  # exact: a code times a power of two
-    tile_gu, tile_down = (TileConfig(4, 64, 4), TileConfig(2, 64, 4)) if small else (None, None)
+    tile_gu, tile_down = (TileConfig(16, 128, 4), TileConfig(8, 128, 4)) if small else (None, None)
     act = ops.gemv(x, qgu, norm_w=nw, eps=1e-5, bias=bgu, swiglu=True, act=act_name,
                    experts=ids, scales=sgu, config=tile_gu)
     for p, e in enumerate(ids.tolist()):
