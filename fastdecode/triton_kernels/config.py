@@ -4,7 +4,11 @@ GPU decode GEMV (T=1): bench/sweep_gemv.py on an H200 (2026-11-30, cold L2, CUDA
 BLOCK_N {4,8,16,32} x BLOCK_K {256,512,1024} x {4,8} warps) picked BLOCK_N=4, BLOCK_K=1024 for all
 eight Llama-3.2-1B / Llama-3.1-8B shapes (4.37 TB/s on 2048x128256, 3.95 on 4096x28672, 3.03 on
 14336x4096, 1.54 on 2048x2048); 8 warps won where N <= 2048 (1B o_proj and down_proj, +10-25%),
-4 warps elsewhere. Many narrow programs keep more independent loads in flight per SM than wide ones.
+4 warps at N >= 4096 -- and on an H100 at N = 2880 (gpt-oss's o_proj, 4096x2880: 2.29 against
+1.86 TB/s, bench/RESULTS.md session 62), so 8 warps below N = 4096 (a reading, not measured
+between 2880 and 4096: N / 4 programs over 132 SMs are ~5.5 an SM at 2880, 44 of its 64 warps at
+8 warps each; ~7.8 at 4096 would need all 64).
+Many narrow programs keep more independent loads in flight per SM than wide ones.
 QKV + RoPE uses the same tile as pairs of rows (lo, hi halves of a head): 4 pairs = 8 rows.
 Prefill (T>1): tl.dot tiles need M, N, K >= 16; 64x64 keeps the bf16 operand tiles in registers.
 Interpreter (CPU CI): each program instance is a Python loop, so use few, large tiles.
@@ -807,7 +811,7 @@ def gemv_config(N: int, K: int, T: int, device, rows: int | None = None,
     hit = lookup_gemv(gpu, rows or N, K) if gpu is not None else None
     if isinstance(hit, TileConfig):
         return hit
-    return TileConfig(block_n=4, block_k=1024, num_warps=8 if N <= 2048 else 4)
+    return TileConfig(block_n=4, block_k=1024, num_warps=8 if N < 4096 else 4)
 
 
 def attention_config(head_dim: int, group: int, T: int):
