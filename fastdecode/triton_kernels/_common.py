@@ -325,8 +325,9 @@ def mm_tile(a, b, F32: tl.constexpr):
 def mxfp4_load(q_ptr, s_ptr, rows, mask_r, k0, k_hi, K, BLOCK_K: tl.constexpr):
     """MXFP4 rows `rows` of W [N, K] (codes q_ptr [N, K / 2], scales s_ptr [N, K / 32]) over
     columns [k0, k0 + BLOCK_K) below k_hi -> (q uint32 [R, BLOCK_K / 8] code words, s uint8 [R,
-    BLOCK_K / 32]) for mxfp4_dot. The words' row offsets as (K / 32) 4: multiples of 4 words to
-    the compiler, so it issues 16-byte loads."""
+    BLOCK_K / 32]) for mxfp4_dot. (sm_90a: 8-byte loads, 2 words a thread in the layout the
+    compiler gives the words -- the same with k0 / 8 written as a multiple of 4; the measured
+    form.)"""
     b = k0 // 8 + tl.arange(0, BLOCK_K // 8)
     g = k0 // 32 + tl.arange(0, BLOCK_K // 32)
     r = rows[:, None].to(tl.int64)
