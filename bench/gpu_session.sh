@@ -7,7 +7,8 @@
 #   (mxfp4: MXFP4 experts -- their GPU tests (exact decode, both kernels, the MXFP4 folder), the
 #    experts' kernels at their defaults with and without --mxfp4 (sweep_moe.py), then
 #    bench_decode on gpt-oss-20b: bf16 experts against random MXFP4 ones, MXFP4_PEERS (default
-#    fastdecode,mxfp4,hf_compile))
+#    fastdecode,mxfp4,hf_compile), then where its MXFP4 decode step goes, kernel by kernel
+#    (profile_step.py --mxfp4))
 #   (launch: the megakernel's direct launch (triton_kernels/launch.py) -- its GPU tests, then
 #    bench_lookup's steps with Triton's own launch (FASTDECODE_TRITON_LAUNCH=1) and the direct
 #    one, LAUNCH_MODELS (default 1b): the kernel and launch-call columns say what moved)
@@ -263,6 +264,8 @@ for s in $stages; do
            FASTDECODE_COMMIT=$COMMIT timeout ${BENCH_TIMEOUT:-480} python3 bench/bench_decode.py \
              --models gpt-oss-20b --peers ${MXFP4_PEERS:-fastdecode,mxfp4,hf_compile} 2>&1 \
              | grep -v -i "warn\|cudagraph" | tail -8
+           timeout 240 python3 bench/profile_step.py --model gpt-oss-20b --mxfp4 2>&1 \
+             | grep -v -i warn | tail -14
            cp bench/RESULTS.md "$OUT/" ;;
     tp) timeout ${TP_TEST_TIMEOUT:-240} python3 -m pytest -q tests/test_all_reduce.py tests/test_tp.py \
           -k "gpus or cuda or all_reduce or one_gpu" -p no:cacheprovider 2>&1 | tee "$OUT/pytest_tp.log" | tail -8
