@@ -107,9 +107,9 @@ def experts_down_kernel(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr
     mr = rows < D
     acc = tl.zeros([BLOCK_J, BLOCK_N], dtype=tl.float32)
     RN: tl.constexpr = BLOCK_J * BLOCK_N
-    rn = tl.reshape(e[:, None] * D + rows[None, :], [RN])
+    rn = tl.reshape(e[:, None] * D + rows[None, :], [RN])  # W4's rows e D + n, their mask
     mn = tl.reshape(mj[:, None] & mr[None, :], [RN])
-    q, s = rn, rn
+    q, s = rn, rn  # (bound for both branches; W4: the first chunk's codes and scales)
     if W4:
         q, s = mxfp4_load(w_ptr, ws4_ptr, rn, mn, 0, F, F, BLOCK_K)
     for k0 in range(0, F, BLOCK_K):
