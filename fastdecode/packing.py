@@ -178,10 +178,19 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
     # multiplies them; otherwise quant's getter dequantizes them
     mxfp4 = spec.moe and spec.residual_scale == 1.0 and \
         get("model.layers.0.mlp.experts.down_proj_blocks") is not None
-    if torch.device(device).type == "cuda":
-        separate_head = not spec.shares_head or world > 1  # else the embedding's tensor
-        check_weights_fit(sp, spec.vocab_size, separate_head, dtype, free_bytes(device),
-                          MXFP4_BYTES if mxfp4 else None)
+    # float experts that are exactly MXFP4 (gpt-oss dequantized by transformers) pack as MXFP4
+    # too (encoded_mxfp4): decided by layer 0's first expert before the room check, so it counts
+    # the 4-bit bytes they will take (gpt-oss-20b held in bf16 on an 80 GB GPU: 14 GB, not 42)
+    first = get("model.layers.0.mlp.experts.gate_up_proj", (slice(0, 1),)) \
+        if spec.moe and not mxfp4 and fam.experts.oai and spec.residual_scale == 1.0 else None
+    encode = first is not None and encode_mxfp4(first[0]) is not None
+
+    def check_fit(four_bit: bool):
+        if torch.device(device).type == "cuda":
+            separate_head = not spec.shares_head or world > 1  # else the embedding's tensor
+            check_weights_fit(sp, spec.vocab_size, separate_head, dtype,
+                              device_free_bytes(device), MXFP4_BYTES if four_bit else None)
+    check_fit(mxfp4 or encode)
     every = slice(None)
 
     def rows(n):
@@ -338,14 +347,15 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
     if spec.moe:
         pw.w_router = stack(("mlp.gate.weight", None),
                             *((("mlp.shared_expert_gate.weight", None),) if spec.ffn_dim else ()))
-        enc = None if mxfp4 or not (fam.experts.oai and spec.residual_scale == 1.0) else \
-            encoded_mxfp4()
+        enc = encoded_mxfp4() if encode else None
         if mxfp4:
             pw.w_experts_gu, pw.s_experts_gu = stack_mxfp4("gate_up_proj")
             pw.w_experts_down, pw.s_experts_down = stack_mxfp4("down_proj")
         elif enc is not None:
             pw.w_experts_gu, pw.s_experts_gu, pw.w_experts_down, pw.s_experts_down = enc
         else:
+            if encode:  # an expert past layer 0's first off the grid: float experts after all
+                check_fit(False)
             pw.w_experts_gu = stack_experts("gate_up_proj")
             pw.w_experts_down = stack_experts("down_proj")
         if spec.expert_bias:
@@ -704,7 +714,7 @@ def _permute_rope_dims(pw: PackedWeights):
         pw.qk_norm.copy_(pw.qk_norm[:, :, perm])
 
 
-def free_bytes(device) -> int:
+def device_free_bytes(device) -> int:
     """Memory on CUDA `device` that new tensors can take: the driver's free bytes plus the blocks
     torch's caching allocator holds unused -- a model just moved off the GPU (from_hf(model.cpu(),
     device="cuda")) leaves its memory in that cache, which the driver counts as used."""

@@ -11,7 +11,7 @@ import torch
 
 from . import reference as R
 from .errors import MegakernelTimeout
-from .packing import PackedWeights, free_bytes
+from .packing import PackedWeights, device_free_bytes
 from .triton_kernels.attention import split_plan
 from .triton_kernels.config import attention_config
 from .triton_kernels.lm_head import n_vocab_tiles
@@ -113,7 +113,7 @@ class DecodeState:
         V = vocab_size or s.vocab_size
         self.max_seq_len, self.max_chunk = max_seq_len, max_chunk
         if dev.type == "cuda":
-            check_kv_fits(s, max_seq_len, dt, free_bytes(dev))
+            check_kv_fits(s, max_seq_len, dt, device_free_bytes(dev))
         kv_shape = (s.n_layers, s.n_kv_heads, max_seq_len, s.head_dim)
         self.k_cache = torch.zeros(kv_shape, device=dev, dtype=dt)
         self.v_cache = torch.zeros(kv_shape, device=dev, dtype=dt)

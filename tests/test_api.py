@@ -356,12 +356,12 @@ def test_free_bytes_count_torch_cache():
     caching allocator holds unused (a model moved to the CPU leaves its blocks there): 10 GiB
     free, 50 reserved, 20 allocated -> 40 GiB."""
     from unittest import mock
-    from fastdecode.packing import free_bytes
+    from fastdecode.packing import device_free_bytes
     gib = 1 << 30
     with mock.patch("torch.cuda.mem_get_info", return_value=(10 * gib, 80 * gib)), \
             mock.patch("torch.cuda.memory_reserved", return_value=50 * gib), \
             mock.patch("torch.cuda.memory_allocated", return_value=20 * gib):
-        assert free_bytes("cuda:0") == 40 * gib
+        assert device_free_bytes("cuda:0") == 40 * gib
 
 
 def test_kv_cache_too_large_raises():
