@@ -110,6 +110,7 @@ def experts_down_kernel(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr
     rn = tl.reshape(e[:, None] * D + rows[None, :], [RN])  # W4's rows e D + n, their mask
     mn = tl.reshape(mj[:, None] & mr[None, :], [RN])
     q, s = rn, rn  # (bound for both branches; W4: the first chunk's codes and scales)
+    g = tl.zeros([RN, max(BLOCK_K // 32, 1)], dtype=tl.float32)  # W4: the group sums
     if W4:
         q, s = mxfp4_load(w_ptr, ws4_ptr, rn, mn, 0, F, F, BLOCK_K)
     for k0 in range(0, F, BLOCK_K):
@@ -120,13 +121,15 @@ def experts_down_kernel(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr
         if W4:
             qn, sn = mxfp4_load(w_ptr, ws4_ptr, rn, mn, k0 + BLOCK_K, F, F, BLOCK_K)
             x = tl.broadcast_to(a.to(tl.float32)[:, None, :], [BLOCK_J, BLOCK_N, BLOCK_K])
-            acc += tl.reshape(mxfp4_dot(q, s, tl.reshape(x, [RN, BLOCK_K])), [BLOCK_J, BLOCK_N])
+            g += mxfp4_dot(q, s, tl.reshape(x, [RN, BLOCK_K]))
             q, s = qn, sn
         else:
             w = tl.load(w_ptr + e[:, None, None] * stride_we + rows[None, :, None].to(tl.int64) * F
                         + ks[None, None, :], mask=mj[:, None, None] & mr[None, :, None]
                         & mk[None, None, :], other=0.0, eviction_policy="evict_first")
             acc += tl.sum(w.to(tl.float32) * a.to(tl.float32)[:, None, :], axis=2)
+    if W4:
+        acc += tl.reshape(tl.sum(g, axis=1), [BLOCK_J, BLOCK_N])
     if BIAS:
         acc += tl.load(b_ptr + e[:, None] * stride_be + rows[None, :],
                        mask=mj[:, None] & mr[None, :], other=0.0).to(tl.float32)
