@@ -173,7 +173,8 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
     if spec.layer_norm:  # last: it reads the weights as packed to fold the norms' biases
         get = centered_getter(get, spec, fam.norms[:2])
     if spec.moe:
-        get = oai_expert_getter(get) if fam.experts.oai else expert_getter(get)
+        get = oai_expert_getter(get) if fam.experts.oai else \
+            expert_getter(get, spec.d_model, spec.expert_ffn)
     # an MXFP4 checkpoint's experts packed as they are (the module docstring) where no scale
     # multiplies them; otherwise quant's getter dequantizes them
     mxfp4 = spec.moe and spec.residual_scale == 1.0 and \
@@ -747,15 +748,22 @@ def check_weights_fit(sp: ModelSpec, full_vocab: int, separate_head: bool, dtype
 _EXPERT_PARTS = {"gate_up_proj": ("gate_proj", "up_proj"), "down_proj": ("down_proj",)}
 
 
-def expert_getter(get):
+def expert_getter(get, d: int, f: int):
     """Serves model.layers.{i}.mlp.experts.gate_up_proj / down_proj from HF's stacked tensors
     or a checkpoint's per-expert mlp.experts.{e}.gate_proj / up_proj / down_proj (Qwen2 /
-    Qwen3-MoE, OLMoE), read one expert at a time; index: a slice of the experts."""
+    Qwen3-MoE, OLMoE), read one expert at a time; index: a slice of the experts. Stacked
+    tensors stored [E, in, out] -- Qwen3-VL-MoE's released files: gate_up_proj [E, d, 2F],
+    down_proj [E, F, d], which transformers transposes as it loads them -- are transposed to
+    HF's [E, out, in] (d and f: the model width and an expert's; told apart by their shape, as
+    transformers' own check does, so a square one is read as stored)."""
     def eget(name, index=None):
         t = get(name, index)
         head, _, part = name.rpartition(".experts.")
-        if t is not None or part not in _EXPERT_PARTS:
+        if part not in _EXPERT_PARTS:
             return t
+        if t is not None:
+            out, inp = (2 * f, d) if part == "gate_up_proj" else (d, f)
+            return t.transpose(1, 2) if tuple(t.shape[1:]) == (inp, out) != (out, inp) else t
         e0, e1 = (0, None) if index is None else (index[0].start, index[0].stop)
         ts, e = [], e0
         while e1 is None or e < e1:

@@ -620,6 +620,10 @@ FAMILIES: dict[str, Family] = {
        for mt in ("qwen2_vl_text", "qwen2_5_vl_text")},
     "qwen3_vl_text": Family(qkv_bias=False, qk_norm=True, window_field="use_sliding_window",
                             mrope=True),
+    # Qwen3-VL-MoE's (Qwen3-VL-30B-A3B, -235B-A22B): Qwen3-MoE's layers under Qwen3-VL's
+    # multimodal RoPE, the routed weights always renormalized (its config has no norm_topk_prob)
+    "qwen3_vl_moe_text": Family(qkv_bias=False, qk_norm=True, window_field=None, mrope=True,
+                                experts=Experts(renorm=True)),
     "glm4v_text": Family(qkv_bias=True, qk_norm=False, window_field=None, fused=True,
                          partial_rotary=True, interleaved_rope=True, mrope=True,
                          bias_fields=(None, None, None), norms=_GLM4_NORMS),
@@ -633,20 +637,20 @@ ALIBI_BLOOM, ALIBI_FALCON = 1, 2
 # the base class's default, True; a test reads each class's default)
 TIED_BY_DEFAULT = frozenset({"ernie4_5", "smollm3", "starcoder2", "cohere", "cohere2", "gpt2",
                              "gpt_bigcode", "falcon", "opt", "gemma", "gemma2", "vaultgemma",
-                             "gemma3_text", "bloom", "mpt", "biogpt", "gpt_neo", "xglm"})
+                             "gemma3_text", "bloom", "mpt", "biogpt", "gpt_neo", "xglm",
+                             "qwen3_vl_moe_text"})
 
 # vision-language models whose language model (text_config) is a supported family: it decodes
 # alone (no image is read; Mistral Small 3.x, LLaVA and LLaVA-NeXT / OneVision, Gemma 3 4B and
-# up, Qwen2-VL / Qwen2.5-VL / Qwen3-VL, GLM-4.1V, InternVL 3 in HF's format, Idefics3 /
-# SmolVLM), packing.text_model_getter finding its tensors. (PaliGemma's prompt attends both
+# up, Qwen2-VL / Qwen2.5-VL / Qwen3-VL / Qwen3-VL-MoE, GLM-4.1V, InternVL 3 in HF's format,
+# Idefics3 / SmolVLM), packing.text_model_getter finding its tensors. (PaliGemma's prompt attends both
 # ways: not among them.)
 TEXT_OF = ("mistral3", "llava", "llava_next", "llava_onevision", "gemma3", "qwen2_vl",
-           "qwen2_5_vl", "qwen3_vl", "glm4v", "internvl", "idefics3", "smolvlm")
+           "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v", "internvl", "idefics3", "smolvlm")
 # why some model types a user may try are not supported (UnsupportedModelError says it)
 UNSUPPORTED = {
     **{mt: "a mixture of experts whose router or experts differ from Mixtral's and Qwen's"
-       for mt in ("deepseek_v3", "llama4_text", "granitemoeshared", "qwen3_vl_moe",
-                  "glm4v_moe", "dbrx")},
+       for mt in ("deepseek_v3", "llama4_text", "granitemoeshared", "glm4v_moe", "dbrx")},
     **{mt: "a vision-language model (its text model alone is not read)" for mt in (
         "llama4",)},
     **{mt: "linear-attention (Gated DeltaNet) layers" for mt in ("qwen3_next", "qwen3_5",

@@ -517,6 +517,15 @@ VLMS = {
             model_type="qwen3_vl_text", rope_parameters={
                 "rope_type": "default", "rope_theta": 10000.0, "mrope_section": [3, 2, 2],
                 "mrope_interleaved": True}))),
+    # Qwen3-VL-MoE: Qwen3-MoE inside (top 2 of 7 experts 26 wide, head_dim 12: the interleaved
+    # multimodal RoPE over its 6 frequencies), the routed weights always renormalized
+    "qwen3_vl_moe": ("Qwen3VLMoeConfig", "Qwen3VLMoeForConditionalGeneration", "qwen3_moe", dict(
+        depth=1, hidden_size=32, intermediate_size=40, num_heads=2, out_hidden_size=40,
+        deepstack_visual_indexes=[0], patch_size=16),
+        dict(video_token_id=99, vision_start_token_id=98, text=dict(
+            model_type="qwen3_vl_moe_text", rope_parameters={
+                "rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 2, 2],
+                "mrope_interleaved": True}))),
 }
 
 
@@ -527,6 +536,8 @@ def tiny_vlm(kind: str, seed: int = 0, **top):
     if _tf(cfg_name) is None or family in MISSING:
         pytest.skip(f"transformers {tf.__version__} has no {cfg_name}")
     own = dict((own or [{}])[0])
+    if family in MOE:  # HF's loop over the experts, as tiny_model's
+        top.setdefault("experts_implementation", "eager")
     text = tiny_model(family, seed=seed, **own.pop("tiny", {}))  # the text model's own sizes
     text_cfg = dict(text.config.to_dict(), **own.pop("text", {}))  # the text config's own fields
     cfg = _tf(cfg_name)(text_config=text_cfg, vision_config=vision,

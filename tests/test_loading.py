@@ -56,8 +56,8 @@ def test_files_without_the_base_model_prefix(tmp_path, family, prefix, name):
 
 @pytest.mark.parametrize("kind,tied", [("mistral3", False), ("mistral3", True), ("llava", False),
                                        ("gemma3", True), ("qwen2_5_vl", True), ("qwen3_vl", False),
-                                       ("glm4v", False), ("internvl", True),
-                                       ("idefics3", False)])
+                                       ("qwen3_vl_moe", False), ("glm4v", False),
+                                       ("internvl", True), ("idefics3", False)])
 def test_vision_language_folder_reads_its_text_model(tmp_path, kind, tied):
     """A vision-language checkpoint's files keep the language model under language_model.model.
     / language_model.lm_head. (the vision tower beside it, never read): from_pretrained packs the
@@ -67,6 +67,26 @@ def test_vision_language_folder_reads_its_text_model(tmp_path, kind, tied):
     model = tiny_vlm(kind, tie_word_embeddings=tied)
     model.save_pretrained(tmp_path)
     assert folder_packs_as_from_hf(tmp_path, model).spec.text_of == kind
+
+
+def test_qwen3_vl_moe_released_expert_layout(tmp_path):
+    """Qwen3-VL-MoE's released files hold the stacked experts as [E, in, out] (gate_up_proj [E,
+    d, 2F], down_proj [E, F, d]; transformers transposes them as it loads, and saves them [E,
+    out, in]): from_pretrained of files written that way packs the loaded model's tensors bit for
+    bit (packing.expert_getter tells the two layouts apart by their shape)."""
+    from safetensors.torch import load_file, save_file
+    from models import tiny_vlm
+    model = tiny_vlm("qwen3_vl_moe", tie_word_embeddings=False)
+    model.save_pretrained(tmp_path)
+    f = tmp_path / "model.safetensors"
+    sd = load_file(f)
+    names = [k for k in sd if k.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj"))]
+    assert len(names) == 2 * model.config.text_config.num_hidden_layers
+    for k in names:
+        sd[k] = sd[k].transpose(1, 2).contiguous()
+    assert sd[names[0]].shape[1:] != model.state_dict()[names[0]].shape[1:]
+    save_file(sd, f)
+    folder_packs_as_from_hf(tmp_path, model)
 
 
 def test_qwen2_vl_transformers4_flat_config(tmp_path):
