@@ -643,8 +643,8 @@ TIED_BY_DEFAULT = frozenset({"ernie4_5", "smollm3", "starcoder2", "cohere", "coh
 # vision-language models whose language model (text_config) is a supported family: it decodes
 # alone (no image is read; Mistral Small 3.x, LLaVA and LLaVA-NeXT / OneVision, Gemma 3 4B and
 # up, Qwen2-VL / Qwen2.5-VL / Qwen3-VL / Qwen3-VL-MoE, GLM-4.1V, InternVL 3 in HF's format,
-# Idefics3 / SmolVLM), packing.text_model_getter finding its tensors. (PaliGemma's prompt attends both
-# ways: not among them.)
+# Idefics3 / SmolVLM), packing.text_model_getter finding its tensors. (PaliGemma's prompt
+# attends both ways: not among them.)
 TEXT_OF = ("mistral3", "llava", "llava_next", "llava_onevision", "gemma3", "qwen2_vl",
            "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v", "internvl", "idefics3", "smolvlm")
 # why some model types a user may try are not supported (UnsupportedModelError says it)
