@@ -461,6 +461,19 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
     return family, cfg, draw(st.integers(5, 211))
 
 
+def _qwen3_vl(moe: str, family: str, mrope_section: list):
+    """A Qwen3-VL (moe "") or Qwen3-VL-MoE ("Moe") entry of VLMS around tiny_model(family):
+    one vision block with one deepstack merger, the interleaved multimodal RoPE over the text
+    head's frequencies in mrope_section."""
+    return (f"Qwen3VL{moe}Config", f"Qwen3VL{moe}ForConditionalGeneration", family, dict(
+        depth=1, hidden_size=32, intermediate_size=40, num_heads=2, out_hidden_size=40,
+        deepstack_visual_indexes=[0], patch_size=16),
+        dict(video_token_id=99, vision_start_token_id=98, text=dict(
+            model_type=f"qwen3_vl{'_moe' if moe else ''}_text", rope_parameters={
+                "rope_type": "default", "rope_theta": 10000.0, "mrope_section": mrope_section,
+                "mrope_interleaved": True})))
+
+
 # vision-language models whose language model decodes alone (spec.TEXT_OF): (config class, model
 # class, text family of FAMILIES, vision config[, the wrapper config's own fields]) -- Mistral
 # Small 3.x, LLaVA, Gemma 3; a one-layer vision tower that nothing here reads
@@ -510,22 +523,10 @@ VLMS = {
                 "mrope_section": [1, 1, 1]}))),
     # Qwen3-VL: Qwen3 inside (q / k norms), its interleaved multimodal RoPE over the head's 7
     # frequencies, one deepstack merger (image tokens only)
-    "qwen3_vl": ("Qwen3VLConfig", "Qwen3VLForConditionalGeneration", "qwen3", dict(
-        depth=1, hidden_size=32, intermediate_size=40, num_heads=2, out_hidden_size=40,
-        deepstack_visual_indexes=[0], patch_size=16),
-        dict(video_token_id=99, vision_start_token_id=98, text=dict(
-            model_type="qwen3_vl_text", rope_parameters={
-                "rope_type": "default", "rope_theta": 10000.0, "mrope_section": [3, 2, 2],
-                "mrope_interleaved": True}))),
+    "qwen3_vl": _qwen3_vl("", "qwen3", [3, 2, 2]),
     # Qwen3-VL-MoE: Qwen3-MoE inside (top 2 of 7 experts 26 wide, head_dim 12: the interleaved
     # multimodal RoPE over its 6 frequencies), the routed weights always renormalized
-    "qwen3_vl_moe": ("Qwen3VLMoeConfig", "Qwen3VLMoeForConditionalGeneration", "qwen3_moe", dict(
-        depth=1, hidden_size=32, intermediate_size=40, num_heads=2, out_hidden_size=40,
-        deepstack_visual_indexes=[0], patch_size=16),
-        dict(video_token_id=99, vision_start_token_id=98, text=dict(
-            model_type="qwen3_vl_moe_text", rope_parameters={
-                "rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 2, 2],
-                "mrope_interleaved": True}))),
+    "qwen3_vl_moe": _qwen3_vl("Moe", "qwen3_moe", [2, 2, 2]),
 }
 
 

@@ -110,9 +110,9 @@ def experts_down_kernel(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr
     rn = tl.reshape(e[:, None] * D + rows[None, :], [RN])  # W4's rows e D + n, their mask
     mn = tl.reshape(mj[:, None] & mr[None, :], [RN])
     q, s = rn, rn  # (bound for both branches; W4: the first chunk's codes and scales)
-    g = tl.zeros([RN, max(BLOCK_K // 32, 1)], dtype=tl.float32)  # W4: the group sums
     if W4:
         q, s = mxfp4_load(w_ptr, ws4_ptr, rn, mn, 0, F, F, BLOCK_K)
+        g = tl.zeros([RN, BLOCK_K // 32], dtype=tl.float32)  # the group sums
     for k0 in range(0, F, BLOCK_K):
         ks = k0 + tl.arange(0, BLOCK_K)
         mk = ks < F
