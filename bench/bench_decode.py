@@ -28,8 +28,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fastdecode  # noqa: E402
 from fastdecode.spec import ModelSpec  # noqa: E402
 from fastdecode.triton_kernels.config import use_pdl  # noqa: E402
-from fastdecode.quant import MXFP4_BYTES  # noqa: E402
-from shapes import random_model, random_mxfp4_experts, stage_on_host  # noqa: E402
+from fastdecode.quant import FP8_BYTES, MXFP4_BYTES  # noqa: E402
+from shapes import (random_fp8_matrices, random_model, random_mxfp4_experts,  # noqa: E402
+                    stage_on_host)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -102,12 +103,13 @@ def add_protocol_args(p):
     p.add_argument("--results-md", default=os.path.join(HERE, "RESULTS.md"))
 
 
-def step_bytes(spec, args, n_lo=32, expert_elt=None):
+def step_bytes(spec, args, n_lo=32, expert_elt=None, matrix_elt=None):
     """Bytes one decode step reads: every weight once + the KV cache at the mean context of the
-    timed tokens (decode_rate's n_lo .. --new-tokens); expert_elt: a routed expert's bytes an
-    element (MXFP4's), where not bf16's."""
+    timed tokens (decode_rate's n_lo .. --new-tokens); expert_elt / matrix_elt: a routed
+    expert's / a dense matrix's bytes an element (MXFP4's / FP8's), where not bf16's."""
     mean_ctx = args.prompt_len + (n_lo + args.new_tokens) / 2
-    return spec.weight_bytes_per_token(expert_elt=expert_elt) + spec.kv_bytes(int(mean_ctx))
+    return spec.weight_bytes_per_token(expert_elt=expert_elt, matrix_elt=matrix_elt) + \
+        spec.kv_bytes(int(mean_ctx))
 
 
 def max_seq_len(args) -> int:
@@ -144,16 +146,20 @@ def bench_model(key, args, bw):
             model.generate(ids, max_new_tokens=n, min_new_tokens=n, **{"do_sample": False, **gen})
 
     # mxfp4 (a mixture): ops mode with the experts as random MXFP4 codes (an MXFP4 checkpoint's
-    # packing), its roofline over the bytes of those codes and scales
-    for peer, mode in (("fastdecode", "ops"), ("mega", "mega"), ("mxfp4", "ops")):
-        if peer not in args.peers or (peer == "mxfp4" and not spec.moe):
+    # packing); fp8 (dense): ops mode with the layer matrices as random FP8 rows (an FP8
+    # checkpoint's in mode 'ops'); each its roofline over the bytes of those codes and scales
+    quant = {"mxfp4": (" MXFP4 experts", random_mxfp4_experts, dict(expert_elt=MXFP4_BYTES)),
+             "fp8": (" FP8 matrices", random_fp8_matrices, dict(matrix_elt=FP8_BYTES))}
+    for peer, mode in (("fastdecode", "ops"), ("mega", "mega"), ("mxfp4", "ops"), ("fp8", "ops")):
+        if peer not in args.peers or (peer == "mxfp4" and not spec.moe) or \
+                (peer == "fp8" and spec.moe):
             continue
         try:
             t0 = time.perf_counter()
             fm = fastdecode.from_hf(model, max_seq_len=max_seq_len(args), mode=mode,
                                     device="cuda")
-            if peer == "mxfp4":
-                random_mxfp4_experts(fm)
+            if peer in quant:
+                quant[peer][1](fm)
             fm.runtime.decode_chunk = args.chunk
             fm.generate(ids, max_new_tokens=2, eos_token_id=[], **gen)
             torch.cuda.synchronize()
@@ -162,8 +168,8 @@ def bench_model(key, args, bw):
                                                      **gen), n_lo, n_hi, args.repeats)
             pdl = "+PDL" if use_pdl(torch.device("cuda")) else ""  # config.use_pdl, ops kernels
             label = f"fastdecode ops+graph{pdl}" if mode == "ops" else "fastdecode mega"
-            add((label + (" MXFP4 experts" if peer == "mxfp4" else "")) + tag, rate, first,
-                bw / step_bytes(spec, args, n_lo, MXFP4_BYTES) if peer == "mxfp4" else None)
+            add(label + (quant[peer][0] if peer in quant else "") + tag, rate, first,
+                bw / step_bytes(spec, args, n_lo, **quant[peer][2]) if peer in quant else None)
             del fm
         except Exception as e:  # record the failure, keep the other numbers
             print(f"  fastdecode {mode} failed: {type(e).__name__}: {str(e)[:300]}")
@@ -224,7 +230,8 @@ def main():
     p.add_argument("--models", default="1b,8b")
     p.add_argument("--peers", default="fastdecode,mega,hf_eager,hf_compile",
                    help="of fastdecode (ops + CUDA graph), mega, mxfp4 (a mixture's experts as "
-                        "random MXFP4 codes, ops mode), hf_eager, hf_compile")
+                        "random MXFP4 codes, ops mode), fp8 (a dense model's matrices as random "
+                        "FP8 rows, ops mode), hf_eager, hf_compile")
     p.add_argument("--first-call", action="store_true", help="also time process start -> token")
     p.add_argument("--gen", default="",
                    help="generate() arguments for every peer, k=v,... (repetition_penalty=1.1 or "

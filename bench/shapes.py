@@ -389,6 +389,33 @@ def random_mxfp4_experts(fm, seed=0):
     return fm
 
 
+def random_fp8_matrices(fm, seed=0):
+    """fm (a dense FastModel, mode 'ops') with its q / k / v / o / gate / up / down matrices
+    swapped for random FP8 rows of their shape, as an FP8 checkpoint packs them in mode 'ops'
+    (quant.fp8_rows; Qwen3-*-FP8 ship so): N(0, 1) * 16 codes in e4m3, a scale of K^-0.5 / 16
+    for each 128 columns of a row (random_model's d^-0.5 weights), the float matrices freed
+    first, the runtime rebuilt on them."""
+    import torch
+    from fastdecode.quant import fp8_rows
+    from fastdecode.runtime import Runtime
+    pw = fm.weights
+    shapes = {n: getattr(pw, f"w_{n}").shape for n in ("qkv", "o", "gu", "down")}
+    fm.runtime = None
+    for n in shapes:
+        setattr(pw, f"w_{n}", None)
+    torch.cuda.empty_cache()
+    gen = torch.Generator(pw.device).manual_seed(seed)
+    for n, (L, N, K) in shapes.items():
+        s = torch.full((N, -(-K // 128)), K ** -0.5 / 16, device=pw.device)
+        layers = [fp8_rows((torch.randn(N, K, generator=gen, device=pw.device) * 16)
+                           .to(torch.float8_e4m3fn), s, (1, 128)) for _ in range(L)]
+        setattr(pw, f"w_{n}", torch.stack(layers))
+        del layers
+    fm.runtime = Runtime(pw, fm.max_seq_len, fm.mode, cuda_graph=fm._cuda_graph,
+                         vocab_size=fm.spec.vocab_size)
+    return fm
+
+
 def stage_on_host(model) -> bool:
     """Moves HF's model to the host when fastdecode's packed copy would not fit beside it on
     its GPU (gpt-oss-20b: 2 x 42 GB on an 80 GB card), so from_hf(model, device="cuda") packs

@@ -119,6 +119,8 @@ class FastModel(nn.Module):
         for name, t in old.items():
             if t is not None and name != "alibi":
                 new[name] = done.setdefault(id(t), fn(t))
+                if t.dtype == torch.float8_e4m3fn:  # FP8 rows (codes and scales): moved only
+                    new[name] = t.to(new[name].device)
         moved = next(iter(new.values()))
         if old["alibi"] is not None:  # ALiBi's slopes, computed fp32: moved, never cast
             new["alibi"] = old["alibi"].to(moved.device)
@@ -389,7 +391,10 @@ def from_hf(model, max_seq_len: int = 4096, mode: str | None = None, device=None
     get = dict_getter(dict(model.state_dict()))
     if quantized:
         get = quant.dequantizing_getter(config, get)
-    pw = pack(spec, get, device=device, dtype=dtype or _float_dtype(params))
+    # mode 'ops' keeps an FP8 model's matrices 8-bit (packing.fp8_matrices), the others
+    # dequantize them
+    pw = pack(spec, get, device=device, dtype=dtype or _float_dtype(params),
+              keep_fp8=mode == "ops")
     return FastModel(pw, config, max_seq_len=max_seq_len, mode=mode, cuda_graph=cuda_graph,
                      generation_config=getattr(model, "generation_config", None),
                      prefix_cache=prefix_cache)
@@ -446,7 +451,8 @@ def from_pretrained(path_or_gguf: str, max_seq_len: int = 4096, device=None,
         if dtype is None or device.type == "cpu":
             dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     spec.check_tp(world)
-    pw = pack(spec, get, device=device, dtype=dtype, rank=rank, world=world)
+    pw = pack(spec, get, device=device, dtype=dtype, rank=rank, world=world,
+              keep_fp8=mode == "ops")
     if world > 1:
         from .distributed import TorchCollectives
         collectives = TorchCollectives(spec)

@@ -19,6 +19,9 @@ GEMV tiles (row-major [N, K], K contiguous, so a tile streams whole 16-byte-alig
            scales): the experts stream 4-bit, gpt-oss-120b's 117 B parameters fit one 80 GB GPU;
            so do float experts that are exactly MXFP4 (a model transformers dequantized from
            such a checkpoint: quant.encode_mxfp4), losslessly
+    FP8    pack(keep_fp8=True) of an FP8 checkpoint (quant.fp8_rows): w_qkv / w_o / w_gu /
+           w_down float8_e4m3fn [L, N, row_elems(K)], each row its codes then its scales;
+           PackedWeights.matrix dequantizes them for the reference paths
     sinks  [L, H] fp32: the attention sinks' logits (ModelSpec.attn_sinks)
     norms  [L, d] (before attention / the MLP; after them too where the family has them:
            ModelSpec.post_norms); qk_norm [L, H + KVH, hd], a row per head slot (Qwen3's one
@@ -35,8 +38,9 @@ from dataclasses import dataclass, fields
 
 import torch
 
-from .quant import MXFP4_BYTES, dequantize_mxfp4, encode_mxfp4
+from .quant import FP8_BYTES, MXFP4_BYTES, dequantize_mxfp4, encode_mxfp4, fp8_values
 from .spec import FAMILIES, ModelSpec
+from .triton_kernels.config import row_elems
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # PackedWeights fields held in fp32 whatever the weights' dtype (FastModel.to: the ALiBi slopes
@@ -105,7 +109,24 @@ class PackedWeights:
 
     @property
     def dtype(self):
-        return self.w_qkv.dtype
+        """The activations' and float weights' dtype (FP8 matrices: their codes' differ)."""
+        return self.embed.dtype
+
+    @property
+    def fp8(self) -> bool:
+        """The dense matrices are kept FP8 (module docstring)."""
+        return self.w_qkv.dtype == torch.float8_e4m3fn
+
+    def matrix(self, which: str, l: int) -> torch.Tensor:
+        """Layer l's w_{which} (qkv, o, gu, down) [N, K] in the weights' dtype: the packed one,
+        or its FP8 codes times their scales rounded once (quant.dequantize_fp8's values) -- the
+        reference paths' (torch mode, a long prompt's pass)."""
+        w = getattr(self, f"w_{which}")[l]
+        if w.dtype != torch.float8_e4m3fn:
+            return w
+        K = {"qkv": self.spec.d_model, "o": self.spec.q_dim, "gu": self.spec.d_model,
+             "down": self.spec.ffn_dim}[which]
+        return fp8_values(w, K).to(self.dtype)
 
     @property
     def device(self):
@@ -136,12 +157,15 @@ class PackedWeights:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "spec"}
 
 
-def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) -> PackedWeights:
+def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
+         keep_fp8: bool = False) -> PackedWeights:
     """Build PackedWeights (of tensor-parallel rank `rank` of `world`) from
     get(hf_name, index=None) -> tensor | None, HF state-dict names; `index` is a tuple of slices,
-    so a rank reads only its shard (safetensors slices lazily). Sharding: distributed.py."""
+    so a rank reads only its shard (safetensors slices lazily). Sharding: distributed.py.
+    keep_fp8 (mode 'ops'): an FP8 checkpoint's dense matrices stay 8-bit (fp8_matrices)."""
     sp = spec.shard(rank, world)
     fam = FAMILIES[spec.family]
+    fp8 = fp8_matrices(spec, get, fam, world) if keep_fp8 else None
     if fam.checkpoint_names:
         get = renamed_getter(get, fam.checkpoint_names, fam.checkpoint_prefix)
     if fam.conv1d:
@@ -190,7 +214,8 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
         if torch.device(device).type == "cuda":
             separate_head = not spec.shares_head or world > 1  # else the embedding's tensor
             check_weights_fit(sp, spec.vocab_size, separate_head, dtype,
-                              device_free_bytes(device), MXFP4_BYTES if four_bit else None)
+                              device_free_bytes(device), MXFP4_BYTES if four_bit else None,
+                              FP8_BYTES if fp8 is not None else None)
     check_fit(mxfp4 or encode)
     every = slice(None)
 
@@ -212,16 +237,21 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
     def need(name, index=None, scale=1.0):
         return scaled(fetch(name, index), scale).to(device=device, dtype=dtype)
 
-    def stack(*parts):
+    def stack(*parts, codes=False):
         """parts: (name within the layer, index); concatenated along dim 0, stacked over layers.
         Each tensor is copied (and converted) straight into its slice of the one packed tensor:
-        no per-layer intermediates, so loading peaks at the packed size plus one tensor."""
+        no per-layer intermediates, so loading peaks at the packed size plus one tensor. FP8
+        matrices (codes, where fp8_matrices kept them): their rows as quant.fp8_rows lays them
+        out (one rank: no index)."""
         out = None
         for i in range(spec.n_layers):
-            ts = [fetch(f"model.layers.{i}.{f}", ix) for f, ix in parts]
+            names = [f"model.layers.{i}.{f}" for f, _ in parts]
+            keep = codes and fp8 is not None
+            ts = [fp8(n) for n in names] if keep else \
+                [fetch(n, ix) for n, (_, ix) in zip(names, parts)]
             if out is None:  # sized from layer 0's tensors
                 out = torch.empty((spec.n_layers, sum(t.shape[0] for t in ts), *ts[0].shape[1:]),
-                                  device=device, dtype=dtype)
+                                  device=device, dtype=ts[0].dtype if keep else dtype)
             row = 0
             for (f, _), t in zip(parts, ts):
                 if row + t.shape[0] > out.shape[1] or t.shape[1:] != out.shape[2:]:
@@ -328,11 +358,11 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
         post_attn_norm=stack(norms[2]) if spec.post_norms else None,
         post_mlp_norm=stack(norms[3]) if spec.post_norms else None,
         w_qkv=stack((attn.format("q", "weight"), q), (attn.format("k", "weight"), kv),
-                    (attn.format("v", "weight"), kv)),
-        w_o=stack((attn.format("o", "weight"), cols(sp.q_dim))),
-        w_gu=stack(*gated(f"{mlp}gate_proj.weight", f), (f"{mlp}up_proj.weight", f))
+                    (attn.format("v", "weight"), kv), codes=True),
+        w_o=stack((attn.format("o", "weight"), cols(sp.q_dim)), codes=True),
+        w_gu=stack(*gated(f"{mlp}gate_proj.weight", f), (f"{mlp}up_proj.weight", f), codes=True)
         if sp.ffn_dim else torch.zeros(spec.n_layers, 0, spec.d_model, device=device, dtype=dtype),
-        w_down=stack((f"{mlp}down_proj.weight", cols(sp.ffn_dim)))
+        w_down=stack((f"{mlp}down_proj.weight", cols(sp.ffn_dim)), codes=True)
         if sp.ffn_dim else torch.zeros(spec.n_layers, spec.d_model, 0, device=device, dtype=dtype),
         b_qkv=stack((attn.format("q", "bias"), q), (attn.format("k", "bias"), kv),
                     (attn.format("v", "bias"), kv)) if spec.attn_bias else None,
@@ -386,6 +416,34 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1) 
     _check_shapes(pw, spec.vocab_size)
     _permute_rope_dims(pw)
     return pw
+
+
+def fp8_matrices(spec: ModelSpec, get, fam, world: int):
+    """pack's keep_fp8: name -> quant.fp8_rows of that weight, where every dense matrix of the
+    model can stay FP8 as it is stored; else None (the dequantized weights pack as before): one
+    rank, a dense model whose packing changes no weight value or row (no fused / grouped / renamed
+    / Conv1D checkpoint tensors, no scales folded in, no LayerNorm centering, no rotary rows
+    permuted) and a checkpoint whose every q / k / v / o / gate / up / down weight
+    quant.fp8_rows can lay out (read here: layer 0's decides the rest as they pack, and one
+    that cannot raises)."""
+    rows = getattr(get, "fp8_rows", None)
+    plain = not (fam.checkpoint_names or fam.conv1d or fam.fused or fam.qkv_grouped
+                 or spec.text_of or spec.layer_norm or spec.qk_layer_norm or spec.moe
+                 or spec.q_scale != 1.0
+                 or spec.residual_scale != 1.0 or spec.rope_permutation() is not None)
+    if rows is None or world != 1 or not plain:
+        return None
+    names = [f"self_attn.{n}_proj.weight" for n in "qkvo"] + \
+        [f"mlp.{n}_proj.weight" for n in ("gate", "up", "down")[1 - spec.gated:]]
+    if any(rows(f"model.layers.0.{n}") is None for n in names):
+        return None
+
+    def read(name):
+        t = rows(name)
+        if t is None:
+            raise ValueError(f"{name}: not FP8 as layer 0's matrices are (quant.fp8_rows)")
+        return t
+    return read
 
 
 def xielu_params(get, n_layers: int, n: int, device, dtype) -> torch.Tensor:
@@ -725,13 +783,16 @@ def device_free_bytes(device) -> int:
 
 
 def check_weights_fit(sp: ModelSpec, full_vocab: int, separate_head: bool, dtype,
-                      free_bytes: int, expert_elt: float | None = None):
+                      free_bytes: int, expert_elt: float | None = None,
+                      matrix_elt: float | None = None):
     """The packed weights of shard sp (every layer matrix and norm, the lm_head rows, the whole
     embedding beside them unless it is the lm_head) must fit the device's free memory: else a
     ValueError before any copy, not an out-of-memory error halfway through the packing.
-    expert_elt: bytes a routed expert's element takes (MXFP4's), where not dtype's."""
+    expert_elt / matrix_elt: bytes a routed expert's / a dense matrix's element takes (MXFP4's
+    / FP8's), where not dtype's."""
     elt = torch.finfo(dtype).bits // 8
-    need = sp.weight_bytes_per_token(elt, all_experts=True, expert_elt=expert_elt) + \
+    need = sp.weight_bytes_per_token(elt, all_experts=True, expert_elt=expert_elt,
+                                     matrix_elt=matrix_elt) + \
         (full_vocab * sp.d_model * elt if separate_head else 0)
     if need > free_bytes:
         gib = 1 << 30
@@ -814,6 +875,10 @@ def _check_shapes(pw: PackedWeights, full_vocab: int):
         "w_gu": (s.n_layers, (1 + s.gated) * s.ffn_dim, s.d_model),
         "w_down": (s.n_layers, s.d_model, s.ffn_dim),
     }
+    if pw.fp8:  # FP8 rows: codes, scales, padding (quant.fp8_rows)
+        for name in ("w_qkv", "w_o", "w_gu", "w_down"):
+            *lead, K = want[name]
+            want[name] = (*lead, row_elems(K, torch.float8_e4m3fn))
     if s.moe:
         L, E, F, d = s.n_layers, s.n_experts, s.expert_ffn, s.d_model
         want.update(w_router=(L, E + (s.ffn_dim > 0), d), w_experts_gu=(L, E, 2 * F, d),

@@ -19,6 +19,11 @@ turns them when it dequantizes:
   per group of K columns ([N, K / g]) or per block ([ceil(N / bn), ceil(K / bk)], the config
   group's block_structure), symmetric (no zero point): W = q * s by compressed_tensors'
   dequantize ((q - 0) * s, in the scale's dtype: one rounding of an exact product, as here).
+  Kept 8-bit in mode 'ops' (fp8_rows; packing.pack's keep_fp8): an e4m3 weight whose scales are
+  constant over each 128 columns (blocks 128 wide or wider, per channel, per tensor, groups of
+  128) packs as its codes and a row's scales (triton_kernels._common.FP8_GROUP's row layout) and
+  streams half the bf16 bytes (+ 3% for the scales); the kernels multiply the codes by their
+  scales in fp32 (no rounding of W to bf16 at T = 1).
 - "mxfp4" (gpt-oss): each expert matrix W [E, N, K] (N the output rows: gate|up's 2F, down's d)
   is stored as `<name>_blocks` [E, N, K / 32, 16] uint8 -- two FP4 (e2m1) codes a byte, the low
   nibble first -- and `<name>_scales` [E, N, K / 32] uint8 E8M0 exponents, one per 32 elements:
@@ -51,6 +56,9 @@ FP4_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2
 # bytes an MXFP4 element takes as packed (PackedWeights.s_experts_gu): a 4-bit code, and an 8-bit
 # scale a 32
 MXFP4_BYTES = 0.5 + 1 / 32
+# bytes a dense FP8 element takes as packed (fp8_rows: a code, and a 4-byte scale a 128; padding
+# ignored)
+FP8_BYTES = 1 + 4 / 128
 FLOAT8_FORMATS = ("float-quantized", "naive-quantized")  # compressed-tensors' dense fp8 formats
 
 
@@ -113,6 +121,15 @@ def dequantize_fp8(q: torch.Tensor, scale: torch.Tensor, block=None) -> torch.Te
     if s.numel() == 1:
         return w * s.reshape(())
     N, K = w.shape
+    s, (bn, bk) = _scale_grid(N, K, s, block)
+    s = s.repeat_interleave(bn, dim=0)[:N].repeat_interleave(bk, dim=1)[:, :K]
+    return w * s
+
+
+def _scale_grid(N: int, K: int, s: torch.Tensor, block):
+    """(s as [ceil(N / bn), ceil(K / bk)] fp32, (bn, bk)) of dequantize_fp8's scales."""
+    if s.numel() == 1:
+        return s.reshape(1, 1), (N, K)
     gn, gk = s.shape
     if block is None:
         if N % gn or K % gk:
@@ -123,8 +140,41 @@ def dequantize_fp8(q: torch.Tensor, scale: torch.Tensor, block=None) -> torch.Te
     if (gn, gk) != (-(-N // bn), -(-K // bk)):
         raise ValueError(f"a weight [{N}, {K}] in blocks of {bn} x {bk} has "
                          f"{-(-N // bn)} x {-(-K // bk)} scales, the checkpoint {gn} x {gk}")
-    s = s.repeat_interleave(bn, dim=0)[:N].repeat_interleave(bk, dim=1)[:, :K]
-    return w * s
+    return s, (bn, bk)
+
+
+def fp8_rows(q: torch.Tensor, scale: torch.Tensor, block=None) -> torch.Tensor | None:
+    """q [N, K] float8_e4m3fn codes and their scales (dequantize_fp8's) -> the rows as the FP8
+    kernels read them (_common.FP8_GROUP): [N, row_elems(K)] float8_e4m3fn, each row its K codes,
+    then its fp32 scale of each 128 columns, zero padding to 16 bytes. None where they cannot
+    be read so: e5m2 codes, E8M0 scales, K % 16 != 0, or a scale block narrower than 128 columns
+    (and than K) or not a multiple of them."""
+    from .triton_kernels._common import FP8_GROUP
+    from .triton_kernels.config import row_elems
+    G = FP8_GROUP.value
+    N, K = q.shape
+    if q.dtype != torch.float8_e4m3fn or scale.dtype == torch.uint8 or K % 16:
+        return None
+    s, (bn, bk) = _scale_grid(N, K, scale.to(torch.float32), block)
+    if bk < K and bk % G:
+        return None
+    ng = -(-K // G)
+    cols = torch.div(torch.arange(ng, device=s.device) * G, bk, rounding_mode="floor")
+    rows = s.repeat_interleave(bn, dim=0)[:N][:, cols]  # [N, ng]: each 128 columns' scale
+    out = torch.zeros(N, row_elems(K, q.dtype), dtype=torch.uint8, device=q.device)
+    out[:, :K] = q.view(torch.uint8)
+    out[:, K:K + 4 * ng] = rows.contiguous().to(q.device).view(torch.uint8)
+    return out.view(torch.float8_e4m3fn)
+
+
+def fp8_values(rows: torch.Tensor, K: int) -> torch.Tensor:
+    """fp8_rows' layout [..., N, row_elems(K)] -> the fp32 weights [..., N, K] (exact)."""
+    from .triton_kernels._common import FP8_GROUP
+    G = FP8_GROUP.value
+    ng = -(-K // G)
+    b = rows.view(torch.uint8)
+    s = b[..., K:K + 4 * ng].contiguous().view(torch.float32)  # [..., N, ng]
+    return rows[..., :K].to(torch.float32) * s.repeat_interleave(G, dim=-1)[..., :K]
 
 
 def dequantize_mxfp4(blocks: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
@@ -188,19 +238,28 @@ def dequantizing_getter(config, get, device=None):
     block = _block(quantization(config), method)
     suffix = SCALE_SUFFIX[method]
 
-    def read(name, index=None):
-        t = get(name, index)
-        if t is None or t.dtype not in FP8_DTYPES:
-            return t
+    def codes(name):  # (q, scale) of a float8 weight on `device`, else None
+        q = get(name)
+        if q is None or q.dtype not in FP8_DTYPES:
+            return None
         scale = get(name + suffix)
         if scale is None:
             raise TypeError(f"{name} is float8 without its {name}{suffix}")
         zp = get(name + "_zero_point")
         if zp is not None and zp.any():
             raise UnsupportedModelError(f"{name}: an asymmetric fp8 weight (a zero point)")
-        q = t if index is None else get(name)
-        if device is not None:
-            q, scale = q.to(device), scale.to(device)
-        w = dequantize_fp8(q, scale, block)
+        return (q, scale) if device is None else (q.to(device), scale.to(device))
+
+    def read(name, index=None):
+        t = get(name, index)
+        if t is None or t.dtype not in FP8_DTYPES:
+            return t
+        w = dequantize_fp8(*codes(name), block)
         return w if index is None else w[index]
+
+    def rows(name):
+        """name's weight in fp8_rows' layout (kept 8-bit), else None."""
+        qs = codes(name)
+        return None if qs is None else fp8_rows(*qs, block)
+    read.fp8_rows = rows
     return read

@@ -288,13 +288,13 @@ def attention_block(pw, l, h, pos, k_cache, v_cache, cos, sin, num=FP32):
     partial sum. Writes the T new keys / values into the layer's cache."""
     s = pw.spec
     pick = lambda t: None if t is None else t[l]  # noqa: E731
-    q = qkv_rope(h, pw.w_qkv[l], pw.pre_norm(0, l), cos, sin, pos, k_cache, v_cache,
+    q = qkv_rope(h, pw.matrix("qkv", l), pw.pre_norm(0, l), cos, sin, pos, k_cache, v_cache,
                  n_heads=s.n_heads, eps=s.rms_eps, bias=pick(pw.b_qkv), qk_norm=pick(pw.qk_norm),
                  num=num, qk_norm_after=s.qk_norm_after, qk_norm_full=s.qk_norm_full)
     o = num.attend(q.to(pw.dtype), k_cache, v_cache, pos, window=s.layer_windows[l],
                    softcap=s.attn_softcap, qscale=s.q_pos_scale, alibi=pw.alibi,
                    alibi_kind=s.alibi, sinks=pick(pw.sinks))
-    return gemv(o.to(pw.dtype), pw.w_o[l], bias=pick(pw.b_o), num=num)
+    return gemv(o.to(pw.dtype), pw.matrix("o", l), bias=pick(pw.b_o), num=num)
 
 
 def route(logits, top_k: int, norm_topk: bool, shared: bool = False):
@@ -330,8 +330,8 @@ def moe_block(pw, l, h, num=FP32):
         y = gemv(act, pw.expert_matrix(1, l, e), bias=pick(pw.b_experts_down, e), num=num)
         out.index_add_(0, t, w[t, j, None] * y.float())
     if s.ffn_dim:
-        act = gemv(x, pw.w_gu[l], swiglu=True, act=s.act, num=num).to(pw.dtype)
-        out += shared[:, None] * gemv(act, pw.w_down[l], num=num).float()
+        act = gemv(x, pw.matrix("gu", l), swiglu=True, act=s.act, num=num).to(pw.dtype)
+        out += shared[:, None] * gemv(act, pw.matrix("down", l), num=num).float()
     return out
 
 
@@ -342,9 +342,9 @@ def mlp_block(pw, l, h, num=FP32):
     if s.moe:
         return moe_block(pw, l, h, num)
     pick = lambda t: None if t is None else t[l]  # noqa: E731
-    act = gemv(h, pw.w_gu[l], norm_w=pw.pre_norm(1, l), eps=s.rms_eps, bias=pick(pw.b_gu),
+    act = gemv(h, pw.matrix("gu", l), norm_w=pw.pre_norm(1, l), eps=s.rms_eps, bias=pick(pw.b_gu),
                swiglu=True, act=s.act, gated=s.gated, num=num).to(pw.dtype)
-    return gemv(act, pw.w_down[l], bias=pick(pw.b_down), num=num)
+    return gemv(act, pw.matrix("down", l), bias=pick(pw.b_down), num=num)
 
 
 def head_logits(pw, x, rows=slice(None), num=FP32):

@@ -85,6 +85,10 @@ class Runtime:
         check_mode(pw.spec, mode)
         self.collectives = collectives or SingleRank()
         self.tp = self.collectives.world > 1
+        if pw.fp8 and mode in ("vm", "mega"):
+            raise ValueError(f"mode={mode!r}: FP8 matrices (packing's keep_fp8) run in mode='ops' "
+                             "or 'torch'; load the model with mode='ops' -- or with another "
+                             "mode, which packs them dequantized")
         if self.tp and mode == "vm":
             raise ValueError("tensor parallelism runs in mode='torch', 'ops' or 'mega' (the VM "
                              "simulates one rank)")

@@ -833,19 +833,22 @@ class ModelSpec:
         return self.n_experts > 0
 
     def weight_bytes_per_token(self, elt: int = 2, all_experts: bool = False,
-                               expert_elt: float | None = None) -> int:
+                               expert_elt: float | None = None,
+                               matrix_elt: float | None = None) -> int:
         """Bytes a decode step must stream: every layer matrix, the lm_head, norms (embedding row
         ignored); of a mixture of experts, the router, the top_k experts and the shared one
         (all_experts: every expert -- the packed weights' size). expert_elt: bytes a routed
-        expert's weight element where they differ from elt (quant.MXFP4_BYTES)."""
+        expert's weight element where they differ from elt (quant.MXFP4_BYTES); matrix_elt:
+        bytes a dense layer matrix's element takes where they differ (FP8 rows: quant.FP8_BYTES)."""
         norms = 2 * self.post_norms + 2 * self.pre_norms
         picked = self.n_experts if all_experts else self.top_k
         experts = (self.n_experts + (self.ffn_dim > 0)) if self.moe else 0
         routed = 3 * picked * self.expert_ffn * self.d_model * self.n_layers if self.moe else 0
-        per_layer = (self.qkv_dim * self.d_model + self.d_model * self.q_dim
-                     + (2 + self.gated) * self.ffn_dim * self.d_model + norms * self.d_model
-                     + experts * self.d_model)
+        matrices = (self.qkv_dim * self.d_model + self.d_model * self.q_dim
+                    + (2 + self.gated) * self.ffn_dim * self.d_model)
+        per_layer = norms * self.d_model + experts * self.d_model
         return elt * (self.n_layers * per_layer + self.vocab_size * self.d_model + self.d_model) \
+            + round(self.n_layers * matrices * (elt if matrix_elt is None else matrix_elt)) \
             + round(routed * (elt if expert_elt is None else expert_elt))
 
     def kv_bytes(self, seq_len: int, elt: int = 2) -> int:

@@ -143,6 +143,25 @@ def next_x_chunk(x, x_ptr, norm_ptr, offs_t, mask_t, stride_x, k0, K, n_k, rstd,
     return x_n
 
 
+# FP8 weights (quant.pack_fp8: an FP8 checkpoint's dense matrices kept 8-bit): a packed row holds
+# its K e4m3 codes, then its fp32 scales, one per FP8_GROUP columns (the row's scale of each
+# 128-column block: W[n, k] = code[n, k] * scale[n, k // FP8_GROUP]), padded to 16 bytes
+# (row_elems), so an op reaches a row's scales from its codes' pointer alone, and the pieces of a
+# stream are (codes, scales) pairs: the PTX constexpr FP8_PIECES (weight_chunk, row_partials)
+FP8_GROUP = tl.constexpr(128)
+FP8_PIECES = tl.constexpr(3)
+
+
+@triton.jit
+def row_elems(w_ptr, K):
+    """Elements of W's dtype from one packed row to the next: K, or an FP8 row's bytes (its codes,
+    its scales, the padding to 16 bytes)."""
+    if w_ptr.dtype.element_ty == tl.float8e4nv:
+        return (K + 4 * tl.cdiv(K, FP8_GROUP) + 15) // 16 * 16
+    else:
+        return K
+
+
 @triton.jit
 def weight_chunk(w_ptr, rows, mask_r, k0, K, BLOCK_K: tl.constexpr, PTX: tl.constexpr):
     """W[rows, k0 : k0 + BLOCK_K], the decode weight stream's piece. Masked rows cost no traffic,
@@ -158,8 +177,21 @@ def weight_chunk(w_ptr, rows, mask_r, k0, K, BLOCK_K: tl.constexpr, PTX: tl.cons
     PTX 2 (config.StreamConfig.words; the same rows): the same four words from one plain int32
     [BLOCK_R, BLOCK_K / 2] load (16-byte ld.global.L1::evict_first, as PTX 0's), split in
     registers (renames: each thread holds whole chunks) -- the PTX pieces' form without their
-    cache operators."""
-    if PTX == 2:
+    cache operators.
+    FP8_PIECES (W float8_e4m3 rows of row_elems): (codes [BLOCK_R, BLOCK_K] as plain PTX 0
+    loads, their scales [BLOCK_R, max(BLOCK_K / FP8_GROUP, 1)] fp32 from the rows' tails -- 4
+    bytes a 128 codes)."""
+    if PTX == FP8_PIECES:
+        base = rows[:, None].to(tl.int64) * row_elems(w_ptr, K)
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        c = tl.load(w_ptr + base + offs_k[None, :], mask=mask_r[:, None] & (offs_k[None, :] < K),
+                    other=0.0, eviction_policy="evict_first")
+        GP: tl.constexpr = min(FP8_GROUP, BLOCK_K)
+        g = k0 // FP8_GROUP + tl.arange(0, BLOCK_K // GP)
+        s = tl.load(w_ptr.to(tl.pointer_type(tl.float32), bitcast=True) + (base + K) // 4
+                    + g[None, :], mask=mask_r[:, None] & (g[None, :] * FP8_GROUP < K), other=0.0)
+        return c, s
+    elif PTX == 2:
         j = k0 // 2 + tl.arange(0, BLOCK_K // 2)
         # K % 8 == 0: a mask of j < K / 2 is constant over each thread's 4 words (16-byte loads)
         w = tl.load(w_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
@@ -197,8 +229,15 @@ def row_partials(w, x, PTX: tl.constexpr):
     each 16-byte chunk of a row -> [BLOCK_R, BLOCK_K * bytes / 16] fp32: sums within a thread
     (each thread loads whole 16-byte chunks), no shuffles, no shared memory, no barrier. A stream
     over rows chunked along K adds these up over a tile's chunks and reduces across threads once
-    per tile (row_sum) instead of once per piece. PTX: row_dot's word products before its sum."""
-    if PTX:
+    per tile (row_sum) instead of once per piece. PTX: row_dot's word products before its sum;
+    FP8_PIECES: [BLOCK_R, max(BLOCK_K / FP8_GROUP, 1)], each scale group's sum times its
+    scale."""
+    if PTX == FP8_PIECES:
+        c, s = w
+        GP: tl.constexpr = min(FP8_GROUP, c.shape[1])
+        p = c.to(tl.float32) * x
+        return tl.sum(tl.reshape(p, [c.shape[0], c.shape[1] // GP, GP]), axis=2) * s
+    elif PTX:
         x0, x1 = tl.split(tl.reshape(x, [1, x.shape[1] // 8, 2, 2, 2]))  # h
         x00, x01 = tl.split(x0)  # i & 1
         x10, x11 = tl.split(x1)
@@ -228,7 +267,7 @@ def row_dot(w, x, PTX: tl.constexpr):
     (element 8 j + 2 i + h of x meets half h of word i of chunk j): reshaped to
     [1, BLOCK_K / 8, 2 (i >> 1), 2 (i & 1), 2 (h)] and split on its last axis three times --
     in-register renames when each thread holds whole chunks of x, as the loads give it."""
-    if PTX:
+    if PTX:  # words, FP8 pieces
         return row_sum(row_partials(w, x, PTX))
     else:
         return tl.sum(w.to(tl.float32) * x, axis=1)[None, :]
@@ -361,6 +400,9 @@ def gemv_acc(x_ptr, stride_x, offs_t, mask_t, rstd, norm_ptr, w_ptr, rows, rows2
     while the chunk before is decoded -- the decode, not HBM, is the bound (H100, sweep_moe
     --mxfp4, gpt-oss-20b's gate|up: 25.7 us against 27.7 one chunk at a time; bench_decode
     425.3 against 414.2 tok/s: bench/RESULTS.md session 62).
+    FP8 W (float8_e4m3 rows of row_elems: quant.fp8_rows), known from w_ptr's type: T = 1 by
+    row_dot's scaled group sums, T > 1 on tl.dot tiles of the codes (exact in bf16 / fp16) with
+    each chunk's product times its rows' scales (BLOCK_K <= FP8_GROUP: config.fp8_tile).
     """
     BLOCK_T: tl.constexpr = offs_t.shape[0]
     BLOCK_R: tl.constexpr = rows.shape[0]
@@ -387,18 +429,33 @@ def gemv_acc(x_ptr, stride_x, offs_t, mask_t, rstd, norm_ptr, w_ptr, rows, rows2
         acc += tl.sum(g, axis=1)[None, :]
         acc2 += tl.sum(g2, axis=1)[None, :]
     else:
+        # FP8 weights: T = 1 by row_dot's scaled group sums; tl.dot tiles (BLOCK_K <=
+        # FP8_GROUP: one scale a row a chunk) on the codes as the activations' dtype (exact),
+        # each chunk's product times its rows' scales
+        FP8: tl.constexpr = w_ptr.dtype.element_ty == tl.float8e4nv
+        PM: tl.constexpr = FP8_PIECES if FP8 else 0
         for k0 in range(k_lo, k_hi, BLOCK_K):
-            offs_k = k0 + tl.arange(0, BLOCK_K)
-            mask_k = offs_k < k_hi
-            wm = mask_r[:, None] & mask_k[None, :]
-            w = tl.load(w_ptr + rows[:, None].to(tl.int64) * K + offs_k[None, :], mask=wm,
-                        other=0.0, eviction_policy="evict_first")
+            # (k_hi is K or a whole number of BLOCK_K chunks: weight_chunk's mask k < K is k_hi's)
+            w = weight_chunk(w_ptr, rows, mask_r, k0, K, BLOCK_K, PM)
+            w2 = w
             if TWO:
-                w2 = tl.load(w_ptr + rows2[:, None].to(tl.int64) * K + offs_k[None, :], mask=wm,
-                             other=0.0, eviction_policy="evict_first")
+                w2 = weight_chunk(w_ptr, rows2, mask_r, k0, K, BLOCK_K, PM)
             x = x_chunk(x_ptr, norm_ptr, offs_t, mask_t, stride_x, k0, k_hi, rstd[:, None], NORM,
                         BLOCK_K)
-            acc += piece_dot(w, x, F32)
-            if TWO:
-                acc2 += piece_dot(w2, x, F32)
+            if FP8:
+                if BLOCK_T > 1:
+                    tl.static_assert(BLOCK_K <= FP8_GROUP, "an FP8 tile's chunk has one scale")
+                    XT: tl.constexpr = tl.float32 if F32 else x_ptr.dtype.element_ty
+                    acc += piece_dot(w[0].to(XT), x, F32) * tl.reshape(w[1], [BLOCK_R])[None, :]
+                    if TWO:
+                        acc2 += piece_dot(w2[0].to(XT), x, F32) * \
+                            tl.reshape(w2[1], [BLOCK_R])[None, :]
+                else:
+                    acc += row_dot(w, x, PM)
+                    if TWO:
+                        acc2 += row_dot(w2, x, PM)
+            else:
+                acc += piece_dot(w, x, F32)
+                if TWO:
+                    acc2 += piece_dot(w2, x, F32)
     return acc, acc2

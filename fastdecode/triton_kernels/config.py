@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from ._common import INTERPRET
+from ._common import FP8_GROUP, FP8_PIECES, INTERPRET
 
 GPU_SMS = 132  # H200 (KNOWLEDGE.md); only used to size grids, never for correctness
 
@@ -585,10 +585,30 @@ def ptx_stream_ok(dtype, *ks) -> bool:
     return dtype == torch.bfloat16 and all(k % 8 == 0 for k in ks)
 
 
+def row_elems(K: int, dtype) -> int:
+    """_common.row_elems on the host: elements from one packed row of a [N, K] matrix to the
+    next -- K, or an FP8 row's codes, fp32 scales (one per FP8_GROUP columns) and padding to 16
+    bytes."""
+    if dtype != torch.float8_e4m3fn:
+        return K
+    return -(-(K + 4 * -(-K // FP8_GROUP.value)) // 16) * 16
+
+
+def fp8_tile(cfg: TileConfig, dtype, T: int) -> TileConfig:
+    """An FP8 matrix's tl.dot tiles (T > 1) take one scale a row a K chunk (_common.gemv_acc):
+    block_k at most FP8_GROUP."""
+    if dtype == torch.float8_e4m3fn and T > 1 and cfg.block_k > FP8_GROUP.value:
+        return dataclasses.replace(cfg, block_k=FP8_GROUP.value)
+    return cfg
+
+
 def stream_ptx(stream: StreamConfig | None, dtype, K: int) -> int:
     """A standalone launch's PTX constexpr (StreamConfig.piece_mode), refused (ValueError) where
     word pieces cannot be read (ptx_stream_ok); the megakernel's tiling instead falls back to
-    the plain pieces."""
+    the plain pieces. FP8 weights (quant.pack_fp8): FP8_PIECES, whatever the stream (and the
+    tile loop's constexpr too)."""
+    if dtype == torch.float8_e4m3fn:
+        return FP8_PIECES.value
     if stream is None or not stream.piece_mode():
         return 0
     if not ptx_stream_ok(dtype, K):
@@ -692,10 +712,14 @@ def sm_count(device) -> int:
 
 
 def gemv_stream(N: int, K: int, device, rows: int | None = None,
-                parts: int = 1) -> StreamConfig | None:
+                parts: int = 1, dtype=None) -> StreamConfig | None:
     """The ops-mode decode GEMV as a persistent stream (StreamConfig.persistent over N rows,
     parts=2 for gate|up) where tile_table.json's gemv entry for this GPU and exact (rows, K) is a
-    stream entry; else None (the tile of gemv_config)."""
+    stream entry; else None (the tile of gemv_config). FP8 weights take the tile (dtype: the
+    weights'; the table's streams were timed on bf16 ones, and their pieces' elements as FP8
+    codes spill: sm_90a, 8B gate|up at 16384 elements 255 registers, 376 B of spills)."""
+    if dtype == torch.float8_e4m3fn:
+        return None
     gpu = _cuda_gpu(device)
     hit = lookup_gemv(gpu, rows or N, K) if gpu is not None else None
     if not isinstance(hit, StreamConfig):

@@ -21,11 +21,12 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import (INTERPRET, gemv_acc, next_x_chunk, pdl_ready, pdl_start, pdl_wait, row_dot,
+from ._common import (FP8_GROUP, FP8_PIECES, INTERPRET, gemv_acc, next_x_chunk, pdl_ready, pdl_start, pdl_wait, row_dot,
                       row_partials, row_rstd, row_sum, stream_x0, weight_chunk, x_chunk,
                       x_chunk_apply, x_chunk_raw)
 from ..spec import OAI_SWIGLU
-from .config import StreamConfig, TileConfig, gemv_config, gemv_stream, stream_ptx, use_pdl
+from .config import (StreamConfig, TileConfig, fp8_tile, gemv_config, gemv_stream, row_elems, stream_ptx,
+                     use_pdl)
 
 # the MLP epilogue's activations, by ModelSpec.act: the SWIGLU constexpr's magnitude (glu_code)
 ACT_CODES = {"silu": 1, "gelu_tanh": 2, "relu2": 3, "gelu": 4, "relu": 5, "xielu": 6,
@@ -307,8 +308,11 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
     (_common.gemv_acc)."""
     tl.static_assert((KSPLIT == 1) | (not STREAM), "K parts split the tiles' K loops")
     tl.static_assert((not W4) | (not STREAM), "MXFP4 weights run the tile loop")
+    SPM: tl.constexpr = PTX if PTX == FP8_PIECES else 0  # the staged stream's pieces: plain / FP8
     run = 1
-    PV: tl.constexpr = min(128 // w_ptr.dtype.element_ty.primitive_bitwidth, BLOCK_K)
+    # row_partials' columns a piece: one per 16-byte chunk, or per FP8 scale group
+    PV: tl.constexpr = min(FP8_GROUP if PTX == FP8_PIECES else
+                           128 // w_ptr.dtype.element_ty.primitive_bitwidth, BLOCK_K)
     if STREAM and STAGES > 1:
         offs_t = tl.arange(0, 1)
         mask_t = offs_t < T
@@ -328,7 +332,7 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
         accp2 = accp
         for i in tl.range(0, n_it, num_stages=STAGES):
             w, w2 = stream_piece(w_ptr, N, K, tile_lo, i, n_it, BLOCK_N, BLOCK_K, SWIGLU > 0,
-                                 False)
+                                 SPM)
             if i == 0:
                 if WAIT is not None:
                     run = WAIT(*wargs)
@@ -349,7 +353,7 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
                 acc, acc2, accp, accp2, b, b2, r = stream_reduce(
                     w, w2, x, acc, acc2, accp, accp2, b, b2, r, i, n_it, tile_lo, bias_ptr,
                     res_ptr, out_ptr, N, K, stride_res, offs_t, mask_t, BIAS, SWIGLU, RESIDUAL,
-                    BLOCK_N, BLOCK_K, False)
+                    BLOCK_N, BLOCK_K, SPM)
         if n_it == 0:
             if WAIT is not None:
                 run = WAIT(*wargs)
@@ -460,7 +464,10 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
     experts[p] -> out [P, N] (no residual; a decode row streams each expert as T=1 does).
     scales (with experts; quant's "mxfp4"): w holds MXFP4 codes [E, N or 2N, K / 2] uint8 and
     scales their E8M0 exponents [E, N or 2N, K / 32] uint8; each row pair runs the tile loop
-    (_common.gemv_acc's W4; config, else MXFP4_TILE)."""
+    (_common.gemv_acc's W4; config, else MXFP4_TILE).
+    w float8_e4m3fn (an FP8 checkpoint's matrix in mode 'ops': quant.fp8_rows' rows, [N or 2N,
+    row_elems(K)]): codes times their scales in fp32 (_common.weight_chunk's FP8_PIECES); the
+    decode stream's pieces or the tile loop (gemv_config: the table's streams are bf16's)."""
     T, K = x.shape
     w4 = scales is not None
     if w4:
@@ -476,16 +483,17 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
         assert experts.dtype == torch.int32 and experts.is_contiguous()
         stack, w, ids, P = w, w[0], experts, experts.numel()
     N = w.shape[0] // parts
-    assert w.shape[1] * (2 if w4 else 1) == K and x.stride(1) == 1 and stack.is_contiguous()
+    assert w.shape[1] == (K // 2 if w4 else row_elems(K, w.dtype)) and x.stride(1) == 1
+    assert stack.is_contiguous()
     if w4:
         stream, config = None, config or MXFP4_TILE
     elif stream is None and config is None and T == 1:
-        stream = gemv_stream(N, K, x.device, rows=w.shape[0], parts=parts)
+        stream = gemv_stream(N, K, x.device, rows=w.shape[0], parts=parts, dtype=w.dtype)
     if out is None:
         out = torch.empty(P, N, device=x.device, dtype=x.dtype)
     res = residual if residual is not None else out
     BT = block_t(T) if experts is None else 1
-    ptx = 0 if w4 else stream_ptx(stream, w.dtype, K)
+    ptx = 0 if w4 else stream_ptx(stream, w.dtype, K)  # FP8 weights: FP8_PIECES
     pdl = use_pdl(x.device)
     if stream is not None:
         assert T == 1, "the stream is the decode (T=1) path"
@@ -493,8 +501,9 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
         per = stream.tiles
     else:
         # (experts: each row pair is a T = 1 GEMV of its own expert: the decode tile)
-        cfg = config or gemv_config(N, K, T if experts is None else 1, x.device,
-                                    rows=w.shape[0], elem_bytes=w.element_size())
+        cfg = fp8_tile(config or gemv_config(N, K, T if experts is None else 1, x.device,
+                                             rows=w.shape[0], elem_bytes=w.element_size()),
+                       w.dtype, BT)
         per = 1
     grid = (triton.cdiv(triton.cdiv(N, cfg.block_n), per), triton.cdiv(P, BT))
     gemv_kernel[grid](x, stack, norm_w if norm_w is not None else w,

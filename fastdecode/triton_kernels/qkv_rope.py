@@ -29,8 +29,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import (INTERPRET, gemv_acc, next_x_chunk, pdl_start, pdl_wait, row_dot, row_rstd,
-                      stream_x0, weight_chunk, x_chunk)
+from ._common import (FP8_GROUP, FP8_PIECES, INTERPRET, gemv_acc, next_x_chunk, pdl_start,
+                      pdl_wait, row_dot, row_rstd, stream_x0, weight_chunk, x_chunk)
 from .config import StreamConfig, gemv_config, qkv_pairs, stream_ptx, use_pdl
 from .gemv import block_t
 
@@ -136,6 +136,7 @@ def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_pt
     half = HD // 2
     n_t = tl.cdiv(T, BLOCK_T)
     run = 1
+    SPM: tl.constexpr = PTX if PTX == FP8_PIECES else 0  # the staged stream's pieces: plain / FP8
     if STREAM and STAGES > 1:
         offs_t = tl.arange(0, BLOCK_T)
         mask_t = offs_t < T
@@ -150,7 +151,7 @@ def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_pt
         blo, bhi, nlo, nhi, cs, sn = lo, lo, lo, lo, lo, lo
         for i in tl.range(0, n_it, num_stages=STAGES):
             w_lo, w_hi = qkv_piece(w_ptr, K, H, KVH, HD, g, u_lo, i, n_it, GROUP, N_CHUNKS,
-                                   BLOCK_H, BLOCK_K, False)
+                                   BLOCK_H, BLOCK_K, SPM)
             if i == 0:
                 if WAIT is not None:
                     run = WAIT(*wargs)
@@ -165,8 +166,8 @@ def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_pt
                 if n_k > 1:
                     x = x_chunk(x_ptr, norm_ptr, offs_t, mask_t, stride_x, kc * BLOCK_K, K,
                                 rstd, NORM, BLOCK_K)
-                lo += row_dot(w_lo, x, False)
-                hi += row_dot(w_hi, x, False)
+                lo += row_dot(w_lo, x, SPM)
+                hi += row_dot(w_hi, x, SPM)
                 if kc == n_k - 1:  # the tile's last chunk: epilogue, next tile's operands
                     j, c, _ = qkv_slot(g, u_lo + i // n_k, 1, H, KVH, GROUP, N_CHUNKS)
                     offs_h = c * BLOCK_H + tl.arange(0, BLOCK_H)
@@ -442,8 +443,11 @@ def qkv_tile(head_dim: int, qk_norm: bool, T: int, K: int, device, pairs=None,
         bh = triton.next_power_of_2(pairs)
     else:
         bh = qkv_pairs(head_dim, whole, T, cfg.block_n)
-    # the tuned GEMV tile's elements (config.py) over both halves' rows
+    # the tuned GEMV tile's elements (config.py) over both halves' rows; FP8 tl.dot tiles' K
+    # chunks within a scale group (fp8_tile)
     bk = max(16, min(cfg.block_k, cfg.block_n * cfg.block_k // bh))
+    if elem_bytes == 1 and T > 1:
+        bk = min(bk, FP8_GROUP.value)
     return bh, bk, cfg.num_warps, False
 
 

@@ -1,0 +1,149 @@
+"""FP8 matrices kept 8-bit (quant.fp8_rows, packing.pack's keep_fp8: mode 'ops'): the GEMV and
+QKV + RoPE kernels on FP8 rows against the fp32 reference on the weights those codes and scales
+stand for, and FP8 checkpoints in mode 'ops' against the same checkpoint dequantized."""
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import fastdecode
+from fastdecode import ops
+from fastdecode import reference as R
+from fastdecode.quant import fp8_rows, fp8_values
+from fastdecode.runtime import Runtime
+from fastdecode.triton_kernels.config import row_elems
+from conftest import DEVICE
+from helpers import ACT_GAIN, assert_close
+from models import tiny_model
+from test_ops import ACTS, STREAMS, TOKENS, rnd, xielu_params
+from test_quant import write_compressed_fp8_checkpoint, write_fp8_checkpoint
+
+FLOATS = st.sampled_from([torch.float32, torch.bfloat16])  # the activations' dtype
+KS = st.integers(1, 40).map(lambda k: 16 * k)  # K % 16 == 0 (fp8_rows), 1 to 5 scale groups
+
+
+def random_fp8(N, K, g, bn=1, bk=128):
+    """(fp8_rows of random codes, the fp32 weights they stand for): codes of N(0, 1) * 16 in
+    e4m3, a random scale per block [bn, bk] with the weights' rms K^-0.5."""
+    q = (torch.randn(N, K, generator=g) * 16).to(torch.float8_e4m3fn)
+    s = torch.rand(-(-N // bn), -(-K // bk), generator=g) * (K ** -0.5 / 8) + K ** -0.5 / 32
+    rows = fp8_rows(q, s, (bn, bk)).to(DEVICE)
+    return rows, fp8_values(rows, K)
+
+
+@given(N=st.integers(1, 40), K=KS, bn=st.sampled_from([1, 3, 128]),
+       bk=st.sampled_from([128, 256, 10 ** 6]), seed=st.integers(0, 2**31 - 1))
+def test_fp8_rows_hold_the_codes_times_their_scales(N, K, bn, bk, seed):
+    """quant.fp8_rows' layout read back (quant.fp8_values) is each code times its block's scale,
+    looked up element by element -- a scale per 128 columns whatever block (128 wide or
+    wider, the whole row) the checkpoint gave; its rows are 16-byte aligned."""
+    g = torch.Generator().manual_seed(seed)
+    q = (torch.randn(N, K, generator=g) * 16).to(torch.float8_e4m3fn)
+    s = torch.rand(-(-N // bn), -(-K // bk), generator=g)
+    rows = fp8_rows(q, s, (bn, bk))
+    assert rows.shape == (N, row_elems(K, rows.dtype)) and rows.shape[1] % 16 == 0
+    n, k = torch.meshgrid(torch.arange(N), torch.arange(K), indexing="ij")
+    assert torch.equal(fp8_values(rows, K), q.float() * s[n // bn, k // bk])
+
+
+def test_fp8_rows_refuse_what_the_kernels_cannot_read():
+    """Scale blocks narrower than 128 columns (and than the row), E8M0 scales, e5m2 codes and
+    K % 16 != 0 stay dequantized (None)."""
+    q = torch.zeros(8, 256).to(torch.float8_e4m3fn)
+    assert fp8_rows(q, torch.ones(2, 4), (4, 64)) is None
+    assert fp8_rows(q, torch.ones(8, 1, dtype=torch.uint8), (1, 256)) is None
+    assert fp8_rows(q.to(torch.float8_e5m2), torch.ones(8, 1), (1, 256)) is None
+    assert fp8_rows(q[:, :40], torch.ones(8, 1), (1, 40)) is None
+    assert fp8_rows(q, torch.ones(8, 1), (1, 256)) is not None
+
+
+@given(T=TOKENS, K=KS, N=st.integers(1, 100), seed=st.integers(0, 2**31 - 1), dtype=FLOATS,
+       norm=st.booleans(), bias=st.booleans(), swiglu=st.booleans(), residual=st.booleans(),
+       stream=STREAMS, act=ACTS, bn=st.sampled_from([1, 16]))
+def test_fp8_gemv(T, K, N, seed, dtype, norm, bias, swiglu, residual, stream, act, bn):
+    """ops.gemv on FP8 rows (decode streams, the tile loop, tl.dot tiles) against R.gemv on the
+    fp32 weights they stand for: the T = 1 paths multiply each code by its scale in fp32 (no
+    rounding of W), the tl.dot tiles take the codes exactly and scale each K chunk's product in
+    fp32 -- so test_ops' gemv tolerance for the activations' dtype and K holds."""
+    g = torch.Generator().manual_seed(seed)
+    gated = act not in ("xielu",)
+    rows = 2 * N if swiglu and gated else N
+    x = rnd(T, K, dtype=dtype, seed_gen=g)
+    w, w_ref = random_fp8(rows, K, g, bn)
+    b = xielu_params(N, dtype, g) if swiglu and act == "xielu" else \
+        rnd(rows, dtype=dtype, seed_gen=g) if bias else None
+    kw = dict(norm_w=rnd(K, dtype=dtype, seed_gen=g, shift=1) if norm else None, eps=1e-5,
+              bias=b, swiglu=swiglu, act=act, gated=gated)
+    res = rnd(T, N, dtype=dtype, seed_gen=g) if residual else None
+    ref = R.gemv(x, w_ref, residual=None if res is None else res.clone(), **kw)
+    out = ops.gemv(x, w, residual=res, out=res, stream=stream if T == 1 else None, **kw)
+    assert_close(out, ref, dtype, K, "fp8 gemv", gain=ACT_GAIN if swiglu else 1.0)
+
+
+@given(T=TOKENS, group=st.sampled_from([1, 2, 4]), KVH=st.integers(1, 2),
+       HD=st.sampled_from([4, 16, 24]), K=KS, pos=st.integers(0, 20),
+       seed=st.integers(0, 2**31 - 1), dtype=FLOATS, stream=STREAMS)
+def test_fp8_qkv_rope(T, group, KVH, HD, K, pos, seed, dtype, stream):
+    """ops.qkv_rope on FP8 rows against R.qkv_rope on the weights they stand for."""
+    g = torch.Generator().manual_seed(seed)
+    H, S = group * KVH, pos + T + 3
+    x = rnd(T, K, dtype=dtype, seed_gen=g)
+    w, w_ref = random_fp8((H + 2 * KVH) * HD, K, g)
+    nw = rnd(K, dtype=dtype, seed_gen=g, shift=1)
+    inv = 1.0 / (1e4 ** (torch.arange(0, HD, 2).double() / HD))
+    f = torch.outer(torch.arange(S).double(), inv)
+    cos, sin = f.cos().float().to(DEVICE), f.sin().float().to(DEVICE)
+    kc, vc = rnd(KVH, S, HD, dtype=dtype, seed_gen=g), rnd(KVH, S, HD, dtype=dtype, seed_gen=g)
+    kc2, vc2 = kc.clone(), vc.clone()
+    p = torch.tensor([pos], dtype=torch.int32, device=DEVICE)
+    q = ops.qkv_rope(x, w, nw, cos, sin, p, kc, vc, n_heads=H, eps=1e-5, stream=stream)
+    q_ref = R.qkv_rope(x, w_ref, nw, cos, sin, pos, kc2, vc2, n_heads=H, eps=1e-5)
+    assert_close(q, q_ref, dtype, K, "q")
+    assert_close(kc, kc2, dtype, K, "k cache")
+    assert_close(vc, vc2, dtype, K, "v cache")
+
+
+def fp8_model(**sizes):
+    """A tiny Qwen3 (q / k norms) whose every matrix's K is a multiple of 16: d 48, q_dim 48,
+    the down projection's 272 (three 128-column scale groups, the last partial)."""
+    return tiny_model("qwen3", hidden_size=48, intermediate_size=272, head_dim=12,
+                      num_attention_heads=4, **sizes)
+
+
+@pytest.mark.parametrize("writer", ["fp8 4x128", "fp8 128x128", "channel"])
+def test_fp8_checkpoint_in_ops_mode(tmp_path, writer):
+    """An FP8 checkpoint (transformers' FineGrainedFP8 blocks, llm-compressor's per-channel
+    scales) loaded in mode 'ops' keeps its matrices 8-bit -- half the bytes -- and gives the
+    logits and greedy tokens of the same checkpoint dequantized (mode 'torch': each weight its
+    codes times its scales rounded to the dtype once, fp32 here, so the two differ only by
+    summation order: sums of <= 272 products, well under 1e-4 relative); moving the model
+    moves the codes, never casts them; mode 'mega' refuses the 8-bit matrices (it packs them
+    dequantized)."""
+    if writer == "channel":
+        write_compressed_fp8_checkpoint(fp8_model(), tmp_path, "channel")
+    else:
+        write_fp8_checkpoint(fp8_model(), tmp_path, tuple(int(n) for n in writer[4:].split("x")))
+    kw = dict(max_seq_len=32, device=DEVICE, dtype=torch.float32)
+    fm = fastdecode.from_pretrained(str(tmp_path), mode="ops", **kw)
+    ref = fastdecode.from_pretrained(str(tmp_path), mode="torch", **kw)
+    assert fm.weights.fp8 and not ref.weights.fp8
+    for n in ("qkv", "o", "gu", "down"):
+        for l in range(fm.spec.n_layers):
+            assert torch.equal(fm.weights.matrix(n, l), ref.weights.matrix(n, l)), n
+    ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]], device=DEVICE)
+    torch.testing.assert_close(fm(ids), ref(ids), rtol=1e-4, atol=1e-4)
+    fm.reset()
+    ref.reset()
+    assert torch.equal(fm.generate(ids, max_new_tokens=6), ref.generate(ids, max_new_tokens=6))
+    assert fm.to(torch.bfloat16).weights.w_qkv.dtype == torch.float8_e4m3fn
+    with pytest.raises(ValueError, match="FP8"):
+        Runtime(fm.weights, 32, "mega")
+
+
+def test_fp8_checkpoint_blocks_too_narrow_dequantize(tmp_path):
+    """Scale blocks 4 columns wide (not constant over 128 columns): mode 'ops' packs the
+    dequantized weights, as every other mode does."""
+    write_fp8_checkpoint(fp8_model(), tmp_path, (4, 4))
+    fm = fastdecode.from_pretrained(str(tmp_path), max_seq_len=32, device=DEVICE, mode="ops",
+                                    dtype=torch.float32)
+    assert not fm.weights.fp8 and fm.weights.w_qkv.dtype == torch.float32
