@@ -12,7 +12,7 @@ turns them when it dequantizes:
   a 4-bit significand times an fp32 scale) and rounded to the packed dtype once, as
   transformers' Fp8Dequantize rounds it. The embeddings, norms and (mostly) the lm_head stay
   unquantized in such checkpoints and load as they are. The dequantized weights stream as bf16:
-  an FP8 checkpoint decodes at the bf16 model's speed, in its memory.
+  an FP8 checkpoint decodes at the bf16 model's speed, in its memory (but see fp8_rows below).
 - "compressed-tensors" whose weights are 8-bit floats (format "float-quantized" or
   "naive-quantized": llm-compressor's FP8 / FP8-dynamic checkpoints, RedHatAI/*-FP8 and the
   like): the same codes with scales `weight_scale` per tensor ([1]), per output channel ([N, 1]),
