@@ -399,15 +399,16 @@ def random_fp8_matrices(fm, seed=0):
     from fastdecode.quant import fp8_rows
     from fastdecode.runtime import Runtime
     pw = fm.weights
+    dev = pw.device
     shapes = {n: getattr(pw, f"w_{n}").shape for n in ("qkv", "o", "gu", "down")}
     fm.runtime = None
     for n in shapes:
         setattr(pw, f"w_{n}", None)
     torch.cuda.empty_cache()
-    gen = torch.Generator(pw.device).manual_seed(seed)
+    gen = torch.Generator(dev).manual_seed(seed)
     for n, (L, N, K) in shapes.items():
-        s = torch.full((N, -(-K // 128)), K ** -0.5 / 16, device=pw.device)
-        layers = [fp8_rows((torch.randn(N, K, generator=gen, device=pw.device) * 16)
+        s = torch.full((N, -(-K // 128)), K ** -0.5 / 16, device=dev)
+        layers = [fp8_rows((torch.randn(N, K, generator=gen, device=dev) * 16)
                            .to(torch.float8_e4m3fn), s, (1, 128)) for _ in range(L)]
         setattr(pw, f"w_{n}", torch.stack(layers))
         del layers

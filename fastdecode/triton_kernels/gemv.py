@@ -514,7 +514,7 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
                       SWIGLU=glu_code(act, gated) if swiglu else 0,
                       RESIDUAL=residual is not None, BLOCK_T=BT, BLOCK_N=cfg.block_n,
                       BLOCK_K=cfg.block_k, STREAM=stream is not None,
-                      F32=INTERPRET or w.dtype == torch.float32, PTX=ptx, PDL=pdl,
+                      F32=INTERPRET or torch.float32 in (w.dtype, x.dtype), PTX=ptx, PDL=pdl,
                       # the op's stages: gate|up's (with or without a gate), else down's
                       STAGES=stream.op_stages()[2 if swiglu else 3] if stream is not None else 1,
                       EXPERTS=experts is not None, W4=w4, num_warps=cfg.num_warps,

@@ -486,7 +486,8 @@ def qkv_rope(x, w_qkv, norm_w, cos, sin, pos, k_cache, v_cache, *, n_heads, eps,
                           QK_NORM=qk_norm_mode(qk_norm is not None and not defer, qk_norm_after),
                           BLOCK_T=BT, BLOCK_H=BLOCK_H,
                           BLOCK_K=BLOCK_K, STREAM=streamed,
-                          F32=INTERPRET or w_qkv.dtype == torch.float32, DEFER=defer, PTX=ptx,
+                          F32=INTERPRET or torch.float32 in (w_qkv.dtype, x.dtype), DEFER=defer,
+                          PTX=ptx,
                           PDL=pdl, STAGES=stream.op_stages()[0] if streamed else 1,
                           NORM=norm_w is not None, num_warps=warps, launch_pdl=pdl)
     if defer:
