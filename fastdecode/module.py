@@ -23,16 +23,25 @@ from .triton_kernels._common import INTERPRET
 from .spec import ModelSpec
 
 
-def _default_mode(device: torch.device, spec: ModelSpec) -> str:
+def _default_mode(device: torch.device, spec: ModelSpec, fp8: bool = False) -> str:
     # On CUDA: the persistent megakernel, faster than one launch per op replayed as a CUDA graph
     # (mode="ops") on both shapes measured (H200, bench/sweep_mega.py at 7f52662: Llama-3.2-1B
     # 1129 vs 997 tok/s, Llama-3.1-8B 225 vs 214; bench/RESULTS.md) -- a mixture of experts or
     # attention sinks run ops (the megakernel has no tasks for them: runtime.check_mode). On CPU
     # the Triton interpreter is exact but slow, so the default is the torch reference ops
-    # (mode="ops" / "mega" still run every kernel there, for tests).
+    # (mode="ops" / "mega" still run every kernel there, for tests). FP8 matrices kept 8-bit
+    # (fp8: packing's keep_fp8) run ops, faster than the megakernel on the dequantized weights
+    # (H100, bench_decode, 2026-12-07: Llama-3.1-8B 273.1 vs 191.6 tok/s, Qwen3-8B 258.2 vs
+    # 186.3, Llama-3.2-1B 1206.3 vs 1013.8; bench/RESULTS.md session 64).
     if device.type != "cuda":
         return "torch"
-    return "ops" if spec.moe or spec.attn_sinks else "mega"
+    return "ops" if spec.moe or spec.attn_sinks or fp8 else "mega"
+
+
+def _keep_fp8(mode: str | None, device: torch.device) -> bool:
+    """pack's keep_fp8: mode 'ops', or no mode on a GPU (the FP8 matrices then choose ops:
+    _default_mode); mega / vm / torch, and the CPU's default, pack them dequantized."""
+    return mode == "ops" or (mode is None and device.type == "cuda")
 
 
 def _device_guard(device: torch.device):
@@ -69,7 +78,7 @@ class FastModel(nn.Module):
         self.config = config
         self.spec: ModelSpec = ModelSpec.from_hf_config(config)  # the whole model's sizes
         self.weights = weights
-        self.mode = mode or _default_mode(weights.device, self.spec)
+        self.mode = mode or _default_mode(weights.device, self.spec, weights.fp8)
         check_mode(self.spec, self.mode)
         if max_seq_len < 1:
             raise ValueError(f"max_seq_len must be >= 1, got {max_seq_len}")
@@ -132,7 +141,7 @@ class FastModel(nn.Module):
         if moved.dtype not in FLOAT_DTYPES:
             raise TypeError(f"fastdecode runs {FLOAT_DTYPES} weights, not {moved.dtype}")
         pw = dataclasses.replace(self.weights, **new)
-        mode = self._mode_arg or _default_mode(pw.device, pw.spec)
+        mode = self._mode_arg or _default_mode(pw.device, pw.spec, pw.fp8)
         if pw.device.type == "cpu" and mode != "torch" and not INTERPRET:
             mode = "torch"
         with _device_guard(pw.device):  # checks before anything is replaced
@@ -391,10 +400,8 @@ def from_hf(model, max_seq_len: int = 4096, mode: str | None = None, device=None
     get = dict_getter(dict(model.state_dict()))
     if quantized:
         get = quant.dequantizing_getter(config, get)
-    # mode 'ops' keeps an FP8 model's matrices 8-bit (packing.fp8_matrices), the others
-    # dequantize them
     pw = pack(spec, get, device=device, dtype=dtype or _float_dtype(params),
-              keep_fp8=mode == "ops")
+              keep_fp8=_keep_fp8(mode, device))
     return FastModel(pw, config, max_seq_len=max_seq_len, mode=mode, cuda_graph=cuda_graph,
                      generation_config=getattr(model, "generation_config", None),
                      prefix_cache=prefix_cache)
@@ -452,7 +459,7 @@ def from_pretrained(path_or_gguf: str, max_seq_len: int = 4096, device=None,
             dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     spec.check_tp(world)
     pw = pack(spec, get, device=device, dtype=dtype, rank=rank, world=world,
-              keep_fp8=mode == "ops")
+              keep_fp8=_keep_fp8(mode, device))
     if world > 1:
         from .distributed import TorchCollectives
         collectives = TorchCollectives(spec)

@@ -147,3 +147,13 @@ def test_fp8_checkpoint_blocks_too_narrow_dequantize(tmp_path):
     fm = fastdecode.from_pretrained(str(tmp_path), max_seq_len=32, device=DEVICE, mode="ops",
                                     dtype=torch.float32)
     assert not fm.weights.fp8 and fm.weights.w_qkv.dtype == torch.float32
+
+
+def test_fp8_checkpoint_default_mode(tmp_path):
+    """No mode asked: on a GPU an FP8 checkpoint whose matrices can stay 8-bit runs them in mode
+    'ops' (faster there than the megakernel on the dequantized weights: module._default_mode);
+    on the CPU the default torch mode packs them dequantized."""
+    write_fp8_checkpoint(fp8_model(), tmp_path, (128, 128))
+    fm = fastdecode.from_pretrained(str(tmp_path), max_seq_len=32, device=DEVICE)
+    cuda = torch.device(DEVICE).type == "cuda"
+    assert fm.weights.fp8 == cuda and fm.mode == ("ops" if cuda else "torch")
