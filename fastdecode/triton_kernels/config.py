@@ -832,7 +832,8 @@ def gemv_config(N: int, K: int, T: int, device, rows: int | None = None,
     """The ops-mode GEMV tile: decode (T=1) from tile_table.json's gemv entry for this GPU and
     exact (rows, K) -- rows: the weight rows streamed, N unless given (gate|up: 2N, as
     bench/sweep_gemv.py --record times it) -- else the rule the module docstring derives; a
-    step of several rows (T > 1, ops and megakernel) rows_tile(elem_bytes: the weights')."""
+    step of several rows (T > 1, ops and megakernel) rows_tile(elem_bytes: the weights'); FP8
+    rows (elem_bytes 1) decode at FP8_DECODE_TILE."""
     if INTERPRET or getattr(device, "type", str(device)) == "cpu":
         return TileConfig(block_n=min(1024, triton.next_power_of_2(N)),
                           block_k=min(1024, triton.next_power_of_2(K)), num_warps=4)
