@@ -143,7 +143,7 @@ def next_x_chunk(x, x_ptr, norm_ptr, offs_t, mask_t, stride_x, k0, K, n_k, rstd,
     return x_n
 
 
-# FP8 weights (quant.pack_fp8: an FP8 checkpoint's dense matrices kept 8-bit): a packed row holds
+# FP8 weights (quant.fp8_rows: an FP8 checkpoint's dense matrices kept 8-bit): a packed row holds
 # its K e4m3 codes, then its fp32 scales, one per FP8_GROUP columns (the row's scale of each
 # 128-column block: W[n, k] = code[n, k] * scale[n, k // FP8_GROUP]), padded to 16 bytes
 # (row_elems), so an op reaches a row's scales from its codes' pointer alone, and the pieces of a
