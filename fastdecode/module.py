@@ -125,14 +125,14 @@ class FastModel(nn.Module):
                                "load it again instead of moving it")
         old = self.weights.tensors()
         new, done = {}, {}
+        fp8 = {n for n, t in old.items() if t is not None and t.dtype == torch.float8_e4m3fn}
         for name, t in old.items():
-            if t is not None and name != "alibi":
+            if t is not None and name != "alibi" and name not in fp8:
                 new[name] = done.setdefault(id(t), fn(t))
-                if t.dtype == torch.float8_e4m3fn:  # FP8 rows (codes and scales): moved only
-                    new[name] = t.to(new[name].device)
         moved = next(iter(new.values()))
-        if old["alibi"] is not None:  # ALiBi's slopes, computed fp32: moved, never cast
-            new["alibi"] = old["alibi"].to(moved.device)
+        # ALiBi's slopes (computed fp32) and FP8 rows (codes and scales): moved, never cast
+        for name in fp8 | ({"alibi"} if old["alibi"] is not None else set()):
+            new[name] = old[name].to(moved.device)
         for name in FP32_KEPT:  # parameters held in fp32 (the attention sinks): cast as the
             if new.get(name) is not None:  # weights are -- a model built in that dtype has
                 new[name] = new[name].float()  # those values -- and held in fp32 again

@@ -43,6 +43,8 @@ from __future__ import annotations
 import torch
 
 from .spec import UnsupportedModelError
+from .triton_kernels._common import FP8_GROUP
+from .triton_kernels.config import row_elems
 
 FP8_DTYPES = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2")
                    if hasattr(torch, n))
@@ -149,8 +151,6 @@ def fp8_rows(q: torch.Tensor, scale: torch.Tensor, block=None) -> torch.Tensor |
     then its fp32 scale of each 128 columns, zero padding to 16 bytes. None where they cannot
     be read so: e5m2 codes, E8M0 scales, K % 16 != 0, or a scale block narrower than 128 columns
     (and than K) or not a multiple of them."""
-    from .triton_kernels._common import FP8_GROUP
-    from .triton_kernels.config import row_elems
     G = FP8_GROUP.value
     N, K = q.shape
     if q.dtype != torch.float8_e4m3fn or scale.dtype == torch.uint8 or K % 16:
@@ -169,7 +169,6 @@ def fp8_rows(q: torch.Tensor, scale: torch.Tensor, block=None) -> torch.Tensor |
 
 def fp8_values(rows: torch.Tensor, K: int) -> torch.Tensor:
     """fp8_rows' layout [..., N, row_elems(K)] -> the fp32 weights [..., N, K] (exact)."""
-    from .triton_kernels._common import FP8_GROUP
     G = FP8_GROUP.value
     ng = -(-K // G)
     b = rows.view(torch.uint8)

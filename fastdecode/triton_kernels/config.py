@@ -594,10 +594,10 @@ def row_elems(K: int, dtype) -> int:
     return -(-(K + 4 * -(-K // FP8_GROUP.value)) // 16) * 16
 
 
-def fp8_tile(cfg: TileConfig, dtype, T: int) -> TileConfig:
-    """An FP8 matrix's tl.dot tiles (T > 1) take one scale a row a K chunk (_common.gemv_acc):
-    block_k at most FP8_GROUP."""
-    if dtype == torch.float8_e4m3fn and T > 1 and cfg.block_k > FP8_GROUP.value:
+def fp8_tile(cfg: TileConfig, elem_bytes: int, T: int) -> TileConfig:
+    """An FP8 matrix's (elem_bytes 1) tl.dot tiles (T > 1) take one scale a row a K chunk
+    (_common.gemv_acc): block_k at most FP8_GROUP."""
+    if elem_bytes == 1 and T > 1 and cfg.block_k > FP8_GROUP.value:
         return dataclasses.replace(cfg, block_k=FP8_GROUP.value)
     return cfg
 
@@ -605,7 +605,7 @@ def fp8_tile(cfg: TileConfig, dtype, T: int) -> TileConfig:
 def stream_ptx(stream: StreamConfig | None, dtype, K: int) -> int:
     """A standalone launch's PTX constexpr (StreamConfig.piece_mode), refused (ValueError) where
     word pieces cannot be read (ptx_stream_ok); the megakernel's tiling instead falls back to
-    the plain pieces. FP8 weights (quant.pack_fp8): FP8_PIECES, whatever the stream (and the
+    the plain pieces. FP8 weights (quant.fp8_rows): FP8_PIECES, whatever the stream (and the
     tile loop's constexpr too)."""
     if dtype == torch.float8_e4m3fn:
         return FP8_PIECES.value

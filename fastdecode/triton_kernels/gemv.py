@@ -21,12 +21,12 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import (FP8_GROUP, FP8_PIECES, INTERPRET, gemv_acc, next_x_chunk, pdl_ready, pdl_start, pdl_wait, row_dot,
-                      row_partials, row_rstd, row_sum, stream_x0, weight_chunk, x_chunk,
-                      x_chunk_apply, x_chunk_raw)
+from ._common import (FP8_GROUP, FP8_PIECES, INTERPRET, gemv_acc, next_x_chunk, pdl_ready,
+                      pdl_start, pdl_wait, row_dot, row_partials, row_rstd, row_sum, stream_x0,
+                      weight_chunk, x_chunk, x_chunk_apply, x_chunk_raw)
 from ..spec import OAI_SWIGLU
-from .config import (StreamConfig, TileConfig, fp8_tile, gemv_config, gemv_stream, row_elems, stream_ptx,
-                     use_pdl)
+from .config import (StreamConfig, TileConfig, fp8_tile, gemv_config, gemv_stream, row_elems,
+                     stream_ptx, use_pdl)
 
 # the MLP epilogue's activations, by ModelSpec.act: the SWIGLU constexpr's magnitude (glu_code)
 ACT_CODES = {"silu": 1, "gelu_tanh": 2, "relu2": 3, "gelu": 4, "relu": 5, "xielu": 6,
@@ -503,7 +503,7 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
         # (experts: each row pair is a T = 1 GEMV of its own expert: the decode tile)
         cfg = fp8_tile(config or gemv_config(N, K, T if experts is None else 1, x.device,
                                              rows=w.shape[0], elem_bytes=w.element_size()),
-                       w.dtype, BT)
+                       w.element_size(), BT)
         per = 1
     grid = (triton.cdiv(triton.cdiv(N, cfg.block_n), per), triton.cdiv(P, BT))
     gemv_kernel[grid](x, stack, norm_w if norm_w is not None else w,

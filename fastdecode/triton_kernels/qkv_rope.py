@@ -29,9 +29,9 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import (FP8_GROUP, FP8_PIECES, INTERPRET, gemv_acc, next_x_chunk, pdl_start,
+from ._common import (FP8_PIECES, INTERPRET, gemv_acc, next_x_chunk, pdl_start,
                       pdl_wait, row_dot, row_rstd, stream_x0, weight_chunk, x_chunk)
-from .config import StreamConfig, gemv_config, qkv_pairs, stream_ptx, use_pdl
+from .config import StreamConfig, fp8_tile, gemv_config, qkv_pairs, stream_ptx, use_pdl
 from .gemv import block_t
 
 # the QK_NORM constexpr of the bodies: 0 none, the q / k RMSNorm before RoPE (Qwen3) or after it
@@ -437,17 +437,15 @@ def qkv_tile(head_dim: int, qk_norm: bool, T: int, K: int, device, pairs=None,
         bh = qkv_pairs(head_dim, qk_norm and not defer, T, max(1, cfg.block_n // 2))
         bk = max(16, min(cfg.block_k, elems // (2 * bh)))
         return bh, bk, stream.num_warps, True
-    cfg = gemv_config(K * 4, K, T, device, elem_bytes=elem_bytes)
+    cfg = fp8_tile(gemv_config(K * 4, K, T, device, elem_bytes=elem_bytes), elem_bytes, T)
     whole = qk_norm and not defer
     if pairs is not None and not whole and T == 1:
         bh = triton.next_power_of_2(pairs)
     else:
         bh = qkv_pairs(head_dim, whole, T, cfg.block_n)
-    # the tuned GEMV tile's elements (config.py) over both halves' rows; FP8 tl.dot tiles' K
-    # chunks within a scale group (fp8_tile)
+    # the tuned GEMV tile's elements (config.py) over both halves' rows (FP8 tl.dot tiles: K
+    # chunks within a scale group, fp8_tile)
     bk = max(16, min(cfg.block_k, cfg.block_n * cfg.block_k // bh))
-    if elem_bytes == 1 and T > 1:
-        bk = min(bk, FP8_GROUP.value)
     return bh, bk, cfg.num_warps, False
 
 
