@@ -10,7 +10,7 @@ either kind of model (bfloat16 by default: fp32 decode kernels outgrow two progr
 8B's 197 KB, Gemma-2B's 150 KB -- where the runtime falls back to one). --ptx compiles the inline-PTX wrappers' test kernels (tests/test_ptx.py)
 and the all-reduce with their asm paths on, so ptxas checks every wrapper's PTX.
 
-    python bench/compile_check.py --model 8b [--elems 8192 --warps 4 --max-k 4096] [--tp 2]
+    python bench/compile_check.py --model 8b [--elems 8192 --warps 4 --max-k 4096] [--tp 2] [--fp8]
                                   [--stages N] [--set ptx=1 l2_prefetch_kb=64 ...]
                                   [--trace] [--dump DIR]
     python bench/compile_check.py --model 8b --rows-tile 32x256x4,64x64x4   (a step of 4
@@ -146,6 +146,8 @@ def main():
     p.add_argument("--model", default="1b")
     p.add_argument("--family", default=None, help="a tiny test model family instead")
     p.add_argument("--dtype", default="bfloat16", help="the model's weights")
+    p.add_argument("--fp8", action="store_true",
+                   help="the layer matrices as FP8 rows (shapes.random_fp8_matrices)")
     p.add_argument("--elems", type=int, default=None)
     p.add_argument("--warps", type=int, default=None)
     p.add_argument("--max-k", type=int, default=None)
@@ -224,6 +226,10 @@ def main():
             name += f", rank 0 of tp={args.tp}"
         else:
             fm = fastdecode.from_hf(model, max_seq_len=seq, mode=mode)
+        if args.fp8:
+            from shapes import random_fp8_matrices
+            fm = random_fp8_matrices(fm)
+            name += ", FP8 matrices"
         # SMs x programs per SM, as the GPU's schedule (graph.few_tiles_rows reads it)
         fm.runtime.n_programs = args.programs * stream.per_sm
         fm.runtime.mega_stream = stream

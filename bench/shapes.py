@@ -390,8 +390,8 @@ def random_mxfp4_experts(fm, seed=0):
 
 
 def random_fp8_matrices(fm, seed=0):
-    """fm (a dense FastModel, mode 'ops') with its q / k / v / o / gate / up / down matrices
-    swapped for random FP8 rows of their shape, as an FP8 checkpoint packs them in mode 'ops'
+    """fm (a dense FastModel, mode 'ops' or 'mega') with its q / k / v / o / gate / up / down
+    matrices swapped for random FP8 rows of their shape, as an FP8 checkpoint packs them there
     (quant.fp8_rows; Qwen3-*-FP8 ship so): N(0, 1) * 16 codes in e4m3, a scale of K^-0.5 / 16
     for each 128 columns of a row (random_model's d^-0.5 weights), the float matrices freed
     first, the runtime rebuilt on them."""

@@ -17,6 +17,8 @@ another order than ops mode's, so greedy tokens may part at a near-tie) and the 
     --prompt-len: the prompt (the context then grows by --new-tokens)
     --record: write the best config of the run into fastdecode/triton_kernels/tile_table.json
         for this GPU and model shape (config.stream_config then uses it for that shape)
+    --fp8: the layer matrices as random FP8 rows (shapes.random_fp8_matrices, the same in ops
+        mode's reference and every variant); not with --record (the table's tiles are bf16's)
 """
 import argparse
 import dataclasses
@@ -31,7 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fastdecode  # noqa: E402
 from bench_decode import bench_command, decode_rate  # noqa: E402
 from fastdecode.triton_kernels.config import TILE_TABLE, StreamConfig  # noqa: E402
-from shapes import random_model, stream_configs  # noqa: E402
+from shapes import random_fp8_matrices, random_model, stream_configs  # noqa: E402
 from tile_table import record  # noqa: E402
 
 
@@ -84,17 +86,22 @@ def main():
     p.add_argument("--prompt-len", type=int, default=32)
     p.add_argument("--new-tokens", type=int, default=160)
     p.add_argument("--record", action="store_true", help="the best config into the stream table")
+    p.add_argument("--fp8", action="store_true", help="the layer matrices as random FP8 rows")
     args = p.parse_args()
+    if args.fp8 and args.record:
+        p.error("--record writes the bf16 stream table: not with --fp8")
+    quant = random_fp8_matrices if args.fp8 else (lambda fm: fm)
     name, model = random_model(args.model)
     ids = torch.randint(0, 1000, (1, args.prompt_len), device="cuda",
                         generator=torch.Generator("cuda").manual_seed(0))
     max_seq = args.prompt_len + args.new_tokens + 32  # decode_rate's longest run, and slack
-    ref = fastdecode.from_hf(model, max_seq_len=max_seq, mode="ops")
+    ref = quant(fastdecode.from_hf(model, max_seq_len=max_seq, mode="ops"))
     want = ref.generate(ids, max_new_tokens=24, eos_token_id=[])
     want_logits = teacher_forced(ref, ids, 24)
     base = decode_rate(lambda n: ref.generate(ids, max_new_tokens=n, eos_token_id=[]),
                        32, args.new_tokens, 3)
     del ref
+    name += " (FP8 matrices)" if args.fp8 else ""
     print(f"{name}: ops + CUDA graph {base:.1f} tok/s", flush=True)
     rows = []
     if args.configs:
@@ -106,7 +113,7 @@ def main():
                     args.elems, args.warps, args.max_k, args.per_sm, args.ptx, args.merge_in_attn,
                     args.norm_in_qkv, args.attn_keys)))]
     for c in grid:
-        fm = fastdecode.from_hf(model, max_seq_len=max_seq, mode="mega")
+        fm = quant(fastdecode.from_hf(model, max_seq_len=max_seq, mode="mega"))
         fm.runtime.mega_stream = c
         stages = "".join(map(str, c.op_stages(model.config.hidden_size)))
         tag = f"{c.tile_elems}/{c.num_warps}w/{c.max_k}/{c.per_sm}" + ("/PTX" if c.ptx else "") \

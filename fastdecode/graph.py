@@ -60,8 +60,9 @@ import triton
 from .opcodes import COST, Op
 from .spec import ModelSpec
 from .triton_kernels.attention import split_plan
-from .triton_kernels.config import (StreamConfig, attention_config, gemv_config, merge_heads,
-                                     ptx_stream_ok, rows_ksplit, stream_config, wide_head_keys)
+from .triton_kernels.config import (StreamConfig, attention_config, fp8_tile, gemv_config,
+                                     merge_heads, ptx_stream_ok, rows_ksplit, stream_config,
+                                     wide_head_keys)
 from .triton_kernels.gemv import block_t
 from .triton_kernels.qkv_rope import defer_qk_norm, qkv_tile
 
@@ -165,10 +166,13 @@ def few_tiles_rows(rows: int, N: int, n_programs: int) -> int:
 
 def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
                 stream: StreamConfig | None = None, dtype=None,
-                attn_in_qkv: bool = False, n_programs: int | None = None) -> Tiling:
+                attn_in_qkv: bool = False, n_programs: int | None = None,
+                fp8: bool = False) -> Tiling:
     """stream: the decode tile (default config.stream_config; bench/sweep_mega.py varies it);
     dtype: the weights' (the PTX weight pieces need bf16 rows of K % 8 == 0; a step of several
-    rows tiles K by their element size, config.rows_tile); attn_in_qkv (T=1):
+    rows tiles K by their element size, config.rows_tile); fp8: the layer matrices are FP8 rows
+    (PackedWeights.fp8: a step of several rows tiles them as 1-byte elements, K chunks within a
+    scale group, config.fp8_tile; decode streams their pieces as the bf16 rows'); attn_in_qkv (T=1):
     the short-context decode step (Tiling.attn_in_qkv). Every other field, the split plan
     included, is the same as without it, so both decode schedules run one compiled kernel.
     n_programs (decode): the schedule's programs, for few_tiles_rows (None: the stream's rows)."""
@@ -177,7 +181,7 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
     bt = block_t(T)
     half = spec.head_dim // 2
     dims = (spec.q_dim, spec.d_model, spec.ffn_dim)
-    elem_bytes = dtype.itemsize if dtype is not None else 2
+    elem_bytes = 1 if fp8 else dtype.itemsize if dtype is not None else 2
     if T == 1:
         st = stream or stream_config(device, spec)
         # o_proj (rows of q_dim), the lm_head (d_model), down (ffn_dim), gate|up (d_model, two
@@ -192,7 +196,8 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
             for i, n in ((0, spec.d_model), (2, spec.d_model), (3, spec.ffn_dim)):
                 rows[i] = few_tiles_rows(rows[i], n, n_programs)
     else:
-        cfg = gemv_config(spec.d_model * 4, spec.d_model, T, device, elem_bytes=elem_bytes)
+        cfg = fp8_tile(gemv_config(spec.d_model * 4, spec.d_model, T, device,
+                                   elem_bytes=elem_bytes), elem_bytes, T)
         rows, bks, warps, st = [cfg.block_n] * 4, [cfg.block_k] * 4, cfg.num_warps, None
     defer = defer_qk_norm(spec.qk_norm, T, spec.qk_norm_full)
     # q / k norms over all heads (OLMo 2): the norm needs every group's QKV tiles, so no group's

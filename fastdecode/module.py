@@ -39,9 +39,10 @@ def _default_mode(device: torch.device, spec: ModelSpec, fp8: bool = False) -> s
 
 
 def _keep_fp8(mode: str | None, device: torch.device) -> bool:
-    """pack's keep_fp8: mode 'ops', or no mode on a GPU (the FP8 matrices then choose ops:
-    _default_mode); mega / vm / torch, and the CPU's default, pack them dequantized."""
-    return mode == "ops" or (mode is None and device.type == "cuda")
+    """pack's keep_fp8: the kernels' modes (ops, mega, and the VM that runs mega's tasks), or no
+    mode on a GPU (_default_mode then picks one); torch, and the CPU's default, pack them
+    dequantized."""
+    return mode in ("ops", "mega", "vm") or (mode is None and device.type == "cuda")
 
 
 def _device_guard(device: torch.device):

@@ -162,7 +162,8 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
     """Build PackedWeights (of tensor-parallel rank `rank` of `world`) from
     get(hf_name, index=None) -> tensor | None, HF state-dict names; `index` is a tuple of slices,
     so a rank reads only its shard (safetensors slices lazily). Sharding: distributed.py.
-    keep_fp8 (mode 'ops'): an FP8 checkpoint's dense matrices stay 8-bit (fp8_matrices)."""
+    keep_fp8 (modes ops / mega / vm): an FP8 checkpoint's dense matrices stay 8-bit
+    (fp8_matrices)."""
     sp = spec.shard(rank, world)
     fam = FAMILIES[spec.family]
     fp8 = fp8_matrices(spec, get, fam, world) if keep_fp8 else None

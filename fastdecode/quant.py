@@ -19,7 +19,7 @@ turns them when it dequantizes:
   per group of K columns ([N, K / g]) or per block ([ceil(N / bn), ceil(K / bk)], the config
   group's block_structure), symmetric (no zero point): W = q * s by compressed_tensors'
   dequantize ((q - 0) * s, in the scale's dtype: one rounding of an exact product, as here).
-  Kept 8-bit in mode 'ops' (fp8_rows; packing.pack's keep_fp8): an e4m3 weight whose scales are
+  Kept 8-bit in modes 'ops' and 'mega' (fp8_rows; packing.pack's keep_fp8): an e4m3 weight whose scales are
   constant over each 128 columns (blocks 128 wide or wider, per channel, per tensor, groups of
   128) packs as its codes and a row's scales (triton_kernels._common.FP8_GROUP's row layout) and
   streams half the bf16 bytes (+ 3% for the scales); the kernels multiply the codes by their

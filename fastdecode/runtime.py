@@ -85,10 +85,6 @@ class Runtime:
         check_mode(pw.spec, mode)
         self.collectives = collectives or SingleRank()
         self.tp = self.collectives.world > 1
-        if pw.fp8 and mode in ("vm", "mega"):
-            raise ValueError(f"mode={mode!r}: FP8 matrices (packing's keep_fp8) run in mode='ops' "
-                             "or 'torch'; load the model with mode='ops' -- or with another "
-                             "mode, which packs them dequantized")
         if self.tp and mode == "vm":
             raise ValueError("tensor parallelism runs in mode='torch', 'ops' or 'mega' (the VM "
                              "simulates one rank)")
@@ -621,7 +617,8 @@ class Runtime:
             from .graph import build_step, make_tiling
             from .schedule import build_schedule
             tiling = make_tiling(self.spec, T, self.max_seq_len, self.pw.device, self.stream,
-                                 self.pw.dtype, attn_in_qkv=short, n_programs=self.programs(T))
+                                 self.pw.dtype, attn_in_qkv=short, n_programs=self.programs(T),
+                                 fp8=self.pw.fp8)
             world = self.collectives.world
             # every rank tiles the largest shard's rows (rank 0's): the same lm_head tasks
             lm_vocab = vocab_range(self.state.logits.shape[1], 0, world)[1] if world > 1 \

@@ -62,7 +62,7 @@ class VM:
                 toks = self._tokens(tb, tg.block_t)
                 rows = slice(j * HD, (j + 1) * HD)
                 b = pick(pw.b_qkv)
-                y = R.gemv(st.h[toks], pw.w_qkv[l, rows], norm_w=pw.pre_norm(0, l), eps=s.rms_eps,
+                y = R.gemv(st.h[toks], pw.matrix("qkv", l)[rows], norm_w=pw.pre_norm(0, l), eps=s.rms_eps,
                            bias=None if b is None else b[rows])[:, None]
                 is_q, is_k = j < s.n_heads, s.n_heads <= j < s.n_heads + s.n_kv_heads
                 sel = torch.arange(c * tg.qkv_pairs, min(half, (c + 1) * tg.qkv_pairs),
@@ -202,14 +202,14 @@ class VM:
         """K part kp of an o / down task's tiles (graph.Tiling.ksplit): the partial sums of its
         whole K chunks (gemv.gemv_tile's split), fp32, no bias or residual."""
         pw, tg = self.pw, self.tiling
-        x, w, bk = ((self.st.attn, pw.w_o, tg.bk_q) if op == Op.O_PROJ else
-                    (self.st.act, pw.w_down, tg.bk_f))
+        x, w, bk = ((self.st.attn, "o", tg.bk_q) if op == Op.O_PROJ else
+                    (self.st.act, "down", tg.bk_f))
         K = x.shape[1]
         per = triton.cdiv(triton.cdiv(K, bk), tg.ksplit) * bk
         k = slice(min(K, kp * per), min(K, (kp + 1) * per))
         toks = self._tokens(tb, tg.block_t)
         self._parts()[int(op == Op.DOWN), kp, toks[:, None], rows[None]] = R.gemv(
-            x[toks, k], w[l, rows][:, k])
+            x[toks, k], pw.matrix(w, l)[rows][:, k])
 
     def _gemv_tile(self, op, l, toks, rows):
         s, pw, st = self.spec, self.pw, self.st
@@ -218,19 +218,19 @@ class VM:
         ix = (toks[:, None], rows[None])
         if op == Op.O_PROJ:
             b = pick(pw.b_o)
-            st.h[ix] = R.gemv(st.attn[toks], pw.w_o[l, rows], bias=None if b is None else b[rows],
+            st.h[ix] = R.gemv(st.attn[toks], pw.matrix("o", l)[rows], bias=None if b is None else b[rows],
                               residual=st.h[ix]).to(dt)
         elif op == Op.GATE_UP:
             both = torch.cat([rows, rows + s.ffn_dim])
             b = pick(pw.b_gu)  # (gate's and up's rows, or xIELU's parameters': two of them)
             b_rows = both if act_operand_rows(s.act, s.gated) == 2 else rows
-            st.act[ix] = R.gemv(st.h[toks], pw.w_gu[l, both if s.gated else rows],
+            st.act[ix] = R.gemv(st.h[toks], pw.matrix("gu", l)[both if s.gated else rows],
                                 norm_w=pw.pre_norm(1, l), eps=s.rms_eps,
                                 bias=None if b is None else b[b_rows],
                                 swiglu=True, act=s.act, gated=s.gated).to(dt)
         elif op == Op.DOWN:
             b = pick(pw.b_down)
-            st.h[ix] = R.gemv(st.act[toks], pw.w_down[l, rows],
+            st.h[ix] = R.gemv(st.act[toks], pw.matrix("down", l)[rows],
                               bias=None if b is None else b[rows], residual=st.h[ix]).to(dt)
         else:
             st.logits[ix] = R.head_logits(pw, st.h[toks], rows)

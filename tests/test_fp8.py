@@ -1,6 +1,6 @@
-"""FP8 matrices kept 8-bit (quant.fp8_rows, packing.pack's keep_fp8: mode 'ops'): the GEMV and
+"""FP8 matrices kept 8-bit (quant.fp8_rows, packing.pack's keep_fp8): the GEMV and
 QKV + RoPE kernels on FP8 rows against the fp32 reference on the weights those codes and scales
-stand for, and FP8 checkpoints in mode 'ops' against the same checkpoint dequantized."""
+stand for, and FP8 checkpoints in modes ops / mega / vm against the same checkpoint dequantized."""
 import pytest
 import torch
 from hypothesis import given
@@ -10,7 +10,6 @@ import fastdecode
 from fastdecode import ops
 from fastdecode import reference as R
 from fastdecode.quant import fp8_rows, fp8_values
-from fastdecode.runtime import Runtime
 from fastdecode.triton_kernels.config import row_elems
 from conftest import DEVICE
 from helpers import ACT_GAIN, assert_close
@@ -117,8 +116,7 @@ def test_fp8_checkpoint_in_ops_mode(tmp_path, writer):
     logits and greedy tokens of the same checkpoint dequantized (mode 'torch': each weight its
     codes times its scales rounded to the dtype once, fp32 here, so the two differ only by
     summation order: sums of <= 272 products, well under 1e-4 relative); moving the model
-    moves the codes, never casts them; mode 'mega' refuses the 8-bit matrices (it packs them
-    dequantized)."""
+    moves the codes, never casts them."""
     if writer == "channel":
         write_compressed_fp8_checkpoint(fp8_model(), tmp_path, "channel")
     else:
@@ -136,8 +134,24 @@ def test_fp8_checkpoint_in_ops_mode(tmp_path, writer):
     ref.reset()
     assert torch.equal(fm.generate(ids, max_new_tokens=6), ref.generate(ids, max_new_tokens=6))
     assert fm.to(torch.bfloat16).weights.w_qkv.dtype == torch.float8_e4m3fn
-    with pytest.raises(ValueError, match="FP8"):
-        Runtime(fm.weights, 32, "mega")
+
+
+@pytest.mark.parametrize("mode", ["mega", "vm"])
+def test_fp8_checkpoint_in_the_megakernel(tmp_path, mode):
+    """The megakernel streams FP8 rows too (its layer matrices' pieces as (codes, scales),
+    the bf16 lm_head as before; a prompt's step of several rows on the tl.dot tiles), and the
+    VM runs its tasks on the rows dequantized: the logits and greedy tokens of the checkpoint
+    dequantized in mode 'torch' (fp32: summation order only, as above)."""
+    write_fp8_checkpoint(fp8_model(), tmp_path, (128, 128))
+    kw = dict(max_seq_len=32, device=DEVICE, dtype=torch.float32)
+    fm = fastdecode.from_pretrained(str(tmp_path), mode=mode, **kw)
+    ref = fastdecode.from_pretrained(str(tmp_path), mode="torch", **kw)
+    assert fm.weights.fp8
+    ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]], device=DEVICE)
+    torch.testing.assert_close(fm(ids), ref(ids), rtol=1e-4, atol=1e-4)
+    fm.reset()
+    ref.reset()
+    assert torch.equal(fm.generate(ids, max_new_tokens=6), ref.generate(ids, max_new_tokens=6))
 
 
 def test_fp8_checkpoint_blocks_too_narrow_dequantize(tmp_path):

@@ -40,6 +40,7 @@ from ..opcodes import TRACE_WORDS, WORDS, Op
 from ..ptx_inline.flags import cta_barrier, spin_acquire, spin_acquire_cta
 from ..ptx_inline.memory import prefetch_l2_bulk
 from ..ptx_inline.timers import globaltimer_ns, sm_id
+from ._common import FP8_PIECES, row_elems
 from .all_reduce import peer, push_rows, residual_sum_body
 from .attention import attention_body, attn_merge_body, kv_prefetch
 from .embedding import embedding_body
@@ -421,6 +422,10 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     QKVN = (H + 2 * KVH) * HD
     QD = H * HD
     GU: tl.constexpr = 2 if ACT > 0 else 1  # w_gu's matrices: gate and up, or up alone
+    # the layer matrices' pieces: FP8 rows (quant.fp8_rows: PackedWeights.fp8) stream (codes,
+    # scales) pairs whatever PTX asks of the bf16 lm_head; a layer's rows are row_elems apart
+    PW: tl.constexpr = FP8_PIECES if wo_ptr.dtype.element_ty == tl.float8e4nv else PTX
+    tl.static_assert((PW != FP8_PIECES) | (PF_KB == 0), "the L2 prefetch reads bf16 rows")
     e0 = tl.load(ctr_ptr + tok_ctr)  # steps completed before this launch (previous launch done)
     run = 1
     s = 0
@@ -455,7 +460,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                      xtab_ptr, rank, x_ctr, x_spin, WORLD, USE_ASM, TRACE, POLL1)
             # weight tasks: first weight piece, then the wait; the others: the wait
             if (op == OP_QKV) | (op == OP_QKVA):
-                w_qkv = wqkv_ptr + layer * QKVN * D
+                w_qkv = wqkv_ptr + layer * QKVN * row_elems(wqkv_ptr, D)
                 cos_l, sin_l = layer_rope(cos_ptr, sin_ptr, rope_ptr, layer, HD, ROPE_TABLES)
                 qargs = (h_ptr, w_qkv, anorm_ptr + layer * D, bqkv_ptr + layer * QKVN,
                          qkn_ptr + layer * (H + KVH) * HD, cos_l, sin_l, pos, q_ptr,
@@ -468,16 +473,16 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                     task_kv_prefetch(*kvpf)
                     run = qkv_rope_body(*qargs, 0, 0, GROUP, QKV_CHUNKS, qkraw_ptr, BIAS_QKV,
                                         QK_NORM, BLOCK_T, BLOCK_H, QKV_BK, STREAM, F32, QK_DEFER,
-                                        PTX, SQ, ready, wargs, D, PRE_NORM)
+                                        PW, SQ, ready, wargs, D, PRE_NORM)
                 else:
                     lo0, hi0 = qkv_start(w_qkv, D, H, KVH, HD, a0, a1, a2, GROUP, QKV_CHUNKS,
-                                         BLOCK_H, QKV_BK, STREAM, PTX)
+                                         BLOCK_H, QKV_BK, STREAM, PW)
                     task_kv_prefetch(*kvpf)  # after the first piece: its window load waits
                     run = ready(*wargs)
                     if run == 1:
                         qkv_rope_body(*qargs, lo0, hi0, GROUP, QKV_CHUNKS, qkraw_ptr, BIAS_QKV,
                                       QK_NORM, BLOCK_T, BLOCK_H, QKV_BK, STREAM, F32, QK_DEFER,
-                                      PTX, NORM=PRE_NORM)
+                                      PW, NORM=PRE_NORM)
                 if run == 1:
                     # the task that completes the group's tiles norms it (NORM_IN_QKV, or a
                     # deferred q/k norm in QKV_ATTN) and, QKV_ATTN, runs its attention
@@ -514,40 +519,42 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                 if TRACE:
                                     tl.store(tr + 7, globaltimer_ns(op, clock_ptr, USE_ASM))
             elif op == OP_O:
-                run = residual_task(attn_ptr, wo_ptr + layer * D * QD, bo_ptr + layer * D, h_ptr,
+                run = residual_task(attn_ptr, wo_ptr + layer * D * row_elems(wo_ptr, QD),
+                                    bo_ptr + layer * D, h_ptr,
                                     T, D, QD, eps, a1, a2, a0, ctr_ptr, target, status_ptr,
                                     max_spin, pid, i, wc, s, tr, clock_ptr, op, xtab_ptr, rank,
                                     x_ctr, x_spin, x_red + rank * TM * D, w + NW, i + 1 < qlen,
                                     wgu_ptr, FFN, BIAS_O, BLOCK_T, RQ, KQ, STREAM, F32, WORLD,
-                                    RED_BLOCK, USE_ASM, TRACE, PTX, SO, RG, PF_KB, POLL1,
+                                    RED_BLOCK, USE_ASM, TRACE, PW, SO, RG, PF_KB, POLL1,
                                     kpart_ptr, TM * D, KSPLIT, POST_NORM)
             elif op == OP_GU:
-                w_gu = wgu_ptr + layer * GU * FFN * D
+                w_gu = wgu_ptr + layer * GU * FFN * row_elems(wgu_ptr, D)
                 if SG > 1:
                     run = gemv_body(h_ptr, w_gu, mnorm_ptr + layer * D, bgu_ptr + layer * GUB * FFN,
                                     h_ptr, act_ptr, T, FFN, D, D, D, FFN, eps, a1, a2, a0, 0, 0,
                                     PRE_NORM, BIAS_GU, ACT, False, BLOCK_T, RG, KG, STREAM, F32,
-                                    PTX, SG, ready, wargs, D)
+                                    PW, SG, ready, wargs, D)
                 else:
                     # register stream (the 1B class): the first piece before the wait, as the
                     # other ops. Session 11 (per-warp polls) measured it 2% faster after the
                     # wait; with one poller per program (StreamConfig.one_poller) before is
                     # faster: 1B 1249.3 / 1252.7 vs 1172.3 / 1153.2 / 1156.7 / 1175.0 tok/s
                     # (H200, 2026-12-02, c1a1b1c's tree, sweep_mega 256 tokens; RESULTS.md)
-                    w0, w20 = stream_start(w_gu, FFN, D, a1, a2, RG, KG, ACT > 0, STREAM, PTX)
+                    w0, w20 = stream_start(w_gu, FFN, D, a1, a2, RG, KG, ACT > 0, STREAM, PW)
                     run = ready(*wargs)
                     if run == 1:
                         gemv_body(h_ptr, w_gu, mnorm_ptr + layer * D, bgu_ptr + layer * GUB * FFN,
                                   h_ptr, act_ptr, T, FFN, D, D, D, FFN, eps, a1, a2, a0, w0, w20,
                                   PRE_NORM, BIAS_GU, ACT, False, BLOCK_T, RG, KG, STREAM, F32,
-                                  PTX)
+                                  PW)
             elif op == OP_DOWN:
-                run = residual_task(act_ptr, wd_ptr + layer * D * FFN, bd_ptr + layer * D, h_ptr,
+                run = residual_task(act_ptr, wd_ptr + layer * D * row_elems(wd_ptr, FFN),
+                                    bd_ptr + layer * D, h_ptr,
                                     T, D, FFN, eps, a1, a2, a0, ctr_ptr, target, status_ptr,
                                     max_spin, pid, i, wc, s, tr, clock_ptr, op, xtab_ptr, rank,
                                     x_ctr, x_spin, x_red + (WORLD + rank) * TM * D, w, False,
                                     wgu_ptr, FFN, BIAS_DOWN, BLOCK_T, RF, KF, STREAM, F32, WORLD,
-                                    RED_BLOCK, USE_ASM, TRACE, PTX, SF, RG, 0, POLL1,
+                                    RED_BLOCK, USE_ASM, TRACE, PW, SF, RG, 0, POLL1,
                                     kpart_ptr + KSPLIT * TM * D, TM * D, KSPLIT, POST_NORM)
             elif op == OP_LM:
                 w0, _ = stream_start(lm_ptr, V, D, a1, a2, RD, KD, False, STREAM, PTX)
