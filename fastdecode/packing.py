@@ -426,7 +426,7 @@ def fp8_matrices(spec: ModelSpec, get, fam, world: int):
     / Conv1D checkpoint tensors, no scales folded in, no LayerNorm centering, no rotary rows
     permuted) and a checkpoint whose every q / k / v / o / gate / up / down weight
     quant.fp8_rows can lay out (read here: layer 0's decides the rest as they pack, and one
-    that cannot raises)."""
+    that cannot raises; layer 0's rows are handed to the packing once, not read again)."""
     rows = getattr(get, "fp8_rows", None)
     plain = not (fam.checkpoint_names or fam.conv1d or fam.fused or fam.qkv_grouped
                  or spec.text_of or spec.layer_norm or spec.qk_layer_norm or spec.moe
@@ -436,11 +436,14 @@ def fp8_matrices(spec: ModelSpec, get, fam, world: int):
         return None
     names = [f"self_attn.{n}_proj.weight" for n in "qkvo"] + \
         [f"mlp.{n}_proj.weight" for n in ("gate", "up", "down")[1 - spec.gated:]]
-    if any(rows(f"model.layers.0.{n}") is None for n in names):
-        return None
+    first = {}
+    for n in names:
+        first[f"model.layers.0.{n}"] = t = rows(f"model.layers.0.{n}")
+        if t is None:
+            return None
 
     def read(name):
-        t = rows(name)
+        t = first.pop(name) if name in first else rows(name)
         if t is None:
             raise ValueError(f"{name}: not FP8 as layer 0's matrices are (quant.fp8_rows)")
         return t

@@ -373,7 +373,12 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     session 39: 32 / 32 B of spills on the 1B / 8B with 4 / 2 K parts, against 64 / 44 B
     summing row by row and 44 / 48 B by 8-row tiles).
     PTX (STREAM, bf16 weights): weight pieces as int32 words, by inline PTX (1) or plain loads
-    (2) (_common.weight_chunk).
+    (2) (_common.weight_chunk). FP8 layer matrices (wqkv / wo / wgu / wd float8_e4m3fn rows of
+    _common.row_elems, PackedWeights.fp8) stream (codes, scales) pieces instead (FP8_PIECES,
+    known from their pointers' type); the lm_head and embeddings stay bf16 and keep PTX. In the
+    stream the activations' chunk sits 8 bf16 a thread where the codes sit 16: K is a constexpr
+    here, so rows of one chunk convert it once per task (Triton hoists the conversion out of the
+    stream loop; standalone, where K is not, it ran inside: config.gemv_stream).
     SQ / SO / SG / SF (STREAM, config.StreamConfig.stages): > 1, the QKV / o_proj / gate|up /
     down tasks stream through shared memory in that many stages, their wait inside the stream
     (gemv.gemv_body, qkv_rope.qkv_rope_body).
