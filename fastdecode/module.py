@@ -32,7 +32,10 @@ def _default_mode(device: torch.device, spec: ModelSpec, fp8: bool = False) -> s
     # (mode="ops" / "mega" still run every kernel there, for tests). FP8 matrices kept 8-bit
     # (fp8: packing's keep_fp8) run ops, faster than the megakernel on the dequantized weights
     # (H100, bench_decode, 2026-12-07: Llama-3.1-8B 273.1 vs 191.6 tok/s, Qwen3-8B 258.2 vs
-    # 186.3, Llama-3.2-1B 1206.3 vs 1013.8; bench/RESULTS.md session 64).
+    # 186.3, Llama-3.2-1B 1206.3 vs 1013.8; bench/RESULTS.md session 64) and level with the
+    # megakernel on the same FP8 rows, whose first call takes twice as long (H100, the same
+    # run: 270.1 vs 267.0, 254.3 vs 255.2, 1200.0 vs 1218.0 tok/s; 6.6 vs 13.9 s to the 8B's
+    # first tokens; session 65).
     if device.type != "cuda":
         return "torch"
     return "ops" if spec.moe or spec.attn_sinks or fp8 else "mega"
