@@ -19,11 +19,11 @@ turns them when it dequantizes:
   per group of K columns ([N, K / g]) or per block ([ceil(N / bn), ceil(K / bk)], the config
   group's block_structure), symmetric (no zero point): W = q * s by compressed_tensors'
   dequantize ((q - 0) * s, in the scale's dtype: one rounding of an exact product, as here).
-  Kept 8-bit in modes 'ops' and 'mega' (fp8_rows; packing.pack's keep_fp8): an e4m3 weight whose scales are
-  constant over each 128 columns (blocks 128 wide or wider, per channel, per tensor, groups of
-  128) packs as its codes and a row's scales (triton_kernels._common.FP8_GROUP's row layout) and
-  streams half the bf16 bytes (+ 3% for the scales); the kernels multiply the codes by their
-  scales in fp32 (no rounding of W to bf16 at T = 1).
+  Kept 8-bit in modes 'ops' and 'mega' (fp8_rows; packing.pack's keep_fp8): an e4m3 weight
+  whose scales are constant over each 128 columns (blocks 128 wide or wider, per channel, per
+  tensor, groups of 128) packs as its codes and a row's scales (triton_kernels._common.FP8_GROUP's
+  row layout) and streams half the bf16 bytes (+ 3% for the scales); the kernels multiply the
+  codes by their scales in fp32 (no rounding of W to bf16 at T = 1).
 - "mxfp4" (gpt-oss): each expert matrix W [E, N, K] (N the output rows: gate|up's 2F, down's d)
   is stored as `<name>_blocks` [E, N, K / 32, 16] uint8 -- two FP4 (e2m1) codes a byte, the low
   nibble first -- and `<name>_scales` [E, N, K / 32] uint8 E8M0 exponents, one per 32 elements:
