@@ -62,8 +62,8 @@ class VM:
                 toks = self._tokens(tb, tg.block_t)
                 rows = slice(j * HD, (j + 1) * HD)
                 b = pick(pw.b_qkv)
-                y = R.gemv(st.h[toks], pw.matrix("qkv", l)[rows], norm_w=pw.pre_norm(0, l), eps=s.rms_eps,
-                           bias=None if b is None else b[rows])[:, None]
+                y = R.gemv(st.h[toks], pw.matrix("qkv", l)[rows], norm_w=pw.pre_norm(0, l),
+                           eps=s.rms_eps, bias=None if b is None else b[rows])[:, None]
                 is_q, is_k = j < s.n_heads, s.n_heads <= j < s.n_heads + s.n_kv_heads
                 sel = torch.arange(c * tg.qkv_pairs, min(half, (c + 1) * tg.qkv_pairs),
                                    device=st.h.device)
@@ -218,8 +218,8 @@ class VM:
         ix = (toks[:, None], rows[None])
         if op == Op.O_PROJ:
             b = pick(pw.b_o)
-            st.h[ix] = R.gemv(st.attn[toks], pw.matrix("o", l)[rows], bias=None if b is None else b[rows],
-                              residual=st.h[ix]).to(dt)
+            st.h[ix] = R.gemv(st.attn[toks], pw.matrix("o", l)[rows],
+                              bias=None if b is None else b[rows], residual=st.h[ix]).to(dt)
         elif op == Op.GATE_UP:
             both = torch.cat([rows, rows + s.ffn_dim])
             b = pick(pw.b_gu)  # (gate's and up's rows, or xIELU's parameters': two of them)
