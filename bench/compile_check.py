@@ -98,6 +98,7 @@ def compile_ptx_tests():
     t._timer_kernel[(1,)](i64, i64, 100, USE_ASM=True)
     t._sm_id_kernel[(1,)](i32, 50, USE_ASM=True)
     t._stream_copy_kernel[(1,)](i32, i32, 4, BLOCK=64, USE_ASM=True)
+    t._fp8_dot_kernel[(1,)](i32, i32, i32, torch.zeros(64), 64, BLOCK=64, USE_ASM=True)
     for scope in ("gpu", "sys"):
         t._release_kernel[(1,)](i32, i32, SCOPE=scope, USE_ASM=True)
     for cta in (False, True):

@@ -115,6 +115,8 @@ class Tiling:
     attn_outline: bool = False    # decode: the attention body out of line (StreamConfig)
     post_norm: bool = False       # norms after the blocks (ModelSpec.post_norms): o / down sums
                                   # through REDUCE tasks, which normalize them
+    fp8_words: bool = False       # decode, FP8 rows and bf16 / fp16 activations: the codes as
+                                  # words dotted in f16 (StreamConfig.fp8_words)
 
     @property
     def parted(self) -> bool:
@@ -232,7 +234,9 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
                   kv_prefetch=st is not None and st.kv_prefetch,
                   one_poller=st is not None and st.one_poller,
                   abort_every=st.abort_every if st is not None else 1,
-                  attn_outline=st is not None and st.attn_outline, post_norm=spec.post_norms)
+                  attn_outline=st is not None and st.attn_outline, post_norm=spec.post_norms,
+                  fp8_words=st is not None and st.fp8_words and fp8 and
+                  getattr(dtype, "itemsize", 2) < 4)
 
 
 REMOTE = ("xo", "xdown", "xlm")  # counter keys signalled across ranks (tensor parallelism)

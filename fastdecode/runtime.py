@@ -758,7 +758,7 @@ class Runtime:
             POST_NORM=s.post_norms, PRE_NORM=s.pre_norms, SOFTCAP=s.attn_softcap > 0,
             LOGIT_CAP=s.logit_softcap > 0, QSCALE=bool(s.q_pos_scale),
             BIAS_LM=pw.b_head is not None, POS_EMB=pw.pos_embed is not None,
-            ALIBI=s.alibi, num_warps=tg.num_warps)
+            ALIBI=s.alibi, FP8W=tg.fp8_words, num_warps=tg.num_warps)
         grid = (sched.n_programs,)
         variant = (key, sampling.do_sample, trace is not None)
         # this launch's compiled kernel, compiled and loaded (not launched) on first use

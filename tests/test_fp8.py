@@ -1,6 +1,8 @@
 """FP8 matrices kept 8-bit (quant.fp8_rows, packing.pack's keep_fp8): the GEMV and
 QKV + RoPE kernels on FP8 rows against the fp32 reference on the weights those codes and scales
 stand for, and FP8 checkpoints in modes ops / mega / vm against the same checkpoint dequantized."""
+import dataclasses
+
 import pytest
 import torch
 from hypothesis import given
@@ -10,7 +12,7 @@ import fastdecode
 from fastdecode import ops
 from fastdecode import reference as R
 from fastdecode.quant import fp8_rows, fp8_values
-from fastdecode.triton_kernels.config import row_elems
+from fastdecode.triton_kernels.config import StreamConfig, row_elems
 from conftest import DEVICE
 from helpers import ACT_GAIN, assert_close
 from models import tiny_model
@@ -18,6 +20,12 @@ from test_ops import ACTS, STREAMS, TOKENS, rnd, xielu_params
 from test_quant import write_compressed_fp8_checkpoint, write_fp8_checkpoint
 
 FLOATS = st.sampled_from([torch.float32, torch.bfloat16])  # the activations' dtype
+
+
+def fp8_stream(stream, words):
+    """test_ops' stream, or with words the same stream with the codes as words dotted in f16
+    (StreamConfig.fp8_words: bf16 activations; fp32 ones keep the fp32 pieces)."""
+    return dataclasses.replace(stream, fp8_words=True) if words and stream else stream
 KS = st.integers(1, 40).map(lambda k: 16 * k)  # K % 16 == 0 (fp8_rows), 1 to 5 scale groups
 
 
@@ -58,12 +66,15 @@ def test_fp8_rows_refuse_what_the_kernels_cannot_read():
 
 @given(T=TOKENS, K=KS, N=st.integers(1, 100), seed=st.integers(0, 2**31 - 1), dtype=FLOATS,
        norm=st.booleans(), bias=st.booleans(), swiglu=st.booleans(), residual=st.booleans(),
-       stream=STREAMS, act=ACTS, bn=st.sampled_from([1, 16]))
-def test_fp8_gemv(T, K, N, seed, dtype, norm, bias, swiglu, residual, stream, act, bn):
+       stream=STREAMS, words=st.booleans(), act=ACTS, bn=st.sampled_from([1, 16]))
+def test_fp8_gemv(T, K, N, seed, dtype, norm, bias, swiglu, residual, stream, words, act, bn):
     """ops.gemv on FP8 rows (decode streams, the tile loop, tl.dot tiles) against R.gemv on the
     fp32 weights they stand for: the T = 1 paths multiply each code by its scale in fp32 (no
     rounding of W), the tl.dot tiles take the codes exactly and scale each K chunk's product in
-    fp32 -- so test_ops' gemv tolerance for the activations' dtype and K holds."""
+    fp32 -- so test_ops' gemv tolerance for the activations' dtype and K holds. The f16 words
+    (fp8_words, bf16 activations) round x * 2^-8, each product and each pair of products to f16:
+    ~3 x 2^-11 relative a term, independent among terms, so ~5e-4 relative on a dot -- under the
+    bf16 output's own rounding (2^-8) that the tolerance already allows for."""
     g = torch.Generator().manual_seed(seed)
     gated = act not in ("xielu",)
     rows = 2 * N if swiglu and gated else N
@@ -75,15 +86,17 @@ def test_fp8_gemv(T, K, N, seed, dtype, norm, bias, swiglu, residual, stream, ac
               bias=b, swiglu=swiglu, act=act, gated=gated)
     res = rnd(T, N, dtype=dtype, seed_gen=g) if residual else None
     ref = R.gemv(x, w_ref, residual=None if res is None else res.clone(), **kw)
-    out = ops.gemv(x, w, residual=res, out=res, stream=stream if T == 1 else None, **kw)
+    out = ops.gemv(x, w, residual=res, out=res,
+                   stream=fp8_stream(stream, words) if T == 1 else None, **kw)
     assert_close(out, ref, dtype, K, "fp8 gemv", gain=ACT_GAIN if swiglu else 1.0)
 
 
 @given(T=TOKENS, group=st.sampled_from([1, 2, 4]), KVH=st.integers(1, 2),
        HD=st.sampled_from([4, 16, 24]), K=KS, pos=st.integers(0, 20),
-       seed=st.integers(0, 2**31 - 1), dtype=FLOATS, stream=STREAMS)
-def test_fp8_qkv_rope(T, group, KVH, HD, K, pos, seed, dtype, stream):
-    """ops.qkv_rope on FP8 rows against R.qkv_rope on the weights they stand for."""
+       seed=st.integers(0, 2**31 - 1), dtype=FLOATS, stream=STREAMS, words=st.booleans())
+def test_fp8_qkv_rope(T, group, KVH, HD, K, pos, seed, dtype, stream, words):
+    """ops.qkv_rope on FP8 rows against R.qkv_rope on the weights they stand for (words: the
+    f16 words, within the same tolerance as test_fp8_gemv's)."""
     g = torch.Generator().manual_seed(seed)
     H, S = group * KVH, pos + T + 3
     x = rnd(T, K, dtype=dtype, seed_gen=g)
@@ -95,7 +108,8 @@ def test_fp8_qkv_rope(T, group, KVH, HD, K, pos, seed, dtype, stream):
     kc, vc = rnd(KVH, S, HD, dtype=dtype, seed_gen=g), rnd(KVH, S, HD, dtype=dtype, seed_gen=g)
     kc2, vc2 = kc.clone(), vc.clone()
     p = torch.tensor([pos], dtype=torch.int32, device=DEVICE)
-    q = ops.qkv_rope(x, w, nw, cos, sin, p, kc, vc, n_heads=H, eps=1e-5, stream=stream)
+    q = ops.qkv_rope(x, w, nw, cos, sin, p, kc, vc, n_heads=H, eps=1e-5,
+                     stream=fp8_stream(stream, words))
     q_ref = R.qkv_rope(x, w_ref, nw, cos, sin, pos, kc2, vc2, n_heads=H, eps=1e-5)
     assert_close(q, q_ref, dtype, K, "q")
     assert_close(kc, kc2, dtype, K, "k cache")
@@ -152,6 +166,27 @@ def test_fp8_checkpoint_in_the_megakernel(tmp_path, mode):
     fm.reset()
     ref.reset()
     assert torch.equal(fm.generate(ids, max_new_tokens=6), ref.generate(ids, max_new_tokens=6))
+
+
+def test_fp8_words_give_the_fp32_pieces_tokens(tmp_path):
+    """bf16 activations: the megakernel's decode stream with the FP8 codes as words dotted in f16
+    (StreamConfig.fp8_words) against the same stream's fp32 products (run once for both, as
+    test_megakernel's word pieces): teacher-forced logits of four decode steps within bf16
+    rounding of each other (each step's dots differ by the f16 roundings, ~5e-4 relative, and
+    their bf16 stores may round the other way: 2^-8, then through 2 layers), the same argmax.
+    Pieces of 4 rows x 128 (the down projection's K = 272 in three chunks, one scale group
+    each; smaller pieces multiply the interpreter's iterations)."""
+    write_fp8_checkpoint(fp8_model(), tmp_path, (128, 128))
+    ids = torch.randint(0, 101, (1, 4), generator=torch.Generator().manual_seed(4)).to(DEVICE)
+    out = {}
+    for words in (False, True):
+        fm = fastdecode.from_pretrained(str(tmp_path), max_seq_len=16, device=DEVICE,
+                                        mode="mega", dtype=torch.bfloat16)
+        fm.runtime.mega_stream = StreamConfig(512, 4, max_k=128, fp8_words=words)
+        out[words] = torch.cat([fm(ids[:, t:t + 1])[0] for t in range(4)]).float()
+        assert fm.weights.fp8 and fm.runtime.schedule(1).graph.tiling.fp8_words == words
+    assert float((out[True] - out[False]).norm() / out[False].norm()) < 1e-2
+    assert torch.equal(out[True].argmax(-1), out[False].argmax(-1))
 
 
 def test_fp8_checkpoint_blocks_too_narrow_dequantize(tmp_path):

@@ -6,10 +6,10 @@ import triton
 import triton.language as tl
 
 from conftest import DEVICE
-from fastdecode.ptx_inline import (cta_barrier, globaltimer_ns, grid_launch_dependents, grid_wait,
-                                   ld_acquire, ld_stream_b128, nanosleep, prefetch_l2,
-                                   prefetch_l2_bulk, red_release_add, sm_id, spin_acquire,
-                                   spin_acquire_cta, st_release)
+from fastdecode.ptx_inline import (cta_barrier, fp8x4_dot_f16, globaltimer_ns,
+                                   grid_launch_dependents, grid_wait, ld_acquire, ld_stream_b128,
+                                   nanosleep, prefetch_l2, prefetch_l2_bulk, red_release_add,
+                                   sm_id, spin_acquire, spin_acquire_cta, st_release)
 from fastdecode.triton_kernels._common import INTERPRET
 
 USE_ASM = not INTERPRET
@@ -217,6 +217,14 @@ def _stream_copy_kernel(src, dst, n_chunks, BLOCK: tl.constexpr, USE_ASM: tl.con
 
 
 @triton.jit
+def _fp8_dot_kernel(w, xa, xb, out, n, BLOCK: tl.constexpr, USE_ASM: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = i < n
+    tl.store(out + i, fp8x4_dot_f16(tl.load(w + i, mask=m), tl.load(xa + i, mask=m),
+                                    tl.load(xb + i, mask=m), USE_ASM), mask=m)
+
+
+@triton.jit
 def _release_kernel(flags, adds, SCOPE: tl.constexpr, USE_ASM: tl.constexpr):
     pid = tl.program_id(0)
     tl.debug_barrier()
@@ -258,6 +266,26 @@ def test_ld_stream_b128_reads_16_byte_chunks(n):
     _stream_copy_kernel[(triton.cdiv(n, 64),)](src, dst, n, BLOCK=64, USE_ASM=USE_ASM)
     assert torch.equal(dst[:4 * n], src[:4 * n])
     assert not dst[4 * n:4 * triton.cdiv(n, 64) * 64].any()
+
+
+@pytest.mark.parametrize("n", [1, 77, 1000])
+def test_fp8x4_dot_f16_rounds_as_f16_math(n):
+    """Four e4m3 codes a word times two f16 pairs: torch's f16 products (each rounded), each
+    lane's two summed in f16, the lanes added in fp32 -- equal bit for bit (every e4m3 value
+    and every f16 product of them is what torch computes; a code's subnormals and the f16
+    products' too included: codes of N(0, 64), activations of N(0, 3) and some of 1e-4)."""
+    g = torch.Generator().manual_seed(n)
+    codes = (torch.randn(n, 4, generator=g) * 64).to(torch.float8_e4m3fn)
+    x = torch.randn(n, 4, generator=g) * 3
+    x[::7] *= 3e-5
+    x = x.to(torch.float16)
+    ref = ((codes.to(torch.float16) * x)[:, :2] + (codes.to(torch.float16) * x)[:, 2:]).float()
+    ref = ref[:, 0] + ref[:, 1]
+    words = lambda t: t.contiguous().view(torch.int32).reshape(n).to(DEVICE)  # noqa: E731
+    out = torch.empty(n, device=DEVICE)
+    _fp8_dot_kernel[(triton.cdiv(n, 256),)](words(codes.view(torch.uint8)), words(x[:, :2]),
+                                           words(x[:, 2:]), out, n, BLOCK=256, USE_ASM=USE_ASM)
+    assert torch.equal(out.cpu(), ref)
 
 
 @pytest.mark.parametrize("scope", ["gpu", "sys"])

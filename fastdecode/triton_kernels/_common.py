@@ -8,6 +8,7 @@ import os
 import triton
 import triton.language as tl
 
+from ..ptx_inline.fp8 import fp8x4_dot_f16
 from ..ptx_inline.grid import grid_launch_dependents, grid_wait
 from ..ptx_inline.memory import ld_stream_b128
 from ._interpreter import share_patches
@@ -147,9 +148,12 @@ def next_x_chunk(x, x_ptr, norm_ptr, offs_t, mask_t, stride_x, k0, K, n_k, rstd,
 # its K e4m3 codes, then its fp32 scales, one per FP8_GROUP columns (the row's scale of each
 # 128-column block: W[n, k] = code[n, k] * scale[n, k // FP8_GROUP]), padded to 16 bytes
 # (row_elems), so an op reaches a row's scales from its codes' pointer alone, and the pieces of a
-# stream are (codes, scales) pairs: the PTX constexpr FP8_PIECES (weight_chunk, row_partials)
+# stream are (codes, scales) pairs: the PTX constexpr FP8_PIECES (weight_chunk, row_partials);
+# FP8_WORDS the same pieces with the codes as int32 words, dotted with f16 activations
+# (config.StreamConfig.fp8_words); PTX >= FP8_PIECES: FP8 rows
 FP8_GROUP = tl.constexpr(128)
 FP8_PIECES = tl.constexpr(3)
+FP8_WORDS = tl.constexpr(4)
 
 
 @triton.jit
@@ -180,12 +184,20 @@ def weight_chunk(w_ptr, rows, mask_r, k0, K, BLOCK_K: tl.constexpr, PTX: tl.cons
     cache operators.
     FP8_PIECES (W float8_e4m3 rows of row_elems): (codes [BLOCK_R, BLOCK_K] as plain PTX 0
     loads, their scales [BLOCK_R, max(BLOCK_K / FP8_GROUP, 1)] fp32 from the rows' tails -- 4
-    bytes a 128 codes)."""
-    if PTX == FP8_PIECES:
+    bytes a 128 codes). FP8_WORDS: the codes as int32 words [BLOCK_R, BLOCK_K / 4] (four codes
+    a word; 16-byte loads as PTX 2's), the same scales."""
+    if PTX >= FP8_PIECES:
         base = rows[:, None].to(tl.int64) * row_elems(w_ptr, K)
-        offs_k = k0 + tl.arange(0, BLOCK_K)
-        c = tl.load(w_ptr + base + offs_k[None, :], mask=mask_r[:, None] & (offs_k[None, :] < K),
-                    other=0.0, eviction_policy="evict_first")
+        if PTX == FP8_WORDS:  # K % 16 == 0 (quant.fp8_rows): whole words, 16-byte rows
+            j = k0 // 4 + tl.arange(0, BLOCK_K // 4)
+            c = tl.load(w_ptr.to(tl.pointer_type(tl.int32), bitcast=True) + base // 4
+                        + j[None, :], mask=mask_r[:, None] & (j[None, :] < K // 4), other=0,
+                        eviction_policy="evict_first")
+        else:
+            offs_k = k0 + tl.arange(0, BLOCK_K)
+            c = tl.load(w_ptr + base + offs_k[None, :],
+                        mask=mask_r[:, None] & (offs_k[None, :] < K), other=0.0,
+                        eviction_policy="evict_first")
         GP: tl.constexpr = min(FP8_GROUP, BLOCK_K)
         g = k0 // FP8_GROUP + tl.arange(0, BLOCK_K // GP)
         s = tl.load(w_ptr.to(tl.pointer_type(tl.float32), bitcast=True) + (base + K) // 4
@@ -224,6 +236,19 @@ def bf16_word_dot(w, xl, xh):
 
 
 @triton.jit
+def f16_pairs(x):
+    """An activation chunk x [1, BLOCK_K] (fp32) as the f16 pairs FP8_WORDS dots with its code
+    words: (xa, xb) int32 [1, BLOCK_K / 4], word j of xa holding x[4j] * 2^-8 (its low half) and
+    x[4j + 1] * 2^-8, of xb x[4j + 2] and x[4j + 3]. The 2^-8 (exact) keeps a code (|c| <= 448)
+    times x within f16 for |x| < ~37000; an x under ~0.016 lands in f16's subnormals (absolute
+    error <= 2^-25 of the scaled value)."""
+    h = (x * 0.00390625).to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) & 65535
+    lo, hi = tl.split(tl.reshape(h, [1, x.shape[1] // 4, 2, 2]))  # x[4j + 2a + b]: b
+    p = lo | (hi << 16)  # [1, BLOCK_K / 4, 2 (a)]
+    return tl.split(p)
+
+
+@triton.jit
 def row_partials(w, x, PTX: tl.constexpr):
     """A weight piece (weight_chunk) times its activation chunk x [1, BLOCK_K], summed only over
     each 16-byte chunk of a row -> [BLOCK_R, BLOCK_K * bytes / 16] fp32: sums within a thread
@@ -231,8 +256,18 @@ def row_partials(w, x, PTX: tl.constexpr):
     over rows chunked along K adds these up over a tile's chunks and reduces across threads once
     per tile (row_sum) instead of once per piece. PTX: row_dot's word products before its sum;
     FP8_PIECES: [BLOCK_R, max(BLOCK_K / FP8_GROUP, 1)], each scale group's sum times its
-    scale."""
-    if PTX == FP8_PIECES:
+    scale. FP8_WORDS: the same sums, each word's four products by ptx_inline.fp8x4_dot_f16 with
+    the activations as f16 pairs of x * 2^-8 (f16_pairs; the scales times 2^8): each product
+    and each pair of them rounded to f16 (relative 2^-11 a product, against the fp32 path's
+    none), for bf16 / fp16 activations (config.StreamConfig.fp8_words)."""
+    if PTX == FP8_WORDS:
+        c, s = w
+        BK: tl.constexpr = 4 * c.shape[1]
+        GP: tl.constexpr = min(FP8_GROUP, BK)
+        xa, xb = f16_pairs(x)
+        d = fp8x4_dot_f16(c, xa, xb, ASM)
+        return tl.sum(tl.reshape(d, [c.shape[0], BK // GP, GP // 4]), axis=2) * (s * 256.0)
+    elif PTX == FP8_PIECES:
         c, s = w
         GP: tl.constexpr = min(FP8_GROUP, c.shape[1])
         p = c.to(tl.float32) * x

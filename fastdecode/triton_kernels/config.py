@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from ._common import FP8_GROUP, FP8_PIECES, INTERPRET
+from ._common import FP8_GROUP, FP8_PIECES, FP8_WORDS, INTERPRET
 
 GPU_SMS = 132  # H200 (KNOWLEDGE.md); only used to size grids, never for correctness
 
@@ -119,6 +119,14 @@ class StreamConfig:
     # moves left in its SASS, 255 regs: 1239.3 / 1237.0; QKV's second piece requested with the
     # activations (as qkv_rope_body's PTX 1): 1291.2 / 1288.5 -- neither kept (RESULTS session 47).
     words: bool = False
+    # FP8 rows (quant.fp8_rows) with bf16 / fp16 activations: the codes as int32 words, each
+    # word's four products by ptx_inline.fp8x4_dot_f16 (f16 math, ~2 instructions a code) where
+    # FP8_PIECES converts every code to fp32 (~6.9 instructions a code in the 1B megakernel's
+    # stream loops, sm_90a SASS, against ~5.4 a bf16 element: FP8 streams at ~71% of its
+    # roofline where bf16 streams at ~90%, H100, bench/RESULTS.md session 65). Off: built on the
+    # CPU (interpreter, compile_check), not yet timed on a GPU. fp32 activations keep
+    # FP8_PIECES (no rounding of a product).
+    fp8_words: bool = False
     # decode: the last ATTN task of a KV group merges its splits (graph.py, Tiling.merge_in_attn)
     # instead of a MERGE task one dependency hop later. Off: on an H200 (2026-11-30, 009b042,
     # sweep_mega 16384/4w/4096/2) 1B 1118.8 vs 1129.3 tok/s, 8B 219.5 vs 222.1 -- the saved hop
@@ -602,13 +610,14 @@ def fp8_tile(cfg: TileConfig, elem_bytes: int, T: int) -> TileConfig:
     return cfg
 
 
-def stream_ptx(stream: StreamConfig | None, dtype, K: int) -> int:
+def stream_ptx(stream: StreamConfig | None, dtype, K: int, x_dtype=None) -> int:
     """A standalone launch's PTX constexpr (StreamConfig.piece_mode), refused (ValueError) where
     word pieces cannot be read (ptx_stream_ok); the megakernel's tiling instead falls back to
-    the plain pieces. FP8 weights (quant.fp8_rows): FP8_PIECES, whatever the stream (and the
-    tile loop's constexpr too)."""
+    the plain pieces. FP8 weights (quant.fp8_rows): FP8_PIECES (the tile loop's constexpr too),
+    or FP8_WORDS for a stream of fp8_words where the activations (x_dtype) are not fp32."""
     if dtype == torch.float8_e4m3fn:
-        return FP8_PIECES.value
+        words = stream is not None and stream.fp8_words and x_dtype != torch.float32
+        return (FP8_WORDS if words else FP8_PIECES).value
     if stream is None or not stream.piece_mode():
         return 0
     if not ptx_stream_ok(dtype, K):

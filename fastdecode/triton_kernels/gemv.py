@@ -308,10 +308,10 @@ def gemv_body(x_ptr, w_ptr, norm_ptr, bias_ptr, res_ptr, out_ptr, T, N, K, strid
     (_common.gemv_acc)."""
     tl.static_assert((KSPLIT == 1) | (not STREAM), "K parts split the tiles' K loops")
     tl.static_assert((not W4) | (not STREAM), "MXFP4 weights run the tile loop")
-    SPM: tl.constexpr = PTX if PTX == FP8_PIECES else 0  # the staged stream's pieces: plain / FP8
+    SPM: tl.constexpr = PTX if PTX >= FP8_PIECES else 0  # the staged stream's pieces: plain / FP8
     run = 1
     # row_partials' columns a piece: one per 16-byte chunk, or per FP8 scale group
-    PV: tl.constexpr = min(FP8_GROUP if PTX == FP8_PIECES else
+    PV: tl.constexpr = min(FP8_GROUP if PTX >= FP8_PIECES else
                            128 // w_ptr.dtype.element_ty.primitive_bitwidth, BLOCK_K)
     if STREAM and STAGES > 1:
         offs_t = tl.arange(0, 1)
@@ -493,7 +493,7 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
         out = torch.empty(P, N, device=x.device, dtype=x.dtype)
     res = residual if residual is not None else out
     BT = block_t(T) if experts is None else 1
-    ptx = 0 if w4 else stream_ptx(stream, w.dtype, K)  # FP8 weights: FP8_PIECES
+    ptx = 0 if w4 else stream_ptx(stream, w.dtype, K, x.dtype)  # FP8: FP8_PIECES / WORDS
     pdl = use_pdl(x.device)
     if stream is not None:
         assert T == 1, "the stream is the decode (T=1) path"

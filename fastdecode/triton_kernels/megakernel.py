@@ -40,7 +40,7 @@ from ..opcodes import TRACE_WORDS, WORDS, Op
 from ..ptx_inline.flags import cta_barrier, spin_acquire, spin_acquire_cta
 from ..ptx_inline.memory import prefetch_l2_bulk
 from ..ptx_inline.timers import globaltimer_ns, sm_id
-from ._common import FP8_PIECES, row_elems
+from ._common import FP8_PIECES, FP8_WORDS, row_elems
 from .all_reduce import peer, push_rows, residual_sum_body
 from .attention import attention_body, attn_merge_body, kv_prefetch
 from .embedding import embedding_body
@@ -350,7 +350,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                POST_NORM: tl.constexpr = False, SOFTCAP: tl.constexpr = False,
                LOGIT_CAP: tl.constexpr = False, PRE_NORM: tl.constexpr = True,
                QSCALE: tl.constexpr = False, BIAS_LM: tl.constexpr = False,
-               POS_EMB: tl.constexpr = False, ALIBI: tl.constexpr = 0):
+               POS_EMB: tl.constexpr = False, ALIBI: tl.constexpr = 0,
+               FP8W: tl.constexpr = False):
     """Model sizes D, FFN, H, HD are constexpr (one compile per model): a decode tile over whole
     rows then folds its chunk loop away and keeps the activation row in registers, which spares
     registers (bench/compile_check.py: 1B shape 255 registers with 48 B of spills when they were
@@ -375,7 +376,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     PTX (STREAM, bf16 weights): weight pieces as int32 words, by inline PTX (1) or plain loads
     (2) (_common.weight_chunk). FP8 layer matrices (wqkv / wo / wgu / wd float8_e4m3fn rows of
     _common.row_elems, PackedWeights.fp8) stream (codes, scales) pieces instead (FP8_PIECES,
-    known from their pointers' type); the lm_head and embeddings stay bf16 and keep PTX. In the
+    known from their pointers' type; FP8W, Tiling.fp8_words: FP8_WORDS, the codes as int32
+    words dotted with f16 activations); the lm_head and embeddings stay bf16 and keep PTX. In the
     stream the activations' chunk sits 8 bf16 a thread where the codes sit 16: K is a constexpr
     here, so rows of one chunk convert it once per task (Triton hoists the conversion out of the
     stream loop; standalone, where K is not, it ran inside: config.gemv_stream).
@@ -428,9 +430,11 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     QD = H * HD
     GU: tl.constexpr = 2 if ACT > 0 else 1  # w_gu's matrices: gate and up, or up alone
     # the layer matrices' pieces: FP8 rows (quant.fp8_rows: PackedWeights.fp8) stream (codes,
-    # scales) pairs whatever PTX asks of the bf16 lm_head; a layer's rows are row_elems apart
-    PW: tl.constexpr = FP8_PIECES if wo_ptr.dtype.element_ty == tl.float8e4nv else PTX
-    tl.static_assert((PW != FP8_PIECES) | (PF_KB == 0), "the L2 prefetch reads bf16 rows")
+    # scales) pairs -- FP8W: the codes as words, dotted in f16 -- whatever PTX asks of the bf16
+    # lm_head; a layer's rows are row_elems apart
+    PW: tl.constexpr = (FP8_WORDS if FP8W else FP8_PIECES) \
+        if wo_ptr.dtype.element_ty == tl.float8e4nv else PTX
+    tl.static_assert((PW < FP8_PIECES) | (PF_KB == 0), "the L2 prefetch reads bf16 rows")
     e0 = tl.load(ctr_ptr + tok_ctr)  # steps completed before this launch (previous launch done)
     run = 1
     s = 0

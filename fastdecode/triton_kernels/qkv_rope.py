@@ -136,7 +136,7 @@ def qkv_rope_body(x_ptr, w_ptr, norm_ptr, bias_ptr, qk_norm_ptr, cos_ptr, sin_pt
     half = HD // 2
     n_t = tl.cdiv(T, BLOCK_T)
     run = 1
-    SPM: tl.constexpr = PTX if PTX == FP8_PIECES else 0  # the staged stream's pieces: plain / FP8
+    SPM: tl.constexpr = PTX if PTX >= FP8_PIECES else 0  # the staged stream's pieces: plain / FP8
     if STREAM and STAGES > 1:
         offs_t = tl.arange(0, BLOCK_T)
         mask_t = offs_t < T
@@ -473,7 +473,7 @@ def qkv_rope(x, w_qkv, norm_w, cos, sin, pos, k_cache, v_cache, *, n_heads, eps,
     n_chunks = triton.cdiv(HD // 2, BLOCK_H)
     G = n_heads // KVH
     per = stream.tiles if stream is not None else 1
-    ptx = streamed and stream_ptx(stream, w_qkv.dtype, K)
+    ptx = streamed and stream_ptx(stream, w_qkv.dtype, K, x.dtype)
     pdl = use_pdl(x.device)
     grid = (KVH, triton.cdiv((G + 2) * n_chunks * triton.cdiv(T, BT), per))
     qkv_rope_kernel[grid](x, w_qkv, norm_w if norm_w is not None else w_qkv,
