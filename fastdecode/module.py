@@ -23,22 +23,20 @@ from .triton_kernels._common import INTERPRET
 from .spec import ModelSpec
 
 
-def _default_mode(device: torch.device, spec: ModelSpec, fp8: bool = False) -> str:
+def _default_mode(device: torch.device, spec: ModelSpec) -> str:
     # On CUDA: the persistent megakernel, faster than one launch per op replayed as a CUDA graph
     # (mode="ops") on both shapes measured (H200, bench/sweep_mega.py at 7f52662: Llama-3.2-1B
     # 1129 vs 997 tok/s, Llama-3.1-8B 225 vs 214; bench/RESULTS.md) -- a mixture of experts or
     # attention sinks run ops (the megakernel has no tasks for them: runtime.check_mode). On CPU
     # the Triton interpreter is exact but slow, so the default is the torch reference ops
     # (mode="ops" / "mega" still run every kernel there, for tests). FP8 matrices kept 8-bit
-    # (fp8: packing's keep_fp8) run ops, faster than the megakernel on the dequantized weights
-    # (H100, bench_decode, 2026-12-07: Llama-3.1-8B 273.1 vs 191.6 tok/s, Qwen3-8B 258.2 vs
-    # 186.3, Llama-3.2-1B 1206.3 vs 1013.8; bench/RESULTS.md session 64) and level with the
-    # megakernel on the same FP8 rows, whose first call takes twice as long (H100, the same
-    # run: 270.1 vs 267.0, 254.3 vs 255.2, 1200.0 vs 1218.0 tok/s; 6.6 vs 13.9 s to the 8B's
-    # first tokens; session 65).
+    # (packing's keep_fp8) run mega too: level with ops mode's FP8 tiles on the shared-memory
+    # stages (H100, bench_decode, 2026-12-07: Llama-3.1-8B 267.0 vs 270.1 tok/s, Qwen3-8B 255.2
+    # vs 254.3), ahead on the register stream's FP8 words (Llama-3.2-1B, sweep_mega: 1390.4 vs
+    # 1213.3; bench/RESULTS.md session 65).
     if device.type != "cuda":
         return "torch"
-    return "ops" if spec.moe or spec.attn_sinks or fp8 else "mega"
+    return "ops" if spec.moe or spec.attn_sinks else "mega"
 
 
 def _keep_fp8(mode: str | None, device: torch.device) -> bool:
@@ -82,7 +80,7 @@ class FastModel(nn.Module):
         self.config = config
         self.spec: ModelSpec = ModelSpec.from_hf_config(config)  # the whole model's sizes
         self.weights = weights
-        self.mode = mode or _default_mode(weights.device, self.spec, weights.fp8)
+        self.mode = mode or _default_mode(weights.device, self.spec)
         check_mode(self.spec, self.mode)
         if max_seq_len < 1:
             raise ValueError(f"max_seq_len must be >= 1, got {max_seq_len}")
@@ -145,7 +143,7 @@ class FastModel(nn.Module):
         if moved.dtype not in FLOAT_DTYPES:
             raise TypeError(f"fastdecode runs {FLOAT_DTYPES} weights, not {moved.dtype}")
         pw = dataclasses.replace(self.weights, **new)
-        mode = self._mode_arg or _default_mode(pw.device, pw.spec, pw.fp8)
+        mode = self._mode_arg or _default_mode(pw.device, pw.spec)
         if pw.device.type == "cpu" and mode != "torch" and not INTERPRET:
             mode = "torch"
         with _device_guard(pw.device):  # checks before anything is replaced

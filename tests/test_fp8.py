@@ -23,9 +23,9 @@ FLOATS = st.sampled_from([torch.float32, torch.bfloat16])  # the activations' dt
 
 
 def fp8_stream(stream, words):
-    """test_ops' stream, or with words the same stream with the codes as words dotted in f16
-    (StreamConfig.fp8_words: bf16 activations; fp32 ones keep the fp32 pieces)."""
-    return dataclasses.replace(stream, fp8_words=True) if words and stream else stream
+    """test_ops' stream with the codes as words dotted in f16 or not (StreamConfig.fp8_words:
+    bf16 activations; fp32 ones keep the fp32 pieces)."""
+    return dataclasses.replace(stream, fp8_words=words) if stream else stream
 KS = st.integers(1, 40).map(lambda k: 16 * k)  # K % 16 == 0 (fp8_rows), 1 to 5 scale groups
 
 
@@ -199,10 +199,10 @@ def test_fp8_checkpoint_blocks_too_narrow_dequantize(tmp_path):
 
 
 def test_fp8_checkpoint_default_mode(tmp_path):
-    """No mode asked: on a GPU an FP8 checkpoint whose matrices can stay 8-bit runs them in mode
-    'ops' (faster there than the megakernel on the dequantized weights: module._default_mode);
-    on the CPU the default torch mode packs them dequantized."""
+    """No mode asked: on a GPU an FP8 checkpoint whose matrices can stay 8-bit runs them 8-bit in
+    the megakernel (module._default_mode: as fast as ops mode's FP8 tiles or faster); on the CPU
+    the default torch mode packs them dequantized."""
     write_fp8_checkpoint(fp8_model(), tmp_path, (128, 128))
     fm = fastdecode.from_pretrained(str(tmp_path), max_seq_len=32, device=DEVICE)
     cuda = torch.device(DEVICE).type == "cuda"
-    assert fm.weights.fp8 == cuda and fm.mode == ("ops" if cuda else "torch")
+    assert fm.weights.fp8 == cuda and fm.mode == ("mega" if cuda else "torch")

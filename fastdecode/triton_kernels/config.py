@@ -120,13 +120,15 @@ class StreamConfig:
     # activations (as qkv_rope_body's PTX 1): 1291.2 / 1288.5 -- neither kept (RESULTS session 47).
     words: bool = False
     # FP8 rows (quant.fp8_rows) with bf16 / fp16 activations: the codes as int32 words, each
-    # word's four products by ptx_inline.fp8x4_dot_f16 (f16 math, ~2 instructions a code) where
-    # FP8_PIECES converts every code to fp32 (~6.9 instructions a code in the 1B megakernel's
-    # stream loops, sm_90a SASS, against ~5.4 a bf16 element: FP8 streams at ~71% of its
-    # roofline where bf16 streams at ~90%, H100, bench/RESULTS.md session 65). Off: built on the
-    # CPU (interpreter, compile_check), not yet timed on a GPU. fp32 activations keep
-    # FP8_PIECES (no rounding of a product).
-    fp8_words: bool = False
+    # word's four products by ptx_inline.fp8x4_dot_f16 (f16 math) where FP8_PIECES converts
+    # every code to fp32 -- the 1B megakernel's stream loops ~4.4 instead of ~6.9 sm_90a SASS
+    # instructions a code (a bf16 element's: ~5.4). None: on for the register stream (every
+    # op's stages 1), off for the shared-memory stages. H100, 2026-12-07, f80b65a, sweep_mega
+    # --fp8 --new-tokens 128, one run (bench/RESULTS.md session 65), tok/s: Llama-3.2-1B table
+    # entry (register stream) 1390.4 with words vs 1265.2 without (ops mode's FP8 tiles
+    # 1213.3); Llama-3.1-8B on its stages 3 263.8 / 263.7 vs 273.2 / 273.2. fp32 activations
+    # keep FP8_PIECES (no rounding of a product).
+    fp8_words: bool | None = None
     # decode: the last ATTN task of a KV group merges its splits (graph.py, Tiling.merge_in_attn)
     # instead of a MERGE task one dependency hop later. Off: on an H200 (2026-11-30, 009b042,
     # sweep_mega 16384/4w/4096/2) 1B 1118.8 vs 1129.3 tok/s, 8B 219.5 vs 222.1 -- the saved hop
@@ -533,6 +535,13 @@ class StreamConfig:
         1 inline-PTX words, 2 words by plain loads."""
         return 2 if self.words else int(self.ptx)
 
+    def fp8_word_pieces(self, d_model: int | None = None) -> bool:
+        """FP8 rows (with 2-byte activations) stream as words (fp8_words; None: where every
+        op's stream is the register stream, op_stages)."""
+        if self.fp8_words is not None:
+            return self.fp8_words
+        return max(self.op_stages(d_model)) == 1
+
     def elems(self, op: int) -> int:
         """Elements per weight piece of op 0-3 (QKV, o_proj, gate|up, down): op_elems[op], else
         tile_elems."""
@@ -616,7 +625,7 @@ def stream_ptx(stream: StreamConfig | None, dtype, K: int, x_dtype=None) -> int:
     the plain pieces. FP8 weights (quant.fp8_rows): FP8_PIECES (the tile loop's constexpr too),
     or FP8_WORDS for a stream of fp8_words where the activations (x_dtype) are not fp32."""
     if dtype == torch.float8_e4m3fn:
-        words = stream is not None and stream.fp8_words and x_dtype != torch.float32
+        words = stream is not None and stream.fp8_word_pieces() and x_dtype != torch.float32
         return (FP8_WORDS if words else FP8_PIECES).value
     if stream is None or not stream.piece_mode():
         return 0

@@ -466,8 +466,9 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
     scales their E8M0 exponents [E, N or 2N, K / 32] uint8; each row pair runs the tile loop
     (_common.gemv_acc's W4; config, else MXFP4_TILE).
     w float8_e4m3fn (an FP8 checkpoint's matrix kept 8-bit: quant.fp8_rows' rows, [N or 2N,
-    row_elems(K)]): codes times their scales in fp32 (_common.weight_chunk's FP8_PIECES); the
-    decode stream's pieces or the tile loop (gemv_config: the table's streams are bf16's)."""
+    row_elems(K)]): codes times their scales in fp32 (_common.weight_chunk's FP8_PIECES; a
+    stream's FP8 words with bf16 / fp16 x: f16 products, StreamConfig.fp8_words); the decode
+    stream's pieces or the tile loop (gemv_config: the table's streams are bf16's)."""
     T, K = x.shape
     w4 = scales is not None
     if w4:
