@@ -235,8 +235,7 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
                   one_poller=st is not None and st.one_poller,
                   abort_every=st.abort_every if st is not None else 1,
                   attn_outline=st is not None and st.attn_outline, post_norm=spec.post_norms,
-                  fp8_words=st is not None and st.fp8_word_pieces(spec.d_model) and fp8 and
-                  getattr(dtype, "itemsize", 2) < 4)
+                  fp8_words=fp8 and st is not None and st.fp8_word_pieces(dtype, spec.d_model))
 
 
 REMOTE = ("xo", "xdown", "xlm")  # counter keys signalled across ranks (tensor parallelism)

@@ -191,12 +191,15 @@ def test_fp8_words_give_the_fp32_pieces_tokens(tmp_path):
 
 def test_fp8_words_follow_the_register_stream():
     """StreamConfig.fp8_words None: words where every op's stream runs in registers (stages 1:
-    measured faster), not on shared-memory stages (measured slower); a given value wins."""
-    assert StreamConfig(stages=1).fp8_word_pieces()
-    assert not StreamConfig(stages=3).fp8_word_pieces()
-    assert not StreamConfig(stages=(1, 1, 3, 1)).fp8_word_pieces()
-    assert not StreamConfig(stages=1, fp8_words=False).fp8_word_pieces()
-    assert StreamConfig(stages=3, fp8_words=True).fp8_word_pieces()
+    measured faster), not on shared-memory stages (measured slower); a given value wins, and
+    fp32 activations never take them."""
+    bf16 = torch.bfloat16
+    assert StreamConfig(stages=1).fp8_word_pieces(bf16)
+    assert not StreamConfig(stages=3).fp8_word_pieces(bf16)
+    assert not StreamConfig(stages=(1, 1, 3, 1)).fp8_word_pieces(bf16)
+    assert not StreamConfig(stages=1, fp8_words=False).fp8_word_pieces(bf16)
+    assert StreamConfig(stages=3, fp8_words=True).fp8_word_pieces(bf16)
+    assert not StreamConfig(stages=1, fp8_words=True).fp8_word_pieces(torch.float32)
 
 
 def test_fp8_checkpoint_blocks_too_narrow_dequantize(tmp_path):

@@ -535,11 +535,13 @@ class StreamConfig:
         1 inline-PTX words, 2 words by plain loads."""
         return 2 if self.words else int(self.ptx)
 
-    def fp8_word_pieces(self, d_model: int | None = None) -> bool:
-        """FP8 rows (with 2-byte activations) stream as words (fp8_words; None: where every
-        op's stream is the register stream, op_stages)."""
+    def fp8_word_pieces(self, act_dtype, d_model: int | None = None) -> bool:
+        """FP8 rows stream as words (fp8_words; None: where every op's stream is the register
+        stream, op_stages) -- never with fp32 activations (act_dtype: no product rounded)."""
+        if act_dtype == torch.float32:
+            return False
         if self.fp8_words is not None:
-            return self.fp8_words
+            return bool(self.fp8_words)
         return max(self.op_stages(d_model)) == 1
 
     def elems(self, op: int) -> int:
@@ -625,7 +627,7 @@ def stream_ptx(stream: StreamConfig | None, dtype, K: int, x_dtype=None) -> int:
     the plain pieces. FP8 weights (quant.fp8_rows): FP8_PIECES (the tile loop's constexpr too),
     or FP8_WORDS for a stream of fp8_words where the activations (x_dtype) are not fp32."""
     if dtype == torch.float8_e4m3fn:
-        words = stream is not None and stream.fp8_word_pieces() and x_dtype != torch.float32
+        words = stream is not None and stream.fp8_word_pieces(x_dtype)
         return (FP8_WORDS if words else FP8_PIECES).value
     if stream is None or not stream.piece_mode():
         return 0
