@@ -166,7 +166,21 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
     (fp8_matrices)."""
     sp = spec.shard(rank, world)
     fam = FAMILIES[spec.family]
-    fp8 = fp8_matrices(spec, get, fam, world) if keep_fp8 else None
+    every = slice(None)
+
+    def rows(n):
+        return (slice(rank * n, (rank + 1) * n),)
+
+    def cols(n):
+        return (every, slice(rank * n, (rank + 1) * n))
+    q, f = rows(sp.q_dim), rows(sp.ffn_dim)
+    k0, k1 = spec.kv_heads_of(rank, world)  # replicated when world > KV heads
+    kv = (slice(k0 * spec.head_dim, k1 * spec.head_dim),)
+    # each matrix's shard (a column-parallel one's rows, a row-parallel one's columns)
+    shards = {**dict(zip((f"self_attn.{n}_proj.weight" for n in "qkv"), (q, kv, kv))),
+              "self_attn.o_proj.weight": cols(sp.q_dim), "mlp.gate_proj.weight": f,
+              "mlp.up_proj.weight": f, "mlp.down_proj.weight": cols(sp.ffn_dim)}
+    fp8 = fp8_matrices(spec, get, fam, shards, world) if keep_fp8 else None
     if fam.checkpoint_names:
         get = renamed_getter(get, fam.checkpoint_names, fam.checkpoint_prefix)
     if fam.conv1d:
@@ -218,13 +232,6 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
                               device_free_bytes(device), MXFP4_BYTES if four_bit else None,
                               FP8_BYTES if fp8 is not None else None)
     check_fit(mxfp4 or encode)
-    every = slice(None)
-
-    def rows(n):
-        return (slice(rank * n, (rank + 1) * n),)
-
-    def cols(n):
-        return (every, slice(rank * n, (rank + 1) * n))
 
     def fetch(name, index=None):
         t = get(name, index)
@@ -243,12 +250,12 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
         Each tensor is copied (and converted) straight into its slice of the one packed tensor:
         no per-layer intermediates, so loading peaks at the packed size plus one tensor. FP8
         matrices (codes, where fp8_matrices kept them): their rows as quant.fp8_rows lays them
-        out (one rank: no index)."""
+        out (the rank's shard, by the same index)."""
         out = None
         for i in range(spec.n_layers):
             names = [f"model.layers.{i}.{f}" for f, _ in parts]
             keep = codes and fp8 is not None
-            ts = [fp8(n) for n in names] if keep else \
+            ts = [fp8(n, f) for n, (f, _) in zip(names, parts)] if keep else \
                 [fetch(n, ix) for n, (_, ix) in zip(names, parts)]
             if out is None:  # sized from layer 0's tensors
                 out = torch.empty((spec.n_layers, sum(t.shape[0] for t in ts), *ts[0].shape[1:]),
@@ -330,9 +337,6 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
         return ((name, index),) if spec.gated else ()
     norms = [n and (f"{n}.weight", None) for n in fam.norms]
     mlp = "mlp.shared_expert." if spec.moe else "mlp."  # a mixture's dense MLP: its shared expert
-    q, f = rows(sp.q_dim), rows(sp.ffn_dim)
-    k0, k1 = spec.kv_heads_of(rank, world)  # replicated when world > KV heads
-    kv = (slice(k0 * spec.head_dim, k1 * spec.head_dim),)
     if spec.embed_norm and spec.layer_norm:  # BLOOM's LayerNorm of the embedded rows, with its
         # weight and bias: row-wise, so applied to the table once (a new tensor), then centered
         w, b = (need(f"model.embed_norm.{n}").to(device).float() for n in ("weight", "bias"))
@@ -419,31 +423,37 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
     return pw
 
 
-def fp8_matrices(spec: ModelSpec, get, fam, world: int):
-    """pack's keep_fp8: name -> quant.fp8_rows of that weight, where every dense matrix of the
-    model can stay FP8 as it is stored; else None (the dequantized weights pack as before): one
-    rank, a dense model whose packing changes no weight value or row (no fused / grouped / renamed
-    / Conv1D checkpoint tensors, no scales folded in, no LayerNorm centering, no rotary rows
-    permuted) and a checkpoint whose every q / k / v / o / gate / up / down weight
-    quant.fp8_rows can lay out (read here: layer 0's decides the rest as they pack, and one
+def fp8_matrices(spec: ModelSpec, get, fam, shards: dict, world: int):
+    """pack's keep_fp8: (name, layer's name) -> quant.fp8_rows of that weight's shard, where
+    every dense matrix of the model can stay FP8 as it is stored; else None (the dequantized
+    weights pack as before): a dense model whose packing changes no weight value or row (no fused
+    / grouped / renamed / Conv1D checkpoint tensors, no scales folded in, no LayerNorm centering,
+    no rotary rows permuted) and a checkpoint whose every q / k / v / o / gate / up / down weight
+    quant.fp8_rows can lay out -- for tensor parallelism, the rank's shard of it (shards: a
+    layer's name -> its index), a row-parallel matrix's (o, down) for every rank's columns, so
+    that all ranks decide alike (read here: layer 0's decides the rest as they pack, and one
     that cannot raises; layer 0's rows are handed to the packing once, not read again)."""
     rows = getattr(get, "fp8_rows", None)
     plain = not (fam.checkpoint_names or fam.conv1d or fam.fused or fam.qkv_grouped
                  or spec.text_of or spec.layer_norm or spec.qk_layer_norm or spec.moe
                  or spec.q_scale != 1.0
                  or spec.residual_scale != 1.0 or spec.rope_permutation() is not None)
-    if rows is None or world != 1 or not plain:
+    if rows is None or not plain:
         return None
     names = [f"self_attn.{n}_proj.weight" for n in "qkvo"] + \
         [f"mlp.{n}_proj.weight" for n in ("gate", "up", "down")[1 - spec.gated:]]
+
+    def shard(name, layer_name):
+        by_cols = shards[layer_name][0] == slice(None)  # row-parallel: its columns cut
+        return rows(name, shards[layer_name], world if by_cols else 1)
     first = {}
     for n in names:
-        first[f"model.layers.0.{n}"] = t = rows(f"model.layers.0.{n}")
+        first[f"model.layers.0.{n}"] = t = shard(f"model.layers.0.{n}", n)
         if t is None:
             return None
 
-    def read(name):
-        t = first.pop(name) if name in first else rows(name)
+    def read(name, layer_name):
+        t = first.pop(name) if name in first else shard(name, layer_name)
         if t is None:
             raise ValueError(f"{name}: not FP8 as layer 0's matrices are (quant.fp8_rows)")
         return t

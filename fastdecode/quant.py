@@ -23,7 +23,9 @@ turns them when it dequantizes:
   whose scales are constant over each 128 columns (blocks 128 wide or wider, per channel, per
   tensor, groups of 128) packs as its codes and a row's scales (triton_kernels._common.FP8_GROUP's
   row layout) and streams half the bf16 bytes (+ 3% for the scales); the kernels multiply the
-  codes by their scales in fp32 (no rounding of W to bf16 at T = 1).
+  codes by their scales in fp32 (no rounding of W to bf16 at T = 1). Tensor parallelism: a
+  rank's shard of each matrix (fp8_rows' index), where every rank's columns of the row-parallel
+  ones keep each 128-column group in one scale block (col_parts) -- else every rank dequantizes.
 - "mxfp4" (gpt-oss): each expert matrix W [E, N, K] (N the output rows: gate|up's 2F, down's d)
   is stored as `<name>_blocks` [E, N, K / 32, 16] uint8 -- two FP4 (e2m1) codes a byte, the low
   nibble first -- and `<name>_scales` [E, N, K / 32] uint8 E8M0 exponents, one per 32 elements:
@@ -145,26 +147,47 @@ def _scale_grid(N: int, K: int, s: torch.Tensor, block):
     return s, (bn, bk)
 
 
-def fp8_rows(q: torch.Tensor, scale: torch.Tensor, block=None) -> torch.Tensor | None:
+def fp8_rows(q: torch.Tensor, scale: torch.Tensor, block=None, index=None,
+             col_parts: int = 1) -> torch.Tensor | None:
     """q [N, K] float8_e4m3fn codes and their scales (dequantize_fp8's) -> the rows as the FP8
     kernels read them (_common.FP8_GROUP): [N, row_elems(K)] float8_e4m3fn, each row its K codes,
-    then its fp32 scale of each 128 columns, zero padding to 16 bytes. None where they cannot
-    be read so: e5m2 codes, E8M0 scales, K % 16 != 0, or a scale block narrower than 128 columns
-    (and than K) or not a multiple of them."""
+    then its fp32 scale of each 128 columns, zero padding to 16 bytes. index (a tuple of slices,
+    rows then columns, as packing's getters take): the rows of q[index] -- a tensor-parallel
+    rank's shard, its 128-column groups counted from its first column. col_parts: the K columns
+    are cut in that many equal parts (a row-parallel matrix's ranks) and every part must be
+    readable, so all ranks decide alike. None where they cannot be read so: e5m2 codes, E8M0
+    scales, a (part's) K % 16 != 0, or a (part's) group of 128 columns spanning two scale blocks
+    (blocks narrower than 128 columns, or not a multiple of them, or a part not starting on a
+    block)."""
     G = FP8_GROUP.value
     N, K = q.shape
-    if q.dtype != torch.float8_e4m3fn or scale.dtype == torch.uint8 or K % 16:
+    if q.dtype != torch.float8_e4m3fn or scale.dtype == torch.uint8 or K % col_parts:
         return None
     s, (bn, bk) = _scale_grid(N, K, scale.to(torch.float32), block)
-    if bk < K and bk % G:
+    rix, cix = (*(index or ()), slice(None), slice(None))[:2]
+    width = K // col_parts
+    if width % 16 or not all(_groups_in_blocks(p * width, width, bk) for p in range(col_parts)):
         return None
-    ng = -(-K // G)
-    cols = torch.div(torch.arange(ng, device=s.device) * G, bk, rounding_mode="floor")
-    rows = s.repeat_interleave(bn, dim=0)[:N][:, cols]  # [N, ng]: each 128 columns' scale
-    out = torch.zeros(N, row_elems(K, q.dtype), dtype=torch.uint8, device=q.device)
-    out[:, :K] = q.view(torch.uint8)
-    out[:, K:K + 4 * ng] = rows.contiguous().to(q.device).view(torch.uint8)
+    c0, c1, step = cix.indices(K)
+    if step != 1 or (c1 - c0) % 16 or not _groups_in_blocks(c0, c1 - c0, bk):
+        return None
+    Kl = c1 - c0
+    ng = -(-Kl // G)
+    rows = s.repeat_interleave(bn, dim=0)[:N][rix][
+        :, (c0 + torch.arange(ng, device=s.device) * G) // bk]
+    codes = q[rix][:, c0:c1]
+    out = torch.zeros(codes.shape[0], row_elems(Kl, q.dtype), dtype=torch.uint8,
+                      device=q.device)
+    out[:, :Kl] = codes.view(torch.uint8)
+    out[:, Kl:Kl + 4 * ng] = rows.contiguous().to(q.device).view(torch.uint8)
     return out.view(torch.float8_e4m3fn)
+
+
+def _groups_in_blocks(c0: int, width: int, bk: int) -> bool:
+    """Each 128-column group of columns [c0, c0 + width) lies in one scale block of bk columns
+    (the groups counted from c0: fp8_rows' row layout)."""
+    G = FP8_GROUP.value
+    return all(g // bk == (min(g + G, c0 + width) - 1) // bk for g in range(c0, c0 + width, G))
 
 
 def fp8_values(rows: torch.Tensor, K: int) -> torch.Tensor:
@@ -256,9 +279,9 @@ def dequantizing_getter(config, get, device=None):
         w = dequantize_fp8(*codes(name), block)
         return w if index is None else w[index]
 
-    def rows(name):
-        """name's weight in fp8_rows' layout (kept 8-bit), else None."""
+    def rows(name, index=None, col_parts=1):
+        """name's weight (its shard `index`) in fp8_rows' layout (kept 8-bit), else None."""
         qs = codes(name)
-        return None if qs is None else fp8_rows(*qs, block)
+        return None if qs is None else fp8_rows(*qs, block, index, col_parts)
     read.fp8_rows = rows
     return read

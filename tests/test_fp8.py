@@ -202,6 +202,40 @@ def test_fp8_words_follow_the_register_stream():
     assert not StreamConfig(stages=1, fp8_words=True).fp8_word_pieces(torch.float32)
 
 
+@pytest.mark.parametrize("writer,ffn,world,kept", [
+    ("fp8 128x128", 256, 2, True),   # each rank's 128 down columns: one scale block
+    ("fp8 128x128", 512, 4, True),
+    ("channel", 288, 2, True),       # a scale per row: any columns (144 a rank: two groups)
+    ("fp8 128x128", 288, 2, False),  # rank 1's down columns start mid-block (144)
+    ("fp8 4x128", 256, 4, True)])    # 64 columns a rank: half a block each
+def test_fp8_shards_are_the_dequantized_shards(tmp_path, writer, ffn, world, kept):
+    """Tensor parallelism keeps an FP8 checkpoint 8-bit on every rank: each rank's FP8 rows
+    (quant.fp8_rows of its shard: q / k / v / gate / up rows, o / down columns, each 128-column
+    group's scale counted from the rank's first column) read back exactly as that rank's shard of
+    the dequantized checkpoint. Where a row-parallel matrix's columns would cut a scale block
+    for some rank (and a group of 128 would span two), no rank keeps them: the ranks decide
+    alike, on the same packing."""
+    from fastdecode.loading import open_checkpoint
+    from fastdecode.packing import pack
+    from fastdecode.quant import dequantizing_getter
+    from fastdecode.spec import ModelSpec
+    model = tiny_model("qwen3", hidden_size=64, intermediate_size=ffn, head_dim=16,
+                       num_attention_heads=4, num_key_value_heads=2)
+    if writer == "channel":
+        write_compressed_fp8_checkpoint(model, tmp_path, "channel")
+    else:
+        write_fp8_checkpoint(model, tmp_path, tuple(int(n) for n in writer[4:].split("x")))
+    config, get, _ = open_checkpoint(str(tmp_path))
+    spec, get = ModelSpec.from_hf_config(config), dequantizing_getter(config, get)
+    for r in range(world):
+        kw = dict(device="cpu", dtype=torch.float32, rank=r, world=world)
+        pw, ref = pack(spec, get, keep_fp8=True, **kw), pack(spec, get, **kw)
+        assert pw.fp8 == kept and not ref.fp8
+        for n in ("qkv", "o", "gu", "down"):
+            for l in range(spec.n_layers):
+                assert torch.equal(pw.matrix(n, l), ref.matrix(n, l)), (r, n, l)
+
+
 def test_fp8_checkpoint_blocks_too_narrow_dequantize(tmp_path):
     """Scale blocks 4 columns wide (not constant over 128 columns): mode 'ops' packs the
     dequantized weights, as every other mode does."""

@@ -217,16 +217,18 @@ def test_torchrun_ranks_match_single_process(tmp_path, family, world, mode, devi
 GPU_RANK_PROGRAMS = 8
 
 
-def mega_ranks(model, world, fn, max_seq_len=64, device="cpu"):
+def mega_ranks(model, world, fn, max_seq_len=64, device="cpu", shards=None):
     """fn(FastModel) on every virtual rank of a tensor-parallel mode="mega" model: one thread per
     rank, each rank's megakernel running concurrently (Triton's interpreter on the CPU; on one
     GPU, each rank on its own CUDA stream with GPU_RANK_PROGRAMS programs), pushing partial sums
-    into the other ranks' buffers and waiting on their flags."""
+    into the other ranks' buffers and waiting on their flags. shards: the ranks' PackedWeights
+    (else model's, packed)."""
     spec, _ = spec_and_getter(model)
     group = ThreadGroup(world)
 
     def rank(r):
-        fm = FastModel(packed(model, r, world, device), model.config, max_seq_len=max_seq_len,
+        pw = shards[r] if shards else packed(model, r, world, device)
+        fm = FastModel(pw, model.config, max_seq_len=max_seq_len,
                        mode="mega", collectives=ThreadCollectives(spec, group, r, device))
         if device == "cpu":
             return fn(fm)
@@ -340,6 +342,43 @@ def check_mega_ranks(family, world, stages, device):
     assert rel_err(outs[0][0], want) < 1e-5
     assert torch.equal(outs[0][1], greedy)
     assert torch.equal(outs[0][2], sampled.cpu())  # Gumbel noise keyed on global token ids
+
+
+@needs_gpus(1)
+def test_fp8_mega_virtual_ranks_share_one_gpu(tmp_path):
+    """An FP8 checkpoint at tp=2 on virtual ranks sharing one GPU: each rank's megakernel streams
+    its shard's FP8 rows (test_fp8's shards: q / k / v / gate / up rows, o / down columns, each
+    kept 8-bit). Bit-identical ranks; fp32 activations, so the logits differ from the tp=1 FP8
+    megakernel's only in summation order (per rank, then across ranks): within 1e-5, the same
+    greedy tokens."""
+    from fastdecode.loading import open_checkpoint
+    from fastdecode.quant import dequantizing_getter
+    from test_quant import write_fp8_checkpoint
+    model = tiny_model("qwen3", hidden_size=64, intermediate_size=256, head_dim=16,
+                       num_attention_heads=4, num_key_value_heads=2)
+    write_fp8_checkpoint(model, tmp_path, (128, 128))
+    one = fastdecode.from_pretrained(str(tmp_path), max_seq_len=64, device="cuda", mode="mega",
+                                     dtype=torch.float32)
+    ids = torch.randint(0, model.config.vocab_size, (13,),
+                        generator=torch.Generator().manual_seed(2)).cuda()
+    want = teacher_forced(lambda x: one(x[None])[0], ids)
+    greedy = one.generate(ids[None, :5], max_new_tokens=7, eos_token_id=[])
+    config, get, _ = open_checkpoint(str(tmp_path), "cuda")
+    spec, get = ModelSpec.from_hf_config(config), dequantizing_getter(config, get, "cuda")
+    shards = [pack(spec, get, device="cuda", dtype=torch.float32, rank=r, world=2,
+                   keep_fp8=True) for r in range(2)]
+    assert one.weights.fp8 and all(pw.fp8 for pw in shards)
+
+    def run(f):
+        f.runtime.mega_stream = StreamConfig(attn_in_qkv_keys=10)
+        logits = teacher_forced(lambda x: f(x[None])[0], ids)
+        f.reset()
+        return logits.cpu(), f.generate(ids[None, :5], max_new_tokens=7, eos_token_id=[]).cpu()
+    outs = mega_ranks(model, 2, run, device="cuda", shards=shards)
+    for logits, tokens in outs:
+        assert torch.equal(logits, outs[0][0]) and torch.equal(tokens, outs[0][1])
+    assert rel_err(outs[0][0], want.cpu()) < 1e-5
+    assert torch.equal(outs[0][1], greedy.cpu())
 
 
 def test_mega_silent_rank_raises():
