@@ -10,6 +10,9 @@ Sharding (Megatron-style, sizes from ModelSpec.shard; packing.pack reads a rank'
              each: W/KVH times the KV bytes, as vLLM does), so again no communication
     gate|up  column-parallel: rows [r*F/W, (r+1)*F/W) of gate and of up (SwiGLU stays local)
     O, down  row-parallel: the matching input columns; each rank's output is a partial sum
+    experts  a mixture's: each expert as a dense MLP (its gate / up rows and down columns of
+             [r*Fe/W, (r+1)*Fe/W)), the router replicated, so every rank routes alike; their
+             down biases on rank 0 (packing.pack's expert_shard)
     lm_head  vocab-parallel: rows [r*ceil(V/W), ...); the token choice is a cross-rank argmax
     norms, embedding: replicated. Biases of O and down live on rank 0 (added once).
 Each partial sum is all-reduced in fp32, summed in rank order, so every rank holds bit-identical

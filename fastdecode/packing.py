@@ -215,8 +215,9 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
         get = oai_expert_getter(get) if fam.experts.oai else \
             expert_getter(get, spec.d_model, spec.expert_ffn)
     # an MXFP4 checkpoint's experts packed as they are (the module docstring) where no scale
-    # multiplies them; otherwise quant's getter dequantizes them
-    mxfp4 = spec.moe and spec.residual_scale == 1.0 and \
+    # multiplies them and a rank's down columns hold whole blocks of 32; otherwise quant's getter
+    # dequantizes them
+    mxfp4 = spec.moe and spec.residual_scale == 1.0 and sp.expert_ffn % 32 == 0 and \
         get("model.layers.0.mlp.experts.down_proj_blocks") is not None
     # float experts that are exactly MXFP4 (gpt-oss dequantized by transformers) pack as MXFP4
     # too (encoded_mxfp4): decided by layer 0's first expert before the room check, so it counts
@@ -269,13 +270,30 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
                 row += t.shape[0]
         return out
 
+    def expert_shard(name, t, per=1):
+        """This rank's part of expert tensors t [E, ...] of mlp.experts.{name}: gate|up's (and
+        its bias's) gate rows of the rank's slice of each expert's F, then its up rows; down's
+        columns of that slice (per: elements a stored column holds, MXFP4's codes 2 and scales
+        32); down's bias on rank 0 (added once)."""
+        if world == 1:
+            return t
+        F, g = spec.expert_ffn, sp.expert_ffn
+        if name.startswith("gate_up_proj"):
+            return torch.cat([t[:, rank * g:(rank + 1) * g], t[:, F + rank * g:F + (rank + 1) * g]],
+                             1)
+        if name == "down_proj":
+            return t[..., rank * g // per:(rank + 1) * g // per]
+        return on_first_rank(t)
+
     def stack_experts(name):
         """[L, E, rows, cols] of layer i's model.layers.{i}.mlp.experts.{name}, an expert at
-        a time (expert_getter reads a checkpoint's per-expert tensors one by one)."""
+        a time (expert_getter reads a checkpoint's per-expert tensors one by one); the rank's
+        part of each (expert_shard)."""
         out = None
         for i in range(spec.n_layers):
             for e in range(spec.n_experts):
-                t = fetch(f"model.layers.{i}.mlp.experts.{name}", (slice(e, e + 1),))
+                t = expert_shard(name, fetch(f"model.layers.{i}.mlp.experts.{name}",
+                                             (slice(e, e + 1),)))
                 if out is None:
                     out = torch.empty((spec.n_layers, spec.n_experts, *t.shape[1:]),
                                       device=device, dtype=dtype)
@@ -296,6 +314,7 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
             ts[0] = ts[0].reshape(*ts[1].shape[:2], -1)
             if name == "gate_up_proj":
                 ts = [deinterleave_gate_up(t) for t in ts]
+            ts = [expert_shard(name, t, per) for t, per in zip(ts, (2, 32))]
             if out is None:
                 out = [torch.empty((spec.n_layers, *t.shape), device=device, dtype=torch.uint8)
                        for t in ts]
@@ -316,7 +335,8 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
             codes = scales = None
             for i in range(spec.n_layers):
                 for e in range(spec.n_experts):
-                    t = fetch(f"model.layers.{i}.mlp.experts.{name}", (slice(e, e + 1),))
+                    t = expert_shard(name, fetch(f"model.layers.{i}.mlp.experts.{name}",
+                                                 (slice(e, e + 1),)))
                     enc = encode_mxfp4(t[0].to(device))
                     if enc is None:
                         return None

@@ -518,7 +518,9 @@ class Runtime:
         after the MLP's norm, the routing, the top_k experts' gate|up GEMVs by the routed ids,
         the shared expert's gate|up, then one kernel of the experts' (and the shared expert's)
         down GEMVs adding their weighted sum into h; the router's and the experts' biases where
-        the model has them (ModelSpec.expert_bias)."""
+        the model has them (ModelSpec.expert_bias). Tensor parallelism: every rank routes alike
+        (the router replicated), runs its slice of each expert's rows, and its fp32 partial
+        sums (the down kernel's into zeros) are all-reduced into h."""
         st, pw, s = self.state, self.pw, self.spec
         norm, P = pw.pre_norm(1, l), T * s.top_k
         pick = lambda t: None if t is None else t[l]  # noqa: E731
@@ -533,8 +535,11 @@ class Runtime:
         if s.ffn_dim:
             shared = (ops.gemv(h, pw.w_gu[l], norm_w=norm, eps=s.rms_eps, swiglu=True, act=s.act,
                                out=st.act[:T]), pw.w_down[l], scale)
-        ops.moe_down(h, st.moe_act[:P], pw.w_experts_down[l], ids, w, shared,
+        into = st.part[:T].zero_() if self.tp else h
+        ops.moe_down(into, st.moe_act[:P], pw.w_experts_down[l], ids, w, shared,
                      bias=pick(pw.b_experts_down), scales=pick(pw.s_experts_down))
+        if self.tp:
+            self._add_reduced(h, into)
 
     def _head_ops(self, h, T, all_logits, sampling, choose=True):
         """The lm_head and the token choice of a step's rows h [T, d] (the logits of all of them

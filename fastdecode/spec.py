@@ -857,15 +857,16 @@ class ModelSpec:
 
     # ---- tensor parallelism: the sizes of one rank's shard (distributed.py says how it shards)
     def check_tp(self, world: int):
-        """tp must divide the heads and the FFN, and divide the KV heads or be a multiple of
-        them (then each KV head is replicated on tp / num_key_value_heads ranks)."""
+        """tp must divide the heads and the FFN (a mixture's: every expert's width, and its
+        shared expert's), and divide the KV heads or be a multiple of them (then each KV head is
+        replicated on tp / num_key_value_heads ranks)."""
         if isinstance(world, bool) or not isinstance(world, int) or world < 1:
             raise TensorParallelError(f"tensor-parallel size must be a positive integer, got "
                                       f"{world!r}")
-        if self.moe and world > 1:
-            raise TensorParallelError(f"{self.family}: tensor parallelism of a mixture of experts "
-                                      f"is not supported (tp={world})")
-        for what, n in (("num_attention_heads", self.n_heads), ("intermediate_size", self.ffn_dim)):
+        widths = (("the experts' intermediate size", self.expert_ffn),
+                  ("the shared expert's intermediate size", self.ffn_dim)) if self.moe else \
+            (("intermediate_size", self.ffn_dim),)
+        for what, n in (("num_attention_heads", self.n_heads), *widths):
             if n % world:
                 raise TensorParallelError(f"tp={world} does not divide {what}={n}")
         if self.qk_norm_full and world > 1:
@@ -892,7 +893,8 @@ class ModelSpec:
         v0, v1 = self.vocab_range(rank, world)
         return dataclasses.replace(self, n_heads=self.n_heads // world,
                                    n_kv_heads=max(1, self.n_kv_heads // world),
-                                   ffn_dim=self.ffn_dim // world, vocab_size=v1 - v0)
+                                   ffn_dim=self.ffn_dim // world,
+                                   expert_ffn=self.expert_ffn // world, vocab_size=v1 - v0)
 
     @property
     def longrope_orig(self) -> int | None:

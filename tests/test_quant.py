@@ -322,6 +322,34 @@ def test_fp8_checkpoint_on_the_gpu(tmp_path, block):
     assert torch.equal(fm.generate(ids, max_new_tokens=8), gpu.generate(ids, max_new_tokens=8))
 
 
+def write_mxfp4_checkpoint(model, path, seed=5):
+    """A gpt-oss model saved as openai/gpt-oss-20b's MXFP4 checkpoint: its experts'
+    gate_up_proj / down_proj as random _blocks (codes of all 16 values) and _scales (2^-10..2^3),
+    the rest unquantized; the model's expert parameters set to what they stand for
+    (transformers' convert_moe_packed_tensors). -> (the state dict saved, the config saved)."""
+    from safetensors.torch import load_file, save_file
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+    model.save_pretrained(path)
+    f = path / "model.safetensors"
+    sd = load_file(f)
+    g = torch.Generator().manual_seed(seed)
+    for name in [n for n in sd if n.endswith(("gate_up_proj", "down_proj"))]:
+        E, K, N = sd.pop(name).shape  # HF's [E, in, out]
+        blocks = torch.randint(0, 256, (E, N, K // 32, 16), generator=g, dtype=torch.uint8)
+        scales = torch.randint(117, 131, (E, N, K // 32), generator=g, dtype=torch.uint8)
+        sd.update({name + "_blocks": blocks, name + "_scales": scales})
+        w = convert_moe_packed_tensors(blocks, scales, dtype=torch.float32)  # [E, K, N]
+        assert w.shape == (E, K, N)
+        model.get_parameter(name).data.copy_(w)
+    save_file(sd, f, metadata={"format": "pt"})
+    cfg = json.loads((path / "config.json").read_text())
+    cfg["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": [
+        "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
+        "lm_head"]}
+    (path / "config.json").write_text(json.dumps(cfg))
+    return sd, cfg
+
+
 def test_mxfp4_checkpoint_keeps_transformers_experts_in_4_bits(tmp_path):
     """A gpt-oss MXFP4 checkpoint (its experts' gate_up_proj / down_proj as _blocks and _scales,
     the rest unquantized, quantization_config as openai/gpt-oss-20b's): from_pretrained packs
@@ -339,27 +367,8 @@ def test_mxfp4_checkpoint_keeps_transformers_experts_in_4_bits(tmp_path):
     codes of all 16 values, exponents 2^-10..2^3 (the nibble order or the exponent's bias off:
     other weights). from_hf of a model still holding the packed bytes (transformers'
     Mxfp4GptOssExperts on a GPU) says to load the folder."""
-    from safetensors.torch import load_file, save_file
-    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
     model = tiny_model("gpt_oss", hidden_size=64, intermediate_size=32)  # K % 32 == 0
-    model.save_pretrained(tmp_path)
-    f = tmp_path / "model.safetensors"
-    sd = load_file(f)
-    g = torch.Generator().manual_seed(5)
-    for name in [n for n in sd if n.endswith(("gate_up_proj", "down_proj"))]:
-        E, K, N = sd.pop(name).shape  # HF's [E, in, out]
-        blocks = torch.randint(0, 256, (E, N, K // 32, 16), generator=g, dtype=torch.uint8)
-        scales = torch.randint(117, 131, (E, N, K // 32), generator=g, dtype=torch.uint8)
-        sd.update({name + "_blocks": blocks, name + "_scales": scales})
-        w = convert_moe_packed_tensors(blocks, scales, dtype=torch.float32)  # [E, K, N]
-        assert w.shape == (E, K, N)
-        model.get_parameter(name).data.copy_(w)
-    save_file(sd, f, metadata={"format": "pt"})
-    cfg = json.loads((tmp_path / "config.json").read_text())
-    cfg["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": [
-        "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
-        "lm_head"]}
-    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    sd, cfg = write_mxfp4_checkpoint(model, tmp_path)
     def hf_matrices(m):  # [E, 2F, d] gate rows then up rows; [E, d, F]
         ex = m.model.layers
         return [[torch.cat([x.gate_up_proj.mT[:, 0::2], x.gate_up_proj.mT[:, 1::2]], 1),

@@ -35,6 +35,11 @@ CASES = [("llama", 2), ("llama_bias_tied", 2), ("llama_bias_tied", 4), ("qwen2",
          ("biogpt", 2), ("nemotron", 2), ("gpt_neo", 2), ("xglm", 2),
          ("mistral", 2), ("mistral", 4), ("llama", 6), ("qwen3", 4), ("phi3", 4),
          ("stablelm_qk", 6)]
+# mixtures of experts: each expert's rows split like a dense MLP's (qwen2_moe: its shared expert
+# too; gpt_oss: the experts' biases); qwen3_moe_tp: 2 KV heads and 24-wide experts, so 2 ranks
+MOE_CASES = [("mixtral", 2), ("qwen2_moe", 2), ("granitemoe", 2), ("gpt_oss", 2),
+             ("qwen3_moe_tp", 2)]
+CASES += MOE_CASES
 
 
 def model_for(family):
@@ -42,6 +47,8 @@ def model_for(family):
         return wide_llama()
     if family == "mistral_gqa":  # the tiny mistral is MQA (one KV head): give it two
         return tiny_model("mistral", num_key_value_heads=2)
+    if family == "qwen3_moe_tp":
+        return tiny_model("qwen3_moe", num_key_value_heads=2, moe_intermediate_size=24)
     return tiny_model(family)
 
 
@@ -104,6 +111,62 @@ def test_shards_concatenate_back(family, world):
     assert all(sh.spec.head_dim == hd for sh in shards)
 
 
+@pytest.mark.parametrize("family,world", MOE_CASES + [("qwen2_moe", 4)])
+def test_expert_shards_concatenate_back(family, world):
+    """Each expert's gate rows, up rows (and their biases) and down columns over the ranks
+    concatenate back to the full model's; the router (and its bias) is every rank's; the
+    experts' down biases are added once, by rank 0."""
+    model = model_for(family)
+    if world == 4:  # 4 ranks: 2 KV heads replicated, experts and shared expert 4 x 6 wide
+        model = tiny_model(family, moe_intermediate_size=24, shared_expert_intermediate_size=24)
+    pw = packed(model)
+    s = pw.spec
+    F, f = s.expert_ffn, s.expert_ffn // world
+    shards = [packed(model, r, world) for r in range(world)]
+    for name in ("w_experts_gu", "b_experts_gu"):
+        full = getattr(pw, name)
+        if full is None:
+            continue
+        parts = [getattr(sh, name) for sh in shards]
+        assert torch.equal(torch.cat([p[:, :, :f] for p in parts] + [p[:, :, f:] for p in parts],
+                                     2), full)
+    assert torch.equal(torch.cat([sh.w_experts_down for sh in shards], 3), pw.w_experts_down)
+    assert all(sh.spec.expert_ffn == f for sh in shards) and F == f * world
+    for sh in shards:
+        assert torch.equal(sh.w_router, pw.w_router)
+        assert (sh.b_router is None) == (pw.b_router is None)
+        if pw.b_router is not None:
+            assert torch.equal(sh.b_router, pw.b_router)
+    if pw.b_experts_down is not None:
+        assert torch.equal(shards[0].b_experts_down, pw.b_experts_down)
+        assert all(not sh.b_experts_down.any() for sh in shards[1:])
+
+
+@pytest.mark.parametrize("F,world,kept", [(64, 2, True), (128, 4, True), (64, 4, False)])
+def test_mxfp4_expert_shards(tmp_path, F, world, kept):
+    """A gpt-oss MXFP4 checkpoint over `world` ranks: where a rank's slice of each expert's F
+    holds whole blocks of 32 (F / world % 32 == 0) its experts stay MXFP4 -- gate|up's rows and
+    down's columns of codes and scales -- else every rank packs them as floats; either way each
+    rank's experts dequantize exactly to its slice of the one-rank model's."""
+    from fastdecode.loading import open_checkpoint
+    from fastdecode.quant import dequantizing_getter
+    from test_quant import write_mxfp4_checkpoint
+    write_mxfp4_checkpoint(tiny_model("gpt_oss", hidden_size=64, intermediate_size=F), tmp_path)
+    config, get, _ = open_checkpoint(str(tmp_path))
+    spec, get = ModelSpec.from_hf_config(config), dequantizing_getter(config, get)
+    full = pack(spec, get, device="cpu", dtype=torch.float32)
+    f = F // world
+    for r in range(world):
+        pw = pack(spec, get, device="cpu", dtype=torch.float32, rank=r, world=world)
+        assert (pw.s_experts_gu is not None) == kept and full.s_experts_gu is not None
+        g = torch.cat([torch.arange(r * f, (r + 1) * f), F + torch.arange(r * f, (r + 1) * f)])
+        for l in range(spec.n_layers):
+            for e in range(spec.n_experts):
+                assert torch.equal(pw.expert_matrix(0, l, e), full.expert_matrix(0, l, e)[g])
+                assert torch.equal(pw.expert_matrix(1, l, e),
+                                   full.expert_matrix(1, l, e)[:, r * f:(r + 1) * f])
+
+
 def teacher_forced(run, ids, prompt=9):
     return torch.cat([run(ids[:prompt])] + [run(ids[t:t + 1]) for t in range(prompt, len(ids))])
 
@@ -136,6 +199,10 @@ def test_bad_tp_sizes_raise():
         spec.check_tp(world)
     with pytest.raises(TensorParallelError, match="span every head"):
         packed(tiny_model("olmo2"), 0, 2)              # q / k norms over all heads: one rank
+    with pytest.raises(TensorParallelError, match="experts' intermediate size=26"):
+        packed(tiny_model("qwen3_moe"), 0, 3)          # 6 heads, 3 KV heads, experts 26 wide
+    with pytest.raises(TensorParallelError, match="shared expert's intermediate size=30"):
+        packed(tiny_model("qwen2_moe", moe_intermediate_size=24), 0, 4)
 
 
 @pytest.mark.parametrize("family,world", [("qwen3", 2), ("llama_bias_tied", 4), ("mistral", 4),
@@ -217,19 +284,19 @@ def test_torchrun_ranks_match_single_process(tmp_path, family, world, mode, devi
 GPU_RANK_PROGRAMS = 8
 
 
-def mega_ranks(model, world, fn, max_seq_len=64, device="cpu", shards=None):
+def mega_ranks(model, world, fn, max_seq_len=64, device="cpu", shards=None, mode="mega"):
     """fn(FastModel) on every virtual rank of a tensor-parallel mode="mega" model: one thread per
     rank, each rank's megakernel running concurrently (Triton's interpreter on the CPU; on one
     GPU, each rank on its own CUDA stream with GPU_RANK_PROGRAMS programs), pushing partial sums
     into the other ranks' buffers and waiting on their flags. shards: the ranks' PackedWeights
-    (else model's, packed)."""
+    (else model's, packed); mode "ops": the ops-mode kernels, all-reduced between them."""
     spec, _ = spec_and_getter(model)
     group = ThreadGroup(world)
 
     def rank(r):
         pw = shards[r] if shards else packed(model, r, world, device)
         fm = FastModel(pw, model.config, max_seq_len=max_seq_len,
-                       mode="mega", collectives=ThreadCollectives(spec, group, r, device))
+                       mode=mode, collectives=ThreadCollectives(spec, group, r, device))
         if device == "cpu":
             return fn(fm)
         fm.runtime.n_programs = GPU_RANK_PROGRAMS
@@ -342,6 +409,51 @@ def check_mega_ranks(family, world, stages, device):
     assert rel_err(outs[0][0], want) < 1e-5
     assert torch.equal(outs[0][1], greedy)
     assert torch.equal(outs[0][2], sampled.cpu())  # Gumbel noise keyed on global token ids
+
+
+@pytest.mark.parametrize("family,device", [
+    ("qwen2_moe", "cpu"), pytest.param("qwen2_moe", "cuda", marks=needs_gpus(1)),
+    pytest.param("gpt_oss", "cuda", marks=needs_gpus(1)),
+    pytest.param("gpt_oss_mxfp4", "cuda", marks=needs_gpus(1)),
+    pytest.param("mixtral", "cuda", marks=needs_gpus(1))])
+def test_moe_ops_virtual_ranks_match_tp1(tmp_path, family, device):
+    """A mixture of experts in mode 'ops' over 2 virtual ranks (threads; on one GPU, a CUDA stream
+    each): every rank routes alike, runs its slice of each expert (and of qwen2_moe's shared
+    expert), and the down kernel's fp32 partial sums are all-reduced into the residual.
+    Bit-identical ranks; fp32, so the logits differ from the tp=1 model's only in summation order
+    (1e-5, as test_virtual_ranks_match_tp1), the same greedy tokens. gpt_oss_mxfp4: the ranks'
+    experts packed from an MXFP4 checkpoint, kept 4-bit (32 of each expert's 64 rows a rank),
+    against the float model holding the values they stand for (exact in fp32)."""
+    shards = None
+    if family == "gpt_oss_mxfp4":
+        from fastdecode.loading import open_checkpoint
+        from fastdecode.quant import dequantizing_getter
+        from test_quant import write_mxfp4_checkpoint
+        model = tiny_model("gpt_oss", hidden_size=64, intermediate_size=64)
+        write_mxfp4_checkpoint(model, tmp_path)
+        config, get, _ = open_checkpoint(str(tmp_path))
+        spec, get = ModelSpec.from_hf_config(config), dequantizing_getter(config, get)
+        shards = [pack(spec, get, device=device, dtype=torch.float32, rank=r, world=2)
+                  for r in range(2)]
+        assert all(pw.s_experts_gu is not None for pw in shards)
+    else:
+        model = model_for(family)
+    ids = torch.randint(0, model.config.vocab_size, (11,),
+                        generator=torch.Generator().manual_seed(5))
+    fm = fastdecode.from_hf(model, max_seq_len=32, mode="torch")
+    want = teacher_forced(lambda x: fm(x[None])[0], ids)
+    greedy = fm.generate(ids[None, :5], max_new_tokens=4, eos_token_id=[])
+    d = ids.to(device)
+
+    def run(f):
+        logits = teacher_forced(lambda x: f(x[None])[0], d).cpu()
+        f.reset()
+        return logits, f.generate(d[None, :5], max_new_tokens=4, eos_token_id=[]).cpu()
+    outs = mega_ranks(model, 2, run, max_seq_len=32, device=device, mode="ops", shards=shards)
+    for logits, tokens in outs:
+        assert torch.equal(logits, outs[0][0]) and torch.equal(tokens, outs[0][1])
+    assert rel_err(outs[0][0], want) < 1e-5
+    assert torch.equal(outs[0][1], greedy)
 
 
 @needs_gpus(1)
