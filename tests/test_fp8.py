@@ -174,7 +174,7 @@ def test_fp8_words_give_the_fp32_pieces_tokens(tmp_path):
     test_megakernel's word pieces): teacher-forced logits of four decode steps within bf16
     rounding of each other (each step's dots differ by the f16 roundings, ~5e-4 relative, and
     their bf16 stores may round the other way: 2^-8, then through 2 layers), the same argmax.
-    Pieces of 4 rows x 128 (the down projection's K = 272 in three chunks, one scale group
+    Pieces of 8 rows x 128 (the down projection's K = 272 in three chunks, one scale group
     each; smaller pieces multiply the interpreter's iterations)."""
     write_fp8_checkpoint(fp8_model(), tmp_path, (128, 128))
     ids = torch.randint(0, 101, (1, 4), generator=torch.Generator().manual_seed(4)).to(DEVICE)
@@ -182,7 +182,7 @@ def test_fp8_words_give_the_fp32_pieces_tokens(tmp_path):
     for words in (False, True):
         fm = fastdecode.from_pretrained(str(tmp_path), max_seq_len=16, device=DEVICE,
                                         mode="mega", dtype=torch.bfloat16)
-        fm.runtime.mega_stream = StreamConfig(512, 4, max_k=128, fp8_words=words)
+        fm.runtime.mega_stream = StreamConfig(1024, 4, max_k=128, fp8_words=words)
         out[words] = torch.cat([fm(ids[:, t:t + 1])[0] for t in range(4)]).float()
         assert fm.weights.fp8 and fm.runtime.schedule(1).graph.tiling.fp8_words == words
     assert float((out[True] - out[False]).norm() / out[False].norm()) < 1e-2

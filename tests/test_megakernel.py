@@ -369,7 +369,7 @@ def test_ptx_stream_gives_the_plain_streams_tokens():
     out = {}
     for form, ptx in (("plain", 0), ("ptx", 1), ("words", 2)):
         fm = fastdecode.from_hf(model, max_seq_len=16, mode="mega")
-        fm.runtime.mega_stream = StreamConfig(64, 4, max_k=16, **({form: True} if ptx else {}))
+        fm.runtime.mega_stream = StreamConfig(256, 4, max_k=16, **({form: True} if ptx else {}))
         out[form] = torch.cat([fm(ids[:, t:t + 1])[0] for t in range(4)]).float()
         assert fm.runtime.schedule(1).graph.tiling.ptx == ptx
     for form in ("ptx", "words"):

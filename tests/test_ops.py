@@ -405,10 +405,10 @@ def test_residual_add(T, D, P, seed, dtype, norm, bias):
 
 # the PTX weight pieces (bf16, K % 8 == 0): the stream configs above with ptx=True
 # the inline-PTX pieces and the same words by plain loads (StreamConfig.words)
-PTX_STREAMS = st.sampled_from([StreamConfig(64, 4, 1, max_k=16, ptx=True),
+PTX_STREAMS = st.sampled_from([StreamConfig(256, 4, 1, max_k=16, ptx=True),
                                StreamConfig(256, 4, 3, max_k=64, ptx=True),
                                StreamConfig(8192, 8, 2, ptx=True),
-                               StreamConfig(64, 4, 1, max_k=16, words=True),
+                               StreamConfig(256, 4, 1, max_k=16, words=True),
                                StreamConfig(8192, 8, 2, words=True)])
 
 

@@ -147,13 +147,14 @@ def test_patched_model_in_hf_pipeline(smol):
 
 
 def test_ops_mode_logits_match_hf(smol):
-    """The Triton kernels on the real model (interpreter on CPU: a few steps only, it is slow)."""
+    """The Triton kernels on the real model (interpreter on CPU: a prompt's step and one decode
+    step only, it is slow)."""
     path, tok, hf = smol
     fm = fastdecode.from_hf(hf, max_seq_len=64, mode="ops")
-    ids = chat_ids(tok, PROMPTS[0])[:, :9]
+    ids = chat_ids(tok, PROMPTS[0])[:, :8]
     with torch.no_grad():
         ref = hf(ids).logits[0].float()
-    got = torch.cat([fm(ids[:, :7])[0], fm(ids[:, 7:8])[0], fm(ids[:, 8:9])[0]])
+    got = torch.cat([fm(ids[:, :7])[0], fm(ids[:, 7:8])[0]])
     err = float((got - ref).norm() / ref.norm())
     assert err < 1e-5, err
     assert torch.equal(got.argmax(-1), ref.argmax(-1))
