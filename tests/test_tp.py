@@ -229,6 +229,7 @@ def test_rank_reads_its_shard_from_safetensors(tmp_path, family, world):
     pytest.param("llama", 2, "mega", "cuda", marks=[pytest.mark.gpu, needs_gpus(2)]),
     pytest.param("mistral", 2, "mega", "cuda", marks=[pytest.mark.gpu, needs_gpus(2)]),
     pytest.param("qwen3", 2, "mega", "cuda", marks=[pytest.mark.gpu, needs_gpus(2)]),
+    pytest.param("qwen2_moe", 2, "ops", "cuda", marks=[pytest.mark.gpu, needs_gpus(2)]),
     pytest.param("wide", 4, "mega", "cuda", marks=[pytest.mark.gpu, needs_gpus(4)]),
     pytest.param("wide", 8, "mega", "cuda", marks=[pytest.mark.gpu, needs_gpus(8)]),
     pytest.param("mistral", 8, "mega", "cuda", marks=[pytest.mark.gpu, needs_gpus(8)])])
@@ -240,7 +241,8 @@ def test_torchrun_ranks_match_single_process(tmp_path, family, world, mode, devi
     vocab-parallel lm_head gathered before the token choice. cuda, mega: one GPU per rank, the
     megakernel's in-kernel all-reduce over NVLink (symmetric memory), fp32 weights. mistral: MQA,
     its one KV head replicated on every rank. gemma2, ops: the norms after the blocks applied to
-    the all-reduced sums (ops.residual_add), the logits' soft-cap on each rank's shard."""
+    the all-reduced sums (ops.residual_add), the logits' soft-cap on each rank's shard. qwen2_moe,
+    ops on two GPUs: each rank's slice of every expert, all-reduced over NCCL."""
     import os
     import subprocess
     import sys
