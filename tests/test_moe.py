@@ -182,10 +182,12 @@ def test_mxfp4_experts_match_reference(T, K32, N, E, data, dtype, oai, small, se
 
 
 @pytest.mark.parametrize("family", MOE)
-def test_mixture_modes_and_tp_refused(family):
+def test_mixture_modes_refused_and_tp_shards(family):
     """The megakernel and the VM have no expert tasks: they raise before any weight is packed
-    (from_hf, from_pretrained), and a GPU model defaults to ops mode; tensor parallelism of the
-    experts is not built."""
+    (from_hf, from_pretrained), and a GPU model defaults to ops mode. Two ranks shard every
+    expert (half its width a rank, all experts and the same top_k on each: test_tp), or refuse
+    for the attention's sake only (qwen3_moe's 3 KV heads, olmoe's q / k norms over all
+    heads)."""
     model = tiny_model(family)
     packed = []
     with mock.patch("fastdecode.module.pack", side_effect=lambda *a, **k: packed.append(1)):
@@ -197,8 +199,13 @@ def test_mixture_modes_and_tp_refused(family):
     assert spec.n_experts == n_experts(model.config) and \
         spec.top_k == model.config.num_experts_per_tok
     assert _default_mode(torch.device("cuda"), spec) == "ops"
-    with pytest.raises(TensorParallelError, match="mixture of experts"):
-        spec.shard(0, 2)
+    try:
+        sh = spec.shard(0, 2)
+    except TensorParallelError as e:
+        assert "expert" not in str(e) and family in ("qwen3_moe", "olmoe"), e
+    else:
+        assert (sh.expert_ffn * 2, sh.n_experts, sh.top_k) == \
+            (spec.expert_ffn, spec.n_experts, spec.top_k)
 
 
 def test_mixed_dense_and_expert_layers_refused():
