@@ -1,7 +1,16 @@
 import os
 
-import pytest
-import torch
+# pytest-xdist workers share the machine's cores: each takes its share of the CPU threads (by
+# default every worker takes them all, and the oversubscribed cores thrash -- test_smollm2.py on 2
+# workers of a 2-core machine: 162 s, against 70 s at one thread a worker). Set before numpy's
+# BLAS (the interpreter's) and torch load.
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    _share = str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+    for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_var, _share)
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 from hypothesis import HealthCheck, settings
 
 import fastdecode  # noqa: F401  (sets TRITON_INTERPRET on CPU-only machines before kernels load)
@@ -11,6 +20,8 @@ settings.register_profile("ci", deadline=None, max_examples=25, derandomize=True
                                                  HealthCheck.function_scoped_fixture])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:  # (torch imported earlier would miss the env)
+    torch.set_num_threads(int(_share))
 HAS_CUDA = torch.cuda.is_available()
 DEVICE = torch.device("cuda" if HAS_CUDA else "cpu")
 
