@@ -206,7 +206,8 @@ def test_bad_tp_sizes_raise():
 
 
 @pytest.mark.parametrize("family,world", [("qwen3", 2), ("llama_bias_tied", 4), ("mistral", 4),
-                                          ("phi3", 2)])
+                                          ("phi3", 2), ("qwen2_moe", 2), ("mixtral", 2),
+                                          ("gpt_oss", 2)])
 def test_rank_reads_its_shard_from_safetensors(tmp_path, family, world):
     model = model_for(family)
     model.save_pretrained(tmp_path, max_shard_size="40KB")
