@@ -21,7 +21,7 @@ settings.register_profile("ci", deadline=None, max_examples=25, derandomize=True
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 if "PYTEST_XDIST_WORKER_COUNT" in os.environ:  # (torch imported earlier would miss the env)
-    torch.set_num_threads(int(_share))
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))  # the caller's, where set
 HAS_CUDA = torch.cuda.is_available()
 DEVICE = torch.device("cuda" if HAS_CUDA else "cpu")
 

@@ -174,3 +174,17 @@ def folder_packs_as_from_hf(path, model):
     assert torch.equal(fm(ids), ref(ids))
     assert fm.weights.spec == ref.weights.spec
     return fm
+
+
+def checkpoint_ranks(path, world: int, device="cpu", **kw):
+    """(its ModelSpec, each rank's PackedWeights of `world`) of a checkpoint folder, read as
+    from_pretrained reads it (quant's dequantizing getter: FP8 / MXFP4 kept where pack's keep_fp8
+    or the MXFP4 rules say), fp32 activations; kw: pack's (keep_fp8)."""
+    from fastdecode.loading import open_checkpoint
+    from fastdecode.packing import pack
+    from fastdecode.quant import dequantizing_getter
+    from fastdecode.spec import ModelSpec
+    config, get, _ = open_checkpoint(str(path), device)
+    spec, get = ModelSpec.from_hf_config(config), dequantizing_getter(config, get, device)
+    return spec, [pack(spec, get, device=device, dtype=torch.float32, rank=r, world=world, **kw)
+                  for r in range(world)]

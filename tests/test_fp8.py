@@ -14,7 +14,7 @@ from fastdecode import reference as R
 from fastdecode.quant import fp8_rows, fp8_values
 from fastdecode.triton_kernels.config import StreamConfig, row_elems
 from conftest import DEVICE
-from helpers import ACT_GAIN, assert_close
+from helpers import ACT_GAIN, assert_close, checkpoint_ranks
 from models import tiny_model
 from test_ops import ACTS, STREAMS, TOKENS, rnd, xielu_params
 from test_quant import write_compressed_fp8_checkpoint, write_fp8_checkpoint
@@ -215,21 +215,15 @@ def test_fp8_shards_are_the_dequantized_shards(tmp_path, writer, ffn, world, kep
     the dequantized checkpoint. Where a row-parallel matrix's columns would cut a scale block
     for some rank (and a group of 128 would span two), no rank keeps them: the ranks decide
     alike, on the same packing."""
-    from fastdecode.loading import open_checkpoint
-    from fastdecode.packing import pack
-    from fastdecode.quant import dequantizing_getter
-    from fastdecode.spec import ModelSpec
     model = tiny_model("qwen3", hidden_size=64, intermediate_size=ffn, head_dim=16,
                        num_attention_heads=4, num_key_value_heads=2)
     if writer == "channel":
         write_compressed_fp8_checkpoint(model, tmp_path, "channel")
     else:
         write_fp8_checkpoint(model, tmp_path, tuple(int(n) for n in writer[4:].split("x")))
-    config, get, _ = open_checkpoint(str(tmp_path))
-    spec, get = ModelSpec.from_hf_config(config), dequantizing_getter(config, get)
-    for r in range(world):
-        kw = dict(device="cpu", dtype=torch.float32, rank=r, world=world)
-        pw, ref = pack(spec, get, keep_fp8=True, **kw), pack(spec, get, **kw)
+    spec, kept_8bit = checkpoint_ranks(tmp_path, world, keep_fp8=True)
+    _, dequantized = checkpoint_ranks(tmp_path, world)
+    for r, (pw, ref) in enumerate(zip(kept_8bit, dequantized)):
         assert pw.fp8 == kept and not ref.fp8
         for n in ("qkv", "o", "gu", "down"):
             for l in range(spec.n_layers):

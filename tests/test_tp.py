@@ -15,7 +15,7 @@ from fastdecode.loading import safetensors_getter
 from fastdecode.packing import dict_getter, pack
 from fastdecode.spec import ModelSpec
 from fastdecode.triton_kernels.config import StreamConfig
-from helpers import needs_gpus, rel_err, run_ranks, skip_unless_hf_reencodes
+from helpers import checkpoint_ranks, needs_gpus, rel_err, run_ranks, skip_unless_hf_reencodes
 from models import LONGROPE, tiny_model
 
 # (family, world) pairs the tiny models allow (tp must divide heads and ffn, and divide the KV
@@ -148,16 +148,12 @@ def test_mxfp4_expert_shards(tmp_path, F, world, kept):
     holds whole blocks of 32 (F / world % 32 == 0) its experts stay MXFP4 -- gate|up's rows and
     down's columns of codes and scales -- else every rank packs them as floats; either way each
     rank's experts dequantize exactly to its slice of the one-rank model's."""
-    from fastdecode.loading import open_checkpoint
-    from fastdecode.quant import dequantizing_getter
     from test_quant import write_mxfp4_checkpoint
     write_mxfp4_checkpoint(tiny_model("gpt_oss", hidden_size=64, intermediate_size=F), tmp_path)
-    config, get, _ = open_checkpoint(str(tmp_path))
-    spec, get = ModelSpec.from_hf_config(config), dequantizing_getter(config, get)
-    full = pack(spec, get, device="cpu", dtype=torch.float32)
+    _, (full,) = checkpoint_ranks(tmp_path, 1)
+    spec, shards = checkpoint_ranks(tmp_path, world)
     f = F // world
-    for r in range(world):
-        pw = pack(spec, get, device="cpu", dtype=torch.float32, rank=r, world=world)
+    for r, pw in enumerate(shards):
         assert (pw.s_experts_gu is not None) == kept and full.s_experts_gu is not None
         g = torch.cat([torch.arange(r * f, (r + 1) * f), F + torch.arange(r * f, (r + 1) * f)])
         for l in range(spec.n_layers):
@@ -169,6 +165,14 @@ def test_mxfp4_expert_shards(tmp_path, F, world, kept):
 
 def teacher_forced(run, ids, prompt=9):
     return torch.cat([run(ids[:prompt])] + [run(ids[t:t + 1]) for t in range(prompt, len(ids))])
+
+
+def forced_and_greedy(f, ids, new_tokens):
+    """A FastModel's teacher-forced logits over ids [T] (a 9-token prompt, then a token a step)
+    and, from a fresh cache, its greedy tokens after ids[:5] -- both on the CPU."""
+    logits = teacher_forced(lambda x: f(x[None])[0], ids).cpu()
+    f.reset()
+    return logits, f.generate(ids[None, :5], max_new_tokens=new_tokens, eos_token_id=[]).cpu()
 
 
 @pytest.mark.parametrize("family,world", CASES + [("wide", 4), ("wide", 8)])
@@ -386,9 +390,8 @@ def check_mega_ranks(family, world, stages, device):
     model = model_for(family)
     ids = torch.randint(0, model.config.vocab_size, (13,),
                         generator=torch.Generator().manual_seed(2))
-    fm = fastdecode.from_hf(model, max_seq_len=64, mode="torch")
-    want = teacher_forced(lambda x: fm(x[None])[0], ids)
-    greedy = fm.generate(ids[None, :5], max_new_tokens=7, eos_token_id=[])
+    want, greedy = forced_and_greedy(fastdecode.from_hf(model, max_seq_len=64, mode="torch"),
+                                     ids, 7)
     one = fastdecode.from_hf(copy.deepcopy(model).to(device), max_seq_len=64, mode="mega")
     sample = dict(max_new_tokens=7, eos_token_id=[], do_sample=True, temperature=1.5, seed=3)
     d = ids.to(device)
@@ -429,30 +432,20 @@ def test_moe_ops_virtual_ranks_match_tp1(tmp_path, family, device):
     against the float model holding the values they stand for (exact in fp32)."""
     shards = None
     if family == "gpt_oss_mxfp4":
-        from fastdecode.loading import open_checkpoint
-        from fastdecode.quant import dequantizing_getter
         from test_quant import write_mxfp4_checkpoint
         model = tiny_model("gpt_oss", hidden_size=64, intermediate_size=64)
         write_mxfp4_checkpoint(model, tmp_path)
-        config, get, _ = open_checkpoint(str(tmp_path))
-        spec, get = ModelSpec.from_hf_config(config), dequantizing_getter(config, get)
-        shards = [pack(spec, get, device=device, dtype=torch.float32, rank=r, world=2)
-                  for r in range(2)]
+        _, shards = checkpoint_ranks(tmp_path, 2, device)
         assert all(pw.s_experts_gu is not None for pw in shards)
     else:
         model = model_for(family)
     ids = torch.randint(0, model.config.vocab_size, (11,),
                         generator=torch.Generator().manual_seed(5))
-    fm = fastdecode.from_hf(model, max_seq_len=32, mode="torch")
-    want = teacher_forced(lambda x: fm(x[None])[0], ids)
-    greedy = fm.generate(ids[None, :5], max_new_tokens=4, eos_token_id=[])
+    want, greedy = forced_and_greedy(fastdecode.from_hf(model, max_seq_len=32, mode="torch"),
+                                     ids, 4)
     d = ids.to(device)
-
-    def run(f):
-        logits = teacher_forced(lambda x: f(x[None])[0], d).cpu()
-        f.reset()
-        return logits, f.generate(d[None, :5], max_new_tokens=4, eos_token_id=[]).cpu()
-    outs = mega_ranks(model, 2, run, max_seq_len=32, device=device, mode="ops", shards=shards)
+    outs = mega_ranks(model, 2, lambda f: forced_and_greedy(f, d, 4), max_seq_len=32,
+                      device=device, mode="ops", shards=shards)
     for logits, tokens in outs:
         assert torch.equal(logits, outs[0][0]) and torch.equal(tokens, outs[0][1])
     assert rel_err(outs[0][0], want) < 1e-5
@@ -466,8 +459,6 @@ def test_fp8_mega_virtual_ranks_share_one_gpu(tmp_path):
     kept 8-bit). Bit-identical ranks; fp32 activations, so the logits differ from the tp=1 FP8
     megakernel's only in summation order (per rank, then across ranks): within 1e-5, the same
     greedy tokens."""
-    from fastdecode.loading import open_checkpoint
-    from fastdecode.quant import dequantizing_getter
     from test_quant import write_fp8_checkpoint
     model = tiny_model("qwen3", hidden_size=64, intermediate_size=256, head_dim=16,
                        num_attention_heads=4, num_key_value_heads=2)
@@ -476,24 +467,18 @@ def test_fp8_mega_virtual_ranks_share_one_gpu(tmp_path):
                                      dtype=torch.float32)
     ids = torch.randint(0, model.config.vocab_size, (13,),
                         generator=torch.Generator().manual_seed(2)).cuda()
-    want = teacher_forced(lambda x: one(x[None])[0], ids)
-    greedy = one.generate(ids[None, :5], max_new_tokens=7, eos_token_id=[])
-    config, get, _ = open_checkpoint(str(tmp_path), "cuda")
-    spec, get = ModelSpec.from_hf_config(config), dequantizing_getter(config, get, "cuda")
-    shards = [pack(spec, get, device="cuda", dtype=torch.float32, rank=r, world=2,
-                   keep_fp8=True) for r in range(2)]
+    want, greedy = forced_and_greedy(one, ids, 7)
+    _, shards = checkpoint_ranks(tmp_path, 2, "cuda", keep_fp8=True)
     assert one.weights.fp8 and all(pw.fp8 for pw in shards)
 
     def run(f):
         f.runtime.mega_stream = StreamConfig(attn_in_qkv_keys=10)
-        logits = teacher_forced(lambda x: f(x[None])[0], ids)
-        f.reset()
-        return logits.cpu(), f.generate(ids[None, :5], max_new_tokens=7, eos_token_id=[]).cpu()
+        return forced_and_greedy(f, ids, 7)
     outs = mega_ranks(model, 2, run, device="cuda", shards=shards)
     for logits, tokens in outs:
         assert torch.equal(logits, outs[0][0]) and torch.equal(tokens, outs[0][1])
-    assert rel_err(outs[0][0], want.cpu()) < 1e-5
-    assert torch.equal(outs[0][1], greedy.cpu())
+    assert rel_err(outs[0][0], want) < 1e-5
+    assert torch.equal(outs[0][1], greedy)
 
 
 def test_mega_silent_rank_raises():
