@@ -1,4 +1,6 @@
 """Model shapes the benchmarks use (random bf16 weights): sizes of the published configs."""
+import math
+
 import transformers as tf
 
 
@@ -390,28 +392,35 @@ def random_mxfp4_experts(fm, seed=0):
 
 
 def random_fp8_matrices(fm, seed=0):
-    """fm (a dense FastModel, mode 'ops' or 'mega') with its q / k / v / o / gate / up / down
-    matrices swapped for random FP8 rows of their shape, as an FP8 checkpoint packs them there
-    (quant.fp8_rows; Qwen3-*-FP8 ship so): N(0, 1) * 16 codes in e4m3, a scale of K^-0.5 / 16
-    for each 128 columns of a row (random_model's d^-0.5 weights), the float matrices freed
-    first, the runtime rebuilt on them."""
+    """fm (a FastModel, mode 'ops' or 'mega') with its q / k / v / o / gate / up / down matrices
+    -- a mixture's shared expert's and every routed expert's (mode 'ops') -- swapped for random
+    FP8 rows of their shape, as an FP8 checkpoint packs them there (quant.fp8_rows; Qwen3-*-FP8
+    ship so): N(0, 1) * 16 codes in e4m3, a scale of K^-0.5 / 16 for each 128 columns of a row
+    (random_model's d^-0.5 weights), the float matrices freed first (a mixture without a shared
+    expert keeps its empty w_gu / w_down), the runtime rebuilt on them."""
     import torch
     from fastdecode.quant import fp8_rows
     from fastdecode.runtime import Runtime
     pw = fm.weights
     dev = pw.device
-    shapes = {n: getattr(pw, f"w_{n}").shape for n in ("qkv", "o", "gu", "down")}
+    names = ("qkv", "o", "gu", "down", *(("experts_gu", "experts_down") if pw.spec.moe else ()))
+    shapes = {n: getattr(pw, f"w_{n}").shape for n in names
+              if getattr(pw, f"w_{n}").numel()}
     fm.runtime = None
     for n in shapes:
         setattr(pw, f"w_{n}", None)
     torch.cuda.empty_cache()
     gen = torch.Generator(dev).manual_seed(seed)
-    for n, (L, N, K) in shapes.items():
+    for n, (*lead, N, K) in shapes.items():
         s = torch.full((N, -(-K // 128)), K ** -0.5 / 16, device=dev)
-        layers = [fp8_rows((torch.randn(N, K, generator=gen, device=dev) * 16)
-                           .to(torch.float8_e4m3fn), s, (1, 128)) for _ in range(L)]
-        setattr(pw, f"w_{n}", torch.stack(layers))
-        del layers
+        out = None
+        for i in range(math.prod(lead)):  # a layer's (an expert's) matrix at a time
+            t = fp8_rows((torch.randn(N, K, generator=gen, device=dev) * 16)
+                         .to(torch.float8_e4m3fn), s, (1, 128))
+            if out is None:
+                out = torch.empty((*lead, *t.shape), device=dev, dtype=t.dtype)
+            out.view(-1, *t.shape)[i] = t
+        setattr(pw, f"w_{n}", out)
     fm.runtime = Runtime(pw, fm.max_seq_len, fm.mode, cuda_graph=fm._cuda_graph,
                          vocab_size=fm.spec.vocab_size)
     return fm

@@ -100,9 +100,12 @@ class PackedWeights:
     def expert_matrix(self, which: int, l: int, e: int) -> torch.Tensor:
         """Layer l's expert e's gate|up (which 0) or down (1) matrix in the weights' dtype: the
         packed one, or its MXFP4 codes dequantized (exact: a 2-bit significand and a power-of-two
-        scale) for the reference paths (torch mode, a long prompt's pass)."""
+        scale), or its FP8 codes times their scales rounded once (as matrix) -- for the reference
+        paths (torch mode, a long prompt's pass)."""
         w = (self.w_experts_gu, self.w_experts_down)[which][l, e]
         s = (self.s_experts_gu, self.s_experts_down)[which]
+        if w.dtype == torch.float8_e4m3fn:
+            return fp8_values(w, (self.spec.d_model, self.spec.expert_ffn)[which]).to(self.dtype)
         if s is None:
             return w
         return dequantize_mxfp4(w.view(*w.shape[:-1], -1, 16), s[l, e]).to(self.dtype)
@@ -177,9 +180,14 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
     k0, k1 = spec.kv_heads_of(rank, world)  # replicated when world > KV heads
     kv = (slice(k0 * spec.head_dim, k1 * spec.head_dim),)
     # each matrix's shard (a column-parallel one's rows, a row-parallel one's columns)
+    # (a mixture's: its shared expert's, and every routed expert's -- fp8_matrices' names)
+    mlp = "mlp.shared_expert." if spec.moe else "mlp."
     shards = {**dict(zip((f"self_attn.{n}_proj.weight" for n in "qkv"), (q, kv, kv))),
-              "self_attn.o_proj.weight": cols(sp.q_dim), "mlp.gate_proj.weight": f,
-              "mlp.up_proj.weight": f, "mlp.down_proj.weight": cols(sp.ffn_dim)}
+              "self_attn.o_proj.weight": cols(sp.q_dim), f"{mlp}gate_proj.weight": f,
+              f"{mlp}up_proj.weight": f, f"{mlp}down_proj.weight": cols(sp.ffn_dim)}
+    if spec.moe:
+        shards.update({f"mlp.experts.{n}_proj.weight": rows(sp.expert_ffn) for n in ("gate", "up")},
+                      **{"mlp.experts.down_proj.weight": cols(sp.expert_ffn)})
     fp8 = fp8_matrices(spec, get, fam, shards, world) if keep_fp8 else None
     if fam.checkpoint_names:
         get = renamed_getter(get, fam.checkpoint_names, fam.checkpoint_prefix)
@@ -226,13 +234,14 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
         if spec.moe and not mxfp4 and fam.experts.oai and spec.residual_scale == 1.0 else None
     encode = first is not None and encode_mxfp4(first[0]) is not None
 
-    def check_fit(four_bit: bool):
+    def check_fit(four_bit: bool, fp8_experts: bool = False):
         if torch.device(device).type == "cuda":
             separate_head = not spec.shares_head or world > 1  # else the embedding's tensor
             check_weights_fit(sp, spec.vocab_size, separate_head, dtype,
-                              device_free_bytes(device), MXFP4_BYTES if four_bit else None,
+                              device_free_bytes(device), MXFP4_BYTES if four_bit else
+                              FP8_BYTES if fp8_experts else None,
                               FP8_BYTES if fp8 is not None else None)
-    check_fit(mxfp4 or encode)
+    check_fit(mxfp4 or encode, fp8 is not None and spec.moe)
 
     def fetch(name, index=None):
         t = get(name, index)
@@ -300,6 +309,21 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
                 out[i, e].copy_(t[0])
         return out
 
+    def stack_fp8_experts(parts):
+        """[L, E, rows, row_elems] FP8 rows (fp8_matrices) of every layer's experts: each
+        expert's mlp.experts.{e}.{part}.weight rows, in parts' order (gate|up: the rank's gate
+        rows, then its up rows -- expert_shard's order; down: the rank's columns)."""
+        out = None
+        for i in range(spec.n_layers):
+            for e in range(spec.n_experts):
+                t = torch.cat([fp8(f"model.layers.{i}.mlp.experts.{e}.{n}.weight",
+                                   f"mlp.experts.{n}.weight") for n in parts])
+                if out is None:
+                    out = torch.empty((spec.n_layers, spec.n_experts, *t.shape), device=device,
+                                      dtype=t.dtype)
+                out[i, e].copy_(t)
+        return out
+
     def stack_mxfp4(name):
         """(codes [L, E, rows, cols / 2], scales [L, E, rows, cols / 32]) of layer i's
         mlp.experts.{name}_blocks / _scales, a layer at a time; gate|up's interleaved gate and
@@ -356,7 +380,6 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
     def gated(name, index):  # the gate's rows before the up rows, where the MLP has a gate
         return ((name, index),) if spec.gated else ()
     norms = [n and (f"{n}.weight", None) for n in fam.norms]
-    mlp = "mlp.shared_expert." if spec.moe else "mlp."  # a mixture's dense MLP: its shared expert
     if spec.embed_norm and spec.layer_norm:  # BLOOM's LayerNorm of the embedded rows, with its
         # weight and bias: row-wise, so applied to the table once (a new tensor), then centered
         w, b = (need(f"model.embed_norm.{n}").to(device).float() for n in ("weight", "bias"))
@@ -409,6 +432,9 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
             pw.w_experts_down, pw.s_experts_down = stack_mxfp4("down_proj")
         elif enc is not None:
             pw.w_experts_gu, pw.s_experts_gu, pw.w_experts_down, pw.s_experts_down = enc
+        elif fp8 is not None:  # FP8 rows, as the dense matrices (fp8_matrices)
+            pw.w_experts_gu = stack_fp8_experts(("gate_proj", "up_proj"))
+            pw.w_experts_down = stack_fp8_experts(("down_proj",))
         else:
             if encode:  # an expert past layer 0's first off the grid: float experts after all
                 check_fit(False)
@@ -445,30 +471,39 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
 
 def fp8_matrices(spec: ModelSpec, get, fam, shards: dict, world: int):
     """pack's keep_fp8: (name, layer's name) -> quant.fp8_rows of that weight's shard, where
-    every dense matrix of the model can stay FP8 as it is stored; else None (the dequantized
-    weights pack as before): a dense model whose packing changes no weight value or row (no fused
+    every layer matrix of the model can stay FP8 as it is stored; else None (the dequantized
+    weights pack as before): a model whose packing changes no weight value or row (no fused
     / grouped / renamed / Conv1D checkpoint tensors, no scales folded in, no LayerNorm centering,
     no rotary rows permuted) and a checkpoint whose every q / k / v / o / gate / up / down weight
     quant.fp8_rows can lay out -- for tensor parallelism, the rank's shard of it (shards: a
     layer's name -> its index), a row-parallel matrix's (o, down) for every rank's columns, so
     that all ranks decide alike (read here: layer 0's decides the rest as they pack, and one
-    that cannot raises; layer 0's rows are handed to the packing once, not read again)."""
+    that cannot raises; layer 0's rows are handed to the packing once, not read again). A
+    mixture of experts (Qwen2 / Qwen3-MoE, OLMoE: per-expert checkpoint tensors
+    mlp.experts.{e}.{gate,up,down}_proj, Qwen3-30B-A3B-FP8's layout) keeps its routed experts
+    and its shared expert FP8 too (layer 0's expert 0 decides with the dense ones; its layer name
+    mlp.experts.{part}_proj.weight); its router stays float (dequantized where it is FP8)."""
     rows = getattr(get, "fp8_rows", None)
     plain = not (fam.checkpoint_names or fam.conv1d or fam.fused or fam.qkv_grouped
-                 or spec.text_of or spec.layer_norm or spec.qk_layer_norm or spec.moe
+                 or spec.text_of or spec.layer_norm or spec.qk_layer_norm
+                 or (fam.experts is not None and fam.experts.oai)
                  or spec.q_scale != 1.0
                  or spec.residual_scale != 1.0 or spec.rope_permutation() is not None)
     if rows is None or not plain:
         return None
-    names = [f"self_attn.{n}_proj.weight" for n in "qkvo"] + \
-        [f"mlp.{n}_proj.weight" for n in ("gate", "up", "down")[1 - spec.gated:]]
+    mlp = "mlp.shared_expert." if spec.moe else "mlp."
+    names = [(f"self_attn.{n}_proj.weight",) * 2 for n in "qkvo"] + \
+        [(f"{mlp}{n}_proj.weight",) * 2 for n in ("gate", "up", "down")[1 - spec.gated:]
+         if spec.ffn_dim] + \
+        [(f"mlp.experts.0.{n}_proj.weight", f"mlp.experts.{n}_proj.weight")
+         for n in ("gate", "up", "down") if spec.moe]
 
     def shard(name, layer_name):
         by_cols = shards[layer_name][0] == slice(None)  # row-parallel: its columns cut
         return rows(name, shards[layer_name], world if by_cols else 1)
     first = {}
-    for n in names:
-        first[f"model.layers.0.{n}"] = t = shard(f"model.layers.0.{n}", n)
+    for n, layer_name in names:
+        first[f"model.layers.0.{n}"] = t = shard(f"model.layers.0.{n}", layer_name)
         if t is None:
             return None
 
@@ -909,20 +944,20 @@ def _check_shapes(pw: PackedWeights, full_vocab: int):
         "w_gu": (s.n_layers, (1 + s.gated) * s.ffn_dim, s.d_model),
         "w_down": (s.n_layers, s.d_model, s.ffn_dim),
     }
-    if pw.fp8:  # FP8 rows: codes, scales, padding (quant.fp8_rows)
-        for name in ("w_qkv", "w_o", "w_gu", "w_down"):
-            *lead, K = want[name]
-            want[name] = (*lead, row_elems(K, torch.float8_e4m3fn))
     if s.moe:
         L, E, F, d = s.n_layers, s.n_experts, s.expert_ffn, s.d_model
         want.update(w_router=(L, E + (s.ffn_dim > 0), d), w_experts_gu=(L, E, 2 * F, d),
                     w_experts_down=(L, E, d, F))
-        if pw.s_experts_gu is not None:  # MXFP4: two codes a byte, a scale a 32 elements
-            if d % 32 or F % 32:
-                raise ValueError(f"MXFP4 experts need d_model {d} and expert_ffn {F} to be "
-                                 "multiples of 32")
-            want.update(w_experts_gu=(L, E, 2 * F, d // 2), w_experts_down=(L, E, d, F // 2),
-                        s_experts_gu=(L, E, 2 * F, d // 32), s_experts_down=(L, E, d, F // 32))
+    for name in ("w_qkv", "w_o", "w_gu", "w_down", "w_experts_gu", "w_experts_down"):
+        if name in want and getattr(pw, name).dtype == torch.float8_e4m3fn:  # FP8 rows: codes,
+            *lead, K = want[name]  # scales, padding (quant.fp8_rows)
+            want[name] = (*lead, row_elems(K, torch.float8_e4m3fn))
+    if s.moe and pw.s_experts_gu is not None:  # MXFP4: two codes a byte, a scale a 32 elements
+        if d % 32 or F % 32:
+            raise ValueError(f"MXFP4 experts need d_model {d} and expert_ffn {F} to be "
+                             "multiples of 32")
+        want.update(w_experts_gu=(L, E, 2 * F, d // 2), w_experts_down=(L, E, d, F // 2),
+                    s_experts_gu=(L, E, 2 * F, d // 32), s_experts_down=(L, E, d, F // 32))
     for name, shape in want.items():
         got = tuple(getattr(pw, name).shape)
         if got != shape:

@@ -12,7 +12,7 @@ import fastdecode
 from fastdecode import ops
 from fastdecode import reference as R
 from fastdecode.quant import fp8_rows, fp8_values
-from fastdecode.triton_kernels.config import StreamConfig, row_elems
+from fastdecode.triton_kernels.config import StreamConfig, TileConfig, row_elems
 from conftest import DEVICE
 from helpers import ACT_GAIN, assert_close, checkpoint_ranks
 from models import tiny_model
@@ -116,6 +116,46 @@ def test_fp8_qkv_rope(T, group, KVH, HD, K, pos, seed, dtype, stream, words):
     assert_close(vc, vc2, dtype, K, "v cache")
 
 
+@given(T=st.sampled_from([1, 1, 3]), K=KS, N=st.integers(1, 40), F=KS, E=st.integers(1, 5),
+       data=st.data(), dtype=FLOATS, shared=st.booleans(), stream=STREAMS,
+       small=st.booleans(), seed=st.integers(0, 2**31 - 1))
+def test_fp8_experts_match_reference(T, K, N, F, E, data, dtype, shared, stream, small, seed):
+    """A mixture's experts kept FP8 ([E, rows, row_elems(K)] stacks of fp8_rows): gemv's experts
+    gate|up (RMSNorm prologue, SwiGLU epilogue; a decode row's stream or the tile loop) and
+    experts_down (each K chunk's codes of every routed expert at once, their 128 columns'
+    sums times their scales; a shared expert's FP8 down beside them), against the reference on
+    the fp32 weights the codes stand for. Products exact in fp32 as test_fp8_gemv's, so the
+    float experts' tolerances hold (down: K = max(F, FS) over top_k + 1 terms); small: 128-wide
+    down chunks, several a row with a partial last one."""
+    k = data.draw(st.integers(1, E))
+    g = torch.Generator().manual_seed(seed)
+    x = rnd(T, K, dtype=dtype, seed_gen=g)
+    nw = rnd(K, dtype=dtype, seed_gen=g, shift=1)
+    wgu, wgu_ref = (torch.stack(t) for t in zip(*(random_fp8(2 * N, K, g) for _ in range(E))))
+    ids = torch.stack([torch.randperm(E, generator=g)[:k] for _ in range(T)]).view(-1)
+    ids = ids.to(DEVICE, torch.int32)
+    act = ops.gemv(x, wgu, norm_w=nw, eps=1e-5, swiglu=True, experts=ids,
+                   stream=stream if T == 1 else None)
+    for p, e in enumerate(ids.tolist()):
+        ref = R.gemv(x[p // k:p // k + 1], wgu_ref[e], norm_w=nw, eps=1e-5, swiglu=True)
+        assert_close(act[p:p + 1], ref, dtype, K, f"gate|up pair {p}", gain=ACT_GAIN)
+    wd, wd_ref = (torch.stack(t) for t in zip(*(random_fp8(K, F, g) for _ in range(E))))
+    h = rnd(T, K, dtype=dtype, seed_gen=g)
+    a = rnd(T * k, F, dtype=dtype, seed_gen=g)
+    wt = torch.rand(T * k, generator=g).to(DEVICE)
+    FS = data.draw(KS)
+    acts, (ws, ws_ref) = rnd(T, FS, dtype=dtype, seed_gen=g), random_fp8(K, FS, g)
+    s = torch.rand(T, generator=g).to(DEVICE)
+    want = h.float().clone()
+    for p, e in enumerate(ids.tolist()):
+        want[p // k] += wt[p] * R.gemv(a[p:p + 1], wd_ref[e]).float()[0]
+    if shared:
+        want += s[:, None] * R.gemv(acts, ws_ref).float()
+    ops.moe_down(h, a, wd, ids, wt, (acts, ws, s) if shared else None,
+                 config=TileConfig(4, 128, 4) if small else None)
+    assert_close(h, want, dtype, max(F, FS) * (k + 1), "experts' down")
+
+
 def fp8_model(**sizes):
     """A tiny Qwen3 (q / k norms) whose every matrix's K is a multiple of 16: d 48, q_dim 48,
     the down projection's 272 (three 128-column scale groups, the last partial)."""
@@ -200,6 +240,61 @@ def test_fp8_words_follow_the_register_stream():
     assert not StreamConfig(stages=1, fp8_words=False).fp8_word_pieces(bf16)
     assert StreamConfig(stages=3, fp8_words=True).fp8_word_pieces(bf16)
     assert not StreamConfig(stages=1, fp8_words=True).fp8_word_pieces(torch.float32)
+
+
+def fp8_mixture(family):
+    """A tiny mixture whose every matrix's K is a multiple of 16 (fp8_rows), at tp=2 too: d 64,
+    four heads of 16, experts 32 wide (one partial 128-column scale group), qwen2_moe's shared
+    expert 64."""
+    sizes = dict(shared_expert_intermediate_size=64) if family == "qwen2_moe" else {}
+    return tiny_model(family, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                      head_dim=16, moe_intermediate_size=32, **sizes)
+
+
+@pytest.mark.parametrize("family", ["qwen3_moe", "qwen2_moe"])
+def test_fp8_mixture_checkpoint_in_ops_mode(tmp_path, family):
+    """A mixture's FP8 checkpoint (Qwen3-30B-A3B-FP8's layout: per-expert FP8 tensors, the
+    router unquantized) in mode 'ops' keeps its routed experts and its shared expert 8-bit with
+    the attention's matrices; each expert reads back as its codes times their scales (the torch
+    mode's dequantized packing, bit for bit), and the logits and greedy tokens are the
+    dequantized checkpoint's (fp32: summation order only, as test_fp8_checkpoint_in_ops_mode)."""
+    write_fp8_checkpoint(fp8_mixture(family), tmp_path, (128, 128))
+    kw = dict(max_seq_len=32, device=DEVICE, dtype=torch.float32)
+    fm = fastdecode.from_pretrained(str(tmp_path), mode="ops", **kw)
+    ref = fastdecode.from_pretrained(str(tmp_path), mode="torch", **kw)
+    pw, rw = fm.weights, ref.weights
+    assert pw.fp8 and pw.w_experts_gu.dtype == pw.w_experts_down.dtype == torch.float8_e4m3fn
+    assert not rw.fp8 and rw.w_experts_gu.dtype == torch.float32
+    assert pw.w_router.dtype == torch.float32
+    for l in range(fm.spec.n_layers):
+        for e in range(fm.spec.n_experts):
+            for which in (0, 1):
+                assert torch.equal(pw.expert_matrix(which, l, e), rw.expert_matrix(which, l, e))
+        if fm.spec.ffn_dim:
+            assert pw.w_down.dtype == torch.float8_e4m3fn
+            for n in ("gu", "down"):
+                assert torch.equal(pw.matrix(n, l), rw.matrix(n, l)), n
+    ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]], device=DEVICE)
+    torch.testing.assert_close(fm(ids), ref(ids), rtol=1e-4, atol=1e-4)
+    fm.reset()
+    ref.reset()
+    assert torch.equal(fm.generate(ids, max_new_tokens=6), ref.generate(ids, max_new_tokens=6))
+
+
+def test_fp8_expert_shards_are_the_dequantized_shards(tmp_path):
+    """Tensor parallelism keeps a mixture's FP8 experts 8-bit on every rank (per-channel scales:
+    any columns): each rank's experts (their gate / up rows and down columns of the rank's
+    slice of each expert's width) read back as its shard of the dequantized checkpoint."""
+    write_compressed_fp8_checkpoint(fp8_mixture("qwen2_moe"), tmp_path, "channel")
+    spec, kept_8bit = checkpoint_ranks(tmp_path, 2, keep_fp8=True)
+    _, dequantized = checkpoint_ranks(tmp_path, 2)
+    for r, (pw, ref) in enumerate(zip(kept_8bit, dequantized)):
+        assert pw.w_experts_down.dtype == torch.float8_e4m3fn and pw.fp8
+        for l in range(spec.n_layers):
+            for e in range(spec.n_experts):
+                for which in (0, 1):
+                    assert torch.equal(pw.expert_matrix(which, l, e),
+                                       ref.expert_matrix(which, l, e)), (r, l, e, which)
 
 
 @pytest.mark.parametrize("writer,ffn,world,kept", [

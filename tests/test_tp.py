@@ -14,6 +14,7 @@ from fastdecode.module import FastModel
 from fastdecode.loading import safetensors_getter
 from fastdecode.packing import dict_getter, pack
 from fastdecode.spec import ModelSpec
+from fastdecode.triton_kernels._common import INTERPRET
 from fastdecode.triton_kernels.config import StreamConfig
 from helpers import checkpoint_ranks, needs_gpus, rel_err, run_ranks, skip_unless_hf_reencodes
 from models import LONGROPE, tiny_model
@@ -418,9 +419,12 @@ def check_mega_ranks(family, world, stages, device):
 
 
 @pytest.mark.parametrize("family,device", [
-    ("qwen2_moe", "cpu"), pytest.param("qwen2_moe", "cuda", marks=needs_gpus(1)),
+    pytest.param("qwen2_moe", "cpu", marks=pytest.mark.skipif(
+        not INTERPRET, reason="ops kernels on CPU tensors: Triton's interpreter only")),
+    pytest.param("qwen2_moe", "cuda", marks=needs_gpus(1)),
     pytest.param("gpt_oss", "cuda", marks=needs_gpus(1)),
     pytest.param("gpt_oss_mxfp4", "cuda", marks=needs_gpus(1)),
+    pytest.param("qwen2_moe_fp8", "cuda", marks=needs_gpus(1)),
     pytest.param("mixtral", "cuda", marks=needs_gpus(1))])
 def test_moe_ops_virtual_ranks_match_tp1(tmp_path, family, device):
     """A mixture of experts in mode 'ops' over 2 virtual ranks (threads; on one GPU, a CUDA stream
@@ -429,9 +433,20 @@ def test_moe_ops_virtual_ranks_match_tp1(tmp_path, family, device):
     Bit-identical ranks; fp32, so the logits differ from the tp=1 model's only in summation order
     (1e-5, as test_virtual_ranks_match_tp1), the same greedy tokens. gpt_oss_mxfp4: the ranks'
     experts packed from an MXFP4 checkpoint, kept 4-bit (32 of each expert's 64 rows a rank),
-    against the float model holding the values they stand for (exact in fp32)."""
-    shards = None
-    if family == "gpt_oss_mxfp4":
+    against the float model holding the values they stand for (exact in fp32). qwen2_moe_fp8:
+    an FP8 checkpoint's ranks, their experts and matrices kept 8-bit (test_fp8's mixture), against
+    the checkpoint dequantized at tp=1."""
+    shards, ref = None, None
+    if family == "qwen2_moe_fp8":
+        from test_fp8 import fp8_mixture
+        from test_quant import write_compressed_fp8_checkpoint
+        model = fp8_mixture("qwen2_moe")
+        write_compressed_fp8_checkpoint(model, tmp_path, "channel")
+        _, shards = checkpoint_ranks(tmp_path, 2, device, keep_fp8=True)
+        assert all(pw.w_experts_gu.dtype == torch.float8_e4m3fn for pw in shards)
+        ref = fastdecode.from_pretrained(str(tmp_path), max_seq_len=32, mode="torch",
+                                         dtype=torch.float32)
+    elif family == "gpt_oss_mxfp4":
         from test_quant import write_mxfp4_checkpoint
         model = tiny_model("gpt_oss", hidden_size=64, intermediate_size=64)
         write_mxfp4_checkpoint(model, tmp_path)
@@ -441,8 +456,9 @@ def test_moe_ops_virtual_ranks_match_tp1(tmp_path, family, device):
         model = model_for(family)
     ids = torch.randint(0, model.config.vocab_size, (11,),
                         generator=torch.Generator().manual_seed(5))
-    want, greedy = forced_and_greedy(fastdecode.from_hf(model, max_seq_len=32, mode="torch"),
-                                     ids, 4)
+    if ref is None:
+        ref = fastdecode.from_hf(model, max_seq_len=32, mode="torch")
+    want, greedy = forced_and_greedy(ref, ids, 4)
     d = ids.to(device)
     outs = mega_ranks(model, 2, lambda f: forced_and_greedy(f, d, 4), max_seq_len=32,
                       device=device, mode="ops", shards=shards)

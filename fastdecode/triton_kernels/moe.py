@@ -23,8 +23,9 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import INTERPRET, mxfp4_dot, mxfp4_load, pdl_start, pdl_wait
-from .config import TileConfig, use_pdl
+from ._common import (FP8_GROUP, FP8_PIECES, INTERPRET, mxfp4_dot, mxfp4_load, pdl_start,
+                      pdl_wait, row_partials, weight_chunk)
+from .config import TileConfig, row_elems, use_pdl
 from .gemv import gemv_tile
 
 
@@ -95,7 +96,10 @@ def experts_down_kernel(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr
     after pdl_wait. W4: W is MXFP4, its codes [E, D, F / 2] uint8 at w_ptr and E8M0 scales [E,
     D, F / 32] at ws4_ptr, both contiguous: the chunk's J x N rows as rows e D + n of the [E D,
     F / 2] stack (_common.mxfp4_load), each chunk's requested while the one before is decoded
-    (as gemv's)."""
+    (as gemv's). W float8_e4m3fn (an FP8 checkpoint's experts kept 8-bit: quant.fp8_rows' rows,
+    [E, D, row_elems(F)]), known from w_ptr's type: each chunk's codes and their rows' scales of
+    the same [E D, row_elems(F)] stack (_common.weight_chunk's FP8_PIECES), each 128 columns'
+    sum times its scale (row_partials)."""
     pdl_start(PDL)
     pdl_wait(PDL)
     t = tl.program_id(1).to(tl.int64)
@@ -109,7 +113,10 @@ def experts_down_kernel(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr
     RN: tl.constexpr = BLOCK_J * BLOCK_N
     rn = tl.reshape(e[:, None] * D + rows[None, :], [RN])  # W4's rows e D + n, their mask
     mn = tl.reshape(mj[:, None] & mr[None, :], [RN])
+    W8: tl.constexpr = w_ptr.dtype.element_ty == tl.float8e4nv
     q, s = rn, rn  # (bound for both branches; W4: the first chunk's codes and scales)
+    if W8:
+        g = tl.zeros([RN, BLOCK_K // min(FP8_GROUP, BLOCK_K)], dtype=tl.float32)
     if W4:
         q, s = mxfp4_load(w_ptr, ws4_ptr, rn, mn, 0, F, F, BLOCK_K)
         g = tl.zeros([RN, BLOCK_K // 32], dtype=tl.float32)  # the group sums
@@ -123,12 +130,16 @@ def experts_down_kernel(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr
             x = tl.broadcast_to(a.to(tl.float32)[:, None, :], [BLOCK_J, BLOCK_N, BLOCK_K])
             g += mxfp4_dot(q, s, tl.reshape(x, [RN, BLOCK_K]))
             q, s = qn, sn
+        elif W8:
+            c = weight_chunk(w_ptr, rn, mn, k0, F, BLOCK_K, FP8_PIECES)
+            x = tl.broadcast_to(a.to(tl.float32)[:, None, :], [BLOCK_J, BLOCK_N, BLOCK_K])
+            g += row_partials(c, tl.reshape(x, [RN, BLOCK_K]), FP8_PIECES)
         else:
             w = tl.load(w_ptr + e[:, None, None] * stride_we + rows[None, :, None].to(tl.int64) * F
                         + ks[None, None, :], mask=mj[:, None, None] & mr[None, :, None]
                         & mk[None, None, :], other=0.0, eviction_policy="evict_first")
             acc += tl.sum(w.to(tl.float32) * a.to(tl.float32)[:, None, :], axis=2)
-    if W4:
+    if W4 or W8:
         acc += tl.reshape(tl.sum(g, axis=1), [BLOCK_J, BLOCK_N])
     if BIAS:
         acc += tl.load(b_ptr + e[:, None] * stride_be + rows[None, :],
@@ -161,16 +172,18 @@ def experts_down_kernel(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr
 # with the next chunk requested ahead (us): 8 rows x 512 15.2-15.7 (at 4 / 8 warps), 8 x 256
 # 15.5, 8 x 1024 at 4 warps 16.9, 16 x 512 17.7-22.1, 4 x 1024 18.2; one chunk at a time 8 x
 # 1024 at 4 warps 14.5, 8 x 512 16.0-16.5
-DOWN_BLOCK_K, DOWN_WARPS, DOWN_BLOCK_K_MXFP4 = 256, 8, 512
+# FP8 experts (quant.fp8_rows): the bf16 tile's bytes a chunk, 512 one-byte codes a row (two
+# scale groups) -- not swept
+DOWN_BLOCK_K, DOWN_WARPS, DOWN_BLOCK_K_MXFP4, DOWN_BLOCK_K_FP8 = 256, 8, 512, 512
 
 
-def down_tile(top_k: int, mxfp4: bool = False) -> TileConfig:
+def down_tile(top_k: int, mxfp4: bool = False, fp8: bool = False) -> TileConfig:
     """experts_down's default tile for top_k routed experts: DOWN_BLOCK_K (MXFP4:
-    DOWN_BLOCK_K_MXFP4), DOWN_WARPS and 16 / top_k rows (MXFP4: 32 / top_k), a power of two, 1
-    to 8 (top_k 8 -> 2, 4 -> 4, 2 -> 8; MXFP4 4 -> 8)."""
+    DOWN_BLOCK_K_MXFP4, FP8: DOWN_BLOCK_K_FP8), DOWN_WARPS and 16 / top_k rows (MXFP4: 32 /
+    top_k), a power of two, 1 to 8 (top_k 8 -> 2, 4 -> 4, 2 -> 8; MXFP4 4 -> 8)."""
     rows = max(1, min(8, (32 if mxfp4 else 16) // triton.next_power_of_2(top_k)))
-    return TileConfig(block_n=rows, block_k=DOWN_BLOCK_K_MXFP4 if mxfp4 else DOWN_BLOCK_K,
-                      num_warps=DOWN_WARPS)
+    bk = DOWN_BLOCK_K_MXFP4 if mxfp4 else DOWN_BLOCK_K_FP8 if fp8 else DOWN_BLOCK_K
+    return TileConfig(block_n=rows, block_k=bk, num_warps=DOWN_WARPS)
 
 
 def experts_down(h: torch.Tensor, act: torch.Tensor, w: torch.Tensor, ids: torch.Tensor,
@@ -182,7 +195,8 @@ def experts_down(h: torch.Tensor, act: torch.Tensor, w: torch.Tensor, ids: torch
     its scale; in place, one kernel (no fp32 outputs of the experts written and read back).
     Tiles: config (a TileConfig), else down_tile(top_k); the shared expert's K in chunks of up
     to 1024. scales (quant's "mxfp4"): w holds MXFP4 codes [E, d, F / 2] uint8 and scales their
-    E8M0 exponents [E, d, F / 32] uint8 (F % 32 == 0)."""
+    E8M0 exponents [E, d, F / 32] uint8 (F % 32 == 0). w float8_e4m3fn: FP8 rows [E, d,
+    row_elems(F)] (quant.fp8_rows; the shared expert's ws too, where it is FP8)."""
     T, D = h.shape
     P, F = act.shape
     top_k = P // T
@@ -190,21 +204,24 @@ def experts_down(h: torch.Tensor, act: torch.Tensor, w: torch.Tensor, ids: torch
     if w4:
         assert w.dtype == torch.uint8 and scales.dtype == torch.uint8 and F % 32 == 0
         assert scales.shape == (*w.shape[:2], F // 32) and scales.is_contiguous()
-    assert P == T * top_k and w.shape[1:] == (D, F // 2 if w4 else F)
+    assert P == T * top_k and w.shape[1:] == (D, F // 2 if w4 else row_elems(F, w.dtype))
     assert ids.numel() == P == weights.numel()
     assert w.is_contiguous() and act.stride(1) == 1 and ids.dtype == torch.int32
     acts, ws, s = shared if shared is not None else (act, w, weights)
-    assert shared is None or (ws.shape[0] == D and ws.is_contiguous() and acts.shape[0] == T)
+    FS = acts.shape[-1]
+    assert shared is None or (ws.shape == (D, row_elems(FS, ws.dtype)) and ws.is_contiguous()
+                              and acts.shape[0] == T)
     assert bias is None or (bias.shape == w.shape[:2] and bias.is_contiguous())
-    cfg = config or down_tile(top_k, w4)
+    cfg = config or down_tile(top_k, w4, w.dtype == torch.float8_e4m3fn)
     pdl = use_pdl(h.device)
     experts_down_kernel[(triton.cdiv(D, cfg.block_n), T)](
-        h, act, w, ids, weights, acts, ws, s, w if bias is None else bias, D, F, ws.shape[-1],
+        h, act, w, ids, weights, acts, ws, s, w if bias is None else bias, D, F, FS,
         h.stride(0), act.stride(0), acts.stride(0), w.stride(0),
         0 if bias is None else bias.stride(0), TOP_K=top_k, SHARED=shared is not None,
         BIAS=bias is not None,
         BLOCK_N=cfg.block_n, BLOCK_K=min(cfg.block_k, triton.next_power_of_2(F)),
-        BLOCK_KS=min(1024, triton.next_power_of_2(ws.shape[-1])),
-        BLOCK_J=triton.next_power_of_2(top_k), F32=INTERPRET or w.dtype == torch.float32,
+        BLOCK_KS=min(1024, triton.next_power_of_2(FS)),
+        BLOCK_J=triton.next_power_of_2(top_k),
+        F32=INTERPRET or torch.float32 in (w.dtype, act.dtype),
         PDL=pdl, ws4_ptr=scales if w4 else w, W4=w4, num_warps=cfg.num_warps, launch_pdl=pdl)
     return h
