@@ -65,6 +65,12 @@ def glu_code(act: str, gated: bool = True) -> int:
 # next chunk requested ahead, us: 25.7 against 16 x 1024 28.6, 4 x 1024 28.7, 8 x 1024 at 8
 # warps 31.4, 4 / 8 x 2048 38.1 / 40.6; one chunk at a time 8 x 1024 27.5-27.7, 8 x 512 31.5.
 MXFP4_TILE = TileConfig(block_n=8, block_k=1024, num_warps=4)
+# FP8 experts' gate|up tile (quant.fp8_rows; dense FP8 rows: config.FP8_DECODE_TILE's 2 rows):
+# 4 rows (and their 4 up rows) of 2048 codes at 4 warps -- H100, sweep_moe --fp8 (bench/
+# RESULTS.md session 67), the top_k experts' gate|up, us: OLMoE-1B-7B (top 8, 1024 x 2048)
+# 14.42 against 16.01-16.20 at 2 x 2048, 15.67 at 8 x 1024, 16.95 at 4 x 1024, 17.30 at 8 x
+# 2048 x 8 warps; Qwen1.5-MoE (top 4, 1408 x 2048) 11.17 against 12.06-12.12 at 2 x 2048
+FP8_EXPERTS_TILE = TileConfig(block_n=4, block_k=2048, num_warps=4)
 
 
 GELU_C = tl.constexpr(0.7978845608028654)  # sqrt(2 / pi): gelu_tanh(x) = x sigmoid(2 GELU_C (x + 0.044715 x^3))
@@ -468,7 +474,8 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
     w float8_e4m3fn (an FP8 checkpoint's matrix kept 8-bit: quant.fp8_rows' rows, [N or 2N,
     row_elems(K)]): codes times their scales in fp32 (_common.weight_chunk's FP8_PIECES; a
     stream's FP8 words with bf16 / fp16 x: f16 products, StreamConfig.fp8_words); the decode
-    stream's pieces or the tile loop (gemv_config: the table's streams are bf16's)."""
+    stream's pieces or the tile loop (gemv_config: the table's streams are bf16's; a mixture's
+    FP8 experts: FP8_EXPERTS_TILE on a GPU)."""
     T, K = x.shape
     w4 = scales is not None
     if w4:
@@ -488,6 +495,8 @@ def gemv(x: torch.Tensor, w: torch.Tensor, *, norm_w=None, eps: float = 1e-6, bi
     assert stack.is_contiguous()
     if w4:
         stream, config = None, config or MXFP4_TILE
+    elif experts is not None and w.dtype == torch.float8_e4m3fn and not INTERPRET:
+        config = config or FP8_EXPERTS_TILE
     elif stream is None and config is None and T == 1:
         stream = gemv_stream(N, K, x.device, rows=w.shape[0], parts=parts, dtype=w.dtype)
     if out is None:

@@ -172,17 +172,21 @@ def experts_down_kernel(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr
 # with the next chunk requested ahead (us): 8 rows x 512 15.2-15.7 (at 4 / 8 warps), 8 x 256
 # 15.5, 8 x 1024 at 4 warps 16.9, 16 x 512 17.7-22.1, 4 x 1024 18.2; one chunk at a time 8 x
 # 1024 at 4 warps 14.5, 8 x 512 16.0-16.5
-# FP8 experts (quant.fp8_rows): the bf16 tile's bytes a chunk, 512 one-byte codes a row (two
-# scale groups) -- not swept
-DOWN_BLOCK_K, DOWN_WARPS, DOWN_BLOCK_K_MXFP4, DOWN_BLOCK_K_FP8 = 256, 8, 512, 512
+# FP8 experts (quant.fp8_rows: a code a byte): 32 / top_k rows as MXFP4's, 256 codes a row a
+# chunk at top_k 8, 512 below -- H100, sweep_moe --fp8 (bench/RESULTS.md session 67), two runs,
+# us: OLMoE-1B-7B's top 8 of 1024 4 x 256 8.80 against 8 x 256 8.92, 4 x 512 at 4 / 8 warps
+# 9.07 / 10.58, 2 x 256 10.03-10.14, 2 x 512 10.28-10.47; Qwen1.5-MoE's top 4 of 1408 8 x 512
+# 7.11 against 4 x 512 7.21-7.48, 8 x 256 9.39, 4 x 256 9.08
+DOWN_BLOCK_K, DOWN_WARPS, DOWN_BLOCK_K_MXFP4 = 256, 8, 512
 
 
 def down_tile(top_k: int, mxfp4: bool = False, fp8: bool = False) -> TileConfig:
     """experts_down's default tile for top_k routed experts: DOWN_BLOCK_K (MXFP4:
-    DOWN_BLOCK_K_MXFP4, FP8: DOWN_BLOCK_K_FP8), DOWN_WARPS and 16 / top_k rows (MXFP4: 32 /
-    top_k), a power of two, 1 to 8 (top_k 8 -> 2, 4 -> 4, 2 -> 8; MXFP4 4 -> 8)."""
-    rows = max(1, min(8, (32 if mxfp4 else 16) // triton.next_power_of_2(top_k)))
-    bk = DOWN_BLOCK_K_MXFP4 if mxfp4 else DOWN_BLOCK_K_FP8 if fp8 else DOWN_BLOCK_K
+    DOWN_BLOCK_K_MXFP4; FP8: 256 at top_k >= 8, else 512), DOWN_WARPS and 16 / top_k rows (MXFP4
+    and FP8: 32 / top_k), a power of two, 1 to 8 (top_k 8 -> 2, 4 -> 4, 2 -> 8; MXFP4 / FP8 8
+    -> 4, 4 -> 8)."""
+    rows = max(1, min(8, (32 if mxfp4 or fp8 else 16) // triton.next_power_of_2(top_k)))
+    bk = DOWN_BLOCK_K_MXFP4 if mxfp4 else (256 if top_k >= 8 else 512) if fp8 else DOWN_BLOCK_K
     return TileConfig(block_n=rows, block_k=bk, num_warps=DOWN_WARPS)
 
 
