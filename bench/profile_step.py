@@ -2,6 +2,7 @@
 
     python bench/profile_step.py --model 1b --steps 64
     python bench/profile_step.py --model gpt-oss-20b --mxfp4   # its experts as MXFP4 codes
+    python bench/profile_step.py --model olmoe-1b-7b --fp8     # its matrices as FP8 rows
 
 Prints the GPU's busy time a step (the kernels' sum) beside the step's wall time: their
 difference is the launch gaps between kernels.
@@ -16,7 +17,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fastdecode  # noqa: E402
-from shapes import random_model, random_mxfp4_experts, stage_on_host  # noqa: E402
+from shapes import (random_fp8_matrices, random_model, random_mxfp4_experts,  # noqa: E402
+                    stage_on_host)
 
 
 def main():
@@ -25,6 +27,9 @@ def main():
     p.add_argument("--steps", type=int, default=64)
     p.add_argument("--mxfp4", action="store_true",
                    help="a mixture's experts as random MXFP4 codes (shapes.random_mxfp4_experts)")
+    p.add_argument("--fp8", action="store_true",
+                   help="the layer matrices (a mixture's experts too) as random FP8 rows "
+                        "(shapes.random_fp8_matrices)")
     args = p.parse_args()
     name, model = random_model(args.model)
     stage_on_host(model)
@@ -32,6 +37,8 @@ def main():
     del model
     if args.mxfp4:
         random_mxfp4_experts(fm)
+    if args.fp8:
+        random_fp8_matrices(fm)
     ids = torch.randint(0, 1000, (1, 32), device="cuda")
     fm.generate(ids, max_new_tokens=args.steps, eos_token_id=[])  # compiles, captures
     (agg, wall), (agg1, wall1) = (profiled(fm, ids, n) for n in (args.steps, 1))
