@@ -146,16 +146,15 @@ def bench_model(key, args, bw):
             model.generate(ids, max_new_tokens=n, min_new_tokens=n, **{"do_sample": False, **gen})
 
     # mxfp4 (a mixture): ops mode with the experts as random MXFP4 codes (an MXFP4 checkpoint's
-    # packing); fp8 / fp8_mega: ops / mega mode with the layer matrices (a mixture's experts too:
-    # ops only) as random FP8 rows (an FP8 checkpoint's); each its roofline over the bytes of
+    # packing); fp8 / fp8_mega: ops / mega mode with the layer matrices (a mixture's experts
+    # too) as random FP8 rows (an FP8 checkpoint's); each its roofline over the bytes of
     # those codes and scales
     fp8 = (" FP8 matrices", random_fp8_matrices, dict(matrix_elt=FP8_BYTES, expert_elt=FP8_BYTES))
     quant = {"mxfp4": (" MXFP4 experts", random_mxfp4_experts, dict(expert_elt=MXFP4_BYTES)),
              "fp8": fp8, "fp8_mega": fp8}
     for peer, mode in (("fastdecode", "ops"), ("mega", "mega"), ("mxfp4", "ops"), ("fp8", "ops"),
                        ("fp8_mega", "mega")):
-        if peer not in args.peers or (peer == "mxfp4" and not spec.moe) or \
-                (peer == "fp8_mega" and spec.moe):
+        if peer not in args.peers or (peer == "mxfp4" and not spec.moe):
             continue
         try:
             t0 = time.perf_counter()
@@ -234,8 +233,8 @@ def main():
     p.add_argument("--peers", default="fastdecode,mega,hf_eager,hf_compile",
                    help="of fastdecode (ops + CUDA graph), mega, mxfp4 (a mixture's experts as "
                         "random MXFP4 codes, ops mode), fp8 (the layer matrices, a mixture's "
-                        "experts too, as random FP8 rows, ops mode), fp8_mega (a dense model's, "
-                        "in mode mega), hf_eager, "
+                        "experts too, as random FP8 rows, ops mode), fp8_mega (the same in mode "
+                        "mega), hf_eager, "
                         "hf_compile")
     p.add_argument("--first-call", action="store_true", help="also time process start -> token")
     p.add_argument("--gen", default="",

@@ -239,7 +239,7 @@ def main():
             if mode == "mega":  # the step of several rows compiles its own megakernel
                 COMPILED["megakernel (decode)"] = COMPILED.pop("megakernel")
             fm.runtime.forward(ids[1:].clone())  # T=3: prefill tiles
-            if mode == "mega":
+            if mode == "mega" and "megakernel" in COMPILED:  # (a mixture's: ops kernels)
                 COMPILED["megakernel (3 rows)"] = COMPILED.pop("megakernel")
             if mode == "ops":  # a long prompt's pass (runtime._prefill_long): cuBLAS matmuls
                 fm.runtime.prefill_min = 2  # and the attention kernel's direct T > 1 form

@@ -64,6 +64,7 @@ from .triton_kernels.config import (StreamConfig, attention_config, fp8_tile, ge
                                      merge_heads, ptx_stream_ok, rows_ksplit, stream_config,
                                      wide_head_keys)
 from .triton_kernels.gemv import block_t
+from .triton_kernels.moe import down_tile
 from .triton_kernels.qkv_rope import defer_qk_norm, qkv_tile
 
 
@@ -117,6 +118,10 @@ class Tiling:
                                   # through REDUCE tasks, which normalize them
     fp8_words: bool = False       # decode, FP8 rows and bf16 / fp16 activations: the codes as
                                   # words dotted in f16 (StreamConfig.fp8_words)
+    rows_e: int = 0               # decode, a mixture: EXPERT_GU's rows per tile (of gate and of
+                                  # up; K = d_model, chunks of bk_g)
+    moe_rows: int = 0             # EXPERT_DOWN's rows per tile and K chunk (moe.down_tile)
+    moe_bk: int = 0
 
     @property
     def parted(self) -> bool:
@@ -136,8 +141,8 @@ class Tiling:
         return self.n_splits * self.n_t(self.attn_block_tok)
 
     def gemv_rows(self, op: Op) -> int:
-        return {Op.O_PROJ: self.rows_q, Op.DOWN: self.rows_f,
-                Op.GATE_UP: self.rows_g}.get(op, self.rows_d)
+        return {Op.O_PROJ: self.rows_q, Op.DOWN: self.rows_f, Op.GATE_UP: self.rows_g,
+                Op.EXPERT_GU: self.rows_e, Op.EXPERT_DOWN: self.moe_rows}.get(op, self.rows_d)
 
     def gemv_tiles(self, op: Op, N: int) -> int:
         """Tiles of N output rows per token block."""
@@ -182,25 +187,32 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
         raise ValueError("attn_in_qkv is a decode (T=1) schedule")
     bt = block_t(T)
     half = spec.head_dim // 2
-    dims = (spec.q_dim, spec.d_model, spec.ffn_dim)
+    # (a mixture without a shared expert has no dense MLP: its tiles take an expert's width)
+    ffn = spec.ffn_dim or spec.expert_ffn
+    dims = (spec.q_dim, spec.d_model, ffn)
     elem_bytes = 1 if fp8 else dtype.itemsize if dtype is not None else 2
     if T == 1:
         st = stream or stream_config(device, spec)
         # o_proj (rows of q_dim), the lm_head (d_model), down (ffn_dim), gate|up (d_model, two
         # matrices a piece; one without a gate): each op's piece elements (StreamConfig.elems)
         tiles = [st.tile(spec.q_dim, elems=st.elems(1)), st.tile(spec.d_model),
-                 st.tile(spec.ffn_dim, elems=st.elems(3)),
+                 st.tile(ffn, elems=st.elems(3)),
                  st.tile(spec.d_model, 1 + spec.gated, st.elems(2))]
         rows, bks, warps = [t.block_n for t in tiles], [t.block_k for t in tiles], st.num_warps
+        rows_e = rows[3]  # a mixture's experts: gate|up's tile over their routed rows
+        if spec.moe and n_programs:
+            rows_e = few_tiles_rows(rows_e, spec.top_k * spec.expert_ffn, n_programs)
         if n_programs:  # o_proj, down, gate|up by their output rows (the lm_head's vocabulary
             # keeps its rows: a vocab-parallel shard's can differ among ranks, whose lm_head tasks
             # must match)
-            for i, n in ((0, spec.d_model), (2, spec.d_model), (3, spec.ffn_dim)):
+            for i, n in ((0, spec.d_model), (2, spec.d_model), (3, ffn)):
                 rows[i] = few_tiles_rows(rows[i], n, n_programs)
     else:
         cfg = fp8_tile(gemv_config(spec.d_model * 4, spec.d_model, T, device,
                                    elem_bytes=elem_bytes), elem_bytes, T)
         rows, bks, warps, st = [cfg.block_n] * 4, [cfg.block_k] * 4, cfg.num_warps, None
+        rows_e = cfg.block_n
+    moe = down_tile(spec.top_k, fp8=fp8) if spec.moe else None
     defer = defer_qk_norm(spec.qk_norm, T, spec.qk_norm_full)
     # q / k norms over all heads (OLMo 2): the norm needs every group's QKV tiles, so no group's
     # last tile may run it (norm_in_qkv) or its attention (attn_in_qkv): QKNORM tasks wait for
@@ -235,7 +247,9 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
                   one_poller=st is not None and st.one_poller,
                   abort_every=st.abort_every if st is not None else 1,
                   attn_outline=st is not None and st.attn_outline, post_norm=spec.post_norms,
-                  fp8_words=fp8 and st is not None and st.fp8_word_pieces(dtype, spec.d_model))
+                  fp8_words=fp8 and st is not None and st.fp8_word_pieces(dtype, spec.d_model),
+                  rows_e=rows_e, moe_rows=moe.block_n if moe else 0,
+                  moe_bk=moe.block_k if moe else 0)
 
 
 REMOTE = ("xo", "xdown", "xlm")  # counter keys signalled across ranks (tensor parallelism)
@@ -290,11 +304,38 @@ def ranges(total: int, parts: int):
     return list(zip(bounds[:-1], bounds[1:]))
 
 
+def moe_tasks(g: StepGraph, l: int, wait, n_programs: int, elt: int):
+    """Layer l's mixture of experts (decode, one rank), after `wait` (its o_proj): ROUTER tasks
+    over the router's rows (its E logits, then the shared expert's gate row) -> ("router", l);
+    EXPERT_GU tasks, each of one slot -- routed slot j < top_k (its expert read from the routing
+    every such task computes alike from z) or top_k, the shared expert -- over its rows ->
+    ("egu", l); EXPERT_DOWN tasks over d_model's rows -> ("down", l), what the next layer's QKV
+    tasks and the lm_head wait on. A slot's share of the programs follows its tiles."""
+    s, tg = g.spec, g.tiling
+    oh = COST.task_overhead_bytes
+    for a, b in ranges(triton.cdiv(s.n_experts + (s.ffn_dim > 0), tg.rows_d), n_programs):
+        g.add(Task(Op.ROUTER, l, (0, a, b), wait, ("router", l),
+                   oh + (b - a) * tg.rows_d * s.d_model * elt))
+    slots = [(j, s.expert_ffn) for j in range(s.top_k)] + [(s.top_k, s.ffn_dim)] * (s.ffn_dim > 0)
+    tiles = [triton.cdiv(F, tg.rows_e) for _, F in slots]
+    for (j, _), n in zip(slots, tiles):
+        for a, b in ranges(n, max(1, n_programs * n // sum(tiles))):
+            g.add(Task(Op.EXPERT_GU, l, (j, a, b), ("router", l), ("egu", l),
+                       oh + (b - a) * 2 * tg.rows_e * s.d_model * elt))
+    row_bytes = (s.top_k * s.expert_ffn + s.ffn_dim) * elt
+    for a, b in ranges(triton.cdiv(s.d_model, tg.moe_rows), n_programs):
+        g.add(Task(Op.EXPERT_DOWN, l, (0, a, b), ("egu", l), ("down", l),
+                   oh + (b - a) * tg.moe_rows * row_bytes))
+
+
 def build_step(spec: ModelSpec, tiling: Tiling, n_programs: int, world: int = 1,
                lm_vocab: int | None = None) -> StepGraph:
     """world > 1: spec is a rank's shard; lm_vocab: the vocabulary rows every rank tiles (the
     largest shard's, so every rank has the same lm_head tasks; the last rank masks its excess)."""
     s, T = spec, tiling.T
+    if s.moe and (T > 1 or world > 1 or s.parallel or s.post_norms):
+        raise ValueError("the megakernel's mixture-of-experts tasks run decode steps on one rank "
+                         "(steps of several rows and tensor parallelism run ops)")
     if T > 1 and world == 1:
         ops = ((Op.O_PROJ, s.q_dim, tiling.bk_q), (Op.DOWN, s.ffn_dim, tiling.bk_f))
         tiling = dataclasses.replace(tiling, ksplit=rows_ksplit(
@@ -357,7 +398,8 @@ def build_step(spec: ModelSpec, tiling: Tiling, n_programs: int, world: int = 1,
         gu = (Op.GATE_UP, "gu", ("merge", l) if s.parallel else after["o"](l), s.ffn_dim,
               (1 + s.gated) * s.d_model)
         down = (Op.DOWN, "down", after["o"](l) if s.parallel else ("gu", l), s.d_model, s.ffn_dim)
-        for op, key, wait, N, K in (gu, o, down) if s.parallel else (o, gu, down):
+        for op, key, wait, N, K in (gu, o, down) if s.parallel else (o,) if s.moe else \
+                (o, gu, down):
             parts = tg.ksplit if key != "gu" else 1  # arg0: token block * parts + K part
             tile_bytes = tg.gemv_rows(op) * K * elt // parts
             sig = ("x" + key, l) if tp and key != "gu" else \
@@ -372,6 +414,8 @@ def build_step(spec: ModelSpec, tiling: Tiling, n_programs: int, world: int = 1,
                 for a, b in ranges(n_red, n_programs):
                     g.add(Task(Op.REDUCE, l, (which, a, b), sig, ("red", l, which),
                                COST.task_overhead_bytes + (b - a) * red_bytes))
+        if s.moe:
+            moe_tasks(g, l, after["o"](l), n_programs, elt)
     # lm_head: one partial choice per task and token row: arg0 = token block * n_vparts + part
     parts = ranges(tg.gemv_tiles(Op.LM_HEAD, lm_vocab or s.vocab_size), n_programs)
     tile_bytes = tg.gemv_rows(Op.LM_HEAD) * s.d_model * elt

@@ -40,6 +40,14 @@ class Op(IntEnum):
     QKV_ATTN = 12  # QKV's args; the task completing group arg0's tiles (qticket) then norms
                    # (deferred q/k norm) and runs the group's attention over all keys, one split
                    # (short-context decode: no ATTN / MERGE tasks)
+    # a mixture of experts' MLP (decode, one rank): graph.py
+    ROUTER = 13       # [arg1, arg2) = row tiles of the router: z = norm(h) @ Wr^T (fp32), its
+                      # E logits (and the shared expert's gate logit)
+    EXPERT_GU = 14    # arg0 = routed slot j (top_k: the shared expert), [arg1, arg2) = row tiles:
+                      # the routing of z (every such task alike), then act_j = act(g) * u through
+                      # expert ids[j]'s gate|up rows
+    EXPERT_DOWN = 15  # [arg1, arg2) = row tiles of d_model: h += sum_j w_j W_down[ids[j]] act_j
+                      # (+ s W_shared act_shared), fp32, rounded once (moe.experts_down_body)
 
 
 WORDS = 9

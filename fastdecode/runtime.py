@@ -69,7 +69,8 @@ def check_mode(spec, mode: str | None):
         return
     if mode not in MODES:
         raise ValueError(f"mode={mode!r}: expected one of {MODES}")
-    lacks = "a mixture of experts" if spec.moe else "attention sinks" if spec.attn_sinks else ""
+    lacks = "attention sinks" if spec.attn_sinks else \
+        "experts with biases" if spec.moe and spec.expert_bias else ""
     if lacks and mode in ("vm", "mega"):
         raise UnsupportedModelError(
             f"{spec.family}: {lacks} runs in mode='ops' (one kernel per op, CUDA-graphed) or "
@@ -92,6 +93,10 @@ class Runtime:
             raise ValueError("mode='mega' with tensor parallelism needs one GPU per rank (NCCL and "
                              "symmetric memory: the ranks write each other's memory); processes "
                              "on CPUs run mode='torch' or 'ops'")
+        if pw.spec.moe and mode in ("vm", "mega") and (self.tp or pw.s_experts_gu is not None):
+            raise UnsupportedModelError(
+                f"mode={mode!r} runs a mixture of experts on one rank with float or FP8 experts "
+                "(its tasks have no tensor-parallel or MXFP4 form yet): use mode='ops'")
         self.pw, self.spec, self.mode = pw, pw.spec, mode
         self.cuda = pw.device.type == "cuda"
         if mode in ("ops", "mega") and not self.cuda and not INTERPRET and \
@@ -428,10 +433,11 @@ class Runtime:
             T = 1
         if self.mode == "torch":
             self._step_torch(T, all_logits, sampling, head)
-        elif self.mode == "ops" or sampling.filtered:
+        elif self.mode == "ops" or sampling.filtered or (self.spec.moe and T > 1):
             # top-k / top-p / min-p and the repetition penalty process the whole row of logits
             # (Sampling.warp): the task stream's choice is greedy or temperature sampling only,
-            # so those steps run the same bodies as ops
+            # so those steps run the same bodies as ops; so do a mixture's steps of several rows
+            # (its tasks are decode's: graph.moe_tasks)
             self._step_ops(T, all_logits, sampling, head)
         else:  # the task stream always runs whole steps (its last task advances the position)
             self._step_tasks(T, sampling, all_logits)
@@ -731,7 +737,10 @@ class Runtime:
             x.table if x else st.status, self.collectives.rank, x_ctr, self.max_spin_remote,
             x.red if x else 0, x.lmv if x else 0, x.lmi if x else 0, self.vocab[0],
             st.logits.shape[1], sched.graph.counters.get(("ticket", 0, 0), 0),
-            sched.graph.counters.get(("qticket", 0, 0), 0))
+            sched.graph.counters.get(("qticket", 0, 0), 0),
+            # a mixture's router, experts and buffers (graph.moe_tasks)
+            *((pw.w_router, pw.w_experts_gu, pw.w_experts_down, st.router, st.moe_ids,
+               st.moe_w, st.moe_s, st.moe_act) if s.moe else (st.status,) * 8))
         kw.update(
             D=s.d_model, FFN=s.ffn_dim, H=s.n_heads, HD=s.head_dim,
             BIAS_QKV=pw.b_qkv is not None,
@@ -764,6 +773,12 @@ class Runtime:
             LOGIT_CAP=s.logit_softcap > 0, QSCALE=bool(s.q_pos_scale),
             BIAS_LM=pw.b_head is not None, POS_EMB=pw.pos_embed is not None,
             ALIBI=s.alibi, FP8W=tg.fp8_words, num_warps=tg.num_warps)
+        if s.moe:
+            kw.update(MOE=True, NE=s.n_experts, EF=s.expert_ffn, TOPK=s.top_k,
+                      RENORM=s.norm_topk, SHARED=s.ffn_dim > 0, RE=tg.rows_e, RM=tg.moe_rows,
+                      KM=tg.moe_bk, BE=triton.next_power_of_2(s.n_experts),
+                      BJ=triton.next_power_of_2(s.top_k),
+                      BKS=min(1024, triton.next_power_of_2(max(s.ffn_dim, 16))))
         grid = (sched.n_programs,)
         variant = (key, sampling.do_sample, trace is not None)
         # this launch's compiled kernel, compiled and loaded (not launched) on first use

@@ -126,6 +126,8 @@ class VM:
                 self._k_part(task.op, l, *divmod(a0, tg.ksplit), rows)
             else:
                 self._gemv_tile(task.op, l, self._tokens(tb, tg.block_t), rows)
+        elif task.op in (Op.ROUTER, Op.EXPERT_GU, Op.EXPERT_DOWN):
+            self._moe_task(task.op, l, a0, a1, a2)
         elif task.op == Op.REDUCE:  # one rank (the VM's): the K parts of a0's tiles
             cols = torch.arange(a1 * COST.reduce_block, min(s.d_model, a2 * COST.reduce_block),
                                 device=st.h.device)
@@ -175,6 +177,39 @@ class VM:
                                    softcap=s.attn_softcap, qscale=s.q_pos_scale,
                                    alibi=self._slopes(heads), alibi_kind=s.alibi)
         st.attn[:T].view(T, s.n_heads, s.head_dim)[:, heads] = o.to(self.pw.dtype)
+
+    def _moe_task(self, op, l, j, a1, a2):
+        """A mixture's decode tasks (graph.moe_tasks) on the step's row: the router's logit rows
+        [a1, a2) tiles; slot j's gate|up rows through its routed expert (the routing recomputed
+        from the logits, as every EXPERT_GU task does; j = top_k: the shared expert's); the
+        residual's rows plus every routed expert's down rows times its weight (and the shared
+        expert's times its scale)."""
+        s, pw, st, tg = self.spec, self.pw, self.st, self.tiling
+        dev, x = st.h.device, st.h[:1]
+
+        def tile(r, n):
+            return torch.arange(a1 * r, min(n, a2 * r), device=dev)
+        if op == Op.ROUTER:
+            rows = tile(tg.rows_d, st.router.shape[1])
+            st.router[:1, rows] = R.gemv(x, pw.w_router[l][rows], norm_w=pw.pre_norm(1, l),
+                                         eps=s.rms_eps).float()
+            return
+        ids, w, scale = R.route(st.router[:1], s.top_k, s.norm_topk, s.ffn_dim > 0)
+        if op == Op.EXPERT_GU:
+            shared = j == s.top_k
+            F = s.ffn_dim if shared else s.expert_ffn
+            rows = tile(tg.rows_e, F)
+            m = pw.matrix("gu", l) if shared else pw.expert_matrix(0, l, int(ids[0, j]))
+            out = st.act if shared else st.moe_act[j:]
+            out[:1, rows] = R.gemv(x, m[torch.cat([rows, rows + F])], norm_w=pw.pre_norm(1, l),
+                                   eps=s.rms_eps, swiglu=True, act=s.act).to(pw.dtype)
+            return
+        rows = tile(tg.moe_rows, s.d_model)
+        y = sum(w[0, i] * R.gemv(st.moe_act[i:i + 1], pw.expert_matrix(1, l, int(e))[rows])
+                .float()[0] for i, e in enumerate(ids[0].tolist()))
+        if s.ffn_dim:
+            y = y + scale[0] * R.gemv(st.act[:1], pw.matrix("down", l)[rows]).float()[0]
+        st.h[0, rows] = (st.h[0, rows].float() + y).to(pw.dtype)
 
     def _slopes(self, heads):
         """The ALiBi slopes of this rank's q heads `heads` (None: no ALiBi)."""

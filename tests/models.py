@@ -363,8 +363,8 @@ FAMILIES = {
         hidden_size=40, intermediate_size=26, num_attention_heads=4, num_key_value_heads=2,
         head_dim=12, num_local_experts=5, num_experts_per_tok=2, sliding_window=6)),
 }
-# the mixtures of experts among them: mode="ops" and "torch" only (the megakernel and the VM
-# have no expert tasks)
+# the mixtures of experts among them (the megakernel and the VM decode them with their expert
+# tasks, but for gpt_oss: its attention sinks)
 MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe", "gpt_oss")
 # a transformers without a family's classes (an older one, as on the GPU machine): its tests skip
 MISSING = {k for k, v in FAMILIES.items() if None in v[:2]}

@@ -251,16 +251,18 @@ def fp8_mixture(family):
                       head_dim=16, moe_intermediate_size=32, **sizes)
 
 
-@pytest.mark.parametrize("family", ["qwen3_moe", "qwen2_moe"])
-def test_fp8_mixture_checkpoint_in_ops_mode(tmp_path, family):
+@pytest.mark.parametrize("family,mode", [("qwen3_moe", "ops"), ("qwen2_moe", "ops"),
+                                         ("qwen2_moe", "mega")])
+def test_fp8_mixture_checkpoint(tmp_path, family, mode):
     """A mixture's FP8 checkpoint (Qwen3-30B-A3B-FP8's layout: per-expert FP8 tensors, the
-    router unquantized) in mode 'ops' keeps its routed experts and its shared expert 8-bit with
-    the attention's matrices; each expert reads back as its codes times their scales (the torch
-    mode's dequantized packing, bit for bit), and the logits and greedy tokens are the
-    dequantized checkpoint's (fp32: summation order only, as test_fp8_checkpoint_in_ops_mode)."""
+    router unquantized) in mode 'ops' (and the megakernel's expert tasks: decode steps) keeps
+    its routed experts and its shared expert 8-bit with the attention's matrices; each expert
+    reads back as its codes times their scales (the torch mode's dequantized packing, bit for
+    bit), and the logits and greedy tokens are the dequantized checkpoint's (fp32: summation
+    order only, as test_fp8_checkpoint_in_ops_mode)."""
     write_fp8_checkpoint(fp8_mixture(family), tmp_path, (128, 128))
     kw = dict(max_seq_len=32, device=DEVICE, dtype=torch.float32)
-    fm = fastdecode.from_pretrained(str(tmp_path), mode="ops", **kw)
+    fm = fastdecode.from_pretrained(str(tmp_path), mode=mode, **kw)
     ref = fastdecode.from_pretrained(str(tmp_path), mode="torch", **kw)
     pw, rw = fm.weights, ref.weights
     assert pw.fp8 and pw.w_experts_gu.dtype == pw.w_experts_down.dtype == torch.float8_e4m3fn

@@ -182,19 +182,20 @@ def test_mxfp4_experts_match_reference(T, K32, N, E, data, dtype, oai, small, se
 
 
 @pytest.mark.parametrize("family", MOE)
-def test_mixture_modes_refused_and_tp_shards(family):
-    """The megakernel and the VM have no expert tasks: they raise before any weight is packed
-    (from_hf, from_pretrained), and a GPU model defaults to ops mode. Two ranks shard every
-    expert (half its width a rank, all experts and the same top_k on each: test_tp), or refuse
-    for the attention's sake only (qwen3_moe's 3 KV heads, olmoe's q / k norms over all
-    heads)."""
+def test_mixture_modes_and_tp_shards(family):
+    """gpt-oss (attention sinks, the experts' biases: no megakernel tasks for them) raises in
+    modes mega and vm before any weight is packed (from_hf, from_pretrained); the others run
+    there (test_models), and a GPU model defaults to ops mode. Two ranks shard every expert
+    (half its width a rank, all experts and the same top_k on each: test_tp), or refuse for the
+    attention's sake only (qwen3_moe's 3 KV heads, olmoe's q / k norms over all heads)."""
     model = tiny_model(family)
-    packed = []
-    with mock.patch("fastdecode.module.pack", side_effect=lambda *a, **k: packed.append(1)):
-        for mode in ("mega", "vm"):
-            with pytest.raises(UnsupportedModelError, match="mixture of experts"):
-                fastdecode.from_hf(model, max_seq_len=32, mode=mode)
-    assert not packed
+    if family == "gpt_oss":
+        packed = []
+        with mock.patch("fastdecode.module.pack", side_effect=lambda *a, **k: packed.append(1)):
+            for mode in ("mega", "vm"):
+                with pytest.raises(UnsupportedModelError, match="attention sinks"):
+                    fastdecode.from_hf(model, max_seq_len=32, mode=mode)
+        assert not packed
     spec = ModelSpec.from_hf_config(model.config)
     assert spec.n_experts == n_experts(model.config) and \
         spec.top_k == model.config.num_experts_per_tok
@@ -227,8 +228,22 @@ def test_per_expert_checkpoint_folder(family, tmp_path):
     model = tiny_model(family)
     model.save_pretrained(tmp_path)
     folder_packs_as_from_hf(tmp_path, model)
-    with pytest.raises(UnsupportedModelError, match="mixture of experts"):
-        fastdecode.from_pretrained(str(tmp_path), device="cpu", mode="mega")
+
+
+def test_mixture_megakernel_refuses_tp_and_rows_schedules():
+    """The megakernel's expert tasks are decode's on one rank: a tensor-parallel runtime in mode
+    mega raises before any launch, and a step of several rows (which runs ops) has no schedule
+    of them (graph.build_step raises)."""
+    from types import SimpleNamespace
+    from fastdecode.graph import build_step, make_tiling
+    from fastdecode.runtime import Runtime
+    fm = fastdecode.from_hf(tiny_model("qwen2_moe"), max_seq_len=32, mode="torch")
+    two = SimpleNamespace(world=2, peer_to_peer=True, rank=0)
+    with pytest.raises(UnsupportedModelError, match="tensor-parallel"):
+        Runtime(fm.weights, 32, "mega", collectives=two)
+    tiling = make_tiling(fm.spec, 3, 32, torch.device("cpu"), dtype=torch.float32)
+    with pytest.raises(ValueError, match="decode steps on one rank"):
+        build_step(fm.spec, tiling, 4)
 
 
 @pytest.mark.parametrize("family", ["qwen2_moe", "granitemoe"])

@@ -46,6 +46,7 @@ from .attention import attention_body, attn_merge_body, kv_prefetch
 from .embedding import embedding_body
 from .gemv import gemv_body, stream_start
 from .lm_head import choose_merge_body, lm_head_body
+from .moe import experts_down_body, route_body
 from .qkv_rope import qk_norm_rope_body, qkv_rope_body, qkv_start
 
 TW: tl.constexpr = tl.constexpr(TRACE_WORDS)
@@ -61,6 +62,9 @@ OP_CHOOSE: tl.constexpr = tl.constexpr(int(Op.CHOOSE))
 OP_REDUCE: tl.constexpr = tl.constexpr(int(Op.REDUCE))
 OP_QKNORM: tl.constexpr = tl.constexpr(int(Op.QKNORM))
 OP_QKVA: tl.constexpr = tl.constexpr(int(Op.QKV_ATTN))
+OP_ROUTER: tl.constexpr = tl.constexpr(int(Op.ROUTER))
+OP_EGU: tl.constexpr = tl.constexpr(int(Op.EXPERT_GU))
+OP_EDOWN: tl.constexpr = tl.constexpr(int(Op.EXPERT_DOWN))
 NW: tl.constexpr = tl.constexpr(WORDS)
 
 # status buffer layout (int64): [abort, program, queue position, counter, value, target, step,
@@ -309,6 +313,64 @@ def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, a0,
     return run
 
 
+@triton.jit
+def moe_task(op, layer, a0, a1, a2, h_ptr, mnorm_ptr, wr_ptr, weg_ptr, wed_ptr, wgu_ptr, wd_ptr,
+             act_ptr, z_ptr, ids_ptr, wt_ptr, s_ptr, mact_ptr, eps, wargs,
+             D: tl.constexpr, FFN: tl.constexpr, NE: tl.constexpr, EF: tl.constexpr,
+             TOPK: tl.constexpr, RENORM: tl.constexpr, SHARED: tl.constexpr, ACT: tl.constexpr,
+             PRE_NORM: tl.constexpr, RD: tl.constexpr, KD: tl.constexpr, RE: tl.constexpr,
+             KG: tl.constexpr, RM: tl.constexpr, KM: tl.constexpr, BE: tl.constexpr,
+             BJ: tl.constexpr, BKS: tl.constexpr, STREAM: tl.constexpr, F32: tl.constexpr,
+             PW: tl.constexpr, PTX: tl.constexpr):
+    """A mixture's decode task (graph.moe_tasks; layer's router wr [L, NE + SHARED, D], experts'
+    gate|up weg [L, NE, 2 EF, D] and down wed [L, NE, D, EF], the shared expert's wgu / wd).
+    ROUTER: row tiles [a1, a2) of z = norm(h) @ wr^T, fp32 (gemv_body; its first piece before
+    the wait). EXPERT_GU: the routing of z (moe.route_body: ids / weights / the shared scale,
+    which every such task computes and stores alike), then slot a0's rows [a1, a2) of act(g) * u
+    through expert ids[a0] (a0 = TOPK: the shared expert, into act) -- its weights' address
+    known only after the routing. EXPERT_DOWN: d_model's row tiles [a1, a2) of h += the experts'
+    weighted down rows (moe.experts_down_body, its tile at a time). PW: the layer matrices'
+    pieces (the experts' too: FP8 rows where the model's are), PTX the router's (float)."""
+    NR: tl.constexpr = NE + SHARED
+    norm = mnorm_ptr + layer * D
+    if op == OP_ROUTER:
+        w = wr_ptr + layer * NR * D
+        w0, _ = stream_start(w, NR, D, a1, a2, RD, KD, False, STREAM, PTX)
+        run = ready(*wargs)
+        if run == 1:
+            gemv_body(h_ptr, w, norm, w, h_ptr, z_ptr, 1, NR, D, D, D, NR, eps, a1, a2, 0, w0,
+                      w0, PRE_NORM, False, 0, False, 1, RD, KD, STREAM, F32, PTX)
+    elif op == OP_EGU:
+        run = ready(*wargs)
+        if run == 1:
+            route_body(z_ptr, ids_ptr, wt_ptr, s_ptr, 0, NE, NR, TOPK, RENORM, SHARED, BE, BJ)
+            tl.debug_barrier()  # the ids other threads stored
+            if a0 < TOPK:
+                e = tl.load(ids_ptr + a0).to(tl.int64)
+                w = weg_ptr + (layer * NE + e) * (2 * EF) * row_elems(weg_ptr, D)
+                w0, w20 = stream_start(w, EF, D, a1, a2, RE, KG, ACT > 0, STREAM, PW)
+                gemv_body(h_ptr, w, norm, w, h_ptr, mact_ptr + a0 * EF, 1, EF, D, D, D, EF, eps,
+                          a1, a2, 0, w0, w20, PRE_NORM, False, ACT, False, 1, RE, KG, STREAM,
+                          F32, PW)
+            if SHARED:
+                if a0 == TOPK:
+                    w = wgu_ptr + layer * (2 * FFN) * row_elems(wgu_ptr, D)
+                    w0, w20 = stream_start(w, FFN, D, a1, a2, RE, KG, ACT > 0, STREAM, PW)
+                    gemv_body(h_ptr, w, norm, w, h_ptr, act_ptr, 1, FFN, D, D, D, FFN, eps, a1,
+                              a2, 0, w0, w20, PRE_NORM, False, ACT, False, 1, RE, KG, STREAM,
+                              F32, PW)
+    else:
+        run = ready(*wargs)
+        if run == 1:
+            stride_we = D * row_elems(wed_ptr, EF)
+            for tile in range(a1, a2):
+                experts_down_body(h_ptr, mact_ptr, wed_ptr + layer * NE * stride_we, ids_ptr,
+                                  wt_ptr, act_ptr, wd_ptr + layer * D * row_elems(wd_ptr, FFN),
+                                  s_ptr, h_ptr, D, EF, FFN, D, EF, FFN, stride_we, 0, 0, tile,
+                                  TOPK, SHARED, False, RM, KM, BKS, BJ, F32)
+    return run
+
+
 # run-time values that change between launches must not trigger Triton's integer specialisation
 # (== 1, % 16): a recompile of this kernel costs seconds
 @triton.jit(do_not_specialize=["tok_ctr", "max_spin", "n_steps", "n_eos", "max_step", "rank",
@@ -327,6 +389,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                T, TM, KVH, V, S, eps, scale, n_splits, n_vparts, emb_scale, attn_cap, logit_cap,
                qs_beta, qs_orig, alibi_ptr,
                xtab_ptr, rank, x_ctr, x_spin, x_red, x_lmv, x_lmi, v0, VFULL, tkt_base, qtkt_base,
+               wr_ptr, weg_ptr, wed_ptr, z_ptr, mids_ptr, mw_ptr, ms_ptr, mact_ptr,
                D: tl.constexpr, FFN: tl.constexpr, H: tl.constexpr, HD: tl.constexpr,
                BIAS_QKV: tl.constexpr, QK_NORM: tl.constexpr, QK_DEFER: tl.constexpr,
                QKN_SLOTS: tl.constexpr, BLOCK_HALF: tl.constexpr, BIAS_O: tl.constexpr,
@@ -351,7 +414,11 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                LOGIT_CAP: tl.constexpr = False, PRE_NORM: tl.constexpr = True,
                QSCALE: tl.constexpr = False, BIAS_LM: tl.constexpr = False,
                POS_EMB: tl.constexpr = False, ALIBI: tl.constexpr = 0,
-               FP8W: tl.constexpr = False):
+               FP8W: tl.constexpr = False, MOE: tl.constexpr = False, NE: tl.constexpr = 1,
+               EF: tl.constexpr = 1, TOPK: tl.constexpr = 1, RENORM: tl.constexpr = False,
+               SHARED: tl.constexpr = False, RE: tl.constexpr = 1, RM: tl.constexpr = 1,
+               KM: tl.constexpr = 1, BE: tl.constexpr = 1, BJ: tl.constexpr = 1,
+               BKS: tl.constexpr = 1):
     """Model sizes D, FFN, H, HD are constexpr (one compile per model): a decode tile over whole
     rows then folds its chunk loop away and keeps the activation row in registers, which spares
     registers (bench/compile_check.py: 1B shape 255 registers with 48 B of spills when they were
@@ -565,6 +632,13 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                     wgu_ptr, FFN, BIAS_DOWN, BLOCK_T, RF, KF, STREAM, F32, WORLD,
                                     RED_BLOCK, USE_ASM, TRACE, PW, SF, RG, 0, POLL1,
                                     kpart_ptr + KSPLIT * TM * D, TM * D, KSPLIT, POST_NORM)
+            elif (op == OP_ROUTER) | (op == OP_EGU) | (op == OP_EDOWN):
+                if MOE:
+                    run = moe_task(op, layer, a0, a1, a2, h_ptr, mnorm_ptr, wr_ptr, weg_ptr,
+                                   wed_ptr, wgu_ptr, wd_ptr, act_ptr, z_ptr, mids_ptr, mw_ptr,
+                                   ms_ptr, mact_ptr, eps, wargs, D, FFN, NE, EF, TOPK, RENORM,
+                                   SHARED, ACT, PRE_NORM, RD, KD, RE, KG, RM, KM, BE, BJ, BKS,
+                                   STREAM, F32, PW, PTX)
             elif op == OP_LM:
                 w0, _ = stream_start(lm_ptr, V, D, a1, a2, RD, KD, False, STREAM, PTX)
                 run = ready(*wargs)

@@ -87,7 +87,24 @@ def experts_down_kernel(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr
                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                         BLOCK_KS: tl.constexpr, BLOCK_J: tl.constexpr, F32: tl.constexpr,
                         PDL: tl.constexpr, ws4_ptr=None, W4: tl.constexpr = False):
-    """Grid (D tiles, T): token t's rows [pid * BLOCK_N, +BLOCK_N) of h += sum_j w[t, j]
+    """Grid (D tiles, T): experts_down_body of tile program_id(0), token program_id(1). The
+    expert ids come from the kernels before it: read after pdl_wait."""
+    pdl_start(PDL)
+    pdl_wait(PDL)
+    experts_down_body(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr, s_ptr, b_ptr, D,
+                      F, FS, stride_h, stride_a, stride_as, stride_we, stride_be,
+                      tl.program_id(1).to(tl.int64), tl.program_id(0), TOP_K, SHARED, BIAS,
+                      BLOCK_N, BLOCK_K, BLOCK_KS, BLOCK_J, F32, ws4_ptr, W4)
+
+
+@triton.jit
+def experts_down_body(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr, s_ptr, b_ptr, D,
+                      F, FS, stride_h, stride_a, stride_as, stride_we, stride_be, t, tile,
+                      TOP_K: tl.constexpr, SHARED: tl.constexpr, BIAS: tl.constexpr,
+                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                      BLOCK_KS: tl.constexpr, BLOCK_J: tl.constexpr, F32: tl.constexpr,
+                      ws4_ptr=None, W4: tl.constexpr = False):
+    """Token t's rows [tile * BLOCK_N, +BLOCK_N) of h += sum_j w[t, j]
     (W_e[rows] . act[t * TOP_K + j] (+ b_e[rows]: BIAS, b [E, D] stride_be apart)) over its
     experts e = ids[t * TOP_K + j] (+ s[t] (Ws[rows] .
     acts[t]), the shared expert, by gemv_tile in BLOCK_KS chunks), fp32, h rounded once. Each
@@ -99,15 +116,13 @@ def experts_down_kernel(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr
     (as gemv's). W float8_e4m3fn (an FP8 checkpoint's experts kept 8-bit: quant.fp8_rows' rows,
     [E, D, row_elems(F)]), known from w_ptr's type: each chunk's codes and their rows' scales of
     the same [E D, row_elems(F)] stack (_common.weight_chunk's FP8_PIECES), each 128 columns'
-    sum times its scale (row_partials)."""
-    pdl_start(PDL)
-    pdl_wait(PDL)
-    t = tl.program_id(1).to(tl.int64)
+    sum times its scale (row_partials). Used by experts_down_kernel and the megakernel's
+    EXPERT_DOWN tasks."""
     js = tl.arange(0, BLOCK_J)
     mj = js < TOP_K
     e = tl.load(ids_ptr + t * TOP_K + js, mask=mj, other=0).to(tl.int64)
     wj = tl.load(wt_ptr + t * TOP_K + js, mask=mj, other=0.0)
-    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rows = tile * BLOCK_N + tl.arange(0, BLOCK_N)
     mr = rows < D
     acc = tl.zeros([BLOCK_J, BLOCK_N], dtype=tl.float32)
     RN: tl.constexpr = BLOCK_J * BLOCK_N
@@ -148,7 +163,7 @@ def experts_down_kernel(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr
     if SHARED:
         ys, offs_t, mask_t, offs_n, mask_n = gemv_tile(
             acts_ptr + t * stride_as, ws_ptr, ws_ptr, ws_ptr, ws_ptr, 1, D, FS, 0, 0,
-            tl.zeros([1], dtype=tl.float32), tl.program_id(0), 0, False, False, 0, False, 1,
+            tl.zeros([1], dtype=tl.float32), tile, 0, False, False, 0, False, 1,
             BLOCK_N, BLOCK_KS, F32)
         y += tl.load(s_ptr + t) * ys
     m = mr[None, :]
