@@ -23,7 +23,7 @@ from .triton_kernels._common import INTERPRET
 from .spec import ModelSpec
 
 
-def _default_mode(device: torch.device, spec: ModelSpec) -> str:
+def _default_mode(device: torch.device, spec: ModelSpec, weights=None, world: int = 1) -> str:
     # On CUDA: the persistent megakernel, faster than one launch per op replayed as a CUDA graph
     # (mode="ops") on both shapes measured (H200, bench/sweep_mega.py at 7f52662: Llama-3.2-1B
     # 1129 vs 997 tok/s, Llama-3.1-8B 225 vs 214; bench/RESULTS.md) -- a mixture of experts or
@@ -33,10 +33,17 @@ def _default_mode(device: torch.device, spec: ModelSpec) -> str:
     # (packing's keep_fp8) run mega too: level with ops mode's FP8 tiles on the shared-memory
     # stages (H100, bench_decode, 2026-12-07: Llama-3.1-8B 267.0 vs 270.1 tok/s, Qwen3-8B 255.2
     # vs 254.3), ahead on the register stream's FP8 words (Llama-3.2-1B, sweep_mega: 1390.4 vs
-    # 1213.3; bench/RESULTS.md session 65).
+    # 1213.3; bench/RESULTS.md session 65). A mixture of experts runs mega too (its expert tasks:
+    # H100, bench_decode, 2026-12-07, mega vs ops + graph, tok/s: OLMoE-1B-7B 841.9 vs 802.6,
+    # Qwen1.5-MoE-A2.7B 447.2 vs 434.8, with FP8 matrices 634.1 vs 569.9 and, the one loss,
+    # OLMoE's 1066.4 vs 1089.7; bench/RESULTS.md session 67) -- on one rank, with float or FP8
+    # experts (weights: the packed ones, where known; world: tensor-parallel ranks), else ops.
     if device.type != "cuda":
         return "torch"
-    return "ops" if spec.moe or spec.attn_sinks else "mega"
+    four_bit = weights is not None and weights.s_experts_gu is not None
+    if spec.attn_sinks or spec.moe and (spec.expert_bias or world > 1 or four_bit):
+        return "ops"
+    return "mega"
 
 
 def _keep_fp8(mode: str | None, device: torch.device) -> bool:
@@ -80,7 +87,8 @@ class FastModel(nn.Module):
         self.config = config
         self.spec: ModelSpec = ModelSpec.from_hf_config(config)  # the whole model's sizes
         self.weights = weights
-        self.mode = mode or _default_mode(weights.device, self.spec)
+        self.mode = mode or _default_mode(weights.device, self.spec, weights,
+                                          1 if collectives is None else collectives.world)
         check_mode(self.spec, self.mode)
         if max_seq_len < 1:
             raise ValueError(f"max_seq_len must be >= 1, got {max_seq_len}")
@@ -143,7 +151,8 @@ class FastModel(nn.Module):
         if moved.dtype not in FLOAT_DTYPES:
             raise TypeError(f"fastdecode runs {FLOAT_DTYPES} weights, not {moved.dtype}")
         pw = dataclasses.replace(self.weights, **new)
-        mode = self._mode_arg or _default_mode(pw.device, pw.spec)
+        world = 1 if self._collectives is None else self._collectives.world
+        mode = self._mode_arg or _default_mode(pw.device, pw.spec, pw, world)
         if pw.device.type == "cpu" and mode != "torch" and not INTERPRET:
             mode = "torch"
         with _device_guard(pw.device):  # checks before anything is replaced

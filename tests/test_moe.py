@@ -185,7 +185,8 @@ def test_mxfp4_experts_match_reference(T, K32, N, E, data, dtype, oai, small, se
 def test_mixture_modes_and_tp_shards(family):
     """gpt-oss (attention sinks, the experts' biases: no megakernel tasks for them) raises in
     modes mega and vm before any weight is packed (from_hf, from_pretrained); the others run
-    there (test_models), and a GPU model defaults to ops mode. Two ranks shard every expert
+    there (test_models), and a GPU model defaults to mega (gpt-oss: ops; so does a mixture
+    under tensor parallelism, which the expert tasks lack). Two ranks shard every expert
     (half its width a rank, all experts and the same top_k on each: test_tp), or refuse for the
     attention's sake only (qwen3_moe's 3 KV heads, olmoe's q / k norms over all heads)."""
     model = tiny_model(family)
@@ -199,7 +200,9 @@ def test_mixture_modes_and_tp_shards(family):
     spec = ModelSpec.from_hf_config(model.config)
     assert spec.n_experts == n_experts(model.config) and \
         spec.top_k == model.config.num_experts_per_tok
-    assert _default_mode(torch.device("cuda"), spec) == "ops"
+    cuda = torch.device("cuda")
+    assert _default_mode(cuda, spec) == ("ops" if family == "gpt_oss" else "mega")
+    assert _default_mode(cuda, spec, world=2) == "ops"
     try:
         sh = spec.shard(0, 2)
     except TensorParallelError as e:

@@ -490,7 +490,13 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     QSCALE (Ministral 3): each query's scores times 1 + qs_beta ln(1 + pos // qs_orig)
     (ModelSpec.q_pos_scale; attention.py). ALIBI (BLOOM 1, Falcon-RW 2: ModelSpec.alibi): head
     h's scores plus alibi_ptr[h] (this rank's heads' slopes, PackedWeights.alibi) times the key's
-    position (attention.py)."""
+    position (attention.py).
+    MOE (a mixture of experts, decode on one rank: graph.moe_tasks): ROUTER / EXPERT_GU /
+    EXPERT_DOWN tasks (moe_task) on the router wr_ptr, the experts weg_ptr / wed_ptr and the
+    shared expert's wgu_ptr / wd_ptr (SHARED), through the router logits z_ptr, the routing
+    mids_ptr / mw_ptr / ms_ptr and the routed slots' activations mact_ptr; NE experts of EF
+    rows, TOPK routed (RENORM: renormalized), RE rows an EXPERT_GU tile, RM x KM an
+    EXPERT_DOWN tile (moe.down_tile), BE / BJ / BKS the routing's and down body's blocks."""
     pid = tl.program_id(0)
     qlen = tl.load(qlen_ptr + pid)
     QKVN = (H + 2 * KVH) * HD
