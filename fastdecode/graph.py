@@ -23,6 +23,8 @@ are counters, one per (op, layer[, KV group]):
      QKV task that completes group g's tiles (qticket[l, g] counts tiles) normalizes and rotates
      the group, and every QKV(l, g) signals qkn[l, g])
     GATE_UP(l) waits o[l];  DOWN(l) waits gu[l];  LM_HEAD waits down[L-1];  CHOOSE waits lm
+    (a mixture of experts, decode on one rank -- moe_tasks: ROUTER(l) waits o[l];
+     EXPERT_GU(l) waits router[l]; EXPERT_DOWN(l) waits egu[l] and signals down[l])
     (parallel blocks, ModelSpec.parallel: GATE_UP(l) waits merge[l], reading the residual before
      o_proj adds to it; O(l) waits gu[l] -- after every read of it -- and DOWN(l) waits o[l])
 Steps of several rows on one rank (Tiling.ksplit > 1): O and DOWN tasks each sum one K part of

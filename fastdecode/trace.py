@@ -112,11 +112,17 @@ def phases(evs, layer: int, step: int = 0):
 
 
 def layer_weight_bytes(spec, itemsize: int = 2) -> dict:
-    """Bytes of weights each decode op of one layer streams (the phase_rates numerators)."""
+    """Bytes of weights each decode op of one layer streams (the phase_rates numerators); a
+    mixture's: its router's rows, the routed experts' and the shared expert's gate|up and down
+    (graph.moe_tasks)."""
     d, q, f = spec.d_model, spec.q_dim, spec.ffn_dim
     qkv = spec.qkv_dim * d * itemsize
-    return {"QKV": qkv, "QKV_ATTN": qkv, "O_PROJ": q * d * itemsize,
-            "GATE_UP": (1 + spec.gated) * f * d * itemsize, "DOWN": f * d * itemsize}
+    out = {"QKV": qkv, "QKV_ATTN": qkv, "O_PROJ": q * d * itemsize}
+    if spec.moe:
+        routed = spec.top_k * spec.expert_ffn + f
+        return {**out, "ROUTER": (spec.n_experts + (f > 0)) * d * itemsize,
+                "EXPERT_GU": 2 * routed * d * itemsize, "EXPERT_DOWN": routed * d * itemsize}
+    return {**out, "GATE_UP": (1 + spec.gated) * f * d * itemsize, "DOWN": f * d * itemsize}
 
 
 def phase_rates(evs, layer: int, op_bytes: dict, step: int = 0) -> dict:

@@ -565,6 +565,10 @@ def test_trace_phase_rates_bytes_over_span():
     spec = ModelSpec.from_hf_config(tiny_model("llama").config)
     b = tr.layer_weight_bytes(spec)
     assert b["O_PROJ"] == spec.q_dim * spec.d_model * 2 and b["DOWN"] * 2 == b["GATE_UP"]
+    moe = ModelSpec.from_hf_config(tiny_model("qwen2_moe").config)  # routed + shared experts
+    m = tr.layer_weight_bytes(moe)
+    assert "DOWN" not in m and m["EXPERT_GU"] == 2 * m["EXPERT_DOWN"] and \
+        m["EXPERT_DOWN"] == (3 * 22 + 30) * 40 * 2 and m["ROUTER"] == (6 + 1) * 40 * 2
     got = tr.phase_rates(evs, 1, b)
     assert set(got) == {"QKV", "O_PROJ"}
     assert got["QKV"] == (b["QKV"], 40, b["QKV"] / 40)
@@ -587,9 +591,11 @@ def test_trace_task_costs_recover_overhead_and_rate():
     assert got["O_PROJ"][1:3] == (0.0, 10.0)
 
 
-def test_trace_records_every_task_in_order(tmp_path):
+@pytest.mark.parametrize("family", ["mistral", "qwen2_moe"])
+def test_trace_records_every_task_in_order(tmp_path, family):
+    """qwen2_moe: a mixture's ROUTER / EXPERT_GU / EXPERT_DOWN tasks traced as the others."""
     from fastdecode import trace as tr
-    model = tiny_model("mistral").to(DEVICE)
+    model = tiny_model(family).to(DEVICE)
     fm = fastdecode.from_hf(model, max_seq_len=32, mode="mega")
     fm(torch.tensor([[3, 4, 5]], device=DEVICE))
     sched, trace = fm.runtime.trace_decode(2)
