@@ -26,8 +26,8 @@ from .spec import ModelSpec
 def _default_mode(device: torch.device, spec: ModelSpec, weights=None, world: int = 1) -> str:
     # On CUDA: the persistent megakernel, faster than one launch per op replayed as a CUDA graph
     # (mode="ops") on both shapes measured (H200, bench/sweep_mega.py at 7f52662: Llama-3.2-1B
-    # 1129 vs 997 tok/s, Llama-3.1-8B 225 vs 214; bench/RESULTS.md) -- a mixture of experts or
-    # attention sinks run ops (the megakernel has no tasks for them: runtime.check_mode). On CPU
+    # 1129 vs 997 tok/s, Llama-3.1-8B 225 vs 214; bench/RESULTS.md) -- attention sinks run ops
+    # (the megakernel has no tasks for them: runtime.check_mode). On CPU
     # the Triton interpreter is exact but slow, so the default is the torch reference ops
     # (mode="ops" / "mega" still run every kernel there, for tests). FP8 matrices kept 8-bit
     # (packing's keep_fp8) run mega too: level with ops mode's FP8 tiles on the shared-memory
