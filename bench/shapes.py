@@ -391,15 +391,24 @@ def random_mxfp4_experts(fm, seed=0):
     return fm
 
 
-def random_fp8_matrices(fm, seed=0):
-    """fm (a FastModel, mode 'ops' or 'mega') with its q / k / v / o / gate / up / down matrices
-    -- a mixture's shared expert's and every routed expert's (mode 'ops') -- swapped for random
-    FP8 rows of their shape, as an FP8 checkpoint packs them there (quant.fp8_rows; Qwen3-*-FP8
-    ship so): N(0, 1) * 16 codes in e4m3, a scale of K^-0.5 / 16 for each 128 columns of a row
-    (random_model's d^-0.5 weights), the float matrices freed first (a mixture without a shared
-    expert keeps its empty w_gu / w_down), the runtime rebuilt on them."""
+def random_fp8_rows(N, K, device, generator=None):
+    """Random FP8 rows of an [N, K] matrix, as quant.fp8_rows packs an FP8 checkpoint's: N(0, 1)
+    * 16 codes in e4m3, a scale of K^-0.5 / 16 for each 128 columns of a row (random_model's
+    d^-0.5 weights)."""
     import torch
     from fastdecode.quant import fp8_rows
+    s = torch.full((N, -(-K // 128)), K ** -0.5 / 16, device=device)
+    codes = torch.randn(N, K, generator=generator, device=device) * 16
+    return fp8_rows(codes.to(torch.float8_e4m3fn), s, (1, 128))
+
+
+def random_fp8_matrices(fm, seed=0):
+    """fm (a FastModel, mode 'ops' or 'mega') with its q / k / v / o / gate / up / down matrices
+    -- a mixture's shared expert's and every routed expert's -- swapped for random FP8 rows of
+    their shape (random_fp8_rows; Qwen3-*-FP8 ship so), the float matrices freed first (a
+    mixture without a shared expert keeps its empty w_gu / w_down), the runtime rebuilt on
+    them."""
+    import torch
     from fastdecode.runtime import Runtime
     pw = fm.weights
     dev = pw.device
@@ -412,11 +421,9 @@ def random_fp8_matrices(fm, seed=0):
     torch.cuda.empty_cache()
     gen = torch.Generator(dev).manual_seed(seed)
     for n, (*lead, N, K) in shapes.items():
-        s = torch.full((N, -(-K // 128)), K ** -0.5 / 16, device=dev)
         out = None
         for i in range(math.prod(lead)):  # a layer's (an expert's) matrix at a time
-            t = fp8_rows((torch.randn(N, K, generator=gen, device=dev) * 16)
-                         .to(torch.float8_e4m3fn), s, (1, 128))
+            t = random_fp8_rows(N, K, dev, gen)
             if out is None:
                 out = torch.empty((*lead, *t.shape), device=dev, dtype=t.dtype)
             out.view(-1, *t.shape)[i] = t

@@ -26,8 +26,9 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fastdecode import ops  # noqa: E402
-from fastdecode.quant import FP8_BYTES, MXFP4_BYTES, fp8_rows  # noqa: E402
+from fastdecode.quant import FP8_BYTES, MXFP4_BYTES  # noqa: E402
 from fastdecode.triton_kernels.config import StreamConfig, TileConfig  # noqa: E402
+from shapes import random_fp8_rows  # noqa: E402
 from timing import replay_medians  # noqa: E402
 
 # name: (d_model, expert width, experts, top_k, gpt-oss's biases and activation)
@@ -55,12 +56,8 @@ def sweep(name, gu, down, launches=16, mxfp4=False, fp8=False):
                 torch.full((E, N, K // 32), 120, device=dev, dtype=torch.uint8)
         (wgu, sgu), (wd, sd) = codes(2 * F, d), codes(d, F)
     elif fp8:
-        def rows(N, K):
-            s = torch.full((N, -(-K // 128)), K ** -0.5 / 16, device=dev)
-            return torch.stack([fp8_rows((torch.randn(N, K, device=dev) * 16)
-                                         .to(torch.float8_e4m3fn), s, (1, 128))
-                                for _ in range(E)])
-        wgu, wd = rows(2 * F, d), rows(d, F)
+        wgu, wd = (torch.stack([random_fp8_rows(N, K, dev) for _ in range(E)])
+                   for N, K in ((2 * F, d), (d, F)))
     else:
         wgu = torch.randn(E, 2 * F, d, device=dev, dtype=bf) / d ** 0.5
         wd = torch.randn(E, d, F, device=dev, dtype=bf) / F ** 0.5

@@ -17,7 +17,7 @@ from .generate import (_eos_set, check_hf_kwargs, new_token_count, run_generate,
                        validate_ids)
 from .loading import generation_defaults, open_checkpoint, resolve_model_path
 from .packing import FLOAT_DTYPES, FP32_KEPT, dict_getter, pack
-from .runtime import Runtime, check_mode
+from .runtime import Runtime, check_mode, lacks_tasks
 from .state import Sampling
 from .triton_kernels._common import INTERPRET
 from .spec import ModelSpec
@@ -26,8 +26,8 @@ from .spec import ModelSpec
 def _default_mode(device: torch.device, spec: ModelSpec, weights=None, world: int = 1) -> str:
     # On CUDA: the persistent megakernel, faster than one launch per op replayed as a CUDA graph
     # (mode="ops") on both shapes measured (H200, bench/sweep_mega.py at 7f52662: Llama-3.2-1B
-    # 1129 vs 997 tok/s, Llama-3.1-8B 225 vs 214; bench/RESULTS.md) -- attention sinks run ops
-    # (the megakernel has no tasks for them: runtime.check_mode). On CPU
+    # 1129 vs 997 tok/s, Llama-3.1-8B 225 vs 214; bench/RESULTS.md) -- what the megakernel has
+    # no tasks for runs ops (runtime.lacks_tasks: weights, world as it takes them). On CPU
     # the Triton interpreter is exact but slow, so the default is the torch reference ops
     # (mode="ops" / "mega" still run every kernel there, for tests). FP8 matrices kept 8-bit
     # (packing's keep_fp8) run mega too: level with ops mode's FP8 tiles on the shared-memory
@@ -36,14 +36,10 @@ def _default_mode(device: torch.device, spec: ModelSpec, weights=None, world: in
     # 1213.3; bench/RESULTS.md session 65). A mixture of experts runs mega too (its expert tasks:
     # H100, bench_decode, 2026-12-07, mega vs ops + graph, tok/s: OLMoE-1B-7B 841.9 vs 802.6,
     # Qwen1.5-MoE-A2.7B 447.2 vs 434.8, with FP8 matrices 634.1 vs 569.9 and, the one loss,
-    # OLMoE's 1066.4 vs 1089.7; bench/RESULTS.md session 67) -- on one rank, with float or FP8
-    # experts (weights: the packed ones, where known; world: tensor-parallel ranks), else ops.
+    # OLMoE's 1066.4 vs 1089.7; bench/RESULTS.md session 67).
     if device.type != "cuda":
         return "torch"
-    four_bit = weights is not None and weights.s_experts_gu is not None
-    if spec.attn_sinks or spec.moe and (spec.expert_bias or world > 1 or four_bit):
-        return "ops"
-    return "mega"
+    return "ops" if lacks_tasks(spec, weights, world) else "mega"
 
 
 def _keep_fp8(mode: str | None, device: torch.device) -> bool:

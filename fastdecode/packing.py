@@ -186,8 +186,9 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
               "self_attn.o_proj.weight": cols(sp.q_dim), f"{mlp}gate_proj.weight": f,
               f"{mlp}up_proj.weight": f, f"{mlp}down_proj.weight": cols(sp.ffn_dim)}
     if spec.moe:
-        shards.update({f"mlp.experts.{n}_proj.weight": rows(sp.expert_ffn) for n in ("gate", "up")},
-                      **{"mlp.experts.down_proj.weight": cols(sp.expert_ffn)})
+        shards.update({"mlp.experts.gate_proj.weight": rows(sp.expert_ffn),
+                       "mlp.experts.up_proj.weight": rows(sp.expert_ffn),
+                       "mlp.experts.down_proj.weight": cols(sp.expert_ffn)})
     fp8 = fp8_matrices(spec, get, fam, shards, world) if keep_fp8 else None
     if fam.checkpoint_names:
         get = renamed_getter(get, fam.checkpoint_names, fam.checkpoint_prefix)

@@ -62,15 +62,33 @@ class SingleRank:
         return x
 
 
-def check_mode(spec, mode: str | None):
+def lacks_tasks(spec, weights=None, world: int = 1) -> str:
+    """What of the model the megakernel (and the VM) has no tasks for ('': nothing): attention
+    sinks; of a mixture of experts (its tasks: decode on one rank, float or FP8 experts --
+    graph.moe_tasks) biased experts, tensor-parallel ranks (world > 1) or MXFP4 experts (weights:
+    the packed ones, where known)."""
+    if spec.attn_sinks:
+        return "attention sinks"
+    if not spec.moe:
+        return ""
+    if spec.expert_bias:
+        return "a mixture of experts with biases"
+    if world > 1:
+        return "a mixture of experts over tensor-parallel ranks"
+    if weights is not None and weights.s_experts_gu is not None:
+        return "a mixture of MXFP4 experts"
+    return ""
+
+
+def check_mode(spec, mode: str | None, weights=None, world: int = 1):
     """A mode the model can run (None: the default, which can): else ValueError -- before any
-    weight is packed (from_hf, from_pretrained) and again at the runtime."""
+    weight is packed (from_hf, from_pretrained) and again at the runtime (weights, world:
+    lacks_tasks')."""
     if mode is None:
         return
     if mode not in MODES:
         raise ValueError(f"mode={mode!r}: expected one of {MODES}")
-    lacks = "attention sinks" if spec.attn_sinks else \
-        "experts with biases" if spec.moe and spec.expert_bias else ""
+    lacks = lacks_tasks(spec, weights, world)
     if lacks and mode in ("vm", "mega"):
         raise UnsupportedModelError(
             f"{spec.family}: {lacks} runs in mode='ops' (one kernel per op, CUDA-graphed) or "
@@ -83,8 +101,8 @@ class Runtime:
                  vocab_size: int | None = None):
         """collectives: tensor-parallel all_reduce / gather_vocab (distributed.py); vocab_size:
         the full vocabulary when pw is a vocab shard."""
-        check_mode(pw.spec, mode)
         self.collectives = collectives or SingleRank()
+        check_mode(pw.spec, mode, pw, self.collectives.world)
         self.tp = self.collectives.world > 1
         if self.tp and mode == "vm":
             raise ValueError("tensor parallelism runs in mode='torch', 'ops' or 'mega' (the VM "
@@ -93,10 +111,6 @@ class Runtime:
             raise ValueError("mode='mega' with tensor parallelism needs one GPU per rank (NCCL and "
                              "symmetric memory: the ranks write each other's memory); processes "
                              "on CPUs run mode='torch' or 'ops'")
-        if pw.spec.moe and mode in ("vm", "mega") and (self.tp or pw.s_experts_gu is not None):
-            raise UnsupportedModelError(
-                f"mode={mode!r} runs a mixture of experts on one rank with float or FP8 experts "
-                "(its tasks have no tensor-parallel or MXFP4 form yet): use mode='ops'")
         self.pw, self.spec, self.mode = pw, pw.spec, mode
         self.cuda = pw.device.type == "cuda"
         if mode in ("ops", "mega") and not self.cuda and not INTERPRET and \

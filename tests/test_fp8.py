@@ -161,6 +161,16 @@ def test_fp8_experts_match_reference(T, K, N, F, E, data, dtype, shared, stream,
     assert_close(h, want, dtype, max(F, FS) * (k + 1), "experts' down")
 
 
+def same_logits_and_tokens(fm, ref):
+    """fm's logits of a prompt within 1e-4 of ref's and, from fresh caches, the same greedy
+    tokens -- FP8 rows against the checkpoint dequantized (fp32: summation order only)."""
+    ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]], device=DEVICE)
+    torch.testing.assert_close(fm(ids), ref(ids), rtol=1e-4, atol=1e-4)
+    fm.reset()
+    ref.reset()
+    assert torch.equal(fm.generate(ids, max_new_tokens=6), ref.generate(ids, max_new_tokens=6))
+
+
 def fp8_model(**sizes):
     """A tiny Qwen3 (q / k norms) whose every matrix's K is a multiple of 16: d 48, q_dim 48,
     the down projection's 272 (three 128-column scale groups, the last partial)."""
@@ -187,11 +197,7 @@ def test_fp8_checkpoint_in_ops_mode(tmp_path, writer):
     for n in ("qkv", "o", "gu", "down"):
         for l in range(fm.spec.n_layers):
             assert torch.equal(fm.weights.matrix(n, l), ref.weights.matrix(n, l)), n
-    ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]], device=DEVICE)
-    torch.testing.assert_close(fm(ids), ref(ids), rtol=1e-4, atol=1e-4)
-    fm.reset()
-    ref.reset()
-    assert torch.equal(fm.generate(ids, max_new_tokens=6), ref.generate(ids, max_new_tokens=6))
+    same_logits_and_tokens(fm, ref)
     assert fm.to(torch.bfloat16).weights.w_qkv.dtype == torch.float8_e4m3fn
 
 
@@ -206,11 +212,7 @@ def test_fp8_checkpoint_in_the_megakernel(tmp_path, mode):
     fm = fastdecode.from_pretrained(str(tmp_path), mode=mode, **kw)
     ref = fastdecode.from_pretrained(str(tmp_path), mode="torch", **kw)
     assert fm.weights.fp8
-    ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]], device=DEVICE)
-    torch.testing.assert_close(fm(ids), ref(ids), rtol=1e-4, atol=1e-4)
-    fm.reset()
-    ref.reset()
-    assert torch.equal(fm.generate(ids, max_new_tokens=6), ref.generate(ids, max_new_tokens=6))
+    same_logits_and_tokens(fm, ref)
 
 
 def test_fp8_words_give_the_fp32_pieces_tokens(tmp_path):
@@ -281,11 +283,7 @@ def test_fp8_mixture_checkpoint(tmp_path, family, mode):
             assert pw.w_down.dtype == torch.float8_e4m3fn
             for n in ("gu", "down"):
                 assert torch.equal(pw.matrix(n, l), rw.matrix(n, l)), n
-    ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]], device=DEVICE)
-    torch.testing.assert_close(fm(ids), ref(ids), rtol=1e-4, atol=1e-4)
-    fm.reset()
-    ref.reset()
-    assert torch.equal(fm.generate(ids, max_new_tokens=6), ref.generate(ids, max_new_tokens=6))
+    same_logits_and_tokens(fm, ref)
 
 
 def test_fp8_expert_shards_are_the_dequantized_shards(tmp_path):
