@@ -1,5 +1,6 @@
 """The interpreter shim (triton_kernels/_interpreter.py): triton.language patched once while
 launches run, not again at every device-function call -- and the kernels compute what they did."""
+import dataclasses
 import threading
 
 import pytest
@@ -113,3 +114,29 @@ def test_threads_launch_their_own_grids():
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+@triton.jit
+def _int_mix_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    tl.store(out_ptr + offs, (x * 7 + offs) - (x >> 3) * 5)
+
+
+def test_overflow_sanitizer_off_computes_the_same(monkeypatch):
+    """The shim turns off the interpreter's integer-overflow checks (their device_assert is a
+    no-op without debug): int32 arithmetic, wrapping products included, gives the same values
+    with the checks as without -- and torch's int32 result."""
+    from triton.runtime import interpreter as interp
+    assert interp.interpreter_builder.options.sanitize_overflow is False
+    x = torch.randint(-2**31, 2**31 - 1, (64,), dtype=torch.int32,
+                      generator=torch.Generator().manual_seed(0))
+    outs = []
+    for sanitize in (False, True):
+        monkeypatch.setattr(interp.interpreter_builder, "options", dataclasses.replace(
+            interp.interpreter_builder.options, sanitize_overflow=sanitize))
+        out = torch.empty_like(x)
+        _int_mix_kernel[(1,)](x, out, BLOCK=64)
+        outs.append(out)
+    want = (x * 7 + torch.arange(64, dtype=torch.int32)) - (x >> 3) * 5
+    assert torch.equal(outs[0], want) and torch.equal(outs[1], want)

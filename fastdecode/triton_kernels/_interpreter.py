@@ -22,7 +22,15 @@ It also gives each thread its own launch grid: the interpreter keeps the grid's 
 program's index on one module-wide InterpreterBuilder, so two ranks' threads launching kernels of
 different grids at once (a long prompt's RMSNorm on one, its attention on the other) read each
 other's -- "x >= grid_dim[0]", or a program id from the other launch.
+
+And it turns off the interpreter's integer-overflow sanitizer, whose work is thrown away: every
+int32 add / sub / mul (tl.tensor's operators: sanitize_overflow=True) redoes the operation in
+int64, compares it with the type's bounds and hands the result to device_assert -- which returns
+at once, the interpreter's options having debug=False always (semantic.device_assert). Half the
+interpreted time of a megakernel decode step went there (cProfile, 2026-12-07: 55 of 116 s of
+test_lookup's mega chunk test in binary_op_sanitize_overflow_impl).
 """
+import dataclasses
 import inspect
 import sys
 import threading
@@ -98,5 +106,8 @@ def share_patches() -> bool:
                         lambda self, v: setattr(tls, name, v))
     interp.InterpreterBuilder.grid_idx = per_thread("grid_idx")
     interp.InterpreterBuilder.grid_dim = per_thread("grid_dim")
+    options = interp.interpreter_builder.options
+    if not options.debug:  # the sanitizer's assert would be a no-op: skip the checks it feeds
+        interp.interpreter_builder.options = dataclasses.replace(options, sanitize_overflow=False)
     interp._fastdecode_shared_patches = True
     return True
