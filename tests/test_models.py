@@ -12,26 +12,24 @@ import fastdecode
 from conftest import DEVICE
 from helpers import (U, default_dtype, hf_logits, rel_err, skip_unless_hf_reencodes,
                      teacher_forced)
-from models import FAMILIES, LONGROPE, MOE, hf_shapes, tiny_model, tiny_vlm
+from models import FAMILIES, LONGROPE, hf_shapes, tiny_model, tiny_vlm
 
 # 21 > the 16-token CPU prefill chunk: two chunks, then 8 decode steps (16 until session 59:
 # the kernel modes' interpreter steps are most of CI's time, and 8 already run the decode path
 # past every tiny model's window and the prompt's second chunk)
 PROMPT, STEPS = 21, 8
-# the task-stream mode each mixture of experts runs in the family test (one each: the
-# interpreter's steps are most of CI's time): the megakernel for the shared expert (qwen2_moe)
-# and renormalized weights (mixtral), the VM for Qwen3-MoE and Granite's multipliers; OLMoE's
-# attention is OLMo 2's (its mega run there), its experts Qwen2-MoE's routing without the shared
-MOE_TASKS = {"qwen2_moe": "mega", "mixtral": "mega", "qwen3_moe": "vm", "granitemoe": "vm"}
+# the mixtures of experts whose decode has no megakernel / VM tasks (runtime.lacks_tasks):
+# gpt-oss's attention sinks and biased experts
+NO_TASKS = {"gpt_oss"}
 
 
 @pytest.mark.parametrize("family,mode", [
     (f, m) for f in sorted(FAMILIES) for m in ("torch", "vm", "ops", "mega")
-    if f not in MOE or m in ("torch", "ops", MOE_TASKS.get(f))])
+    if f not in NO_TASKS or m in ("torch", "ops")])
 def test_family_fp32_matches_hf(family, mode):
     """mega on CPU: the persistent kernel in serial mode (one program, topological queue).
-    The mixtures of experts decode through the expert tasks in one of vm / mega each (MOE_TASKS;
-    their prompt chunks run ops); gpt-oss (attention sinks) runs torch and ops only (test_moe)."""
+    The mixtures of experts decode through the expert tasks in vm and mega (their prompt
+    chunks run ops); gpt-oss (attention sinks) runs torch and ops only (test_moe)."""
     model = tiny_model(family).to(DEVICE)
     ids = torch.randint(0, 101, (1, PROMPT + STEPS), generator=torch.Generator().manual_seed(3))
     ids = ids.to(DEVICE)
