@@ -426,6 +426,12 @@ class StreamConfig:
     # 243.0 / 243.4 vs 242.1 / 242.9, Llama-3.1-8B 250.3 / 250.6 vs 248.3 / 249.9, Llama-3.2-1B
     # 1156.7 / 1175.0 vs 1172.3 / 1153.2 (within its spread) -- a small gain on the 8B shapes.
     abort_every: int = 16
+    # a mixture's EXPERT_DOWN tasks (moe.experts_down_body a tile at a time): rows per tile and
+    # K chunk (0: moe.down_tile's, ops mode's rule) and whether each chunk's weights are
+    # requested before the one before is reduced (moe_ahead: two chunks in flight).
+    moe_down_rows: int = 0
+    moe_down_bk: int = 0
+    moe_ahead: bool = False
     # Measured and removed (H200, 2026-12-02, d685df3, sweep_mega 256 tokens): the gate|up ->
     # down pipeline -- each gate|up task streamed its range of every block of gate|up tiles that
     # writes one K chunk of act (down's max_k piece) block by block and published each block on
@@ -499,6 +505,14 @@ class StreamConfig:
     # Llama-3.1-8B 3333 253.6 / 252.4 vs TMA 231.4 / 231.1; Qwen3-8B (its table entry, 4444 of
     # 8192 elements at 72%) 247.1 vs TMA 239.9 tok/s. compile_check spills: 1B 1222 36/40 ->
     # 84/96 B, 8B 3333 56/72 -> 172/200 B.
+
+    def moe_down_tile(self, top_k: int, fp8: bool = False) -> TileConfig:
+        """The megakernel's EXPERT_DOWN tile: moe_down_rows x moe_down_bk where set, else
+        moe.down_tile's, at this stream's warps."""
+        from .moe import down_tile
+        t = down_tile(top_k, fp8=fp8)
+        return TileConfig(self.moe_down_rows or t.block_n, self.moe_down_bk or t.block_k,
+                          self.num_warps)
 
     def attention_block(self, head_dim: int) -> int:
         """Keys per iteration of the decode megakernel's attention loop (attn_block_s's rule):
