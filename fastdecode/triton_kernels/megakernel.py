@@ -344,10 +344,10 @@ def moe_task(op, layer, a0, a1, a2, h_ptr, mnorm_ptr, wr_ptr, weg_ptr, wed_ptr, 
     elif op == OP_EGU:
         run = ready(*wargs)
         if run == 1:
-            route_body(z_ptr, ids_ptr, wt_ptr, s_ptr, 0, NE, NR, TOPK, RENORM, SHARED, BE, BJ)
-            tl.debug_barrier()  # the ids other threads stored
-            if a0 < TOPK:
-                e = tl.load(ids_ptr + a0).to(tl.int64)
+            ids = route_body(z_ptr, ids_ptr, wt_ptr, s_ptr, 0, NE, NR, TOPK, RENORM, SHARED, BE,
+                             BJ)
+            if a0 < TOPK:  # slot a0's expert from the registers, not the ids just stored
+                e = tl.sum(tl.where(tl.arange(0, BJ) == a0, ids, 0), axis=0).to(tl.int64)
                 w = weg_ptr + (layer * NE + e) * (2 * EF) * row_elems(weg_ptr, D)
                 w0, w20 = stream_start(w, EF, D, a1, a2, RE, KG, ACT > 0, STREAM, PW)
                 gemv_body(h_ptr, w, norm, w, h_ptr, mact_ptr + a0 * EF, 1, EF, D, D, D, EF, eps,

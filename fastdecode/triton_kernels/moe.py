@@ -33,7 +33,9 @@ from .gemv import gemv_tile
 def route_body(z_ptr, ids_ptr, w_ptr, s_ptr, t, E, stride_z, TOP_K: tl.constexpr,
                RENORM: tl.constexpr, SHARED: tl.constexpr, BLOCK_E: tl.constexpr,
                BLOCK_K: tl.constexpr):
-    """Row t's routing (module docstring): its top_k (ids, weights) at [t * TOP_K, +TOP_K)."""
+    """Row t's routing (module docstring): its top_k (ids, weights) at [t * TOP_K, +TOP_K);
+    -> the ids [BLOCK_K] int32 (rank order, past TOP_K zeros), in registers for a caller that
+    streams one of them (the megakernel's EXPERT_GU: no round trip through the stored ids)."""
     offs = tl.arange(0, BLOCK_E)
     z = tl.load(z_ptr + t * stride_z + offs, mask=offs < E, other=-float("inf")).to(tl.float32)
     p = tl.exp(z - tl.max(z, axis=0))
@@ -55,6 +57,7 @@ def route_body(z_ptr, ids_ptr, w_ptr, s_ptr, t, E, stride_z, TOP_K: tl.constexpr
     if SHARED:
         zs = tl.load(z_ptr + t * stride_z + E).to(tl.float32)
         tl.store(s_ptr + t, 1.0 / (1.0 + tl.exp(-zs)))
+    return ids
 
 
 @triton.jit
