@@ -125,7 +125,6 @@ class Tiling:
     moe_rows: int = 0             # EXPERT_DOWN's rows per tile and K chunk
     moe_bk: int = 0               # (StreamConfig.moe_down_tile; steps of several rows:
                                   # moe.down_tile)
-    moe_ahead: bool = False       # EXPERT_DOWN: two K chunks in flight (StreamConfig.moe_ahead)
 
     @property
     def parted(self) -> bool:
@@ -216,7 +215,7 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
                                    elem_bytes=elem_bytes), elem_bytes, T)
         rows, bks, warps, st = [cfg.block_n] * 4, [cfg.block_k] * 4, cfg.num_warps, None
         rows_e = cfg.block_n
-    moe = None if not spec.moe else st.moe_down_tile(spec.top_k, fp8) if T == 1 else \
+    moe = None if not spec.moe else st.moe_down_tile() if T == 1 else \
         down_tile(spec.top_k, fp8=fp8)
     defer = defer_qk_norm(spec.qk_norm, T, spec.qk_norm_full)
     # q / k norms over all heads (OLMo 2): the norm needs every group's QKV tiles, so no group's
@@ -254,8 +253,7 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
                   attn_outline=st is not None and st.attn_outline, post_norm=spec.post_norms,
                   fp8_words=fp8 and st is not None and st.fp8_word_pieces(dtype, spec.d_model),
                   rows_e=rows_e, moe_rows=moe.block_n if moe else 0,
-                  moe_bk=moe.block_k if moe else 0,
-                  moe_ahead=bool(moe) and st is not None and st.moe_ahead)
+                  moe_bk=moe.block_k if moe else 0)
 
 
 REMOTE = ("xo", "xdown", "xlm")  # counter keys signalled across ranks (tensor parallelism)

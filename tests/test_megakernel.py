@@ -273,10 +273,10 @@ STAGED = StreamConfig(64, 4, max_k=16, attn_in_qkv_keys=10, stages=3, l2_prefetc
                       attn_block_s=16, merge_heads=0, kv_prefetch=True, attn_outline=True)
 WHOLE_ROWS = StreamConfig(2048, 4, merge_in_attn=True, norm_in_qkv=True, attn_in_qkv_keys=0,
                           l2_prefetch_kb=64, op_elems=(512, 4096, 1024, 2048), kv_prefetch=True)
-# a mixture's EXPERT_DOWN tiles: 4 rows (of d_model 40: a partial last tile) x K chunks of 16
-# (experts 22 wide: a masked half chunk last), two chunks in flight
-MOE_DOWN = StreamConfig(64, 4, max_k=16, moe_down_rows=4, moe_down_bk=16, moe_ahead=True,
-                        merge_heads=0, attn_in_qkv_keys=10)
+# a mixture's EXPERT_DOWN tiles: 16 rows (of d_model 40: a partial last tile) x K chunks of 16
+# (experts 22 wide: a masked half chunk last)
+MOE_DOWN = StreamConfig(64, 4, max_k=16, moe_down_rows=16, moe_down_bk=16, merge_heads=0,
+                        attn_in_qkv_keys=10)
 
 
 @pytest.mark.parametrize("family,stream", [("qwen2", STAGED), ("qwen3", STAGED),
@@ -301,8 +301,8 @@ def test_decode_stream_tiles_match_torch(family, stream):
     out-of-line call (the interpreter runs the same function; a GPU compiles it as a .func).
     gemma3_text, olmo3: norms after the blocks (o / down through REDUCE tasks, the staged stream's
     sums to the K-part buffer), olmo3's q / k norms over all heads (QKNORM tasks whatever
-    norm_in_qkv says, no short schedule). qwen2_moe (MOE_DOWN): EXPERT_DOWN's own tile and its
-    two chunks in flight (StreamConfig.moe_down_rows / moe_down_bk / moe_ahead)."""
+    norm_in_qkv says, no short schedule). qwen2_moe (MOE_DOWN): EXPERT_DOWN's own tile
+    (StreamConfig.moe_down_rows / moe_down_bk)."""
     model = tiny_model(family).to(DEVICE)
     ids = torch.randint(0, 101, (1, 12), generator=torch.Generator().manual_seed(4)).to(DEVICE)
     ref = fastdecode.from_hf(model, max_seq_len=32, mode="torch")
@@ -319,7 +319,7 @@ def test_decode_stream_tiles_match_torch(family, stream):
     assert ("QKNORM" in ops) == (s.qk_norm and (not stream.norm_in_qkv or s.qk_norm_full))
     assert ((1, True) in fm.runtime._schedules) == (stream.attn_in_qkv_keys > 0)
     tg = fm.runtime.schedule(1, short=False).graph.tiling
-    assert (tg.moe_rows, tg.moe_bk, tg.moe_ahead) == ((4, 16, True) if s.moe else (0, 0, False))
+    assert (tg.moe_rows, tg.moe_bk) == ((16, 16) if s.moe else (0, 0))
 
 
 @pytest.mark.parametrize("ksplit", [1, 3])

@@ -106,7 +106,7 @@ def experts_down_body(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr, 
                       TOP_K: tl.constexpr, SHARED: tl.constexpr, BIAS: tl.constexpr,
                       BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                       BLOCK_KS: tl.constexpr, BLOCK_J: tl.constexpr, F32: tl.constexpr,
-                      ws4_ptr=None, W4: tl.constexpr = False, AHEAD: tl.constexpr = False):
+                      ws4_ptr=None, W4: tl.constexpr = False):
     """Token t's rows [tile * BLOCK_N, +BLOCK_N) of h += sum_j w[t, j]
     (W_e[rows] . act[t * TOP_K + j] (+ b_e[rows]: BIAS, b [E, D] stride_be apart)) over its
     experts e = ids[t * TOP_K + j] (+ s[t] (Ws[rows] .
@@ -120,9 +120,7 @@ def experts_down_body(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr, 
     [E, D, row_elems(F)]), known from w_ptr's type: each chunk's codes and their rows' scales of
     the same [E D, row_elems(F)] stack (_common.weight_chunk's FP8_PIECES), each 128 columns'
     sum times its scale (row_partials). Used by experts_down_kernel and the megakernel's
-    EXPERT_DOWN tasks. AHEAD (bf16 / fp16 / fp32 W): each chunk's rows requested before the
-    chunk before is reduced -- two chunks in flight a program (the megakernel's few programs an
-    SM), where the loop otherwise waits out one round trip a chunk."""
+    EXPERT_DOWN tasks."""
     js = tl.arange(0, BLOCK_J)
     mj = js < TOP_K
     e = tl.load(ids_ptr + t * TOP_K + js, mask=mj, other=0).to(tl.int64)
@@ -140,12 +138,6 @@ def experts_down_body(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr, 
     if W4:
         q, s = mxfp4_load(w_ptr, ws4_ptr, rn, mn, 0, F, F, BLOCK_K)
         g = tl.zeros([RN, BLOCK_K // 32], dtype=tl.float32)  # the group sums
-    wrow = w_ptr + e[:, None, None] * stride_we + rows[None, :, None].to(tl.int64) * F
-    mw = mj[:, None, None] & mr[None, :, None]
-    if AHEAD:
-        kw = tl.arange(0, BLOCK_K)
-        wn = tl.load(wrow + kw[None, None, :], mask=mw & (kw < F)[None, None, :], other=0.0,
-                     eviction_policy="evict_first")
     for k0 in range(0, F, BLOCK_K):
         ks = k0 + tl.arange(0, BLOCK_K)
         mk = ks < F
@@ -161,14 +153,9 @@ def experts_down_body(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr, 
             x = tl.broadcast_to(a.to(tl.float32)[:, None, :], [BLOCK_J, BLOCK_N, BLOCK_K])
             g += row_partials(c, tl.reshape(x, [RN, BLOCK_K]), FP8_PIECES)
         else:
-            if AHEAD:  # the next chunk's rows asked for before this one's are reduced
-                w = wn
-                kn = ks + BLOCK_K
-                wn = tl.load(wrow + kn[None, None, :], mask=mw & (kn < F)[None, None, :],
-                             other=0.0, eviction_policy="evict_first")
-            else:
-                w = tl.load(wrow + ks[None, None, :], mask=mw & mk[None, None, :], other=0.0,
-                            eviction_policy="evict_first")
+            w = tl.load(w_ptr + e[:, None, None] * stride_we + rows[None, :, None].to(tl.int64) * F
+                        + ks[None, None, :], mask=mj[:, None, None] & mr[None, :, None]
+                        & mk[None, None, :], other=0.0, eviction_policy="evict_first")
             acc += tl.sum(w.to(tl.float32) * a.to(tl.float32)[:, None, :], axis=2)
     if W4 or W8:
         acc += tl.reshape(tl.sum(g, axis=1), [BLOCK_J, BLOCK_N])
