@@ -215,7 +215,7 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
                                    elem_bytes=elem_bytes), elem_bytes, T)
         rows, bks, warps, st = [cfg.block_n] * 4, [cfg.block_k] * 4, cfg.num_warps, None
         rows_e = cfg.block_n
-    moe = None if not spec.moe else st.moe_down_tile() if T == 1 else \
+    moe = None if not spec.moe else st.moe_down_tile(spec.top_k, fp8) if T == 1 else \
         down_tile(spec.top_k, fp8=fp8)
     defer = defer_qk_norm(spec.qk_norm, T, spec.qk_norm_full)
     # q / k norms over all heads (OLMo 2): the norm needs every group's QKV tiles, so no group's

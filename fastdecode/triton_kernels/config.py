@@ -427,8 +427,9 @@ class StreamConfig:
     # 1156.7 / 1175.0 vs 1172.3 / 1153.2 (within its spread) -- a small gain on the 8B shapes.
     abort_every: int = 16
     # a mixture's EXPERT_DOWN tasks (moe.experts_down_body a tile at a time): rows per tile and
-    # K chunk. 8 x 128, where ops mode's kernel (moe.down_tile, many programs an SM) takes 16 /
-    # top_k x 256: H100, 2026-12-07, 6c2c9a0, sweep_mega --new-tokens 128, one run per line
+    # K chunk; 0: moe_down_tile's rule -- bf16 / fp16 / fp32 experts 8 x 128, where ops mode's
+    # kernel (moe.down_tile, many programs an SM) takes 16 / top_k x 256; FP8 experts ops mode's
+    # FP8 tile (not yet swept in the megakernel). bf16: H100, 2026-12-07, 6c2c9a0, sweep_mega --new-tokens 128, one run per line
     # (bench/RESULTS.md session 68), tok/s -- OLMoE-1B-7B (top 8 of 64 x 1024) 2 x 256 (ops'
     # tile) 810.9, 8 x 128 856.8 / 856.3, 8 x 256 844.2 / 845.5, 2 x 1024 826.5, 4 x 128 825.2,
     # 8 x 64 816.1, 16 x 128 816.2, 4 x 512 808.7, 8 x 512 808.2, 16 x 256 770.2; Qwen1.5-MoE
@@ -437,8 +438,8 @@ class StreamConfig:
     # at 2 x 256 (its weights 33.6 MB: 10.8 us at the read roofline). Measured and not kept:
     # each chunk requested before the one before is reduced (two chunks in flight): 2 x 256
     # 802.4, 4 x 256 829.6, 8 x 256 824.7, 8 x 128 852.1, 4 x 512 780.4 tok/s.
-    moe_down_rows: int = 8
-    moe_down_bk: int = 128
+    moe_down_rows: int = 0
+    moe_down_bk: int = 0
     # Measured and removed (H200, 2026-12-02, d685df3, sweep_mega 256 tokens): the gate|up ->
     # down pipeline -- each gate|up task streamed its range of every block of gate|up tiles that
     # writes one K chunk of act (down's max_k piece) block by block and published each block on
@@ -513,10 +514,13 @@ class StreamConfig:
     # 8192 elements at 72%) 247.1 vs TMA 239.9 tok/s. compile_check spills: 1B 1222 36/40 ->
     # 84/96 B, 8B 3333 56/72 -> 172/200 B.
 
-    def moe_down_tile(self) -> TileConfig:
-        """The megakernel's EXPERT_DOWN tile: moe_down_rows x moe_down_bk at this stream's warps
-        (FP8 experts too: 128 is one scale group)."""
-        return TileConfig(self.moe_down_rows, self.moe_down_bk, self.num_warps)
+    def moe_down_tile(self, top_k: int, fp8: bool = False) -> TileConfig:
+        """The megakernel's EXPERT_DOWN tile at this stream's warps: moe_down_rows x
+        moe_down_bk where set, else 8 x 128 (FP8 experts: moe.down_tile's)."""
+        from .moe import down_tile
+        t = down_tile(top_k, fp8=True) if fp8 else TileConfig(8, 128, self.num_warps)
+        rows, bk = t.block_n, t.block_k
+        return TileConfig(self.moe_down_rows or rows, self.moe_down_bk or bk, self.num_warps)
 
     def attention_block(self, head_dim: int) -> int:
         """Keys per iteration of the decode megakernel's attention loop (attn_block_s's rule):
