@@ -330,8 +330,10 @@ def timeline_png(evs, path, title=""):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    ops = [o.name for o in Op]
-    colors = {o: f"C{i % 10}" for i, o in enumerate(ops)}
+    seen = {e["op"] for e in evs}
+    ops = [o.name for o in Op if o.name in seen]  # a colour each (tab20 less its greys, which
+    palette = [plt.get_cmap("tab20")(j) for j in range(20) if j not in (14, 15)]  # wait uses)
+    colors = {o: palette[i % len(palette)] for i, o in enumerate(ops)}
     P = 1 + max(e["program"] for e in evs)
     fig, ax = plt.subplots(figsize=(14, max(3, P * 0.06 + 1)))
     bars = {}  # (program, colour) -> spans: one draw call per row and colour
