@@ -268,3 +268,28 @@ def test_mixture_bf16_close_to_fp32_hf(family):
     ref = hf_logits(tiny_model(family, dtype=dtype, **every).float().to(DEVICE), ids)
     got = teacher_forced(fastdecode.from_hf(model, max_seq_len=64, mode="ops"), ids, 21)
     assert rel_err(got, ref) < 4 * U[dtype] * 13 ** 0.5, rel_err(got, ref)
+
+
+def test_megakernel_down_tile_rule():
+    """EXPERT_DOWN's tile in the megakernel (StreamConfig.moe_down_tile): 8 rows x 128 for
+    float experts whatever top_k (session 68's sweep), ops mode's FP8 tile for FP8 experts and
+    ops mode's tile for steps of several rows; a set field wins; tiles the kernel cannot take
+    (tl.arange needs powers of two; FP8 chunks whole scale groups) raise before any compile."""
+    from fastdecode.graph import make_tiling
+    from fastdecode.triton_kernels.config import StreamConfig
+    from fastdecode.triton_kernels.moe import down_tile
+    spec = ModelSpec.from_hf_config(tiny_model("qwen2_moe").config)
+    st = StreamConfig()
+    t = make_tiling(spec, 1, 64, "cpu", stream=st)
+    assert (t.moe_rows, t.moe_bk) == (8, 128)
+    f8 = down_tile(spec.top_k, fp8=True)
+    t = make_tiling(spec, 1, 64, "cpu", stream=st, fp8=True)
+    assert (t.moe_rows, t.moe_bk) == (f8.block_n, f8.block_k)
+    t = make_tiling(spec, 3, 64, "cpu", stream=st)
+    assert (t.moe_rows, t.moe_bk) == (down_tile(spec.top_k).block_n, down_tile(spec.top_k).block_k)
+    t = make_tiling(spec, 1, 64, "cpu", stream=StreamConfig(moe_down_rows=2))
+    assert (t.moe_rows, t.moe_bk) == (2, 128)
+    for kw, fp8 in ((dict(moe_down_rows=6), False), (dict(moe_down_bk=8), False),
+                    (dict(moe_down_bk=64), True)):
+        with pytest.raises(ValueError, match="powers of two"):
+            make_tiling(spec, 1, 64, "cpu", stream=StreamConfig(**kw), fp8=fp8)

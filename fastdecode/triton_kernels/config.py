@@ -426,17 +426,17 @@ class StreamConfig:
     # 243.0 / 243.4 vs 242.1 / 242.9, Llama-3.1-8B 250.3 / 250.6 vs 248.3 / 249.9, Llama-3.2-1B
     # 1156.7 / 1175.0 vs 1172.3 / 1153.2 (within its spread) -- a small gain on the 8B shapes.
     abort_every: int = 16
-    # a mixture's EXPERT_DOWN tasks (moe.experts_down_body a tile at a time): rows per tile and
-    # K chunk; 0: moe_down_tile's rule -- bf16 / fp16 / fp32 experts 8 x 128, where ops mode's
-    # kernel (moe.down_tile, many programs an SM) takes 16 / top_k x 256; FP8 experts ops mode's
-    # FP8 tile (not yet swept in the megakernel). bf16: H100, 2026-12-07, 6c2c9a0, sweep_mega --new-tokens 128, one run per line
-    # (bench/RESULTS.md session 68), tok/s -- OLMoE-1B-7B (top 8 of 64 x 1024) 2 x 256 (ops'
-    # tile) 810.9, 8 x 128 856.8 / 856.3, 8 x 256 844.2 / 845.5, 2 x 1024 826.5, 4 x 128 825.2,
-    # 8 x 64 816.1, 16 x 128 816.2, 4 x 512 808.7, 8 x 512 808.2, 16 x 256 770.2; Qwen1.5-MoE
-    # (top 4 of 60 x 1408, a shared expert) 4 x 256 446.2, 8 x 128 458.7, 16 x 128 429.7, 16 x
-    # 64 415.2. The traced down phase of OLMoE's layer 8 spans 16.7 us at 8 x 256 against 20.7
-    # at 2 x 256 (its weights 33.6 MB: 10.8 us at the read roofline). Measured and not kept:
-    # each chunk requested before the one before is reduced (two chunks in flight): 2 x 256
+    # a mixture's EXPERT_DOWN tasks (moe.experts_down_body a tile at a time): rows per tile and K
+    # chunk; 0: moe_down_tile's rule -- bf16 / fp16 / fp32 experts 8 x 128, where ops mode's kernel
+    # (moe.down_tile, many programs an SM) takes 16 / top_k x 256; FP8 experts ops mode's FP8 tile
+    # (not yet swept in the megakernel). bf16: H100, 2026-12-07, 6c2c9a0, sweep_mega --new-tokens
+    # 128, one run per line (bench/RESULTS.md session 68), tok/s -- OLMoE-1B-7B (top 8 of 64 x 1024)
+    # 2 x 256 (ops' tile) 810.9, 8 x 128 856.8 / 856.3, 8 x 256 844.2 / 845.5, 2 x 1024 826.5, 4 x
+    # 128 825.2, 8 x 64 816.1, 16 x 128 816.2, 4 x 512 808.7, 8 x 512 808.2, 16 x 256 770.2;
+    # Qwen1.5-MoE (top 4 of 60 x 1408, a shared expert) 4 x 256 446.2, 8 x 128 458.7, 16 x 128
+    # 429.7, 16 x 64 415.2. The traced down phase of OLMoE's layer 8 spans 16.7 us at 8 x 256
+    # against 20.7 at 2 x 256 (its weights 33.6 MB: 10.8 us at the read roofline). Measured and not
+    # kept: each chunk requested before the one before is reduced (two chunks in flight): 2 x 256
     # 802.4, 4 x 256 829.6, 8 x 256 824.7, 8 x 128 852.1, 4 x 512 780.4 tok/s.
     moe_down_rows: int = 0
     moe_down_bk: int = 0
@@ -519,8 +519,12 @@ class StreamConfig:
         moe_down_bk where set, else 8 x 128 (FP8 experts: moe.down_tile's)."""
         from .moe import down_tile
         t = down_tile(top_k, fp8=True) if fp8 else TileConfig(8, 128, self.num_warps)
-        rows, bk = t.block_n, t.block_k
-        return TileConfig(self.moe_down_rows or rows, self.moe_down_bk or bk, self.num_warps)
+        rows, bk = self.moe_down_rows or t.block_n, self.moe_down_bk or t.block_k
+        if rows & (rows - 1) or bk & (bk - 1) or bk < 16 or (fp8 and bk % FP8_GROUP.value):
+            fp8_rule = f" and a multiple of {FP8_GROUP.value} (FP8)" if fp8 else ""
+            raise ValueError(f"moe_down_rows={rows} / moe_down_bk={bk}: powers of two, the K "
+                             f"chunk >= 16{fp8_rule}")
+        return TileConfig(rows, bk, self.num_warps)
 
     def attention_block(self, head_dim: int) -> int:
         """Keys per iteration of the decode megakernel's attention loop (attn_block_s's rule):
