@@ -688,6 +688,21 @@ def test_mega_random_shapes_match_torch(shape, seed):
     prefill chunk (its tiles' K loops) + decode steps
     against torch mode, fp32 weights (only summation order differs: 1e-5 as test_models
     explains)."""
+    _mega_matches_torch(shape, seed)
+
+
+@settings(max_examples=10)
+@given(shape=hf_shapes(("qwen2_moe", "qwen3_moe", "mixtral", "olmoe", "granitemoe")),
+       seed=st.integers(0, 1000))
+def test_mega_random_mixtures_match_torch(shape, seed):
+    """The same for mixtures of experts (their prompt chunk by ops, their decode steps by the
+    ROUTER / EXPERT_GU / EXPERT_DOWN tasks): 1-9 experts, any number routed (all of them
+    included), experts of odd widths, with or without Qwen2-MoE's shared expert -- EXPERT_DOWN's
+    8-row tiles over d_model's odd sizes, its 128-wide K chunk masked past the expert's width."""
+    _mega_matches_torch(shape, seed)
+
+
+def _mega_matches_torch(shape, seed):
     family, cfg, vocab = shape
     model = tiny_model(family, vocab=vocab, seed=seed, **cfg).to(DEVICE)
     ids = torch.randint(0, vocab, (1, 9), generator=torch.Generator().manual_seed(seed))
