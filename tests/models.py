@@ -392,11 +392,12 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
                intermediate_size=draw(st.integers(3, 97)), tie_word_embeddings=draw(st.booleans()))
     if family in ("mistral", "phi3", "mixtral", "gpt_oss"):
         cfg["sliding_window"] = draw(st.integers(2, 12))
-    if family in MOE:  # any count of experts and of routed ones, their own width
-        n = draw(st.integers(1, 9))
+    if family in MOE:  # any count of experts and of routed ones, their own width; or as many
+        # experts as the released mixtures have (60-128: the routing's 128-wide block), 1-8 routed
+        n = draw(st.one_of(st.integers(1, 9), st.integers(60, 130)))
         cfg.update({"num_local_experts" if family in ("mixtral", "granitemoe", "gpt_oss") else
                     "num_experts": n,
-                    "num_experts_per_tok": draw(st.integers(1, n))})
+                    "num_experts_per_tok": draw(st.integers(1, min(n, 9)))})
         if family in ("qwen2_moe", "qwen3_moe"):
             cfg.update(moe_intermediate_size=draw(st.integers(3, 61)),
                        norm_topk_prob=draw(st.booleans()))
