@@ -331,8 +331,9 @@ def timeline_png(evs, path, title=""):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     seen = {e["op"] for e in evs}
-    ops = [o.name for o in Op if o.name in seen]  # a colour each (tab20 less its greys, which
-    palette = [plt.get_cmap("tab20")(j) for j in range(20) if j not in (14, 15)]  # wait uses)
+    ops = [o.name for o in Op if o.name in seen]
+    # a colour per op in the trace: tab20 less its two greys (the waits' light grey)
+    palette = [plt.get_cmap("tab20")(j) for j in range(20) if j not in (14, 15)]
     colors = {o: palette[i % len(palette)] for i, o in enumerate(ops)}
     P = 1 + max(e["program"] for e in evs)
     fig, ax = plt.subplots(figsize=(14, max(3, P * 0.06 + 1)))

@@ -393,7 +393,7 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
     if family in ("mistral", "phi3", "mixtral", "gpt_oss"):
         cfg["sliding_window"] = draw(st.integers(2, 12))
     if family in MOE:  # any count of experts and of routed ones, their own width; or as many
-        # experts as the released mixtures have (60-128: the routing's 128-wide block), 1-8 routed
+        # experts as the released mixtures have (60-130: the routing's 128-wide block), 1-9 routed
         n = draw(st.one_of(st.integers(1, 9), st.integers(60, 130)))
         cfg.update({"num_local_experts" if family in ("mixtral", "granitemoe", "gpt_oss") else
                     "num_experts": n,

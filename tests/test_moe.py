@@ -285,8 +285,8 @@ def test_megakernel_down_tile_rule():
     f8 = down_tile(spec.top_k, fp8=True)
     t = make_tiling(spec, 1, 64, "cpu", stream=st, fp8=True)
     assert (t.moe_rows, t.moe_bk) == (f8.block_n, f8.block_k)
-    t = make_tiling(spec, 3, 64, "cpu", stream=st)
-    assert (t.moe_rows, t.moe_bk) == (down_tile(spec.top_k).block_n, down_tile(spec.top_k).block_k)
+    t, ops_tile = make_tiling(spec, 3, 64, "cpu", stream=st), down_tile(spec.top_k)
+    assert (t.moe_rows, t.moe_bk) == (ops_tile.block_n, ops_tile.block_k)
     t = make_tiling(spec, 1, 64, "cpu", stream=StreamConfig(moe_down_rows=2))
     assert (t.moe_rows, t.moe_bk) == (2, 128)
     for kw, fp8 in ((dict(moe_down_rows=6), False), (dict(moe_down_bk=8), False),
