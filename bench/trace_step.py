@@ -129,7 +129,8 @@ def main():
                   f"-> ticket {chain['ticket'] / 1e3:.2f}, -> q/k normed "
                   f"{chain['norm'] / 1e3:.2f}, -> attention stored {chain['attention'] / 1e3:.2f}, "
                   f"-> published {chain['publish'] / 1e3:.2f}; "
-                  f"layer's last -> first O_PROJ ready {chain['hop'] / 1e3:.2f}")
+                  f"layer's last -> first O_PROJ ready {chain['hop'] / 1e3:.2f}; the layer's "
+                  f"first group published -> its last {chain['spread'] / 1e3:.2f}")
             for n in sorted({e["tiles"] for e in evs if e["op"] == "QKV_ATTN"}):
                 d = sorted(e["tiles_end"] - e["ready"] for e in evs
                            if e["op"] == "QKV_ATTN" and e["tiles"] == n and "tiles_end" in e)

@@ -52,7 +52,9 @@ def attention_chain(evs, step: int = 0):
     ticket round trip; and any later tile), to its q / k normed, to its attention stored, to its
     end (the publish: barrier, release add), then from the layer's last completer to its first
     O_PROJ ready (the hop). -> dict of those six stages' medians over layers and groups (ns or
-    ticks), and the chains counted, or None without QKV_ATTN completers."""
+    ticks), the spread (median over layers of the last group's end less the first's: what an
+    o_proj started per KV group could gain at most) and the chains counted, or None without
+    QKV_ATTN completers."""
     groups, o_ready, q_ready = {}, {}, {}
     for e in evs:
         if e["step"] != step:
@@ -70,9 +72,10 @@ def attention_chain(evs, step: int = 0):
     if not done:
         return None
     med = statistics.median
-    ends = {}
+    ends, firsts = {}, {}
     for (layer, _), g in done.items():
         ends[layer] = max(ends.get(layer, 0), g["done"]["end"])
+        firsts[layer] = min(firsts.get(layer, g["done"]["end"]), g["done"]["end"])
     return dict(
         tiles=med([g["last"] - q_ready[layer] for (layer, _), g in done.items()]),
         ticket=med([g["done"]["ticket"] - g["last"] for g in done.values()]),
@@ -80,6 +83,7 @@ def attention_chain(evs, step: int = 0):
         attention=med([g["done"]["attended"] - g["done"]["normed"] for g in done.values()]),
         publish=med([g["done"]["end"] - g["done"]["attended"] for g in done.values()]),
         hop=med([o_ready[la] - t for la, t in ends.items() if la in o_ready]),
+        spread=med([t - firsts[la] for la, t in ends.items()]),
         chains=len(done))
 
 

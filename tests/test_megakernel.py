@@ -625,6 +625,9 @@ def test_trace_records_every_task_in_order(tmp_path, family):
     stages = [chain[k] for k in ("tiles", "ticket", "norm", "attention", "publish", "hop")]
     assert min(stages) > 0 if DEVICE.type == "cpu" else (min(stages) >= 0 and
                                                           chain["attention"] > 0)
+    # serial: the groups' completers publish one after another (one KV group: spread 0)
+    assert (chain["spread"] > 0) == (spec.n_kv_heads > 1) if DEVICE.type == "cpu" else \
+        chain["spread"] >= 0
     rows = tr.breakdown(evs)
     assert rows["CHOOSE"]["tasks"] == 2 and sum(r["tasks"] for r in rows.values()) == len(evs)
     # one layer's phases: every task of the layer's ops, spans no shorter than their tasks
