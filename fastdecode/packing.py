@@ -189,9 +189,9 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
         shards.update({"mlp.experts.gate_proj.weight": rows(sp.expert_ffn),
                        "mlp.experts.up_proj.weight": rows(sp.expert_ffn),
                        "mlp.experts.down_proj.weight": cols(sp.expert_ffn)})
-    fp8 = fp8_matrices(spec, get, fam, shards, world) if keep_fp8 else None
     if fam.checkpoint_names:
         get = renamed_getter(get, fam.checkpoint_names, fam.checkpoint_prefix)
+    fp8 = fp8_matrices(spec, get, fam, shards, world) if keep_fp8 else None
     if fam.conv1d:
         get = conv1d_getter(get)
     if fam.fused:
@@ -474,18 +474,20 @@ def fp8_matrices(spec: ModelSpec, get, fam, shards: dict, world: int):
     """pack's keep_fp8: (name, layer's name) -> quant.fp8_rows of that weight's shard, where
     every layer matrix of the model can stay FP8 as it is stored; else None (the dequantized
     weights pack as before): a model whose packing changes no weight value or row (no fused
-    / grouped / renamed / Conv1D checkpoint tensors, no scales folded in, no LayerNorm centering,
+    / grouped / Conv1D checkpoint tensors -- renamed ones read through renamed_getter's
+    fp8_rows --, no scales folded in, no LayerNorm centering,
     no rotary rows permuted) and a checkpoint whose every q / k / v / o / gate / up / down weight
     quant.fp8_rows can lay out -- for tensor parallelism, the rank's shard of it (shards: a
     layer's name -> its index), a row-parallel matrix's (o, down) for every rank's columns, so
     that all ranks decide alike (read here: layer 0's decides the rest as they pack, and one
     that cannot raises; layer 0's rows are handed to the packing once, not read again). A
     mixture of experts (Qwen2 / Qwen3-MoE, OLMoE: per-expert checkpoint tensors
-    mlp.experts.{e}.{gate,up,down}_proj, Qwen3-30B-A3B-FP8's layout) keeps its routed experts
+    mlp.experts.{e}.{gate,up,down}_proj, Qwen3-30B-A3B-FP8's layout; Mixtral's own names for
+    them, block_sparse_moe.experts.{e}.w1 / w3 / w2) keeps its routed experts
     and its shared expert FP8 too (layer 0's expert 0 decides with the dense ones; its layer name
     mlp.experts.{part}_proj.weight); its router stays float (dequantized where it is FP8)."""
     rows = getattr(get, "fp8_rows", None)
-    plain = not (fam.checkpoint_names or fam.conv1d or fam.fused or fam.qkv_grouped
+    plain = not (fam.conv1d or fam.fused or fam.qkv_grouped
                  or spec.text_of or spec.layer_norm or spec.qk_layer_norm
                  or (fam.experts is not None and fam.experts.oai)
                  or spec.q_scale != 1.0
@@ -740,19 +742,28 @@ def renamed_getter(get, names: tuple, prefix: str = ""):
     first, then the name as each pair that changes it leaves it, the first one the checkpoint
     has (Falcon's norm before the MLP: ln_mlp, else post_attention_layernorm, else the shared
     input_layernorm) -- and, where the last starts with prefix (Family.checkpoint_prefix), it
-    without the prefix (GPT-2's files name transformer.h.0 ... h.0 ...)."""
+    without the prefix (GPT-2's files name transformer.h.0 ... h.0 ...). Where get lays out
+    FP8 rows (quant.dequantizing_getter's fp8_rows), so does the renamed getter, by the same
+    names (Mixtral's FP8 experts block_sparse_moe.experts.{e}.w1 / w3 / w2 kept 8-bit)."""
 
-    def rget(name, index=None):
-        t = get(name, index)
+    def first(read, name, *args):
+        t = read(name, *args)
         for hf, own in names:
             if t is not None:
                 break
             if hf in name:
                 name = name.replace(hf, own)
-                t = get(name, index)
+                t = read(name, *args)
         if t is None and prefix and name.startswith(prefix):
-            t = get(name[len(prefix):], index)
+            t = read(name[len(prefix):], *args)
         return t
+
+    def rget(name, index=None):
+        return first(get, name, index)
+    rows = getattr(get, "fp8_rows", None)
+    if rows is not None:
+        rget.fp8_rows = lambda name, index=None, col_parts=1: first(rows, name, index,
+                                                                    col_parts)
     return rget
 
 

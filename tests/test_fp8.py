@@ -253,15 +253,18 @@ def fp8_mixture(family):
     four heads of 16, experts 32 wide (one partial 128-column scale group), qwen2_moe's shared
     expert 64."""
     sizes = dict(shared_expert_intermediate_size=64) if family == "qwen2_moe" else {}
+    width = "intermediate_size" if family == "mixtral" else "moe_intermediate_size"
     return tiny_model(family, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
-                      head_dim=16, moe_intermediate_size=32, **sizes)
+                      head_dim=16, **{width: 32}, **sizes)
 
 
 @pytest.mark.parametrize("family,mode", [("qwen3_moe", "ops"), ("qwen2_moe", "ops"),
-                                         ("qwen2_moe", "mega")])
+                                         ("qwen2_moe", "mega"), ("mixtral", "ops")])
 def test_fp8_mixture_checkpoint(tmp_path, family, mode):
     """A mixture's FP8 checkpoint (Qwen3-30B-A3B-FP8's layout: per-expert FP8 tensors, the
-    router unquantized) in mode 'ops' (and the megakernel's expert tasks: decode steps) keeps
+    router unquantized; Mixtral's under its own names, block_sparse_moe.experts.{e}.w1 / w3 /
+    w2, as save_pretrained writes them) in mode 'ops' (and the megakernel's expert tasks: decode
+    steps) keeps
     its routed experts and its shared expert 8-bit with the attention's matrices; each expert
     reads back as its codes times their scales (the torch mode's dequantized packing, bit for
     bit), and the logits and greedy tokens are the dequantized checkpoint's (fp32: summation

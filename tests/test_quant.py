@@ -76,15 +76,17 @@ def write_compressed_fp8_checkpoint(model, path, strategy, size=None):
 
 
 def _write_quantized(model, path, skip, quantize, qconfig):
-    """model saved, each 2-D linear weight but `skip` replaced by quantize(name, w)'s tensors,
-    qconfig as its config's quantization_config. -> {name: the weight they stand for}."""
+    """model saved, each 2-D linear weight but `skip` replaced by quantize(name, w)'s tensors
+    (*proj.weight, and Mixtral's experts' w1 / w2 / w3), qconfig as its config's
+    quantization_config. -> {name: the weight they stand for}."""
     from safetensors.torch import load_file, save_file
     model.save_pretrained(path)
     f = path / "model.safetensors"
     sd, want = load_file(f), {}
     for name in list(sd):
         w = sd[name]
-        if w.dim() == 2 and name.endswith("proj.weight") and not any(s in name for s in skip):
+        linear = name.endswith("proj.weight") or re.search(r"\.w[123]\.weight$", name)
+        if w.dim() == 2 and linear and not any(s in name for s in skip):
             tensors, want[name] = quantize(name, w)
             sd.update(tensors)
     save_file(sd, f, metadata={"format": "pt"})
