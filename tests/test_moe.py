@@ -52,6 +52,21 @@ def test_route_matches_reference(T, E, data, renorm, shared, seed):
         assert torch.allclose(s, rs, rtol=1e-6, atol=1e-7)
 
 
+@given(E=st.integers(2, 140), data=st.data(), seed=st.integers(0, 2**31 - 1))
+def test_route_ties_go_to_the_lower_index(E, data, seed):
+    """Logits from three values (many equal probabilities): the routing picks by descending
+    probability, equal ones by ascending expert index (a stable sort's order), with their
+    probabilities as weights."""
+    k = data.draw(st.integers(1, E))
+    g = torch.Generator().manual_seed(seed)
+    z = torch.randint(0, 3, (1, E), generator=g).float().to(DEVICE)
+    ids, w, _ = ops.moe_route(z, k, False)
+    p = torch.softmax(z, -1)
+    want = torch.sort(-p, dim=-1, stable=True).indices[:, :k]
+    assert torch.equal(ids.view(1, k).long().cpu(), want.cpu())
+    assert torch.allclose(w.view(1, k), p.gather(1, want), rtol=1e-6, atol=1e-7)
+
+
 @given(T=st.sampled_from([1, 1, 2, 5]), K=st.integers(1, 200), N=st.integers(1, 90),
        E=st.integers(1, 6), data=st.data(), dtype=DTYPES, oai=st.booleans(),
        seed=st.integers(0, 2**31 - 1))

@@ -35,21 +35,27 @@ def route_body(z_ptr, ids_ptr, w_ptr, s_ptr, t, E, stride_z, TOP_K: tl.constexpr
                BLOCK_K: tl.constexpr):
     """Row t's routing (module docstring): its top_k (ids, weights) at [t * TOP_K, +TOP_K);
     -> the ids [BLOCK_K] int32 (rank order, past TOP_K zeros), in registers for a caller that
-    streams one of them (the megakernel's EXPERT_GU: no round trip through the stored ids)."""
+    streams one of them (the megakernel's EXPERT_GU: no round trip through the stored ids).
+    Each pick is one max over int64 keys (p's bits -- p >= 0, so they order as p -- above
+    BLOCK_E - 1 - index: ties go to the lower index), not a max and then an argmin: every
+    EXPERT_GU task of the megakernel routes before its first weight request, so its reductions
+    across warps (a shared-memory round trip and barriers each) sit on the critical path."""
     offs = tl.arange(0, BLOCK_E)
     z = tl.load(z_ptr + t * stride_z + offs, mask=offs < E, other=-float("inf")).to(tl.float32)
     p = tl.exp(z - tl.max(z, axis=0))
     p = p / tl.sum(p, axis=0)
-    q = tl.where(offs < E, p, -1.0)  # probabilities not yet picked; -1: picked or padding
+    # probabilities not yet picked as keys; -1: picked or padding
+    key = tl.where(offs < E, (p.to(tl.int32, bitcast=True).to(tl.int64) << 32)
+                   | (BLOCK_E - 1 - offs).to(tl.int64), -1)
     ks = tl.arange(0, BLOCK_K)
     ids = tl.zeros([BLOCK_K], dtype=tl.int32)
     w = tl.zeros([BLOCK_K], dtype=tl.float32)
     for j in tl.static_range(TOP_K):
-        best = tl.max(q, axis=0)
-        e = tl.min(tl.where(q == best, offs, BLOCK_E), axis=0)
+        best = tl.max(key, axis=0)
+        e = BLOCK_E - 1 - (best & 0xFFFFFFFF).to(tl.int32)
         ids = tl.where(ks == j, e, ids)
-        w = tl.where(ks == j, best, w)
-        q = tl.where(offs == e, -1.0, q)
+        w = tl.where(ks == j, (best >> 32).to(tl.int32).to(tl.float32, bitcast=True), w)
+        key = tl.where(offs == e, -1, key)
     if RENORM:
         w = w / tl.sum(w, axis=0)
     tl.store(ids_ptr + t * TOP_K + ks, ids, mask=ks < TOP_K)
