@@ -66,7 +66,7 @@ from .triton_kernels.config import (StreamConfig, attention_config, fp8_tile, ge
                                      merge_heads, ptx_stream_ok, rows_ksplit, stream_config,
                                      wide_head_keys)
 from .triton_kernels.gemv import block_t
-from .triton_kernels.moe import down_tile
+from .triton_kernels.moe import down_tile, shared_blocks
 from .triton_kernels.qkv_rope import defer_qk_norm, qkv_tile
 
 
@@ -125,6 +125,8 @@ class Tiling:
     moe_rows: int = 0             # EXPERT_DOWN's rows per tile and K chunk
     moe_bk: int = 0               # (StreamConfig.moe_down_tile; steps of several rows:
                                   # moe.down_tile)
+    moe_vs: int = 0               # decode: EXPERT_DOWN's shared expert as that many experts
+                                  # (StreamConfig.moe_shared_in_chunks, moe.shared_blocks)
 
     @property
     def parted(self) -> bool:
@@ -253,7 +255,10 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
                   attn_outline=st is not None and st.attn_outline, post_norm=spec.post_norms,
                   fp8_words=fp8 and st is not None and st.fp8_word_pieces(dtype, spec.d_model),
                   rows_e=rows_e, moe_rows=moe.block_n if moe else 0,
-                  moe_bk=moe.block_k if moe else 0)
+                  moe_bk=moe.block_k if moe else 0,
+                  moe_vs=shared_blocks(spec.expert_ffn, spec.ffn_dim, dtype, dtype,
+                                       st.moe_shared_in_chunks and spec.ffn_dim > 0 and not fp8,
+                                       spec.top_k, 16) if spec.moe and T == 1 else 0)
 
 
 REMOTE = ("xo", "xdown", "xlm")  # counter keys signalled across ranks (tensor parallelism)

@@ -792,6 +792,7 @@ class Runtime:
                       RENORM=s.norm_topk, SHARED=s.ffn_dim > 0, RE=tg.rows_e, RM=tg.moe_rows,
                       KM=tg.moe_bk, BE=triton.next_power_of_2(s.n_experts),
                       BJ=triton.next_power_of_2(s.top_k),
+                      BJD=triton.next_power_of_2(s.top_k + tg.moe_vs), VS=tg.moe_vs,
                       BKS=min(1024, triton.next_power_of_2(max(s.ffn_dim, 16))))
         grid = (sched.n_programs,)
         variant = (key, sampling.do_sample, trace is not None)

@@ -440,6 +440,10 @@ class StreamConfig:
     # 802.4, 4 x 256 829.6, 8 x 256 824.7, 8 x 128 852.1, 4 x 512 780.4 tok/s.
     moe_down_rows: int = 0
     moe_down_bk: int = 0
+    # a mixture's shared expert (float weights) streamed in EXPERT_DOWN's chunks as
+    # ceil(FS / expert_ffn) more experts (moe.experts_down_body's VS), where the chunk's experts
+    # stay <= 16 (BLOCK_J); off: its own loop after the routed experts'
+    moe_shared_in_chunks: bool = True
     # Measured and removed (H200, 2026-12-02, d685df3, sweep_mega 256 tokens): the gate|up ->
     # down pipeline -- each gate|up task streamed its range of every block of gate|up tiles that
     # writes one K chunk of act (down's max_k piece) block by block and published each block on

@@ -321,7 +321,7 @@ def moe_task(op, layer, a0, a1, a2, h_ptr, mnorm_ptr, wr_ptr, weg_ptr, wed_ptr, 
              PRE_NORM: tl.constexpr, RD: tl.constexpr, KD: tl.constexpr, RE: tl.constexpr,
              KG: tl.constexpr, RM: tl.constexpr, KM: tl.constexpr, BE: tl.constexpr,
              BJ: tl.constexpr, BKS: tl.constexpr, STREAM: tl.constexpr, F32: tl.constexpr,
-             PW: tl.constexpr, PTX: tl.constexpr):
+             PW: tl.constexpr, PTX: tl.constexpr, BJD: tl.constexpr, VS: tl.constexpr):
     """A mixture's decode task (graph.moe_tasks; layer's router wr [L, NE + SHARED, D], experts'
     gate|up weg [L, NE, 2 EF, D] and down wed [L, NE, D, EF], the shared expert's wgu / wd).
     ROUTER: row tiles [a1, a2) of z = norm(h) @ wr^T, fp32 (gemv_body; its first piece before
@@ -367,7 +367,7 @@ def moe_task(op, layer, a0, a1, a2, h_ptr, mnorm_ptr, wr_ptr, weg_ptr, wed_ptr, 
                 experts_down_body(h_ptr, mact_ptr, wed_ptr + layer * NE * stride_we, ids_ptr,
                                   wt_ptr, act_ptr, wd_ptr + layer * D * row_elems(wd_ptr, FFN),
                                   s_ptr, h_ptr, D, EF, FFN, D, EF, FFN, stride_we, 0, 0, tile,
-                                  TOPK, SHARED, False, RM, KM, BKS, BJ, F32)
+                                  TOPK, SHARED, False, RM, KM, BKS, BJD, F32, VS=VS)
     return run
 
 
@@ -418,7 +418,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                EF: tl.constexpr = 1, TOPK: tl.constexpr = 1, RENORM: tl.constexpr = False,
                SHARED: tl.constexpr = False, RE: tl.constexpr = 1, RM: tl.constexpr = 1,
                KM: tl.constexpr = 1, BE: tl.constexpr = 1, BJ: tl.constexpr = 1,
-               BKS: tl.constexpr = 1):
+               BKS: tl.constexpr = 1, BJD: tl.constexpr = 1, VS: tl.constexpr = 0):
     """Model sizes D, FFN, H, HD are constexpr (one compile per model): a decode tile over whole
     rows then folds its chunk loop away and keeps the activation row in registers, which spares
     registers (bench/compile_check.py: 1B shape 255 registers with 48 B of spills when they were
@@ -496,7 +496,9 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     shared expert's wgu_ptr / wd_ptr (SHARED), through the router logits z_ptr, the routing
     mids_ptr / mw_ptr / ms_ptr and the routed slots' activations mact_ptr; NE experts of EF
     rows, TOPK routed (RENORM: renormalized), RE rows an EXPERT_GU tile, RM x KM an
-    EXPERT_DOWN tile (moe.down_tile), BE / BJ / BKS the routing's and down body's blocks."""
+    EXPERT_DOWN tile (moe.down_tile), BE / BJ / BKS the routing's and down body's blocks, BJD
+    / VS the down body's experts a chunk and the shared expert's share of them
+    (graph.Tiling.moe_vs)."""
     pid = tl.program_id(0)
     qlen = tl.load(qlen_ptr + pid)
     QKVN = (H + 2 * KVH) * HD
@@ -644,7 +646,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                    wed_ptr, wgu_ptr, wd_ptr, act_ptr, z_ptr, mids_ptr, mw_ptr,
                                    ms_ptr, mact_ptr, eps, wargs, D, FFN, NE, EF, TOPK, RENORM,
                                    SHARED, ACT, PRE_NORM, RD, KD, RE, KG, RM, KM, BE, BJ, BKS,
-                                   STREAM, F32, PW, PTX)
+                                   STREAM, F32, PW, PTX, BJD, VS)
             elif op == OP_LM:
                 w0, _ = stream_start(lm_ptr, V, D, a1, a2, RD, KD, False, STREAM, PTX)
                 run = ready(*wargs)

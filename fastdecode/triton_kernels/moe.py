@@ -95,7 +95,8 @@ def experts_down_kernel(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr
                         TOP_K: tl.constexpr, SHARED: tl.constexpr, BIAS: tl.constexpr,
                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                         BLOCK_KS: tl.constexpr, BLOCK_J: tl.constexpr, F32: tl.constexpr,
-                        PDL: tl.constexpr, ws4_ptr=None, W4: tl.constexpr = False):
+                        PDL: tl.constexpr, ws4_ptr=None, W4: tl.constexpr = False,
+                        VS: tl.constexpr = 0):
     """Grid (D tiles, T): experts_down_body of tile program_id(0), token program_id(1). The
     expert ids come from the kernels before it: read after pdl_wait."""
     pdl_start(PDL)
@@ -103,7 +104,7 @@ def experts_down_kernel(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr
     experts_down_body(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr, s_ptr, b_ptr, D,
                       F, FS, stride_h, stride_a, stride_as, stride_we, stride_be,
                       tl.program_id(1).to(tl.int64), tl.program_id(0), TOP_K, SHARED, BIAS,
-                      BLOCK_N, BLOCK_K, BLOCK_KS, BLOCK_J, F32, ws4_ptr, W4)
+                      BLOCK_N, BLOCK_K, BLOCK_KS, BLOCK_J, F32, ws4_ptr, W4, VS)
 
 
 @triton.jit
@@ -112,7 +113,7 @@ def experts_down_body(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr, 
                       TOP_K: tl.constexpr, SHARED: tl.constexpr, BIAS: tl.constexpr,
                       BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                       BLOCK_KS: tl.constexpr, BLOCK_J: tl.constexpr, F32: tl.constexpr,
-                      ws4_ptr=None, W4: tl.constexpr = False):
+                      ws4_ptr=None, W4: tl.constexpr = False, VS: tl.constexpr = 0):
     """Token t's rows [tile * BLOCK_N, +BLOCK_N) of h += sum_j w[t, j]
     (W_e[rows] . act[t * TOP_K + j] (+ b_e[rows]: BIAS, b [E, D] stride_be apart)) over its
     experts e = ids[t * TOP_K + j] (+ s[t] (Ws[rows] .
@@ -125,12 +126,19 @@ def experts_down_body(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr, 
     (as gemv's). W float8_e4m3fn (an FP8 checkpoint's experts kept 8-bit: quant.fp8_rows' rows,
     [E, D, row_elems(F)]), known from w_ptr's type: each chunk's codes and their rows' scales of
     the same [E D, row_elems(F)] stack (_common.weight_chunk's FP8_PIECES), each 128 columns'
-    sum times its scale (row_partials). Used by experts_down_kernel and the megakernel's
-    EXPERT_DOWN tasks."""
+    sum times its scale (row_partials). VS > 0 (SHARED, bf16 / fp16 / fp32 weights, VS F >=
+    FS): the shared expert's columns as VS more experts of F columns, j = TOP_K + v its columns
+    [v F, v F + F) weighted by s[t], in the same chunks as the routed ones (BLOCK_J >= TOP_K +
+    VS) -- its rows streamed with theirs, not after them in a loop of their own. Used by
+    experts_down_kernel and the megakernel's EXPERT_DOWN tasks."""
     js = tl.arange(0, BLOCK_J)
     mj = js < TOP_K
     e = tl.load(ids_ptr + t * TOP_K + js, mask=mj, other=0).to(tl.int64)
     wj = tl.load(wt_ptr + t * TOP_K + js, mask=mj, other=0.0)
+    mv = (js >= TOP_K) & (js < TOP_K + VS)  # the shared expert's column blocks (VS > 0)
+    vcol = (js - TOP_K).to(tl.int64) * F
+    if VS > 0:
+        wj = tl.where(mv, tl.load(s_ptr + t), wj)
     rows = tile * BLOCK_N + tl.arange(0, BLOCK_N)
     mr = rows < D
     acc = tl.zeros([BLOCK_J, BLOCK_N], dtype=tl.float32)
@@ -138,6 +146,7 @@ def experts_down_body(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr, 
     rn = tl.reshape(e[:, None] * D + rows[None, :], [RN])  # W4's rows e D + n, their mask
     mn = tl.reshape(mj[:, None] & mr[None, :], [RN])
     W8: tl.constexpr = w_ptr.dtype.element_ty == tl.float8e4nv
+    tl.static_assert((VS == 0) | (SHARED and not W4 and not W8), "VS: SHARED, float weights")
     q, s = rn, rn  # (bound for both branches; W4: the first chunk's codes and scales)
     if W8:
         g = tl.zeros([RN, BLOCK_K // min(FP8_GROUP, BLOCK_K)], dtype=tl.float32)
@@ -159,9 +168,17 @@ def experts_down_body(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr, 
             x = tl.broadcast_to(a.to(tl.float32)[:, None, :], [BLOCK_J, BLOCK_N, BLOCK_K])
             g += row_partials(c, tl.reshape(x, [RN, BLOCK_K]), FP8_PIECES)
         else:
-            w = tl.load(w_ptr + e[:, None, None] * stride_we + rows[None, :, None].to(tl.int64) * F
-                        + ks[None, None, :], mask=mj[:, None, None] & mr[None, :, None]
-                        & mk[None, None, :], other=0.0, eviction_policy="evict_first")
+            wp = w_ptr + e[:, None, None] * stride_we + rows[None, :, None].to(tl.int64) * F \
+                + ks[None, None, :]
+            wm = mj[:, None, None] & mr[None, :, None] & mk[None, None, :]
+            if VS > 0:
+                col = vcol[:, None] + ks[None, :]  # the shared expert's columns
+                ms = mv[:, None] & mk[None, :] & (col < FS)
+                a = tl.where(ms, tl.load(acts_ptr + t * stride_as + col, mask=ms, other=0.0), a)
+                wp = tl.where(mv[:, None, None], ws_ptr + rows[None, :, None].to(tl.int64) * FS
+                              + col[:, None, :], wp)
+                wm = wm | (ms[:, None, :] & mr[None, :, None])
+            w = tl.load(wp, mask=wm, other=0.0, eviction_policy="evict_first")
             acc += tl.sum(w.to(tl.float32) * a.to(tl.float32)[:, None, :], axis=2)
     if W4 or W8:
         acc += tl.reshape(tl.sum(g, axis=1), [BLOCK_J, BLOCK_N])
@@ -169,7 +186,7 @@ def experts_down_body(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr, 
         acc += tl.load(b_ptr + e[:, None] * stride_be + rows[None, :],
                        mask=mj[:, None] & mr[None, :], other=0.0).to(tl.float32)
     y = tl.sum(acc * wj[:, None], axis=0)[None, :]
-    if SHARED:
+    if SHARED and VS == 0:
         ys, offs_t, mask_t, offs_n, mask_n = gemv_tile(
             acts_ptr + t * stride_as, ws_ptr, ws_ptr, ws_ptr, ws_ptr, 1, D, FS, 0, 0,
             tl.zeros([1], dtype=tl.float32), tile, 0, False, False, 0, False, 1,
@@ -214,9 +231,20 @@ def down_tile(top_k: int, mxfp4: bool = False, fp8: bool = False) -> TileConfig:
     return TileConfig(block_n=rows, block_k=bk, num_warps=DOWN_WARPS)
 
 
+def shared_blocks(F: int, FS: int, w_dtype, ws_dtype, shared: bool = True, top_k: int = 1,
+                  max_j: int | None = None) -> int:
+    """experts_down_body's VS: the shared expert's FS columns as that many experts of F, where
+    the shared expert exists, both matrices are float and (max_j) the chunk's BLOCK_J =
+    next_power_of_2(top_k + VS) stays <= max_j (0: its own loop after the experts')."""
+    fp = lambda d: d not in (torch.uint8, torch.float8_e4m3fn)  # noqa: E731
+    vs = triton.cdiv(FS, F) if shared and fp(w_dtype) and fp(ws_dtype) else 0
+    return 0 if max_j is not None and triton.next_power_of_2(top_k + vs) > max_j else vs
+
+
 def experts_down(h: torch.Tensor, act: torch.Tensor, w: torch.Tensor, ids: torch.Tensor,
                  weights: torch.Tensor, shared=None, config=None, bias=None,
-                 scales: torch.Tensor | None = None) -> torch.Tensor:
+                 scales: torch.Tensor | None = None,
+                 shared_in_chunks: bool = False) -> torch.Tensor:
     """h [T, d] += sum_j weights[t, j] (act[t * top_k + j] @ w[ids[.]].T + bias[ids[.]]), the
     experts' down projections (w [E, d, F]; bias [E, d] or None) weighted and summed in fp32 per
     token, plus -- shared = (acts [T, FS], ws [d, FS], s [T]) -- the shared expert's down times
@@ -224,7 +252,9 @@ def experts_down(h: torch.Tensor, act: torch.Tensor, w: torch.Tensor, ids: torch
     Tiles: config (a TileConfig), else down_tile(top_k); the shared expert's K in chunks of up
     to 1024. scales (quant's "mxfp4"): w holds MXFP4 codes [E, d, F / 2] uint8 and scales their
     E8M0 exponents [E, d, F / 32] uint8 (F % 32 == 0). w float8_e4m3fn: FP8 rows [E, d,
-    row_elems(F)] (quant.fp8_rows; the shared expert's ws too, where it is FP8)."""
+    row_elems(F)] (quant.fp8_rows; the shared expert's ws too, where it is FP8).
+    shared_in_chunks: float matrices' shared expert streamed in the routed experts' chunks
+    (experts_down_body's VS)."""
     T, D = h.shape
     P, F = act.shape
     top_k = P // T
@@ -241,6 +271,7 @@ def experts_down(h: torch.Tensor, act: torch.Tensor, w: torch.Tensor, ids: torch
                               and acts.shape[0] == T)
     assert bias is None or (bias.shape == w.shape[:2] and bias.is_contiguous())
     cfg = config or down_tile(top_k, w4, w.dtype == torch.float8_e4m3fn)
+    vs = shared_blocks(F, FS, w.dtype, ws.dtype, shared is not None and shared_in_chunks)
     pdl = use_pdl(h.device)
     experts_down_kernel[(triton.cdiv(D, cfg.block_n), T)](
         h, act, w, ids, weights, acts, ws, s, w if bias is None else bias, D, F, FS,
@@ -249,7 +280,8 @@ def experts_down(h: torch.Tensor, act: torch.Tensor, w: torch.Tensor, ids: torch
         BIAS=bias is not None,
         BLOCK_N=cfg.block_n, BLOCK_K=min(cfg.block_k, triton.next_power_of_2(F)),
         BLOCK_KS=min(1024, triton.next_power_of_2(FS)),
-        BLOCK_J=triton.next_power_of_2(top_k),
+        BLOCK_J=triton.next_power_of_2(top_k + vs),
         F32=INTERPRET or torch.float32 in (w.dtype, act.dtype),
-        PDL=pdl, ws4_ptr=scales if w4 else w, W4=w4, num_warps=cfg.num_warps, launch_pdl=pdl)
+        PDL=pdl, ws4_ptr=scales if w4 else w, W4=w4, VS=vs, num_warps=cfg.num_warps,
+        launch_pdl=pdl)
     return h
