@@ -125,6 +125,8 @@ class Tiling:
     moe_rows: int = 0             # EXPERT_DOWN's rows per tile and K chunk
     moe_bk: int = 0               # (StreamConfig.moe_down_tile; steps of several rows:
                                   # moe.down_tile)
+    rows_r: int = 0               # decode, a mixture: ROUTER's rows per tile (0: rows_d;
+                                  # StreamConfig.router_rows)
     moe_vs: int = 0               # decode: EXPERT_DOWN's shared expert as that many experts
                                   # (StreamConfig.moe_shared_in_chunks, moe.shared_blocks)
 
@@ -147,7 +149,8 @@ class Tiling:
 
     def gemv_rows(self, op: Op) -> int:
         return {Op.O_PROJ: self.rows_q, Op.DOWN: self.rows_f, Op.GATE_UP: self.rows_g,
-                Op.EXPERT_GU: self.rows_e, Op.EXPERT_DOWN: self.moe_rows}.get(op, self.rows_d)
+                Op.EXPERT_GU: self.rows_e, Op.EXPERT_DOWN: self.moe_rows,
+                Op.ROUTER: self.rows_r or self.rows_d}.get(op, self.rows_d)
 
     def gemv_tiles(self, op: Op, N: int) -> int:
         """Tiles of N output rows per token block."""
@@ -205,8 +208,11 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
                  st.tile(spec.d_model, 1 + spec.gated, st.elems(2))]
         rows, bks, warps = [t.block_n for t in tiles], [t.block_k for t in tiles], st.num_warps
         rows_e = rows[3]  # a mixture's experts: gate|up's tile over their routed rows
+        rows_r = 0
         if spec.moe and n_programs:
             rows_e = few_tiles_rows(rows_e, spec.top_k * spec.expert_ffn, n_programs)
+            rows_r = st.router_rows or few_tiles_rows(rows[1], spec.n_experts +
+                                                      (spec.ffn_dim > 0), n_programs)
         if n_programs:  # o_proj, down, gate|up by their output rows (the lm_head's vocabulary
             # keeps its rows: a vocab-parallel shard's can differ among ranks, whose lm_head tasks
             # must match)
@@ -216,7 +222,7 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
         cfg = fp8_tile(gemv_config(spec.d_model * 4, spec.d_model, T, device,
                                    elem_bytes=elem_bytes), elem_bytes, T)
         rows, bks, warps, st = [cfg.block_n] * 4, [cfg.block_k] * 4, cfg.num_warps, None
-        rows_e = cfg.block_n
+        rows_e, rows_r = cfg.block_n, 0
     moe = None if not spec.moe else st.moe_down_tile(spec.top_k, fp8) if T == 1 else \
         down_tile(spec.top_k, fp8=fp8)
     defer = defer_qk_norm(spec.qk_norm, T, spec.qk_norm_full)
@@ -255,7 +261,7 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
                   attn_outline=st is not None and st.attn_outline, post_norm=spec.post_norms,
                   fp8_words=fp8 and st is not None and st.fp8_word_pieces(dtype, spec.d_model),
                   rows_e=rows_e, moe_rows=moe.block_n if moe else 0,
-                  moe_bk=moe.block_k if moe else 0,
+                  moe_bk=moe.block_k if moe else 0, rows_r=rows_r,
                   moe_vs=shared_blocks(spec.expert_ffn, spec.ffn_dim, dtype, dtype,
                                        st.moe_shared_in_chunks and spec.ffn_dim > 0 and not fp8,
                                        spec.top_k, 16) if spec.moe and T == 1 else 0)
@@ -322,9 +328,10 @@ def moe_tasks(g: StepGraph, l: int, wait, n_programs: int, elt: int):
     tasks and the lm_head wait on. A slot's share of the programs follows its tiles."""
     s, tg = g.spec, g.tiling
     oh = COST.task_overhead_bytes
-    for a, b in ranges(triton.cdiv(s.n_experts + (s.ffn_dim > 0), tg.rows_d), n_programs):
+    rows = tg.gemv_rows(Op.ROUTER)
+    for a, b in ranges(triton.cdiv(s.n_experts + (s.ffn_dim > 0), rows), n_programs):
         g.add(Task(Op.ROUTER, l, (0, a, b), wait, ("router", l),
-                   oh + (b - a) * tg.rows_d * s.d_model * elt))
+                   oh + (b - a) * rows * s.d_model * elt))
     slots = [(j, s.expert_ffn) for j in range(s.top_k)] + [(s.top_k, s.ffn_dim)] * (s.ffn_dim > 0)
     tiles = [triton.cdiv(F, tg.rows_e) for _, F in slots]
     for (j, _), n in zip(slots, tiles):

@@ -24,7 +24,7 @@ from . import _env  # noqa: F401
 from . import ops
 from . import reference as R
 from .errors import MegakernelTimeout
-from .opcodes import COST, TRACE_WORDS
+from .opcodes import COST, TRACE_WORDS, Op
 from .packing import PackedWeights
 from .spec import UnsupportedModelError, vocab_range
 from .state import MAX_EOS, DecodeState, Sampling, SymmetricLayout
@@ -793,6 +793,7 @@ class Runtime:
                       KM=tg.moe_bk, BE=triton.next_power_of_2(s.n_experts),
                       BJ=triton.next_power_of_2(s.top_k),
                       BJD=triton.next_power_of_2(s.top_k + tg.moe_vs), VS=tg.moe_vs,
+                      RR=tg.gemv_rows(Op.ROUTER),
                       BKS=min(1024, triton.next_power_of_2(max(s.ffn_dim, 16))))
         grid = (sched.n_programs,)
         variant = (key, sampling.do_sample, trace is not None)

@@ -190,7 +190,7 @@ class VM:
         def tile(r, n):
             return torch.arange(a1 * r, min(n, a2 * r), device=dev)
         if op == Op.ROUTER:
-            rows = tile(tg.rows_d, st.router.shape[1])
+            rows = tile(tg.gemv_rows(Op.ROUTER), st.router.shape[1])
             st.router[:1, rows] = R.gemv(x, pw.w_router[l][rows], norm_w=pw.pre_norm(1, l),
                                          eps=s.rms_eps).float()
             return

@@ -312,3 +312,34 @@ def test_megakernel_down_tile_rule():
                     (dict(moe_down_bk=64), True)):
         with pytest.raises(ValueError, match="powers of two"):
             make_tiling(spec, 1, 64, "cpu", stream=StreamConfig(**kw), fp8=fp8)
+
+
+def test_megakernel_router_and_shared_tiles():
+    """The megakernel's ROUTER tiles: graph.few_tiles_rows of the lm_head's rows over the
+    router's E (+ 1) rows at the schedule's programs (a handful of tiles would leave the layer
+    waiting on a few programs' streams), or StreamConfig.router_rows; the graph's ROUTER tasks
+    cover every router row once. EXPERT_DOWN's shared expert as ceil(FS / F) experts where the
+    chunk's experts stay <= 16 (moe.shared_blocks), none for FP8 experts or where turned off."""
+    from fastdecode.graph import build_step, few_tiles_rows, make_tiling
+    from fastdecode.opcodes import Op
+    from fastdecode.triton_kernels.config import StreamConfig
+    from fastdecode.triton_kernels.moe import shared_blocks
+    spec = ModelSpec.from_hf_config(tiny_model("qwen2_moe").config)  # a shared expert too
+    sc = StreamConfig()
+    t = make_tiling(spec, 1, 64, "cpu", stream=sc, n_programs=264)
+    assert t.gemv_rows(Op.ROUTER) == few_tiles_rows(t.rows_d, spec.n_experts + 1, 264) == 1
+    t2 = make_tiling(spec, 1, 64, "cpu", stream=StreamConfig(router_rows=2), n_programs=264)
+    assert t2.gemv_rows(Op.ROUTER) == 2
+    for tiling in (t, t2):
+        g = build_step(spec, tiling, 264)
+        rows = tiling.gemv_rows(Op.ROUTER)
+        covered = sorted(r for task in g.tasks if task.op == Op.ROUTER and task.layer == 0
+                         for r in range(task.args[1] * rows, task.args[2] * rows))
+        assert [r for r in covered if r < spec.n_experts + 1] == list(range(spec.n_experts + 1))
+    F, FS = spec.expert_ffn, spec.ffn_dim
+    assert t.moe_vs == -(-FS // F) and spec.top_k + t.moe_vs <= 16
+    assert make_tiling(spec, 1, 64, "cpu", stream=sc, fp8=True).moe_vs == 0
+    off = StreamConfig(moe_shared_in_chunks=False)
+    assert make_tiling(spec, 1, 64, "cpu", stream=off).moe_vs == 0
+    assert shared_blocks(64, 20 * 64, torch.bfloat16, torch.bfloat16, True, 8, 16) == 0
+    assert shared_blocks(64, 8 * 64, torch.bfloat16, torch.bfloat16, True, 8, 16) == 8

@@ -444,6 +444,9 @@ class StreamConfig:
     # ceil(FS / expert_ffn) more experts (moe.experts_down_body's VS), where the chunk's experts
     # stay <= 16 (BLOCK_J); off: its own loop after the routed experts'
     moe_shared_in_chunks: bool = True
+    # a mixture's ROUTER tasks: rows per tile (K = d_model, the lm_head's chunks); 0:
+    # graph.few_tiles_rows of the lm_head's rows over the router's E (+ 1) rows
+    router_rows: int = 0
     # Measured and removed (H200, 2026-12-02, d685df3, sweep_mega 256 tokens): the gate|up ->
     # down pipeline -- each gate|up task streamed its range of every block of gate|up tiles that
     # writes one K chunk of act (down's max_k piece) block by block and published each block on

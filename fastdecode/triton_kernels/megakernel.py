@@ -321,7 +321,8 @@ def moe_task(op, layer, a0, a1, a2, h_ptr, mnorm_ptr, wr_ptr, weg_ptr, wed_ptr, 
              PRE_NORM: tl.constexpr, RD: tl.constexpr, KD: tl.constexpr, RE: tl.constexpr,
              KG: tl.constexpr, RM: tl.constexpr, KM: tl.constexpr, BE: tl.constexpr,
              BJ: tl.constexpr, BKS: tl.constexpr, STREAM: tl.constexpr, F32: tl.constexpr,
-             PW: tl.constexpr, PTX: tl.constexpr, BJD: tl.constexpr, VS: tl.constexpr):
+             PW: tl.constexpr, PTX: tl.constexpr, BJD: tl.constexpr, VS: tl.constexpr,
+             RR: tl.constexpr):
     """A mixture's decode task (graph.moe_tasks; layer's router wr [L, NE + SHARED, D], experts'
     gate|up weg [L, NE, 2 EF, D] and down wed [L, NE, D, EF], the shared expert's wgu / wd).
     ROUTER: row tiles [a1, a2) of z = norm(h) @ wr^T, fp32 (gemv_body; its first piece before
@@ -335,11 +336,11 @@ def moe_task(op, layer, a0, a1, a2, h_ptr, mnorm_ptr, wr_ptr, weg_ptr, wed_ptr, 
     norm = mnorm_ptr + layer * D
     if op == OP_ROUTER:
         w = wr_ptr + layer * NR * D
-        w0, _ = stream_start(w, NR, D, a1, a2, RD, KD, False, STREAM, PTX)
+        w0, _ = stream_start(w, NR, D, a1, a2, RR, KD, False, STREAM, PTX)
         run = ready(*wargs)
         if run == 1:
             gemv_body(h_ptr, w, norm, w, h_ptr, z_ptr, 1, NR, D, D, D, NR, eps, a1, a2, 0, w0,
-                      w0, PRE_NORM, False, 0, False, 1, RD, KD, STREAM, F32, PTX)
+                      w0, PRE_NORM, False, 0, False, 1, RR, KD, STREAM, F32, PTX)
     elif op == OP_EGU:
         run = ready(*wargs)
         if run == 1:
@@ -418,7 +419,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                EF: tl.constexpr = 1, TOPK: tl.constexpr = 1, RENORM: tl.constexpr = False,
                SHARED: tl.constexpr = False, RE: tl.constexpr = 1, RM: tl.constexpr = 1,
                KM: tl.constexpr = 1, BE: tl.constexpr = 1, BJ: tl.constexpr = 1,
-               BKS: tl.constexpr = 1, BJD: tl.constexpr = 1, VS: tl.constexpr = 0):
+               BKS: tl.constexpr = 1, BJD: tl.constexpr = 1, VS: tl.constexpr = 0,
+               RR: tl.constexpr = 1):
     """Model sizes D, FFN, H, HD are constexpr (one compile per model): a decode tile over whole
     rows then folds its chunk loop away and keeps the activation row in registers, which spares
     registers (bench/compile_check.py: 1B shape 255 registers with 48 B of spills when they were
@@ -498,7 +500,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     rows, TOPK routed (RENORM: renormalized), RE rows an EXPERT_GU tile, RM x KM an
     EXPERT_DOWN tile (moe.down_tile), BE / BJ / BKS the routing's and down body's blocks, BJD
     / VS the down body's experts a chunk and the shared expert's share of them
-    (graph.Tiling.moe_vs)."""
+    (graph.Tiling.moe_vs), RR the ROUTER tile's rows (graph.Tiling.rows_r)."""
     pid = tl.program_id(0)
     qlen = tl.load(qlen_ptr + pid)
     QKVN = (H + 2 * KVH) * HD
@@ -646,7 +648,7 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                    wed_ptr, wgu_ptr, wd_ptr, act_ptr, z_ptr, mids_ptr, mw_ptr,
                                    ms_ptr, mact_ptr, eps, wargs, D, FFN, NE, EF, TOPK, RENORM,
                                    SHARED, ACT, PRE_NORM, RD, KD, RE, KG, RM, KM, BE, BJ, BKS,
-                                   STREAM, F32, PW, PTX, BJD, VS)
+                                   STREAM, F32, PW, PTX, BJD, VS, RR)
             elif op == OP_LM:
                 w0, _ = stream_start(lm_ptr, V, D, a1, a2, RD, KD, False, STREAM, PTX)
                 run = ready(*wargs)
