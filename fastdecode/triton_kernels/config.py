@@ -442,10 +442,18 @@ class StreamConfig:
     moe_down_bk: int = 0
     # a mixture's shared expert (float weights) streamed in EXPERT_DOWN's chunks as
     # ceil(FS / expert_ffn) more experts (moe.experts_down_body's VS), where the chunk's experts
-    # stay <= 16 (BLOCK_J); off: its own loop after the routed experts'
+    # stay <= 16 (BLOCK_J); off: its own loop after the routed experts' (gemv_tile, up to 1024
+    # columns a chunk: Qwen1.5-MoE's 5632 in six more dependent round trips a tile). And the
+    # ROUTER's rows per tile (K = d_model, the lm_head's chunks); 0: graph.few_tiles_rows of the
+    # lm_head's rows over the router's E (+ 1) rows -- one row a tile at 264 programs, ~61-65
+    # tasks of 4 KB, against 8 of 32 KB at the lm_head's 8 rows. H100, 2026-12-07, 5d89d86,
+    # sweep_mega --new-tokens 128, in run order (bench/RESULTS.md session 69), tok/s --
+    # Qwen1.5-MoE-A2.7B: both old (shared loop, 8 rows) 450.9 / 457.5, both new 475.1 / 475.0
+    # (+4.6%), the shared expert in the chunks alone 459.2 / 468.1, the router tiles alone 466.0 /
+    # 440.8; OLMoE-1B-7B (no shared expert): router 1 row 861.4 / 861.6 / 861.8 vs 8 rows 859.7 /
+    # 860.3 / 861.4. compile_check (sm_90a): Qwen1.5-MoE 255 registers, 92 B of spills either
+    # way, code 195 vs 211 KB.
     moe_shared_in_chunks: bool = True
-    # a mixture's ROUTER tasks: rows per tile (K = d_model, the lm_head's chunks); 0:
-    # graph.few_tiles_rows of the lm_head's rows over the router's E (+ 1) rows
     router_rows: int = 0
     # Measured and removed (H200, 2026-12-02, d685df3, sweep_mega 256 tokens): the gate|up ->
     # down pipeline -- each gate|up task streamed its range of every block of gate|up tiles that
