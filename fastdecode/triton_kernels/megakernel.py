@@ -318,19 +318,19 @@ def moe_task(op, layer, a0, a1, a2, h_ptr, mnorm_ptr, wr_ptr, weg_ptr, wed_ptr, 
              act_ptr, z_ptr, ids_ptr, wt_ptr, s_ptr, mact_ptr, eps, wargs,
              D: tl.constexpr, FFN: tl.constexpr, NE: tl.constexpr, EF: tl.constexpr,
              TOPK: tl.constexpr, RENORM: tl.constexpr, SHARED: tl.constexpr, ACT: tl.constexpr,
-             PRE_NORM: tl.constexpr, RD: tl.constexpr, KD: tl.constexpr, RE: tl.constexpr,
+             PRE_NORM: tl.constexpr, RR: tl.constexpr, KD: tl.constexpr, RE: tl.constexpr,
              KG: tl.constexpr, RM: tl.constexpr, KM: tl.constexpr, BE: tl.constexpr,
              BJ: tl.constexpr, BKS: tl.constexpr, STREAM: tl.constexpr, F32: tl.constexpr,
-             PW: tl.constexpr, PTX: tl.constexpr, BJD: tl.constexpr, VS: tl.constexpr,
-             RR: tl.constexpr):
+             PW: tl.constexpr, PTX: tl.constexpr, BJD: tl.constexpr, VS: tl.constexpr):
     """A mixture's decode task (graph.moe_tasks; layer's router wr [L, NE + SHARED, D], experts'
     gate|up weg [L, NE, 2 EF, D] and down wed [L, NE, D, EF], the shared expert's wgu / wd).
-    ROUTER: row tiles [a1, a2) of z = norm(h) @ wr^T, fp32 (gemv_body; its first piece before
-    the wait). EXPERT_GU: the routing of z (moe.route_body: ids / weights / the shared scale,
+    ROUTER: row tiles [a1, a2) of RR rows of z = norm(h) @ wr^T, fp32 (gemv_body; its first
+    piece before the wait). EXPERT_GU: the routing of z (moe.route_body: ids / weights / the shared scale,
     which every such task computes and stores alike), then slot a0's rows [a1, a2) of act(g) * u
     through expert ids[a0] (a0 = TOPK: the shared expert, into act) -- its weights' address
     known only after the routing. EXPERT_DOWN: d_model's row tiles [a1, a2) of h += the experts'
-    weighted down rows (moe.experts_down_body, its tile at a time). PW: the layer matrices'
+    weighted down rows (moe.experts_down_body, its tile at a time; VS > 0: the shared expert's
+    in the same chunks, BJD experts a chunk). PW: the layer matrices'
     pieces (the experts' too: FP8 rows where the model's are), PTX the router's (float)."""
     NR: tl.constexpr = NE + SHARED
     norm = mnorm_ptr + layer * D
@@ -647,8 +647,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                     run = moe_task(op, layer, a0, a1, a2, h_ptr, mnorm_ptr, wr_ptr, weg_ptr,
                                    wed_ptr, wgu_ptr, wd_ptr, act_ptr, z_ptr, mids_ptr, mw_ptr,
                                    ms_ptr, mact_ptr, eps, wargs, D, FFN, NE, EF, TOPK, RENORM,
-                                   SHARED, ACT, PRE_NORM, RD, KD, RE, KG, RM, KM, BE, BJ, BKS,
-                                   STREAM, F32, PW, PTX, BJD, VS, RR)
+                                   SHARED, ACT, PRE_NORM, RR, KD, RE, KG, RM, KM, BE, BJ, BKS,
+                                   STREAM, F32, PW, PTX, BJD, VS)
             elif op == OP_LM:
                 w0, _ = stream_start(lm_ptr, V, D, a1, a2, RD, KD, False, STREAM, PTX)
                 run = ready(*wargs)
