@@ -325,13 +325,13 @@ def moe_task(op, layer, a0, a1, a2, h_ptr, mnorm_ptr, wr_ptr, weg_ptr, wed_ptr, 
     """A mixture's decode task (graph.moe_tasks; layer's router wr [L, NE + SHARED, D], experts'
     gate|up weg [L, NE, 2 EF, D] and down wed [L, NE, D, EF], the shared expert's wgu / wd).
     ROUTER: row tiles [a1, a2) of RR rows of z = norm(h) @ wr^T, fp32 (gemv_body; its first
-    piece before the wait). EXPERT_GU: the routing of z (moe.route_body: ids / weights / the shared scale,
-    which every such task computes and stores alike), then slot a0's rows [a1, a2) of act(g) * u
-    through expert ids[a0] (a0 = TOPK: the shared expert, into act) -- its weights' address
-    known only after the routing. EXPERT_DOWN: d_model's row tiles [a1, a2) of h += the experts'
-    weighted down rows (moe.experts_down_body, its tile at a time; VS > 0: the shared expert's
-    in the same chunks, BJD experts a chunk). PW: the layer matrices'
-    pieces (the experts' too: FP8 rows where the model's are), PTX the router's (float)."""
+    piece before the wait). EXPERT_GU: the routing of z (moe.route_body: ids / weights / the
+    shared scale, which every such task computes and stores alike), then slot a0's rows [a1,
+    a2) of act(g) * u through expert ids[a0] (a0 = TOPK: the shared expert, into act) -- its
+    weights' address known only after the routing. EXPERT_DOWN: d_model's row tiles [a1, a2) of
+    h += the experts' weighted down rows (moe.experts_down_body, its tile at a time; VS > 0: the
+    shared expert's in the same chunks, BJD experts a chunk). PW: the layer matrices' pieces
+    (the experts' too: FP8 rows where the model's are), PTX the router's (float)."""
     NR: tl.constexpr = NE + SHARED
     norm = mnorm_ptr + layer * D
     if op == OP_ROUTER:
