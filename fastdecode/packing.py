@@ -194,8 +194,12 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
     fp8 = fp8_matrices(spec, get, fam, shards, world) if keep_fp8 else None
     if fam.conv1d:
         get = conv1d_getter(get)
-    if fam.fused:
-        get = fused_getter(get, spec)
+    parts = fused_parts(spec, fam)
+    if parts:
+        get = fused_getter(get, parts)
+    ungated = spec.ffn_dim and spec.moe and not fam.experts.shared_gate
+    if ungated:
+        get = zero_gate_getter(get, spec.d_model)
     if fam.qkv_grouped:
         get = grouped_qkv_getter(get, spec, fam.qkv_grouped)
     if spec.text_of:
@@ -216,8 +220,11 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
     blocks = [f".{n}." for n in fam.norms[2:]] if spec.post_norms else \
         ["self_attn.o_proj.", "mlp.down_proj.", "mlp.experts.down_proj",
          "mlp.shared_expert.down_proj."]
-    get = scaled_getter(get, {"self_attn.q_norm." if spec.qk_norm else "self_attn.q_proj.":
-                              spec.q_scale, **dict.fromkeys(blocks, spec.residual_scale)})
+    scales = {"self_attn.q_norm." if spec.qk_norm else "self_attn.q_proj.": spec.q_scale,
+              **dict.fromkeys(blocks, spec.residual_scale)}
+    if ungated:  # its zero gate row's sigmoid(0) = 1/2, undone exactly (Experts.shared_gate)
+        scales["mlp.shared_expert.down_proj."] = 2 * spec.residual_scale
+    get = scaled_getter(get, scales)
     if spec.layer_norm:  # last: it reads the weights as packed to fold the norms' biases
         get = centered_getter(get, spec, fam.norms[:2])
     if spec.moe:
@@ -489,7 +496,8 @@ def fp8_matrices(spec: ModelSpec, get, fam, shards: dict, world: int):
     rows = getattr(get, "fp8_rows", None)
     plain = not (fam.conv1d or fam.fused or fam.qkv_grouped
                  or spec.text_of or spec.layer_norm or spec.qk_layer_norm
-                 or (fam.experts is not None and fam.experts.oai)
+                 or (fam.experts is not None and (fam.experts.oai or fam.experts.shared_fused
+                                                  or not fam.experts.shared_gate))
                  or spec.q_scale != 1.0
                  or spec.residual_scale != 1.0 or spec.rope_permutation() is not None)
     if rows is None or not plain:
@@ -767,17 +775,28 @@ def renamed_getter(get, names: tuple, prefix: str = ""):
     return rget
 
 
-def fused_getter(get, spec: ModelSpec):
-    """get(name, index) over a checkpoint that fuses q|k|v into self_attn.qkv_proj and gate|up
-    into mlp.gate_up_proj (Phi-3, in that order, as HF's modeling splits them): a part's name
-    reads its rows of the fused tensor (index's row slice shifted; safetensors still reads only
-    the slice). Any other name, or a checkpoint that has the part itself, reads through."""
+def fused_parts(spec: ModelSpec, fam) -> dict:
+    """fused_getter's parts (a part's name -> (the fused tensor's name, its first row, its rows))
+    of a checkpoint that fuses q|k|v into self_attn.qkv_proj and gate|up into mlp.gate_up_proj
+    (Phi-3: Family.fused, in that order, as HF's modeling splits them), or its shared expert's
+    gate|up (GraniteMoeShared's shared_mlp.input_linear: Experts.shared_fused); {} where none."""
     q, kv, f = spec.q_dim, spec.kv_dim, spec.ffn_dim
     parts = {"self_attn.q_proj": ("self_attn.qkv_proj", 0, q),
              "self_attn.k_proj": ("self_attn.qkv_proj", q, kv),
              "self_attn.v_proj": ("self_attn.qkv_proj", q + kv, kv),
              "mlp.gate_proj": ("mlp.gate_up_proj", 0, f),
-             "mlp.up_proj": ("mlp.gate_up_proj", f, f)}
+             "mlp.up_proj": ("mlp.gate_up_proj", f, f)} if fam.fused else {}
+    shared = fam.experts.shared_fused if fam.experts is not None else None
+    if shared and f:
+        parts.update({"mlp.shared_expert.gate_proj": (shared, 0, f),
+                      "mlp.shared_expert.up_proj": (shared, f, f)})
+    return parts
+
+
+def fused_getter(get, parts: dict):
+    """get(name, index) over a checkpoint that fuses matrices (fused_parts): a part's name
+    reads its rows of the fused tensor (index's row slice shifted; safetensors still reads only
+    the slice). Any other name, or a checkpoint that has the part itself, reads through."""
 
     def fget(name, index=None):
         for part, (whole, off, n) in parts.items():
@@ -789,6 +808,18 @@ def fused_getter(get, spec: ModelSpec):
                 return get(name, index) if t is None else t
         return get(name, index)
     return fget
+
+
+def zero_gate_getter(get, d: int):
+    """get(name, index) with a shared expert's gate row, mlp.shared_expert_gate.weight, zeros
+    [1, d] where the model has none (Experts.shared_gate False: x . 0 = 0 exactly, so the
+    kernels' sigmoid scale is 1/2 for every token, which its doubled down rows undo)."""
+
+    def zget(name, index=None):
+        if name.endswith(".mlp.shared_expert_gate.weight"):
+            return torch.zeros(1, d)
+        return get(name, index)
+    return zget
 
 
 def conv1d_getter(get):

@@ -39,13 +39,21 @@ class Experts:
     """Where a family's config keeps its mixture-of-experts MLP (Family.experts): each token's
     MLP is sum_j w_j expert_{e_j}(x) over the top_k experts e_j of the router's softmax(x @ Wr^T)
     (their weights w_j renormalized to sum 1 where `renorm` says), plus -- Qwen2-MoE -- a shared
-    expert scaled by sigmoid(x . w_sg)."""
+    expert scaled by sigmoid(x . w_sg), or -- GraniteMoeShared -- one without a gate (scale 1)."""
     # experts a layer: the first of these fields the config has (transformers 5.x writes Qwen3-
     # MoE's as num_local_experts, its released config.json files say num_experts)
     count: tuple = ("num_experts", "num_local_experts")
     ffn: str = "moe_intermediate_size"    # an expert's MLP width
     renorm: bool | str = "norm_topk_prob"  # True: always; a str: the config flag that says it
     shared: str | None = None             # the shared expert's width field (None: none)
+    # the shared expert has a sigmoid gate (Qwen2-MoE's shared_expert_gate); False: it is added
+    # as it is (GraniteMoeShared) -- packed as a zero gate row, sigmoid(0) = 1/2, over its down
+    # rows doubled: exact in binary floating point, the kernels unchanged (packing.pack)
+    shared_gate: bool = True
+    # the checkpoint tensor that holds the shared expert's gate rows, then its up rows (None:
+    # HF's shared_expert.gate_proj / up_proj; GraniteMoeShared's shared_mlp.input_linear, which
+    # HF's modeling chunks in two; packing.fused_getter reads each part's rows of it)
+    shared_fused: str | None = None
     # gpt-oss: the router and every expert's gate|up and down carry biases (ModelSpec.
     # expert_bias); HF keeps gate_up_proj [E, d, 2F] as [in, out] with the gate and up columns
     # interleaved (2i, 2i + 1) and down_proj [E, F, d] (packing.oai_expert_getter); the experts'
@@ -254,6 +262,14 @@ _GEMMA_POST = ("input_layernorm", "pre_feedforward_layernorm", "post_attention_l
 _POST_ONLY = (None, None, "post_attention_layernorm", "post_feedforward_layernorm")
 _GLM4_NORMS = ("input_layernorm", "post_attention_layernorm", "post_self_attn_layernorm",
                "post_mlp_layernorm")
+# Granite MoE's experts and router under block_sparse_moe (FAMILIES' granitemoe)
+_GRANITE_MOE_NAMES = ((".mlp.experts.", ".block_sparse_moe.experts."),
+                      (".block_sparse_moe.experts.gate_up_proj",
+                       ".block_sparse_moe.input_linear.weight"),
+                      (".block_sparse_moe.experts.down_proj",
+                       ".block_sparse_moe.output_linear.weight"),
+                      (".mlp.gate.weight", ".block_sparse_moe.router.weight"),
+                      (".block_sparse_moe.router.weight", ".block_sparse_moe.router.layer.weight"))
 # GPT-J: parallel blocks on one LayerNorm with a bias, rotary_dim of each head rotated on
 # interleaved pairs, no q / k / v / o biases, an MLP of n_inner without a gate (fc_in / fc_out)
 # with biases, an lm_head with a bias (FAMILIES' gptj; CodeGen's but for its fused q|v|k)
@@ -293,19 +309,20 @@ FAMILIES: dict[str, Family] = {
                     refuse=(("clip_qkv", "q / k / v clipping"),)),
     # Granite's multipliers over Mixtral's routing (softmax of the top-k logits: the top-k
     # probabilities renormalized), the experts under block_sparse_moe -- HF 5's experts.* and
-    # router.weight, a checkpoint's stacked input_linear / output_linear and router.layer
+    # router.weight, a checkpoint's stacked input_linear / output_linear and router.layer;
+    # GraniteMoeShared adds a shared expert without a gate (shared_mlp: input_linear its gate|up
+    # rows, output_linear its down; none where shared_intermediate_size is 0)
     "granitemoe": Family(qkv_bias=False, qk_norm=False, window_field=None, multipliers=True,
                          experts=Experts(count=("num_local_experts",), ffn="intermediate_size",
                                          renorm=True),
-                         checkpoint_names=(
-                             (".mlp.experts.", ".block_sparse_moe.experts."),
-                             (".block_sparse_moe.experts.gate_up_proj",
-                              ".block_sparse_moe.input_linear.weight"),
-                             (".block_sparse_moe.experts.down_proj",
-                              ".block_sparse_moe.output_linear.weight"),
-                             (".mlp.gate.weight", ".block_sparse_moe.router.weight"),
-                             (".block_sparse_moe.router.weight",
-                              ".block_sparse_moe.router.layer.weight"))),
+                         checkpoint_names=_GRANITE_MOE_NAMES),
+    "granitemoeshared": Family(
+        qkv_bias=False, qk_norm=False, window_field=None, multipliers=True,
+        experts=Experts(count=("num_local_experts",), ffn="intermediate_size", renorm=True,
+                        shared="shared_intermediate_size", shared_gate=False,
+                        shared_fused="shared_mlp.input_linear"),
+        checkpoint_names=(*_GRANITE_MOE_NAMES,
+                          (".mlp.shared_expert.down_proj.", ".shared_mlp.output_linear."))),
     # gpt-oss: attention sinks, q / k / v / o biases, sliding windows on every other layer
     # (layer_types), YaRN; a router with a bias (softmax of the top-k logits: the top-k
     # probabilities renormalized) over experts with biases and the clamped SwiGLU (Experts.oai)
@@ -650,7 +667,7 @@ TEXT_OF = ("mistral3", "llava", "llava_next", "llava_onevision", "gemma3", "qwen
 # why some model types a user may try are not supported (UnsupportedModelError says it)
 UNSUPPORTED = {
     **{mt: "a mixture of experts whose router or experts differ from Mixtral's and Qwen's"
-       for mt in ("deepseek_v3", "llama4_text", "granitemoeshared", "glm4v_moe", "dbrx")},
+       for mt in ("deepseek_v3", "llama4_text", "glm4v_moe", "dbrx")},
     **{mt: "a vision-language model (its text model alone is not read)" for mt in (
         "llama4",)},
     **{mt: "linear-attention (Gated DeltaNet) layers" for mt in ("qwen3_next", "qwen3_5",

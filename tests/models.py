@@ -351,6 +351,13 @@ FAMILIES = {
         num_local_experts=5, num_experts_per_tok=2, embedding_multiplier=3.0,
         residual_multiplier=0.5, attention_multiplier=0.2, logits_scaling=2.5,
         tie_word_embeddings=True)),
+    # granitemoeshared: granitemoe's multipliers and top 2 of 5 experts 26 wide, plus a shared
+    # expert 34 wide without a gate, untied
+    "granitemoeshared": (_tf("GraniteMoeSharedConfig"), _tf("GraniteMoeSharedForCausalLM"), dict(
+        hidden_size=48, intermediate_size=26, num_attention_heads=6, num_key_value_heads=2,
+        num_local_experts=5, num_experts_per_tok=2, shared_intermediate_size=34,
+        embedding_multiplier=3.0, residual_multiplier=0.5, attention_multiplier=0.2,
+        logits_scaling=2.5, tie_word_embeddings=False)),
     # olmoe: q / k RMSNorms over all heads at once, top 3 of 6 experts 20 wide
     "olmoe": (_tf("OlmoeConfig"), _tf("OlmoeForCausalLM"), dict(
         hidden_size=48, intermediate_size=20, num_attention_heads=4, num_key_value_heads=2,
@@ -365,7 +372,7 @@ FAMILIES = {
 }
 # the mixtures of experts among them (the megakernel and the VM decode them with their expert
 # tasks, but for gpt_oss: its attention sinks)
-MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe", "gpt_oss")
+MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe", "granitemoeshared", "gpt_oss")
 # a transformers without a family's classes (an older one, as on the GPU machine): its tests skip
 MISSING = {k for k, v in FAMILIES.items() if None in v[:2]}
 FAMILIES = {k: v for k, v in FAMILIES.items() if k not in MISSING}
@@ -395,7 +402,8 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
     if family in MOE:  # any count of experts and of routed ones, their own width; or as many
         # experts as the released mixtures have (60-130: the routing's 128-wide block), 1-9 routed
         n = draw(st.one_of(st.integers(1, 9), st.integers(60, 130)))
-        cfg.update({"num_local_experts" if family in ("mixtral", "granitemoe", "gpt_oss") else
+        cfg.update({"num_local_experts" if family in ("mixtral", "granitemoe",
+                                                      "granitemoeshared", "gpt_oss") else
                     "num_experts": n,
                     "num_experts_per_tok": draw(st.integers(1, min(n, 9)))})
         if family in ("qwen2_moe", "qwen3_moe"):
@@ -403,6 +411,8 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
                        norm_topk_prob=draw(st.booleans()))
         if family == "qwen2_moe":
             cfg["shared_expert_intermediate_size"] = draw(st.integers(3, 61))
+        if family == "granitemoeshared":  # 0: no shared expert (HF's shared_mlp None)
+            cfg["shared_intermediate_size"] = draw(st.integers(0, 61))
         if family == "olmoe":  # its q norm is hidden_size wide: H * hd == d
             cfg["hidden_size"] = heads * cfg["head_dim"]
     if family == "codegen":  # its q|k|v rows in 4 blocks: a multiple of 4 heads

@@ -240,7 +240,7 @@ def test_mixed_dense_and_expert_layers_refused():
             ModelSpec.from_hf_config(cfg)
 
 
-@pytest.mark.parametrize("family", ["mixtral", "qwen2_moe", "granitemoe"])
+@pytest.mark.parametrize("family", ["mixtral", "qwen2_moe", "granitemoe", "granitemoeshared"])
 def test_per_expert_checkpoint_folder(family, tmp_path):
     """save_pretrained writes the checkpoint's own layout -- each expert's tensors (Mixtral's
     block_sparse_moe.experts.{e}.w1 / w3 / w2, Qwen's mlp.experts.{e}.gate_proj / up_proj /
