@@ -158,8 +158,14 @@ def experts_down_body(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr, 
     for k0 in range(0, F, BLOCK_K):
         ks = k0 + tl.arange(0, BLOCK_K)
         mk = ks < F
-        a = tl.load(act_ptr + (t * TOP_K + js)[:, None] * stride_a + ks[None, :],
-                    mask=mj[:, None] & mk[None, :], other=0.0)
+        ap = act_ptr + (t * TOP_K + js)[:, None] * stride_a + ks[None, :]
+        am = mj[:, None] & mk[None, :]
+        if VS > 0:  # the shared expert's blocks read its own activations, in the same load
+            col = vcol[:, None] + ks[None, :]  # the shared expert's columns
+            ms = mv[:, None] & mk[None, :] & (col < FS)
+            ap = tl.where(mv[:, None], acts_ptr + t * stride_as + col, ap)
+            am = am | ms
+        a = tl.load(ap, mask=am, other=0.0)
         if W4:
             qn, sn = mxfp4_load(w_ptr, ws4_ptr, rn, mn, k0 + BLOCK_K, F, F, BLOCK_K)
             x = tl.broadcast_to(a.to(tl.float32)[:, None, :], [BLOCK_J, BLOCK_N, BLOCK_K])
@@ -174,9 +180,6 @@ def experts_down_body(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr, 
                 + ks[None, None, :]
             wm = mj[:, None, None] & mr[None, :, None] & mk[None, None, :]
             if VS > 0:
-                col = vcol[:, None] + ks[None, :]  # the shared expert's columns
-                ms = mv[:, None] & mk[None, :] & (col < FS)
-                a = tl.where(ms, tl.load(acts_ptr + t * stride_as + col, mask=ms, other=0.0), a)
                 wp = tl.where(mv[:, None, None], ws_ptr + rows[None, :, None].to(tl.int64) * FS
                               + col[:, None, :], wp)
                 wm = wm | (ms[:, None, :] & mr[None, :, None])
