@@ -16,7 +16,10 @@ are counters, one per (op, layer[, KV group]):
     (Tiling.attn_in_qkv, short-context decode: no QKNORM, ATTN or MERGE tasks -- QKV_ATTN tasks
      count tiles on qticket[l, g] and the one completing group g normalizes and rotates it (q/k
      norm) and runs its attention over every key, one split, straight to the attention output;
-     every QKV_ATTN(l, *) signals merge[l]: three dependency hops fewer per layer)
+     every QKV_ATTN(l, *) signals merge[l]: three dependency hops fewer per layer. Norms over all
+     heads: QKV(l, *) signal qkv[l, 0] as in the split schedule, and a QKN_ATTN(l, g) a group
+     waits for all of them, normalizes and rotates group g and runs its attention the same way,
+     signalling merge[l]: two hops fewer)
     (Tiling.merge_in_attn: no MERGE tasks -- the last ATTN task of (l, g) to finish, by a ticket
      counter ticket[l, g] it adds to, merges the group's splits, and every ATTN(l, *) signals
      merge[l]: one dependency hop fewer per layer. Tiling.norm_in_qkv, the same for QKNORM: the
@@ -227,9 +230,8 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
         down_tile(spec.top_k, fp8=fp8)
     defer = defer_qk_norm(spec.qk_norm, T, spec.qk_norm_full)
     # q / k norms over all heads (OLMo 2): the norm needs every group's QKV tiles, so no group's
-    # last tile may run it (norm_in_qkv) or its attention (attn_in_qkv): QKNORM tasks wait for
-    # the whole layer's QKV tasks
-    attn_in_qkv = attn_in_qkv and not spec.qk_norm_full
+    # last tile may run it (norm_in_qkv) or its attention: QKNORM tasks (the short-context
+    # schedule's QKN_ATTN tasks) wait for the whole layer's QKV tasks
     pairs, qkv_bk, _, _ = qkv_tile(spec.head_dim, spec.qk_norm, T, spec.d_model, device,
                                    stream=st, defer=defer, elem_bytes=elem_bytes)
     block_s, block_tok = attention_config(spec.head_dim, spec.group, T)
@@ -368,8 +370,10 @@ def build_step(spec: ModelSpec, tiling: Tiling, n_programs: int, world: int = 1,
     g.add(Task(Op.EMBED, 0, (0, T, 0), ("tok",), ("emb",), COST.task_overhead_bytes, -1))
     # ticket counters, each kind contiguous: ticket(l, g) = ticket(0, 0) + l * KVH + g
     split_attn = not tg.attn_in_qkv  # ATTN tasks (and MERGE / QKNORM tasks, unless fused)
+    # the short-context schedule of norms over all heads: QKV tasks, then QKN_ATTN tasks
+    qkn_attn = tg.attn_in_qkv and spec.qk_norm_full
     for kind in ("ticket",) * (tg.merge_in_attn and split_attn) + \
-            ("qticket",) * (tg.norm_in_qkv or tg.attn_in_qkv):
+            ("qticket",) * (tg.norm_in_qkv or (tg.attn_in_qkv and not qkn_attn)):
         for l in range(s.n_layers):
             for kv in range(s.n_kv_heads):
                 g.counter((kind, l, kv))
@@ -387,7 +391,7 @@ def build_step(spec: ModelSpec, tiling: Tiling, n_programs: int, world: int = 1,
             # all programs share the QKV phase: group kv gets its share of the n_programs tasks
             parts = n_programs // s.n_kv_heads + (kv < n_programs % s.n_kv_heads)
             for a, b in ranges(per_group, max(1, parts)):
-                if split_attn:
+                if split_attn or qkn_attn:
                     g.add(Task(Op.QKV, l, (kv, a, b), prev,
                                ("qkn", l, kv) if tg.norm_in_qkv else qkv_key(l, kv),
                                COST.task_overhead_bytes + (b - a) * qkv_tile_bytes))
@@ -395,6 +399,9 @@ def build_step(spec: ModelSpec, tiling: Tiling, n_programs: int, world: int = 1,
                     g.add(Task(Op.QKV_ATTN, l, (kv, a, b), prev, ("merge", l),
                                COST.task_overhead_bytes + (b - a) * qkv_tile_bytes))
         kv_bytes = 2 * tg.attn_chunk * s.head_dim * elt
+        for kv in range(s.n_kv_heads if qkn_attn else 0):
+            g.add(Task(Op.QKN_ATTN, l, (kv, 0, 0), qkv_key(l, kv), ("merge", l),
+                       COST.task_overhead_bytes + kv_bytes))
         qkv_done = (lambda kv: ("qkn", l, kv)) if tg.qk_defer else (lambda kv: ("qkv", l, kv))
         if tg.qk_defer and not tg.norm_in_qkv and split_attn:
             for kv in range(s.n_kv_heads):

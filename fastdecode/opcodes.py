@@ -40,6 +40,9 @@ class Op(IntEnum):
     QKV_ATTN = 12  # QKV's args; the task completing group arg0's tiles (qticket) then norms
                    # (deferred q/k norm) and runs the group's attention over all keys, one split
                    # (short-context decode: no ATTN / MERGE tasks)
+    QKN_ATTN = 16  # arg0 = KV group: its q / k norm over all heads (OLMo 2, OLMoE: the layer's
+                   # QKV tiles waited for) and RoPE, then its attention over all keys, one split
+                   # (short-context decode of such a model: no QKNORM / ATTN / MERGE tasks)
     # a mixture of experts' MLP (decode, one rank): graph.py
     ROUTER = 13       # [arg1, arg2) = row tiles of the router: z = norm(h) @ Wr^T (fp32), its
                       # E logits (and the shared expert's gate logit)

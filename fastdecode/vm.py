@@ -94,6 +94,9 @@ class VM:
                         self._attend(l, a0)
         elif task.op == Op.QKNORM:
             self._qknorm(l, a0)
+        elif task.op == Op.QKN_ATTN:  # norms over all heads: the layer's QKV tasks waited for
+            self._qknorm(l, a0)
+            self._attend(l, a0)
         elif task.op == Op.ATTN:
             kv, split, tb = a0, a1, a2
             toks = self._tokens(tb, tg.attn_block_tok)

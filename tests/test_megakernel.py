@@ -45,8 +45,9 @@ def test_schedule_properties(spec, T, P, max_seq, seed, fused, short, parts):
     short-context decode step (QKV_ATTN tasks, no ATTN / MERGE / QKNORM tasks); parts: K parts
     per o / down tile of a step of several rows (config.ROWS_KSPLIT; REDUCE tasks sum them).
     Norms after the blocks (post_norms): REDUCE tasks at every T; q / k norms over all heads
-    (qk_norm_full): neither the short schedule nor norm_in_qkv, QKNORM tasks at every T, each
-    waiting for all of its layer's QKV tasks."""
+    (qk_norm_full): no norm_in_qkv; QKNORM tasks at every T but the short decode step's, whose
+    QKN_ATTN tasks (a KV group's norm and attention) replace them; either waits for all of its
+    layer's QKV tasks."""
     from fastdecode.triton_kernels import config
     short = short and T == 1
     was, config.ROWS_KSPLIT = config.ROWS_KSPLIT, parts
@@ -56,17 +57,20 @@ def test_schedule_properties(spec, T, P, max_seq, seed, fused, short, parts):
     finally:
         config.ROWS_KSPLIT = was
     ops = {t.op.name for t in graph.tasks}
-    short = short and not spec.qk_norm_full
-    assert ("QKV_ATTN" in ops) == short and ("QKV" in ops) != short
+    in_qkv = short and not spec.qk_norm_full  # QKV_ATTN tasks run the groups' attention
+    assert ("QKV_ATTN" in ops) == in_qkv and ("QKV" in ops) != in_qkv
+    assert ("QKN_ATTN" in ops) == (short and spec.qk_norm_full)
     assert graph.tiling.ksplit == (parts if T > 1 else 1)
     assert ("REDUCE" in ops) == (graph.tiling.ksplit > 1 or spec.post_norms)
     assert not short or not ops & {"ATTN", "MERGE", "QKNORM"}
     if spec.qk_norm_full:
         qkv = [t for t in graph.tasks if t.op.name == "QKV"]
-        assert "QKNORM" in ops and {t.signal for t in qkv} == {
+        norms = "QKN_ATTN" if short else "QKNORM"
+        assert norms in ops and {t.signal for t in qkv} == {
             ("qkv", l, 0) for l in range(spec.n_layers)}
         assert all(graph.producers[t.wait] == sum(q.layer == t.layer for q in qkv)
-                   for t in graph.tasks if t.op.name == "QKNORM")
+                   for t in graph.tasks if t.op.name == norms)
+        assert sum(t.op.name == norms for t in graph.tasks) == spec.n_layers * spec.n_kv_heads
     sched = build_schedule(graph, P)
     assert sorted(i for q in sched.queues for i in q) == list(range(len(graph.tasks)))
     assert sched.words.shape[0] == P and int(sched.lengths.sum()) == len(graph.tasks)
@@ -282,7 +286,7 @@ MOE_DOWN = StreamConfig(64, 4, max_k=16, moe_down_rows=16, moe_down_bk=16, merge
 @pytest.mark.parametrize("family,stream", [("qwen2", STAGED), ("qwen3", STAGED),
                                            ("qwen2", WHOLE_ROWS), ("qwen3", WHOLE_ROWS),
                                            ("gemma3_text", STAGED), ("olmo3", WHOLE_ROWS),
-                                           ("qwen2_moe", MOE_DOWN)])
+                                           ("qwen2_moe", MOE_DOWN), ("olmoe", MOE_DOWN)])
 def test_decode_stream_tiles_match_torch(family, stream):
     """The decode tasks' stream tiles: K chunked (max_k=16 < every K of the tiny models: several
     pieces per tile, odd K ends mid-chunk; QKV / o / gate|up / down streamed through shared
@@ -301,8 +305,9 @@ def test_decode_stream_tiles_match_torch(family, stream):
     out-of-line call (the interpreter runs the same function; a GPU compiles it as a .func).
     gemma3_text, olmo3: norms after the blocks (o / down through REDUCE tasks, the staged stream's
     sums to the K-part buffer), olmo3's q / k norms over all heads (QKNORM tasks whatever
-    norm_in_qkv says, no short schedule). qwen2_moe (MOE_DOWN): EXPERT_DOWN's own tile
-    (StreamConfig.moe_down_rows / moe_down_bk)."""
+    norm_in_qkv says). qwen2_moe, olmoe (MOE_DOWN): EXPERT_DOWN's own tile
+    (StreamConfig.moe_down_rows / moe_down_bk); olmoe's short steps: QKN_ATTN tasks (its q / k
+    norms over all heads: a group's norm and attention after all of the layer's QKV tasks)."""
     model = tiny_model(family).to(DEVICE)
     ids = torch.randint(0, 101, (1, 12), generator=torch.Generator().manual_seed(4)).to(DEVICE)
     ref = fastdecode.from_hf(model, max_seq_len=32, mode="torch")
@@ -318,6 +323,9 @@ def test_decode_stream_tiles_match_torch(family, stream):
     s = fm.weights.spec
     assert ("QKNORM" in ops) == (s.qk_norm and (not stream.norm_in_qkv or s.qk_norm_full))
     assert ((1, True) in fm.runtime._schedules) == (stream.attn_in_qkv_keys > 0)
+    if stream.attn_in_qkv_keys:
+        short = {t.op.name for t in fm.runtime.schedule(1, short=True).graph.tasks}
+        assert ("QKN_ATTN" in short) == s.qk_norm_full != ("QKV_ATTN" in short)
     tg = fm.runtime.schedule(1, short=False).graph.tiling
     assert (tg.moe_rows, tg.moe_bk) == ((16, 16) if s.moe else (0, 0))
 

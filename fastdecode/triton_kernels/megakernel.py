@@ -47,7 +47,7 @@ from .embedding import embedding_body
 from .gemv import gemv_body, stream_start
 from .lm_head import choose_merge_body, lm_head_body
 from .moe import experts_down_body, route_body
-from .qkv_rope import qk_norm_rope_body, qkv_rope_body, qkv_start
+from .qkv_rope import QK_NORM_FULL, qk_norm_rope_body, qkv_rope_body, qkv_start
 
 TW: tl.constexpr = tl.constexpr(TRACE_WORDS)
 OP_EMBED: tl.constexpr = tl.constexpr(int(Op.EMBED))
@@ -62,6 +62,7 @@ OP_CHOOSE: tl.constexpr = tl.constexpr(int(Op.CHOOSE))
 OP_REDUCE: tl.constexpr = tl.constexpr(int(Op.REDUCE))
 OP_QKNORM: tl.constexpr = tl.constexpr(int(Op.QKNORM))
 OP_QKVA: tl.constexpr = tl.constexpr(int(Op.QKV_ATTN))
+OP_QKNA: tl.constexpr = tl.constexpr(int(Op.QKN_ATTN))
 OP_ROUTER: tl.constexpr = tl.constexpr(int(Op.ROUTER))
 OP_EGU: tl.constexpr = tl.constexpr(int(Op.EXPERT_GU))
 OP_EDOWN: tl.constexpr = tl.constexpr(int(Op.EXPERT_DOWN))
@@ -202,7 +203,7 @@ def task_kv_prefetch(op, a0, a1, a2, layer, kc_ptr, vc_ptr, win_ptr, pos, T, S, 
     win_ptr: the layer's sliding window (read only by the tasks that prefetch)."""
     if KV_PF:
         base = layer * KVH * S * HD
-        if (op == OP_QKVA) & (a1 == 0):
+        if ((op == OP_QKVA) & (a1 == 0)) | (op == OP_QKNA):
             kv_prefetch(kc_ptr + base, vc_ptr + base, pos, T, S, HD, tl.load(win_ptr), 1, a0, 0,
                         ALIGN, USE_ASM)
         elif (op == OP_ATTN) & (a2 == 0):
@@ -466,7 +467,9 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     ticket whatever NORM_IN_QKV says; the completer norms the group if QK_DEFER, then runs its
     attention over every key as one split, written straight to the attention output
     (attention_body DIRECT): no ATTN or MERGE tasks. An opcode, not a constexpr: both decode
-    schedules run one compiled kernel.
+    schedules run one compiled kernel. QKN_ATTN tasks (opcode; that schedule where the q / k
+    norms span all heads, QKN_ORDER QK_NORM_FULL: no tile can complete a group) wait for the
+    layer's QKV tasks, then norm their group and run its attention the same way.
     PF_KB (STREAM, config.StreamConfig.l2_prefetch_kb): > 0, an o_proj task followed by a
     gate|up task in its queue asks L2 for that task's first PF_KB KB of gate rows and of up rows
     (one bulk prefetch each, ptx_inline.prefetch_l2_bulk) before its dependency wait -- the
@@ -571,8 +574,9 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                       PW, NORM=PRE_NORM)
                 if run == 1:
                     # the task that completes the group's tiles norms it (NORM_IN_QKV, or a
-                    # deferred q/k norm in QKV_ATTN) and, QKV_ATTN, runs its attention
-                    if (op == OP_QKVA) | NORM_IN_QKV:
+                    # deferred q/k norm in QKV_ATTN) and, QKV_ATTN, runs its attention (norms
+                    # over all heads: never -- QKN_ATTN tasks -- so not compiled)
+                    if ((op == OP_QKVA) & (QKN_ORDER != QK_NORM_FULL)) | NORM_IN_QKV:
                         tl.debug_barrier()  # this task's rows stored before its ticket
                         if TRACE:
                             tl.store(tr + 4, globaltimer_ns(op, clock_ptr, USE_ASM))  # T_TILES
@@ -708,6 +712,26 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                             qk_norm_group(layer, a0, qkraw_ptr, qkn_ptr, cos_l, sin_l,
                                           pos, q_ptr, kc_ptr, T, S, eps, H, KVH, HD, GROUP,
                                           QKN_SLOTS, BLOCK_HALF, QKN_ORDER)
+                    elif op == OP_QKNA:
+                        # (only a model with q / k norms over all heads has these tasks)
+                        if QKN_ORDER == QK_NORM_FULL:  # (QK_DEFER: always, at decode)
+                            cos_l, sin_l = layer_rope(cos_ptr, sin_ptr, rope_ptr, layer, HD,
+                                                      ROPE_TABLES)
+                            qk_norm_group(layer, a0, qkraw_ptr, qkn_ptr, cos_l, sin_l,
+                                          pos, q_ptr, kc_ptr, T, S, eps, H, KVH, HD, GROUP,
+                                          QKN_SLOTS, BLOCK_HALF, QKN_ORDER)
+                            tl.debug_barrier()  # q / k rows normed by other threads
+                            if TRACE:
+                                tl.store(tr + 6, globaltimer_ns(op, clock_ptr, USE_ASM))
+                            for tb in range(0, tl.cdiv(T, BLOCK_TOK)):
+                                attend(q_ptr, kc_ptr + layer * KVH * S * HD,
+                                       vc_ptr + layer * KVH * S * HD, attn_ptr, lse_ptr, pos,
+                                       T, TM, S, H, HD, win, scale, 1, a0, 0, tb, GROUP,
+                                       BLOCK_G, BLOCK_TOK, BLOCK_M, BLOCK_S, BLOCK_D, F32, True,
+                                       ATTN_OUTLINE, attn_cap, SOFTCAP, qs_beta, qs_orig, QSCALE,
+                                       alibi_ptr, ALIBI)
+                            if TRACE:
+                                tl.store(tr + 7, globaltimer_ns(op, clock_ptr, USE_ASM))
                     elif op == OP_MERGE:
                         merge_group(opart_ptr, lse_ptr, attn_ptr, pos, T, TM, H, HD, win,
                                     n_splits, a0, a1, a2, GROUP, BLOCK_GM, BLOCK_SP, BLOCK_D,
