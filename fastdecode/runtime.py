@@ -555,9 +555,10 @@ class Runtime:
         if s.ffn_dim:
             shared = (ops.gemv(h, pw.w_gu[l], norm_w=norm, eps=s.rms_eps, swiglu=True, act=s.act,
                                out=st.act[:T]), pw.w_down[l], scale)
-        into = st.part[:T].zero_() if self.tp else h
+        into = st.part[:T] if self.tp else h  # a rank's partial sums: stored, not added
         ops.moe_down(into, st.moe_act[:P], pw.w_experts_down[l], ids, w, shared,
-                     bias=pick(pw.b_experts_down), scales=pick(pw.s_experts_down))
+                     bias=pick(pw.b_experts_down), scales=pick(pw.s_experts_down),
+                     accumulate=not self.tp)
         if self.tp:
             self._add_reduced(h, into)
 

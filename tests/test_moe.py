@@ -102,15 +102,16 @@ def test_expert_gemv_matches_reference(T, K, N, E, data, dtype, oai, seed):
 @given(T=st.sampled_from([1, 1, 4]), D=st.integers(1, 200), F=st.integers(1, 600),
        FS=st.integers(1, 150), E=st.integers(1, 6), data=st.data(),
        shared=st.sampled_from([None, "loop", "chunks"]), bias=st.booleans(), dtype=DTYPES,
-       seed=st.integers(0, 2**31 - 1))
-def test_experts_down_matches_reference(T, D, F, FS, E, data, shared, bias, dtype, seed):
+       seed=st.integers(0, 2**31 - 1), add=st.sampled_from([True, True, False]))
+def test_experts_down_matches_reference(T, D, F, FS, E, data, shared, bias, dtype, seed, add):
     """h += sum_j w_j (W_{e_j} act_j (+ b_{e_j}: gpt-oss's biases)) (+ s W_shared act_shared):
     each token's experts' down GEMVs against the reference's, weighted and summed in fp32 with
     the residual, rounded once to h's dtype (odd row counts against the tile's rows, F past the
     experts' 256-wide K chunks; the reduction: the longest row, K = max(F, FS), over top_k + 1
     terms). The shared expert by its own loop after the experts', or streamed in their chunks
     as ceil(FS / F) more experts of F columns (shared_in_chunks: FS up to 150 against F from 1,
-    so up to 150 blocks, the last one partial)."""
+    so up to 150 blocks, the last one partial). add False (accumulate, a tensor-parallel rank's
+    partial sums): h = the sum, whatever h held (NaN here)."""
     k = data.draw(st.integers(1, E))
     g = torch.Generator().manual_seed(seed)
     h = torch.randn(T, D, generator=g).to(DEVICE, dtype)
@@ -123,14 +124,16 @@ def test_experts_down_matches_reference(T, D, F, FS, E, data, shared, bias, dtyp
     ws = (torch.randn(D, FS, generator=g) / FS ** 0.5).to(DEVICE, dtype)
     s = torch.rand(T, generator=g).to(DEVICE)
     b = torch.randn(E, D, generator=g).to(DEVICE, dtype) if bias else None
-    want = h.float().clone()  # (fp32: .float() is h itself, which the kernel updates)
+    if not add:
+        h.fill_(float("nan"))
+    want = h.float().clone() if add else torch.zeros(T, D, device=DEVICE)
     for p, e in enumerate(ids.tolist()):
         want[p // k] += wt[p] * R.gemv(act[p:p + 1], w[e], bias=b if b is None else b[e]) \
             .float()[0]
     if shared:
         want = want + s[:, None] * R.gemv(acts, ws).float()
     ops.moe_down(h, act, w, ids, wt, (acts, ws, s) if shared else None, bias=b,
-                 shared_in_chunks=shared == "chunks")
+                 shared_in_chunks=shared == "chunks", accumulate=add)
     assert_close(h, want, dtype, max(F, FS) * (k + 1), "experts' down")
 
 

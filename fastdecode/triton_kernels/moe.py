@@ -98,7 +98,7 @@ def experts_down_kernel(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr
                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                         BLOCK_KS: tl.constexpr, BLOCK_J: tl.constexpr, F32: tl.constexpr,
                         PDL: tl.constexpr, ws4_ptr=None, W4: tl.constexpr = False,
-                        VS: tl.constexpr = 0):
+                        VS: tl.constexpr = 0, ADD: tl.constexpr = True):
     """Grid (D tiles, T): experts_down_body of tile program_id(0), token program_id(1). The
     expert ids come from the kernels before it: read after pdl_wait."""
     pdl_start(PDL)
@@ -106,7 +106,7 @@ def experts_down_kernel(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr
     experts_down_body(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr, s_ptr, b_ptr, D,
                       F, FS, stride_h, stride_a, stride_as, stride_we, stride_be,
                       tl.program_id(1).to(tl.int64), tl.program_id(0), TOP_K, SHARED, BIAS,
-                      BLOCK_N, BLOCK_K, BLOCK_KS, BLOCK_J, F32, ws4_ptr, W4, VS)
+                      BLOCK_N, BLOCK_K, BLOCK_KS, BLOCK_J, F32, ws4_ptr, W4, VS, ADD)
 
 
 @triton.jit
@@ -115,7 +115,8 @@ def experts_down_body(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr, 
                       TOP_K: tl.constexpr, SHARED: tl.constexpr, BIAS: tl.constexpr,
                       BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                       BLOCK_KS: tl.constexpr, BLOCK_J: tl.constexpr, F32: tl.constexpr,
-                      ws4_ptr=None, W4: tl.constexpr = False, VS: tl.constexpr = 0):
+                      ws4_ptr=None, W4: tl.constexpr = False, VS: tl.constexpr = 0,
+                      ADD: tl.constexpr = True):
     """Token t's rows [tile * BLOCK_N, +BLOCK_N) of h += sum_j w[t, j]
     (W_e[rows] . act[t * TOP_K + j] (+ b_e[rows]: BIAS, b [E, D] stride_be apart)) over its
     experts e = ids[t * TOP_K + j] (+ s[t] (Ws[rows] .
@@ -132,7 +133,8 @@ def experts_down_body(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr, 
     FS): the shared expert's columns as VS more experts of F columns, j = TOP_K + v its columns
     [v F, v F + F) weighted by s[t], in the same chunks as the routed ones (BLOCK_J >= TOP_K +
     VS) -- its rows streamed with theirs, not after them in a loop of their own. Used by
-    experts_down_kernel and the megakernel's EXPERT_DOWN tasks."""
+    experts_down_kernel and the megakernel's EXPERT_DOWN tasks. ADD False: h = the sum, h not
+    read (a tensor-parallel rank's partial sums, which the all-reduce adds to the residual)."""
     js = tl.arange(0, BLOCK_J)
     mj = js < TOP_K
     e = tl.load(ids_ptr + t * TOP_K + js, mask=mj, other=0).to(tl.int64)
@@ -198,8 +200,9 @@ def experts_down_body(h_ptr, act_ptr, w_ptr, ids_ptr, wt_ptr, acts_ptr, ws_ptr, 
             BLOCK_N, BLOCK_KS, F32)
         y += tl.load(s_ptr + t) * ys
     m = mr[None, :]
-    h = tl.load(h_ptr + t * stride_h + rows[None, :], mask=m, other=0.0).to(tl.float32)
-    tl.store(h_ptr + t * stride_h + rows[None, :], (h + y).to(h_ptr.dtype.element_ty), mask=m)
+    if ADD:
+        y += tl.load(h_ptr + t * stride_h + rows[None, :], mask=m, other=0.0).to(tl.float32)
+    tl.store(h_ptr + t * stride_h + rows[None, :], y.to(h_ptr.dtype.element_ty), mask=m)
 
 
 # the experts' down tile (rows a program, K chunk, warps): an H100 sweep of 2026-12-06 (bench/
@@ -249,7 +252,7 @@ def shared_blocks(F: int, FS: int, w_dtype, ws_dtype, shared: bool = True, top_k
 def experts_down(h: torch.Tensor, act: torch.Tensor, w: torch.Tensor, ids: torch.Tensor,
                  weights: torch.Tensor, shared=None, config=None, bias=None,
                  scales: torch.Tensor | None = None,
-                 shared_in_chunks: bool = False) -> torch.Tensor:
+                 shared_in_chunks: bool = False, accumulate: bool = True) -> torch.Tensor:
     """h [T, d] += sum_j weights[t, j] (act[t * top_k + j] @ w[ids[.]].T + bias[ids[.]]), the
     experts' down projections (w [E, d, F]; bias [E, d] or None) weighted and summed in fp32 per
     token, plus -- shared = (acts [T, FS], ws [d, FS], s [T]) -- the shared expert's down times
@@ -259,7 +262,8 @@ def experts_down(h: torch.Tensor, act: torch.Tensor, w: torch.Tensor, ids: torch
     E8M0 exponents [E, d, F / 32] uint8 (F % 32 == 0). w float8_e4m3fn: FP8 rows [E, d,
     row_elems(F)] (quant.fp8_rows; the shared expert's ws too, where it is FP8).
     shared_in_chunks: float matrices' shared expert streamed in the routed experts' chunks
-    (experts_down_body's VS)."""
+    (experts_down_body's VS). accumulate False: h = that sum, h's values not read (no zeroing
+    launch before it)."""
     T, D = h.shape
     P, F = act.shape
     top_k = P // T
@@ -287,6 +291,6 @@ def experts_down(h: torch.Tensor, act: torch.Tensor, w: torch.Tensor, ids: torch
         BLOCK_KS=min(1024, triton.next_power_of_2(FS)),
         BLOCK_J=triton.next_power_of_2(top_k + vs),
         F32=INTERPRET or torch.float32 in (w.dtype, act.dtype),
-        PDL=pdl, ws4_ptr=scales if w4 else w, W4=w4, VS=vs, num_warps=cfg.num_warps,
-        launch_pdl=pdl)
+        PDL=pdl, ws4_ptr=scales if w4 else w, W4=w4, VS=vs, ADD=accumulate,
+        num_warps=cfg.num_warps, launch_pdl=pdl)
     return h
