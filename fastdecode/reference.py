@@ -311,14 +311,15 @@ def route(logits, top_k: int, norm_topk: bool, shared: bool = False):
 
 
 def moe_block(pw, l, h, num=FP32):
-    """Layer l's mixture of experts [T, d] fp32, without the residual: x = rmsnorm(h), each row's
-    sum over its routed experts (route of the router's logits, plus its bias where there is one:
-    ModelSpec.expert_bias) of weight x down_e(act(gate_e x) * up_e x) (each with its expert's
-    biases, there too), plus the shared expert's output times its sigmoid gate where there is
-    one (ModelSpec.ffn_dim > 0). Experts run on the rows that picked them (a host loop: torch
-    mode and the long prompts' pass)."""
+    """Layer l's mixture of experts [T, d] fp32, without the residual: x = rmsnorm(h) (h where
+    the model has no norm before its blocks), each row's sum over its routed experts (route of
+    the router's logits, plus its bias where there is one: ModelSpec.expert_bias) of weight x
+    down_e(act(gate_e x) * up_e x) (each with its expert's biases, there too), plus the shared
+    expert's output times its sigmoid gate where there is one (ModelSpec.ffn_dim > 0). Experts
+    run on the rows that picked them (a host loop: torch mode and the long prompts' pass)."""
     s = pw.spec
-    x = num.norm(h, pw.pre_norm(1, l), s.rms_eps)
+    norm_w = pw.pre_norm(1, l)  # None: no norm before the block (FlexOlmo)
+    x = h if norm_w is None else num.norm(h, norm_w, s.rms_eps)
     pick = lambda t, *i: None if t is None else t[(l, *i)]  # noqa: E731
     ids, w, shared = route(gemv(x, pw.w_router[l], bias=pick(pw.b_router), num=num), s.top_k,
                            s.norm_topk, s.ffn_dim > 0)

@@ -65,14 +65,16 @@ class SingleRank:
 def lacks_tasks(spec, weights=None, world: int = 1) -> str:
     """What of the model the megakernel (and the VM) has no tasks for ('': nothing): attention
     sinks; of a mixture of experts (its tasks: decode on one rank, float or FP8 experts --
-    graph.moe_tasks) biased experts, tensor-parallel ranks (world > 1) or MXFP4 experts (weights:
-    the packed ones, where known)."""
+    graph.moe_tasks) biased experts, norms after the blocks (FlexOlmo), tensor-parallel ranks
+    (world > 1) or MXFP4 experts (weights: the packed ones, where known)."""
     if spec.attn_sinks:
         return "attention sinks"
     if not spec.moe:
         return ""
     if spec.expert_bias:
         return "a mixture of experts with biases"
+    if spec.post_norms:
+        return "a mixture of experts with norms after its blocks"
     if world > 1:
         return "a mixture of experts over tensor-parallel ranks"
     if weights is not None and weights.s_experts_gu is not None:
@@ -540,7 +542,9 @@ class Runtime:
         down GEMVs adding their weighted sum into h; the router's and the experts' biases where
         the model has them (ModelSpec.expert_bias). Tensor parallelism: every rank routes alike
         (the router replicated), runs its slice of each expert's rows, and its fp32 partial
-        sums (the down kernel's into zeros) are all-reduced into h."""
+        sums (the down kernel's, stored) are all-reduced into h. A norm after the block
+        (ModelSpec.post_norms, FlexOlmo): the fp32 sums (all-reduced) normalized, then added
+        (ops.residual_add, as _residual_gemv's)."""
         st, pw, s = self.state, self.pw, self.spec
         norm, P = pw.pre_norm(1, l), T * s.top_k
         pick = lambda t: None if t is None else t[l]  # noqa: E731
@@ -555,12 +559,17 @@ class Runtime:
         if s.ffn_dim:
             shared = (ops.gemv(h, pw.w_gu[l], norm_w=norm, eps=s.rms_eps, swiglu=True, act=s.act,
                                out=st.act[:T]), pw.w_down[l], scale)
-        into = st.part[:T] if self.tp else h  # a rank's partial sums: stored, not added
+        post = pw.post_norm(1, l)
+        # fp32 sums, stored, where they are not the residual's update as they are: a rank's
+        # partial sums, or the block's output a norm follows
+        into = st.part[:T] if self.tp or post is not None else h
         ops.moe_down(into, st.moe_act[:P], pw.w_experts_down[l], ids, w, shared,
                      bias=pick(pw.b_experts_down), scales=pick(pw.s_experts_down),
-                     accumulate=not self.tp)
+                     accumulate=into is h)
         if self.tp:
-            self._add_reduced(h, into)
+            self._add_reduced(h, into, post)
+        elif post is not None:
+            ops.residual_add(h, into, post, s.rms_eps)
 
     def _head_ops(self, h, T, all_logits, sampling, choose=True):
         """The lm_head and the token choice of a step's rows h [T, d] (the logits of all of them

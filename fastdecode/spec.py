@@ -307,6 +307,10 @@ FAMILIES: dict[str, Family] = {
     "olmoe": Family(qkv_bias=False, qk_norm=True, window_field=None, qk_norm_full=True,
                     experts=Experts(ffn="intermediate_size"),
                     refuse=(("clip_qkv", "q / k / v clipping"),)),
+    # FlexOlmo: OLMo 2's blocks (norms after them, q / k norms over all heads) over OLMoE's
+    # experts (runtime.lacks_tasks: mode 'ops' / 'torch', the norm after the mixture)
+    "flex_olmo": Family(qkv_bias=False, qk_norm=True, window_field=None, norms=_POST_ONLY,
+                        qk_norm_full=True, experts=Experts(ffn="intermediate_size")),
     # Granite's multipliers over Mixtral's routing (softmax of the top-k logits: the top-k
     # probabilities renormalized), the experts under block_sparse_moe -- HF 5's experts.* and
     # router.weight, a checkpoint's stacked input_linear / output_linear and router.layer;

@@ -358,6 +358,12 @@ FAMILIES = {
         num_local_experts=5, num_experts_per_tok=2, shared_intermediate_size=34,
         embedding_multiplier=3.0, residual_multiplier=0.5, attention_multiplier=0.2,
         logits_scaling=2.5, tie_word_embeddings=False)),
+    # flex_olmo: olmo2's blocks (norms after them, q / k norms over all heads) over top 2 of 5
+    # experts 22 wide, renormalized
+    "flex_olmo": (_tf("FlexOlmoConfig"), _tf("FlexOlmoForCausalLM"), dict(
+        hidden_size=48, intermediate_size=22, num_attention_heads=6, num_key_value_heads=3,
+        num_experts=5, num_experts_per_tok=2, norm_topk_prob=True, pad_token_id=0,
+        bos_token_id=1, eos_token_id=2)),
     # olmoe: q / k RMSNorms over all heads at once, top 3 of 6 experts 20 wide
     "olmoe": (_tf("OlmoeConfig"), _tf("OlmoeForCausalLM"), dict(
         hidden_size=48, intermediate_size=20, num_attention_heads=4, num_key_value_heads=2,
@@ -372,7 +378,8 @@ FAMILIES = {
 }
 # the mixtures of experts among them (the megakernel and the VM decode them with their expert
 # tasks, but for gpt_oss: its attention sinks)
-MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe", "granitemoeshared", "gpt_oss")
+MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe", "granitemoeshared", "gpt_oss",
+       "flex_olmo")
 # a transformers without a family's classes (an older one, as on the GPU machine): its tests skip
 MISSING = {k for k, v in FAMILIES.items() if None in v[:2]}
 FAMILIES = {k: v for k, v in FAMILIES.items() if k not in MISSING}
@@ -409,6 +416,8 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
         if family in ("qwen2_moe", "qwen3_moe"):
             cfg.update(moe_intermediate_size=draw(st.integers(3, 61)),
                        norm_topk_prob=draw(st.booleans()))
+        if family == "flex_olmo":
+            cfg["norm_topk_prob"] = draw(st.booleans())
         if family == "qwen2_moe":
             cfg["shared_expert_intermediate_size"] = draw(st.integers(3, 61))
         if family == "granitemoeshared":  # 0: no shared expert (HF's shared_mlp None)

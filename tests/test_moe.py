@@ -205,30 +205,32 @@ def test_mxfp4_experts_match_reference(T, K32, N, E, data, dtype, oai, small, se
 
 @pytest.mark.parametrize("family", MOE)
 def test_mixture_modes_and_tp_shards(family):
-    """gpt-oss (attention sinks, the experts' biases: no megakernel tasks for them) raises in
-    modes mega and vm before any weight is packed (from_hf, from_pretrained); the others run
-    there (test_models), and a GPU model defaults to mega (gpt-oss: ops; so does a mixture
-    under tensor parallelism, which the expert tasks lack). Two ranks shard every expert
-    (half its width a rank, all experts and the same top_k on each: test_tp), or refuse for the
-    attention's sake only (qwen3_moe's 3 KV heads, olmoe's q / k norms over all heads)."""
+    """gpt-oss (attention sinks, the experts' biases) and FlexOlmo (norms after its blocks): no
+    megakernel tasks for them -- modes mega and vm raise before any weight is packed (from_hf,
+    from_pretrained); the others run there (test_models), and a GPU model defaults to mega
+    (gpt-oss, FlexOlmo: ops; so does a mixture under tensor parallelism, which the expert tasks
+    lack). Two ranks shard every expert (half its width a rank, all experts and the same top_k
+    on each: test_tp), or refuse for the attention's sake only (qwen3_moe's 3 KV heads, olmoe's
+    and flex_olmo's q / k norms over all heads)."""
     model = tiny_model(family)
-    if family == "gpt_oss":
+    no_tasks = {"gpt_oss": "attention sinks", "flex_olmo": "norms after its blocks"}
+    if family in no_tasks:
         packed = []
         with mock.patch("fastdecode.module.pack", side_effect=lambda *a, **k: packed.append(1)):
             for mode in ("mega", "vm"):
-                with pytest.raises(UnsupportedModelError, match="attention sinks"):
+                with pytest.raises(UnsupportedModelError, match=no_tasks[family]):
                     fastdecode.from_hf(model, max_seq_len=32, mode=mode)
         assert not packed
     spec = ModelSpec.from_hf_config(model.config)
     assert spec.n_experts == n_experts(model.config) and \
         spec.top_k == model.config.num_experts_per_tok
     cuda = torch.device("cuda")
-    assert _default_mode(cuda, spec) == ("ops" if family == "gpt_oss" else "mega")
+    assert _default_mode(cuda, spec) == ("ops" if family in no_tasks else "mega")
     assert _default_mode(cuda, spec, world=2) == "ops"
     try:
         sh = spec.shard(0, 2)
     except TensorParallelError as e:
-        assert "expert" not in str(e) and family in ("qwen3_moe", "olmoe"), e
+        assert "expert" not in str(e) and family in ("qwen3_moe", "olmoe", "flex_olmo"), e
     else:
         assert (sh.expert_ffn * 2, sh.n_experts, sh.top_k) == \
             (spec.expert_ffn, spec.n_experts, spec.top_k)
