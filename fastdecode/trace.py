@@ -54,20 +54,29 @@ def attention_chain(evs, step: int = 0):
     O_PROJ ready (the hop). -> dict of those six stages' medians over layers and groups (ns or
     ticks), the spread (median over layers of the last group's end less the first's: what an
     o_proj started per KV group could gain at most) and the chains counted, or None without
-    QKV_ATTN completers."""
-    groups, o_ready, q_ready = {}, {}, {}
+    QKV_ATTN completers. The same stages where q / k norms span all heads (QKN_ATTN tasks, each
+    after all of the layer's QKV tasks): from the layer's first QKV ready to its last QKV end
+    (tiles), to the group's QKN_ATTN ready (ticket: the counter's hop), normed, attended, end."""
+    groups, o_ready, q_ready, qkv_end = {}, {}, {}, {}
     for e in evs:
         if e["step"] != step:
             continue
-        if e["op"] == "QKV_ATTN":
+        if e["op"] in ("QKV_ATTN", "QKV"):
             q_ready[e["layer"]] = min(q_ready.get(e["layer"], e["ready"]), e["ready"])
+        if e["op"] == "QKV":
+            qkv_end[e["layer"]] = max(qkv_end.get(e["layer"], 0), e["end"])
         if e["op"] == "QKV_ATTN" and "tiles_end" in e:
             g = groups.setdefault((e["layer"], e["arg0"]), dict(last=0, done=None))
             g["last"] = max(g["last"], e["tiles_end"])
             if "ticket" in e:
                 g["done"] = e
+        elif e["op"] == "QKN_ATTN":  # its wait's end stands for the ticket
+            groups[(e["layer"], e["arg0"])] = dict(last=None, done=dict(e, ticket=e["ready"]))
         elif e["op"] == "O_PROJ":
             o_ready[e["layer"]] = min(o_ready.get(e["layer"], e["ready"]), e["ready"])
+    for (layer, _), g in groups.items():
+        if g["last"] is None:
+            g["last"] = qkv_end[layer]
     done = {k: g for k, g in groups.items() if g["done"] is not None and "attended" in g["done"]}
     if not done:
         return None

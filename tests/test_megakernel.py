@@ -607,9 +607,10 @@ def test_trace_task_costs_recover_overhead_and_rate():
     assert got["O_PROJ"][1:3] == (0.0, 10.0)
 
 
-@pytest.mark.parametrize("family", ["mistral", "qwen2_moe"])
+@pytest.mark.parametrize("family", ["mistral", "qwen2_moe", "olmoe"])
 def test_trace_records_every_task_in_order(tmp_path, family):
-    """qwen2_moe: a mixture's ROUTER / EXPERT_GU / EXPERT_DOWN tasks traced as the others."""
+    """qwen2_moe: a mixture's ROUTER / EXPERT_GU / EXPERT_DOWN tasks traced as the others;
+    olmoe: its q / k norms over all heads, the short step's chain through QKN_ATTN tasks."""
     from fastdecode import trace as tr
     model = tiny_model(family).to(DEVICE)
     fm = fastdecode.from_hf(model, max_seq_len=32, mode="mega")
