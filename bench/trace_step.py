@@ -125,7 +125,8 @@ def main():
         chain = tr.attention_chain(evs)
         if chain:
             print(f"  attention chain, median over {chain['chains']} (layer, KV group)s (us): "
-                  f"layer's first QKV(_ATTN) ready -> group's last tiles {chain['tiles'] / 1e3:.2f}, "
+                  f"layer's first QKV(_ATTN) ready -> group's last tiles "
+                  f"{chain['tiles'] / 1e3:.2f}, "
                   f"-> ticket {chain['ticket'] / 1e3:.2f}, -> q/k normed "
                   f"{chain['norm'] / 1e3:.2f}, -> attention stored {chain['attention'] / 1e3:.2f}, "
                   f"-> published {chain['publish'] / 1e3:.2f}; "

@@ -197,7 +197,7 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
     parts = fused_parts(spec, fam)
     if parts:
         get = fused_getter(get, parts)
-    ungated = spec.ffn_dim and spec.moe and not fam.experts.shared_gate
+    ungated = spec.moe and spec.ffn_dim > 0 and not fam.experts.shared_gate
     if ungated:
         get = zero_gate_getter(get, spec.d_model)
     if fam.qkv_grouped:
@@ -223,7 +223,8 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
     scales = {"self_attn.q_norm." if spec.qk_norm else "self_attn.q_proj.": spec.q_scale,
               **dict.fromkeys(blocks, spec.residual_scale)}
     if ungated:  # its zero gate row's sigmoid(0) = 1/2, undone exactly (Experts.shared_gate)
-        scales["mlp.shared_expert.down_proj."] = 2 * spec.residual_scale
+        down = "mlp.shared_expert.down_proj."
+        scales[down] = 2 * scales.get(down, 1.0)
     get = scaled_getter(get, scales)
     if spec.layer_norm:  # last: it reads the weights as packed to fold the norms' biases
         get = centered_getter(get, spec, fam.norms[:2])
