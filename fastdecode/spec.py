@@ -41,8 +41,10 @@ class Experts:
     (their weights w_j renormalized to sum 1 where `renorm` says), plus -- Qwen2-MoE -- a shared
     expert scaled by sigmoid(x . w_sg), or -- GraniteMoeShared -- one without a gate (scale 1)."""
     # experts a layer: the first of these fields the config has (transformers 5.x writes Qwen3-
-    # MoE's as num_local_experts, its released config.json files say num_experts)
+    # MoE's as num_local_experts, its released config.json files say num_experts); it and top_k
+    # may be per-layer lists (HunYuan), which must hold one value
     count: tuple = ("num_experts", "num_local_experts")
+    top_k: str = "num_experts_per_tok"    # experts routed a token
     ffn: str = "moe_intermediate_size"    # an expert's MLP width
     renorm: bool | str = "norm_topk_prob"  # True: always; a str: the config flag that says it
     shared: str | None = None             # the shared expert's width field (None: none)
@@ -262,6 +264,9 @@ _GEMMA_POST = ("input_layernorm", "pre_feedforward_layernorm", "post_attention_l
 _POST_ONLY = (None, None, "post_attention_layernorm", "post_feedforward_layernorm")
 _GLM4_NORMS = ("input_layernorm", "post_attention_layernorm", "post_self_attn_layernorm",
                "post_mlp_layernorm")
+# HunYuan's q / k norms (FAMILIES' hunyuan_v1_dense / _moe)
+_HUNYUAN_NAMES = ((".self_attn.q_norm.", ".self_attn.query_layernorm."),
+                  (".self_attn.k_norm.", ".self_attn.key_layernorm."))
 # Granite MoE's experts and router under block_sparse_moe (FAMILIES' granitemoe)
 _GRANITE_MOE_NAMES = ((".mlp.experts.", ".block_sparse_moe.experts."),
                       (".block_sparse_moe.experts.gate_up_proj",
@@ -372,9 +377,20 @@ FAMILIES: dict[str, Family] = {
     # HunYuan dense (Hunyuan-0.5B ... 7B): q / k RMSNorm after RoPE (query_layernorm /
     # key_layernorm in the checkpoint), biases on q / k / v / o by attention_bias
     "hunyuan_v1_dense": Family(qkv_bias=False, qk_norm=True, window_field=None,
-                               qk_norm_after_rope=True, alpha_rope=True, checkpoint_names=(
-                                   (".self_attn.q_norm.", ".self_attn.query_layernorm."),
-                                   (".self_attn.k_norm.", ".self_attn.key_layernorm."))),
+                               qk_norm_after_rope=True, alpha_rope=True,
+                               checkpoint_names=_HUNYUAN_NAMES),
+    # HunYuan MoE (Hunyuan-A13B): its dense attention over top-k experts (softmax, renormalized;
+    # the router mlp.gate.wg, fp32 in HF's modeling, packed in the weights' dtype) plus a shared
+    # MLP without a gate (mlp.shared_mlp), both intermediate_size wide as HF's port has them;
+    # num_experts / moe_topk per-layer lists of one value
+    "hunyuan_v1_moe": Family(qkv_bias=False, qk_norm=True, window_field=None,
+                             qk_norm_after_rope=True, alpha_rope=True,
+                             experts=Experts(ffn="intermediate_size", top_k="moe_topk",
+                                             renorm=True, shared="intermediate_size",
+                                             shared_gate=False),
+                             checkpoint_names=(*_HUNYUAN_NAMES,
+                                               (".mlp.shared_expert.", ".mlp.shared_mlp."),
+                                               (".mlp.gate.weight", ".mlp.gate.wg.weight"))),
     "smollm3": Family(qkv_bias=False, qk_norm=False, window_field="use_sliding_window",
                       nope_field="no_rope_layers"),
     # IQuest-Coder: HF's Llama under a model_type of its own
@@ -1242,9 +1258,17 @@ def _parallel(fam: Family, cfg) -> bool:
 def _experts(mt: str, ex: Experts, cfg, n_layers: int) -> dict:
     """ModelSpec's mixture-of-experts fields, ffn_dim the shared expert's width (0: none)."""
     field = next((f for f in ex.count if getattr(cfg, f, None) is not None), ex.count[0])
-    n, k = int(getattr(cfg, field, 0) or 0), int(getattr(cfg, "num_experts_per_tok", 0) or 0)
+
+    def one(name):  # a config value, or a per-layer list of one value
+        v = getattr(cfg, name, 0) or 0
+        if isinstance(v, (list, tuple)):
+            if len(set(v[:n_layers])) > 1:
+                raise UnsupportedModelError(f"{mt}: {name}={list(v)} differs among the layers")
+            v = v[0] if v else 0
+        return int(v)
+    n, k = one(field), one(ex.top_k)
     if not 1 <= k <= n:
-        raise UnsupportedModelError(f"{mt}: num_experts_per_tok={k} of {field}={n} experts")
+        raise UnsupportedModelError(f"{mt}: {ex.top_k}={k} of {field}={n} experts")
     dense = list(getattr(cfg, "mlp_only_layers", None) or [])
     step = int(getattr(cfg, "decoder_sparse_step", 1) or 1)
     if step != 1 and n_layers > 1 or any(0 <= l < n_layers for l in dense):
@@ -1252,8 +1276,8 @@ def _experts(mt: str, ex: Experts, cfg, n_layers: int) -> dict:
                                     f"(decoder_sparse_step={step}, mlp_only_layers={dense}) are "
                                     "not supported")
     renorm = ex.renorm if isinstance(ex.renorm, bool) else bool(getattr(cfg, ex.renorm, False))
-    return dict(n_experts=n, top_k=k, expert_ffn=int(getattr(cfg, ex.ffn)), norm_topk=renorm,
-                ffn_dim=int(getattr(cfg, ex.shared, 0) or 0) if ex.shared else 0,
+    return dict(n_experts=n, top_k=k, expert_ffn=one(ex.ffn), norm_topk=renorm,
+                ffn_dim=one(ex.shared) if ex.shared else 0,
                 expert_bias=ex.oai, **({"act": "swiglu_oai"} if ex.oai else {}))
 
 

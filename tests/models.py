@@ -364,6 +364,14 @@ FAMILIES = {
         hidden_size=48, intermediate_size=22, num_attention_heads=6, num_key_value_heads=3,
         num_experts=5, num_experts_per_tok=2, norm_topk_prob=True, pad_token_id=0,
         bos_token_id=1, eos_token_id=2)),
+    # hunyuan_v1_moe: hunyuan_v1_dense's attention (q/k RMSNorm after RoPE, the NTK-alpha rope)
+    # over top 2 of 5 experts 26 wide, renormalized, and an ungated shared MLP as wide; the
+    # routed count as a per-layer list (the released config's form), untied
+    "hunyuan_v1_moe": (_tf("HunYuanMoEV1Config"), _tf("HunYuanMoEV1ForCausalLM"), dict(
+        hidden_size=48, intermediate_size=26, num_attention_heads=6, num_key_value_heads=2,
+        head_dim=12, num_experts=5, moe_topk=[2, 2], tie_word_embeddings=False,
+        rope_scaling={"rope_type": "dynamic", "alpha": 1000.0, "factor": 1.0},
+        pad_token_id=0, bos_token_id=1, eos_token_id=2)),
     # olmoe: q / k RMSNorms over all heads at once, top 3 of 6 experts 20 wide
     "olmoe": (_tf("OlmoeConfig"), _tf("OlmoeForCausalLM"), dict(
         hidden_size=48, intermediate_size=20, num_attention_heads=4, num_key_value_heads=2,
@@ -379,7 +387,7 @@ FAMILIES = {
 # the mixtures of experts among them (the megakernel and the VM decode them with their expert
 # tasks, but for gpt_oss: its attention sinks)
 MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe", "granitemoeshared", "gpt_oss",
-       "flex_olmo")
+       "flex_olmo", "hunyuan_v1_moe")
 # a transformers without a family's classes (an older one, as on the GPU machine): its tests skip
 MISSING = {k for k, v in FAMILIES.items() if None in v[:2]}
 FAMILIES = {k: v for k, v in FAMILIES.items() if k not in MISSING}
@@ -409,10 +417,11 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
     if family in MOE:  # any count of experts and of routed ones, their own width; or as many
         # experts as the released mixtures have (60-130: the routing's 128-wide block), 1-9 routed
         n = draw(st.one_of(st.integers(1, 9), st.integers(60, 130)))
+        k = draw(st.integers(1, min(n, 9)))
         cfg.update({"num_local_experts" if family in ("mixtral", "granitemoe",
                                                       "granitemoeshared", "gpt_oss") else
                     "num_experts": n,
-                    "num_experts_per_tok": draw(st.integers(1, min(n, 9)))})
+                    "moe_topk" if family == "hunyuan_v1_moe" else "num_experts_per_tok": k})
         if family in ("qwen2_moe", "qwen3_moe"):
             cfg.update(moe_intermediate_size=draw(st.integers(3, 61)),
                        norm_topk_prob=draw(st.booleans()))
@@ -465,7 +474,7 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
         # from fp64, hidden 4: 1.4e-5; the real model's 1024 dims keep its rows' deviations
         # many ulps wide (the family test runs 1e-12 at 48 dims)
         cfg["layer_norm_eps"] = 1e-5
-    if family == "hunyuan_v1_dense":  # its NTK-alpha base divides by head_dim - 2 (HF and ours:
+    if family.startswith("hunyuan"):  # its NTK-alpha base divides by head_dim - 2 (HF and ours:
         cfg["head_dim"] = max(4, cfg["head_dim"])  # head_dim 2 raises UnsupportedModelError)
     if family in ("stablelm", "stablelm_qk", "phi", "gpt_neox", "nemotron"):  # HF's fail on an
         # odd rotated part: an even one (GPT-NeoX's config takes it as rotary_pct)

@@ -705,14 +705,14 @@ def test_mega_random_shapes_match_torch(shape, seed):
 
 @settings(max_examples=10)
 @given(shape=hf_shapes(("qwen2_moe", "qwen3_moe", "mixtral", "olmoe", "granitemoe",
-                         "granitemoeshared")),
+                         "granitemoeshared", "hunyuan_v1_moe")),
        seed=st.integers(0, 1000))
 def test_mega_random_mixtures_match_torch(shape, seed):
     """The same for mixtures of experts (their prompt chunk by ops, their decode steps by the
     ROUTER / EXPERT_GU / EXPERT_DOWN tasks): 1-9 experts or 60-130 (the routing's 128-wide
     block), up to 9 routed (all of them where fewer), experts of odd widths, with or without
-    Qwen2-MoE's shared expert or GraniteMoeShared's ungated one (in EXPERT_DOWN's chunks where
-    they stay <= 16 experts) --
+    Qwen2-MoE's shared expert or GraniteMoeShared's / HunYuan's ungated one (in EXPERT_DOWN's
+    chunks where they stay <= 16 experts) --
     EXPERT_DOWN's 8-row tiles over d_model's odd sizes, its 128-wide K chunk masked past the
     expert's width."""
     _mega_matches_torch(shape, seed)

@@ -222,8 +222,9 @@ def test_mixture_modes_and_tp_shards(family):
                     fastdecode.from_hf(model, max_seq_len=32, mode=mode)
         assert not packed
     spec = ModelSpec.from_hf_config(model.config)
-    assert spec.n_experts == n_experts(model.config) and \
-        spec.top_k == model.config.num_experts_per_tok
+    routed = model.config.num_experts_per_tok  # (HunYuan's: moe_topk, a per-layer list)
+    routed = routed[0] if isinstance(routed, list) else routed
+    assert spec.n_experts == n_experts(model.config) and spec.top_k == routed
     cuda = torch.device("cuda")
     assert _default_mode(cuda, spec) == ("ops" if family in no_tasks else "mega")
     assert _default_mode(cuda, spec, world=2) == "ops"
@@ -238,14 +239,20 @@ def test_mixture_modes_and_tp_shards(family):
 
 def test_mixed_dense_and_expert_layers_refused():
     """Qwen's dense MLP layers among the expert ones (mlp_only_layers, decoder_sparse_step) are
-    refused by name before any weight is read."""
+    refused by name before any weight is read; so are HunYuan's per-layer routed counts that
+    differ (one value in the list reads as that value: test_models)."""
     for kw in (dict(mlp_only_layers=[1]), dict(decoder_sparse_step=2)):
         cfg = tiny_model("qwen3_moe", **kw).config
         with pytest.raises(UnsupportedModelError, match="dense MLP layers"):
             ModelSpec.from_hf_config(cfg)
+    cfg = tiny_model("hunyuan_v1_moe", moe_topk=[2, 3]).config
+    with pytest.raises(UnsupportedModelError, match="moe_topk.*differs among the layers"):
+        ModelSpec.from_hf_config(cfg)
+    assert ModelSpec.from_hf_config(tiny_model("hunyuan_v1_moe").config).top_k == 2
 
 
-@pytest.mark.parametrize("family", ["mixtral", "qwen2_moe", "granitemoe", "granitemoeshared"])
+@pytest.mark.parametrize("family", ["mixtral", "qwen2_moe", "granitemoe", "granitemoeshared",
+                                    "hunyuan_v1_moe"])
 def test_per_expert_checkpoint_folder(family, tmp_path):
     """save_pretrained writes the checkpoint's own layout -- each expert's tensors (Mixtral's
     block_sparse_moe.experts.{e}.w1 / w3 / w2, Qwen's mlp.experts.{e}.gate_proj / up_proj /

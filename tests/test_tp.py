@@ -39,7 +39,7 @@ CASES = [("llama", 2), ("llama_bias_tied", 2), ("llama_bias_tied", 4), ("qwen2",
 # mixtures of experts: each expert's rows split like a dense MLP's (qwen2_moe: its shared expert
 # too; gpt_oss: the experts' biases); qwen3_moe_tp: 2 KV heads and 24-wide experts, so 2 ranks
 MOE_CASES = [("mixtral", 2), ("qwen2_moe", 2), ("granitemoe", 2), ("granitemoeshared", 2),
-             ("gpt_oss", 2), ("qwen3_moe_tp", 2)]
+             ("gpt_oss", 2), ("qwen3_moe_tp", 2), ("hunyuan_v1_moe", 2)]
 CASES += MOE_CASES
 
 
