@@ -252,12 +252,13 @@ def test_mixed_dense_and_expert_layers_refused():
 
 
 @pytest.mark.parametrize("family", ["mixtral", "qwen2_moe", "granitemoe", "granitemoeshared",
-                                    "hunyuan_v1_moe"])
+                                    "hunyuan_v1_moe", "flex_olmo"])
 def test_per_expert_checkpoint_folder(family, tmp_path):
     """save_pretrained writes the checkpoint's own layout -- each expert's tensors (Mixtral's
     block_sparse_moe.experts.{e}.w1 / w3 / w2, Qwen's mlp.experts.{e}.gate_proj / up_proj /
     down_proj, the shared expert and its gate), Granite's stacked input_linear / output_linear
-    and router.layer: from_pretrained packs them as from_hf packs HF's stacked [E, 2F, d] /
+    and router.layer (GraniteMoeShared's shared_mlp too), HunYuan's gate.wg and shared_mlp,
+    FlexOlmo's: from_pretrained packs them as from_hf packs HF's stacked [E, 2F, d] /
     [E, d, F] parameters, bit for bit."""
     model = tiny_model(family)
     model.save_pretrained(tmp_path)
