@@ -646,8 +646,11 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                     wgu_ptr, FFN, BIAS_DOWN, BLOCK_T, RF, KF, STREAM, F32, WORLD,
                                     RED_BLOCK, USE_ASM, TRACE, PW, SF, RG, 0, POLL1,
                                     kpart_ptr + KSPLIT * TM * D, TM * D, KSPLIT, POST_NORM)
-            elif (op == OP_ROUTER) | (op == OP_EGU) | (op == OP_EDOWN):
-                if MOE:
+            # (& MOE: a model without experts compiles no such branch -- its compare alone had
+            # changed a dense model's code: compile_check Qwen3-8B 48 / 56 -> 60 / 80 B of
+            # spills from 88551c7 on, back with this; its H200 rate fell ~7% meanwhile)
+            elif ((op == OP_ROUTER) | (op == OP_EGU) | (op == OP_EDOWN)) & MOE:
+                if MOE:  # (the body compiled for mixtures only)
                     run = moe_task(op, layer, a0, a1, a2, h_ptr, mnorm_ptr, wr_ptr, weg_ptr,
                                    wed_ptr, wgu_ptr, wd_ptr, act_ptr, z_ptr, mids_ptr, mw_ptr,
                                    ms_ptr, mact_ptr, eps, wargs, D, FFN, NE, EF, TOPK, RENORM,
