@@ -40,8 +40,10 @@ def route_body(z_ptr, ids_ptr, w_ptr, s_ptr, t, E, stride_z, TOP_K: tl.constexpr
     BLOCK_E - 1 - index: ties go to the lower index), not a max and then an argmin: every
     EXPERT_GU task of the megakernel routes before its first weight request, so its reductions
     across warps (a shared-memory round trip and barriers each) sit on the critical path (top 8:
-    8 such reductions fewer a task; not timed alone -- session 69's device time went to the
-    sweeps in config.StreamConfig.moe_shared_in_chunks, which ran it in every variant)."""
+    8 such reductions fewer a task). Timed against the max + argmin loop (H100, 2026-12-07,
+    sweep_mega olmoe-1b-7b, one process a run, bench/RESULTS.md session 70): 918.8 / 920.4 /
+    943.5 vs 969.8 / 902.7 / 928.5 tok/s -- level within the spread; kept for the fewer
+    reductions."""
     offs = tl.arange(0, BLOCK_E)
     z = tl.load(z_ptr + t * stride_z + offs, mask=offs < E, other=-float("inf")).to(tl.float32)
     p = tl.exp(z - tl.max(z, axis=0))
