@@ -334,6 +334,17 @@ SHAPES = {
         moe_intermediate_size=768, vocab_size=151936, tie_word_embeddings=False,
         norm_topk_prob=True, rope_theta=1e6, max_position_embeddings=40960,
         bos_token_id=151643, eos_token_id=151645)),
+    # ERNIE-4.5-21B-A3B (28 layers of 20 heads of 128 on a d_model of 2560, GQA 5:1, interleaved
+    # RoPE; layer 0 a dense MLP of 12288, the others top 6 of 64 experts of 1536 by softmax + a
+    # choice bias, renormalized, plus two shared experts; a 103424 vocabulary, tied: 21.8B
+    # parameters, 3.35B a token with the tied table read once as the lm_head), after its
+    # published config.json
+    "ernie-4.5-21b-a3b": ("ERNIE-4.5-21B-A3B", lambda: tf.Ernie4_5_MoeConfig(
+        hidden_size=2560, intermediate_size=12288, num_hidden_layers=28, num_attention_heads=20,
+        num_key_value_heads=4, head_dim=128, moe_num_experts=64, moe_k=6,
+        moe_intermediate_size=1536, moe_num_shared_experts=2, moe_layer_start_index=1,
+        vocab_size=103424, tie_word_embeddings=True, rope_theta=500000.0,
+        max_position_embeddings=131072, bos_token_id=1, eos_token_id=2)),
     # gpt-oss-20b (24 layers of 64 heads of 64 on a d_model of 2880, GQA 8:1, attention sinks,
     # q / k / v / o biases, a 128-key window on every other layer, YaRN x32 over 4096; 32
     # experts of 2880 of which 4, with biases, the clamped SwiGLU; a 201088 vocabulary, untied:

@@ -139,7 +139,8 @@ class FastModel(nn.Module):
         # ALiBi's slopes (computed fp32) and FP8 rows (codes and scales): moved, never cast
         for name in fp8 | ({"alibi"} if old["alibi"] is not None else set()):
             new[name] = old[name].to(moved.device)
-        for name in FP32_KEPT:  # parameters held in fp32 (the attention sinks): cast as the
+        kept = FP32_KEPT + (("w_router",) if self.weights.spec.router_fp32 else ())
+        for name in kept:  # parameters held in fp32 (the attention sinks): cast as the
             if new.get(name) is not None:  # weights are -- a model built in that dtype has
                 new[name] = new[name].float()  # those values -- and held in fp32 again
         if all(new[n] is t for n, t in old.items() if t is not None):

@@ -9,9 +9,13 @@ GEMV tiles (row-major [N, K], K contiguous, so a tile streams whole 16-byte-alig
     w_down [L, d, ffn]
     a mixture of experts (ModelSpec.n_experts E, expert_ffn F): w_router [L, E (+ 1), d] (the
            router's rows, then the shared expert's gate row where there is one), w_experts_gu
-           [L, E, 2F, d] and w_experts_down [L, E, d, F] (HF's stacked layout); w_gu / w_down
-           hold the shared expert (ffn_dim wide, 0: none); with biases (gpt-oss: ModelSpec.
-           expert_bias) b_router [L, E], b_experts_gu [L, E, 2F], b_experts_down [L, E, d];
+           [L, E, 2F, d] and w_experts_down [L, E, d, F] (HF's stacked layout; the router in
+           fp32 where HF keeps it so: ModelSpec.router_fp32); w_gu / w_down hold the shared
+           expert (ffn_dim wide, 0: none); L counts the expert layers only
+           (ModelSpec.expert_layers), the dense ones' MLPs (ModelSpec.dense_layers, dense_ffn
+           wide) in w_dense_gu [Ld, 2 dense_ffn, d] / w_dense_down [Ld, d, dense_ffn]; with
+           biases (gpt-oss: ModelSpec.expert_bias) b_router [L, E], b_experts_gu [L, E, 2F],
+           b_experts_down [L, E, d];
            an MXFP4 checkpoint's experts (quant's "mxfp4": gpt-oss) stay MXFP4, w_experts_gu
            [L, E, 2F, d / 2] and w_experts_down [L, E, d, F / 2] uint8 codes (gate|up's rows in
            the same order) with their E8M0 scales s_experts_gu [L, E, 2F, d / 32] and
@@ -38,14 +42,15 @@ from dataclasses import dataclass, fields
 
 import torch
 
-from .quant import FP8_BYTES, MXFP4_BYTES, dequantize_mxfp4, encode_mxfp4, fp8_values
+from .quant import (FP8_BYTES, MXFP4_BYTES, dequantize_mxfp4, encode_mxfp4, fp8_rows_scaled,
+                    fp8_values)
 from .spec import FAMILIES, ModelSpec
 from .triton_kernels.config import row_elems
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # PackedWeights fields held in fp32 whatever the weights' dtype (FastModel.to: the ALiBi slopes
 # moved, never cast; a parameter among them cast as the weights, then held in fp32 again)
-FP32_KEPT = ("alibi", "sinks")
+FP32_KEPT = ("alibi", "sinks", "b_choice")
 
 
 @dataclass
@@ -78,7 +83,11 @@ class PackedWeights:
     w_router: torch.Tensor | None = None
     w_experts_gu: torch.Tensor | None = None
     w_experts_down: torch.Tensor | None = None
+    w_dense_gu: torch.Tensor | None = None   # the dense layers' MLPs (ModelSpec.dense_layers)
+    w_dense_down: torch.Tensor | None = None
     b_router: torch.Tensor | None = None
+    # [L, E] fp32: the router's choice bias (ModelSpec.choice_bias; FP32_KEPT)
+    b_choice: torch.Tensor | None = None
     b_experts_gu: torch.Tensor | None = None
     b_experts_down: torch.Tensor | None = None
     # the experts' E8M0 scales where they stay MXFP4 (this module's docstring); None: float experts
@@ -102,13 +111,27 @@ class PackedWeights:
         packed one, or its MXFP4 codes dequantized (exact: a 2-bit significand and a power-of-two
         scale), or its FP8 codes times their scales rounded once (as matrix) -- for the reference
         paths (torch mode, a long prompt's pass)."""
-        w = (self.w_experts_gu, self.w_experts_down)[which][l, e]
+        i = self.spec.expert_index(l)
+        w = (self.w_experts_gu, self.w_experts_down)[which][i, e]
         s = (self.s_experts_gu, self.s_experts_down)[which]
         if w.dtype == torch.float8_e4m3fn:
             return fp8_values(w, (self.spec.d_model, self.spec.expert_ffn)[which]).to(self.dtype)
         if s is None:
             return w
-        return dequantize_mxfp4(w.view(*w.shape[:-1], -1, 16), s[l, e]).to(self.dtype)
+        return dequantize_mxfp4(w.view(*w.shape[:-1], -1, 16), s[i, e]).to(self.dtype)
+
+    def mlp_weights(self, l: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Layer l's packed (gate|up, down) of its MLP: a dense model's, a mixture's dense
+        layer's (w_dense_*), or a mixture's shared expert's (w_gu / w_down over the expert
+        layers)."""
+        s = self.spec
+        if not s.moe:
+            return self.w_gu[l], self.w_down[l]
+        if l in s.dense_layers:
+            i = s.dense_index(l)
+            return self.w_dense_gu[i], self.w_dense_down[i]
+        i = s.expert_index(l)
+        return self.w_gu[i], self.w_down[i]
 
     @property
     def dtype(self):
@@ -124,11 +147,13 @@ class PackedWeights:
         """Layer l's w_{which} (qkv, o, gu, down) [N, K] in the weights' dtype: the packed one,
         or its FP8 codes times their scales rounded once (quant.dequantize_fp8's values) -- the
         reference paths' (torch mode, a long prompt's pass)."""
-        w = getattr(self, f"w_{which}")[l]
+        w = getattr(self, f"w_{which}")[l] if which in ("qkv", "o") else \
+            self.mlp_weights(l)[which == "down"]
         if w.dtype != torch.float8_e4m3fn:
             return w
-        K = {"qkv": self.spec.d_model, "o": self.spec.q_dim, "gu": self.spec.d_model,
-             "down": self.spec.ffn_dim}[which]
+        s = self.spec
+        K = {"qkv": s.d_model, "o": s.q_dim, "gu": s.d_model,
+             "down": s.dense_ffn if l in s.dense_layers else s.ffn_dim}[which]
         return fp8_values(w, K).to(self.dtype)
 
     @property
@@ -170,6 +195,7 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
     sp = spec.shard(rank, world)
     fam = FAMILIES[spec.family]
     every = slice(None)
+    moe_layers = spec.expert_layers  # a mixture's expert stacks' layers (ModelSpec.dense_layers)
 
     def rows(n):
         return (slice(rank * n, (rank + 1) * n),)
@@ -182,11 +208,15 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
     # each matrix's shard (a column-parallel one's rows, a row-parallel one's columns)
     # (a mixture's: its shared expert's, and every routed expert's -- fp8_matrices' names)
     mlp = "mlp.shared_expert." if spec.moe else "mlp."
+    mlp_layers = moe_layers if spec.moe else range(spec.n_layers)  # w_gu / w_down's layers
     shards = {**dict(zip((f"self_attn.{n}_proj.weight" for n in "qkv"), (q, kv, kv))),
               "self_attn.o_proj.weight": cols(sp.q_dim), f"{mlp}gate_proj.weight": f,
               f"{mlp}up_proj.weight": f, f"{mlp}down_proj.weight": cols(sp.ffn_dim)}
     if spec.moe:
-        shards.update({"mlp.experts.gate_proj.weight": rows(sp.expert_ffn),
+        fd = rows(sp.dense_ffn)  # the dense layers' MLPs (ModelSpec.dense_layers)
+        shards.update({"mlp.gate_proj.weight": fd, "mlp.up_proj.weight": fd,
+                       "mlp.down_proj.weight": cols(sp.dense_ffn),
+                       "mlp.experts.gate_proj.weight": rows(sp.expert_ffn),
                        "mlp.experts.up_proj.weight": rows(sp.expert_ffn),
                        "mlp.experts.down_proj.weight": cols(sp.expert_ffn)})
     if fam.checkpoint_names:
@@ -235,11 +265,11 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
     # multiplies them and a rank's down columns hold whole blocks of 32; otherwise quant's getter
     # dequantizes them
     mxfp4 = spec.moe and spec.residual_scale == 1.0 and sp.expert_ffn % 32 == 0 and \
-        get("model.layers.0.mlp.experts.down_proj_blocks") is not None
+        get(f"model.layers.{moe_layers[0]}.mlp.experts.down_proj_blocks") is not None
     # float experts that are exactly MXFP4 (gpt-oss dequantized by transformers) pack as MXFP4
     # too (encoded_mxfp4): decided by layer 0's first expert before the room check, so it counts
     # the 4-bit bytes they will take (gpt-oss-20b held in bf16 on an 80 GB GPU: 14 GB, not 42)
-    first = get("model.layers.0.mlp.experts.gate_up_proj", (slice(0, 1),)) \
+    first = get(f"model.layers.{moe_layers[0]}.mlp.experts.gate_up_proj", (slice(0, 1),)) \
         if spec.moe and not mxfp4 and fam.experts.oai and spec.residual_scale == 1.0 else None
     encode = first is not None and encode_mxfp4(first[0]) is not None
 
@@ -264,27 +294,30 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
     def need(name, index=None, scale=1.0):
         return scaled(fetch(name, index), scale).to(device=device, dtype=dtype)
 
-    def stack(*parts, codes=False):
-        """parts: (name within the layer, index); concatenated along dim 0, stacked over layers.
-        Each tensor is copied (and converted) straight into its slice of the one packed tensor:
-        no per-layer intermediates, so loading peaks at the packed size plus one tensor. FP8
+    def stack(*parts, codes=False, layers=range(spec.n_layers), out_dtype=None):
+        """parts: (name within the layer, index); concatenated along dim 0, stacked over layers
+        (those of `layers`: a mixture's expert or dense layers), in out_dtype (None: the
+        weights' dtype). Each tensor is copied (and converted) straight into its slice of the
+        one packed tensor: no per-layer intermediates, so loading peaks at the packed size plus
+        one tensor. FP8
         matrices (codes, where fp8_matrices kept them): their rows as quant.fp8_rows lays them
         out (the rank's shard, by the same index)."""
         out = None
-        for i in range(spec.n_layers):
+        for j, i in enumerate(layers):
             names = [f"model.layers.{i}.{f}" for f, _ in parts]
             keep = codes and fp8 is not None
             ts = [fp8(n, f) for n, (f, _) in zip(names, parts)] if keep else \
                 [fetch(n, ix) for n, (_, ix) in zip(names, parts)]
-            if out is None:  # sized from layer 0's tensors
-                out = torch.empty((spec.n_layers, sum(t.shape[0] for t in ts), *ts[0].shape[1:]),
-                                  device=device, dtype=ts[0].dtype if keep else dtype)
+            if out is None:  # sized from the first layer's tensors
+                out = torch.empty((len(layers), sum(t.shape[0] for t in ts), *ts[0].shape[1:]),
+                                  device=device, dtype=ts[0].dtype if keep else
+                                  out_dtype or dtype)
             row = 0
             for (f, _), t in zip(parts, ts):
                 if row + t.shape[0] > out.shape[1] or t.shape[1:] != out.shape[2:]:
                     raise ValueError(f"model.layers.{i}.{f}: shape {tuple(t.shape)} does not "
-                                     f"match layer 0's")
-                out[i, row:row + t.shape[0]].copy_(t)
+                                     f"match layer {layers[0]}'s")
+                out[j, row:row + t.shape[0]].copy_(t)
                 row += t.shape[0]
         return out
 
@@ -308,14 +341,14 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
         a time (expert_getter reads a checkpoint's per-expert tensors one by one); the rank's
         part of each (expert_shard)."""
         out = None
-        for i in range(spec.n_layers):
+        for j, i in enumerate(moe_layers):
             for e in range(spec.n_experts):
                 t = expert_shard(name, fetch(f"model.layers.{i}.mlp.experts.{name}",
                                              (slice(e, e + 1),)))
                 if out is None:
-                    out = torch.empty((spec.n_layers, spec.n_experts, *t.shape[1:]),
+                    out = torch.empty((len(moe_layers), spec.n_experts, *t.shape[1:]),
                                       device=device, dtype=dtype)
-                out[i, e].copy_(t[0])
+                out[j, e].copy_(t[0])
         return out
 
     def stack_fp8_experts(parts):
@@ -323,14 +356,14 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
         expert's mlp.experts.{e}.{part}.weight rows, in parts' order (gate|up: the rank's gate
         rows, then its up rows -- expert_shard's order; down: the rank's columns)."""
         out = None
-        for i in range(spec.n_layers):
+        for j, i in enumerate(moe_layers):
             for e in range(spec.n_experts):
                 t = torch.cat([fp8(f"model.layers.{i}.mlp.experts.{e}.{n}.weight",
                                    f"mlp.experts.{n}.weight") for n in parts])
                 if out is None:
-                    out = torch.empty((spec.n_layers, spec.n_experts, *t.shape), device=device,
+                    out = torch.empty((len(moe_layers), spec.n_experts, *t.shape), device=device,
                                       dtype=t.dtype)
-                out[i, e].copy_(t)
+                out[j, e].copy_(t)
         return out
 
     def stack_mxfp4(name):
@@ -338,7 +371,7 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
         mlp.experts.{name}_blocks / _scales, a layer at a time; gate|up's interleaved gate and
         up rows (2i, 2i + 1) in oai_expert_getter's order, the gate rows then the up rows."""
         out = None
-        for i in range(spec.n_layers):
+        for j, i in enumerate(moe_layers):
             ts = [get(f"model.layers.{i}.mlp.experts.{name}_{part}")
                   for part in ("blocks", "scales")]
             if any(t is None or t.dtype != torch.uint8 for t in ts):
@@ -349,13 +382,13 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
                 ts = [deinterleave_gate_up(t) for t in ts]
             ts = [expert_shard(name, t, per) for t, per in zip(ts, (2, 32))]
             if out is None:
-                out = [torch.empty((spec.n_layers, *t.shape), device=device, dtype=torch.uint8)
+                out = [torch.empty((len(moe_layers), *t.shape), device=device, dtype=torch.uint8)
                        for t in ts]
             for o, t in zip(out, ts):
                 if t.shape != o.shape[1:]:
                     raise ValueError(f"model.layers.{i}.mlp.experts.{name}: MXFP4 shape "
-                                     f"{tuple(t.shape)} does not match layer 0's")
-                o[i].copy_(t)
+                                     f"{tuple(t.shape)} does not match layer {moe_layers[0]}'s")
+                o[j].copy_(t)
         return out
 
     def encoded_mxfp4():
@@ -366,7 +399,7 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
         out = []
         for name in ("gate_up_proj", "down_proj"):
             codes = scales = None
-            for i in range(spec.n_layers):
+            for j, i in enumerate(moe_layers):
                 for e in range(spec.n_experts):
                     t = expert_shard(name, fetch(f"model.layers.{i}.mlp.experts.{name}",
                                                  (slice(e, e + 1),)))
@@ -374,10 +407,10 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
                     if enc is None:
                         return None
                     if codes is None:
-                        codes, scales = (torch.empty((spec.n_layers, spec.n_experts, *x.shape),
+                        codes, scales = (torch.empty((len(moe_layers), spec.n_experts, *x.shape),
                                                      device=device, dtype=torch.uint8)
                                          for x in enc)
-                    codes[i, e], scales[i, e] = enc
+                    codes[j, e], scales[j, e] = enc
             out += [codes, scales]
         return out
 
@@ -417,10 +450,13 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
         w_qkv=stack((attn.format("q", "weight"), q), (attn.format("k", "weight"), kv),
                     (attn.format("v", "weight"), kv), codes=True),
         w_o=stack((attn.format("o", "weight"), cols(sp.q_dim)), codes=True),
-        w_gu=stack(*gated(f"{mlp}gate_proj.weight", f), (f"{mlp}up_proj.weight", f), codes=True)
-        if sp.ffn_dim else torch.zeros(spec.n_layers, 0, spec.d_model, device=device, dtype=dtype),
-        w_down=stack((f"{mlp}down_proj.weight", cols(sp.ffn_dim)), codes=True)
-        if sp.ffn_dim else torch.zeros(spec.n_layers, spec.d_model, 0, device=device, dtype=dtype),
+        w_gu=stack(*gated(f"{mlp}gate_proj.weight", f), (f"{mlp}up_proj.weight", f), codes=True,
+                   layers=mlp_layers)
+        if sp.ffn_dim else torch.zeros(len(mlp_layers), 0, spec.d_model, device=device,
+                                       dtype=dtype),
+        w_down=stack((f"{mlp}down_proj.weight", cols(sp.ffn_dim)), codes=True, layers=mlp_layers)
+        if sp.ffn_dim else torch.zeros(len(mlp_layers), spec.d_model, 0, device=device,
+                                       dtype=dtype),
         b_qkv=stack((attn.format("q", "bias"), q), (attn.format("k", "bias"), kv),
                     (attn.format("v", "bias"), kv)) if spec.attn_bias else None,
         b_o=on_first_rank(stack((attn.format("o", "bias"), None)) if spec.o_bias else None),
@@ -434,7 +470,18 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
     )
     if spec.moe:
         pw.w_router = stack(("mlp.gate.weight", None),
-                            *((("mlp.shared_expert_gate.weight", None),) if spec.ffn_dim else ()))
+                            *((("mlp.shared_expert_gate.weight", None),) if spec.ffn_dim else ()),
+                            layers=moe_layers,
+                            out_dtype=torch.float32 if spec.router_fp32 else None)
+        if spec.choice_bias:  # fp32, the checkpoint's values exactly (ERNIE's [1, E] each)
+            pw.b_choice = torch.stack([fetch(f"model.layers.{i}.{fam.experts.choice_bias}")
+                                       .float().reshape(-1) for i in moe_layers]).to(device)
+        if spec.dense_layers:  # the dense layers' MLPs, as a dense model's (their own width)
+            fd, dl = rows(sp.dense_ffn), spec.dense_layers
+            pw.w_dense_gu = stack(*gated("mlp.gate_proj.weight", fd), ("mlp.up_proj.weight", fd),
+                                  codes=True, layers=dl)
+            pw.w_dense_down = stack(("mlp.down_proj.weight", cols(sp.dense_ffn)), codes=True,
+                                    layers=dl)
         enc = encoded_mxfp4() if encode else None
         if mxfp4:
             pw.w_experts_gu, pw.s_experts_gu = stack_mxfp4("gate_up_proj")
@@ -450,7 +497,7 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
             pw.w_experts_gu = stack_experts("gate_up_proj")
             pw.w_experts_down = stack_experts("down_proj")
         if spec.expert_bias:
-            pw.b_router = stack(("mlp.gate.bias", None))
+            pw.b_router = stack(("mlp.gate.bias", None), layers=moe_layers)
             pw.b_experts_gu = stack_experts("gate_up_proj_bias")
             pw.b_experts_down = stack_experts("down_proj_bias")
     if spec.attn_sinks:  # this rank's q heads' logits, fp32 (the checkpoint's values exactly)
@@ -483,46 +530,59 @@ def fp8_matrices(spec: ModelSpec, get, fam, shards: dict, world: int):
     every layer matrix of the model can stay FP8 as it is stored; else None (the dequantized
     weights pack as before): a model whose packing changes no weight value or row (no fused
     / grouped / Conv1D checkpoint tensors -- renamed ones read through renamed_getter's
-    fp8_rows --, no scales folded in, no LayerNorm centering,
-    no rotary rows permuted) and a checkpoint whose every q / k / v / o / gate / up / down weight
-    quant.fp8_rows can lay out -- for tensor parallelism, the rank's shard of it (shards: a
+    fp8_rows --, no scales folded in, no LayerNorm centering; rotary rows permuted as whole
+    rows after: _permute_rope_dims) and a checkpoint whose every q / k / v / o / gate / up /
+    down weight quant.fp8_rows can lay out -- for tensor parallelism, the rank's shard of it
+    (shards: a
     layer's name -> its index), a row-parallel matrix's (o, down) for every rank's columns, so
     that all ranks decide alike (read here: layer 0's decides the rest as they pack, and one
     that cannot raises; layer 0's rows are handed to the packing once, not read again). A
     mixture of experts (Qwen2 / Qwen3-MoE, OLMoE: per-expert checkpoint tensors
     mlp.experts.{e}.{gate,up,down}_proj, Qwen3-30B-A3B-FP8's layout; Mixtral's own names for
-    them, block_sparse_moe.experts.{e}.w1 / w3 / w2) keeps its routed experts
-    and its shared expert FP8 too (layer 0's expert 0 decides with the dense ones; its layer name
+    them, block_sparse_moe.experts.{e}.w1 / w3 / w2) -- a shared expert without a gate its down
+    rows' scales doubled (zero_gate_getter's 1/2 undone, exactly) -- keeps its routed experts
+    and its shared expert FP8 too (the first expert layer's expert 0 decides with the dense
+    matrices, a dense layer's MLP among them with the first such layer's; its layer name
     mlp.experts.{part}_proj.weight); its router stays float (dequantized where it is FP8)."""
     rows = getattr(get, "fp8_rows", None)
     plain = not (fam.conv1d or fam.fused or fam.qkv_grouped
                  or spec.text_of or spec.layer_norm or spec.qk_layer_norm
-                 or (fam.experts is not None and (fam.experts.oai or fam.experts.shared_fused
-                                                  or not fam.experts.shared_gate))
+                 or (fam.experts is not None and (fam.experts.oai or fam.experts.shared_fused))
                  or spec.q_scale != 1.0
-                 or spec.residual_scale != 1.0 or spec.rope_permutation() is not None)
+                 or spec.residual_scale != 1.0)
     if rows is None or not plain:
         return None
     mlp = "mlp.shared_expert." if spec.moe else "mlp."
-    names = [(f"self_attn.{n}_proj.weight",) * 2 for n in "qkvo"] + \
-        [(f"{mlp}{n}_proj.weight",) * 2 for n in ("gate", "up", "down")[1 - spec.gated:]
-         if spec.ffn_dim] + \
-        [(f"mlp.experts.0.{n}_proj.weight", f"mlp.experts.{n}_proj.weight")
-         for n in ("gate", "up", "down") if spec.moe]
+    gu = ("gate", "up", "down")[1 - spec.gated:]
+    e0 = spec.expert_layers[0] if spec.moe else 0  # the first layer of each kind decides
+    names = [(0, f"self_attn.{n}_proj.weight", f"self_attn.{n}_proj.weight") for n in "qkvo"] + \
+        [(e0, f"{mlp}{n}_proj.weight", f"{mlp}{n}_proj.weight") for n in gu if spec.ffn_dim] + \
+        [(e0, f"mlp.experts.0.{n}_proj.weight", f"mlp.experts.{n}_proj.weight")
+         for n in ("gate", "up", "down") if spec.moe] + \
+        [(spec.dense_layers[0], f"mlp.{n}_proj.weight", f"mlp.{n}_proj.weight")
+         for n in gu if spec.dense_layers]
 
     def shard(name, layer_name):
         by_cols = shards[layer_name][0] == slice(None)  # row-parallel: its columns cut
         return rows(name, shards[layer_name], world if by_cols else 1)
     first = {}
-    for n, layer_name in names:
-        first[f"model.layers.0.{n}"] = t = shard(f"model.layers.0.{n}", layer_name)
+    for l, n, layer_name in names:
+        first[f"model.layers.{l}.{n}"] = t = shard(f"model.layers.{l}.{n}", layer_name)
         if t is None:
             return None
+
+    # a shared expert without a gate (Experts.shared_gate False): its down rows doubled, as the
+    # float packing's (zero_gate_getter), by their scales -- exact
+    ungated = spec.moe and spec.ffn_dim > 0 and not fam.experts.shared_gate
+    down = f"{mlp}down_proj.weight"
 
     def read(name, layer_name):
         t = first.pop(name) if name in first else shard(name, layer_name)
         if t is None:
-            raise ValueError(f"{name}: not FP8 as layer 0's matrices are (quant.fp8_rows)")
+            raise ValueError(f"{name}: not FP8 as the first layer's matrices are "
+                             "(quant.fp8_rows)")
+        if ungated and layer_name == down:
+            t = fp8_rows_scaled(t, spec.ffn_dim // world, 2.0)
         return t
     return read
 
@@ -871,14 +931,15 @@ def _permute_rope_dims(pw: PackedWeights):
     """Partial rotary (spec.rot < head_dim) or interleaved RoPE pairs: each q / k head's rows
     (weights, biases, q/k-norm weights) in ModelSpec.rope_permutation's order, one layer at a
     time (a layer's copy at most beside the packed weights). q . k is the same sum in any common
-    order of the dims; the packed tensors are the packing's own (the caller's are not touched)."""
+    order of the dims; the packed tensors are the packing's own (the caller's are not touched).
+    FP8 rows (quant.fp8_rows) move whole, their scales with them: by their bytes."""
     s = pw.spec
     perm = s.rope_permutation()
     if perm is None:
         return
     perm = perm.to(pw.device)
     qk = (s.n_heads + s.n_kv_heads) * s.head_dim  # q rows, then k rows
-    for t in (pw.w_qkv, pw.b_qkv):
+    for t in (pw.w_qkv.view(torch.uint8) if pw.fp8 else pw.w_qkv, pw.b_qkv):
         for layer in [] if t is None else t:
             heads = layer[:qk].view(-1, s.head_dim, *layer.shape[1:])
             heads.copy_(heads[:, perm])
@@ -982,17 +1043,20 @@ def dict_getter(state: dict):
 
 def _check_shapes(pw: PackedWeights, full_vocab: int):
     s = pw.spec  # a rank's shard sizes; the embedding is replicated (full vocabulary)
+    L = len(s.expert_layers) if s.moe else s.n_layers  # the MLP stacks' layers
     want = {
         "embed": (full_vocab, s.d_model), "lm_head": (s.vocab_size, s.d_model),
         "w_qkv": (s.n_layers, s.qkv_dim, s.d_model), "w_o": (s.n_layers, s.d_model, s.q_dim),
-        "w_gu": (s.n_layers, (1 + s.gated) * s.ffn_dim, s.d_model),
-        "w_down": (s.n_layers, s.d_model, s.ffn_dim),
+        "w_gu": (L, (1 + s.gated) * s.ffn_dim, s.d_model), "w_down": (L, s.d_model, s.ffn_dim),
     }
     if s.moe:
-        L, E, F, d = s.n_layers, s.n_experts, s.expert_ffn, s.d_model
+        E, F, d, Ld, Fd = s.n_experts, s.expert_ffn, s.d_model, len(s.dense_layers), s.dense_ffn
         want.update(w_router=(L, E + (s.ffn_dim > 0), d), w_experts_gu=(L, E, 2 * F, d),
                     w_experts_down=(L, E, d, F))
-    for name in ("w_qkv", "w_o", "w_gu", "w_down", "w_experts_gu", "w_experts_down"):
+        if Ld:
+            want.update(w_dense_gu=(Ld, (1 + s.gated) * Fd, d), w_dense_down=(Ld, d, Fd))
+    for name in ("w_qkv", "w_o", "w_gu", "w_down", "w_experts_gu", "w_experts_down",
+                 "w_dense_gu", "w_dense_down"):
         if name in want and getattr(pw, name).dtype == torch.float8_e4m3fn:  # FP8 rows: codes,
             *lead, K = want[name]  # scales, padding (quant.fp8_rows)
             want[name] = (*lead, row_elems(K, torch.float8_e4m3fn))

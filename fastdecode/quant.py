@@ -199,6 +199,18 @@ def fp8_values(rows: torch.Tensor, K: int) -> torch.Tensor:
     return rows[..., :K].to(torch.float32) * s.repeat_interleave(G, dim=-1)[..., :K]
 
 
+def fp8_rows_scaled(rows: torch.Tensor, K: int, factor: float) -> torch.Tensor:
+    """fp8_rows' layout [..., N, row_elems(K)] with every scale times factor, a new tensor (a
+    power of two: the values times it exactly)."""
+    G = FP8_GROUP.value
+    ng = -(-K // G)
+    out = rows.clone()
+    b = out.view(torch.uint8)
+    s = b[..., K:K + 4 * ng].contiguous().view(torch.float32) * factor
+    b[..., K:K + 4 * ng] = s.view(torch.uint8)
+    return out
+
+
 def dequantize_mxfp4(blocks: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
     """blocks [..., N, G, 16] uint8, scales [..., N, G] uint8 -> fp32 [..., N, G * 32] (module
     docstring: each byte's low nibble the even element, its high one the odd)."""

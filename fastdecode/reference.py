@@ -297,17 +297,39 @@ def attention_block(pw, l, h, pos, k_cache, v_cache, cos, sin, num=FP32):
     return gemv(o.to(pw.dtype), pw.matrix("o", l), bias=pick(pw.b_o), num=num)
 
 
-def route(logits, top_k: int, norm_topk: bool, shared: bool = False):
+def route(logits, top_k: int, norm_topk: bool, shared: bool = False, sigmoid: bool = False,
+          choice_bias=None, groups: tuple = (1, 1), scale: float = 1.0):
     """A mixture's routing of rows logits [T, E (+ 1)] -- the router's E logits, then, shared,
     the shared expert's gate logit -> (ids [T, top_k] int64, weights [T, top_k] fp32, the shared
-    expert's scale [T] fp32 or None): softmax over the E logits in fp32, its top_k by descending
-    probability, renormalized to sum 1 where norm_topk (HF's Mixtral, Qwen2 / Qwen3-MoE and
-    OLMoE routers); the shared scale sigmoid(logit E)."""
+    expert's scale [T] fp32 or None): scores p = softmax over the E logits in fp32 (sigmoid:
+    each logit's sigmoid -- DeepSeek-V3, GLM-4.5), its top_k by descending p -- or by p +
+    choice_bias [E] where there is one (the routers' e_score_correction_bias: ERNIE 4.5,
+    DeepSeek-V3), from the best groups only where groups (n_group, topk_group) limit them (the E
+    experts in n_group runs, each scored by the sum of its two best; the topk_group best kept) --
+    weighted by p, renormalized to sum 1 where norm_topk (HF's Mixtral, Qwen2 / Qwen3-MoE and
+    OLMoE routers), times scale (routed_scaling_factor); the shared scale sigmoid(logit E)."""
     E = logits.shape[1] - shared
-    w, ids = torch.topk(torch.softmax(logits[:, :E].float(), -1), top_k, dim=-1)
+    z = logits[:, :E].float()
+    p = torch.sigmoid(z) if sigmoid else torch.softmax(z, -1)
+    choice = p if choice_bias is None else p + choice_bias.float()
+    n_group, topk_group = groups
+    if topk_group < n_group:
+        by_group = choice.view(-1, n_group, E // n_group)
+        best = by_group.topk(2, dim=-1).values.sum(-1).topk(topk_group, dim=-1).indices
+        keep = torch.zeros_like(by_group[..., 0], dtype=torch.bool).scatter_(1, best, True)
+        choice = choice.masked_fill(~keep.repeat_interleave(E // n_group, 1), float("-inf"))
+    ids = torch.topk(choice, top_k, dim=-1).indices
+    w = p.gather(1, ids)
     if norm_topk:
         w = w / w.sum(-1, keepdim=True)
-    return ids, w, torch.sigmoid(logits[:, E].float()) if shared else None
+    return ids, w * scale, torch.sigmoid(logits[:, E].float()) if shared else None
+
+
+def router_args(pw, l) -> dict:
+    """route's router keywords for layer l of the model (ModelSpec's router fields)."""
+    s = pw.spec
+    return dict(sigmoid=s.router_sigmoid, groups=s.expert_groups, scale=s.routed_scale,
+                choice_bias=None if pw.b_choice is None else pw.b_choice[s.expert_index(l)])
 
 
 def moe_block(pw, l, h, num=FP32):
@@ -320,9 +342,10 @@ def moe_block(pw, l, h, num=FP32):
     s = pw.spec
     norm_w = pw.pre_norm(1, l)  # None: no norm before the block (FlexOlmo)
     x = h if norm_w is None else num.norm(h, norm_w, s.rms_eps)
-    pick = lambda t, *i: None if t is None else t[(l, *i)]  # noqa: E731
-    ids, w, shared = route(gemv(x, pw.w_router[l], bias=pick(pw.b_router), num=num), s.top_k,
-                           s.norm_topk, s.ffn_dim > 0)
+    i = s.expert_index(l)  # the expert stacks' layer
+    pick = lambda t, *e: None if t is None else t[(i, *e)]  # noqa: E731
+    ids, w, shared = route(gemv(x, pw.w_router[i], bias=pick(pw.b_router), num=num), s.top_k,
+                           s.norm_topk, s.ffn_dim > 0, **router_args(pw, l))
     out = torch.zeros(h.shape[0], s.d_model, device=h.device, dtype=torch.float32)
     for e in ids.unique().tolist():
         t, j = (ids == e).nonzero(as_tuple=True)
@@ -338,9 +361,10 @@ def moe_block(pw, l, h, num=FP32):
 
 def mlp_block(pw, l, h, num=FP32):
     """Layer l's MLP [T, d] (fp32 under FP32), without the residual: down(act(gate) * up)(
-    rmsnorm(h)) (down(act(up)) without a gate); a mixture of experts': moe_block."""
+    rmsnorm(h)) (down(act(up)) without a gate); a mixture of experts': moe_block (but its
+    dense layers', ModelSpec.dense_layers: their own MLP's)."""
     s = pw.spec
-    if s.moe:
+    if s.moe and l not in s.dense_layers:
         return moe_block(pw, l, h, num)
     pick = lambda t: None if t is None else t[l]  # noqa: E731
     act = gemv(h, pw.matrix("gu", l), norm_w=pw.pre_norm(1, l), eps=s.rms_eps, bias=pick(pw.b_gu),

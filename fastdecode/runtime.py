@@ -65,8 +65,9 @@ class SingleRank:
 def lacks_tasks(spec, weights=None, world: int = 1) -> str:
     """What of the model the megakernel (and the VM) has no tasks for ('': nothing): attention
     sinks; of a mixture of experts (its tasks: decode on one rank, float or FP8 experts --
-    graph.moe_tasks) biased experts, norms after the blocks (FlexOlmo), tensor-parallel ranks
-    (world > 1) or MXFP4 experts (weights: the packed ones, where known)."""
+    graph.moe_tasks) biased experts, norms after the blocks (FlexOlmo), dense MLP layers among
+    the expert ones (ModelSpec.dense_layers), tensor-parallel ranks (world > 1) or MXFP4
+    experts (weights: the packed ones, where known)."""
     if spec.attn_sinks:
         return "attention sinks"
     if not spec.moe:
@@ -75,6 +76,12 @@ def lacks_tasks(spec, weights=None, world: int = 1) -> str:
         return "a mixture of experts with biases"
     if spec.post_norms:
         return "a mixture of experts with norms after its blocks"
+    if spec.dense_layers:
+        return "a mixture of experts with dense MLP layers among its expert layers"
+    if spec.router_sigmoid or spec.choice_bias or spec.expert_groups[1] < spec.expert_groups[0] \
+            or spec.routed_scale != 1.0:
+        return ("a mixture of experts whose router has sigmoid scores, a choice bias, groups or "
+                "a routed scale")
     if world > 1:
         return "a mixture of experts over tensor-parallel ranks"
     if weights is not None and weights.s_experts_gu is not None:
@@ -518,19 +525,21 @@ class Runtime:
                           n_splits=st.o_part.shape[0],
                           scratch=(st.o_part, st.lse),
                           out=st.attn[:T])
-            if s.moe:
+            if s.moe and l not in s.dense_layers:
                 self._residual_gemv(st.attn[:T], pw.w_o[l], b_o, h, pw.post_norm(0, l))
                 self._moe_ops(l, h, T)
                 continue
+            w_gu, w_down = pw.mlp_weights(l)  # a mixture's dense layers' too
+            act = (st.dense_act if s.moe else st.act)[:T]
             # parallel blocks (ModelSpec.parallel): the MLP reads the layer's input, before
             # o_proj adds to it
             for op in ("gu", "o") if s.parallel else ("o", "gu"):
                 if op == "o":
                     self._residual_gemv(st.attn[:T], pw.w_o[l], b_o, h, pw.post_norm(0, l))
                 else:
-                    ops.gemv(h, pw.w_gu[l], norm_w=pw.pre_norm(1, l), eps=s.rms_eps, bias=b_gu,
-                             swiglu=True, act=s.act, gated=s.gated, out=st.act[:T])
-            self._residual_gemv(st.act[:T], pw.w_down[l], b_down, h, pw.post_norm(1, l))
+                    ops.gemv(h, w_gu, norm_w=pw.pre_norm(1, l), eps=s.rms_eps, bias=b_gu,
+                             swiglu=True, act=s.act, gated=s.gated, out=act)
+            self._residual_gemv(act, w_down, b_down, h, pw.post_norm(1, l))
         if head:
             self._head_ops(h, T, all_logits, sampling, choose)
 
@@ -546,24 +555,25 @@ class Runtime:
         (ModelSpec.post_norms, FlexOlmo): the fp32 sums (all-reduced) normalized, then added
         (ops.residual_add, as _residual_gemv's)."""
         st, pw, s = self.state, self.pw, self.spec
-        norm, P = pw.pre_norm(1, l), T * s.top_k
-        pick = lambda t: None if t is None else t[l]  # noqa: E731
-        ops.gemv(h, pw.w_router[l], norm_w=norm, eps=s.rms_eps, bias=pick(pw.b_router),
+        norm, P, i = pw.pre_norm(1, l), T * s.top_k, s.expert_index(l)
+        pick = lambda t: None if t is None else t[i]  # noqa: E731
+        ops.gemv(h, pw.w_router[i], norm_w=norm, eps=s.rms_eps, bias=pick(pw.b_router),
                  out=st.router[:T])
         ids, w, scale = ops.moe_route(st.router[:T], s.top_k, s.norm_topk, s.ffn_dim > 0,
-                                      out=(st.moe_ids[:P], st.moe_w[:P], st.moe_s[:T]))
-        ops.gemv(h, pw.w_experts_gu[l], norm_w=norm, eps=s.rms_eps, bias=pick(pw.b_experts_gu),
+                                      out=(st.moe_ids[:P], st.moe_w[:P], st.moe_s[:T]),
+                                      **R.router_args(pw, l))
+        ops.gemv(h, pw.w_experts_gu[i], norm_w=norm, eps=s.rms_eps, bias=pick(pw.b_experts_gu),
                  swiglu=True, act=s.act, experts=ids, out=st.moe_act[:P],
                  scales=pick(pw.s_experts_gu))
         shared = None
         if s.ffn_dim:
-            shared = (ops.gemv(h, pw.w_gu[l], norm_w=norm, eps=s.rms_eps, swiglu=True, act=s.act,
-                               out=st.act[:T]), pw.w_down[l], scale)
+            shared = (ops.gemv(h, pw.w_gu[i], norm_w=norm, eps=s.rms_eps, swiglu=True, act=s.act,
+                               out=st.act[:T]), pw.w_down[i], scale)
         post = pw.post_norm(1, l)
         # fp32 sums, stored, where they are not the residual's update as they are: a rank's
         # partial sums, or the block's output a norm follows
         into = st.part[:T] if self.tp or post is not None else h
-        ops.moe_down(into, st.moe_act[:P], pw.w_experts_down[l], ids, w, shared,
+        ops.moe_down(into, st.moe_act[:P], pw.w_experts_down[i], ids, w, shared,
                      bias=pick(pw.b_experts_down), scales=pick(pw.s_experts_down),
                      accumulate=into is h)
         if self.tp:

@@ -61,6 +61,19 @@ class Experts:
     # interleaved (2i, 2i + 1) and down_proj [E, F, d] (packing.oai_expert_getter); the experts'
     # activation is the clamped SwiGLU (ModelSpec.act "swiglu_oai": OAI_SWIGLU)
     oai: bool = False
+    # the shared MLP is this config field's count of experts wide (ffn x n_shared_experts:
+    # DeepSeek-V3, GLM-4.5, ERNIE 4.5's moe_num_shared_experts), where `shared` is None
+    shared_count: str | None = None
+    # the router's scores are sigmoids, not a softmax (DeepSeek-V3, GLM-4.5, dots.llm1)
+    sigmoid: bool = False
+    # the tensor within the layer of the router's choice bias -- added to the scores to pick the
+    # experts, not to weight them (e_score_correction_bias; None: none)
+    choice_bias: str | None = None
+    # the config reads n_group / topk_group (group-limited picks) and routed_scaling_factor
+    deepseek: bool = False
+    # HF keeps the router's weight in fp32 (_keep_in_fp32_modules_strict: gate.weight), as the
+    # packing does (ModelSpec.router_fp32)
+    router_fp32: bool = False
 
 
 # gpt-oss's clamped SwiGLU, (alpha, limit): (min(g, limit) sigmoid(alpha min(g, limit))) (clamp(u,
@@ -289,6 +302,11 @@ _GPTJ = Family(qkv_bias=False, qk_norm=False, window_field=None, gated=False,
                    ("model.norm.", "transformer.ln_f."), (".input_layernorm.", ".ln_1."),
                    (".self_attn.o_proj.", ".attn.out_proj."), (".self_attn.", ".attn."),
                    (".mlp.up_proj.", ".mlp.fc_in."), (".mlp.down_proj.", ".mlp.fc_out.")))
+# DeepSeek-V3's shared experts (mlp.shared_experts: packing's mlp.shared_expert) and router
+_SHARED_EXPERTS = ((".mlp.shared_expert.", ".mlp.shared_experts."),)
+_DEEPSEEK_EXPERTS = Experts(count=("n_routed_experts",), shared_count="n_shared_experts",
+                            shared_gate=False, sigmoid=True, router_fp32=True,
+                            choice_bias="mlp.gate.e_score_correction_bias", deepseek=True)
 FAMILIES: dict[str, Family] = {
     "llama": Family(qkv_bias=False, qk_norm=False, window_field=None),
     "mistral": Family(qkv_bias=False, qk_norm=False, window_field=None),
@@ -391,6 +409,28 @@ FAMILIES: dict[str, Family] = {
                              checkpoint_names=(*_HUNYUAN_NAMES,
                                                (".mlp.shared_expert.", ".mlp.shared_mlp."),
                                                (".mlp.gate.weight", ".mlp.gate.wg.weight"))),
+    # ERNIE 4.5 MoE (ERNIE-4.5-21B-A3B): ERNIE 4.5's attention (interleaved RoPE) over top-k
+    # experts picked by softmax + a choice bias (moe_statics), renormalized, plus shared experts
+    # without a gate; its first layer dense (moe_layer_start_index)
+    "ernie4_5_moe": Family(qkv_bias=False, qk_norm=False, window_field=None,
+                           interleaved_rope=True, bias_fields=(None, None, None),
+                           refuse=(("use_bias", "biases on every projection"),),
+                           experts=Experts(count=("moe_num_experts",), top_k="moe_k",
+                                           renorm=True, shared_count="moe_num_shared_experts",
+                                           router_fp32=True,
+                                           shared_gate=False, choice_bias=(
+                                               "mlp.gate.moe_statics.e_score_correction_bias")),
+                           checkpoint_names=(*_SHARED_EXPERTS,
+                                             (".mlp.gate.moe_statics.", ".mlp.moe_statics."))),
+    # GLM-4.5 / 4.6 (glm4_moe) and dots.llm1: DeepSeek-V3's router (sigmoid scores, a choice
+    # bias, group-limited picks, a routed scale) and shared experts without a gate, the first
+    # first_k_dense_replace layers dense; GLM's attention rotates half of each head (its
+    # partial_rotary_factor) with q / k / v biases and optional q / k norms, dots' is Qwen3's
+    "glm4_moe": Family(qkv_bias=False, qk_norm="use_qk_norm", window_field=None,
+                       partial_rotary=True, bias_fields=("attention_bias", None, None),
+                       experts=_DEEPSEEK_EXPERTS, checkpoint_names=_SHARED_EXPERTS),
+    "dots1": Family(qkv_bias=False, qk_norm=True, window_field=None,
+                    experts=_DEEPSEEK_EXPERTS, checkpoint_names=_SHARED_EXPERTS),
     "smollm3": Family(qkv_bias=False, qk_norm=False, window_field="use_sliding_window",
                       nope_field="no_rope_layers"),
     # IQuest-Coder: HF's Llama under a model_type of its own
@@ -675,7 +715,7 @@ ALIBI_BLOOM, ALIBI_FALCON = 1, 2
 TIED_BY_DEFAULT = frozenset({"ernie4_5", "smollm3", "starcoder2", "cohere", "cohere2", "gpt2",
                              "gpt_bigcode", "falcon", "opt", "gemma", "gemma2", "vaultgemma",
                              "gemma3_text", "bloom", "mpt", "biogpt", "gpt_neo", "xglm",
-                             "qwen3_vl_moe_text"})
+                             "qwen3_vl_moe_text", "ernie4_5_moe"})
 
 # vision-language models whose language model (text_config) is a supported family: it decodes
 # alone (no image is read; Mistral Small 3.x, LLaVA and LLaVA-NeXT / OneVision, Gemma 3 4B and
@@ -686,8 +726,9 @@ TEXT_OF = ("mistral3", "llava", "llava_next", "llava_onevision", "gemma3", "qwen
            "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v", "internvl", "idefics3", "smolvlm")
 # why some model types a user may try are not supported (UnsupportedModelError says it)
 UNSUPPORTED = {
-    **{mt: "a mixture of experts whose router or experts differ from Mixtral's and Qwen's"
-       for mt in ("deepseek_v3", "llama4_text", "glm4v_moe", "dbrx")},
+    **{mt: "a mixture of experts whose router or experts differ from those supported"
+       for mt in ("llama4_text", "glm4v_moe", "dbrx")},
+    **{mt: "multi-head latent attention (MLA)" for mt in ("deepseek_v2", "deepseek_v3")},
     **{mt: "a vision-language model (its text model alone is not read)" for mt in (
         "llama4",)},
     **{mt: "linear-attention (Gated DeltaNet) layers" for mt in ("qwen3_next", "qwen3_5",
@@ -801,6 +842,20 @@ class ModelSpec:
     top_k: int = 0
     expert_ffn: int = 0
     norm_topk: bool = False
+    # layers whose MLP is dense among the expert layers (Qwen's mlp_only_layers, DeepSeek's
+    # first_k_dense_replace: _dense_layers), each down(act(gate x) * up x) of dense_ffn width
+    # (PackedWeights.w_dense_gu / w_dense_down); the expert stacks hold the other layers only
+    # (expert_index)
+    dense_layers: tuple = ()
+    dense_ffn: int = 0
+    # the router (reference.route): sigmoid scores (else a softmax), a choice bias
+    # (PackedWeights.b_choice), picks limited to the topk_group best of n_group expert groups
+    # (expert_groups), the weights times routed_scale
+    router_sigmoid: bool = False
+    choice_bias: bool = False
+    expert_groups: tuple = (1, 1)
+    routed_scale: float = 1.0
+    router_fp32: bool = False  # w_router packed in fp32 whatever the weights' (Experts')
     expert_bias: bool = False  # the router and the experts carry biases (Experts.oai)
     # attention sinks (Family.sinks): each q head's learned logit s_h joins its softmax as a key
     # without a value, o = sum_j e^(x_j) v_j / (e^(s_h) + sum_j e^(x_j))
@@ -866,8 +921,23 @@ class ModelSpec:
 
     @property
     def moe(self) -> bool:
-        """Every layer's MLP is a mixture of experts (n_experts of them)."""
+        """The MLPs are mixtures of experts (n_experts of them), but dense_layers'."""
         return self.n_experts > 0
+
+    @property
+    def expert_layers(self) -> tuple:
+        """The layers whose MLP is a mixture of experts, in order (the expert stacks' layers)."""
+        return tuple(l for l in range(self.n_layers) if l not in self.dense_layers) \
+            if self.moe else ()
+
+    def expert_index(self, l: int) -> int:
+        """Layer l's place in the expert stacks (router, experts, shared expert); -1: a dense
+        layer (dense_index)."""
+        return -1 if l in self.dense_layers else l - sum(d < l for d in self.dense_layers)
+
+    def dense_index(self, l: int) -> int:
+        """Layer l's place in the dense MLP stacks of a mixture (dense_layers)."""
+        return self.dense_layers.index(l)
 
     def weight_bytes_per_token(self, elt: int = 2, all_experts: bool = False,
                                expert_elt: float | None = None,
@@ -879,13 +949,16 @@ class ModelSpec:
         bytes a dense layer matrix's element takes where they differ (FP8 rows: quant.FP8_BYTES)."""
         norms = 2 * self.post_norms + 2 * self.pre_norms
         picked = self.n_experts if all_experts else self.top_k
-        experts = (self.n_experts + (self.ffn_dim > 0)) if self.moe else 0
-        routed = 3 * picked * self.expert_ffn * self.d_model * self.n_layers if self.moe else 0
-        matrices = (self.qkv_dim * self.d_model + self.d_model * self.q_dim
-                    + (2 + self.gated) * self.ffn_dim * self.d_model)
-        per_layer = norms * self.d_model + experts * self.d_model
-        return elt * (self.n_layers * per_layer + self.vocab_size * self.d_model + self.d_model) \
-            + round(self.n_layers * matrices * (elt if matrix_elt is None else matrix_elt)) \
+        moe = len(self.expert_layers)  # the layers with experts (all of them, but dense_layers)
+        routed = 3 * picked * self.expert_ffn * self.d_model * moe
+        mlp = (2 + self.gated) * self.d_model  # an MLP's bytes a unit of its width
+        matrices = self.n_layers * (self.qkv_dim * self.d_model + self.d_model * self.q_dim) \
+            + mlp * (self.ffn_dim * (moe if self.moe else self.n_layers)
+                     + self.dense_ffn * len(self.dense_layers))
+        routers = (self.n_experts + (self.ffn_dim > 0)) * self.d_model * moe
+        return elt * (self.n_layers * norms * self.d_model + routers
+                      + self.vocab_size * self.d_model + self.d_model) \
+            + round(matrices * (elt if matrix_elt is None else matrix_elt)) \
             + round(routed * (elt if expert_elt is None else expert_elt))
 
     def kv_bytes(self, seq_len: int, elt: int = 2) -> int:
@@ -901,7 +974,8 @@ class ModelSpec:
             raise TensorParallelError(f"tensor-parallel size must be a positive integer, got "
                                       f"{world!r}")
         widths = (("the experts' intermediate size", self.expert_ffn),
-                  ("the shared expert's intermediate size", self.ffn_dim)) if self.moe else \
+                  ("the shared expert's intermediate size", self.ffn_dim),
+                  ("the dense layers' intermediate_size", self.dense_ffn)) if self.moe else \
             (("intermediate_size", self.ffn_dim),)
         for what, n in (("num_attention_heads", self.n_heads), *widths):
             if n % world:
@@ -931,7 +1005,8 @@ class ModelSpec:
         return dataclasses.replace(self, n_heads=self.n_heads // world,
                                    n_kv_heads=max(1, self.n_kv_heads // world),
                                    ffn_dim=self.ffn_dim // world,
-                                   expert_ffn=self.expert_ffn // world, vocab_size=v1 - v0)
+                                   expert_ffn=self.expert_ffn // world,
+                                   dense_ffn=self.dense_ffn // world, vocab_size=v1 - v0)
 
     @property
     def longrope_orig(self) -> int | None:
@@ -1255,8 +1330,28 @@ def _parallel(fam: Family, cfg) -> bool:
     return any(getattr(cfg, f, False) for f in fam.parallel)
 
 
+def _dense_layers(cfg, n_layers: int) -> tuple:
+    """A mixture's layers whose MLP is dense, by whichever of HF's rules its config carries:
+    mlp_only_layers and every decoder_sparse_step-th layer sparse (Qwen2 / Qwen3-MoE),
+    first_k_dense_replace (DeepSeek-V3, GLM-4.5, dots.llm1), moe_layer_start_index /
+    moe_layer_end_index (-1: the last) / moe_layer_interval (ERNIE 4.5)."""
+    sparse = set(range(n_layers))
+    step = int(getattr(cfg, "decoder_sparse_step", 1) or 1)
+    sparse -= {l for l in range(n_layers) if (l + 1) % step
+               or l in (getattr(cfg, "mlp_only_layers", None) or ())}
+    sparse -= set(range(int(getattr(cfg, "first_k_dense_replace", 0) or 0)))
+    if getattr(cfg, "moe_layer_start_index", None) is not None:
+        start, end = int(cfg.moe_layer_start_index), int(getattr(cfg, "moe_layer_end_index", -1))
+        every = int(getattr(cfg, "moe_layer_interval", 1) or 1)
+        end = n_layers - 1 if end == -1 else end
+        sparse -= {l for l in range(n_layers) if (l + 1) % every or not start <= l <= end}
+    return tuple(l for l in range(n_layers) if l not in sparse)
+
+
 def _experts(mt: str, ex: Experts, cfg, n_layers: int) -> dict:
-    """ModelSpec's mixture-of-experts fields, ffn_dim the shared expert's width (0: none)."""
+    """ModelSpec's mixture-of-experts fields, ffn_dim the shared expert's width (0: none), the
+    dense layers' (_dense_layers) dense_ffn; a model whose every layer is dense (a config cut to
+    its first layers): a dense model's ffn_dim."""
     field = next((f for f in ex.count if getattr(cfg, f, None) is not None), ex.count[0])
 
     def one(name):  # a config value, or a per-layer list of one value
@@ -1269,16 +1364,32 @@ def _experts(mt: str, ex: Experts, cfg, n_layers: int) -> dict:
     n, k = one(field), one(ex.top_k)
     if not 1 <= k <= n:
         raise UnsupportedModelError(f"{mt}: {ex.top_k}={k} of {field}={n} experts")
-    dense = list(getattr(cfg, "mlp_only_layers", None) or [])
-    step = int(getattr(cfg, "decoder_sparse_step", 1) or 1)
-    if step != 1 and n_layers > 1 or any(0 <= l < n_layers for l in dense):
-        raise UnsupportedModelError(f"{mt}: dense MLP layers among the expert layers "
-                                    f"(decoder_sparse_step={step}, mlp_only_layers={dense}) are "
-                                    "not supported")
+    dense = _dense_layers(cfg, n_layers)
+    if len(dense) == n_layers:
+        return dict(ffn_dim=int(cfg.intermediate_size))
     renorm = ex.renorm if isinstance(ex.renorm, bool) else bool(getattr(cfg, ex.renorm, False))
+    shared = one(ex.shared) if ex.shared else one(ex.ffn) * one(ex.shared_count) \
+        if ex.shared_count else 0
+    router = {}
+    if ex.deepseek:
+        groups = (int(getattr(cfg, "n_group", 1) or 1), int(getattr(cfg, "topk_group", 1) or 1))
+        if n % groups[0] or not 1 <= groups[1] <= groups[0] or \
+                groups[1] < groups[0] and (groups[0] & (groups[0] - 1) or n // groups[0] < 2):
+            raise UnsupportedModelError(f"{mt}: n_group={groups[0]}, topk_group={groups[1]} of "
+                                        f"{n} experts (a power of two of groups, each of two "
+                                        "experts or more, is supported)")
+        if k > groups[1] * (n // groups[0]):
+            raise UnsupportedModelError(f"{mt}: {ex.top_k}={k} is more than the "
+                                        f"{groups[1]} groups' experts")
+        router = dict(expert_groups=groups,
+                      routed_scale=float(getattr(cfg, "routed_scaling_factor", 1.0) or 1.0))
     return dict(n_experts=n, top_k=k, expert_ffn=one(ex.ffn), norm_topk=renorm,
-                ffn_dim=one(ex.shared) if ex.shared else 0,
-                expert_bias=ex.oai, **({"act": "swiglu_oai"} if ex.oai else {}))
+                ffn_dim=shared, router_sigmoid=ex.sigmoid, choice_bias=ex.choice_bias is not None,
+                router_fp32=ex.router_fp32,
+                **router,
+                expert_bias=ex.oai, dense_layers=dense,
+                dense_ffn=int(cfg.intermediate_size) if dense else 0,
+                **({"act": "swiglu_oai"} if ex.oai else {}))
 
 
 def _ffn_dim(fam: Family, cfg, d: int) -> int:

@@ -125,6 +125,8 @@ class DecodeState:
         self.qk_raw = torch.zeros(T if s.qk_norm else 1, s.n_heads + s.n_kv_heads, s.head_dim,
                                   device=dev, dtype=torch.float32)
         self.act = torch.zeros(T, s.ffn_dim, device=dev, dtype=dt)
+        # a mixture's dense layers' (ModelSpec.dense_layers) activations, their own width
+        self.dense_act = torch.zeros(T, s.dense_ffn, device=dev, dtype=dt)
         if s.moe:  # a mixture of experts (ops mode): the router's logits (and the shared
             # expert's gate logit), each row's top_k experts and weights, the shared expert's
             # scale, the experts' activations (triton_kernels/moe.py)

@@ -345,6 +345,40 @@ FAMILIES = {
         hidden_size=40, intermediate_size=50, num_attention_heads=6, num_key_value_heads=3,
         head_dim=12, num_experts=7, num_experts_per_tok=2, moe_intermediate_size=26,
         norm_topk_prob=True)),
+    # dense MLP layers among the expert layers (ModelSpec.dense_layers), their own width:
+    # qwen2_moe's layer 1 (mlp_only_layers, after an expert layer), qwen3_moe's layer 0 (every
+    # second layer sparse: decoder_sparse_step)
+    "qwen2_moe_dense": (_tf("Qwen2MoeConfig"), _tf("Qwen2MoeForCausalLM"), dict(
+        hidden_size=40, intermediate_size=50, num_attention_heads=4, num_key_value_heads=2,
+        num_experts=6, num_experts_per_tok=3, moe_intermediate_size=22,
+        shared_expert_intermediate_size=30, norm_topk_prob=False, mlp_only_layers=[1])),
+    "qwen3_moe_dense": (_tf("Qwen3MoeConfig"), _tf("Qwen3MoeForCausalLM"), dict(
+        hidden_size=40, intermediate_size=46, num_attention_heads=6, num_key_value_heads=3,
+        head_dim=12, num_experts=7, num_experts_per_tok=2, moe_intermediate_size=26,
+        norm_topk_prob=True, decoder_sparse_step=2)),
+    # ernie4_5_moe: interleaved RoPE, layer 0 dense (moe_layer_start_index 1), top 2 of 6
+    # experts 18 wide by softmax + the choice bias, renormalized, two ungated shared experts
+    # (36 wide), tied
+    "ernie4_5_moe": (_tf("Ernie4_5_MoeConfig"), _tf("Ernie4_5_MoeForCausalLM"), dict(
+        hidden_size=48, intermediate_size=44, num_attention_heads=6, num_key_value_heads=2,
+        head_dim=8, moe_num_experts=6, moe_k=2, moe_intermediate_size=18,
+        moe_num_shared_experts=2, tie_word_embeddings=True)),
+    # glm4_moe: half of each head rotated, q / k / v biases, q / k norms, layer 0 dense; top 3
+    # of 8 experts 20 wide by sigmoid + the choice bias from the best 2 of 4 groups,
+    # renormalized, times 2.5; one ungated shared expert
+    "glm4_moe": (_tf("Glm4MoeConfig"), _tf("Glm4MoeForCausalLM"), dict(
+        hidden_size=48, intermediate_size=40, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=16, n_routed_experts=8, num_experts_per_tok=3, moe_intermediate_size=20,
+        n_shared_experts=1, n_group=4, topk_group=2, routed_scaling_factor=2.5,
+        first_k_dense_replace=1, attention_bias=True, use_qk_norm=True)),
+    # dots1: Qwen3's attention (q / k norms), a window of 6 keys on layer 1, layer 0 dense; top
+    # 2 of 6 experts 22 wide by sigmoid + the choice bias, not renormalized, times 1.5; two
+    # ungated shared experts (44 wide)
+    "dots1": (_tf("Dots1Config"), _tf("Dots1ForCausalLM"), dict(
+        hidden_size=40, intermediate_size=50, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=10, n_routed_experts=6, num_experts_per_tok=2, moe_intermediate_size=22,
+        n_shared_experts=2, routed_scaling_factor=1.5, norm_topk_prob=False,
+        first_k_dense_replace=1, sliding_window=6, max_window_layers=1)),
     # granitemoe: Granite's four multipliers, top 2 of 5 experts 26 wide, tied
     "granitemoe": (_tf("GraniteMoeConfig"), _tf("GraniteMoeForCausalLM"), dict(
         hidden_size=48, intermediate_size=26, num_attention_heads=6, num_key_value_heads=2,
@@ -387,7 +421,8 @@ FAMILIES = {
 # the mixtures of experts among them (the megakernel and the VM decode them with their expert
 # tasks, but for gpt_oss: its attention sinks)
 MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe", "granitemoeshared", "gpt_oss",
-       "flex_olmo", "hunyuan_v1_moe")
+       "flex_olmo", "hunyuan_v1_moe", "qwen2_moe_dense", "qwen3_moe_dense", "ernie4_5_moe",
+       "glm4_moe", "dots1")
 # a transformers without a family's classes (an older one, as on the GPU machine): its tests skip
 MISSING = {k for k, v in FAMILIES.items() if None in v[:2]}
 FAMILIES = {k: v for k, v in FAMILIES.items() if k not in MISSING}
@@ -418,10 +453,28 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
         # experts as the released mixtures have (60-130: the routing's 128-wide block), 1-9 routed
         n = draw(st.one_of(st.integers(1, 9), st.integers(60, 130)))
         k = draw(st.integers(1, min(n, 9)))
-        cfg.update({"num_local_experts" if family in ("mixtral", "granitemoe",
-                                                      "granitemoeshared", "gpt_oss") else
-                    "num_experts": n,
-                    "moe_topk" if family == "hunyuan_v1_moe" else "num_experts_per_tok": k})
+        if family in ("glm4_moe", "dots1"):  # DeepSeek-V3's router: 1, 2 or 4 groups of 2+
+            # experts, the best topk_group kept, k of their experts; the first 0-2 layers dense
+            # (2: all of them, a dense model)
+            groups = draw(st.sampled_from([1, 2, 4]))
+            per = draw(st.one_of(st.integers(2, 9), st.integers(15, 32)))
+            top = draw(st.integers(1, groups))
+            n, k = groups * per, draw(st.integers(1, min(9, top * per)))
+            cfg.update(n_group=groups, topk_group=top, n_shared_experts=draw(st.integers(1, 2)),
+                       routed_scaling_factor=draw(st.sampled_from([1.0, 2.5])),
+                       norm_topk_prob=draw(st.booleans()),
+                       first_k_dense_replace=draw(st.integers(0, 2)),
+                       moe_intermediate_size=draw(st.integers(3, 61)))
+        if family == "ernie4_5_moe":
+            cfg.update(moe_num_shared_experts=draw(st.integers(0, 2)),
+                       moe_layer_start_index=draw(st.integers(0, 1)),
+                       moe_intermediate_size=draw(st.integers(3, 61)))
+        cfg.update({{"ernie4_5_moe": "moe_num_experts", "glm4_moe": "n_routed_experts",
+                     "dots1": "n_routed_experts"}.get(family, "num_local_experts" if family in (
+                         "mixtral", "granitemoe", "granitemoeshared", "gpt_oss") else
+                         "num_experts"): n,
+                    {"hunyuan_v1_moe": "moe_topk", "ernie4_5_moe": "moe_k"}.get(
+                        family, "num_experts_per_tok"): k})
         if family in ("qwen2_moe", "qwen3_moe"):
             cfg.update(moe_intermediate_size=draw(st.integers(3, 61)),
                        norm_topk_prob=draw(st.booleans()))
@@ -605,4 +658,7 @@ def tiny_model(family: str, vocab: int = 101, layers: int = 2, seed: int = 0,
                 p.copy_(0.3 * torch.randn_like(p))
             else:
                 p.copy_(torch.randn_like(p) / p.shape[-1] ** 0.5)
+        for name, b in model.named_buffers():  # a router's choice bias (DeepSeek-V3's buffer)
+            if name.endswith("e_score_correction_bias"):
+                b.copy_(0.5 * torch.randn_like(b))
     return model.to(dtype)

@@ -250,22 +250,31 @@ def test_fp8_words_follow_the_register_stream():
 
 def fp8_mixture(family):
     """A tiny mixture whose every matrix's K is a multiple of 16 (fp8_rows), at tp=2 too: d 64,
-    four heads of 16, experts 32 wide (one partial 128-column scale group), qwen2_moe's shared
-    expert 64."""
-    sizes = dict(shared_expert_intermediate_size=64) if family == "qwen2_moe" else {}
-    width = "intermediate_size" if family == "mixtral" else "moe_intermediate_size"
+    four heads of 16, experts 32 wide (one partial 128-column scale group; HunYuan's shared
+    expert too), qwen2_moe's shared expert 64, the dense layers 48 (qwen2_moe_dense, glm4_moe,
+    ernie4_5_moe)."""
+    sizes = dict(shared_expert_intermediate_size=64) if family.startswith("qwen2_moe") else {}
+    if family in ("qwen2_moe_dense", "glm4_moe", "ernie4_5_moe"):
+        sizes["intermediate_size"] = 48  # the dense layers'
+    width = "intermediate_size" if family in ("mixtral", "hunyuan_v1_moe") else \
+        "moe_intermediate_size"
     return tiny_model(family, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
                       head_dim=16, **{width: 32}, **sizes)
 
 
 @pytest.mark.parametrize("family,mode", [("qwen3_moe", "ops"), ("qwen2_moe", "ops"),
-                                         ("qwen2_moe", "mega"), ("mixtral", "ops")])
+                                         ("qwen2_moe", "mega"), ("mixtral", "ops"),
+                                         ("qwen2_moe_dense", "ops"), ("glm4_moe", "ops"),
+                                         ("hunyuan_v1_moe", "mega"), ("ernie4_5_moe", "ops")])
 def test_fp8_mixture_checkpoint(tmp_path, family, mode):
     """A mixture's FP8 checkpoint (Qwen3-30B-A3B-FP8's layout: per-expert FP8 tensors, the
     router unquantized; Mixtral's under its own names, block_sparse_moe.experts.{e}.w1 / w3 /
     w2, as save_pretrained writes them) in mode 'ops' (and the megakernel's expert tasks: decode
     steps) keeps
-    its routed experts and its shared expert 8-bit with the attention's matrices; each expert
+    its routed experts and its shared expert 8-bit with the attention's matrices (a dense
+    layer's MLP among the expert layers too: qwen2_moe_dense, glm4_moe, ernie4_5_moe; a shared
+    expert without a gate, its down scales doubled: glm4_moe, hunyuan_v1_moe, ernie4_5_moe;
+    q / k rows permuted for RoPE, partial or interleaved: glm4_moe, ernie4_5_moe); each expert
     reads back as its codes times their scales (the torch mode's dequantized packing, bit for
     bit), and the logits and greedy tokens are the dequantized checkpoint's (fp32: summation
     order only, as test_fp8_checkpoint_in_ops_mode)."""
@@ -277,12 +286,13 @@ def test_fp8_mixture_checkpoint(tmp_path, family, mode):
     assert pw.fp8 and pw.w_experts_gu.dtype == pw.w_experts_down.dtype == torch.float8_e4m3fn
     assert not rw.fp8 and rw.w_experts_gu.dtype == torch.float32
     assert pw.w_router.dtype == torch.float32
-    for l in range(fm.spec.n_layers):
-        for e in range(fm.spec.n_experts):
+    s = fm.spec
+    for l in range(s.n_layers):
+        for e in range(s.n_experts if l in s.expert_layers else 0):
             for which in (0, 1):
                 assert torch.equal(pw.expert_matrix(which, l, e), rw.expert_matrix(which, l, e))
-        if fm.spec.ffn_dim:
-            assert pw.w_down.dtype == torch.float8_e4m3fn
+        if s.ffn_dim or l in s.dense_layers:
+            assert pw.mlp_weights(l)[1].dtype == torch.float8_e4m3fn
             for n in ("gu", "down"):
                 assert torch.equal(pw.matrix(n, l), rw.matrix(n, l)), n
     same_logits_and_tokens(fm, ref)

@@ -52,6 +52,33 @@ def test_route_matches_reference(T, E, data, renorm, shared, seed):
         assert torch.allclose(s, rs, rtol=1e-6, atol=1e-7)
 
 
+@given(T=st.sampled_from([1, 1, 3]), groups=st.sampled_from([(1, 1), (1, 1), (2, 1), (4, 2),
+                                                               (8, 4), (8, 7)]),
+       per=st.integers(2, 20), data=st.data(), renorm=st.booleans(), sigmoid=st.booleans(),
+       bias=st.booleans(), scale=st.sampled_from([1.0, 2.5]), seed=st.integers(0, 2**31 - 1))
+def test_route_variants_match_reference(T, groups, per, data, renorm, sigmoid, bias, scale,
+                                        seed):
+    """The routers of ERNIE 4.5 (a choice bias over softmax scores), GLM-4.5 / dots.llm1 and
+    DeepSeek-V3 (sigmoid scores, the bias, group-limited picks, a routed scale): the kernel
+    picks reference.route's experts in its order and weights them alike (fp32 rounding, as
+    test_route_matches_reference) -- E = n_group x 2-20 experts, the bias as large as the
+    scores (negative choice values too: their keys' order), top_k up to the kept groups'
+    experts."""
+    n_group, topk_group = groups
+    E = n_group * per
+    k = data.draw(st.integers(1, topk_group * per))
+    g = torch.Generator().manual_seed(seed)
+    z = (3 * torch.randn(T, E, generator=g)).to(DEVICE)
+    c = torch.randn(E, generator=g).to(DEVICE) if bias else None
+    kw = dict(sigmoid=sigmoid, choice_bias=c, groups=groups, scale=scale)
+    ids, w, _ = ops.moe_route(z, k, renorm, **kw)
+    rids, rw, _ = R.route(z, k, renorm, **kw)
+    assert torch.equal(ids.view(T, k).long().cpu(), rids.cpu())
+    assert torch.allclose(w.view(T, k), rw, rtol=1e-6, atol=1e-7)
+    if topk_group < n_group:  # every pick from the kept groups, and those are the best
+        assert all(len(set((rids[t] // per).tolist())) <= topk_group for t in range(T))
+
+
 @given(E=st.integers(2, 140), data=st.data(), seed=st.integers(0, 2**31 - 1))
 def test_route_ties_go_to_the_lower_index(E, data, seed):
     """Logits from three values (many equal probabilities): the routing picks by descending
@@ -211,9 +238,12 @@ def test_mixture_modes_and_tp_shards(family):
     (gpt-oss, FlexOlmo: ops; so does a mixture under tensor parallelism, which the expert tasks
     lack). Two ranks shard every expert (half its width a rank, all experts and the same top_k
     on each: test_tp), or refuse for the attention's sake only (qwen3_moe's 3 KV heads, olmoe's
-    and flex_olmo's q / k norms over all heads)."""
+    and flex_olmo's q / k norms over all heads). Dense MLP layers among the expert ones:
+    no megakernel tasks either (nor for DeepSeek-V3's router: test_deepseek_router_modes)."""
     model = tiny_model(family)
-    no_tasks = {"gpt_oss": "attention sinks", "flex_olmo": "norms after its blocks"}
+    no_tasks = {"gpt_oss": "attention sinks", "flex_olmo": "norms after its blocks",
+                **dict.fromkeys(("qwen2_moe_dense", "qwen3_moe_dense", "ernie4_5_moe",
+                                 "glm4_moe", "dots1"), "dense MLP layers")}
     if family in no_tasks:
         packed = []
         with mock.patch("fastdecode.module.pack", side_effect=lambda *a, **k: packed.append(1)):
@@ -231,20 +261,101 @@ def test_mixture_modes_and_tp_shards(family):
     try:
         sh = spec.shard(0, 2)
     except TensorParallelError as e:
-        assert "expert" not in str(e) and family in ("qwen3_moe", "olmoe", "flex_olmo"), e
+        assert "expert" not in str(e) and family in ("qwen3_moe", "qwen3_moe_dense", "olmoe",
+                                                     "flex_olmo"), e
     else:
         assert (sh.expert_ffn * 2, sh.n_experts, sh.top_k) == \
             (spec.expert_ffn, spec.n_experts, spec.top_k)
 
 
-def test_mixed_dense_and_expert_layers_refused():
-    """Qwen's dense MLP layers among the expert ones (mlp_only_layers, decoder_sparse_step) are
-    refused by name before any weight is read; so are HunYuan's per-layer routed counts that
-    differ (one value in the list reads as that value: test_models)."""
-    for kw in (dict(mlp_only_layers=[1]), dict(decoder_sparse_step=2)):
-        cfg = tiny_model("qwen3_moe", **kw).config
-        with pytest.raises(UnsupportedModelError, match="dense MLP layers"):
-            ModelSpec.from_hf_config(cfg)
+@pytest.mark.parametrize("kw,dense", [
+    (dict(mlp_only_layers=[1, 4, 9]), (1, 4)), (dict(decoder_sparse_step=2), (0, 2, 4)),
+    (dict(decoder_sparse_step=2, mlp_only_layers=[3]), (0, 2, 3, 4)),
+    (dict(first_k_dense_replace=2), (0, 1)),
+    (dict(moe_layer_start_index=1, moe_layer_end_index=3, moe_layer_interval=1), (0, 4)),
+    (dict(moe_layer_start_index=0, moe_layer_end_index=-1, moe_layer_interval=2), (0, 2, 4)),
+    (dict(mlp_only_layers=[0, 1, 2, 3, 4]), None)])
+def test_dense_layers_among_the_experts(kw, dense):
+    """Which of a mixture's 5 layers are dense, by each of HF's rules (Qwen's mlp_only_layers
+    and decoder_sparse_step -- HF's condition: not listed and (l + 1) % step == 0 --, DeepSeek's
+    first_k_dense_replace, ERNIE's start / end (-1: the last) / interval), the expert stacks'
+    index of every other layer, and the dense layers' width (intermediate_size); every layer
+    dense: a dense model of that width (None)."""
+    from types import SimpleNamespace
+    from fastdecode.spec import Experts, _experts
+    cfg = SimpleNamespace(num_experts=6, num_experts_per_tok=2, moe_intermediate_size=8,
+                          intermediate_size=30, norm_topk_prob=False, **kw)
+    got = _experts("test", Experts(), cfg, 5)
+    if dense is None:
+        assert got == dict(ffn_dim=30)
+        return
+    assert got["dense_layers"] == dense and got["dense_ffn"] == 30
+    spec = ModelSpec.from_hf_config(tiny_model("qwen3_moe", layers=5, **kw).config)
+    assert spec.dense_layers == dense and spec.expert_layers == tuple(
+        l for l in range(5) if l not in dense)
+    assert [spec.expert_index(l) for l in spec.expert_layers] == list(
+        range(len(spec.expert_layers)))
+    assert all(spec.expert_index(l) == -1 for l in dense)
+
+
+def test_deepseek_router_modes():
+    """A mixture whose router the expert tasks lack (sigmoid scores, a choice bias, groups, a
+    routed scale: GLM-4.5's, ERNIE's bias alone) refuses modes mega / vm by name before any
+    weight is packed, even with no dense layer; its default mode is ops. Groups the router
+    cannot take (not a power of two, one expert a group) or more routed experts than the kept
+    groups hold are refused when the config is read."""
+    packed = []
+    for family in ("glm4_moe", "ernie4_5_moe"):
+        kw = dict(first_k_dense_replace=0) if family == "glm4_moe" else \
+            dict(moe_layer_start_index=0)
+        model = tiny_model(family, **kw)
+        spec = ModelSpec.from_hf_config(model.config)
+        assert not spec.dense_layers and spec.choice_bias
+        assert _default_mode(torch.device("cuda"), spec) == "ops"
+        with mock.patch("fastdecode.module.pack", side_effect=lambda *a, **k: packed.append(1)):
+            for mode in ("mega", "vm"):
+                with pytest.raises(UnsupportedModelError, match="sigmoid scores, a choice bias"):
+                    fastdecode.from_hf(model, max_seq_len=32, mode=mode)
+    assert not packed
+    for kw, what in ((dict(n_group=3, n_routed_experts=9, topk_group=2), "power of two"),
+                     (dict(n_group=8, topk_group=4), "power of two"),
+                     (dict(num_experts_per_tok=5), "more than the 2 groups' experts")):
+        with pytest.raises(UnsupportedModelError, match=what):
+            ModelSpec.from_hf_config(tiny_model("glm4_moe", **kw).config)
+
+
+@pytest.mark.parametrize("family", ["glm4_moe", "ernie4_5_moe"])
+def test_router_kept_fp32(family, tmp_path):
+    """GLM-4.5's / ERNIE's router weights stay fp32 in a bf16 model, as HF keeps them
+    (_keep_in_fp32_modules_strict): packed from an fp32 checkpoint they are its values
+    exactly, the choice bias too, and they stay fp32 as the model moves to fp16; the router's
+    logits from bf16 rows are the fp32 sums (the GEMV of fp32 weights, to fp32 rounding over
+    d), not those of weights rounded to bf16 (~2^-9 of them off)."""
+    model = tiny_model(family)
+    model.save_pretrained(tmp_path)
+    fm = fastdecode.from_pretrained(str(tmp_path), max_seq_len=16, mode="ops", device=DEVICE,
+                                    dtype=torch.bfloat16)
+    pw, l = fm.weights, fm.spec.expert_layers[0]
+    gate = model.model.layers[l].mlp.gate
+    assert pw.w_router.dtype == torch.float32 and pw.embed.dtype == torch.bfloat16
+    E = fm.spec.n_experts  # then the shared expert's zero gate row (Experts.shared_gate)
+    assert torch.equal(pw.w_router[0, :E].cpu(), gate.weight.detach())
+    bias = [b for n, b in model.named_buffers() if n.startswith(f"model.layers.{l}.")] or \
+        [gate.moe_statics.e_score_correction_bias.detach()]
+    assert torch.equal(pw.b_choice[0].cpu(), bias[0].reshape(-1))
+    x = torch.randn(1, fm.spec.d_model, generator=torch.Generator().manual_seed(1))
+    x = x.to(DEVICE, torch.bfloat16)
+    want = x.float() @ pw.w_router[0].T
+    got = ops.gemv(x, pw.w_router[0], out=torch.empty_like(want))
+    assert_close(got, want, torch.float32, fm.spec.d_model, "router logits")
+    rounded = x.float() @ pw.w_router[0].bfloat16().float().T
+    assert (got - want).abs().max() < (rounded - want).abs().max()
+    assert fm.to(torch.float16).weights.w_router.dtype == torch.float32
+
+
+def test_per_layer_routed_counts_that_differ_refused():
+    """HunYuan's per-layer routed counts that differ are refused by name before any weight is
+    read (one value in the list reads as that value: test_models)."""
     cfg = tiny_model("hunyuan_v1_moe", moe_topk=[2, 3]).config
     with pytest.raises(UnsupportedModelError, match="moe_topk.*differs among the layers"):
         ModelSpec.from_hf_config(cfg)
@@ -252,14 +363,16 @@ def test_mixed_dense_and_expert_layers_refused():
 
 
 @pytest.mark.parametrize("family", ["mixtral", "qwen2_moe", "granitemoe", "granitemoeshared",
-                                    "hunyuan_v1_moe", "flex_olmo"])
+                                    "hunyuan_v1_moe", "flex_olmo", "qwen2_moe_dense",
+                                    "ernie4_5_moe", "glm4_moe", "dots1"])
 def test_per_expert_checkpoint_folder(family, tmp_path):
     """save_pretrained writes the checkpoint's own layout -- each expert's tensors (Mixtral's
     block_sparse_moe.experts.{e}.w1 / w3 / w2, Qwen's mlp.experts.{e}.gate_proj / up_proj /
     down_proj, the shared expert and its gate), Granite's stacked input_linear / output_linear
     and router.layer (GraniteMoeShared's shared_mlp too), HunYuan's gate.wg and shared_mlp,
-    FlexOlmo's: from_pretrained packs them as from_hf packs HF's stacked [E, 2F, d] /
-    [E, d, F] parameters, bit for bit."""
+    FlexOlmo's, a dense layer's mlp.gate_proj / up_proj / down_proj, DeepSeek-V3's
+    shared_experts and choice bias (ERNIE's under mlp.moe_statics): from_pretrained packs
+    them as from_hf packs HF's stacked [E, 2F, d] / [E, d, F] parameters, bit for bit."""
     model = tiny_model(family)
     model.save_pretrained(tmp_path)
     folder_packs_as_from_hf(tmp_path, model)

@@ -58,3 +58,20 @@ def test_gpt_oss_mxfp4_sizes(layers, experts, active, total, packed):
     step = spec.weight_bytes_per_token(expert_elt=MXFP4_BYTES)
     routed = 3 * spec.top_k * spec.expert_ffn * spec.d_model * spec.n_layers
     assert step == spec.weight_bytes_per_token() - 2 * routed + round(routed * 17 / 32)
+
+
+@pytest.mark.parametrize("family", ["qwen2_moe", "qwen2_moe_dense", "qwen3_moe_dense"])
+def test_mixture_bytes_are_the_packed_tensors(family):
+    """weight_bytes_per_token(all_experts=True) of a tiny mixture -- dense MLP layers among its
+    expert layers too (ModelSpec.dense_layers: their own width, no router or experts) -- is the
+    packed matrices', router's, norms' and lm_head's bytes, counted tensor by tensor (the
+    biases and q / k norms, which the formula leaves out, aside)."""
+    import fastdecode
+    from models import tiny_model
+    pw = fastdecode.from_hf(tiny_model(family), max_seq_len=16, mode="torch").weights
+    names = ("w_qkv", "w_o", "w_gu", "w_down", "w_router", "w_experts_gu", "w_experts_down",
+             "w_dense_gu", "w_dense_down", "attn_norm", "mlp_norm", "lm_head", "final_norm")
+    tensors = [getattr(pw, n) for n in names if getattr(pw, n) is not None]
+    assert bool(pw.spec.dense_layers) == (pw.w_dense_gu is not None) == family.endswith("dense")
+    assert pw.spec.weight_bytes_per_token(elt=4, all_experts=True) == \
+        sum(4 * t.numel() for t in tensors)

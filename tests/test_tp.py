@@ -37,9 +37,12 @@ CASES = [("llama", 2), ("llama_bias_tied", 2), ("llama_bias_tied", 4), ("qwen2",
          ("mistral", 2), ("mistral", 4), ("llama", 6), ("qwen3", 4), ("phi3", 4),
          ("stablelm_qk", 6)]
 # mixtures of experts: each expert's rows split like a dense MLP's (qwen2_moe: its shared expert
-# too; gpt_oss: the experts' biases); qwen3_moe_tp: 2 KV heads and 24-wide experts, so 2 ranks
+# too; gpt_oss: the experts' biases); qwen3_moe_tp: 2 KV heads and 24-wide experts, so 2 ranks;
+# qwen2_moe_dense: a dense MLP layer among them, split as a dense model's (ERNIE's, GLM's and
+# dots' too: their routers, choice biases among them, replicated)
 MOE_CASES = [("mixtral", 2), ("qwen2_moe", 2), ("granitemoe", 2), ("granitemoeshared", 2),
-             ("gpt_oss", 2), ("qwen3_moe_tp", 2), ("hunyuan_v1_moe", 2)]
+             ("gpt_oss", 2), ("qwen3_moe_tp", 2), ("hunyuan_v1_moe", 2), ("qwen2_moe_dense", 2),
+             ("ernie4_5_moe", 2), ("glm4_moe", 2), ("dots1", 2)]
 CASES += MOE_CASES
 
 
@@ -116,7 +119,8 @@ def test_shards_concatenate_back(family, world):
 def test_expert_shards_concatenate_back(family, world):
     """Each expert's gate rows, up rows (and their biases) and down columns over the ranks
     concatenate back to the full model's; the router (and its bias) is every rank's; the
-    experts' down biases are added once, by rank 0."""
+    experts' down biases are added once, by rank 0; a dense layer's MLP (ModelSpec.
+    dense_layers) splits as a dense model's: gate rows, up rows, down columns."""
     model = model_for(family)
     if world == 4:  # 4 ranks: 2 KV heads replicated, experts and shared expert 4 x 6 wide
         model = tiny_model(family, moe_intermediate_size=24, shared_expert_intermediate_size=24)
@@ -141,6 +145,13 @@ def test_expert_shards_concatenate_back(family, world):
     if pw.b_experts_down is not None:
         assert torch.equal(shards[0].b_experts_down, pw.b_experts_down)
         assert all(not sh.b_experts_down.any() for sh in shards[1:])
+    assert (pw.w_dense_gu is None) == (not s.dense_layers)
+    if s.dense_layers:
+        fd = s.dense_ffn // world
+        gu = [sh.w_dense_gu for sh in shards]
+        assert torch.equal(torch.cat([g[:, :fd] for g in gu] + [g[:, fd:] for g in gu], 1),
+                           pw.w_dense_gu)
+        assert torch.equal(torch.cat([sh.w_dense_down for sh in shards], 2), pw.w_dense_down)
 
 
 @pytest.mark.parametrize("F,world,kept", [(64, 2, True), (128, 4, True), (64, 4, False)])

@@ -1,8 +1,11 @@
 """A mixture of experts' routing and combination, around the expert GEMVs (gemv.gemv's experts).
 
-    route:    p = softmax(z[:E]) (fp32) of a row's router logits z [E (+ 1)]; its top_k experts
-              e_j by descending p (ties: the lower index), weights w_j = p[e_j] (renormalized
-              to sum 1: RENORM); SHARED: the shared expert's scale sigmoid(z[E])
+    route:    p = softmax(z[:E]) (fp32; SIGMOID: sigmoid(z[:E]), DeepSeek-V3's) of a row's
+              router logits z [E (+ 1)]; its top_k experts e_j by descending p -- or p + c, a
+              choice bias c [E] (CHOICE: e_score_correction_bias), among the TOPK_GROUP best of
+              N_GROUP runs of experts (each scored by its two best) -- (ties: the lower index),
+              weights w_j = p[e_j] (renormalized to sum 1: RENORM) times SCALE; SHARED: the
+              shared expert's scale sigmoid(z[E])
     down:     h[t] += sum_j w[t, j] (W_{e_j} act[t * top_k + j] (+ b_{e_j}: gpt-oss's biases))
               (+ s[t] (W_shared act_shared[t])),
               in fp32 (a fixed order: each expert's dot products, then their weighted sum),
@@ -30,9 +33,43 @@ from .gemv import gemv_tile
 
 
 @triton.jit
+def _order_key(x):
+    """int64 keys [BLOCK_E] that order as the fp32 x (negatives too: their bits flipped, the
+    others' sign bit set -- the radix sort's map), in [0, 2^32): above -1."""
+    u = x.to(tl.int32, bitcast=True)
+    flip = tl.where(u < 0, -1, -2147483648)  # all bits / the sign bit
+    return (u ^ flip).to(tl.int64) & 0xFFFFFFFF
+
+
+@triton.jit
+def _best_groups(c, offs, E, N_GROUP: tl.constexpr, TOPK_GROUP: tl.constexpr):
+    """c [BLOCK_E] with the experts outside the TOPK_GROUP best of N_GROUP equal runs -inf:
+    a run's score its two best values' sum (HF's DeepSeek-V3 router: top-2 per group, the
+    groups' top-k; ties to the lower group)."""
+    gid = offs // (E // N_GROUP)
+    gs = tl.arange(0, N_GROUP)
+    score = tl.zeros([N_GROUP], dtype=tl.float32)
+    for g in tl.static_range(N_GROUP):
+        x = tl.where(gid == g, c, -float("inf"))
+        m1 = tl.max(x, axis=0)
+        n1 = tl.sum((x == m1).to(tl.int32), axis=0)
+        m2 = tl.where(n1 > 1, m1, tl.max(tl.where(x < m1, x, -float("inf")), axis=0))
+        score = tl.where(gs == g, m1 + m2, score)
+    keep = tl.zeros_like(c) != 0
+    for _ in tl.static_range(TOPK_GROUP):
+        best = tl.max(score, axis=0)
+        g = tl.min(tl.where(score == best, gs, N_GROUP), axis=0)
+        keep = keep | (gid == g)
+        score = tl.where(gs == g, -float("inf"), score)
+    return tl.where(keep, c, -float("inf"))
+
+
+@triton.jit
 def route_body(z_ptr, ids_ptr, w_ptr, s_ptr, t, E, stride_z, TOP_K: tl.constexpr,
                RENORM: tl.constexpr, SHARED: tl.constexpr, BLOCK_E: tl.constexpr,
-               BLOCK_K: tl.constexpr):
+               BLOCK_K: tl.constexpr, c_ptr=None, SIGMOID: tl.constexpr = False,
+               CHOICE: tl.constexpr = False, N_GROUP: tl.constexpr = 1,
+               TOPK_GROUP: tl.constexpr = 1, SCALE: tl.constexpr = 1.0):
     """Row t's routing (module docstring): its top_k (ids, weights) at [t * TOP_K, +TOP_K);
     -> the ids [BLOCK_K] int32 (rank order, past TOP_K zeros), in registers for a caller that
     streams one of them (the megakernel's EXPERT_GU: no round trip through the stored ids).
@@ -43,25 +80,46 @@ def route_body(z_ptr, ids_ptr, w_ptr, s_ptr, t, E, stride_z, TOP_K: tl.constexpr
     8 such reductions fewer a task). Timed against the max + argmin loop (H100, 2026-12-07,
     sweep_mega olmoe-1b-7b, one process a run, bench/RESULTS.md session 70): 918.8 / 920.4 /
     943.5 vs 969.8 / 902.7 / 928.5 tok/s -- level within the spread; kept for the fewer
-    reductions."""
+    reductions. CHOICE / N_GROUP > TOPK_GROUP (ops mode's routers only: the megakernel's
+    tasks route by p alone): the keys order p + c (_order_key), the weights p[e_j] gathered."""
     offs = tl.arange(0, BLOCK_E)
     z = tl.load(z_ptr + t * stride_z + offs, mask=offs < E, other=-float("inf")).to(tl.float32)
-    p = tl.exp(z - tl.max(z, axis=0))
-    p = p / tl.sum(p, axis=0)
-    # probabilities not yet picked as keys; -1: picked or padding
-    key = tl.where(offs < E, (p.to(tl.int32, bitcast=True).to(tl.int64) << 32)
-                   | (BLOCK_E - 1 - offs).to(tl.int64), -1)
+    if SIGMOID:
+        p = 1.0 / (1.0 + tl.exp(-z))
+    else:
+        p = tl.exp(z - tl.max(z, axis=0))
+        p = p / tl.sum(p, axis=0)
+    PLAIN: tl.constexpr = not CHOICE and N_GROUP <= TOPK_GROUP  # the keys hold p itself
+    if PLAIN:  # p >= 0: its bits order as p
+        bits = p.to(tl.int32, bitcast=True).to(tl.int64)
+    else:
+        c = p
+        if CHOICE:
+            c += tl.load(c_ptr + offs, mask=offs < E, other=0.0).to(tl.float32)
+        if N_GROUP > TOPK_GROUP:
+            c = _best_groups(c, offs, E, N_GROUP, TOPK_GROUP)
+        bits = _order_key(c)
+    # choice values not yet picked as keys, above their index's bits (p's 31 bits shifted by
+    # 32; _order_key's 32 by 16: BLOCK_E <= 2^16); -1: picked or padding
+    SHIFT: tl.constexpr = 16 + 16 * PLAIN
+    key = tl.where(offs < E, (bits << SHIFT) | (BLOCK_E - 1 - offs).to(tl.int64), -1)
     ks = tl.arange(0, BLOCK_K)
     ids = tl.zeros([BLOCK_K], dtype=tl.int32)
     w = tl.zeros([BLOCK_K], dtype=tl.float32)
     for j in tl.static_range(TOP_K):
         best = tl.max(key, axis=0)
-        e = BLOCK_E - 1 - (best & 0xFFFFFFFF).to(tl.int32)
+        e = BLOCK_E - 1 - (best & ((1 << SHIFT) - 1)).to(tl.int32)
         ids = tl.where(ks == j, e, ids)
-        w = tl.where(ks == j, (best >> 32).to(tl.int32).to(tl.float32, bitcast=True), w)
+        if PLAIN:
+            pe = (best >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+        else:
+            pe = tl.sum(tl.where(offs == e, p, 0.0), axis=0)
+        w = tl.where(ks == j, pe, w)
         key = tl.where(offs == e, -1, key)
     if RENORM:
         w = w / tl.sum(w, axis=0)
+    if SCALE != 1.0:
+        w = w * SCALE
     tl.store(ids_ptr + t * TOP_K + ks, ids, mask=ks < TOP_K)
     tl.store(w_ptr + t * TOP_K + ks, w, mask=ks < TOP_K)
     if SHARED:
@@ -71,25 +129,37 @@ def route_body(z_ptr, ids_ptr, w_ptr, s_ptr, t, E, stride_z, TOP_K: tl.constexpr
 
 
 @triton.jit
-def route_kernel(z_ptr, ids_ptr, w_ptr, s_ptr, E, stride_z, TOP_K: tl.constexpr,
+def route_kernel(z_ptr, ids_ptr, w_ptr, s_ptr, c_ptr, E, stride_z, TOP_K: tl.constexpr,
                  RENORM: tl.constexpr, SHARED: tl.constexpr, BLOCK_E: tl.constexpr,
-                 BLOCK_K: tl.constexpr):
+                 BLOCK_K: tl.constexpr, SIGMOID: tl.constexpr, CHOICE: tl.constexpr,
+                 N_GROUP: tl.constexpr, TOPK_GROUP: tl.constexpr, SCALE: tl.constexpr):
     route_body(z_ptr, ids_ptr, w_ptr, s_ptr, tl.program_id(0), E, stride_z, TOP_K, RENORM,
-               SHARED, BLOCK_E, BLOCK_K)
+               SHARED, BLOCK_E, BLOCK_K, c_ptr, SIGMOID, CHOICE, N_GROUP, TOPK_GROUP, SCALE)
 
 
-def route(z: torch.Tensor, top_k: int, renorm: bool, shared: bool = False, out=None):
+def route(z: torch.Tensor, top_k: int, renorm: bool, shared: bool = False, out=None,
+          sigmoid: bool = False, choice_bias=None, groups: tuple = (1, 1), scale: float = 1.0):
     """z [T, E (+ 1 with shared)] fp32 -> (ids [T * top_k] int32, w [T * top_k] fp32, s [T]
-    fp32: the shared expert's scale, zeros without one); out: those three tensors to fill."""
+    fp32: the shared expert's scale, zeros without one); out: those three tensors to fill.
+    sigmoid, choice_bias [E] fp32, groups (n_group, topk_group), scale: reference.route's."""
     T, E = z.shape[0], z.shape[1] - shared
-    assert z.dtype == torch.float32 and z.stride(1) == 1 and 1 <= top_k <= E
+    assert z.dtype == torch.float32 and z.stride(1) == 1 and 1 <= top_k <= E <= 1 << 16
+    n_group, topk_group = groups
+    assert E % n_group == 0 and 1 <= topk_group <= n_group
+    if topk_group < n_group and (n_group & (n_group - 1) or E // n_group < 2):
+        raise ValueError(f"grouped routing needs a power-of-two group count with two experts "
+                         f"or more a group, got {n_group} groups of {E} experts")
+    if choice_bias is not None:
+        assert choice_bias.dtype == torch.float32 and choice_bias.shape == (E,)
     ids, w, s = out if out is not None else (
         torch.empty(T * top_k, device=z.device, dtype=torch.int32),
         torch.empty(T * top_k, device=z.device, dtype=torch.float32),
         torch.zeros(T, device=z.device, dtype=torch.float32))
-    route_kernel[(T,)](z, ids, w, s, E, z.stride(0), TOP_K=top_k, RENORM=renorm, SHARED=shared,
+    route_kernel[(T,)](z, ids, w, s, z if choice_bias is None else choice_bias, E, z.stride(0),
+                       TOP_K=top_k, RENORM=renorm, SHARED=shared,
                        BLOCK_E=triton.next_power_of_2(E), BLOCK_K=triton.next_power_of_2(top_k),
-                       num_warps=1)
+                       SIGMOID=sigmoid, CHOICE=choice_bias is not None, N_GROUP=n_group,
+                       TOPK_GROUP=topk_group, SCALE=float(scale), num_warps=1)
     return ids, w, s
 
 
