@@ -110,8 +110,11 @@ class FastModel(nn.Module):
 
     def extra_repr(self) -> str:
         s = self.spec
+        moe = f", experts={s.top_k}/{s.n_experts}x{s.expert_ffn}" if s.moe else ""
+        if s.dense_layers:
+            moe += f", dense_layers={list(s.dense_layers)}x{s.dense_ffn}"
         return (f"family={s.family}, layers={s.n_layers}, d={s.d_model}, heads={s.n_heads}/"
-                f"{s.n_kv_heads}x{s.head_dim}, ffn={s.ffn_dim}, vocab={s.vocab_size}, "
+                f"{s.n_kv_heads}x{s.head_dim}, ffn={s.ffn_dim}{moe}, vocab={s.vocab_size}, "
                 f"mode={self.mode}, device={self.device}, dtype={self.dtype}, "
                 f"max_seq_len={self.max_seq_len}")
 

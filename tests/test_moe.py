@@ -298,6 +298,15 @@ def test_dense_layers_among_the_experts(kw, dense):
     assert all(spec.expert_index(l) == -1 for l in dense)
 
 
+def test_mixture_repr_names_its_experts_and_dense_layers():
+    """print(model) says what a mixture holds: routed / all experts x their width, and the
+    dense layers and their width where there are some."""
+    fm = fastdecode.from_hf(tiny_model("glm4_moe"), max_seq_len=16, mode="torch")
+    assert "ffn=20, experts=3/8x20, dense_layers=[0]x40," in repr(fm)
+    assert "dense_layers" not in repr(fastdecode.from_hf(tiny_model("qwen2_moe"),
+                                                         max_seq_len=16, mode="torch"))
+
+
 def test_deepseek_router_modes():
     """A mixture whose router the expert tasks lack (sigmoid scores, a choice bias, groups, a
     routed scale: GLM-4.5's, ERNIE's bias alone) refuses modes mega / vm by name before any
