@@ -535,8 +535,11 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
             2 * draw(st.integers(1, cfg["head_dim"] // 2)) / cfg["head_dim"]
     if family in ("gptj", "codegen"):  # a count of dims, even
         cfg["rotary_dim"] = 2 * draw(st.integers(1, cfg["head_dim"] // 2))
-    if family in ("phi3", "glm", "glm4"):  # rotate any count of the head's dims, odd ones too
-        # (HF then rotates one more; the + 0.5: int() of the product cannot round below rot)
+    if family == "glm4_moe":  # its q / k norms and q / k / v biases either way
+        cfg.update(use_qk_norm=draw(st.booleans()), attention_bias=draw(st.booleans()))
+    if family in ("phi3", "glm", "glm4", "glm4_moe"):  # rotate any count of the head's dims,
+        # odd ones too (HF then rotates one more; the + 0.5: int() of the product cannot round
+        # below rot)
         rot = draw(st.integers(1, cfg["head_dim"]))
         cfg["partial_rotary_factor"] = (rot + 0.5) / cfg["head_dim"] if rot < cfg["head_dim"] \
             else 1.0
