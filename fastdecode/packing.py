@@ -15,7 +15,8 @@ GEMV tiles (row-major [N, K], K contiguous, so a tile streams whole 16-byte-alig
            (ModelSpec.expert_layers), the dense ones' MLPs (ModelSpec.dense_layers, dense_ffn
            wide) in w_dense_gu [Ld, 2 dense_ffn, d] / w_dense_down [Ld, d, dense_ffn]; with
            biases (gpt-oss: ModelSpec.expert_bias) b_router [L, E], b_experts_gu [L, E, 2F],
-           b_experts_down [L, E, d];
+           b_experts_down [L, E, d]; the router's choice bias b_choice [L, E] fp32
+           (ModelSpec.choice_bias);
            an MXFP4 checkpoint's experts (quant's "mxfp4": gpt-oss) stay MXFP4, w_experts_gu
            [L, E, 2F, d / 2] and w_experts_down [L, E, d, F / 2] uint8 codes (gate|up's rows in
            the same order) with their E8M0 scales s_experts_gu [L, E, 2F, d / 32] and
@@ -299,9 +300,8 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
         (those of `layers`: a mixture's expert or dense layers), in out_dtype (None: the
         weights' dtype). Each tensor is copied (and converted) straight into its slice of the
         one packed tensor: no per-layer intermediates, so loading peaks at the packed size plus
-        one tensor. FP8
-        matrices (codes, where fp8_matrices kept them): their rows as quant.fp8_rows lays them
-        out (the rank's shard, by the same index)."""
+        one tensor. FP8 matrices (codes, where fp8_matrices kept them): their rows as
+        quant.fp8_rows lays them out (the rank's shard, by the same index)."""
         out = None
         for j, i in enumerate(layers):
             names = [f"model.layers.{i}.{f}" for f, _ in parts]
@@ -533,10 +533,10 @@ def fp8_matrices(spec: ModelSpec, get, fam, shards: dict, world: int):
     fp8_rows --, no scales folded in, no LayerNorm centering; rotary rows permuted as whole
     rows after: _permute_rope_dims) and a checkpoint whose every q / k / v / o / gate / up /
     down weight quant.fp8_rows can lay out -- for tensor parallelism, the rank's shard of it
-    (shards: a
-    layer's name -> its index), a row-parallel matrix's (o, down) for every rank's columns, so
-    that all ranks decide alike (read here: layer 0's decides the rest as they pack, and one
-    that cannot raises; layer 0's rows are handed to the packing once, not read again). A
+    (shards: a layer's name -> its index), a row-parallel matrix's (o, down) for every rank's
+    columns, so that all ranks decide alike (read here: the first layer's decides the rest as
+    they pack, and one that cannot raises; its rows are handed to the packing once, not read
+    again). A
     mixture of experts (Qwen2 / Qwen3-MoE, OLMoE: per-expert checkpoint tensors
     mlp.experts.{e}.{gate,up,down}_proj, Qwen3-30B-A3B-FP8's layout; Mixtral's own names for
     them, block_sparse_moe.experts.{e}.w1 / w3 / w2) -- a shared expert without a gate its down

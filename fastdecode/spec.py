@@ -701,6 +701,11 @@ FAMILIES: dict[str, Family] = {
     # multimodal RoPE, the routed weights always renormalized (its config has no norm_topk_prob)
     "qwen3_vl_moe_text": Family(qkv_bias=False, qk_norm=True, window_field=None, mrope=True,
                                 experts=Experts(renorm=True)),
+    # GLM-4.5V's: GLM-4.5's layers (glm4_moe) under the multimodal RoPE (rotate-half pairs)
+    "glm4v_moe_text": Family(qkv_bias=False, qk_norm="use_qk_norm", window_field=None,
+                             partial_rotary=True, mrope=True,
+                             bias_fields=("attention_bias", None, None),
+                             experts=_DEEPSEEK_EXPERTS, checkpoint_names=_SHARED_EXPERTS),
     "glm4v_text": Family(qkv_bias=True, qk_norm=False, window_field=None, fused=True,
                          partial_rotary=True, interleaved_rope=True, mrope=True,
                          bias_fields=(None, None, None), norms=_GLM4_NORMS),
@@ -719,15 +724,16 @@ TIED_BY_DEFAULT = frozenset({"ernie4_5", "smollm3", "starcoder2", "cohere", "coh
 
 # vision-language models whose language model (text_config) is a supported family: it decodes
 # alone (no image is read; Mistral Small 3.x, LLaVA and LLaVA-NeXT / OneVision, Gemma 3 4B and
-# up, Qwen2-VL / Qwen2.5-VL / Qwen3-VL / Qwen3-VL-MoE, GLM-4.1V, InternVL 3 in HF's format,
+# up, Qwen2-VL / Qwen2.5-VL / Qwen3-VL / Qwen3-VL-MoE, GLM-4.1V / 4.5V, InternVL 3 in HF's format,
 # Idefics3 / SmolVLM), packing.text_model_getter finding its tensors. (PaliGemma's prompt
 # attends both ways: not among them.)
 TEXT_OF = ("mistral3", "llava", "llava_next", "llava_onevision", "gemma3", "qwen2_vl",
-           "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v", "internvl", "idefics3", "smolvlm")
+           "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v", "glm4v_moe", "internvl", "idefics3",
+           "smolvlm")
 # why some model types a user may try are not supported (UnsupportedModelError says it)
 UNSUPPORTED = {
     **{mt: "a mixture of experts whose router or experts differ from those supported"
-       for mt in ("llama4_text", "glm4v_moe", "dbrx")},
+       for mt in ("llama4_text", "dbrx")},
     **{mt: "multi-head latent attention (MLA)" for mt in ("deepseek_v2", "deepseek_v3")},
     **{mt: "a vision-language model (its text model alone is not read)" for mt in (
         "llama4",)},
@@ -1383,12 +1389,10 @@ def _experts(mt: str, ex: Experts, cfg, n_layers: int) -> dict:
                                         f"{groups[1]} groups' experts")
         router = dict(expert_groups=groups,
                       routed_scale=float(getattr(cfg, "routed_scaling_factor", 1.0) or 1.0))
-    return dict(n_experts=n, top_k=k, expert_ffn=one(ex.ffn), norm_topk=renorm,
-                ffn_dim=shared, router_sigmoid=ex.sigmoid, choice_bias=ex.choice_bias is not None,
-                router_fp32=ex.router_fp32,
-                **router,
-                expert_bias=ex.oai, dense_layers=dense,
-                dense_ffn=int(cfg.intermediate_size) if dense else 0,
+    return dict(n_experts=n, top_k=k, expert_ffn=one(ex.ffn), norm_topk=renorm, ffn_dim=shared,
+                router_sigmoid=ex.sigmoid, choice_bias=ex.choice_bias is not None,
+                router_fp32=ex.router_fp32, expert_bias=ex.oai, dense_layers=dense,
+                dense_ffn=int(cfg.intermediate_size) if dense else 0, **router,
                 **({"act": "swiglu_oai"} if ex.oai else {}))
 
 

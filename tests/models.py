@@ -606,6 +606,17 @@ VLMS = {
             model_type="glm4v_text", rope_parameters={
                 "rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.75,
                 "mrope_section": [1, 1, 1]}))),
+    # GLM-4.5V: GLM-4.5 inside (glm4_moe without q / k norms: a dense layer, DeepSeek-V3's
+    # router), its multimodal RoPE on rotate-half pairs of half of each head (3 axes of 2 / 1 / 1
+    # of the 4 rotated frequencies)
+    "glm4v_moe": ("Glm4vMoeConfig", "Glm4vMoeForConditionalGeneration", "glm4_moe", dict(
+        depth=1, hidden_size=32, intermediate_size=40, num_heads=2, out_hidden_size=48,
+        patch_size=14),
+        dict(video_token_id=99, image_start_token_id=97, image_end_token_id=98,
+             tiny=dict(use_qk_norm=False), text=dict(
+            model_type="glm4v_moe_text", rope_parameters={
+                "rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
+                "mrope_section": [2, 1, 1]}))),
     # Qwen3-VL: Qwen3 inside (q / k norms), its interleaved multimodal RoPE over the head's 7
     # frequencies, one deepstack merger (image tokens only)
     "qwen3_vl": _qwen3_vl("", "qwen3", [3, 2, 2]),

@@ -57,7 +57,8 @@ def test_files_without_the_base_model_prefix(tmp_path, family, prefix, name):
 @pytest.mark.parametrize("kind,tied", [("mistral3", False), ("mistral3", True), ("llava", False),
                                        ("gemma3", True), ("qwen2_5_vl", True), ("qwen3_vl", False),
                                        ("qwen3_vl_moe", False), ("glm4v", False),
-                                       ("internvl", True), ("idefics3", False)])
+                                       ("glm4v_moe", False), ("internvl", True),
+                                       ("idefics3", False)])
 def test_vision_language_folder_reads_its_text_model(tmp_path, kind, tied):
     """A vision-language checkpoint's files keep the language model under language_model.model.
     / language_model.lm_head. (the vision tower beside it, never read): from_pretrained packs the
