@@ -16,8 +16,9 @@ LayerNorm families (OLMo-1B, StableLM-2-1.6B, StarCoder2, Phi-2, Pythia-1B, GPT-
 OPT-1.3B, StarCoderBase-1B, Falcon-7B: learned positions, parallel blocks, multi-query, 71 heads;
 BLOOM-560M, Falcon-RW-1B, MPT-7B: ALiBi) -- at their real matrix sizes (random bf16 weights, biases
 and norm weights perturbed so those paths carry signal), two layers each, against the Hugging Face
-model; OLMoE-1B-7B, Qwen1.5-MoE-A2.7B and gpt-oss-20b (mixtures of experts, 64 / 60 / 32 of them,
-a shared expert; attention sinks) in ops mode.
+model; OLMoE-1B-7B, Qwen1.5-MoE-A2.7B, ERNIE-4.5-21B-A3B and gpt-oss-20b (mixtures of experts,
+64 / 60 / 64 / 32 of them, a shared expert; ERNIE's dense first layer; attention sinks) in ops
+mode.
 
 The reference is the HF model itself in fp32 on the same (bf16-valued) weights. fastdecode keeps
 fp32 accumulators and rounds activations to bf16 at about six points a layer (the normed input
@@ -82,6 +83,9 @@ SHAPES = [("3b", {}), ("qwen2.5-0.5b", {}), ("qwen2.5-7b", {}), ("qwen2.5-14b", 
           # of a row) -- all of them routed keeps the published matrices and a continuous sum
           ("olmoe-1b-7b", {"num_experts_per_tok": 64}),
           ("qwen1.5-moe", {"num_experts_per_tok": 60}),
+          # a dense first layer (12288 wide) before the expert layer, the choice bias, two
+          # ungated shared experts, the fp32 router
+          ("ernie-4.5-21b-a3b", {"moe_k": 64}),
           # attention sinks, biased experts and router, the clamped SwiGLU; layer 0's window cut
           # to 24 keys
           ("gpt-oss-20b", {"num_experts_per_tok": 32, "sliding_window": 24})]
