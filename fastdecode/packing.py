@@ -228,7 +228,7 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
     parts = fused_parts(spec, fam)
     if parts:
         get = fused_getter(get, parts)
-    ungated = spec.moe and spec.ffn_dim > 0 and not fam.experts.shared_gate
+    ungated = ungated_shared(spec, fam)
     if ungated:
         get = zero_gate_getter(get, spec.d_model)
     if fam.qkv_grouped:
@@ -573,7 +573,7 @@ def fp8_matrices(spec: ModelSpec, get, fam, shards: dict, world: int):
 
     # a shared expert without a gate (Experts.shared_gate False): its down rows doubled, as the
     # float packing's (zero_gate_getter), by their scales -- exact
-    ungated = spec.moe and spec.ffn_dim > 0 and not fam.experts.shared_gate
+    ungated = ungated_shared(spec, fam)
     down = f"{mlp}down_proj.weight"
 
     def read(name, layer_name):
@@ -869,6 +869,13 @@ def fused_getter(get, parts: dict):
                 return get(name, index) if t is None else t
         return get(name, index)
     return fget
+
+
+def ungated_shared(spec: ModelSpec, fam) -> bool:
+    """The mixture has a shared expert without a gate (Experts.shared_gate False): packed as a
+    zero gate row (zero_gate_getter) over its down rows doubled -- the float packing's
+    scaled_getter, an FP8 checkpoint's scales (fp8_matrices)."""
+    return spec.moe and spec.ffn_dim > 0 and not fam.experts.shared_gate
 
 
 def zero_gate_getter(get, d: int):

@@ -190,24 +190,25 @@ def _groups_in_blocks(c0: int, width: int, bk: int) -> bool:
     return all(g // bk == (min(g + G, c0 + width) - 1) // bk for g in range(c0, c0 + width, G))
 
 
+def _scale_bytes(K: int) -> slice:
+    """The bytes of an fp8_rows row that hold its fp32 scales: one per FP8_GROUP of its K
+    codes, after them."""
+    return slice(K, K + 4 * -(-K // FP8_GROUP.value))
+
+
 def fp8_values(rows: torch.Tensor, K: int) -> torch.Tensor:
     """fp8_rows' layout [..., N, row_elems(K)] -> the fp32 weights [..., N, K] (exact)."""
-    G = FP8_GROUP.value
-    ng = -(-K // G)
-    b = rows.view(torch.uint8)
-    s = b[..., K:K + 4 * ng].contiguous().view(torch.float32)  # [..., N, ng]
-    return rows[..., :K].to(torch.float32) * s.repeat_interleave(G, dim=-1)[..., :K]
+    s = rows.view(torch.uint8)[..., _scale_bytes(K)].contiguous().view(torch.float32)
+    return rows[..., :K].to(torch.float32) * \
+        s.repeat_interleave(FP8_GROUP.value, dim=-1)[..., :K]  # s: [..., N, groups]
 
 
 def fp8_rows_scaled(rows: torch.Tensor, K: int, factor: float) -> torch.Tensor:
     """fp8_rows' layout [..., N, row_elems(K)] with every scale times factor, a new tensor (a
     power of two: the values times it exactly)."""
-    G = FP8_GROUP.value
-    ng = -(-K // G)
     out = rows.clone()
-    b = out.view(torch.uint8)
-    s = b[..., K:K + 4 * ng].contiguous().view(torch.float32) * factor
-    b[..., K:K + 4 * ng] = s.view(torch.uint8)
+    b, span = out.view(torch.uint8), _scale_bytes(K)
+    b[..., span] = (b[..., span].contiguous().view(torch.float32) * factor).view(torch.uint8)
     return out
 
 

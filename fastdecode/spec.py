@@ -1354,6 +1354,16 @@ def _dense_layers(cfg, n_layers: int) -> tuple:
     return tuple(l for l in range(n_layers) if l not in sparse)
 
 
+def expert_groups_ok(n_experts: int, n_group: int, topk_group: int) -> bool:
+    """Group-limited routing the router takes (moe.route_body): n_group equal runs of the
+    experts, 1 <= topk_group <= n_group of them kept -- where that limits the picks
+    (topk_group < n_group), a power-of-two count of groups of two experts or more (each scored
+    by its two best)."""
+    if n_experts % n_group or not 1 <= topk_group <= n_group:
+        return False
+    return topk_group == n_group or not (n_group & (n_group - 1) or n_experts // n_group < 2)
+
+
 def _experts(mt: str, ex: Experts, cfg, n_layers: int) -> dict:
     """ModelSpec's mixture-of-experts fields, ffn_dim the shared expert's width (0: none), the
     dense layers' (_dense_layers) dense_ffn; a model whose every layer is dense (a config cut to
@@ -1379,8 +1389,7 @@ def _experts(mt: str, ex: Experts, cfg, n_layers: int) -> dict:
     router = {}
     if ex.deepseek:
         groups = (int(getattr(cfg, "n_group", 1) or 1), int(getattr(cfg, "topk_group", 1) or 1))
-        if n % groups[0] or not 1 <= groups[1] <= groups[0] or \
-                groups[1] < groups[0] and (groups[0] & (groups[0] - 1) or n // groups[0] < 2):
+        if not expert_groups_ok(n, *groups):
             raise UnsupportedModelError(f"{mt}: n_group={groups[0]}, topk_group={groups[1]} of "
                                         f"{n} experts (a power of two of groups, each of two "
                                         "experts or more, is supported)")

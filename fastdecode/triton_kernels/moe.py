@@ -28,6 +28,7 @@ import triton.language as tl
 
 from ._common import (FP8_GROUP, FP8_PIECES, INTERPRET, mxfp4_dot, mxfp4_load, pdl_start,
                       pdl_wait, row_partials, weight_chunk)
+from ..spec import expert_groups_ok
 from .config import TileConfig, row_elems, use_pdl
 from .gemv import gemv_tile
 
@@ -145,10 +146,10 @@ def route(z: torch.Tensor, top_k: int, renorm: bool, shared: bool = False, out=N
     T, E = z.shape[0], z.shape[1] - shared
     assert z.dtype == torch.float32 and z.stride(1) == 1 and 1 <= top_k <= E <= 1 << 16
     n_group, topk_group = groups
-    assert E % n_group == 0 and 1 <= topk_group <= n_group
-    if topk_group < n_group and (n_group & (n_group - 1) or E // n_group < 2):
+    if not expert_groups_ok(E, n_group, topk_group):
         raise ValueError(f"grouped routing needs a power-of-two group count with two experts "
-                         f"or more a group, got {n_group} groups of {E} experts")
+                         f"or more a group, got the best {topk_group} of {n_group} groups of "
+                         f"{E} experts")
     if choice_bias is not None:
         assert choice_bias.dtype == torch.float32 and choice_bias.shape == (E,)
     ids, w, s = out if out is not None else (
