@@ -4,6 +4,7 @@ down kernels against reference.py, the checkpoints' expert tensors, the modes th
 and bf16 against the fp32 HF model. (Every family's
 fp32 logits against HF's in torch and ops modes: test_models; random shapes: its property
 test.)"""
+import dataclasses
 from unittest import mock
 
 import pytest
@@ -426,8 +427,9 @@ def test_mixture_bf16_close_to_fp32_hf(family):
 
 def test_megakernel_down_tile_rule():
     """EXPERT_DOWN's tile in the megakernel (StreamConfig.moe_down_tile): 8 rows x 128 for
-    float experts whatever top_k (session 68's sweep), ops mode's FP8 tile for FP8 experts and
-    ops mode's tile for steps of several rows; a set field wins; tiles the kernel cannot take
+    float experts whatever top_k (session 68's sweep), 8 rows x ops mode's FP8 K chunk for FP8
+    experts (session 72's; ops takes 4 rows at top_k 8) and ops mode's tile for steps of several
+    rows; a set field wins; tiles the kernel cannot take
     (tl.arange needs powers of two; FP8 chunks whole scale groups) raise before any compile."""
     from fastdecode.graph import make_tiling
     from fastdecode.triton_kernels.config import StreamConfig
@@ -436,9 +438,9 @@ def test_megakernel_down_tile_rule():
     st = StreamConfig()
     t = make_tiling(spec, 1, 64, "cpu", stream=st)
     assert (t.moe_rows, t.moe_bk) == (8, 128)
-    f8 = down_tile(spec.top_k, fp8=True)
-    t = make_tiling(spec, 1, 64, "cpu", stream=st, fp8=True)
-    assert (t.moe_rows, t.moe_bk) == (f8.block_n, f8.block_k)
+    for k in (spec.top_k, 8):
+        t = make_tiling(dataclasses.replace(spec, top_k=k), 1, 64, "cpu", stream=st, fp8=True)
+        assert (t.moe_rows, t.moe_bk) == (8, down_tile(k, fp8=True).block_k) == (8, 512 >> (k > 4))
     t, ops_tile = make_tiling(spec, 3, 64, "cpu", stream=st), down_tile(spec.top_k)
     assert (t.moe_rows, t.moe_bk) == (ops_tile.block_n, ops_tile.block_k)
     t = make_tiling(spec, 1, 64, "cpu", stream=StreamConfig(moe_down_rows=2))

@@ -428,8 +428,12 @@ class StreamConfig:
     abort_every: int = 16
     # a mixture's EXPERT_DOWN tasks (moe.experts_down_body a tile at a time): rows per tile and K
     # chunk; 0: moe_down_tile's rule -- bf16 / fp16 / fp32 experts 8 x 128, where ops mode's kernel
-    # (moe.down_tile, many programs an SM) takes 16 / top_k x 256; FP8 experts ops mode's FP8 tile
-    # (not yet swept in the megakernel). bf16: H100, 2026-12-07, 6c2c9a0, sweep_mega --new-tokens
+    # (moe.down_tile, many programs an SM) takes 16 / top_k x 256; FP8 experts 8 rows x ops mode's
+    # FP8 K chunk (256 at top_k >= 8, else 512). FP8: H100, 2026-12-07, e632a2f, sweep_mega --fp8
+    # --new-tokens 96 (bench/RESULTS.md session 72), tok/s -- OLMoE-1B-7B 8 x 256 1161.3 / 1183.1 /
+    # 1156.0 vs ops' 4 x 256 1133.9 / 1145.5 (and 963.1 first in its run), 8 x 128 1105.7;
+    # Qwen1.5-MoE-A2.7B (top 4: 8 x 512 either way) 662.3 (and 581.3) vs 8 x 256 654.0 / 644.6,
+    # 8 x 128 621.2. bf16: H100, 2026-12-07, 6c2c9a0, sweep_mega --new-tokens
     # 128, one run per line (bench/RESULTS.md session 68), tok/s -- OLMoE-1B-7B (top 8 of 64 x 1024)
     # 2 x 256 (ops' tile) 810.9, 8 x 128 856.8 / 856.3, 8 x 256 844.2 / 845.5, 2 x 1024 826.5, 4 x
     # 128 825.2, 8 x 64 816.1, 16 x 128 816.2, 4 x 512 808.7, 8 x 512 808.2, 16 x 256 770.2;
@@ -531,9 +535,9 @@ class StreamConfig:
 
     def moe_down_tile(self, top_k: int, fp8: bool = False) -> TileConfig:
         """The megakernel's EXPERT_DOWN tile at this stream's warps: moe_down_rows x
-        moe_down_bk where set, else 8 x 128 (FP8 experts: moe.down_tile's)."""
+        moe_down_bk where set, else 8 x 128 (FP8 experts: 8 x moe.down_tile's K chunk)."""
         from .moe import down_tile
-        t = down_tile(top_k, fp8=True) if fp8 else TileConfig(8, 128, self.num_warps)
+        t = TileConfig(8, down_tile(top_k, fp8=True).block_k if fp8 else 128, self.num_warps)
         rows, bk = self.moe_down_rows or t.block_n, self.moe_down_bk or t.block_k
         if rows & (rows - 1) or bk & (bk - 1) or bk < 16 or (fp8 and bk % FP8_GROUP.value):
             fp8_rule = f" and a multiple of {FP8_GROUP.value} (FP8)" if fp8 else ""
