@@ -86,7 +86,8 @@ class Tiling:
     stream: bool
     rows_q: int           # rows per tile, K = q_dim (o_proj)
     rows_d: int           # rows per tile, K = d_model (gate|up, lm_head)
-    rows_f: int           # rows per tile, K = ffn_dim (down_proj)
+    rows_f: int           # rows per tile, K = ffn_dim (down_proj; a mixture's: its dense layers'
+                          # dense_ffn)
     rows_g: int           # rows per tile of each of gate and up (of up alone without a gate,
                           # ModelSpec.gated), K = d_model
     bk_q: int
@@ -198,8 +199,9 @@ def make_tiling(spec: ModelSpec, T: int, max_seq_len: int, device,
         raise ValueError("attn_in_qkv is a decode (T=1) schedule")
     bt = block_t(T)
     half = spec.head_dim // 2
-    # (a mixture without a shared expert has no dense MLP: its tiles take an expert's width)
-    ffn = spec.ffn_dim or spec.expert_ffn
+    # a mixture's gate|up / down tiles: its dense layers' (ModelSpec.dense_layers: their GATE_UP /
+    # DOWN tasks); without those they tile nothing: the shared expert's width, or an expert's
+    ffn = spec.dense_ffn if spec.dense_layers else spec.ffn_dim or spec.expert_ffn
     dims = (spec.q_dim, spec.d_model, ffn)
     elem_bytes = 1 if fp8 else dtype.itemsize if dtype is not None else 2
     if T == 1:
@@ -418,10 +420,12 @@ def build_step(spec: ModelSpec, tiling: Tiling, n_programs: int, world: int = 1,
                 g.add(Task(Op.MERGE, l, (kv, h0, min(s.group, h0 + tg.merge_heads)),
                            ("attn", l, kv), ("merge", l), COST.task_overhead_bytes))
         o = (Op.O_PROJ, "o", ("gu", l) if s.parallel else ("merge", l), s.d_model, s.q_dim)
-        gu = (Op.GATE_UP, "gu", ("merge", l) if s.parallel else after["o"](l), s.ffn_dim,
+        experts = s.moe and l not in s.dense_layers  # (a mixture's dense layers: GATE_UP / DOWN)
+        ffn = s.dense_ffn if l in s.dense_layers else s.ffn_dim
+        gu = (Op.GATE_UP, "gu", ("merge", l) if s.parallel else after["o"](l), ffn,
               (1 + s.gated) * s.d_model)
-        down = (Op.DOWN, "down", after["o"](l) if s.parallel else ("gu", l), s.d_model, s.ffn_dim)
-        for op, key, wait, N, K in (gu, o, down) if s.parallel else (o,) if s.moe else \
+        down = (Op.DOWN, "down", after["o"](l) if s.parallel else ("gu", l), s.d_model, ffn)
+        for op, key, wait, N, K in (gu, o, down) if s.parallel else (o,) if experts else \
                 (o, gu, down):
             parts = tg.ksplit if key != "gu" else 1  # arg0: token block * parts + K part
             tile_bytes = tg.gemv_rows(op) * K * elt // parts
@@ -437,7 +441,7 @@ def build_step(spec: ModelSpec, tiling: Tiling, n_programs: int, world: int = 1,
                 for a, b in ranges(n_red, n_programs):
                     g.add(Task(Op.REDUCE, l, (which, a, b), sig, ("red", l, which),
                                COST.task_overhead_bytes + (b - a) * red_bytes))
-        if s.moe:
+        if experts:
             moe_tasks(g, l, after["o"](l), n_programs, elt)
     # lm_head: one partial choice per task and token row: arg0 = token block * n_vparts + part
     parts = ranges(tg.gemv_tiles(Op.LM_HEAD, lm_vocab or s.vocab_size), n_programs)

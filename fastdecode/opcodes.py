@@ -5,6 +5,8 @@ read this one table; nothing else spells an opcode number.
 
 An instruction is WORDS int32s:
     [opcode, layer, arg0, arg1, arg2, wait_counter, wait_producers, wait_epoch_offset, signal_counter]
+(a mixture of experts' layer word: the layer below LAYER_BITS, above them its place in the stacks
+of its MLP -- the expert stacks', or its dense layers' own: ModelSpec.expert_index / dense_index)
 The task waits until counters[wait_counter] >= (epoch + wait_epoch_offset) * wait_producers (counters
 only grow: nothing is reset between steps or launches), runs, then adds 1 to counters[signal_counter]
 with release semantics.
@@ -55,6 +57,7 @@ class Op(IntEnum):
 
 WORDS = 9
 F_OP, F_LAYER, F_A0, F_A1, F_A2, F_WAIT, F_WAIT_N, F_WAIT_OFF, F_SIGNAL = range(WORDS)
+LAYER_BITS = 16
 # a traced task's record (megakernel TRACE, Runtime.trace_decode, trace.events): start, ready
 # (wait over), end (published) timestamps, the SM its program ran on; then, a task that takes a
 # KV group's ticket (QKV_ATTN, NORM_IN_QKV), its tiles' end (before the ticket) and, the one that

@@ -65,8 +65,8 @@ class SingleRank:
 def lacks_tasks(spec, weights=None, world: int = 1) -> str:
     """What of the model the megakernel (and the VM) has no tasks for ('': nothing): attention
     sinks; of a mixture of experts (its tasks: decode on one rank, float or FP8 experts --
-    graph.moe_tasks) biased experts, norms after the blocks (FlexOlmo), dense MLP layers among
-    the expert ones (ModelSpec.dense_layers), tensor-parallel ranks (world > 1) or MXFP4
+    graph.moe_tasks; dense layers among them: GATE_UP / DOWN tasks on their own stacks) biased
+    experts, norms after the blocks (FlexOlmo), tensor-parallel ranks (world > 1) or MXFP4
     experts (weights: the packed ones, where known)."""
     if spec.attn_sinks:
         return "attention sinks"
@@ -76,12 +76,6 @@ def lacks_tasks(spec, weights=None, world: int = 1) -> str:
         return "a mixture of experts with biases"
     if spec.post_norms:
         return "a mixture of experts with norms after its blocks"
-    if spec.dense_layers:
-        return "a mixture of experts with dense MLP layers among its expert layers"
-    if spec.router_sigmoid or spec.choice_bias or spec.expert_groups[1] < spec.expert_groups[0] \
-            or spec.routed_scale != 1.0:
-        return ("a mixture of experts whose router has sigmoid scores, a choice bias, groups or "
-                "a routed scale")
     if world > 1:
         return "a mixture of experts over tensor-parallel ranks"
     if weights is not None and weights.s_experts_gu is not None:
@@ -751,6 +745,9 @@ class Runtime:
         kw = dict(launch_cooperative_grid=True) if self.cuda else {}
         x, world = self.x, self.collectives.world
         x_ctr = x.counters(sched) if x is not None else 0
+        # a mixture's decode row: its shared expert's and its dense layers' activations in turn
+        # (ModelSpec.dense_layers), in the wider of their buffers' first rows
+        act = st.dense_act if s.moe and s.dense_ffn > s.ffn_dim else st.act
         args = (
             words, lengths, words.shape[1], ctr, sched.graph.counters[("tok",)], st.status,
             # with tensor parallelism any wait may stand behind another rank: the remote bound
@@ -758,7 +755,7 @@ class Runtime:
             trace if trace is not None else st.status,
             clock if clock is not None else st.status, st.done, st.eos, st.n_eos, st.max_step,
             st.ids, st.pos, st.step, st.seed, st.temp, st.hist,
-            st.h, st.q, st.attn, st.act, st.o_part, st.lse, st.logits_shard, st.pval, st.pidx,
+            st.h, st.q, st.attn, act, st.o_part, st.lse, st.logits_shard, st.pval, st.pidx,
             st.qk_raw, st.kpart,
             st.k_cache, st.v_cache, st.rope.cos, st.rope.sin, st.windows, st.rope.offsets,
             pw.embed, pw.lm_head, pw.final_norm, opt(pw.attn_norm), opt(pw.mlp_norm),
@@ -774,7 +771,9 @@ class Runtime:
             sched.graph.counters.get(("qticket", 0, 0), 0),
             # a mixture's router, experts and buffers (graph.moe_tasks)
             *((pw.w_router, pw.w_experts_gu, pw.w_experts_down, st.router, st.moe_ids,
-               st.moe_w, st.moe_s, st.moe_act) if s.moe else (st.status,) * 8))
+               st.moe_w, st.moe_s, st.moe_act) if s.moe else (st.status,) * 8),
+            # its router's choice bias, its dense layers' stacks
+            opt(pw.b_choice), opt(pw.w_dense_gu), opt(pw.w_dense_down))
         kw.update(
             D=s.d_model, FFN=s.ffn_dim, H=s.n_heads, HD=s.head_dim,
             BIAS_QKV=pw.b_qkv is not None,
@@ -800,7 +799,8 @@ class Runtime:
             USE_ASM=not INTERPRET,
             TRACE=trace is not None, PTX=tg.ptx, MERGE_IN_ATTN=tg.merge_in_attn,
             NORM_IN_QKV=tg.norm_in_qkv, SQ=tg.stages[0], SO=tg.stages[1], SG=tg.stages[2],
-            SF=tg.stages[3], PF_KB=tg.l2_prefetch_kb, KV_PF=tg.kv_prefetch,
+            # (a mixture's o_proj is followed by ROUTER tasks, and its layer words carry more)
+            SF=tg.stages[3], PF_KB=0 if s.moe else tg.l2_prefetch_kb, KV_PF=tg.kv_prefetch,
             POLL1=tg.abort_every if tg.one_poller else 0, KSPLIT=tg.ksplit,
             ATTN_OUTLINE=tg.attn_outline, ROPE_TABLES=len(st.rope.cos) > st.rope.rows,
             POST_NORM=s.post_norms, PRE_NORM=s.pre_norms, SOFTCAP=s.attn_softcap > 0,
@@ -814,7 +814,10 @@ class Runtime:
                       BJ=triton.next_power_of_2(s.top_k),
                       BJD=triton.next_power_of_2(s.top_k + tg.moe_vs), VS=tg.moe_vs,
                       RR=tg.gemv_rows(Op.ROUTER),
-                      BKS=min(1024, triton.next_power_of_2(max(s.ffn_dim, 16))))
+                      BKS=min(1024, triton.next_power_of_2(max(s.ffn_dim, 16))),
+                      DFFN=s.dense_ffn, SIGMOID=s.router_sigmoid,
+                      CHOICE=pw.b_choice is not None, N_GROUP=s.expert_groups[0],
+                      TOPK_GROUP=s.expert_groups[1], RSCALE=float(s.routed_scale))
         grid = (sched.n_programs,)
         variant = (key, sampling.do_sample, trace is not None)
         # this launch's compiled kernel, compiled and loaded (not launched) on first use

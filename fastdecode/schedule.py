@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from .graph import StepGraph
-from .opcodes import WORDS, F_OP, F_SIGNAL, F_WAIT, F_WAIT_N, F_WAIT_OFF
+from .opcodes import LAYER_BITS, WORDS, F_OP, F_SIGNAL, F_WAIT, F_WAIT_N, F_WAIT_OFF
 
 
 class ScheduleError(ValueError):
@@ -64,11 +64,15 @@ def encode(graph: StepGraph, queues: list) -> tuple:
     P = len(queues)
     L = max(1, max(len(q) for q in queues))
     words = torch.zeros(P, L, WORDS, dtype=torch.int32)
+    s = graph.spec
+    # a mixture's layer word: its MLP stack's layer above LAYER_BITS (the kernel's MOE weights)
+    stack = (lambda l: 0) if not s.moe else \
+        (lambda l: s.dense_index(l) if l in s.dense_layers else s.expert_index(l))
     for p, q in enumerate(queues):
         for k, i in enumerate(q):
             t = graph.tasks[i]
             words[p, k] = torch.tensor(
-                [int(t.op), t.layer, *t.args, graph.counters[t.wait],
+                [int(t.op), t.layer | stack(t.layer) << LAYER_BITS, *t.args, graph.counters[t.wait],
                  graph.producers.get(t.wait, 0), t.wait_off, graph.counters[t.signal]],
                 dtype=torch.int32)
     return words, torch.tensor([len(q) for q in queues], dtype=torch.int32)

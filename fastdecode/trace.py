@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import statistics
 
-from .opcodes import (F_A0, F_A1, F_A2, F_LAYER, F_OP, T_ATTENDED, T_END, T_NORMED, T_READY, T_SM,
-                      T_START, T_TICKET, T_TILES, Op)
+from .opcodes import (F_A0, F_A1, F_A2, F_LAYER, F_OP, LAYER_BITS, T_ATTENDED, T_END, T_NORMED,
+                      T_READY, T_SM, T_START, T_TICKET, T_TILES, Op)
 
 CHAIN_KEYS = ("tiles_end", "ticket", "normed", "attended")  # a ticket-taking task's extra timestamps
 
@@ -31,7 +31,7 @@ def events(sched, trace):
                     continue
                 w = sched.words[p, i]
                 out.append(dict(program=p, step=s, op=Op(int(w[F_OP])).name,
-                                layer=int(w[F_LAYER]), arg0=int(w[F_A0]),
+                                layer=int(w[F_LAYER]) & ((1 << LAYER_BITS) - 1), arg0=int(w[F_A0]),
                                 tiles=int(w[F_A2]) - int(w[F_A1]), start=start, ready=ready,
                                 end=end, sm=rec[T_SM]))
                 for k, f in zip(CHAIN_KEYS, (T_TILES, T_TICKET, T_NORMED, T_ATTENDED)):

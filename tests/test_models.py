@@ -9,7 +9,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fastdecode
-from fastdecode.spec import UnsupportedModelError
 from conftest import DEVICE
 from helpers import (U, default_dtype, hf_logits, rel_err, skip_unless_hf_reencodes,
                      teacher_forced)
@@ -20,10 +19,8 @@ from models import FAMILIES, LONGROPE, hf_shapes, tiny_model, tiny_vlm
 # past every tiny model's window and the prompt's second chunk)
 PROMPT, STEPS = 21, 8
 # the mixtures of experts whose decode has no megakernel / VM tasks (runtime.lacks_tasks):
-# gpt-oss's attention sinks and biased experts, FlexOlmo's norms after its blocks, dense MLP
-# layers among the expert ones (and ERNIE's, GLM's and dots' routers)
-NO_TASKS = {"gpt_oss", "flex_olmo", "qwen2_moe_dense", "qwen3_moe_dense", "ernie4_5_moe",
-            "glm4_moe", "dots1"}
+# gpt-oss's attention sinks and biased experts, FlexOlmo's norms after its blocks
+NO_TASKS = {"gpt_oss", "flex_olmo"}
 
 
 @pytest.mark.parametrize("family,mode", [
@@ -32,7 +29,10 @@ NO_TASKS = {"gpt_oss", "flex_olmo", "qwen2_moe_dense", "qwen3_moe_dense", "ernie
 def test_family_fp32_matches_hf(family, mode):
     """mega on CPU: the persistent kernel in serial mode (one program, topological queue).
     The mixtures of experts decode through the expert tasks in vm and mega (their prompt
-    chunks run ops); gpt-oss (attention sinks) runs torch and ops only (test_moe)."""
+    chunks run ops) -- their dense layers (qwen*_moe_dense, ernie4_5_moe, glm4_moe, dots1)
+    through GATE_UP / DOWN tasks on their own stacks, DeepSeek-V3's router (glm4_moe, dots1;
+    ERNIE's choice bias) in the expert tasks' routing; gpt-oss (attention sinks) and FlexOlmo
+    run torch and ops only (test_moe)."""
     model = tiny_model(family).to(DEVICE)
     ids = torch.randint(0, 101, (1, PROMPT + STEPS), generator=torch.Generator().manual_seed(3))
     ids = ids.to(DEVICE)
@@ -117,14 +117,10 @@ def test_vision_language_text_model_matches_hf(kind, tied, mode):
     Qwen2.5-VL / Qwen3-VL / GLM-4.1V: their multimodal RoPE one position on every axis for text,
     SmolVLM: Llama under model.text_model, as Idefics3's, whose subclass it is; Qwen3-VL-MoE:
     Qwen3-MoE inside, its decode steps on the megakernel's expert tasks; GLM-4.5V: GLM-4.5
-    inside, whose dense layer and router mode mega refuses by name) decodes with its language
+    inside, its dense layer and DeepSeek-V3's router) decodes with its language
     model alone: the HF model's logits on text-only input, at the family test's 1e-5; tied as
     the wrapper's config says (HF ties by it, not by the text config's)."""
     model = tiny_vlm(kind, tie_word_embeddings=tied).to(DEVICE)
-    if kind == "glm4v_moe" and mode == "mega":
-        with pytest.raises(UnsupportedModelError, match="dense MLP layers"):
-            fastdecode.from_hf(model, max_seq_len=64, mode=mode)
-        return
     ids = torch.randint(0, 99, (1, PROMPT + STEPS), generator=torch.Generator().manual_seed(6))
     ids = ids.to(DEVICE)
     ref = hf_logits(model, ids)

@@ -239,12 +239,9 @@ def test_mixture_modes_and_tp_shards(family):
     (gpt-oss, FlexOlmo: ops; so does a mixture under tensor parallelism, which the expert tasks
     lack). Two ranks shard every expert (half its width a rank, all experts and the same top_k
     on each: test_tp), or refuse for the attention's sake only (qwen3_moe's 3 KV heads, olmoe's
-    and flex_olmo's q / k norms over all heads). Dense MLP layers among the expert ones:
-    no megakernel tasks either (nor for DeepSeek-V3's router: test_deepseek_router_modes)."""
+    and flex_olmo's q / k norms over all heads)."""
     model = tiny_model(family)
-    no_tasks = {"gpt_oss": "attention sinks", "flex_olmo": "norms after its blocks",
-                **dict.fromkeys(("qwen2_moe_dense", "qwen3_moe_dense", "ernie4_5_moe",
-                                 "glm4_moe", "dots1"), "dense MLP layers")}
+    no_tasks = {"gpt_oss": "attention sinks", "flex_olmo": "norms after its blocks"}
     if family in no_tasks:
         packed = []
         with mock.patch("fastdecode.module.pack", side_effect=lambda *a, **k: packed.append(1)):
@@ -308,25 +305,10 @@ def test_mixture_repr_names_its_experts_and_dense_layers():
                                                          max_seq_len=16, mode="torch"))
 
 
-def test_deepseek_router_modes():
-    """A mixture whose router the expert tasks lack (sigmoid scores, a choice bias, groups, a
-    routed scale: GLM-4.5's, ERNIE's bias alone) refuses modes mega / vm by name before any
-    weight is packed, even with no dense layer; its default mode is ops. Groups the router
-    cannot take (not a power of two, one expert a group) or more routed experts than the kept
-    groups hold are refused when the config is read."""
-    packed = []
-    for family in ("glm4_moe", "ernie4_5_moe"):
-        kw = dict(first_k_dense_replace=0) if family == "glm4_moe" else \
-            dict(moe_layer_start_index=0)
-        model = tiny_model(family, **kw)
-        spec = ModelSpec.from_hf_config(model.config)
-        assert not spec.dense_layers and spec.choice_bias
-        assert _default_mode(torch.device("cuda"), spec) == "ops"
-        with mock.patch("fastdecode.module.pack", side_effect=lambda *a, **k: packed.append(1)):
-            for mode in ("mega", "vm"):
-                with pytest.raises(UnsupportedModelError, match="sigmoid scores, a choice bias"):
-                    fastdecode.from_hf(model, max_seq_len=32, mode=mode)
-    assert not packed
+def test_deepseek_router_groups_refused():
+    """Groups DeepSeek-V3's router (moe.route_body, in every mode: test_models' glm4_moe /
+    dots1) cannot take -- not a power of two, one expert a group -- or more routed experts than
+    the kept groups hold are refused when the config is read."""
     for kw, what in ((dict(n_group=3, n_routed_experts=9, topk_group=2), "power of two"),
                      (dict(n_group=8, topk_group=4), "power of two"),
                      (dict(num_experts_per_tok=5), "more than the 2 groups' experts")):

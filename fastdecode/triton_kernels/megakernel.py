@@ -36,7 +36,7 @@ stored.
 import triton
 import triton.language as tl
 
-from ..opcodes import TRACE_WORDS, WORDS, Op
+from ..opcodes import LAYER_BITS as _LAYER_BITS, TRACE_WORDS, WORDS, Op
 from ..ptx_inline.flags import cta_barrier, spin_acquire, spin_acquire_cta
 from ..ptx_inline.memory import prefetch_l2_bulk
 from ..ptx_inline.timers import globaltimer_ns, sm_id
@@ -67,6 +67,8 @@ OP_ROUTER: tl.constexpr = tl.constexpr(int(Op.ROUTER))
 OP_EGU: tl.constexpr = tl.constexpr(int(Op.EXPERT_GU))
 OP_EDOWN: tl.constexpr = tl.constexpr(int(Op.EXPERT_DOWN))
 NW: tl.constexpr = tl.constexpr(WORDS)
+LAYER_BITS: tl.constexpr = tl.constexpr(_LAYER_BITS)
+LAYER_MASK: tl.constexpr = tl.constexpr((1 << _LAYER_BITS) - 1)
 
 # status buffer layout (int64): [abort, program, queue position, counter, value, target, step,
 # rank waited on (-1: a local counter)]
@@ -315,19 +317,25 @@ def residual_task(x_ptr, w_ptr, b_ptr, h_ptr, T, D, K, eps, lo, hi, a0,
 
 
 @triton.jit
-def moe_task(op, layer, a0, a1, a2, h_ptr, mnorm_ptr, wr_ptr, weg_ptr, wed_ptr, wgu_ptr, wd_ptr,
-             act_ptr, z_ptr, ids_ptr, wt_ptr, s_ptr, mact_ptr, eps, wargs,
+def moe_task(op, layer, mix, a0, a1, a2, h_ptr, mnorm_ptr, wr_ptr, weg_ptr, wed_ptr, wgu_ptr,
+             wd_ptr, act_ptr, z_ptr, ids_ptr, wt_ptr, s_ptr, mact_ptr, mc_ptr, eps, wargs,
              D: tl.constexpr, FFN: tl.constexpr, NE: tl.constexpr, EF: tl.constexpr,
              TOPK: tl.constexpr, RENORM: tl.constexpr, SHARED: tl.constexpr, ACT: tl.constexpr,
              PRE_NORM: tl.constexpr, RR: tl.constexpr, KD: tl.constexpr, RE: tl.constexpr,
              KG: tl.constexpr, RM: tl.constexpr, KM: tl.constexpr, BE: tl.constexpr,
              BJ: tl.constexpr, BKS: tl.constexpr, STREAM: tl.constexpr, F32: tl.constexpr,
-             PW: tl.constexpr, PTX: tl.constexpr, BJD: tl.constexpr, VS: tl.constexpr):
-    """A mixture's decode task (graph.moe_tasks; layer's router wr [L, NE + SHARED, D], experts'
-    gate|up weg [L, NE, 2 EF, D] and down wed [L, NE, D, EF], the shared expert's wgu / wd).
+             PW: tl.constexpr, PTX: tl.constexpr, BJD: tl.constexpr, VS: tl.constexpr,
+             SIGMOID: tl.constexpr, CHOICE: tl.constexpr, N_GROUP: tl.constexpr,
+             TOPK_GROUP: tl.constexpr, RSCALE: tl.constexpr):
+    """A mixture's decode task (graph.moe_tasks) of layer `layer` (its norm), the expert stacks'
+    layer `mix` (ModelSpec.expert_index): the router wr [L', NE + SHARED, D], experts' gate|up
+    weg [L', NE, 2 EF, D] and down wed [L', NE, D, EF], the shared expert's wgu / wd, the
+    choice bias mc [L', NE] (CHOICE).
     ROUTER: row tiles [a1, a2) of RR rows of z = norm(h) @ wr^T, fp32 (gemv_body; its first
-    piece before the wait). EXPERT_GU: the routing of z (moe.route_body: ids / weights / the
-    shared scale, which every such task computes and stores alike), then slot a0's rows [a1,
+    piece before the wait; an fp32 router -- ModelSpec.router_fp32 -- by plain loads: the PTX
+    pieces read bf16 rows). EXPERT_GU: the routing of z (moe.route_body, with the router's
+    SIGMOID / CHOICE / N_GROUP / TOPK_GROUP / RSCALE: ids / weights / the shared scale, which
+    every such task computes and stores alike), then slot a0's rows [a1,
     a2) of act(g) * u through expert ids[a0] (a0 = TOPK: the shared expert, into act) -- its
     weights' address known only after the routing. EXPERT_DOWN: d_model's row tiles [a1, a2) of
     h += the experts' weighted down rows (moe.experts_down_body, its tile at a time; VS > 0: the
@@ -336,27 +344,28 @@ def moe_task(op, layer, a0, a1, a2, h_ptr, mnorm_ptr, wr_ptr, weg_ptr, wed_ptr, 
     NR: tl.constexpr = NE + SHARED
     norm = mnorm_ptr + layer * D
     if op == OP_ROUTER:
-        w = wr_ptr + layer * NR * D
-        w0, _ = stream_start(w, NR, D, a1, a2, RR, KD, False, STREAM, PTX)
+        RP: tl.constexpr = PTX if wr_ptr.dtype.element_ty == tl.bfloat16 else 0
+        w = wr_ptr + mix * NR * D
+        w0, _ = stream_start(w, NR, D, a1, a2, RR, KD, False, STREAM, RP)
         run = ready(*wargs)
         if run == 1:
             gemv_body(h_ptr, w, norm, w, h_ptr, z_ptr, 1, NR, D, D, D, NR, eps, a1, a2, 0, w0,
-                      w0, PRE_NORM, False, 0, False, 1, RR, KD, STREAM, F32, PTX)
+                      w0, PRE_NORM, False, 0, False, 1, RR, KD, STREAM, F32, RP)
     elif op == OP_EGU:
         run = ready(*wargs)
         if run == 1:
             ids = route_body(z_ptr, ids_ptr, wt_ptr, s_ptr, 0, NE, NR, TOPK, RENORM, SHARED, BE,
-                             BJ)
+                             BJ, mc_ptr + mix * NE, SIGMOID, CHOICE, N_GROUP, TOPK_GROUP, RSCALE)
             if a0 < TOPK:  # slot a0's expert from the registers, not the ids just stored
                 e = tl.sum(tl.where(tl.arange(0, BJ) == a0, ids, 0), axis=0).to(tl.int64)
-                w = weg_ptr + (layer * NE + e) * (2 * EF) * row_elems(weg_ptr, D)
+                w = weg_ptr + (mix * NE + e) * (2 * EF) * row_elems(weg_ptr, D)
                 w0, w20 = stream_start(w, EF, D, a1, a2, RE, KG, ACT > 0, STREAM, PW)
                 gemv_body(h_ptr, w, norm, w, h_ptr, mact_ptr + a0 * EF, 1, EF, D, D, D, EF, eps,
                           a1, a2, 0, w0, w20, PRE_NORM, False, ACT, False, 1, RE, KG, STREAM,
                           F32, PW)
             if SHARED:
                 if a0 == TOPK:
-                    w = wgu_ptr + layer * (2 * FFN) * row_elems(wgu_ptr, D)
+                    w = wgu_ptr + mix * (2 * FFN) * row_elems(wgu_ptr, D)
                     w0, w20 = stream_start(w, FFN, D, a1, a2, RE, KG, ACT > 0, STREAM, PW)
                     gemv_body(h_ptr, w, norm, w, h_ptr, act_ptr, 1, FFN, D, D, D, FFN, eps, a1,
                               a2, 0, w0, w20, PRE_NORM, False, ACT, False, 1, RE, KG, STREAM,
@@ -366,8 +375,8 @@ def moe_task(op, layer, a0, a1, a2, h_ptr, mnorm_ptr, wr_ptr, weg_ptr, wed_ptr, 
         if run == 1:
             stride_we = D * row_elems(wed_ptr, EF)
             for tile in range(a1, a2):
-                experts_down_body(h_ptr, mact_ptr, wed_ptr + layer * NE * stride_we, ids_ptr,
-                                  wt_ptr, act_ptr, wd_ptr + layer * D * row_elems(wd_ptr, FFN),
+                experts_down_body(h_ptr, mact_ptr, wed_ptr + mix * NE * stride_we, ids_ptr,
+                                  wt_ptr, act_ptr, wd_ptr + mix * D * row_elems(wd_ptr, FFN),
                                   s_ptr, h_ptr, D, EF, FFN, D, EF, FFN, stride_we, 0, 0, tile,
                                   TOPK, SHARED, False, RM, KM, BKS, BJD, F32, VS=VS)
     return run
@@ -391,7 +400,8 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                T, TM, KVH, V, S, eps, scale, n_splits, n_vparts, emb_scale, attn_cap, logit_cap,
                qs_beta, qs_orig, alibi_ptr,
                xtab_ptr, rank, x_ctr, x_spin, x_red, x_lmv, x_lmi, v0, VFULL, tkt_base, qtkt_base,
-               wr_ptr, weg_ptr, wed_ptr, z_ptr, mids_ptr, mw_ptr, ms_ptr, mact_ptr,
+               wr_ptr, weg_ptr, wed_ptr, z_ptr, mids_ptr, mw_ptr, ms_ptr, mact_ptr, mc_ptr,
+               wdgu_ptr, wdd_ptr,
                D: tl.constexpr, FFN: tl.constexpr, H: tl.constexpr, HD: tl.constexpr,
                BIAS_QKV: tl.constexpr, QK_NORM: tl.constexpr, QK_DEFER: tl.constexpr,
                QKN_SLOTS: tl.constexpr, BLOCK_HALF: tl.constexpr, BIAS_O: tl.constexpr,
@@ -421,7 +431,9 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                SHARED: tl.constexpr = False, RE: tl.constexpr = 1, RM: tl.constexpr = 1,
                KM: tl.constexpr = 1, BE: tl.constexpr = 1, BJ: tl.constexpr = 1,
                BKS: tl.constexpr = 1, BJD: tl.constexpr = 1, VS: tl.constexpr = 0,
-               RR: tl.constexpr = 1):
+               RR: tl.constexpr = 1, DFFN: tl.constexpr = 0, SIGMOID: tl.constexpr = False,
+               CHOICE: tl.constexpr = False, N_GROUP: tl.constexpr = 1,
+               TOPK_GROUP: tl.constexpr = 1, RSCALE: tl.constexpr = 1.0):
     """Model sizes D, FFN, H, HD are constexpr (one compile per model): a decode tile over whole
     rows then folds its chunk loop away and keeps the activation row in registers, which spares
     registers (bench/compile_check.py: 1B shape 255 registers with 48 B of spills when they were
@@ -503,7 +515,11 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
     rows, TOPK routed (RENORM: renormalized), RE rows an EXPERT_GU tile, RM x KM an
     EXPERT_DOWN tile (moe.down_tile), BE / BJ / BKS the routing's and down body's blocks, BJD
     / VS the down body's experts a chunk and the shared expert's share of them
-    (graph.Tiling.moe_vs), RR the ROUTER tile's rows (graph.Tiling.rows_r)."""
+    (graph.Tiling.moe_vs), RR the ROUTER tile's rows (graph.Tiling.rows_r); the router's
+    SIGMOID / CHOICE (its choice bias mc_ptr) / N_GROUP / TOPK_GROUP / RSCALE (moe.route_body).
+    A mixture's task words carry its layer's place in its MLP stack above opcodes.LAYER_BITS
+    (schedule.encode): the expert stacks', or -- its dense layers (ModelSpec.dense_layers) --
+    that of the GATE_UP / DOWN tasks' dense stacks wdgu_ptr / wdd_ptr, DFFN rows wide."""
     pid = tl.program_id(0)
     qlen = tl.load(qlen_ptr + pid)
     QKVN = (H + 2 * KVH) * HD
@@ -534,6 +550,10 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
             w = queue_ptr + (pid * LMAX + i) * NW
             op = tl.load(w)
             layer = tl.load(w + 1).to(tl.int64)
+            mix = layer  # the layer's place in its MLP stack (MOE: above LAYER_BITS)
+            if MOE:
+                mix = layer >> LAYER_BITS
+                layer = layer & LAYER_MASK
             a0 = tl.load(w + 2)
             a1 = tl.load(w + 3)
             a2 = tl.load(w + 4)
@@ -618,10 +638,13 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                                     RED_BLOCK, USE_ASM, TRACE, PW, SO, RG, PF_KB, POLL1,
                                     kpart_ptr, TM * D, KSPLIT, POST_NORM)
             elif op == OP_GU:
-                w_gu = wgu_ptr + layer * GU * FFN * row_elems(wgu_ptr, D)
+                # (a mixture's GATE_UP / DOWN tasks: its dense layers', on their own stacks)
+                FW: tl.constexpr = DFFN if MOE else FFN
+                wg = wdgu_ptr if MOE else wgu_ptr
+                w_gu = wg + mix * GU * FW * row_elems(wg, D)
                 if SG > 1:
-                    run = gemv_body(h_ptr, w_gu, mnorm_ptr + layer * D, bgu_ptr + layer * GUB * FFN,
-                                    h_ptr, act_ptr, T, FFN, D, D, D, FFN, eps, a1, a2, a0, 0, 0,
+                    run = gemv_body(h_ptr, w_gu, mnorm_ptr + layer * D, bgu_ptr + layer * GUB * FW,
+                                    h_ptr, act_ptr, T, FW, D, D, D, FW, eps, a1, a2, a0, 0, 0,
                                     PRE_NORM, BIAS_GU, ACT, False, BLOCK_T, RG, KG, STREAM, F32,
                                     PW, SG, ready, wargs, D)
                 else:
@@ -630,17 +653,19 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
                     # wait; with one poller per program (StreamConfig.one_poller) before is
                     # faster: 1B 1249.3 / 1252.7 vs 1172.3 / 1153.2 / 1156.7 / 1175.0 tok/s
                     # (H200, 2026-12-02, c1a1b1c's tree, sweep_mega 256 tokens; RESULTS.md)
-                    w0, w20 = stream_start(w_gu, FFN, D, a1, a2, RG, KG, ACT > 0, STREAM, PW)
+                    w0, w20 = stream_start(w_gu, FW, D, a1, a2, RG, KG, ACT > 0, STREAM, PW)
                     run = ready(*wargs)
                     if run == 1:
-                        gemv_body(h_ptr, w_gu, mnorm_ptr + layer * D, bgu_ptr + layer * GUB * FFN,
-                                  h_ptr, act_ptr, T, FFN, D, D, D, FFN, eps, a1, a2, a0, w0, w20,
+                        gemv_body(h_ptr, w_gu, mnorm_ptr + layer * D, bgu_ptr + layer * GUB * FW,
+                                  h_ptr, act_ptr, T, FW, D, D, D, FW, eps, a1, a2, a0, w0, w20,
                                   PRE_NORM, BIAS_GU, ACT, False, BLOCK_T, RG, KG, STREAM, F32,
                                   PW)
             elif op == OP_DOWN:
-                run = residual_task(act_ptr, wd_ptr + layer * D * row_elems(wd_ptr, FFN),
+                FW: tl.constexpr = DFFN if MOE else FFN
+                wdn = wdd_ptr if MOE else wd_ptr
+                run = residual_task(act_ptr, wdn + mix * D * row_elems(wdn, FW),
                                     bd_ptr + layer * D, h_ptr,
-                                    T, D, FFN, eps, a1, a2, a0, ctr_ptr, target, status_ptr,
+                                    T, D, FW, eps, a1, a2, a0, ctr_ptr, target, status_ptr,
                                     max_spin, pid, i, wc, s, tr, clock_ptr, op, xtab_ptr, rank,
                                     x_ctr, x_spin, x_red + (WORLD + rank) * TM * D, w, False,
                                     wgu_ptr, FFN, BIAS_DOWN, BLOCK_T, RF, KF, STREAM, F32, WORLD,
@@ -651,11 +676,12 @@ def megakernel(queue_ptr, qlen_ptr, LMAX, ctr_ptr, tok_ctr, status_ptr, max_spin
             # spills from 88551c7 on, back with this; its H200 rate fell ~7% meanwhile)
             elif ((op == OP_ROUTER) | (op == OP_EGU) | (op == OP_EDOWN)) & MOE:
                 if MOE:  # (the body compiled for mixtures only)
-                    run = moe_task(op, layer, a0, a1, a2, h_ptr, mnorm_ptr, wr_ptr, weg_ptr,
-                                   wed_ptr, wgu_ptr, wd_ptr, act_ptr, z_ptr, mids_ptr, mw_ptr,
-                                   ms_ptr, mact_ptr, eps, wargs, D, FFN, NE, EF, TOPK, RENORM,
-                                   SHARED, ACT, PRE_NORM, RR, KD, RE, KG, RM, KM, BE, BJ, BKS,
-                                   STREAM, F32, PW, PTX, BJD, VS)
+                    run = moe_task(op, layer, mix, a0, a1, a2, h_ptr, mnorm_ptr, wr_ptr,
+                                   weg_ptr, wed_ptr, wgu_ptr, wd_ptr, act_ptr, z_ptr, mids_ptr,
+                                   mw_ptr, ms_ptr, mact_ptr, mc_ptr, eps, wargs, D, FFN, NE, EF,
+                                   TOPK, RENORM, SHARED, ACT, PRE_NORM, RR, KD, RE, KG, RM, KM,
+                                   BE, BJ, BKS, STREAM, F32, PW, PTX, BJD, VS, SIGMOID, CHOICE,
+                                   N_GROUP, TOPK_GROUP, RSCALE)
             elif op == OP_LM:
                 w0, _ = stream_start(lm_ptr, V, D, a1, a2, RD, KD, False, STREAM, PTX)
                 run = ready(*wargs)
