@@ -81,8 +81,9 @@ def route_body(z_ptr, ids_ptr, w_ptr, s_ptr, t, E, stride_z, TOP_K: tl.constexpr
     8 such reductions fewer a task). Timed against the max + argmin loop (H100, 2026-12-07,
     sweep_mega olmoe-1b-7b, one process a run, bench/RESULTS.md session 70): 918.8 / 920.4 /
     943.5 vs 969.8 / 902.7 / 928.5 tok/s -- level within the spread; kept for the fewer
-    reductions. CHOICE / N_GROUP > TOPK_GROUP (ops mode's routers only: the megakernel's
-    tasks route by p alone): the keys order p + c (_order_key), the weights p[e_j] gathered."""
+    reductions. CHOICE / N_GROUP > TOPK_GROUP (DeepSeek-V3's router; ops mode's route_kernel
+    and the megakernel's EXPERT_GU tasks alike): the keys order p + c (_order_key), the
+    weights p[e_j] gathered."""
     offs = tl.arange(0, BLOCK_E)
     z = tl.load(z_ptr + t * stride_z + offs, mask=offs < E, other=-float("inf")).to(tl.float32)
     if SIGMOID:
