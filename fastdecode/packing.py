@@ -126,12 +126,9 @@ class PackedWeights:
         layer's (w_dense_*), or a mixture's shared expert's (w_gu / w_down over the expert
         layers)."""
         s = self.spec
-        if not s.moe:
-            return self.w_gu[l], self.w_down[l]
+        i = s.mlp_index(l)
         if l in s.dense_layers:
-            i = s.dense_index(l)
             return self.w_dense_gu[i], self.w_dense_down[i]
-        i = s.expert_index(l)
         return self.w_gu[i], self.w_down[i]
 
     @property

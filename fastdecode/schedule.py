@@ -66,8 +66,7 @@ def encode(graph: StepGraph, queues: list) -> tuple:
     words = torch.zeros(P, L, WORDS, dtype=torch.int32)
     s = graph.spec
     # a mixture's layer word: its MLP stack's layer above LAYER_BITS (the kernel's MOE weights)
-    stack = (lambda l: 0) if not s.moe else \
-        (lambda l: s.dense_index(l) if l in s.dense_layers else s.expert_index(l))
+    stack = s.mlp_index if s.moe else (lambda l: 0)
     for p, q in enumerate(queues):
         for k, i in enumerate(q):
             t = graph.tasks[i]

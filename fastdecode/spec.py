@@ -945,6 +945,13 @@ class ModelSpec:
         """Layer l's place in the dense MLP stacks of a mixture (dense_layers)."""
         return self.dense_layers.index(l)
 
+    def mlp_index(self, l: int) -> int:
+        """Layer l's place in the stacks of its MLP: a mixture's dense layer's in the dense
+        stacks (dense_index), an expert layer's in the expert stacks (expert_index); a dense
+        model's, l."""
+        return self.dense_index(l) if l in self.dense_layers else self.expert_index(l) \
+            if self.moe else l
+
     def weight_bytes_per_token(self, elt: int = 2, all_experts: bool = False,
                                expert_elt: float | None = None,
                                matrix_elt: float | None = None) -> int:

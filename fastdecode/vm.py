@@ -271,9 +271,9 @@ class VM:
             b = pick(pw.b_gu)  # (gate's and up's rows, or xIELU's parameters': two of them)
             b_rows = both if act_operand_rows(s.act, s.gated) == 2 else rows
             act[ix] = R.gemv(st.h[toks], pw.matrix("gu", l)[both if s.gated else rows],
-                                norm_w=pw.pre_norm(1, l), eps=s.rms_eps,
-                                bias=None if b is None else b[b_rows],
-                                swiglu=True, act=s.act, gated=s.gated).to(dt)
+                             norm_w=pw.pre_norm(1, l), eps=s.rms_eps,
+                             bias=None if b is None else b[b_rows],
+                             swiglu=True, act=s.act, gated=s.gated).to(dt)
         elif op == Op.DOWN:
             b = pick(pw.b_down)
             st.h[ix] = R.gemv(self._ffn(l)[1][toks], pw.matrix("down", l)[rows],

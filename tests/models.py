@@ -475,9 +475,10 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
                          "num_experts"): n,
                     {"hunyuan_v1_moe": "moe_topk", "ernie4_5_moe": "moe_k"}.get(
                         family, "num_experts_per_tok"): k})
-        if family in ("qwen2_moe", "qwen3_moe"):
+        if family in ("qwen2_moe", "qwen3_moe"):  # a dense layer among the expert ones, or none
             cfg.update(moe_intermediate_size=draw(st.integers(3, 61)),
-                       norm_topk_prob=draw(st.booleans()))
+                       norm_topk_prob=draw(st.booleans()),
+                       mlp_only_layers=draw(st.sampled_from([[], [], [0], [1]])))
         if family == "flex_olmo":
             cfg["norm_topk_prob"] = draw(st.booleans())
         if family == "qwen2_moe":

@@ -705,14 +705,16 @@ def test_mega_random_shapes_match_torch(shape, seed):
 
 @settings(max_examples=10)
 @given(shape=hf_shapes(("qwen2_moe", "qwen3_moe", "mixtral", "olmoe", "granitemoe",
-                         "granitemoeshared", "hunyuan_v1_moe")),
+                         "granitemoeshared", "hunyuan_v1_moe", "ernie4_5_moe", "glm4_moe",
+                         "dots1")),
        seed=st.integers(0, 1000))
 def test_mega_random_mixtures_match_torch(shape, seed):
     """The same for mixtures of experts (their prompt chunk by ops, their decode steps by the
     ROUTER / EXPERT_GU / EXPERT_DOWN tasks): 1-9 experts or 60-130 (the routing's 128-wide
     block), up to 9 routed (all of them where fewer), experts of odd widths, with or without
-    Qwen2-MoE's shared expert or GraniteMoeShared's / HunYuan's ungated one (in EXPERT_DOWN's
-    chunks where they stay <= 16 experts) --
+    Qwen2-MoE's shared expert or GraniteMoeShared's / HunYuan's / ERNIE's / GLM's ungated one
+    (in EXPERT_DOWN's chunks where they stay <= 16 experts), dense layers among the expert ones
+    (their GATE_UP / DOWN tasks), DeepSeek-V3's router (sigmoid, choice bias, groups, scale) --
     EXPERT_DOWN's 8-row tiles over d_model's odd sizes, its 128-wide K chunk masked past the
     expert's width."""
     _mega_matches_torch(shape, seed)
