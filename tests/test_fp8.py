@@ -264,13 +264,13 @@ def fp8_mixture(family):
 
 @pytest.mark.parametrize("family,mode", [("qwen3_moe", "ops"), ("qwen2_moe", "ops"),
                                          ("qwen2_moe", "mega"), ("mixtral", "ops"),
-                                         ("qwen2_moe_dense", "ops"), ("glm4_moe", "ops"),
+                                         ("qwen2_moe_dense", "ops"), ("glm4_moe", "mega"),
                                          ("hunyuan_v1_moe", "mega"), ("ernie4_5_moe", "ops")])
 def test_fp8_mixture_checkpoint(tmp_path, family, mode):
     """A mixture's FP8 checkpoint (Qwen3-30B-A3B-FP8's layout: per-expert FP8 tensors, the
     router unquantized; Mixtral's under its own names, block_sparse_moe.experts.{e}.w1 / w3 /
     w2, as save_pretrained writes them) in mode 'ops' (and the megakernel's expert tasks: decode
-    steps) keeps
+    steps; glm4_moe's dense layer there too, FP8 rows on its own stacks) keeps
     its routed experts and its shared expert 8-bit with the attention's matrices (a dense
     layer's MLP among the expert layers too: qwen2_moe_dense, glm4_moe, ernie4_5_moe; a shared
     expert without a gate, its down scales doubled: glm4_moe, hunyuan_v1_moe, ernie4_5_moe;
