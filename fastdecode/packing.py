@@ -206,7 +206,7 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
     # each matrix's shard (a column-parallel one's rows, a row-parallel one's columns)
     # (a mixture's: its shared expert's, and every routed expert's -- fp8_matrices' names)
     mlp = "mlp.shared_expert." if spec.moe else "mlp."
-    mlp_layers = moe_layers if spec.moe else range(spec.n_layers)  # w_gu / w_down's layers
+    mlp_layers = spec.mlp_layers  # w_gu / w_down's layers
     shards = {**dict(zip((f"self_attn.{n}_proj.weight" for n in "qkv"), (q, kv, kv))),
               "self_attn.o_proj.weight": cols(sp.q_dim), f"{mlp}gate_proj.weight": f,
               f"{mlp}up_proj.weight": f, f"{mlp}down_proj.weight": cols(sp.ffn_dim)}
@@ -1047,7 +1047,7 @@ def dict_getter(state: dict):
 
 def _check_shapes(pw: PackedWeights, full_vocab: int):
     s = pw.spec  # a rank's shard sizes; the embedding is replicated (full vocabulary)
-    L = len(s.expert_layers) if s.moe else s.n_layers  # the MLP stacks' layers
+    L = len(s.mlp_layers)
     want = {
         "embed": (full_vocab, s.d_model), "lm_head": (s.vocab_size, s.d_model),
         "w_qkv": (s.n_layers, s.qkv_dim, s.d_model), "w_o": (s.n_layers, s.d_model, s.q_dim),

@@ -936,6 +936,12 @@ class ModelSpec:
         return tuple(l for l in range(self.n_layers) if l not in self.dense_layers) \
             if self.moe else ()
 
+    @property
+    def mlp_layers(self) -> tuple:
+        """The layers of the w_gu / w_down stacks: a mixture's expert layers (its shared
+        expert's), else every layer."""
+        return self.expert_layers if self.moe else tuple(range(self.n_layers))
+
     def expert_index(self, l: int) -> int:
         """Layer l's place in the expert stacks (router, experts, shared expert); -1: a dense
         layer (dense_index)."""
@@ -966,8 +972,7 @@ class ModelSpec:
         routed = 3 * picked * self.expert_ffn * self.d_model * moe
         mlp = (2 + self.gated) * self.d_model  # an MLP's bytes a unit of its width
         matrices = self.n_layers * (self.qkv_dim * self.d_model + self.d_model * self.q_dim) \
-            + mlp * (self.ffn_dim * (moe if self.moe else self.n_layers)
-                     + self.dense_ffn * len(self.dense_layers))
+            + mlp * (self.ffn_dim * len(self.mlp_layers) + self.dense_ffn * len(self.dense_layers))
         routers = (self.n_experts + (self.ffn_dim > 0)) * self.d_model * moe
         return elt * (self.n_layers * norms * self.d_model + routers
                       + self.vocab_size * self.d_model + self.d_model) \
