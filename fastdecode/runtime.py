@@ -524,7 +524,7 @@ class Runtime:
                 self._moe_ops(l, h, T)
                 continue
             w_gu, w_down = pw.mlp_weights(l)  # a mixture's dense layers' too
-            act = (st.dense_act if s.moe else st.act)[:T]
+            act = st.mlp_act(l)[:T]
             # parallel blocks (ModelSpec.parallel): the MLP reads the layer's input, before
             # o_proj adds to it
             for op in ("gu", "o") if s.parallel else ("o", "gu"):

@@ -127,6 +127,7 @@ class DecodeState:
         self.act = torch.zeros(T, s.ffn_dim, device=dev, dtype=dt)
         # a mixture's dense layers' (ModelSpec.dense_layers) activations, their own width
         self.dense_act = torch.zeros(T, s.dense_ffn, device=dev, dtype=dt)
+        self._dense_layers = s.dense_layers
         if s.moe:  # a mixture of experts (ops mode): the router's logits (and the shared
             # expert's gate logit), each row's top_k experts and weights, the shared expert's
             # scale, the experts' activations (triton_kernels/moe.py)
@@ -178,6 +179,11 @@ class DecodeState:
         self.eos = torch.zeros(MAX_EOS, device=dev, dtype=torch.int32)
         self.n_eos, self.max_step = 0, 1 << 30
         self.status = torch.zeros(STATUS_WORDS, device=dev, dtype=torch.int64)
+
+    def mlp_act(self, l: int) -> torch.Tensor:
+        """Layer l's MLP activations [max_chunk, its width]: a mixture's dense layers'
+        (dense_act), else act (a mixture's: its shared expert's)."""
+        return self.dense_act if l in self._dense_layers else self.act
 
     def sequence(self, n: int) -> torch.Tensor:
         """HF's input_ids [1, L]: generate()'s prompt and the first n chosen tokens."""

@@ -120,7 +120,7 @@ class VM:
         elif task.op == Op.MERGE:
             self._merge(l, a0, a1, a2)
         elif task.op in (Op.O_PROJ, Op.GATE_UP, Op.DOWN, Op.LM_HEAD):
-            N = {Op.O_PROJ: s.d_model, Op.GATE_UP: self._ffn(l)[0], Op.DOWN: s.d_model,
+            N = {Op.O_PROJ: s.d_model, Op.GATE_UP: st.mlp_act(l).shape[1], Op.DOWN: s.d_model,
                  Op.LM_HEAD: s.vocab_size}[task.op]
             tb = a0 // self.n_vparts if task.op == Op.LM_HEAD else a0
             r = tg.gemv_rows(task.op)
@@ -250,12 +250,6 @@ class VM:
         self._parts()[int(op == Op.DOWN), kp, toks[:, None], rows[None]] = R.gemv(
             x[toks, k], pw.matrix(w, l)[rows][:, k])
 
-    def _ffn(self, l):
-        """Layer l's MLP width and activations buffer: a mixture's dense layers' own
-        (ModelSpec.dense_layers), else the model's (a mixture's: its shared expert's)."""
-        s, st = self.spec, self.st
-        return (s.dense_ffn, st.dense_act) if l in s.dense_layers else (s.ffn_dim, st.act)
-
     def _gemv_tile(self, op, l, toks, rows):
         s, pw, st = self.spec, self.pw, self.st
         dt = pw.dtype
@@ -266,8 +260,8 @@ class VM:
             st.h[ix] = R.gemv(st.attn[toks], pw.matrix("o", l)[rows],
                               bias=None if b is None else b[rows], residual=st.h[ix]).to(dt)
         elif op == Op.GATE_UP:
-            F, act = self._ffn(l)
-            both = torch.cat([rows, rows + F])
+            act = st.mlp_act(l)  # (its width: the layer's MLP's)
+            both = torch.cat([rows, rows + act.shape[1]])
             b = pick(pw.b_gu)  # (gate's and up's rows, or xIELU's parameters': two of them)
             b_rows = both if act_operand_rows(s.act, s.gated) == 2 else rows
             act[ix] = R.gemv(st.h[toks], pw.matrix("gu", l)[both if s.gated else rows],
@@ -276,7 +270,7 @@ class VM:
                              swiglu=True, act=s.act, gated=s.gated).to(dt)
         elif op == Op.DOWN:
             b = pick(pw.b_down)
-            st.h[ix] = R.gemv(self._ffn(l)[1][toks], pw.matrix("down", l)[rows],
+            st.h[ix] = R.gemv(st.mlp_act(l)[toks], pw.matrix("down", l)[rows],
                               bias=None if b is None else b[rows], residual=st.h[ix]).to(dt)
         else:
             st.logits[ix] = R.head_logits(pw, st.h[toks], rows)
