@@ -213,11 +213,15 @@ def main():
         return compile_rows(model, name, args.rows_tile, args.programs * 2, args.dump)
     gpu_rows_tiles()
     stream = streams[0]
-    for mode in ("mega",) + (("ops",) if args.family else ()):
+    from fastdecode.runtime import lacks_tasks
+    from fastdecode.spec import ModelSpec
+    # a model the megakernel has no tasks for (Qwen3.5's Gated DeltaNet): its ops kernels
+    modes = ("ops",) if lacks_tasks(ModelSpec.from_hf_config(model.config)) else \
+        ("mega",) + (("ops",) if args.family else ())
+    for mode in modes:
         if args.tp > 1:
             from fastdecode.module import FastModel
             from fastdecode.packing import pack
-            from fastdecode.spec import ModelSpec
             spec = ModelSpec.from_hf_config(model.config)
             sd = model.state_dict()
             pw = pack(spec, lambda n, ix=None: sd.get(n) if ix is None or n not in sd
@@ -238,6 +242,7 @@ def main():
         if args.family:
             if mode == "mega":  # the step of several rows compiles its own megakernel
                 COMPILED["megakernel (decode)"] = COMPILED.pop("megakernel")
+        if args.family or mode == "ops":
             fm.runtime.forward(ids[1:].clone())  # T=3: prefill tiles
             if mode == "mega" and "megakernel" in COMPILED:  # (a mixture's: ops kernels)
                 COMPILED["megakernel (3 rows)"] = COMPILED.pop("megakernel")

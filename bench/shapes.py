@@ -345,6 +345,18 @@ SHAPES = {
         moe_intermediate_size=1536, moe_num_shared_experts=2, moe_layer_start_index=1,
         vocab_size=103424, tie_word_embeddings=True, rope_theta=500000.0,
         max_position_embeddings=131072, bos_token_id=1, eos_token_id=2)),
+    # Qwen3.5-9B's language model (32 layers of 4096: every fourth an attention layer of 16
+    # heads of 256, GQA 4:1, q / k norms, an output gate, a quarter of each head rotated by the
+    # multimodal RoPE's sections; the other 24 Gated DeltaNet layers, 16 key heads serving 32
+    # value heads of 128, a 4-tap convolution; an MLP of 12288, a 248320 vocabulary, untied)
+    "qwen3.5-9b": ("Qwen3.5-9B", lambda: tf.Qwen3_5TextConfig(
+        hidden_size=4096, intermediate_size=12288, num_hidden_layers=32, num_attention_heads=16,
+        num_key_value_heads=4, head_dim=256, linear_num_key_heads=16, linear_num_value_heads=32,
+        linear_key_head_dim=128, linear_value_head_dim=128, linear_conv_kernel_dim=4,
+        vocab_size=248320, tie_word_embeddings=False, max_position_embeddings=262144,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25,
+                         "mrope_section": [11, 11, 10], "mrope_interleaved": True},
+        rms_norm_eps=1e-6)),
     # gpt-oss-20b (24 layers of 64 heads of 64 on a d_model of 2880, GQA 8:1, attention sinks,
     # q / k / v / o biases, a 128-key window on every other layer, YaRN x32 over 4096; 32
     # experts of 2880 of which 4, with biases, the clamped SwiGLU; a 201088 vocabulary, untied:
@@ -360,14 +372,18 @@ SHAPES = {
 
 
 def random_model(key, device="cuda", n_layers=None, **overrides):
-    """n_layers: fewer layers than the published model (same matrix sizes), e.g. to compile;
-    overrides: config fields set after that (sliding_window=24)."""
+    """n_layers: fewer layers than the published model (same matrix sizes), e.g. to compile --
+    of a config that types its layers, the last n_layers' types (each kind of layer where the
+    pattern ends with one of each: Qwen3.5's DeltaNet then attention layer, Gemma 3's sliding
+    then full one); overrides: config fields set after that (sliding_window=24)."""
     import torch
     from transformers import AutoModelForCausalLM
     name, make = SHAPES[key]
     cfg = make()
     if n_layers:
         cfg.num_hidden_layers = n_layers
+        if isinstance(getattr(cfg, "layer_types", None), list):
+            cfg.layer_types = cfg.layer_types[-n_layers:]
     for k, v in overrides.items():
         setattr(cfg, k, v)
     with torch.device(device):

@@ -151,6 +151,9 @@ def start_sequence(rt: Runtime, ids, sampling, *, seed, eos, max_new_tokens: int
     lr = rt.state.longrope
     if keep and lr is not None and lr.long and len(ids) <= lr.orig:
         keep = 0  # the cache holds keys of the long factors, a fresh call's are the short ones
+    if keep != rt.position and rt.spec.linear_layers:
+        keep = 0  # a Gated DeltaNet's state holds the whole sequence: kept only when the prompt
+        # extends all of it
     rt.reset(keep)
     rt.set_sampling(sampling, seed)
     rt.set_stop(eos, max_new_tokens)

@@ -193,6 +193,10 @@ class FastModel(nn.Module):
         if self.runtime.tp:
             raise ValueError("prompt lookup and assisted decoding are not supported with "
                              "tensor parallelism")
+        if self.spec.linear_layers:
+            raise ValueError(f"prompt lookup and assisted decoding drop rejected guesses by "
+                             f"moving the cache back, which {self.spec.family}'s Gated DeltaNet "
+                             "state cannot")
         if k is not None and assistant is not None:
             raise ValueError("prompt_lookup_num_tokens and assistant_model exclude each other: "
                              "one source of candidate tokens")
@@ -228,6 +232,9 @@ class FastModel(nn.Module):
         if draft.device != self.device:
             raise ValueError(f"the assistant model is on {draft.device}, this model on "
                              f"{self.device}")
+        if draft.spec.linear_layers:
+            raise ValueError(f"the assistant ({draft.spec.family}) has Gated DeltaNet layers: "
+                             "its state cannot move back past rejected guesses")
         if draft.spec.vocab_size > self.spec.vocab_size:
             raise ValueError(f"the assistant's vocabulary ({draft.spec.vocab_size}) is larger "
                              f"than this model's ({self.spec.vocab_size}): not the same tokenizer")

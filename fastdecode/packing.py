@@ -51,7 +51,7 @@ from .triton_kernels.config import row_elems
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # PackedWeights fields held in fp32 whatever the weights' dtype (FastModel.to: the ALiBi slopes
 # moved, never cast; a parameter among them cast as the weights, then held in fp32 again)
-FP32_KEPT = ("alibi", "sinks", "b_choice")
+FP32_KEPT = ("alibi", "sinks", "b_choice", "lin_alog", "lin_dt")
 
 
 @dataclass
@@ -96,6 +96,18 @@ class PackedWeights:
     s_experts_down: torch.Tensor | None = None
     # [L, this rank's q heads] fp32: the attention sinks (ModelSpec.attn_sinks; FP32_KEPT)
     sinks: torch.Tensor | None = None
+    # [La, H * hd, d]: the attention layers' output gate rows (ModelSpec.attn_gate)
+    w_gate: torch.Tensor | None = None
+    # Gated DeltaNet layers (ModelSpec.linear_layers, Ll of them; reference.gdn_block): in_proj
+    # [Ll, conv_dim + value_dim + 2 nv, d] (q | k | v | z | b | a rows), out_proj [Ll, d,
+    # value_dim], the convolution's taps [Ll, conv_dim, kernel], A_log and dt_bias [Ll, nv]
+    # (fp32: FP32_KEPT), the gated RMSNorm's weights [Ll, dv]
+    w_lin_in: torch.Tensor | None = None
+    w_lin_out: torch.Tensor | None = None
+    lin_conv: torch.Tensor | None = None
+    lin_alog: torch.Tensor | None = None
+    lin_dt: torch.Tensor | None = None
+    lin_norm: torch.Tensor | None = None
 
     def pre_norm(self, which: int, l: int) -> torch.Tensor | None:
         """Layer l's norm before its attention (which 0) or MLP (1); None: none."""
@@ -145,8 +157,8 @@ class PackedWeights:
         """Layer l's w_{which} (qkv, o, gu, down) [N, K] in the weights' dtype: the packed one,
         or its FP8 codes times their scales rounded once (quant.dequantize_fp8's values) -- the
         reference paths' (torch mode, a long prompt's pass)."""
-        w = getattr(self, f"w_{which}")[l] if which in ("qkv", "o") else \
-            self.mlp_weights(l)[which == "down"]
+        w = getattr(self, f"w_{which}")[self.spec.attn_index(l)] if which in ("qkv", "o") \
+            else self.mlp_weights(l)[which == "down"]
         if w.dtype != torch.float8_e4m3fn:
             return w
         s = self.spec
@@ -232,6 +244,9 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
         get = grouped_qkv_getter(get, spec, fam.qkv_grouped)
     if spec.text_of:
         get = text_model_getter(get)
+    if spec.attn_gate:
+        get = gated_q_getter(get, spec)
+    plain = get  # the Gated DeltaNet's norm weights: as stored (no 1 + w)
     if fam.gemma_norms or fam.norms_plus_one:
         get = offset_norm_getter(get)
     if fam.weightless_norms:
@@ -438,6 +453,7 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
         else "lm_head.weight"
     lm_head = embed if (world == 1 and spec.shares_head) else \
         need(head, (slice(v0, v1),), spec.logits_scale).contiguous()
+    al = spec.attn_layers  # the attention stacks' layers (ModelSpec.linear_layers: not theirs)
     pw = PackedWeights(
         spec=sp, embed=embed, lm_head=lm_head, final_norm=need("model.norm.weight"),
         attn_norm=stack(norms[0]) if spec.pre_norms else None,
@@ -445,8 +461,8 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
         post_attn_norm=stack(norms[2]) if spec.post_norms else None,
         post_mlp_norm=stack(norms[3]) if spec.post_norms else None,
         w_qkv=stack((attn.format("q", "weight"), q), (attn.format("k", "weight"), kv),
-                    (attn.format("v", "weight"), kv), codes=True),
-        w_o=stack((attn.format("o", "weight"), cols(sp.q_dim)), codes=True),
+                    (attn.format("v", "weight"), kv), codes=True, layers=al),
+        w_o=stack((attn.format("o", "weight"), cols(sp.q_dim)), codes=True, layers=al),
         w_gu=stack(*gated(f"{mlp}gate_proj.weight", f), (f"{mlp}up_proj.weight", f), codes=True,
                    layers=mlp_layers)
         if sp.ffn_dim else torch.zeros(len(mlp_layers), 0, spec.d_model, device=device,
@@ -455,16 +471,32 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
         if sp.ffn_dim else torch.zeros(len(mlp_layers), spec.d_model, 0, device=device,
                                        dtype=dtype),
         b_qkv=stack((attn.format("q", "bias"), q), (attn.format("k", "bias"), kv),
-                    (attn.format("v", "bias"), kv)) if spec.attn_bias else None,
-        b_o=on_first_rank(stack((attn.format("o", "bias"), None)) if spec.o_bias else None),
+                    (attn.format("v", "bias"), kv), layers=al) if spec.attn_bias else None,
+        b_o=on_first_rank(stack((attn.format("o", "bias"), None), layers=al)
+                          if spec.o_bias else None),
         b_gu=stack(*gated("mlp.gate_proj.bias", f), ("mlp.up_proj.bias", f))
         if spec.mlp_bias else None,
         b_down=on_first_rank(stack(("mlp.down_proj.bias", None)) if spec.mlp_bias else None),
         # [L, H + KVH, hd]: the rank's q heads' rows, then its k heads'
-        qk_norm=stack(("self_attn.q_norm.weight", q), ("self_attn.k_norm.weight", kv))
-        .view(spec.n_layers, sp.n_heads + sp.n_kv_heads, spec.head_dim)
+        qk_norm=stack(("self_attn.q_norm.weight", q), ("self_attn.k_norm.weight", kv), layers=al)
+        .view(len(al), sp.n_heads + sp.n_kv_heads, spec.head_dim)
         if spec.qk_norm else None,
+        w_gate=stack(("self_attn.q_gate.weight", q), layers=al) if spec.attn_gate else None,
     )
+    if spec.linear_layers:  # the Gated DeltaNet layers' own stacks (ModelSpec.gdn)
+        ll, lin = spec.linear_layers, "linear_attn.{}.weight"
+        pw.w_lin_in = stack(*((lin.format(f"in_proj_{n}"), None) for n in ("qkv", "z", "b", "a")),
+                            layers=ll)
+        pw.w_lin_out = stack((lin.format("out_proj"), None), layers=ll)
+        conv = spec.gdn_dims[2]
+        pw.lin_conv = stack((lin.format("conv1d"), None), layers=ll).view(len(ll), conv, -1)
+
+        def per_layer(n):  # fp32 [Ll, nv]: the checkpoint's values
+            return torch.stack([fetch(f"model.layers.{i}.linear_attn.{n}").float()
+                                for i in ll]).to(device)
+        pw.lin_alog, pw.lin_dt = per_layer("A_log"), per_layer("dt_bias")
+        pw.lin_norm = torch.stack([plain(f"model.layers.{i}.{lin.format('norm')}")
+                                   for i in ll]).to(device=device, dtype=dtype)
     if spec.moe:
         pw.w_router = stack(("mlp.gate.weight", None),
                             *((("mlp.shared_expert_gate.weight", None),) if spec.ffn_dim else ()),
@@ -522,6 +554,26 @@ def pack(spec: ModelSpec, get, *, device, dtype, rank: int = 0, world: int = 1,
     return pw
 
 
+def gated_q_getter(get, spec: ModelSpec):
+    """get(name, index) where a layer's self_attn.q_proj weight / bias read as its q rows and
+    self_attn.q_gate's as its output gate's rows: Qwen3.5's q_proj keeps [q | gate] per head,
+    [H, 2, hd] rows (ModelSpec.attn_gate; index: of the rows read)."""
+
+    def gget(name, index=None):
+        for part, j in (("q_proj", 0), ("q_gate", 1)):
+            for kind in ("weight", "bias"):
+                end = f"self_attn.{part}.{kind}"
+                if name.startswith("model.layers.") and name.endswith(end):
+                    t = get(name[:-len(end)] + f"self_attn.q_proj.{kind}")
+                    if t is None:
+                        return None
+                    t = t.reshape(spec.n_heads, 2, spec.head_dim, *t.shape[1:])[:, j]
+                    t = t.reshape(spec.q_dim, *t.shape[2:])
+                    return t if index is None else t[index]
+        return get(name, index)
+    return gget
+
+
 def fp8_matrices(spec: ModelSpec, get, fam, shards: dict, world: int):
     """pack's keep_fp8: (name, layer's name) -> quant.fp8_rows of that weight's shard, where
     every layer matrix of the model can stay FP8 as it is stored; else None (the dequantized
@@ -545,7 +597,7 @@ def fp8_matrices(spec: ModelSpec, get, fam, shards: dict, world: int):
     plain = not (fam.conv1d or fam.fused or fam.qkv_grouped
                  or spec.text_of or spec.layer_norm or spec.qk_layer_norm
                  or (fam.experts is not None and (fam.experts.oai or fam.experts.shared_fused))
-                 or spec.q_scale != 1.0
+                 or spec.q_scale != 1.0 or spec.attn_gate
                  or spec.residual_scale != 1.0)
     if rows is None or not plain:
         return None
@@ -1050,7 +1102,8 @@ def _check_shapes(pw: PackedWeights, full_vocab: int):
     L = len(s.mlp_layers)
     want = {
         "embed": (full_vocab, s.d_model), "lm_head": (s.vocab_size, s.d_model),
-        "w_qkv": (s.n_layers, s.qkv_dim, s.d_model), "w_o": (s.n_layers, s.d_model, s.q_dim),
+        "w_qkv": (len(s.attn_layers), s.qkv_dim, s.d_model),
+        "w_o": (len(s.attn_layers), s.d_model, s.q_dim),
         "w_gu": (L, (1 + s.gated) * s.ffn_dim, s.d_model), "w_down": (L, s.d_model, s.ffn_dim),
     }
     if s.moe:
@@ -1070,6 +1123,14 @@ def _check_shapes(pw: PackedWeights, full_vocab: int):
                              "multiples of 32")
         want.update(w_experts_gu=(L, E, 2 * F, d // 2), w_experts_down=(L, E, d, F // 2),
                     s_experts_gu=(L, E, 2 * F, d // 32), s_experts_down=(L, E, d, F // 32))
+    if s.attn_gate:
+        want["w_gate"] = (len(s.attn_layers), s.q_dim, s.d_model)
+    if s.linear_layers:
+        Ll, (_, vd, conv, rows) = len(s.linear_layers), s.gdn_dims
+        want.update(w_lin_in=(Ll, rows, s.d_model), w_lin_out=(Ll, s.d_model, vd),
+                    lin_conv=(Ll, conv, s.gdn[4]), lin_alog=(Ll, s.gdn[1]),
+                    lin_dt=(Ll, s.gdn[1]),
+                    lin_norm=(Ll, s.gdn[3]))
     for name, shape in want.items():
         got = tuple(getattr(pw, name).shape)
         if got != shape:

@@ -5,6 +5,7 @@ the long prompts' prefill (runtime.py) runs the same blocks with matmuls in the 
 (cuBLAS on a GPU) and the Triton RMSNorm, SwiGLU and attention kernels."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -267,16 +268,58 @@ def merge_partials(o, lse):
     return (w[..., None] * o).sum(0) / w.sum(0)[..., None]
 
 
+def l2_normed(x, eps: float = 1e-6):
+    """x * rsqrt(sum(x^2) + eps) over the last dim (the FLA library's l2norm, HF's)."""
+    return x * torch.rsqrt(x.pow(2).sum(-1, keepdim=True) + eps)
+
+
+def gated_delta(y, conv_w, A_log, dt, norm_w, conv_state, state, gdn: tuple, eps: float):
+    """A Gated DeltaNet's mixer after its in_proj, fp32, on rows y [T, conv + value_dim + 2 nv]
+    = [q | k | v | z | b | a] (ModelSpec.gdn_dims): c = SiLU(the causal depthwise convolution of
+    q|k|v over conv_state [kernel - 1, conv] (the rows before) and y, taps conv_w [conv,
+    kernel]); q, k L2-normed (q / sqrt(dk) too), each k head serving nv / nk value heads; per
+    row, beta = sigmoid(b), decay e^g with g = -exp(A_log) softplus(a + dt) ([nv] each), and the
+    state S [nv, dk, dv] <- e^g S + k (beta (v - S^T k))^T, o = S^T q; o's RMSNorm (eps) times
+    norm_w [dv] times SiLU(z) -> [T, value_dim]. conv_state and state (fp32) are updated in place.
+    The kernel's contract (triton_kernels.gated_delta)."""
+    nk, nv, dk, dv, kc = gdn
+    T, kd, vd = y.shape[0], nk * dk, nv * dv
+    conv = 2 * kd + vd
+    x = torch.cat([conv_state.float(), y[:, :conv].float()])  # [kc - 1 + T, conv]
+    w = conv_w.float()
+    c = F.silu(sum(x[j:j + T] * w[:, j] for j in range(kc)))
+    if kc > 1:
+        conv_state.copy_(x[-(kc - 1):].to(conv_state.dtype))
+    q, k = (l2_normed(c[:, o:o + kd].view(T, nk, dk)).repeat_interleave(nv // nk, 1)
+            for o in (0, kd))
+    q = q / math.sqrt(dk)
+    v = c[:, 2 * kd:].view(T, nv, dv)
+    z, b, a = y[:, conv:].float().split([vd, nv, nv], -1)
+    beta = torch.sigmoid(b)
+    decay = torch.exp(-A_log.float().exp() * F.softplus(a + dt.float()))
+    S, o = state.float(), torch.empty(T, nv, dv, device=y.device)
+    for t in range(T):
+        S = S * decay[t, :, None, None]
+        delta = (v[t] - (S * k[t, :, :, None]).sum(1)) * beta[t, :, None]
+        S = S + k[t, :, :, None] * delta[:, None, :]
+        o[t] = (S * q[t, :, :, None]).sum(1)
+    state.copy_(S)
+    o = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + eps) * norm_w.float()
+    return (o * F.silu(z.view(T, nv, dv))).view(T, vd)
+
+
 @dataclass(frozen=True)
 class Numerics:
     """How the layer blocks compute. mm(x, w): x @ w.T; norm(x, w, eps): the d_model-wide
     RMSNorms; swiglu(y [T, 2N], act, gated, params=) -> [T, N] (glu's contract); attend(q, k_cache,
     v_cache, pos, window=, softcap=, qscale=, alibi=, alibi_kind=, sinks=): the attention (this
-    module's, or a kernel's with the same contract)."""
+    module's, or a kernel's with the same contract); delta(y, conv_w, A_log, dt, norm_w, conv_state,
+    state, gdn, eps): a Gated DeltaNet's mixer (gated_delta's contract)."""
     mm: Callable = mm_fp32
     norm: Callable = rmsnorm
     swiglu: Callable = glu
     attend: Callable = attention
+    delta: Callable = gated_delta
 
 
 FP32 = Numerics()  # the reference
@@ -287,14 +330,29 @@ def attention_block(pw, l, h, pos, k_cache, v_cache, cos, sin, num=FP32):
     o_proj(attention(qkv_rope(rmsnorm(h)))) + o bias. On a tensor-parallel shard it is this rank's
     partial sum. Writes the T new keys / values into the layer's cache."""
     s = pw.spec
-    pick = lambda t: None if t is None else t[l]  # noqa: E731
+    a = s.attn_index(l)  # the attention stacks' layer (ModelSpec.linear_layers: not theirs)
+    pick = lambda t: None if t is None else t[a]  # noqa: E731
     q = qkv_rope(h, pw.matrix("qkv", l), pw.pre_norm(0, l), cos, sin, pos, k_cache, v_cache,
                  n_heads=s.n_heads, eps=s.rms_eps, bias=pick(pw.b_qkv), qk_norm=pick(pw.qk_norm),
                  num=num, qk_norm_after=s.qk_norm_after, qk_norm_full=s.qk_norm_full)
     o = num.attend(q.to(pw.dtype), k_cache, v_cache, pos, window=s.layer_windows[l],
                    softcap=s.attn_softcap, qscale=s.q_pos_scale, alibi=pw.alibi,
-                   alibi_kind=s.alibi, sinks=pick(pw.sinks))
+                   alibi_kind=s.alibi, sinks=None if pw.sinks is None else pw.sinks[l])
+    if pw.w_gate is not None:  # each head's output times sigmoid(its gate rows . x)
+        g = gemv(h, pw.w_gate[a], norm_w=pw.pre_norm(0, l), eps=s.rms_eps, num=num)
+        o = (o.reshape(g.shape).float() * torch.sigmoid(g.float())).to(o.dtype)
     return gemv(o.to(pw.dtype), pw.matrix("o", l), bias=pick(pw.b_o), num=num)
+
+
+def gdn_block(pw, l, h, conv_state, state, num=FP32):
+    """Layer l's Gated DeltaNet [T, d] (fp32 under FP32), without the residual: out_proj(
+    gated_delta(in_proj(rmsnorm(h)))); conv_state / state: the layer's (updated in place)."""
+    s = pw.spec
+    i = s.lin_index(l)
+    y = gemv(h, pw.w_lin_in[i], norm_w=pw.pre_norm(0, l), eps=s.rms_eps, num=num)
+    o = num.delta(y.to(pw.dtype), pw.lin_conv[i], pw.lin_alog[i], pw.lin_dt[i], pw.lin_norm[i],
+                  conv_state, state, s.gdn, s.rms_eps)
+    return gemv(o.to(pw.dtype), pw.w_lin_out[i], num=num)
 
 
 def route(logits, top_k: int, norm_topk: bool, shared: bool = False, sigmoid: bool = False,

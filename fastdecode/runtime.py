@@ -70,6 +70,8 @@ def lacks_tasks(spec, weights=None, world: int = 1) -> str:
     experts (weights: the packed ones, where known)."""
     if spec.attn_sinks:
         return "attention sinks"
+    if spec.linear_layers:
+        return "Gated DeltaNet (linear-attention) layers"
     if not spec.moe:
         return ""
     if spec.expert_bias:
@@ -212,6 +214,12 @@ class Runtime:
         if keep and (self.fed is None or keep > len(self.fed)):
             raise ValueError(f"cannot keep {keep} cached positions: "
                              f"{0 if self.fed is None else len(self.fed)} are known")
+        if self.spec.linear_layers and keep != st.n_pos:
+            if keep:
+                raise ValueError(f"cannot keep {keep} of {st.n_pos} cached positions: a Gated "
+                                 "DeltaNet's state holds all of them")
+            st.conv_state.zero_()
+            st.rec_state.zero_()
         st.pos.fill_(keep)
         st.step.zero_()
         st.done.zero_()
@@ -245,6 +253,12 @@ class Runtime:
         overwritten by the next tokens fed (prompt lookup's rejected candidates)."""
         if not 0 <= n <= self.state.n_pos:
             raise ValueError(f"rewind to {n}: the cache holds {self.state.n_pos} positions")
+        if self.spec.linear_layers and 0 < n < self.state.n_pos:
+            raise ValueError(f"rewind to {n} of {self.state.n_pos} positions: a Gated "
+                             "DeltaNet's recurrent state cannot go back (to 0 only)")
+        if self.spec.linear_layers and n == 0:
+            self.state.conv_state.zero_()
+            self.state.rec_state.zero_()
         self.state.pos.fill_(n)
         self.state.n_pos = n
         if self.fed is not None:
@@ -386,7 +400,12 @@ class Runtime:
                                  n_splits=1, block_s=block_s, block_tok=block_tok,
                                  num_warps=warps)
 
-        num = R.Numerics(mm=R.mm_native, norm=ops.rmsnorm, swiglu=ops.swiglu, attend=attend)
+        def delta(y, conv_w, A_log, dt, norm_w, conv_state, state, gdn, eps):  # rows in-kernel
+            return ops.gated_delta(y, conv_w, A_log, dt, norm_w, conv_state, state, gdn=gdn,
+                                   eps=eps)
+
+        num = R.Numerics(mm=R.mm_native, norm=ops.rmsnorm, swiglu=ops.swiglu, attend=attend,
+                         delta=delta)
         for l in range(s.n_layers):
             self._layer_reference(l, h, st.n_pos, num)
         logits = None
@@ -464,17 +483,25 @@ class Runtime:
         st.n_pos += T
 
     def _layer_args(self, l):
-        pw = self.pw
-        pick = lambda t: None if t is None else t[l]  # noqa: E731
-        return pick(pw.b_qkv), pick(pw.qk_norm), pick(pw.b_o), pick(pw.b_gu), pick(pw.b_down)
+        """Layer l's q|k|v bias, q / k norms, o bias (by its place in the attention stacks)
+        and MLP biases."""
+        pw, s = self.pw, self.spec
+        a = None if l in s.linear_layers else s.attn_index(l)  # a Gated DeltaNet: none of them
+        pick = lambda t, i: None if t is None or i is None else t[i]  # noqa: E731
+        return pick(pw.b_qkv, a), pick(pw.qk_norm, a), pick(pw.b_o, a), pick(pw.b_gu, l), \
+            pick(pw.b_down, l)
 
     def _layer_reference(self, l, h, pos, num=R.FP32):
         """Layer l on the rows h [T, d] in place by the reference blocks under num (torch mode;
         the long prompts' pass), the first at position pos; parallel blocks
         (ModelSpec.parallel): the MLP reads the layer's input, before the attention's add."""
         pw, st = self.pw, self.state
-        a = R.attention_block(pw, l, h, pos, st.k_cache[l], st.v_cache[l], *st.rope.layer(l),
-                              num=num)
+        i = self.spec.attn_index(l)
+        if l in self.spec.linear_layers:
+            a = R.gdn_block(pw, l, h, st.conv_state[i], st.rec_state[i], num=num)
+        else:
+            a = R.attention_block(pw, l, h, pos, st.k_cache[i], st.v_cache[i],
+                                  *st.rope.layer(l), num=num)
         m = R.mlp_block(pw, l, h, num=num) if self.spec.parallel else None
         self._add_reduced(h, a, pw.post_norm(0, l), num.norm)
         self._add_reduced(h, R.mlp_block(pw, l, h, num=num) if m is None else m,
@@ -508,19 +535,14 @@ class Runtime:
                       pos=st.pos)
         for l in range(s.n_layers):
             b_qkv, qk_norm, b_o, b_gu, b_down = self._layer_args(l)
-            ops.qkv_rope(h, pw.w_qkv[l], pw.pre_norm(0, l), *st.rope.layer(l), st.pos,
-                         st.k_cache[l], st.v_cache[l], n_heads=s.n_heads, eps=s.rms_eps, bias=b_qkv,
-                         qk_norm=qk_norm, q_out=st.q[:T], raw=st.qk_raw,
-                         qk_norm_after=s.qk_norm_after, qk_norm_full=s.qk_norm_full)
-            ops.attention(st.q[:T], st.k_cache[l], st.v_cache[l], st.pos,
-                          window=s.layer_windows[l], softcap=s.attn_softcap,
-                          qscale=s.q_pos_scale, alibi=pw.alibi, alibi_kind=s.alibi,
-                          sinks=None if pw.sinks is None else pw.sinks[l],
-                          n_splits=st.o_part.shape[0],
-                          scratch=(st.o_part, st.lse),
-                          out=st.attn[:T])
+            a = s.attn_index(l)
+            if l in s.linear_layers:  # a Gated DeltaNet: its output and out_proj take the
+                # attention's and o_proj's places
+                mixed, w_o = self._gdn_ops(l, h, T), pw.w_lin_out[a]
+            else:
+                mixed, w_o = self._attention_ops(l, h, T, b_qkv, qk_norm), pw.w_o[a]
             if s.moe and l not in s.dense_layers:
-                self._residual_gemv(st.attn[:T], pw.w_o[l], b_o, h, pw.post_norm(0, l))
+                self._residual_gemv(mixed, w_o, b_o, h, pw.post_norm(0, l))
                 self._moe_ops(l, h, T)
                 continue
             w_gu, w_down = pw.mlp_weights(l)  # a mixture's dense layers' too
@@ -529,13 +551,47 @@ class Runtime:
             # o_proj adds to it
             for op in ("gu", "o") if s.parallel else ("o", "gu"):
                 if op == "o":
-                    self._residual_gemv(st.attn[:T], pw.w_o[l], b_o, h, pw.post_norm(0, l))
+                    self._residual_gemv(mixed, w_o, b_o, h, pw.post_norm(0, l))
                 else:
                     ops.gemv(h, w_gu, norm_w=pw.pre_norm(1, l), eps=s.rms_eps, bias=b_gu,
                              swiglu=True, act=s.act, gated=s.gated, out=act)
             self._residual_gemv(act, w_down, b_down, h, pw.post_norm(1, l))
         if head:
             self._head_ops(h, T, all_logits, sampling, choose)
+
+    def _attention_ops(self, l, h, T, b_qkv, qk_norm):
+        """Layer l's attention of the rows h [T, d] by the ops bodies (QKV + RoPE + the KV
+        append, the attention; times its output gate's sigmoid where the model has one:
+        ModelSpec.attn_gate) -> state.attn [T, H * hd], o_proj's input."""
+        st, pw, s = self.state, self.pw, self.spec
+        a = s.attn_index(l)
+        ops.qkv_rope(h, pw.w_qkv[a], pw.pre_norm(0, l), *st.rope.layer(l), st.pos,
+                     st.k_cache[a], st.v_cache[a], n_heads=s.n_heads, eps=s.rms_eps, bias=b_qkv,
+                     qk_norm=qk_norm, q_out=st.q[:T], raw=st.qk_raw,
+                     qk_norm_after=s.qk_norm_after, qk_norm_full=s.qk_norm_full)
+        ops.attention(st.q[:T], st.k_cache[a], st.v_cache[a], st.pos,
+                      window=s.layer_windows[l], softcap=s.attn_softcap,
+                      qscale=s.q_pos_scale, alibi=pw.alibi, alibi_kind=s.alibi,
+                      sinks=None if pw.sinks is None else pw.sinks[l],
+                      n_splits=st.o_part.shape[0], scratch=(st.o_part, st.lse),
+                      out=st.attn[:T])
+        if pw.w_gate is not None:  # in the activations' dtype, as HF's
+            gate = ops.gemv(h, pw.w_gate[a], norm_w=pw.pre_norm(0, l), eps=s.rms_eps,
+                            out=st.gate[:T])
+            st.attn[:T].mul_(torch.sigmoid(gate))
+        return st.attn[:T]
+
+    def _gdn_ops(self, l, h, T):
+        """Layer l's Gated DeltaNet mixer of the rows h [T, d] by the ops bodies (in_proj after
+        the norm, then gated_delta: the convolution, the state's update, the gated norm) ->
+        state.lin_out [T, value_dim], out_proj's input; the layer's states updated."""
+        st, pw, s = self.state, self.pw, self.spec
+        i = s.lin_index(l)
+        y = ops.gemv(h, pw.w_lin_in[i], norm_w=pw.pre_norm(0, l), eps=s.rms_eps,
+                     out=st.lin_in[:T])
+        return ops.gated_delta(y, pw.lin_conv[i], pw.lin_alog[i], pw.lin_dt[i], pw.lin_norm[i],
+                               st.conv_state[i], st.rec_state[i], gdn=s.gdn, eps=s.rms_eps,
+                               out=st.lin_out[:T])
 
     def _moe_ops(self, l, h, T):
         """Layer l's mixture of experts added into the rows h [T, d] by the ops bodies

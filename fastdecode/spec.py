@@ -255,6 +255,10 @@ class Family:
     # attention sinks (gpt-oss): a learned logit per q head a layer that joins each query's
     # softmax as a key with no value (ModelSpec.attn_sinks; PackedWeights.sinks)
     sinks: bool = False
+    # Gated DeltaNet layers where the config's layer_types says "linear_attention" (Qwen3.5:
+    # ModelSpec.linear_layers and gdn), and the attention layers' q_proj holding a sigmoid gate
+    # on each head's output beside its q rows ([q | gate] per head: ModelSpec.attn_gate)
+    linear_attn: bool = False
 
 
 # GPT-2's tensor names (GPT-BigCode's too), HF's Llama-style names first: the embeddings, layers
@@ -706,6 +710,12 @@ FAMILIES: dict[str, Family] = {
                              partial_rotary=True, mrope=True,
                              bias_fields=("attention_bias", None, None),
                              experts=_DEEPSEEK_EXPERTS, checkpoint_names=_SHARED_EXPERTS),
+    # Qwen3.5 (its VLM wrapper qwen3_5): three Gated DeltaNet layers to each attention layer,
+    # whose q_proj carries a sigmoid gate on each head's output; q / k norms, a quarter of each
+    # head rotated (the multimodal RoPE: text positions), every RMSNorm by (1 + weight) but the
+    # DeltaNet's own gated one
+    "qwen3_5_text": Family(qkv_bias=False, qk_norm=True, window_field=None, partial_rotary=True,
+                           mrope=True, norms_plus_one=True, linear_attn=True),
     "glm4v_text": Family(qkv_bias=True, qk_norm=False, window_field=None, fused=True,
                          partial_rotary=True, interleaved_rope=True, mrope=True,
                          bias_fields=(None, None, None), norms=_GLM4_NORMS),
@@ -729,7 +739,7 @@ TIED_BY_DEFAULT = frozenset({"ernie4_5", "smollm3", "starcoder2", "cohere", "coh
 # attends both ways: not among them.)
 TEXT_OF = ("mistral3", "llava", "llava_next", "llava_onevision", "gemma3", "qwen2_vl",
            "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v", "glm4v_moe", "internvl", "idefics3",
-           "smolvlm")
+           "smolvlm", "qwen3_5")
 # why some model types a user may try are not supported (UnsupportedModelError says it)
 UNSUPPORTED = {
     **{mt: "a mixture of experts whose router or experts differ from those supported"
@@ -737,8 +747,8 @@ UNSUPPORTED = {
     **{mt: "multi-head latent attention (MLA)" for mt in ("deepseek_v2", "deepseek_v3")},
     **{mt: "a vision-language model (its text model alone is not read)" for mt in (
         "llama4",)},
-    **{mt: "linear-attention (Gated DeltaNet) layers" for mt in ("qwen3_next", "qwen3_5",
-                                                                "qwen3_5_text")},
+    **{mt: "linear-attention (Gated DeltaNet) layers over a mixture of experts" for mt in (
+        "qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text")},
     **{mt: "state-space (Mamba) layers" for mt in ("jamba", "bamba", "zamba", "zamba2",
                                                     "falcon_h1", "nemotron_h", "falcon_mamba",
                                                     "mamba", "mamba2")},
@@ -866,6 +876,41 @@ class ModelSpec:
     # attention sinks (Family.sinks): each q head's learned logit s_h joins its softmax as a key
     # without a value, o = sum_j e^(x_j) v_j / (e^(s_h) + sum_j e^(x_j))
     attn_sinks: bool = False
+    # Gated DeltaNet layers (Family.linear_attn; reference.gdn_block): each reads x = the
+    # normed row through in_proj [q | k | v | z | b | a] rows, a causal depthwise convolution of
+    # its last gdn[4] q|k|v rows (SiLU), L2-normed q / k, and a recurrent state S [nv, dk, dv]
+    # per layer: S <- e^g S + k (beta (v - S^T k))^T, o = S^T q / sqrt(dk), then o's RMSNorm
+    # times SiLU(z), out_proj. gdn = (nk, nv, dk, dv, conv kernel); the attention stacks (w_qkv,
+    # w_o, the KV cache) hold the other layers only (attn_index)
+    linear_layers: tuple = ()
+    gdn: tuple = ()
+    # the attention's output times sigmoid(its gate rows' x @ W_gate^T) before o_proj (Qwen3.5's
+    # attention layers: PackedWeights.w_gate)
+    attn_gate: bool = False
+
+    @property
+    def attn_layers(self) -> tuple:
+        """The layers with attention (the w_qkv / w_o / KV cache stacks' layers): all but the
+        linear-attention ones."""
+        return tuple(l for l in range(self.n_layers) if l not in self.linear_layers)
+
+    def attn_index(self, l: int) -> int:
+        """Layer l's place in the attention stacks (w_qkv, w_o, the KV cache); of a linear-
+        attention layer, its place in the Gated DeltaNet stacks (lin_index)."""
+        return self.lin_index(l) if l in self.linear_layers else \
+            l - sum(x < l for x in self.linear_layers)
+
+    def lin_index(self, l: int) -> int:
+        """Layer l's place in the Gated DeltaNet stacks (linear_layers)."""
+        return self.linear_layers.index(l)
+
+    @property
+    def gdn_dims(self) -> tuple:
+        """(key_dim nk dk, value_dim nv dv, conv_dim 2 key_dim + value_dim, in_proj rows
+        conv_dim + value_dim + 2 nv) of a Gated DeltaNet layer."""
+        nk, nv, dk, dv, _ = self.gdn
+        kd, vd = nk * dk, nv * dv
+        return kd, vd, 2 * kd + vd, 2 * kd + 2 * vd + 2 * nv
 
     @property
     def qk_layer_norm(self) -> bool:
@@ -971,8 +1016,14 @@ class ModelSpec:
         moe = len(self.expert_layers)  # the layers with experts (all of them, but dense_layers)
         routed = 3 * picked * self.expert_ffn * self.d_model * moe
         mlp = (2 + self.gated) * self.d_model  # an MLP's bytes a unit of its width
-        matrices = self.n_layers * (self.qkv_dim * self.d_model + self.d_model * self.q_dim) \
+        attn = (self.qkv_dim + self.attn_gate * self.q_dim) * self.d_model \
+            + self.d_model * self.q_dim
+        matrices = len(self.attn_layers) * attn \
             + mlp * (self.ffn_dim * len(self.mlp_layers) + self.dense_ffn * len(self.dense_layers))
+        if self.linear_layers:  # in_proj, out_proj; the convolution's taps, the norm's weights
+            _, vd, conv, rows = self.gdn_dims
+            matrices += len(self.linear_layers) * (
+                (rows + vd) * self.d_model + conv * self.gdn[4] + self.gdn[3])
         routers = (self.n_experts + (self.ffn_dim > 0)) * self.d_model * moe
         return elt * (self.n_layers * norms * self.d_model + routers
                       + self.vocab_size * self.d_model + self.d_model) \
@@ -981,7 +1032,7 @@ class ModelSpec:
 
     def kv_bytes(self, seq_len: int, elt: int = 2) -> int:
         """Bytes of KV cache attention reads at context length seq_len."""
-        return elt * 2 * self.n_layers * self.kv_dim * seq_len
+        return elt * 2 * len(self.attn_layers) * self.kv_dim * seq_len
 
     # ---- tensor parallelism: the sizes of one rank's shard (distributed.py says how it shards)
     def check_tp(self, world: int):
@@ -991,6 +1042,9 @@ class ModelSpec:
         if isinstance(world, bool) or not isinstance(world, int) or world < 1:
             raise TensorParallelError(f"tensor-parallel size must be a positive integer, got "
                                       f"{world!r}")
+        if world > 1 and self.linear_layers:
+            raise TensorParallelError(f"{self.family}: tensor parallelism over Gated DeltaNet "
+                                      "layers is not supported (tp=1)")
         widths = (("the experts' intermediate size", self.expert_ffn),
                   ("the shared expert's intermediate size", self.ffn_dim),
                   ("the dense layers' intermediate_size", self.dense_ffn)) if self.moe else \
@@ -1267,13 +1321,19 @@ class ModelSpec:
             window = int(cfg.window_size)
             types = [{"local": "sliding_attention", "global": "full_attention"}.get(t, t)
                      for t in cfg.attention_layers]
-        for t in set(types) - {"full_attention", "sliding_attention"}:
+        for t in set(types) - {"full_attention", "sliding_attention"} - \
+                ({"linear_attention"} if fam.linear_attn else set()):
             raise UnsupportedModelError(f"{mt}: layer type {t!r} is not supported")
         if len(types) < n_layers:
             raise UnsupportedModelError(f"{mt}: layer_types has {len(types)} entries for "
                                         f"{n_layers} layers")
         # a longer list (a config whose num_hidden_layers was cut): its first n_layers, as HF
         windows = tuple(window if t == "sliding_attention" else 0 for t in types[:n_layers])
+        linear = tuple(l for l, t in enumerate(types[:n_layers]) if t == "linear_attention")
+        if len(linear) == n_layers:
+            raise UnsupportedModelError(f"{mt}: every layer a Gated DeltaNet, none attending, "
+                                        "is not supported")
+        gdn = _gdn_sizes(mt, cfg, ACTS[act]) if fam.linear_attn else ()
         qkv_b, o_b, mlp_b = (_config_flag(cfg, f) for f in fam.bias_fields)
         qk_norm = _config_flag(cfg, fam.qk_norm)
         nope = _nope_layers(mt, fam, cfg, n_layers)
@@ -1319,7 +1379,24 @@ class ModelSpec:
             local_rope=local if any(windows) else {}, attn_softcap=caps[0],
             logit_softcap=caps[1], q_pos_scale=_q_pos_scale(mt, rope),
             embed_norm=fam.embed_norm, rope_flipped=fam.rope_flipped, alibi=alibi,
-            alibi_mpt=fam.alibi_mpt, attn_sinks=fam.sinks)
+            alibi_mpt=fam.alibi_mpt, attn_sinks=fam.sinks, linear_layers=linear, gdn=gdn,
+            attn_gate=fam.linear_attn)
+
+
+def _gdn_sizes(mt: str, cfg, act: str) -> tuple:
+    """ModelSpec.gdn of a Gated DeltaNet config (Qwen3.5's linear_* fields): (key heads, value
+    heads, key head dim, value head dim, conv kernel) -- value heads a multiple of the key
+    heads (each key head serves nv / nk consecutive value heads), the convolution's SiLU."""
+    nk, nv, dk, dv, kc = (int(getattr(cfg, f"linear_{n}")) for n in (
+        "num_key_heads", "num_value_heads", "key_head_dim", "value_head_dim",
+        "conv_kernel_dim"))
+    if nv % nk:
+        raise UnsupportedModelError(f"{mt}: linear_num_value_heads={nv} is not a multiple of "
+                                    f"linear_num_key_heads={nk}")
+    if act != "silu" or kc < 1:
+        raise UnsupportedModelError(f"{mt}: a Gated DeltaNet with hidden_act {act!r} or a "
+                                    f"convolution of {kc} taps is not supported (SiLU, >= 1)")
+    return nk, nv, dk, dv, kc
 
 
 class _Nested:

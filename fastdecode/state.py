@@ -114,10 +114,22 @@ class DecodeState:
         self.max_seq_len, self.max_chunk = max_seq_len, max_chunk
         if dev.type == "cuda":
             check_kv_fits(s, max_seq_len, dt, device_free_bytes(dev))
-        kv_shape = (s.n_layers, s.n_kv_heads, max_seq_len, s.head_dim)
+        kv_shape = (len(s.attn_layers), s.n_kv_heads, max_seq_len, s.head_dim)
         self.k_cache = torch.zeros(kv_shape, device=dev, dtype=dt)
         self.v_cache = torch.zeros(kv_shape, device=dev, dtype=dt)
         T = max_chunk
+        if s.linear_layers:  # Gated DeltaNet layers (ModelSpec.gdn): each one's last kernel - 1
+            # q|k|v rows (the convolution's), its recurrent state [nv, dk, dv] in fp32, and a
+            # step's in_proj rows, gate rows and normed outputs
+            nk, nv, dk, dv, kc = s.gdn
+            _, vd, conv, rows = s.gdn_dims
+            Ll = len(s.linear_layers)
+            self.conv_state = torch.zeros(Ll, kc - 1, conv, device=dev, dtype=dt)
+            self.rec_state = torch.zeros(Ll, nv, dk, dv, device=dev, dtype=torch.float32)
+            self.lin_in = torch.zeros(T, rows, device=dev, dtype=dt)
+            self.lin_out = torch.zeros(T, vd, device=dev, dtype=dt)
+        if s.attn_gate:
+            self.gate = torch.zeros(T, s.q_dim, device=dev, dtype=dt)
         self.h = torch.zeros(T, s.d_model, device=dev, dtype=dt)
         self.q = torch.zeros(T, s.n_heads, s.head_dim, device=dev, dtype=dt)
         self.attn = torch.zeros(T, s.q_dim, device=dev, dtype=dt)

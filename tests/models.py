@@ -329,6 +329,14 @@ FAMILIES = {
     "phi3": (_tf("Phi3Config"), _tf("Phi3ForCausalLM"), dict(
         hidden_size=48, intermediate_size=60, num_attention_heads=4, num_key_value_heads=2,
         partial_rotary_factor=0.5, sliding_window=6, pad_token_id=0, eos_token_id=2)),
+    # qwen3_5_text (Qwen3.5): a Gated DeltaNet layer, then an attention layer
+    # (full_attention_interval 2) with q / k norms and a sigmoid gate on each head's output, a
+    # quarter of each head rotated (3 of 12 dims: HF rotates 4), (1 + w) RMSNorms; the DeltaNet's
+    # 2 key heads of 6 dims each serving 3 value heads of 10, a 3-tap convolution; untied
+    "qwen3_5_text": (_tf("Qwen3_5TextConfig"), _tf("Qwen3_5ForCausalLM"), dict(
+        hidden_size=40, intermediate_size=52, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=12, full_attention_interval=2, linear_num_key_heads=2, linear_key_head_dim=6,
+        linear_num_value_heads=6, linear_value_head_dim=10, linear_conv_kernel_dim=3)),
     # mixtures of experts (MOE): Mixtral's top 2 of 5 experts 36 wide, renormalized, a window
     # of 6 keys
     "mixtral": (_tf("MixtralConfig"), _tf("MixtralForCausalLM"), dict(
@@ -536,6 +544,16 @@ def hf_shapes(draw, families=tuple(FAMILIES)):
             2 * draw(st.integers(1, cfg["head_dim"] // 2)) / cfg["head_dim"]
     if family in ("gptj", "codegen"):  # a count of dims, even
         cfg["rotary_dim"] = 2 * draw(st.integers(1, cfg["head_dim"] // 2))
+    if family == "qwen3_5_text":  # a quarter of the head rotated: 1+ dims; the Gated DeltaNet's
+        # own heads (any GQA ratio), dims and convolution, before or after the attention layer
+        cfg["head_dim"] = max(4, cfg["head_dim"])
+        nk = draw(st.integers(1, 3))
+        cfg.update(linear_num_key_heads=nk, linear_num_value_heads=nk * draw(st.integers(1, 3)),
+                   linear_key_head_dim=draw(st.integers(1, 17)),
+                   linear_value_head_dim=draw(st.integers(1, 17)),
+                   linear_conv_kernel_dim=draw(st.integers(2, 4)),
+                   layer_types=draw(st.sampled_from([["linear_attention", "full_attention"],
+                                                     ["full_attention", "linear_attention"]])))
     if family == "glm4_moe":  # its q / k norms and q / k / v biases either way
         cfg.update(use_qk_norm=draw(st.booleans()), attention_bias=draw(st.booleans()))
     if family in ("phi3", "glm", "glm4", "glm4_moe"):  # rotate any count of the head's dims,
@@ -624,6 +642,14 @@ VLMS = {
     # Qwen3-VL-MoE: Qwen3-MoE inside (top 2 of 7 experts 26 wide, head_dim 12: the interleaved
     # multimodal RoPE over its 6 frequencies), the routed weights always renormalized
     "qwen3_vl_moe": _qwen3_vl("Moe", "qwen3_moe", [2, 2, 2]),
+    # Qwen3.5 (its released checkpoints' form): qwen3_5_text inside, the interleaved multimodal
+    # RoPE over the 2 rotated frequencies of its heads (3 of 12 dims: HF rotates 4)
+    "qwen3_5": ("Qwen3_5Config", "Qwen3_5ForConditionalGeneration", "qwen3_5_text", dict(
+        depth=1, hidden_size=32, intermediate_size=40, num_heads=2, out_hidden_size=40,
+        patch_size=16),
+        dict(video_token_id=99, vision_start_token_id=98, text=dict(rope_parameters={
+            "rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
+            "mrope_section": [1, 1, 0], "mrope_interleaved": True}))),
 }
 
 

@@ -15,7 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
                                        ("qwen3", 1), ("qwen3", 2), ("smollm3", 1),
                                        ("hunyuan_v1_dense", 1), ("gemma", 1), ("gemma2", 2),
                                        ("gemma3_text", 1), ("exaone4", 1), ("olmo3", 1),
-                                       ("ministral3", 1), ("qwen2_moe", 1)])
+                                       ("ministral3", 1), ("qwen2_moe", 1), ("qwen3_5_text", 1)])
 def test_kernels_compile_for_sm90(family, tp):
     """tp=2: rank 0's megakernel with the in-kernel all-reduce (remote counters, pushes, REDUCE).
     gemma2 (tp 2): the post norms over the ranks' partials, soft-capped attention and logits;
@@ -23,15 +23,19 @@ def test_kernels_compile_for_sm90(family, tp):
     prologue in the QKV and gate|up tasks; olmo3: q / k norms over all heads (QK_NORM_FULL);
     ministral3: the position-dependent query scale (QSCALE); qwen2_moe: a mixture's decode tasks
     (ROUTER, EXPERT_GU, EXPERT_DOWN with the shared expert in its chunks) and the routing and
-    experts' down kernels."""
+    experts' down kernels; qwen3_5_text: the Gated DeltaNet kernel (ops mode only: no
+    megakernel tasks for it)."""
     env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=ROOT)
     out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "compile_check.py"),
                           "--family", family, "--tp", str(tp)], capture_output=True, text=True,
                          env=env, cwd=ROOT, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     compiled = {line.split()[0] for line in out.stdout.splitlines()[1:]}
-    assert {"megakernel", "gemv_kernel", "qkv_rope_kernel", "attention_kernel",
-            "attn_merge_kernel", "lm_head_kernel", "choose_merge_kernel"} <= compiled, out.stdout
+    assert {"gemv_kernel", "qkv_rope_kernel", "attention_kernel", "attn_merge_kernel",
+            "lm_head_kernel", "choose_merge_kernel"} <= compiled, out.stdout
+    assert ("megakernel" in compiled) == (family != "qwen3_5_text"), out.stdout
+    if family == "qwen3_5_text":
+        assert "gated_delta_kernel" in compiled, out.stdout
     if family == "qwen2_moe":
         assert {"route_kernel", "experts_down_kernel"} <= compiled, out.stdout
     # the ops-mode kernels as an H200 launches them: programmatic dependent launch (use_pdl)

@@ -38,6 +38,7 @@ import pytest
 import torch
 
 import fastdecode
+from fastdecode.runtime import lacks_tasks
 from helpers import hf_logits, rel_err, teacher_forced
 
 pytestmark = pytest.mark.gpu
@@ -88,7 +89,9 @@ SHAPES = [("3b", {}), ("qwen2.5-0.5b", {}), ("qwen2.5-7b", {}), ("qwen2.5-14b", 
           ("ernie-4.5-21b-a3b", {"moe_k": 64}),
           # attention sinks, biased experts and router, the clamped SwiGLU; layer 0's window cut
           # to 24 keys
-          ("gpt-oss-20b", {"num_experts_per_tok": 32, "sliding_window": 24})]
+          ("gpt-oss-20b", {"num_experts_per_tok": 32, "sliding_window": 24}),
+          # a Gated DeltaNet layer, then an attention layer with its output gate (ops mode)
+          ("qwen3.5-9b", {"layer_types": ["linear_attention", "full_attention"]})]
 
 
 def _model(key, overrides):
@@ -121,8 +124,8 @@ def test_published_shape_matches_hf(key, overrides):
     bound = 2 * max(math.sqrt(6 * LAYERS + 1) * 2.0 ** -8, rel_err(hf16, ref))
     top2 = torch.topk(ref, 2, dim=-1).values
     clear = (top2[:, 0] - top2[:, 1]) > 3 * bound * ref.pow(2).mean().sqrt()
-    for mode in ("ops",) if fastdecode.ModelSpec.from_hf_config(model.config).moe else \
-            ("mega", "ops"):
+    spec = fastdecode.ModelSpec.from_hf_config(model.config)
+    for mode in ("ops",) if spec.moe or lacks_tasks(spec) else ("mega", "ops"):
         fm = fastdecode.from_hf(model, max_seq_len=128, mode=mode)
         got = teacher_forced(fm, ids, PROMPT)
         del fm

@@ -74,11 +74,13 @@ def test_spec_fields_and_rope_match_hf(family):
     falcon = family.startswith("falcon")
     inner = model.gpt_neox if family == "gpt_neox" else model.transformer if falcon else \
         model.model
+    first = s.attn_layers[0]  # (Qwen3.5's first layer is a Gated DeltaNet's)
     attn = inner.layers[0].attention if family == "gpt_neox" else \
-        inner.h[0].self_attention if falcon else inner.layers[0].self_attn
+        inner.h[0].self_attention if falcon else inner.layers[first].self_attn
     assert s.qkv_dim == (attn.qkv_proj.out_features if family == "phi3" else
                          attn.query_key_value.out_features if family == "gpt_neox" or falcon
-                         else attn.q_proj.out_features + 2 * attn.k_proj.out_features)
+                         else attn.q_proj.out_features // (1 + s.attn_gate)
+                         + 2 * attn.k_proj.out_features)
     rot = inner.rotary_emb
     # Gemma 3: a rotary embedding per layer type, HF's attributes prefixed by it
     kinds = [("full_attention_", s), ("sliding_attention_", s.sliding_rope())] \
@@ -161,6 +163,11 @@ def test_family_differences():
         "default"
     # a model whose layers all attend fully needs no second table
     assert not spec_of("gemma3_text", sliding_window_pattern=1).local_rope
+    q5 = spec_of("qwen3_5_text", layers=5)  # every second layer attends (the tiny model's)
+    assert q5.linear_layers == (0, 2, 4) and q5.attn_layers == (1, 3) and q5.attn_gate
+    assert q5.gdn == (2, 6, 6, 10, 3) and q5.gdn_dims == (12, 60, 84, 156)
+    assert [q5.attn_index(l) for l in range(5)] == [0, 0, 1, 1, 2] and q5.rot == 4
+    assert not spec("qwen3").linear_layers and spec("qwen3").attn_layers == (0, 1)
 
 
 def spec_of(family, **kw):
