@@ -215,7 +215,10 @@ def main():
     stream = streams[0]
     from fastdecode.runtime import lacks_tasks
     from fastdecode.spec import ModelSpec
-    # a model the megakernel has no tasks for (Qwen3.5's Gated DeltaNet): its ops kernels
+    # a model the megakernel has no tasks for (Qwen3.5's Gated DeltaNet): its ops kernels -- at
+    # the tiles config.gemv_config picks on a CPU device (1024 x 1024: the interpreter's), not
+    # the GPU's, so the GEMV's registers and spills say nothing of the GPU's; of --model
+    # qwen3.5-9b ~27 min of compiling on 2 cores (the gated_delta kernel's report holds)
     modes = ("ops",) if lacks_tasks(ModelSpec.from_hf_config(model.config)) else \
         ("mega",) + (("ops",) if args.family else ())
     for mode in modes:
