@@ -1129,8 +1129,7 @@ def _check_shapes(pw: PackedWeights, full_vocab: int):
         Ll, (_, vd, conv, rows) = len(s.linear_layers), s.gdn_dims
         want.update(w_lin_in=(Ll, rows, s.d_model), w_lin_out=(Ll, s.d_model, vd),
                     lin_conv=(Ll, conv, s.gdn[4]), lin_alog=(Ll, s.gdn[1]),
-                    lin_dt=(Ll, s.gdn[1]),
-                    lin_norm=(Ll, s.gdn[3]))
+                    lin_dt=(Ll, s.gdn[1]), lin_norm=(Ll, s.gdn[3]))
     for name, shape in want.items():
         got = tuple(getattr(pw, name).shape)
         if got != shape:

@@ -218,8 +218,7 @@ class Runtime:
             if keep:
                 raise ValueError(f"cannot keep {keep} of {st.n_pos} cached positions: a Gated "
                                  "DeltaNet's state holds all of them")
-            st.conv_state.zero_()
-            st.rec_state.zero_()
+            st.clear_recurrent()
         st.pos.fill_(keep)
         st.step.zero_()
         st.done.zero_()
@@ -257,8 +256,7 @@ class Runtime:
             raise ValueError(f"rewind to {n} of {self.state.n_pos} positions: a Gated "
                              "DeltaNet's recurrent state cannot go back (to 0 only)")
         if self.spec.linear_layers and n == 0:
-            self.state.conv_state.zero_()
-            self.state.rec_state.zero_()
+            self.state.clear_recurrent()
         self.state.pos.fill_(n)
         self.state.n_pos = n
         if self.fed is not None:
@@ -495,11 +493,12 @@ class Runtime:
         """Layer l on the rows h [T, d] in place by the reference blocks under num (torch mode;
         the long prompts' pass), the first at position pos; parallel blocks
         (ModelSpec.parallel): the MLP reads the layer's input, before the attention's add."""
-        pw, st = self.pw, self.state
-        i = self.spec.attn_index(l)
-        if l in self.spec.linear_layers:
+        pw, st, s = self.pw, self.state, self.spec
+        if l in s.linear_layers:
+            i = s.lin_index(l)
             a = R.gdn_block(pw, l, h, st.conv_state[i], st.rec_state[i], num=num)
         else:
+            i = s.attn_index(l)
             a = R.attention_block(pw, l, h, pos, st.k_cache[i], st.v_cache[i],
                                   *st.rope.layer(l), num=num)
         m = R.mlp_block(pw, l, h, num=num) if self.spec.parallel else None
@@ -535,12 +534,11 @@ class Runtime:
                       pos=st.pos)
         for l in range(s.n_layers):
             b_qkv, qk_norm, b_o, b_gu, b_down = self._layer_args(l)
-            a = s.attn_index(l)
             if l in s.linear_layers:  # a Gated DeltaNet: its output and out_proj take the
                 # attention's and o_proj's places
-                mixed, w_o = self._gdn_ops(l, h, T), pw.w_lin_out[a]
+                mixed, w_o = self._gdn_ops(l, h, T), pw.w_lin_out[s.lin_index(l)]
             else:
-                mixed, w_o = self._attention_ops(l, h, T, b_qkv, qk_norm), pw.w_o[a]
+                mixed, w_o = self._attention_ops(l, h, T, b_qkv, qk_norm), pw.w_o[s.attn_index(l)]
             if s.moe and l not in s.dense_layers:
                 self._residual_gemv(mixed, w_o, b_o, h, pw.post_norm(0, l))
                 self._moe_ops(l, h, T)

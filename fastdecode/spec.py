@@ -895,10 +895,9 @@ class ModelSpec:
         return tuple(l for l in range(self.n_layers) if l not in self.linear_layers)
 
     def attn_index(self, l: int) -> int:
-        """Layer l's place in the attention stacks (w_qkv, w_o, the KV cache); of a linear-
-        attention layer, its place in the Gated DeltaNet stacks (lin_index)."""
-        return self.lin_index(l) if l in self.linear_layers else \
-            l - sum(x < l for x in self.linear_layers)
+        """Attention layer l's place in the attention stacks (w_qkv, w_o, the KV cache): l but
+        for the linear-attention layers before it (theirs: lin_index)."""
+        return l - sum(x < l for x in self.linear_layers)
 
     def lin_index(self, l: int) -> int:
         """Layer l's place in the Gated DeltaNet stacks (linear_layers)."""

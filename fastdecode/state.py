@@ -120,15 +120,15 @@ class DecodeState:
         T = max_chunk
         if s.linear_layers:  # Gated DeltaNet layers (ModelSpec.gdn): each one's last kernel - 1
             # q|k|v rows (the convolution's), its recurrent state [nv, dk, dv] in fp32, and a
-            # step's in_proj rows, gate rows and normed outputs
-            nk, nv, dk, dv, kc = s.gdn
+            # step's in_proj rows and mixer outputs
+            _, nv, dk, dv, kc = s.gdn
             _, vd, conv, rows = s.gdn_dims
             Ll = len(s.linear_layers)
             self.conv_state = torch.zeros(Ll, kc - 1, conv, device=dev, dtype=dt)
             self.rec_state = torch.zeros(Ll, nv, dk, dv, device=dev, dtype=torch.float32)
             self.lin_in = torch.zeros(T, rows, device=dev, dtype=dt)
             self.lin_out = torch.zeros(T, vd, device=dev, dtype=dt)
-        if s.attn_gate:
+        if s.attn_gate:  # a step's output gate rows (ModelSpec.attn_gate)
             self.gate = torch.zeros(T, s.q_dim, device=dev, dtype=dt)
         self.h = torch.zeros(T, s.d_model, device=dev, dtype=dt)
         self.q = torch.zeros(T, s.n_heads, s.head_dim, device=dev, dtype=dt)
@@ -191,6 +191,11 @@ class DecodeState:
         self.eos = torch.zeros(MAX_EOS, device=dev, dtype=torch.int32)
         self.n_eos, self.max_step = 0, 1 << 30
         self.status = torch.zeros(STATUS_WORDS, device=dev, dtype=torch.int64)
+
+    def clear_recurrent(self):
+        """The Gated DeltaNet layers' states emptied (a sequence from position 0)."""
+        self.conv_state.zero_()
+        self.rec_state.zero_()
 
     def mlp_act(self, l: int) -> torch.Tensor:
         """Layer l's MLP activations [max_chunk, its width]: a mixture's dense layers'

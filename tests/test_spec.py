@@ -166,7 +166,8 @@ def test_family_differences():
     q5 = spec_of("qwen3_5_text", layers=5)  # every second layer attends (the tiny model's)
     assert q5.linear_layers == (0, 2, 4) and q5.attn_layers == (1, 3) and q5.attn_gate
     assert q5.gdn == (2, 6, 6, 10, 3) and q5.gdn_dims == (12, 60, 84, 156)
-    assert [q5.attn_index(l) for l in range(5)] == [0, 0, 1, 1, 2] and q5.rot == 4
+    assert [q5.attn_index(l) for l in q5.attn_layers] == [0, 1] and q5.rot == 4
+    assert [q5.lin_index(l) for l in q5.linear_layers] == [0, 1, 2]
     assert not spec("qwen3").linear_layers and spec("qwen3").attn_layers == (0, 1)
 
 
